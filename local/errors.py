@@ -1,0 +1,131 @@
+"""Errors of the local log engine.
+
+Every error the storage layer raises derives from :class:`KafkaStorageError`, and carries the context a
+reader needs to act on it (path, offset, position) both as attributes and in its message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KafkaStorageError(Exception):
+    """Root of every error raised by :mod:`local`."""
+
+    def __init__(self, message: str, **context: Any) -> None:
+        super().__init__(message)
+        self.context = context
+        for key, value in context.items():
+            setattr(self, key, value)
+
+
+# Records -------------------------------------------------------------------------------------------
+
+
+class CorruptRecordError(KafkaStorageError):
+    """Bytes that cannot be a valid record batch: bad CRC, too short, truncated, wrong magic."""
+
+
+class InvalidRecordError(KafkaStorageError):
+    """A well-formed batch whose content breaks a rule (record count mismatch, bad varint, ...)."""
+
+
+class UnsupportedCompressionTypeError(KafkaStorageError):
+    """A batch names a compression codec that does not exist or is not available."""
+
+
+class RecordTooLargeError(KafkaStorageError):
+    """A batch larger than `max.message.bytes` or than a segment can hold."""
+
+
+class RecordBatchTooLargeError(RecordTooLargeError):
+    """A whole append (one MemoryRecords) is larger than the segment size."""
+
+
+class InvalidTimestampError(KafkaStorageError):
+    """A CreateTime timestamp outside `message.timestamp.before/after.max.ms`."""
+
+
+# Indexes -------------------------------------------------------------------------------------------
+
+
+class CorruptIndexError(KafkaStorageError):
+    """An index file that fails its sanity check or cannot be read in any known format."""
+
+
+class InvalidOffsetError(KafkaStorageError):
+    """An index append whose offset (or timestamp) goes backwards."""
+
+
+class IndexOffsetOverflowError(KafkaStorageError):
+    """An offset whose distance from the segment's base offset does not fit in an int32."""
+
+
+class IndexFullError(KafkaStorageError):
+    """An append to an index that has no free slot."""
+
+
+class LegacyIndexPositionOverflowError(KafkaStorageError):
+    """A position past 2^31-1 appended to an 8-byte (legacy) offset index.
+
+    Positions that large need the 12-byte entry format of KIP-1333, which is only written once the
+    large-index feature is finalized (``tiered features upgrade --release-version 4.4``).
+    """
+
+
+# Segments and logs ---------------------------------------------------------------------------------
+
+
+class LogSegmentOffsetOverflowError(KafkaStorageError):
+    """A batch whose offsets cannot be expressed relative to its segment's base offset."""
+
+
+class OffsetOutOfRangeError(KafkaStorageError):
+    """A read at an offset below the log start offset or above the log end offset."""
+
+
+class InvalidProducerEpochError(KafkaStorageError):
+    """A batch from a producer epoch older than the one the log has seen."""
+
+
+class OutOfOrderSequenceError(KafkaStorageError):
+    """An idempotent batch whose sequence number does not follow the last one appended."""
+
+
+class DuplicateSequenceError(KafkaStorageError):
+    """An idempotent batch already appended (retained for dedup reporting)."""
+
+
+class InvalidTxnStateError(KafkaStorageError):
+    """A transaction marker or transactional batch that breaks the transaction state machine."""
+
+
+class CorruptSnapshotError(KafkaStorageError):
+    """A producer state snapshot with an unknown version or a CRC mismatch."""
+
+
+class CorruptCheckpointError(KafkaStorageError):
+    """A checkpoint file whose version, entry count or lines are malformed."""
+
+
+class KafkaStorageIOError(KafkaStorageError, OSError):
+    """An I/O failure that takes a data dir offline."""
+
+
+class LogDirOfflineError(KafkaStorageIOError):
+    """An operation on a log whose data dir was taken offline after an I/O error."""
+
+
+# Configuration -------------------------------------------------------------------------------------
+
+
+class ConfigError(KafkaStorageError, ValueError):
+    """An invalid configuration value: the message names the key, the value and the allowed range."""
+
+
+class FeatureNotFinalizedError(KafkaStorageError):
+    """An operation that needs a feature level that has not been finalized for the data dir."""
+
+
+class FeatureDowngradeError(KafkaStorageError):
+    """An attempt to lower a finalized feature level."""
