@@ -1,0 +1,31 @@
+"""Run every benchmark: ``python -m bench`` (or ``python -m bench NAME...`` for some of them).
+
+Each ``bench/bench_*.py`` module has a ``main()`` that prints its figures against a baseline measured in
+the same run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import platform
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str]) -> int:
+    names = sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_"))
+    wanted = [n if n.startswith("bench_") else f"bench_{n}" for n in argv] or names
+    unknown = sorted(set(wanted) - set(names))
+    if unknown:
+        print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(names)}", file=sys.stderr)
+        return 2
+    print(f"# {platform.node()} {platform.machine()} {platform.python_implementation()} {platform.python_version()}")
+    for name in wanted:
+        print(f"## {name}", flush=True)
+        importlib.import_module(f"bench.{name}").main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
