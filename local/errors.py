@@ -65,6 +65,18 @@ class IndexFullError(KafkaStorageError):
     """An append to an index that has no free slot."""
 
 
+class InvalidIndexTimestampError(InvalidOffsetError):
+    """A time index append whose timestamp is below the last timestamp appended."""
+
+
+class ReadOnlyIndexError(KafkaStorageError):
+    """A write, resize or trim of an index that was opened read-only."""
+
+
+class IndexClosedError(KafkaStorageError):
+    """A lookup or write on an index whose memory map was already released (after close)."""
+
+
 class LegacyIndexPositionOverflowError(KafkaStorageError):
     """A position past 2^31-1 appended to an 8-byte (legacy) offset index.
 

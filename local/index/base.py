@@ -1,0 +1,443 @@
+"""The base of Kafka's memory-mapped segment indexes (Kafka's ``AbstractIndex``).
+
+An index file is an array of fixed-size, big-endian entries, memory-mapped. It knows nothing of entry
+formats: subclasses give the entry layout (a ``struct.Struct`` and the matching numpy dtype), how to derive
+the search key of every entry (vectorised) and the value of entry n, and their sanity check.
+
+File life cycle (identical to Kafka):
+
+* a NEW file is preallocated, zero-filled, to ``max_index_size`` rounded down to the entry size; the index
+  starts empty and appends fill it from the front;
+* an EXISTING file is taken whole: every full entry of its length counts as an entry. A closed index is
+  trimmed to its entries (``close``/``trim_to_valid_size``), and the active segment's index is resized back
+  to the maximum by its owner (``resize``) after loading;
+* no checksum: after a crash an index may hold stale or zero entries past the real ones; ``sanity_check``
+  finds that and recovery rebuilds the index from the log.
+
+Search: the mmap stays the storage of record, and an in-memory ``array('q')`` mirror of the key column
+(8 bytes an entry, built with numpy on open, extended on append, cut on truncate) serves the binary search.
+Kafka's warm-section search is kept: the last 8192 bytes' worth of entries are searched first whenever the
+target is at or after the warm section's first entry, so that lookups near the end (nearly all of them)
+touch the same few pages. Mutations hold a lock; lookups take none: they read an immutable snapshot of the
+mirror (truncation replaces the array rather than cutting it) and the current mapping, which is never shrunk
+below the entries a reader can see.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import threading
+from abc import ABC, abstractmethod
+from array import array
+from bisect import bisect_right
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import numpy as np
+
+from local.errors import IndexClosedError, IndexOffsetOverflowError, ReadOnlyIndexError
+from local.index.entries import INT32_MAX
+
+logger = logging.getLogger(__name__)
+
+_NO_KEY = 2**63  # above every int64 key: an empty index searches nothing
+
+WARM_SECTION_BYTES = 8192
+"""Kafka's warm section: small enough that a lookup in it touches every one of its pages (4 KiB pages)."""
+
+
+def round_down_to_multiple(number: int, factor: int) -> int:
+    """The greatest multiple of ``factor`` not above ``number``: ``round_down_to_multiple(67, 8) == 64``."""
+    return factor * (number // factor)
+
+
+class AbstractIndex(ABC):
+    """A memory-mapped file of fixed-size entries searched by key (see the module docstring).
+
+    Subclasses call ``__init__`` with their layout, then implement :meth:`_keys_of`, :meth:`_value_at`,
+    :meth:`sanity_check` and :meth:`truncate_to`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        base_offset: int,
+        max_index_size: int,
+        writable: bool,
+        *,
+        entry_struct: struct.Struct,
+        entry_dtype: np.dtype[Any],
+    ) -> None:
+        if entry_struct.size != entry_dtype.itemsize:
+            raise ValueError(f"entry struct ({entry_struct.size} B) and dtype ({entry_dtype.itemsize} B) differ")
+        self._path = Path(path)
+        self._base_offset = base_offset
+        self._max_index_size = max_index_size
+        self._writable = writable
+        self._entry_struct = entry_struct
+        self._entry_dtype = entry_dtype
+        self._entry_size = entry_struct.size
+        self._warm_entries = WARM_SECTION_BYTES // self._entry_size
+        self._lock = threading.RLock()
+        self._closed = False
+        self._mmap: mmap.mmap | None = None
+        self._length = 0
+        self._keys: array[int] = array("q")
+        self._search: tuple[array[int], int, int] = (self._keys, 0, _NO_KEY)
+        self._open_mapping()
+
+    # ---------------------------------------------------------------------------------------------------
+    # opening and mapping
+
+    def _open_mapping(self) -> None:
+        """Create (and preallocate) or open the file, map it, and build the key mirror."""
+        newly_created = False
+        if self._writable:
+            try:
+                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                newly_created = True
+            except FileExistsError:
+                fd = os.open(self._path, os.O_RDWR)
+        else:
+            try:
+                fd = os.open(self._path, os.O_RDONLY)
+            except FileNotFoundError:
+                # A read-only index of a missing file is empty; it must not create the file.
+                logger.debug("Read-only index %s does not exist: empty", self._path)
+                return
+        try:
+            if newly_created:
+                if self._max_index_size < self._entry_size:
+                    os.close(fd)
+                    fd = -1
+                    self._path.unlink()
+                    raise ValueError(
+                        f"invalid max index size {self._max_index_size} for {self._path}: "
+                        f"below the entry size {self._entry_size}"
+                    )
+                os.ftruncate(fd, round_down_to_multiple(self._max_index_size, self._entry_size))
+            self._length = os.fstat(fd).st_size
+            self._mmap = self._map(fd, self._length)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        entries = 0 if newly_created else self._length // self._entry_size
+        self._set_keys(self._build_keys(entries))
+        logger.debug(
+            "Loaded index %s: entry size %d, max entries %d, entries %d",
+            self._path, self._entry_size, self.max_entries, entries,
+        )
+
+    def _map(self, fd: int, length: int) -> mmap.mmap | None:
+        if length == 0:
+            return None  # a zero-length file cannot be mapped
+        access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
+        return mmap.mmap(fd, length, access=access)
+
+    def _raw_entries(self, count: int) -> bytes:
+        """A copy of the first ``count`` entries' bytes (a copy, so no buffer export pins the mapping)."""
+        if count == 0 or self._mmap is None:
+            return b""
+        return self._mmap[: count * self._entry_size]
+
+    def _entry_array(self, count: int) -> np.ndarray[Any, np.dtype[Any]]:
+        """The first ``count`` entries as a numpy structured array (for vectorised checks)."""
+        return np.frombuffer(self._raw_entries(count), dtype=self._entry_dtype, count=count)
+
+    def _build_keys(self, count: int) -> array[int]:
+        keys: array[int] = array("q")
+        if count:
+            keys.frombytes(self._keys_of(self._entry_array(count)).astype("=i8", copy=False).tobytes())
+        return keys
+
+    # ---------------------------------------------------------------------------------------------------
+    # what subclasses provide
+
+    @abstractmethod
+    def _keys_of(self, entries: np.ndarray[Any, np.dtype[Any]]) -> np.ndarray[Any, np.dtype[Any]]:
+        """The search key (absolute offset, timestamp) of every entry of a structured array, vectorised."""
+
+    @abstractmethod
+    def _value_at(self, n: int) -> int:
+        """The value (position, offset) of entry ``n``, read from the mapping."""
+
+    @abstractmethod
+    def sanity_check(self) -> None:
+        """Detect obvious corruption; raise CorruptIndexError naming the file and the entry."""
+
+    @abstractmethod
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset``; an offset past the last entry changes nothing."""
+
+    def _after_entries_changed(self) -> None:  # noqa: B027 - optional hook, empty by default
+        """Called under the lock after entries were truncated or the file was remapped."""
+
+    # ---------------------------------------------------------------------------------------------------
+    # properties
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def base_offset(self) -> int:
+        return self._base_offset
+
+    @property
+    def entry_size(self) -> int:
+        return self._entry_size
+
+    @property
+    def writable(self) -> bool:
+        return self._writable
+
+    @property
+    def max_index_size(self) -> int:
+        return self._max_index_size
+
+    @property
+    def entries(self) -> int:
+        """The number of valid entries."""
+        return len(self._keys)
+
+    @property
+    def max_entries(self) -> int:
+        """How many entries the current file length holds."""
+        return self._length // self._entry_size
+
+    @property
+    def length(self) -> int:
+        """The file length in bytes (preallocated space included)."""
+        return self._length
+
+    @property
+    def size_in_bytes(self) -> int:
+        """The bytes used by valid entries."""
+        return len(self._keys) * self._entry_size
+
+    @property
+    def is_full(self) -> bool:
+        """True when no slot is left."""
+        return len(self._keys) >= self.max_entries
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    # ---------------------------------------------------------------------------------------------------
+    # offsets
+
+    def relative_offset(self, offset: int) -> int:
+        """``offset - base_offset``; IndexOffsetOverflowError when it does not fit in [0, 2^31-1]."""
+        relative = offset - self._base_offset
+        if relative < 0 or relative > INT32_MAX:
+            raise IndexOffsetOverflowError(
+                f"integer overflow for offset {offset} relative to base offset {self._base_offset} "
+                f"in {self._path}",
+                offset=offset,
+                base_offset=self._base_offset,
+                path=self._path,
+            )
+        return relative
+
+    def can_append_offset(self, offset: int) -> bool:
+        """Whether ``offset`` can be stored relative to this index's base offset."""
+        return 0 <= offset - self._base_offset <= INT32_MAX
+
+    # ---------------------------------------------------------------------------------------------------
+    # search
+
+    def _set_keys(self, keys: array[int]) -> None:
+        """Install a new key mirror (caller holds the lock, or is the constructor)."""
+        self._keys = keys
+        self._move_warm_section()
+
+    def _move_warm_section(self) -> None:
+        """Recompute the search snapshot: the mirror, its warm section's first slot and that slot's key.
+
+        Lookups read the tuple once, so they always see a mirror together with a warm start inside it:
+        appends only extend the mirror (a stale warm start stays valid), truncation installs a new one.
+        """
+        keys = self._keys
+        first_hot = max(0, len(keys) - 1 - self._warm_entries)
+        self._search = (keys, first_hot, keys[first_hot] if keys else _NO_KEY)
+
+    def _largest_lower_bound_slot(self, target: int) -> int:
+        """The slot of the greatest key <= ``target``, or -1.
+
+        Kafka's warm-section search: when ``target`` is at or after the warm section's first key, only the
+        warm section (the last 8 KiB of entries) is searched, else only the cold part before it.
+        """
+        keys, first_hot, first_hot_key = self._search
+        if target >= first_hot_key:
+            return bisect_right(keys, target, first_hot) - 1
+        return bisect_right(keys, target, 0, first_hot) - 1
+
+    def _value_bisect_left(self, target: int) -> int:
+        """The first slot whose value (position, offset) is >= ``target``; ``entries`` when there is none.
+
+        Values are not mirrored: this rarer search reads the mapping, warm section first like the key
+        search. Values never decrease, so this is ``bisect_left`` over the value column. (Kafka's own
+        value search can answer one entry late, or not at all, when an entry equals the target exactly.)
+        """
+        value_at: Callable[[int], int] = self._value_at
+        n = len(self._keys)
+        if n == 0:
+            return 0
+        first_hot = max(0, n - 1 - self._warm_entries)
+        if value_at(first_hot) < target:
+            lo, hi = first_hot + 1, n
+        else:
+            lo, hi = 0, first_hot
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if value_at(mid) < target:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # ---------------------------------------------------------------------------------------------------
+    # writes (callers hold the lock)
+
+    def _check_writable(self, action: str) -> mmap.mmap | None:
+        if self._closed:
+            raise IndexClosedError(f"cannot {action} closed index {self._path}", path=self._path)
+        if not self._writable:
+            raise ReadOnlyIndexError(f"cannot {action} read-only index {self._path}", path=self._path)
+        return self._mmap
+
+    def _write_entry(self, key: int, *fields: int) -> None:
+        """Write the next entry and extend the key mirror. The caller holds the lock and checked is_full."""
+        mm = self._check_writable("append to")
+        n = len(self._keys)
+        assert mm is not None and n < self.max_entries
+        self._entry_struct.pack_into(mm, n * self._entry_size, *fields)
+        self._keys.append(key)  # after the bytes: a reader that sees the key finds its entry written
+        if n == 0 or n > self._warm_entries:  # the first key, or the warm section slides by one
+            self._move_warm_section()
+
+    def _truncate_to_entries(self, count: int) -> None:
+        with self._lock:
+            if count < len(self._keys):
+                self._set_keys(self._keys[:count])  # a new array: concurrent readers keep their snapshot
+            self._after_entries_changed()
+            logger.debug("Truncated index %s to %d entries", self._path, count)
+
+    def truncate(self) -> None:
+        """Remove every entry (the file keeps its length)."""
+        self._truncate_to_entries(0)
+
+    def reset(self) -> None:
+        """Remove every entry and resize the file back to ``max_index_size``."""
+        with self._lock:
+            self.truncate()
+            self.resize(self._max_index_size)
+
+    def resize(self, new_size: int) -> bool:
+        """Set the file (and mapping) length to ``new_size`` rounded down to the entry size.
+
+        Returns False when the length is already that. Used to trim a closed index to its entries and to
+        give the active segment's index its preallocated space back. Never drops entries: a size below
+        the valid entries raises ValueError.
+        """
+        with self._lock:
+            rounded = round_down_to_multiple(new_size, self._entry_size)
+            if rounded == self._length:
+                logger.debug("Index %s not resized: already %d bytes", self._path, rounded)
+                return False
+            self._check_writable("resize")
+            if rounded < self.size_in_bytes:
+                raise ValueError(
+                    f"cannot resize index {self._path} to {rounded} bytes: it holds {self.size_in_bytes} "
+                    "bytes of entries"
+                )
+            fd = os.open(self._path, os.O_RDWR)
+            try:
+                os.ftruncate(fd, rounded)
+                # The old mapping is dropped, not closed: a lock-free reader may still hold it, and it stays
+                # valid over the entries that reader can see (the file never shrinks below them).
+                self._mmap = self._map(fd, rounded)
+                self._length = rounded
+            finally:
+                os.close(fd)
+            self._after_entries_changed()
+            logger.debug("Resized index %s to %d bytes (%d entries)", self._path, rounded, self.entries)
+            return True
+
+    def trim_to_valid_size(self) -> None:
+        """Shrink the file to exactly its valid entries (done when a segment is closed or rolled)."""
+        with self._lock:
+            if self._writable and not self._closed:
+                self.resize(self.size_in_bytes)
+
+    def flush(self) -> None:
+        """msync the mapping (no-op when closed, read-only or empty)."""
+        with self._lock:
+            if self._mmap is not None and self._writable and not self._closed:
+                self._mmap.flush()
+
+    # ---------------------------------------------------------------------------------------------------
+    # life cycle
+
+    def close(self) -> None:
+        """Trim a writable index to its entries, then release the mapping. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self.trim_to_valid_size()
+            self.close_handler()
+
+    def close_handler(self) -> None:
+        """Release the mapping without trimming (Kafka's forceUnmap). Lookups fail afterwards."""
+        with self._lock:
+            mm, self._mmap = self._mmap, None
+            self._closed = True
+            if mm is not None:
+                try:
+                    mm.close()
+                except BufferError:  # a reader still holds a view: the mapping goes when it lets go
+                    logger.debug("Index %s still referenced at unmap; left to the garbage collector", self._path)
+
+    def delete_if_exists(self) -> bool:
+        """Release the mapping and delete the file; False when it did not exist."""
+        self.close_handler()
+        try:
+            self._path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def rename_to(self, path: str | os.PathLike[str]) -> None:
+        """Rename the file (atomic within a file system); the new path is adopted even if renaming fails."""
+        target = Path(path)
+        try:
+            os.replace(self._path, target)
+        finally:
+            self._path = target
+
+    def update_parent_dir(self, parent_dir: str | os.PathLike[str]) -> None:
+        """Point at the same file name in another directory (the directory was renamed by the caller)."""
+        self._path = Path(parent_dir) / self._path.name
+
+    def _closed_error(self) -> IndexClosedError:
+        return IndexClosedError(f"index {self._path} is closed", path=self._path)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(path={str(self._path)!r}, base_offset={self._base_offset}, "
+            f"entry_size={self._entry_size}, entries={self.entries}, max_entries={self.max_entries})"
+        )

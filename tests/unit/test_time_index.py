@@ -1,0 +1,300 @@
+"""TimeIndex: Kafka's TimeIndexTest cases, the roll slot, crash leftovers and the golden Kafka files."""
+
+from __future__ import annotations
+
+import bisect
+import random
+import struct
+from pathlib import Path
+
+import pytest
+
+from local.errors import (
+    CorruptIndexError,
+    IndexClosedError,
+    IndexFullError,
+    IndexOffsetOverflowError,
+    InvalidIndexTimestampError,
+    InvalidOffsetError,
+    ReadOnlyIndexError,
+)
+from local.index import TIME_ENTRY_SIZE, WARM_SECTION_BYTES, TimeIndex, TimestampOffset
+
+MAX_ENTRIES = 30
+BASE_OFFSET = 45
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "00000000000000000045.timeindex"
+
+
+@pytest.fixture
+def idx(path: Path) -> TimeIndex:
+    return TimeIndex(path, BASE_OFFSET, MAX_ENTRIES * 12)
+
+
+def append_entries(idx: TimeIndex, count: int) -> None:
+    for i in range(1, count + 1):
+        idx.maybe_append(i * 10, i * 10 + BASE_OFFSET)
+
+
+# --- Kafka TimeIndexTest -----------------------------------------------------------------------------
+
+
+def test_lookup(idx: TimeIndex) -> None:
+    assert idx.lookup(100) == TimestampOffset(-1, BASE_OFFSET), "empty time index"
+    append_entries(idx, MAX_ENTRIES - 1)
+    assert idx.lookup(9) == TimestampOffset(-1, BASE_OFFSET), "below the earliest entry"
+    assert idx.lookup(25) == TimestampOffset(20, 65), "between two entries"
+    assert idx.lookup(30) == TimestampOffset(30, 75), "equal to an entry"
+    assert idx.lookup(10**15) == TimestampOffset(290, 335)
+
+
+def test_entry(idx: TimeIndex) -> None:
+    append_entries(idx, MAX_ENTRIES - 1)
+    assert idx.entry(0) == TimestampOffset(10, 55)
+    assert idx.entry(1) == TimestampOffset(20, 65)
+    assert idx.entry(2) == TimestampOffset(30, 75)
+    assert idx.entry(3) == TimestampOffset(40, 85)
+
+
+def test_entry_overflow(idx: TimeIndex) -> None:
+    with pytest.raises(IndexError):
+        idx.entry(0)
+
+
+def test_truncate(idx: TimeIndex) -> None:
+    append_entries(idx, MAX_ENTRIES - 1)
+    idx.truncate()
+    assert idx.entries == 0
+    assert idx.last_entry == TimestampOffset(-1, BASE_OFFSET)
+    append_entries(idx, MAX_ENTRIES - 1)
+    idx.truncate_to(10 + BASE_OFFSET)
+    assert idx.entries == 0
+
+
+def test_truncate_to_keeps_entries_below_the_offset(idx: TimeIndex) -> None:
+    append_entries(idx, 5)  # offsets 55 65 75 85 95
+    idx.truncate_to(96)
+    assert idx.entries == 5, "past the end: unchanged"
+    idx.truncate_to(95)
+    assert idx.entries == 4 and idx.last_entry == TimestampOffset(40, 85), "exact offset dropped"
+    idx.truncate_to(70)
+    assert idx.entries == 2 and idx.last_entry == TimestampOffset(20, 65), "between entries"
+    idx.maybe_append(25, 70)
+    assert idx.lookup(1000) == TimestampOffset(25, 70), "appends continue after truncation"
+
+
+def test_append(idx: TimeIndex) -> None:
+    append_entries(idx, MAX_ENTRIES - 1)
+    with pytest.raises(IndexFullError):
+        idx.maybe_append(10000, 1000)
+    with pytest.raises(InvalidOffsetError) as info:
+        idx.maybe_append(10000, (MAX_ENTRIES - 2) * 10, True)
+    assert info.value.context["offset"] == (MAX_ENTRIES - 2) * 10
+    idx.maybe_append(10000, 1000, True)
+    assert idx.entries == MAX_ENTRIES and idx.last_entry == TimestampOffset(10000, 1000)
+    with pytest.raises(IndexFullError):  # the roll slot is used: the file has no room left
+        idx.maybe_append(10001, 1001, True)
+
+
+def test_timestamp_going_backwards_is_refused(idx: TimeIndex) -> None:
+    idx.maybe_append(100, 50)
+    with pytest.raises(InvalidIndexTimestampError) as info:
+        idx.maybe_append(99, 60)
+    assert isinstance(info.value, InvalidOffsetError)
+    assert info.value.context["timestamp"] == 99 and info.value.context["last_timestamp"] == 100
+    assert idx.entries == 1
+
+
+def test_equal_timestamp_is_a_no_op(idx: TimeIndex) -> None:
+    idx.maybe_append(100, 50)
+    idx.maybe_append(100, 50)  # the roll entry appended again on close
+    idx.maybe_append(100, 60)
+    assert idx.entries == 1 and idx.last_entry == TimestampOffset(100, 50)
+    idx.maybe_append(101, 60)
+    assert idx.entries == 2
+
+
+def test_first_entry_needs_a_timestamp_above_no_timestamp(idx: TimeIndex) -> None:
+    idx.maybe_append(-1, 50)  # message format v0: no timestamps, no entries
+    assert idx.entries == 0
+    idx.maybe_append(0, 50)
+    assert idx.entries == 1
+
+
+def test_relative_offset_overflow(idx: TimeIndex) -> None:
+    with pytest.raises(IndexOffsetOverflowError):
+        idx.maybe_append(10, BASE_OFFSET + 2**31)
+    with pytest.raises(IndexOffsetOverflowError):
+        idx.maybe_append(10, BASE_OFFSET - 1)
+
+
+def test_sanity_check(path: Path, idx: TimeIndex) -> None:
+    idx.sanity_check()
+    append_entries(idx, 5)
+    first = idx.entry(0)
+    idx.sanity_check()
+    idx.trim_to_valid_size()
+    idx.close()
+    good = path.read_bytes()
+    layout = struct.Struct(">qi")
+
+    def reopened_with_last_entry(timestamp: int, relative: int) -> TimeIndex:
+        path.write_bytes(good[:-12] + layout.pack(timestamp, relative))
+        return TimeIndex(path, BASE_OFFSET, MAX_ENTRIES * 12)
+
+    corrupt_offset = reopened_with_last_entry(50, -1)
+    with pytest.raises(CorruptIndexError, match="last offset 44 is below the base offset 45"):
+        corrupt_offset.sanity_check()
+    corrupt_offset.close_handler()
+
+    corrupt_timestamp = reopened_with_last_entry(first.timestamp - 1, 50)
+    with pytest.raises(CorruptIndexError, match="last timestamp 9 is below the first timestamp 10"):
+        corrupt_timestamp.sanity_check()
+    corrupt_timestamp.close_handler()
+
+    path.write_bytes(good[:-1])
+    corrupt_length = TimeIndex(path, BASE_OFFSET, MAX_ENTRIES * 12)
+    with pytest.raises(CorruptIndexError, match="not a multiple of 12"):
+        corrupt_length.sanity_check()
+    corrupt_length.close_handler()
+
+    path.write_bytes(good)
+    healthy = TimeIndex(path, BASE_OFFSET, MAX_ENTRIES * 12)
+    healthy.sanity_check()
+    healthy.close()
+
+
+def test_sanity_check_finds_a_middle_entry_out_of_order(path: Path) -> None:
+    layout = struct.Struct(">qi")
+    path.write_bytes(b"".join(layout.pack(ts, rel) for ts, rel in [(10, 1), (30, 2), (20, 3), (40, 4)]))
+    index = TimeIndex(path, 0)
+    with pytest.raises(CorruptIndexError) as info:
+        index.sanity_check()
+    assert info.value.context["entry"] == 2 and info.value.context["path"] == path
+    index.close_handler()
+
+
+def test_unclosed_index_after_crash_fails_sanity_check(path: Path, idx: TimeIndex) -> None:
+    append_entries(idx, 3)
+    idx.flush()
+    idx.close_handler()  # what a crash leaves: the preallocated zeros
+    reopened = TimeIndex(path, BASE_OFFSET)
+    assert reopened.entries == MAX_ENTRIES
+    assert reopened.last_entry == TimestampOffset(0, BASE_OFFSET)
+    with pytest.raises(CorruptIndexError):
+        reopened.sanity_check()
+    reopened.close_handler()
+
+
+def test_is_full(idx: TimeIndex) -> None:
+    assert not idx.is_full
+    append_entries(idx, MAX_ENTRIES - 2)
+    assert not idx.is_full
+    idx.maybe_append((MAX_ENTRIES - 1) * 10, (MAX_ENTRIES - 1) * 10 + BASE_OFFSET)
+    assert idx.is_full, "one slot is kept for the roll entry"
+    assert idx.entries == idx.max_entries - 1
+
+
+def test_last_entry(idx: TimeIndex) -> None:
+    assert idx.last_entry == TimestampOffset(-1, BASE_OFFSET)
+    idx.maybe_append(1, 1 + BASE_OFFSET)
+    assert idx.last_entry == TimestampOffset(1, BASE_OFFSET + 1)
+
+
+def test_resize(idx: TimeIndex) -> None:
+    assert idx.resize(MAX_ENTRIES * idx.entry_size) is False
+    assert idx.resize(MAX_ENTRIES // 2 * idx.entry_size) is True
+    assert idx.resize(MAX_ENTRIES * 2 * idx.entry_size) is True
+    assert idx.max_entries == MAX_ENTRIES * 2
+
+
+def test_entry_size(idx: TimeIndex) -> None:
+    assert idx.entry_size == TIME_ENTRY_SIZE == 12
+
+
+def test_parse_entry_reads_the_file(path: Path, idx: TimeIndex) -> None:
+    idx.maybe_append(1, 1 + BASE_OFFSET)
+    idx.flush()
+    assert path.read_bytes()[:12] == struct.pack(">qi", 1, 1)
+    assert idx.entry(0) == TimestampOffset(1, BASE_OFFSET + 1)
+
+
+# --- life cycle --------------------------------------------------------------------------------------
+
+
+def test_close_trims_and_reopen_restores_last_entry(path: Path, idx: TimeIndex) -> None:
+    append_entries(idx, 4)
+    idx.close()
+    assert path.stat().st_size == 4 * 12
+    with pytest.raises(IndexClosedError):
+        idx.lookup(30)
+    reopened = TimeIndex(path, BASE_OFFSET, MAX_ENTRIES * 12)
+    assert reopened.last_entry == TimestampOffset(40, 85) and reopened.is_full
+    reopened.resize(MAX_ENTRIES * 12)
+    reopened.maybe_append(40, 90)
+    assert reopened.entries == 4, "equal timestamp after reopen is still a no-op"
+    reopened.maybe_append(50, 95)
+    assert reopened.lookup(55) == TimestampOffset(50, 95)
+    reopened.close()
+
+
+def test_resize_reloads_last_entry_and_read_only_refuses(path: Path, idx: TimeIndex) -> None:
+    append_entries(idx, 2)
+    idx.close()
+    read_only = TimeIndex(path, BASE_OFFSET, writable=False)
+    assert read_only.last_entry == TimestampOffset(20, 65)
+    with pytest.raises(ReadOnlyIndexError):
+        read_only.resize(360)
+    read_only.close()
+
+
+def test_lookups_across_warm_and_cold_sections(path: Path) -> None:
+    count = 2 * WARM_SECTION_BYTES // 12 + 5
+    rng = random.Random(11)
+    timestamps, offsets = [], []
+    ts, offset = 1_700_000_000_000, 0
+    index = TimeIndex(path, 0, (count + 1) * 12)
+    for _ in range(count):
+        ts += rng.randint(1, 50)
+        offset += rng.randint(0, 3)
+        index.maybe_append(ts, offset)
+        timestamps.append(ts)
+        offsets.append(offset)
+    for target in [timestamps[0] - 1, *timestamps[::97], *(rng.randint(timestamps[0] - 5, ts + 5) for _ in range(1000))]:
+        slot = bisect.bisect_right(timestamps, target) - 1
+        expected = TimestampOffset(-1, 0) if slot < 0 else TimestampOffset(timestamps[slot], offsets[slot])
+        assert index.lookup(target) == expected
+    index.sanity_check()
+    index.close()
+
+
+# --- golden Kafka 4.0 files --------------------------------------------------------------------------
+
+
+def test_golden_cluster_metadata_time_index(golden_dir: Path) -> None:
+    path = golden_dir / "__cluster_metadata-0" / "00000000000000000000.timeindex"
+    index = TimeIndex(path, 0, writable=False)
+    expected = [
+        TimestampOffset(0x191B23A1AB8, 56),
+        TimestampOffset(0x191B23A4299, 80),
+        TimestampOffset(0x191B23B04F8, 115),
+    ]
+    assert [index.entry(i) for i in range(index.entries)] == expected
+    assert index.last_entry == expected[-1]
+    assert index.lookup(0x191B23A1AB8 - 1) == TimestampOffset(-1, 0)
+    assert index.lookup(0x191B23A4299 + 1) == expected[1]
+    assert index.lookup(2**62) == expected[2]
+    index.sanity_check()
+    index.close()
+
+
+def test_golden_single_entry_time_index(golden_dir: Path) -> None:
+    index = TimeIndex(golden_dir / "foo-0" / "00000000000000000000.timeindex", 0, writable=False)
+    assert index.entries == 1
+    assert index.last_entry == TimestampOffset(0x191B23A29CC, 2)
+    assert index.lookup(0x191B23A29CC) == TimestampOffset(0x191B23A29CC, 2)
+    index.sanity_check()
+    index.close()
