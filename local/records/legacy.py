@@ -1,0 +1,175 @@
+"""Legacy message sets, magic v0 and v1 (read only: iterate and CRC-check, so old logs can be dumped and recovered).
+
+Entry: ``offset i64 | size i32 | crc u32 | magic i8 | attributes i8 | [timestamp i64 if v1] | key (i32 len, -1 null)
+| value (i32 len, -1 null)``; the CRC is CRC-32 (zlib) over ``magic..end``. A compressed entry (attributes bits
+0-2) is a wrapper whose value is a compressed inner message set; its offset is the last inner offset.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+
+from local.errors import CorruptRecordError, InvalidRecordError
+from local.records.batch import LOG_OVERHEAD, NO_TIMESTAMP, TimestampType
+from local.records.compression import CompressionType
+from local.records.record import Record
+
+_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+MIN_V0_SIZE = 14  # crc + magic + attributes + key len + value len
+MIN_V1_SIZE = 22
+
+
+class LegacyRecordBatch:
+    """A v0/v1 message-set entry viewed as a batch (same read-only names as RecordBatch where they apply)."""
+
+    partition_leader_epoch = -1
+    producer_id = -1
+    producer_epoch = -1
+    base_sequence = -1
+    last_sequence = -1
+    is_transactional = False
+    is_control_batch = False
+    has_producer_id = False
+    has_delete_horizon = False
+
+    def __init__(self, buffer: bytes | bytearray | memoryview) -> None:
+        buf = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
+        if len(buf) < LOG_OVERHEAD + MIN_V0_SIZE:
+            raise CorruptRecordError(f"legacy message of {len(buf)} bytes is too short", size=len(buf))
+        self.offset, size, self.crc, self.magic, self.attributes = _HEAD.unpack_from(buf, 0)
+        if self.magic not in (0, 1):
+            raise CorruptRecordError(f"legacy message at offset {self.offset} has magic {self.magic}", offset=self.offset)
+        if size + LOG_OVERHEAD != len(buf) or size < (MIN_V0_SIZE if self.magic == 0 else MIN_V1_SIZE):
+            raise CorruptRecordError(f"legacy message at offset {self.offset} has a bad size {size}", offset=self.offset)
+        self._buf = buf
+        self.timestamp = _I64.unpack_from(buf, 18)[0] if self.magic == 1 else NO_TIMESTAMP
+
+    @property
+    def buffer(self) -> memoryview:
+        return self._buf
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self._buf)
+
+    def __len__(self) -> int:
+        return len(self._buf)
+
+    @property
+    def last_offset(self) -> int:
+        return self.offset
+
+    @property
+    def next_offset(self) -> int:
+        return self.offset + 1
+
+    @property
+    def base_offset(self) -> int:
+        if self.compression_type is CompressionType.NONE:
+            return self.offset
+        return next(iter(self.records())).offset
+
+    @property
+    def records_count(self) -> int:
+        return sum(1 for _ in self.records())
+
+    @property
+    def last_offset_delta(self) -> int:
+        return self.last_offset - self.base_offset
+
+    @property
+    def compression_type(self) -> CompressionType:
+        return CompressionType.from_id(self.attributes & 0x07)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        if self.magic == 0:
+            return TimestampType.NO_TIMESTAMP_TYPE
+        return TimestampType.LOG_APPEND_TIME if self.attributes & 0x08 else TimestampType.CREATE_TIME
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.timestamp
+
+    @property
+    def base_timestamp(self) -> int:
+        return self.timestamp
+
+    def compute_checksum(self) -> int:
+        return zlib.crc32(self._buf[16:]) & 0xFFFFFFFF
+
+    def is_valid(self) -> bool:
+        return self.compute_checksum() == self.crc
+
+    def ensure_valid(self) -> None:
+        computed = self.compute_checksum()
+        if computed != self.crc:
+            raise CorruptRecordError(
+                f"legacy message at offset {self.offset} is corrupt: stored crc {self.crc:#010x}, computed {computed:#010x}",
+                offset=self.offset)
+
+    def _key_value(self) -> tuple[bytes | None, bytes | None]:
+        pos = 18 + (8 if self.magic == 1 else 0)
+        buf = self._buf
+        out: list[bytes | None] = []
+        for _ in range(2):
+            (n,) = _I32.unpack_from(buf, pos)
+            pos += 4
+            if n < 0:
+                out.append(None)
+            else:
+                if pos + n > len(buf):
+                    raise InvalidRecordError(f"legacy message at offset {self.offset} is truncated", offset=self.offset)
+                out.append(buf[pos : pos + n].tobytes())
+                pos += n
+        return out[0], out[1]
+
+    def records(self) -> Iterator[Record]:
+        key, value = self._key_value()
+        codec = self.compression_type
+        if codec is CompressionType.NONE:
+            return iter([Record(self.offset, self.timestamp, key, value)])
+        inner = codec.decompress(value or b"")
+        recs = [r for b in iter_legacy(memoryview(inner)) for r in b.records()]
+        if self.magic == 1 and recs:
+            # v1 wrappers use relative inner offsets: the wrapper's offset is the last one's absolute offset.
+            shift = self.offset - recs[-1].offset
+            ts_append = self.attributes & 0x08
+            recs = [Record(r.offset + shift, self.timestamp if ts_append else r.timestamp, r.key, r.value) for r in recs]
+        return iter(recs)
+
+    def __bytes__(self) -> bytes:
+        return self._buf.tobytes()
+
+    def __repr__(self) -> str:
+        return f"LegacyRecordBatch(magic={self.magic}, offset={self.offset}, size={len(self._buf)})"
+
+
+def iter_legacy(view: memoryview) -> Iterator[LegacyRecordBatch]:
+    pos = 0
+    while pos + LOG_OVERHEAD <= len(view):
+        (size,) = _I32.unpack_from(view, pos + 8)
+        end = pos + LOG_OVERHEAD + size
+        if size < 0 or end > len(view):
+            return
+        yield LegacyRecordBatch(view[pos:end])
+        pos = end
+
+
+def build_legacy_message(offset: int, key: bytes | None, value: bytes | None, *, magic: int = 1,
+                         timestamp: int = NO_TIMESTAMP, attributes: int = 0) -> bytes:
+    """One v0/v1 message entry (for tests and tools; the log never writes legacy formats)."""
+    body = bytearray(struct.pack(">bb", magic, attributes))
+    if magic == 1:
+        body += _I64.pack(timestamp)
+    for part in (key, value):
+        if part is None:
+            body += _I32.pack(-1)
+        else:
+            body += _I32.pack(len(part)) + part
+    crc = zlib.crc32(body) & 0xFFFFFFFF
+    return _I64.pack(offset) + _I32.pack(len(body) + 4) + struct.pack(">I", crc) + bytes(body)
