@@ -143,6 +143,9 @@ class TimeIndex(AbstractIndex):
         """
         with self._lock:
             count = self.entries
+            last = self._last_entry
+            if skip_full_check and count and timestamp == last.timestamp and offset >= last.offset:
+                return  # the roll/close entry already written: nothing to add, even to a trimmed index
             if (not skip_full_check and self.is_full) or count >= self.max_entries:
                 raise IndexFullError(
                     f"attempt to append to a full time index {self._path} ({count} entries)",
@@ -151,7 +154,6 @@ class TimeIndex(AbstractIndex):
                     path=self._path,
                     entries=count,
                 )
-            last = self._last_entry
             if count and offset < last.offset:
                 raise InvalidOffsetError(
                     f"attempt to append offset {offset} to slot {count} of time index {self._path}, below the "

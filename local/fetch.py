@@ -1,0 +1,58 @@
+"""Small value types of the read path (Kafka's LogOffsetMetadata, FetchDataInfo, FetchIsolation...)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+UNKNOWN_OFFSET = -1
+
+
+class FetchIsolation(enum.Enum):
+    """How far a read may go: the log end, the high watermark, or the last stable offset (READ_COMMITTED)."""
+
+    LOG_END = "log_end"
+    HIGH_WATERMARK = "high_watermark"
+    TXN_COMMITTED = "txn_committed"
+
+
+@dataclass(frozen=True, slots=True)
+class LogOffsetMetadata:
+    """An offset, and where it is: the base offset of its segment and its byte position in it (-1 = unknown)."""
+
+    message_offset: int
+    segment_base_offset: int = UNKNOWN_OFFSET
+    relative_position_in_segment: int = UNKNOWN_OFFSET
+
+    @property
+    def message_offset_only(self) -> bool:
+        return self.segment_base_offset == UNKNOWN_OFFSET and self.relative_position_in_segment == UNKNOWN_OFFSET
+
+
+@dataclass(frozen=True, slots=True)
+class FetchDataInfo:
+    """The answer to a read: where it started, the batches (``bytes()``/``batches()``), aborted transactions."""
+
+    fetch_offset_metadata: LogOffsetMetadata
+    records: Any
+    first_entry_incomplete: bool = False
+    aborted_transactions: list[Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogOffsetPosition:
+    """A batch found in a segment file: its last offset, its position and its size."""
+
+    offset: int
+    position: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampAndOffset:
+    """The result of a lookup by timestamp (Kafka's FileRecords.TimestampAndOffset)."""
+
+    timestamp: int
+    offset: int
+    leader_epoch: int | None = None

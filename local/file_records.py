@@ -1,0 +1,280 @@
+"""FileRecords: a segment's ``.log`` file, a plain concatenation of record batches (Kafka's ``FileRecords``).
+
+Appends are one ``pwrite`` of the whole buffer at the logical end, which advances only once the write is done,
+so concurrent readers bounded by the size they saw never read a half-written batch. Reads are ``os.pread`` of
+byte ranges: a fetch is served as a slice of the file, never decoded. Positions and sizes are Python ints:
+nothing here stops at 2 GiB.
+
+After a crash the file may end in a torn batch (its declared size runs past the end): iteration stops there and
+recovery truncates it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from local.errors import CorruptRecordError
+from local.fetch import LogOffsetPosition, TimestampAndOffset
+from local.records import MemoryRecords
+from local.records.batch import BATCH_HEADER, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
+from local.records.legacy import MIN_V0_SIZE
+from local.records.memory_records import AnyBatch, batch_from_buffer
+
+logger = logging.getLogger(__name__)
+
+READ_CHUNK = 1024 * 1024
+_HEAD = BATCH_HEADER
+
+
+class FileChannelRecordBatch:
+    """A batch found in a file: its position and header, with :meth:`load` for the whole batch."""
+
+    __slots__ = ("_batch", "position", "size_in_bytes")
+
+    def __init__(self, position: int, batch: AnyBatch) -> None:
+        self.position = position
+        self._batch = batch
+        self.size_in_bytes = batch.size_in_bytes
+
+    def load(self) -> AnyBatch:
+        return self._batch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._batch, name)
+
+    def __bytes__(self) -> bytes:
+        return bytes(self._batch)
+
+    def __repr__(self) -> str:
+        return f"FileChannelRecordBatch(position={self.position}, {self._batch!r})"
+
+
+class FileRecords:
+    """See the module docstring. Open with :meth:`open`; :meth:`slice` gives bounded read-only views."""
+
+    def __init__(self, path: Path, fd: int, start: int, end: int | None, is_slice: bool, mutable: bool) -> None:
+        self._path = Path(path)
+        self._fd = fd
+        self._start = start
+        self._end = end  # None: unbounded (the whole file)
+        self._is_slice = is_slice
+        self._mutable = mutable
+        self._size = 0 if is_slice else os.fstat(fd).st_size
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        mutable: bool = True,
+        file_already_exists: bool = False,
+        init_file_size: int = 0,
+        preallocate: bool = False,
+    ) -> FileRecords:
+        path = Path(path)
+        flags = os.O_RDWR | os.O_CREAT if mutable else os.O_RDONLY
+        fd = os.open(path, flags, 0o644)
+        records = cls(path, fd, 0, None, False, mutable)
+        if mutable and preallocate and not file_already_exists and init_file_size > 0:
+            os.posix_fallocate(fd, 0, init_file_size) if hasattr(os, "posix_fallocate") else None
+            records._size = 0
+        return records
+
+    # ------------------------------------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def fd(self) -> int:
+        return self._fd
+
+    @property
+    def size_in_bytes(self) -> int:
+        if self._is_slice:
+            assert self._end is not None
+            return self._end - self._start
+        return self._size
+
+    def __len__(self) -> int:
+        return self.size_in_bytes
+
+    def __bytes__(self) -> bytes:
+        return self.read(0, self.size_in_bytes)
+
+    def __repr__(self) -> str:
+        kind = "slice" if self._is_slice else "file"
+        return f"FileRecords({kind} {self._path}, start={self._start}, size={self.size_in_bytes})"
+
+    def append(self, records: MemoryRecords | bytes | bytearray | memoryview) -> int:
+        """Write ``records`` at the end in one call; returns the bytes written."""
+        if not self._mutable or self._is_slice:
+            raise PermissionError(f"{self._path} is not open for appending")
+        data = records.buffer if isinstance(records, MemoryRecords) else records
+        view = memoryview(data)
+        position = self._size
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self._fd, view[written:], position + written)
+        self._size = position + written
+        return written
+
+    def read(self, position: int, size: int) -> bytes:
+        """``size`` bytes at ``position`` (relative to this view), fewer at the end of the view."""
+        limit = self.size_in_bytes
+        if position < 0 or position > limit:
+            raise ValueError(f"position {position} outside [0, {limit}] of {self}")
+        size = min(size, limit - position)
+        if size <= 0:
+            return b""
+        data = os.pread(self._fd, size, self._start + position)
+        while len(data) < size:  # pread may return short; loop for the rest
+            more = os.pread(self._fd, size - len(data), self._start + position + len(data))
+            if not more:
+                break
+            data += more
+        return data
+
+    def slice(self, position: int, size: int) -> FileRecords:
+        """A read-only view of ``size`` bytes from ``position`` (clipped to the current size)."""
+        if position < 0:
+            raise ValueError(f"invalid slice position {position}")
+        if size < 0:
+            raise ValueError(f"invalid slice size {size}")
+        available = self.size_in_bytes
+        end = min(self._start + position + size, self._start + available)
+        view = FileRecords(self._path, self._fd, self._start + position, max(end, self._start + position), True, False)
+        return view
+
+    # ------------------------------------------------------------------------------------------------------
+    # Iteration
+
+    def _iter_raw(self, start_position: int = 0, chunk: int = READ_CHUNK) -> Iterator[tuple[int, memoryview]]:
+        """(position, batch bytes) of every whole batch from ``start_position``; stops at a torn tail."""
+        end = self.size_in_bytes
+        pos = start_position
+        buf = memoryview(b"")
+        buf_start = pos
+        while end - pos >= LOG_OVERHEAD:
+            rel = pos - buf_start
+            if len(buf) - rel < HEADER_SIZE_UP_TO_MAGIC and len(buf) - rel < end - pos:
+                buf = memoryview(self.read(pos, chunk))
+                buf_start, rel = pos, 0
+            length = int.from_bytes(buf[rel + 8 : rel + 12], "big", signed=True)
+            size = length + LOG_OVERHEAD
+            magic = buf[rel + 16] if len(buf) - rel > 16 else 2
+            minimum = RECORD_BATCH_OVERHEAD if magic == 2 else LOG_OVERHEAD + MIN_V0_SIZE
+            if size < minimum:
+                raise CorruptRecordError(
+                    f"batch at position {pos} of {self._path} declares size {size}, below the minimum {minimum}",
+                    position=pos, path=str(self._path),
+                )
+            if pos + size > end:
+                return  # torn tail: the rest of the file is not a whole batch
+            if rel + size > len(buf):
+                if size > chunk:
+                    yield pos, memoryview(self.read(pos, size))
+                    pos += size
+                    buf, buf_start = memoryview(b""), pos
+                    continue
+                buf = memoryview(self.read(pos, chunk))
+                buf_start, rel = pos, 0
+            yield pos, buf[rel : rel + size]
+            pos += size
+
+    def batches(self, start_position: int = 0) -> Iterator[FileChannelRecordBatch]:
+        """Every whole batch from ``start_position`` (v2 or legacy), each with its position in this view."""
+        for pos, data in self._iter_raw(start_position):
+            yield FileChannelRecordBatch(pos, batch_from_buffer(data))
+
+    def records(self) -> Iterator[Any]:
+        for batch in self.batches():
+            yield from batch.records()
+
+    def search_for_offset_from_position(self, target_offset: int, starting_position: int) -> LogOffsetPosition | None:
+        """The first batch from ``starting_position`` whose last offset is >= ``target_offset``."""
+        for pos, data in self._iter_raw(starting_position, chunk=64 * 1024):
+            if data[16] == 2:
+                base, _, _, _, _, _, delta = _HEAD.unpack_from(data, 0)[:7]
+                last = base + delta
+            else:
+                last = int.from_bytes(data[0:8], "big", signed=True)
+            if last >= target_offset:
+                return LogOffsetPosition(last, pos, len(data))
+        return None
+
+    def search_for_timestamp(self, target_timestamp: int, starting_position: int, starting_offset: int) -> TimestampAndOffset | None:
+        """The first record at or after ``starting_offset`` whose timestamp is >= ``target_timestamp``."""
+        for batch in self.batches(starting_position):
+            if batch.max_timestamp >= target_timestamp:
+                for rec in batch.records():
+                    if rec.timestamp >= target_timestamp and rec.offset >= starting_offset:
+                        epoch = batch.partition_leader_epoch
+                        return TimestampAndOffset(rec.timestamp, rec.offset, epoch if epoch >= 0 else None)
+        return None
+
+    def largest_timestamp_after(self, start_position: int) -> TimestampAndOffset:
+        """The largest batch max timestamp from ``start_position`` and the last offset of its batch."""
+        best = TimestampAndOffset(-1, -1)
+        for batch in self.batches(start_position):
+            if batch.max_timestamp > best.timestamp:
+                best = TimestampAndOffset(batch.max_timestamp, batch.last_offset)
+        return best
+
+    # ------------------------------------------------------------------------------------------------------
+    # File operations
+
+    def truncate_to(self, target_size: int) -> int:
+        """Cut the file to ``target_size`` bytes; returns the bytes removed."""
+        original = self.size_in_bytes
+        if target_size > original or target_size < 0:
+            raise ValueError(f"attempt to truncate {self._path} to {target_size} bytes; it has {original}")
+        if target_size < os.fstat(self._fd).st_size:
+            os.ftruncate(self._fd, target_size)
+        self._size = target_size
+        return original - target_size
+
+    def flush(self) -> None:
+        if not self._closed and self._mutable:
+            os.fsync(self._fd)
+
+    def trim(self) -> None:
+        """Drop preallocated space past the logical end."""
+        if self._mutable and os.fstat(self._fd).st_size > self._size:
+            os.ftruncate(self._fd, self._size)
+
+    def close(self) -> None:
+        if self._closed or self._is_slice:
+            return
+        self.flush()
+        self.trim()
+        self.close_handlers()
+
+    def close_handlers(self) -> None:
+        if not self._closed and not self._is_slice:
+            self._closed = True
+            os.close(self._fd)
+
+    def delete_if_exists(self) -> bool:
+        self.close_handlers()
+        try:
+            self._path.unlink()
+            return True
+        except FileNotFoundError:
+            return False
+
+    def rename_to(self, path: str | os.PathLike[str]) -> None:
+        target = Path(path)
+        try:
+            os.replace(self._path, target)
+        finally:
+            self._path = target
+
+    def update_parent_dir(self, parent: str | os.PathLike[str]) -> None:
+        self._path = Path(parent) / self._path.name

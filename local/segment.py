@@ -1,0 +1,473 @@
+"""LogSegment: one ``.log`` with its offset, time and transaction indexes (Kafka's ``LogSegment``).
+
+Index work is per batch: an offset index entry (and a time index entry for the largest timestamp so far) is
+added when more than ``index.interval.bytes`` have been appended since the last one. The time index's final
+entry, written when the segment becomes inactive, holds the segment's true max timestamp (KIP-33).
+
+``recover()`` validates every batch, rebuilds all three indexes from the log, truncates at the first invalid
+byte and returns how many bytes it cut, logging a warning with the position.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time as _time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from local import filenames
+from local.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidRecordError,
+    LogSegmentOffsetOverflowError,
+)
+from local.fetch import FetchDataInfo, LogOffsetMetadata, LogOffsetPosition, TimestampAndOffset
+from local.file_records import FileRecords
+from local.index import (
+    DEFAULT_MAX_INDEX_SIZE,
+    AbortedTxn,
+    LazyIndex,
+    OffsetIndex,
+    TimeIndex,
+    TimestampOffset,
+    TransactionIndex,
+    TxnIndexSearchResult,
+)
+from local.records import MemoryRecords
+from local.records.memory_records import batch_from_buffer
+
+logger = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+
+
+class ProducerStateLike(Protocol):
+    def apply_batch(self, batch: Any) -> Any: ...
+    def last_stable_offset(self, completed_txn: Any) -> int: ...
+    def complete_txn(self, completed_txn: Any) -> None: ...
+    def update_map_end_offset(self, offset: int) -> None: ...
+
+
+class EpochCacheLike(Protocol):
+    def latest_epoch(self) -> int | None: ...
+    def assign(self, epoch: int, start_offset: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RollParams:
+    """What the log knows about an append when deciding to roll (Kafka's ``RollParams``)."""
+
+    max_segment_bytes: int
+    max_timestamp_in_messages: int
+    max_offset_in_messages: int
+    messages_size: int
+    now_ms: int
+    max_segment_ms: int
+
+
+def _now_ms() -> int:
+    return _time.time_ns() // 1_000_000
+
+
+class LogSegment:
+    """See the module docstring. Open with :meth:`open`."""
+
+    def __init__(
+        self,
+        log: FileRecords,
+        lazy_offset_index: LazyIndex,
+        lazy_time_index: LazyIndex,
+        txn_index: TransactionIndex,
+        base_offset: int,
+        index_interval_bytes: int,
+        roll_jitter_ms: int,
+        time: Callable[[], int],
+    ) -> None:
+        self.log = log
+        self._lazy_offset_index = lazy_offset_index
+        self._lazy_time_index = lazy_time_index
+        self.txn_index = txn_index
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.roll_jitter_ms = roll_jitter_ms
+        self._time = time
+        self.created = time()
+        self.bytes_since_last_index_entry = 0
+        self.rolling_based_timestamp: int | None = None
+        self._max_ts_and_offset: TimestampOffset | None = None
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        base_offset: int,
+        *,
+        index_interval_bytes: int = 4096,
+        max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+        roll_jitter_ms: int = 0,
+        file_already_exists: bool = False,
+        init_file_size: int = 0,
+        preallocate: bool = False,
+        file_suffix: str = "",
+        use_large_index: bool = False,
+        time: Callable[[], int] = _now_ms,
+    ) -> LogSegment:
+        d = Path(directory)
+        log = FileRecords.open(
+            filenames.log_file(d, base_offset, file_suffix),
+            file_already_exists=file_already_exists,
+            init_file_size=init_file_size,
+            preallocate=preallocate,
+        )
+        return cls(
+            log,
+            LazyIndex.for_offset(
+                filenames.offset_index_file(d, base_offset, file_suffix), base_offset, max_index_size,
+                use_large_format=use_large_index,
+            ),
+            LazyIndex.for_time(filenames.time_index_file(d, base_offset, file_suffix), base_offset, max_index_size),
+            TransactionIndex(base_offset, filenames.transaction_index_file(d, base_offset, file_suffix)),
+            base_offset,
+            index_interval_bytes,
+            roll_jitter_ms,
+            time,
+        )
+
+    # ------------------------------------------------------------------------------------------------------
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        return self._lazy_offset_index.get()
+
+    @property
+    def time_index(self) -> TimeIndex:
+        return self._lazy_time_index.get()
+
+    @property
+    def offset_index_path(self) -> Path:
+        return Path(self._lazy_offset_index.path)
+
+    @property
+    def time_index_path(self) -> Path:
+        return Path(self._lazy_time_index.path)
+
+    @property
+    def size(self) -> int:
+        return self.log.size_in_bytes
+
+    def _max_timestamp_and_offset(self) -> TimestampOffset:
+        if self._max_ts_and_offset is None:
+            self._max_ts_and_offset = self.time_index.last_entry
+        return self._max_ts_and_offset
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_timestamp_and_offset().timestamp
+
+    @property
+    def offset_of_max_timestamp_so_far(self) -> int:
+        return self._max_timestamp_and_offset().offset
+
+    @property
+    def largest_timestamp(self) -> int:
+        """The segment's max timestamp, or its last-modified time when it has none (retention by time)."""
+        ts = self.max_timestamp_so_far
+        return ts if ts >= 0 else self.last_modified
+
+    @property
+    def last_modified(self) -> int:
+        try:
+            return int(os.stat(self.log.path).st_mtime * 1000)
+        except FileNotFoundError:
+            return self.created
+
+    def set_last_modified(self, ms: int) -> None:
+        os.utime(self.log.path, (ms / 1000, ms / 1000))
+
+    def can_convert_to_relative_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    def _ensure_offset_in_range(self, offset: int) -> None:
+        if not self.can_convert_to_relative_offset(offset):
+            raise LogSegmentOffsetOverflowError(
+                f"offset {offset} cannot be stored in segment {self.base_offset} of {self.log.path.parent}: its "
+                f"distance from the base offset does not fit in an int32",
+                offset=offset, segment=self.base_offset,
+            )
+
+    # ------------------------------------------------------------------------------------------------------
+    # Append and read
+
+    def append(self, largest_offset: int, records: MemoryRecords) -> None:
+        """Append ``records`` (already validated, offsets assigned) in one write; index per batch."""
+        if records.size_in_bytes == 0:
+            return
+        position = self.log.size_in_bytes
+        self._ensure_offset_in_range(largest_offset)
+        self.log.append(records)
+        max_ts = self._max_timestamp_and_offset()
+        first = True
+        for batch in records.batches():
+            if first and position == 0:
+                self.rolling_based_timestamp = batch.max_timestamp
+            first = False
+            if batch.max_timestamp > max_ts.timestamp:
+                max_ts = TimestampOffset(batch.max_timestamp, batch.last_offset)
+                self._max_ts_and_offset = max_ts
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(batch.last_offset, position)
+                self.time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+                self.bytes_since_last_index_entry = 0
+            size = batch.size_in_bytes
+            position += size
+            self.bytes_since_last_index_entry += size
+
+    def update_txn_index(self, completed_txn: Any, last_stable_offset: int) -> None:
+        if completed_txn.is_aborted:
+            self.txn_index.append(
+                AbortedTxn(completed_txn.producer_id, completed_txn.first_offset, completed_txn.last_offset, last_stable_offset)
+            )
+
+    def translate_offset(self, offset: int, starting_file_position: int = 0) -> LogOffsetPosition | None:
+        """The batch holding ``offset`` (or the first after it): its last offset, position and size."""
+        mapping = self.offset_index.lookup(offset)
+        return self.log.search_for_offset_from_position(offset, max(mapping.position, starting_file_position))
+
+    def read(
+        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
+    ) -> FetchDataInfo | None:
+        """Batches from the one holding ``start_offset``, up to ``max_size`` bytes (and ``max_position``).
+
+        None when no batch in this segment holds ``start_offset`` or a later offset.
+        """
+        if max_size < 0:
+            raise ValueError(f"invalid max size {max_size} for a read of segment {self.base_offset}")
+        found = self.translate_offset(start_offset)
+        if found is None:
+            return None
+        start_position = found.position
+        meta = LogOffsetMetadata(start_offset, self.base_offset, start_position)
+        adjusted = max(max_size, found.size) if min_one_message else max_size
+        if adjusted == 0:
+            return FetchDataInfo(meta, MemoryRecords(b""))
+        limit = self.size if max_position is None else max_position
+        fetch_size = max(0, min(limit - start_position, adjusted))
+        return FetchDataInfo(meta, self.log.slice(start_position, fetch_size), adjusted < found.size)
+
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> TimestampAndOffset | None:
+        entry = self.time_index.lookup(timestamp)
+        position = self.offset_index.lookup(max(entry.offset, starting_offset)).position
+        return self.log.search_for_timestamp(timestamp, position, starting_offset)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+        return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch (the base offset when empty), found from the last index entry."""
+        info = self.read(self.offset_index.last_offset, self.size, self.size)
+        if info is None:
+            return self.base_offset
+        last = self.base_offset
+        for batch in info.records.batches():
+            last = batch.next_offset
+        return max(last, self.base_offset)
+
+    # ------------------------------------------------------------------------------------------------------
+    # Recovery and truncation
+
+    def recover(self, producer_state_manager: ProducerStateLike | None = None, leader_epoch_cache: EpochCacheLike | None = None) -> int:
+        """Rebuild the indexes from the log, truncating at the first invalid batch; returns bytes truncated."""
+        offset_index = self.offset_index
+        time_index = self.time_index
+        offset_index.reset()
+        time_index.reset()
+        self.txn_index.reset()
+        valid_bytes = 0
+        last_index_entry = 0
+        max_ts, offset_of_max = -1, self.base_offset
+        interval = self.index_interval_bytes
+        try:
+            for position, data in self.log._iter_raw(0):
+                batch = batch_from_buffer(data)
+                batch.ensure_valid()
+                last_offset = batch.last_offset
+                self._ensure_offset_in_range(last_offset)
+                if batch.max_timestamp > max_ts:
+                    max_ts, offset_of_max = batch.max_timestamp, last_offset
+                if valid_bytes - last_index_entry > interval:
+                    offset_index.append(last_offset, valid_bytes)
+                    time_index.maybe_append(max_ts, offset_of_max)
+                    last_index_entry = valid_bytes
+                valid_bytes += len(data)
+                if batch.magic >= 2:
+                    if leader_epoch_cache is not None and batch.partition_leader_epoch >= 0:
+                        latest = leader_epoch_cache.latest_epoch()
+                        if latest is None or batch.partition_leader_epoch > latest:
+                            leader_epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
+                    if producer_state_manager is not None:
+                        self._update_producer_state(producer_state_manager, batch)
+                del position
+        except (CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError) as exc:
+            logger.warning(
+                "found invalid batch in %s at position %d: %s", self.log.path, valid_bytes, exc
+            )
+        truncated = self.log.size_in_bytes - valid_bytes
+        if truncated > 0:
+            logger.warning(
+                "truncating %s to %d bytes: %d invalid bytes from position %d", self.log.path, valid_bytes, truncated, valid_bytes
+            )
+            self.log.truncate_to(valid_bytes)
+        offset_index.trim_to_valid_size()
+        time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)
+        time_index.trim_to_valid_size()
+        self._max_ts_and_offset = TimestampOffset(max_ts, offset_of_max)
+        self.bytes_since_last_index_entry = valid_bytes - last_index_entry
+        return truncated
+
+    def _update_producer_state(self, psm: ProducerStateLike, batch: Any) -> None:
+        if batch.has_producer_id:
+            completed = psm.apply_batch(batch)
+            if completed is not None:
+                self.update_txn_index(completed, psm.last_stable_offset(completed))
+                psm.complete_txn(completed)
+        psm.update_map_end_offset(batch.last_offset + 1)
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every batch at or after the one holding ``offset``; returns bytes removed."""
+        mapping = self.translate_offset(offset)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
+        self.offset_index.resize(self.offset_index.max_index_size)
+        self.time_index.resize(self.time_index.max_index_size)
+        truncated = 0 if mapping is None else self.log.truncate_to(mapping.position)
+        if self.log.size_in_bytes == 0:
+            self.created = self._time()
+            self.rolling_based_timestamp = None
+        self.bytes_since_last_index_entry = 0
+        self._max_ts_and_offset = None
+        self._load_largest_timestamp()
+        return truncated
+
+    def _load_largest_timestamp(self) -> None:
+        last = self.time_index.last_entry
+        best = last
+        position = self.offset_index.lookup(last.offset).position
+        after = self.log.largest_timestamp_after(position)
+        if after.timestamp > best.timestamp:
+            best = TimestampOffset(after.timestamp, after.offset)
+        self._max_ts_and_offset = best
+
+    # ------------------------------------------------------------------------------------------------------
+    # Rolling and life cycle
+
+    def _load_first_batch_timestamp(self) -> None:
+        if self.rolling_based_timestamp is None:
+            for batch in self.log.batches():
+                self.rolling_based_timestamp = batch.max_timestamp
+                break
+
+    def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
+        """KIP-33: time since the first batch's timestamp (measured in message time), else since creation."""
+        self._load_first_batch_timestamp()
+        ts = self.rolling_based_timestamp if self.rolling_based_timestamp is not None else -1
+        if ts >= 0:
+            return message_timestamp - ts
+        return now - self.created
+
+    def should_roll(self, params: RollParams) -> bool:
+        reached_roll_ms = self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages) > (
+            params.max_segment_ms - self.roll_jitter_ms
+        )
+        size = self.size
+        return (
+            size > params.max_segment_bytes - params.messages_size
+            or (size > 0 and reached_roll_ms)
+            or self.offset_index.is_full
+            or self.time_index.is_full
+            or not self.can_convert_to_relative_offset(params.max_offset_in_messages)
+        )
+
+    def on_become_inactive_segment(self) -> None:
+        """The closing time index entry (the true max timestamp, KIP-33), then trim indexes and log."""
+        self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True)
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+        self.log.trim()
+
+    def resize_indexes(self, size: int) -> None:
+        self.offset_index.resize(size)
+        self.time_index.resize(size)
+
+    def sanity_check(self, time_index_file_newly_created: bool) -> None:
+        """Raise FileNotFoundError or CorruptIndexError when this segment must be recovered."""
+        if not self.offset_index_path.exists():
+            raise FileNotFoundError(f"offset index {self.offset_index_path} does not exist")
+        if time_index_file_newly_created:
+            self.time_index.resize(0)
+        self.offset_index.sanity_check()
+        self.time_index.sanity_check()
+        self.txn_index.sanity_check()
+        index = self.offset_index
+        if index.entries and index.entry(index.entries - 1).position >= self.size:
+            raise CorruptIndexError(
+                f"last entry of {index.path} points at position {index.entry(index.entries - 1).position}, past the "
+                f"end of {self.log.path} ({self.size} bytes)",
+                path=str(index.path),
+            )
+
+    def has_suffix(self, suffix: str) -> bool:
+        return str(self.log.path).endswith(suffix)
+
+    def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
+        def renamed(path: Path) -> Path:
+            name = path.name
+            if old_suffix and name.endswith(old_suffix):
+                name = name[: -len(old_suffix)]
+            return path.with_name(name + new_suffix)
+
+        self.log.rename_to(renamed(self.log.path))
+        self._lazy_offset_index.rename_to(renamed(self.offset_index_path))
+        self._lazy_time_index.rename_to(renamed(self.time_index_path))
+        self.txn_index.rename_to(renamed(self.txn_index.path))
+
+    def update_parent_dir(self, directory: Path) -> None:
+        self.log.update_parent_dir(directory)
+        self._lazy_offset_index.update_parent_dir(directory)
+        self._lazy_time_index.update_parent_dir(directory)
+        self.txn_index.update_parent_dir(directory)
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.txn_index.flush()
+
+    def close(self) -> None:
+        if self._max_ts_and_offset is not None:
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True)
+        self._lazy_offset_index.close()
+        self._lazy_time_index.close()
+        self.log.close()
+        self.txn_index.close()
+
+    def close_handlers(self) -> None:
+        for closer in (self._lazy_offset_index.close_handler, self._lazy_time_index.close_handler,
+                       self.log.close_handlers, self.txn_index.close):
+            try:
+                closer()
+            except OSError:
+                logger.debug("error closing handlers of segment %d", self.base_offset, exc_info=True)
+
+    def delete_if_exists(self) -> None:
+        self.close_handlers()
+        for deleter in (self.log.delete_if_exists, self._lazy_offset_index.delete_if_exists,
+                        self._lazy_time_index.delete_if_exists, self.txn_index.delete_if_exists):
+            deleter()
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log.path})"

@@ -1,0 +1,126 @@
+"""LogSegments: a partition's segments ordered by base offset (Kafka's ``LogSegments``).
+
+Copy-on-write: mutations (under the log's lock) publish new lists, so reader threads iterate a consistent
+snapshot without locking.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterable
+
+from local.segment import LogSegment
+
+
+class LogSegments:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bases: list[int] = []
+        self._segs: list[LogSegment] = []
+
+    def add(self, segment: LogSegment) -> None:
+        """Add ``segment``, replacing any segment with the same base offset."""
+        with self._lock:
+            bases, segs = list(self._bases), list(self._segs)
+            i = bisect.bisect_left(bases, segment.base_offset)
+            if i < len(bases) and bases[i] == segment.base_offset:
+                segs[i] = segment
+            else:
+                bases.insert(i, segment.base_offset)
+                segs.insert(i, segment)
+            self._bases, self._segs = bases, segs
+
+    def remove(self, base_offset: int) -> LogSegment | None:
+        with self._lock:
+            i = bisect.bisect_left(self._bases, base_offset)
+            if i < len(self._bases) and self._bases[i] == base_offset:
+                seg = self._segs[i]
+                self._bases = self._bases[:i] + self._bases[i + 1 :]
+                self._segs = self._segs[:i] + self._segs[i + 1 :]
+                return seg
+            return None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._bases, self._segs = [], []
+
+    def close(self) -> None:
+        for seg in self._segs:
+            seg.close()
+
+    def get(self, base_offset: int) -> LogSegment | None:
+        bases, segs = self._bases, self._segs
+        i = bisect.bisect_left(bases, base_offset)
+        return segs[i] if i < len(bases) and bases[i] == base_offset else None
+
+    def contains(self, base_offset: int) -> bool:
+        return self.get(base_offset) is not None
+
+    def is_empty(self) -> bool:
+        return not self._segs
+
+    def number_of_segments(self) -> int:
+        return len(self._segs)
+
+    def __len__(self) -> int:
+        return len(self._segs)
+
+    def base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    def values(self, from_offset: int | None = None, to_offset: int | None = None) -> list[LogSegment]:
+        """Segments from the floor segment of ``from_offset`` to those with base offset < ``to_offset``."""
+        bases, segs = self._bases, self._segs
+        if from_offset is not None and to_offset is not None:
+            if from_offset == to_offset:
+                return []
+            if to_offset < from_offset:
+                raise ValueError(f"invalid segment range: from {from_offset} is after to {to_offset}")
+        lo = 0
+        if from_offset is not None:
+            lo = max(0, bisect.bisect_right(bases, from_offset) - 1)
+        hi = len(bases) if to_offset is None else bisect.bisect_left(bases, to_offset)
+        return segs[lo:hi]
+
+    def non_active_segments(self) -> list[LogSegment]:
+        return self._segs[:-1]
+
+    @property
+    def active_segment(self) -> LogSegment | None:
+        segs = self._segs
+        return segs[-1] if segs else None
+
+    @property
+    def first_segment(self) -> LogSegment | None:
+        segs = self._segs
+        return segs[0] if segs else None
+
+    @property
+    def last_segment(self) -> LogSegment | None:
+        return self.active_segment
+
+    def floor_segment(self, offset: int) -> LogSegment | None:
+        bases, segs = self._bases, self._segs
+        i = bisect.bisect_right(bases, offset) - 1
+        return segs[i] if i >= 0 else None
+
+    def higher_segment(self, offset: int) -> LogSegment | None:
+        bases, segs = self._bases, self._segs
+        i = bisect.bisect_right(bases, offset)
+        return segs[i] if i < len(segs) else None
+
+    def lower_segment(self, offset: int) -> LogSegment | None:
+        bases, segs = self._bases, self._segs
+        i = bisect.bisect_left(bases, offset) - 1
+        return segs[i] if i >= 0 else None
+
+    def higher_segments(self, offset: int) -> list[LogSegment]:
+        bases, segs = self._bases, self._segs
+        return segs[bisect.bisect_right(bases, offset) :]
+
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segs)
+
+    def __iter__(self) -> Iterable[LogSegment]:
+        return iter(self._segs)
