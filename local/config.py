@@ -1,0 +1,408 @@
+"""Configuration with Kafka's names and defaults: broker keys (``log.*``, ``remote.log.*``...) and topic keys.
+
+``LogConfig.from_properties(path_or_mapping)`` reads a Java-style ``.properties`` file or a mapping of broker keys;
+``log_config.topic_config(overrides)`` gives a topic's effective :class:`TopicConfig` (topic keys such as
+``segment.bytes`` override the broker's ``log.segment.bytes``). Every invalid value fails at load with a
+:class:`ConfigError` naming the key, the value and the allowed range; unknown keys are logged as warnings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from local.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+MIB = 1024 * 1024
+LARGE_INDEX_HINT = "tiered features upgrade --release-version 4.4 --config <file>"
+
+
+# Properties files ----------------------------------------------------------------------------------------
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java ``Properties.load`` semantics: comments (#, !), ``=``/``:``/whitespace separators, continuations,
+    escapes."""
+    out: dict[str, str] = {}
+    logical: list[str] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i].lstrip()
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _continues(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip()
+            i += 1
+        if _continues(line):
+            line = line[:-1]
+        logical.append(line)
+    for line in logical:
+        key_chars: list[str] = []
+        j = 0
+        while j < len(line):
+            c = line[j]
+            if c == "\\" and j + 1 < len(line):
+                key_chars.append(c + line[j + 1])
+                j += 2
+                continue
+            if c in "=: \t\f":
+                break
+            key_chars.append(c)
+            j += 1
+        rest = line[j:].lstrip(" \t\f")
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(" \t\f")
+        out[_unescape("".join(key_chars))] = _unescape(rest)
+    return out
+
+
+def _continues(line: str) -> bool:
+    n = len(line) - len(line.rstrip("\\"))
+    return n % 2 == 1
+
+
+def _unescape(s: str) -> str:
+    def repl(m: re.Match[str]) -> str:
+        c = m.group(1)
+        if c.startswith("u"):
+            return chr(int(c[1:], 16))
+        return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(c, c)
+
+    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", repl, s)
+
+
+def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:
+    try:
+        return parse_properties(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration file {path}: {exc}", path=str(path)) from exc
+
+
+# Value parsing -------------------------------------------------------------------------------------------
+
+def _bad(key: str, value: Any, why: str) -> ConfigError:
+    return ConfigError(f"Invalid value {value} for configuration {key}: {why}", key=key, value=value)
+
+
+def _long(lo: int | None = None, hi: int = LONG_MAX) -> Callable[[str, Any], int]:
+    def conv(key: str, value: Any) -> int:
+        if isinstance(value, bool):
+            raise _bad(key, value, "expected a whole number")
+        try:
+            v = int(str(value).strip())
+        except ValueError:
+            raise _bad(key, value, "expected a whole number") from None
+        if lo is not None and v < lo:
+            raise _bad(key, value, f"must be at least {lo}")
+        if v > hi:
+            raise _bad(key, value, f"must be at most {hi}")
+        return v
+
+    return conv
+
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise _bad(key, value, "expected true or false")
+
+
+def _choice(*choices: str) -> Callable[[str, Any], str]:
+    def conv(key: str, value: Any) -> str:
+        text = str(value).strip()
+        if text not in choices:
+            raise _bad(key, value, f"must be one of {', '.join(choices)}")
+        return text
+
+    return conv
+
+
+def _string(key: str, value: Any) -> str:
+    return str(value).strip()
+
+
+def _cleanup_policy(key: str, value: Any) -> str:
+    parts = [p.strip() for p in str(value).split(",") if p.strip()]
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise _bad(key, value, "must be a list of delete and/or compact")
+    if "compact" in parts:
+        logger.warning("%s=%s: compaction is not implemented; only deletion applies", key, value)
+    return ",".join(parts)
+
+
+@dataclass(frozen=True)
+class _Def:
+    topic_key: str | None
+    broker_key: str | None
+    attr: str
+    conv: Callable[[str, Any], Any]
+    default: Any
+
+
+# topic key, broker key (synonym), attribute, converter, Kafka's default
+_TOPIC_DEFS = [
+    _Def("segment.bytes", "log.segment.bytes", "segment_bytes", _long(MIB), 1024 * MIB),
+    _Def("segment.ms", "log.roll.ms", "segment_ms", _long(1), 7 * 24 * 3600 * 1000),
+    _Def("segment.jitter.ms", "log.roll.jitter.ms", "segment_jitter_ms", _long(0), 0),
+    _Def("segment.index.bytes", "log.index.size.max.bytes", "segment_index_bytes", _long(4, INT_MAX), 10 * MIB),
+    _Def("index.interval.bytes", "log.index.interval.bytes", "index_interval_bytes", _long(0, INT_MAX), 4096),
+    _Def("flush.messages", "log.flush.interval.messages", "flush_messages", _long(1), LONG_MAX),
+    _Def("flush.ms", "log.flush.interval.ms", "flush_ms", _long(0), LONG_MAX),
+    _Def("retention.ms", "log.retention.ms", "retention_ms", _long(-1), 7 * 24 * 3600 * 1000),
+    _Def("retention.bytes", "log.retention.bytes", "retention_bytes", _long(-1), -1),
+    _Def("file.delete.delay.ms", "log.segment.delete.delay.ms", "file_delete_delay_ms", _long(0), 60_000),
+    _Def("max.message.bytes", "message.max.bytes", "max_message_bytes", _long(0, INT_MAX), 1_048_588),
+    _Def("message.timestamp.type", "log.message.timestamp.type", "message_timestamp_type",
+         _choice("CreateTime", "LogAppendTime"), "CreateTime"),
+    _Def("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms", "message_timestamp_before_max_ms",
+         _long(0), LONG_MAX),
+    _Def("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms", "message_timestamp_after_max_ms",
+         _long(0), 3_600_000),
+    _Def("preallocate", "log.preallocate", "preallocate", _bool, False),
+    _Def("cleanup.policy", "log.cleanup.policy", "cleanup_policy", _cleanup_policy, "delete"),
+    _Def("min.insync.replicas", "min.insync.replicas", "min_insync_replicas", _long(1, INT_MAX), 1),
+    _Def("compression.type", "compression.type", "compression_type",
+         _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer"),
+    _Def("remote.storage.enable", None, "remote_storage_enable", _bool, False),
+    _Def("local.retention.ms", "log.local.retention.ms", "local_retention_ms", _long(-2), -2),
+    _Def("local.retention.bytes", "log.local.retention.bytes", "local_retention_bytes", _long(-2), -2),
+    _Def("remote.log.copy.disable", None, "remote_log_copy_disable", _bool, False),
+    _Def("remote.log.delete.on.disable", None, "remote_log_delete_on_disable", _bool, False),
+]
+
+_BROKER_DEFS = [
+    _Def(None, "broker.id", "broker_id", _long(-1, INT_MAX), 0),
+    _Def(None, "num.recovery.threads.per.data.dir", "num_recovery_threads_per_data_dir", _long(1, INT_MAX), 1),
+    _Def(None, "num.segment.loading.threads.per.data.dir", "num_segment_loading_threads_per_data_dir", _long(1, INT_MAX), 1),
+    _Def(None, "log.retention.check.interval.ms", "log_retention_check_interval_ms", _long(1), 300_000),
+    _Def(None, "log.flush.scheduler.interval.ms", "log_flush_scheduler_interval_ms", _long(1), LONG_MAX),
+    _Def(None, "log.flush.offset.checkpoint.interval.ms", "log_flush_offset_checkpoint_interval_ms", _long(0, INT_MAX), 60_000),
+    _Def(None, "log.flush.start.offset.checkpoint.interval.ms", "log_flush_start_offset_checkpoint_interval_ms",
+         _long(0, INT_MAX), 60_000),
+    _Def(None, "producer.id.expiration.ms", "producer_id_expiration_ms", _long(1, INT_MAX), 86_400_000),
+    _Def(None, "transaction.max.timeout.ms", "transaction_max_timeout_ms", _long(1, INT_MAX), 900_000),
+    _Def(None, "remote.log.storage.system.enable", "remote_log_storage_system_enable", _bool, False),
+    _Def(None, "remote.log.storage.manager.class.name", "remote_log_storage_manager_class_name", _string,
+         "tiered.backends.local_dir.LocalDirRemoteStorageManager"),
+    _Def(None, "remote.log.storage.manager.class.path", "remote_log_storage_manager_class_path", _string, ""),
+    _Def(None, "remote.log.storage.manager.impl.prefix", "remote_log_storage_manager_impl_prefix", _string, "rsm.config."),
+    _Def(None, "remote.log.metadata.manager.impl.prefix", "remote_log_metadata_manager_impl_prefix", _string, "rlmm.config."),
+    _Def(None, "remote.log.metadata.custom.metadata.max.bytes", "remote_log_metadata_custom_metadata_max_bytes",
+         _long(0, INT_MAX), 128),
+    _Def(None, "remote.log.index.file.cache.total.size.bytes", "remote_log_index_file_cache_total_size_bytes",
+         _long(1), 1024 * MIB),
+    _Def(None, "remote.log.manager.task.interval.ms", "remote_log_manager_task_interval_ms", _long(1), 30_000),
+    _Def(None, "remote.log.manager.copy.max.bytes.per.second", "remote_log_manager_copy_max_bytes_per_second",
+         _long(1), LONG_MAX),
+    _Def(None, "remote.log.manager.fetch.max.bytes.per.second", "remote_log_manager_fetch_max_bytes_per_second",
+         _long(1), LONG_MAX),
+    _Def(None, "remote.log.manager.copier.thread.pool.size", "remote_log_manager_copier_thread_pool_size", _long(1, INT_MAX), 10),
+    _Def(None, "remote.log.manager.expiration.thread.pool.size", "remote_log_manager_expiration_thread_pool_size",
+         _long(1, INT_MAX), 10),
+    _Def(None, "remote.log.reader.threads", "remote_log_reader_threads", _long(1, INT_MAX), 10),
+    _Def(None, "remote.log.reader.max.pending.tasks", "remote_log_reader_max_pending_tasks", _long(1, INT_MAX), 100),
+    _Def(None, "remote.fetch.max.wait.ms", "remote_fetch_max_wait_ms", _long(1, INT_MAX), 500),
+    _Def(None, "remote.log.segment.cache.dir", "remote_log_segment_cache_dir", _string, ""),
+    _Def(None, "remote.log.segment.cache.total.size.bytes", "remote_log_segment_cache_total_size_bytes", _long(0), 2048 * MIB),
+    _Def(None, "remote.log.segment.cache.chunk.size.bytes", "remote_log_segment_cache_chunk_size_bytes",
+         _long(4096, INT_MAX), 4 * MIB),
+    _Def(None, "remote.log.segment.cache.prefetch.chunks", "remote_log_segment_cache_prefetch_chunks", _long(0, 64), 2),
+]
+
+# Broker keys Kafka spells in hours/minutes too: (key, factor to ms, the ms key it feeds)
+_TIME_SYNONYMS = [
+    ("log.retention.minutes", 60_000, "log.retention.ms"),
+    ("log.retention.hours", 3_600_000, "log.retention.ms"),
+    ("log.roll.hours", 3_600_000, "log.roll.ms"),
+    ("log.roll.jitter.hours", 3_600_000, "log.roll.jitter.ms"),
+]
+
+_TOPIC_BY_KEY = {d.topic_key: d for d in _TOPIC_DEFS if d.topic_key}
+_KNOWN_BROKER_KEYS = {d.broker_key for d in _TOPIC_DEFS + _BROKER_DEFS if d.broker_key} | {
+    "log.dirs", "log.dir", *[k for k, _, _ in _TIME_SYNONYMS], "remote.log.tier.factory",
+}
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """A topic's effective configuration (topic keys in snake_case)."""
+
+    segment_bytes: int
+    segment_ms: int
+    segment_jitter_ms: int
+    segment_index_bytes: int
+    index_interval_bytes: int
+    flush_messages: int
+    flush_ms: int
+    retention_ms: int
+    retention_bytes: int
+    file_delete_delay_ms: int
+    max_message_bytes: int
+    message_timestamp_type: str
+    message_timestamp_before_max_ms: int
+    message_timestamp_after_max_ms: int
+    preallocate: bool
+    cleanup_policy: str
+    min_insync_replicas: int
+    compression_type: str
+    remote_storage_enable: bool
+    local_retention_ms: int
+    local_retention_bytes: int
+    remote_log_copy_disable: bool
+    remote_log_delete_on_disable: bool
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        return self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
+
+    def to_properties(self) -> dict[str, str]:
+        out = {}
+        for d in _TOPIC_DEFS:
+            v = getattr(self, d.attr)
+            out[d.topic_key or d.attr] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out
+
+
+def _validate_topic(cfg: TopicConfig, large_index_enabled: bool, source: str) -> None:
+    if cfg.segment_bytes > INT_MAX and not large_index_enabled:
+        raise ConfigError(
+            f"Invalid value {cfg.segment_bytes} for configuration {source}: segments above {INT_MAX} bytes need the "
+            f"large-index feature (KIP-1333); finalize it first with `{LARGE_INDEX_HINT}`",
+            key=source, value=cfg.segment_bytes,
+        )
+    if cfg.remote_storage_enable:
+        lrb, rb = cfg.local_retention_bytes, cfg.retention_bytes
+        if lrb not in (-2, -1) and rb != -1 and lrb > rb:
+            raise _bad("local.retention.bytes", lrb, f"must not exceed retention.bytes ({rb})")
+        lrm, rm = cfg.local_retention_ms, cfg.retention_ms
+        if lrm not in (-2, -1) and rm != -1 and lrm > rm:
+            raise _bad("local.retention.ms", lrm, f"must not exceed retention.ms ({rm})")
+
+
+class LogConfig:
+    """The broker's log configuration; see the module docstring."""
+
+    broker_id: int
+    num_recovery_threads_per_data_dir: int
+    num_segment_loading_threads_per_data_dir: int
+    log_retention_check_interval_ms: int
+    log_flush_scheduler_interval_ms: int
+    log_flush_offset_checkpoint_interval_ms: int
+    log_flush_start_offset_checkpoint_interval_ms: int
+    producer_id_expiration_ms: int
+    transaction_max_timeout_ms: int
+    remote_log_storage_system_enable: bool
+    remote_log_storage_manager_class_name: str
+    remote_log_storage_manager_class_path: str
+    remote_log_storage_manager_impl_prefix: str
+    remote_log_metadata_manager_impl_prefix: str
+    remote_log_metadata_custom_metadata_max_bytes: int
+    remote_log_index_file_cache_total_size_bytes: int
+    remote_log_manager_task_interval_ms: int
+    remote_log_manager_copy_max_bytes_per_second: int
+    remote_log_manager_fetch_max_bytes_per_second: int
+    remote_log_manager_copier_thread_pool_size: int
+    remote_log_manager_expiration_thread_pool_size: int
+    remote_log_reader_threads: int
+    remote_log_reader_max_pending_tasks: int
+    remote_fetch_max_wait_ms: int
+    remote_log_segment_cache_dir: str
+    remote_log_segment_cache_total_size_bytes: int
+    remote_log_segment_cache_chunk_size_bytes: int
+    remote_log_segment_cache_prefetch_chunks: int
+
+    def __init__(self, originals: Mapping[str, Any], large_index_enabled: bool | None = None) -> None:
+        props = {str(k).strip(): v for k, v in originals.items()}
+        self.originals = dict(props)
+        dirs = props.get("log.dirs", props.get("log.dir"))
+        if dirs is None or not str(dirs).strip():
+            raise ConfigError("Missing required configuration log.dirs (a comma-separated list of data dirs)", key="log.dirs")
+        self.log_dirs: list[Path] = [Path(p.strip()) for p in str(dirs).split(",") if p.strip()]
+        for key, factor, target in _TIME_SYNONYMS:
+            if key in props and target not in props:
+                props[target] = _long(-1 if "retention" in key else 0)(key, props[key]) * factor
+                if props[target] < 0:
+                    props[target] = -1
+        prefix = str(props.get("remote.log.storage.manager.impl.prefix", "rsm.config."))
+        self.rsm_config: dict[str, str] = {k[len(prefix):]: str(v) for k, v in props.items() if k.startswith(prefix)}
+        rlmm_prefix = str(props.get("remote.log.metadata.manager.impl.prefix", "rlmm.config."))
+        self.rlmm_config: dict[str, str] = {k[len(rlmm_prefix):]: str(v) for k, v in props.items() if k.startswith(rlmm_prefix)}
+        for key in props:
+            if key not in _KNOWN_BROKER_KEYS and not key.startswith((prefix, rlmm_prefix)):
+                logger.warning("unknown configuration key %r is ignored", key)
+        self._topic_defaults: dict[str, Any] = {}
+        for d in _TOPIC_DEFS:
+            raw = props.get(d.broker_key) if d.broker_key else None
+            self._topic_defaults[d.attr] = d.default if raw is None else d.conv(d.broker_key or d.attr, raw)
+        for d in _BROKER_DEFS:
+            raw = props.get(d.broker_key) if d.broker_key else None
+            setattr(self, d.attr, d.default if raw is None else d.conv(d.broker_key or d.attr, raw))
+        self.remote_tier_factory: str | None = props.get("remote.log.tier.factory")
+        if large_index_enabled is None:
+            from local.features import large_index_finalized
+
+            large_index_enabled = large_index_finalized(self.log_dirs)
+        self.large_index_enabled = large_index_enabled
+        self._default_topic = TopicConfig(**self._topic_defaults)
+        _validate_topic(self._default_topic, large_index_enabled, "log.segment.bytes")
+
+    @classmethod
+    def from_properties(cls, source: str | os.PathLike[str] | Mapping[str, Any], *,
+                        large_index_enabled: bool | None = None) -> LogConfig:
+        props = dict(source) if isinstance(source, Mapping) else read_properties(source)
+        return cls(props, large_index_enabled=large_index_enabled)
+
+    read_properties = staticmethod(read_properties)
+
+    def topic_config(self, overrides: Mapping[str, Any] | None = None) -> TopicConfig:
+        """The effective config of a topic with ``overrides`` (topic keys) applied over the broker defaults."""
+        if not overrides:
+            return self._default_topic
+        values = dict(self._topic_defaults)
+        for key, raw in overrides.items():
+            d = _TOPIC_BY_KEY.get(str(key).strip())
+            if d is None:
+                raise ConfigError(f"Unknown topic configuration {key!r}", key=key)
+            values[d.attr] = d.conv(d.topic_key or d.attr, raw)
+        cfg = TopicConfig(**values)
+        _validate_topic(cfg, self.large_index_enabled, "segment.bytes")
+        return cfg
+
+    def with_overrides(self, **attrs: Any) -> LogConfig:
+        clone = object.__new__(LogConfig)
+        clone.__dict__.update(self.__dict__)
+        clone.__dict__.update(attrs)
+        return clone
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"log.dirs": ",".join(str(p) for p in self.log_dirs)}
+        for d in _BROKER_DEFS:
+            out[d.broker_key or d.attr] = getattr(self, d.attr)
+        for d in _TOPIC_DEFS:
+            out[d.broker_key or d.topic_key or d.attr] = self._topic_defaults[d.attr]
+        return out
+
+    def __repr__(self) -> str:
+        return f"LogConfig(log_dirs={[str(p) for p in self.log_dirs]}, large_index_enabled={self.large_index_enabled})"
+
+
+def replace_topic(cfg: TopicConfig, **fields: Any) -> TopicConfig:
+    return dataclasses.replace(cfg, **fields)
