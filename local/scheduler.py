@@ -130,6 +130,10 @@ class Scheduler:
 class MockScheduler(Scheduler):
     """A scheduler with no thread: due tasks run inside :meth:`MockTime.sleep` (for deterministic tests)."""
 
+    def __init__(self, name: str = "mock-scheduler", time: Time = SYSTEM_TIME) -> None:
+        super().__init__(name, time)
+        self._running = True
+
     def startup(self) -> None:
         self._running = True
 

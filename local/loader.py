@@ -1,0 +1,530 @@
+"""Startup of one partition directory: Kafka's ``LogLoader``.
+
+What a partition dir may hold after a crash, and what loading does about it, in Kafka's order:
+
+1. ``*.deleted`` files (segments retention had renamed but not yet removed): deleted. ``.cleaned`` files (a
+   cleaning or split that had not reached its swap): deleted, after every ``.swap`` file at or above the lowest
+   ``.cleaned`` offset (the unfinished part of a split) is deleted too;
+2. the remaining ``.swap`` files finished their swap: the regular files they replace, every file whose base
+   offset lies in ``[lowest swap base, highest swap next offset)``, are deleted and the ``.swap`` files renamed
+   to their plain names;
+3. index files with no ``.log`` are deleted. Every segment is opened and sanity-checked (phase 1: on a thread
+   pool of ``num.segment.loading.threads.per.data.dir`` threads when that is > 1); a missing or corrupt index
+   means the segment is recovered, its indexes rebuilt from its log (phase 2: sequentially, in offset order,
+   because recovering a segment replays the producer state of the segments before it);
+4. after an unclean shutdown every segment from the recovery point on is recovered; the first one that had to
+   truncate bytes (a torn or corrupt batch) deletes every later segment, so the log stays a prefix;
+5. a log end offset below the log start offset (segment files deleted behind the broker's back) deletes every
+   segment and starts empty at the log start offset;
+6. the leader epoch cache is cut to the loaded offsets, the producer state rebuilt from the latest valid snapshot,
+   and the active segment's indexes resized back to their maximum size.
+
+Once the large-index feature is finalized (``use_large_index``) an offset index rebuilt by recovery is written in
+the 12-byte format; an intact 8-byte index keeps its format (KIP-1333).
+
+Every fault found and every file deleted or renamed because of one is logged as a WARNING naming the file and
+what was done, and counted in :class:`LoadStats`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time as _time
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from local import filenames, metrics
+from local.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageIOError
+from local.scheduler import SYSTEM_TIME, Time
+from local.segment import LogSegment
+from local.segments import LogSegments
+
+if TYPE_CHECKING:
+    from local.config import TopicConfig
+    from local.epoch import LeaderEpochFileCache
+    from local.producer_state import ProducerStateManager
+
+logger = logging.getLogger(__name__)
+
+# KRaft snapshots marked for deletion are the metadata log's business (Kafka's SNAPSHOT_DELETE_SUFFIX).
+_KRAFT_SNAPSHOT_DELETED_SUFFIX = ".checkpoint.deleted"
+
+RemainingSegmentsCallback = Callable[[str, "int | None"], None]
+"""``(thread name, remaining)`` sets that thread's ``remaining_segments_to_load``; ``remaining=None`` removes it."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedLogOffsets:
+    """The offsets a load ends with (Kafka's ``LoadedLogOffsets``)."""
+
+    log_start_offset: int
+    recovery_point: int
+    log_end_offset: int
+
+
+@dataclass(slots=True)
+class LoadStats:
+    """What one load did, for metrics, ``tiered status`` and tests. ``warnings`` repeats every WARNING logged."""
+
+    segments_loaded: int = 0
+    segments_recovered: int = 0
+    segments_deleted: int = 0
+    bytes_truncated: int = 0
+    orphan_indexes_deleted: int = 0
+    swap_files_recovered: int = 0
+    elapsed_ms: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+class LogLoader:
+    """Loads a partition directory into ``segments``; see the module docstring for the steps.
+
+    ``log_start_offset`` and ``recovery_point`` are the checkpointed values (0 when unknown: everything is
+    recovered after an unclean shutdown). ``remaining_segments_callback`` receives the per-thread count of
+    segments still to load while ``num_segment_loading_threads`` > 1, and ``(thread, None)`` for every thread it
+    was told about once loading ends, whether it succeeded or not.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: TopicConfig,
+        *,
+        segments: LogSegments,
+        producer_state_manager: ProducerStateManager,
+        leader_epoch_cache: LeaderEpochFileCache | None,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        had_clean_shutdown: bool = True,
+        time: Time = SYSTEM_TIME,
+        use_large_index: bool = False,
+        num_segment_loading_threads: int = 1,
+        remote_storage_enabled: bool = False,
+        remaining_segments_callback: RemainingSegmentsCallback | None = None,
+    ) -> None:
+        if num_segment_loading_threads < 1:
+            raise ValueError(
+                f"num.segment.loading.threads.per.data.dir must be >= 1, got {num_segment_loading_threads}"
+            )
+        self.dir = Path(directory)
+        self.config = config
+        self.segments = segments
+        self.producer_state_manager = producer_state_manager
+        self.leader_epoch_cache = leader_epoch_cache
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.had_clean_shutdown = had_clean_shutdown
+        self.time = time
+        self.use_large_index = use_large_index
+        self.num_threads = num_segment_loading_threads
+        self.remote_storage_enabled = remote_storage_enabled
+        self.stats = LoadStats()
+        self._remaining_callback = remaining_segments_callback if num_segment_loading_threads > 1 else None
+        self._gauge_threads: set[str] = set()
+        self._gauge_lock = threading.Lock()
+        self._data_dir = str(self.dir.parent)
+
+    # ------------------------------------------------------------------------------------------------------
+
+    def load(self) -> LoadedLogOffsets:
+        """Run every step; returns the loaded offsets. OSError (an unreadable file, a full disk) propagates:
+        the caller takes the data dir offline."""
+        from local.log import rebuild_producer_state
+
+        started = _time.perf_counter()
+        try:
+            swap_files = self._remove_temp_files_and_collect_swap_files()
+            self._complete_swaps(swap_files)
+            self._load_segment_files()
+            recovery_point, next_offset = self._recover_log()
+        finally:
+            self._remove_gauges()
+        active = self.segments.active_segment
+        assert active is not None, "recovery always leaves an active segment"
+        active.resize_indexes(self.config.segment_index_bytes)
+
+        first = self.segments.first_segment
+        assert first is not None
+        log_start = self.log_start_offset if self.remote_storage_enabled else max(self.log_start_offset, first.base_offset)
+        if self.leader_epoch_cache is not None:
+            self.leader_epoch_cache.truncate_from_end(next_offset)
+            # The earliest epoch may not have been flushed before a hard failure (Kafka uses the checkpoint here).
+            self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        psm = self.producer_state_manager
+        # Recovery used its own producer state managers, which may have deleted snapshots behind this one's back.
+        psm.remove_straggling_snapshots(self.segments.base_offsets())
+        rebuild_producer_state(
+            psm, self.segments, log_start, next_offset, self.time, reload_from_clean_shutdown=self.had_clean_shutdown
+        )
+        self.stats.elapsed_ms = (_time.perf_counter() - started) * 1000
+        metrics.partition_loaded(self._data_dir, self.dir.name, stats_summary(self.stats))
+        return LoadedLogOffsets(log_start, recovery_point, next_offset)
+
+    # ------------------------------------------------------------------------------------------------------
+    # Steps 1-2: transient files
+
+    def _files(self) -> list[Path]:
+        with os.scandir(self.dir) as entries:
+            return sorted(Path(e.path) for e in entries if e.is_file())
+
+    def _remove_temp_files_and_collect_swap_files(self) -> list[Path]:
+        min_cleaned: int | None = None
+        cleaned: list[Path] = []
+        swaps: list[Path] = []
+        for path in self._files():
+            name = path.name
+            if not os.access(path, os.R_OK):
+                raise KafkaStorageIOError(f"cannot read {path} while loading {self.dir}", path=str(path))
+            if name.endswith(filenames.DELETED_FILE_SUFFIX) and not name.endswith(_KRAFT_SNAPSHOT_DELETED_SUFFIX):
+                logger.debug("deleting stray file %s marked for deletion", path)
+                path.unlink(missing_ok=True)
+            elif name.endswith(filenames.CLEANED_FILE_SUFFIX):
+                offset = filenames.offset_from_file_name(name)
+                min_cleaned = offset if min_cleaned is None else min(min_cleaned, offset)
+                cleaned.append(path)
+            elif name.endswith(filenames.SWAP_FILE_SUFFIX):
+                swaps.append(path)
+        valid: list[Path] = []
+        for path in swaps:
+            if min_cleaned is not None and filenames.offset_from_file_name(path.name) >= min_cleaned:
+                self._warn(
+                    f"deleting {path.name}: part of a split that did not complete (at or above the lowest "
+                    f".cleaned offset {min_cleaned})"
+                )
+                path.unlink(missing_ok=True)
+            else:
+                valid.append(path)
+        for path in cleaned:
+            self._warn(f"deleting {path.name}: left by a cleaning or split that did not reach its swap")
+            path.unlink(missing_ok=True)
+        return valid
+
+    def _complete_swaps(self, swap_files: list[Path]) -> None:
+        swap_log_suffix = filenames.LOG_FILE_SUFFIX + filenames.SWAP_FILE_SUFFIX
+        min_swap: int | None = None
+        max_swap: int | None = None
+        for path in swap_files:
+            if not path.name.endswith(swap_log_suffix):
+                continue
+            base = filenames.offset_from_file_name(path.name)
+            segment = LogSegment.open(
+                self.dir,
+                base,
+                file_already_exists=True,
+                file_suffix=filenames.SWAP_FILE_SUFFIX,
+                index_interval_bytes=self.config.index_interval_bytes,
+                max_index_size=self.config.segment_index_bytes,
+                use_large_index=self.use_large_index,
+                time=self.time.milliseconds,
+            )
+            try:
+                next_offset = segment.read_next_offset()
+            finally:
+                segment.close_handlers()
+            min_swap = base if min_swap is None else min(min_swap, base)
+            max_swap = next_offset if max_swap is None else max(max_swap, next_offset)
+            self._warn(f"found {path.name} from an interrupted swap: completing the swap by renaming it")
+            self.stats.swap_files_recovered += 1
+        if min_swap is not None and max_swap is not None:
+            # The segments the swap replaced (compacted or split away) but had not yet renamed to .deleted.
+            for path in self._files():
+                if path.name.endswith(filenames.SWAP_FILE_SUFFIX):
+                    continue
+                try:
+                    base = filenames.offset_from_file_name(path.name)
+                except ValueError:
+                    continue  # not a segment file (checkpoints, partition.metadata)
+                if min_swap <= base < max_swap:
+                    self._warn(f"deleting {path.name}: replaced by the swapped-in segment(s) [{min_swap}, {max_swap})")
+                    path.unlink(missing_ok=True)
+        for path in swap_files:
+            if path.exists():
+                os.replace(path, path.with_name(path.name[: -len(filenames.SWAP_FILE_SUFFIX)]))
+
+    # ------------------------------------------------------------------------------------------------------
+    # Step 3: open and check every segment (phase 1), recover the failed ones (phase 2)
+
+    def _open_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment.open(
+            self.dir,
+            base_offset,
+            file_already_exists=True,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_size=self.config.segment_index_bytes,
+            use_large_index=self.use_large_index,
+            time=self.time.milliseconds,
+        )
+
+    def _open_and_check(self, base: int, names: Collection[str]) -> tuple[LogSegment, str | None]:
+        """Phase 1 for one segment: open it and sanity-check it. Returns the segment and, when it must be
+        recovered, why. ``names`` is the directory listing (one stat per segment saved)."""
+        prefix = filenames.filename_prefix_from_offset(base)
+        time_index_newly_created = prefix + filenames.TIME_INDEX_FILE_SUFFIX not in names
+        if prefix + filenames.INDEX_FILE_SUFFIX not in names:
+            return self._open_segment(base), "missing"
+        segment: LogSegment | None = None
+        try:
+            segment = self._open_segment(base)
+            segment.sanity_check(time_index_newly_created)
+        except CorruptIndexError as exc:
+            # Some corruption stops an index from even opening (an ambiguous 8/12-byte file that reads validly
+            # neither way): drop the index files so recovery rebuilds them; it resets all three anyway.
+            if segment is not None:
+                segment.close_handlers()
+            for index_file in self._index_files(base):
+                index_file.unlink(missing_ok=True)
+            return self._open_segment(base), f"corrupt index ({exc})"
+        except FileNotFoundError:
+            return segment or self._open_segment(base), "missing"
+        return segment, None
+
+    def _index_files(self, base: int) -> list[Path]:
+        return [
+            filenames.offset_index_file(self.dir, base),
+            filenames.time_index_file(self.dir, base),
+            filenames.transaction_index_file(self.dir, base),
+        ]
+
+    def _load_segment_files(self) -> None:
+        files = self._files()
+        names = {p.name for p in files}
+        log_bases = sorted(
+            base for p in files if p.name.endswith(filenames.LOG_FILE_SUFFIX) and (base := _base_offset(p)) is not None
+        )
+        log_base_set = set(log_bases)
+        for path in files:
+            name = path.name
+            if not name.endswith(filenames.INDEX_SUFFIXES):
+                continue
+            base = _base_offset(path)
+            if base is not None and base not in log_base_set:
+                self._warn(f"found an orphaned index file {name} with no log file: deleting it")
+                path.unlink(missing_ok=True)
+                self.stats.orphan_indexes_deleted += 1
+        metrics.partition_loading(self._data_dir, self.dir.name, len(log_bases))
+        if self.num_threads > 1 and len(log_bases) > 1:
+            results = self._phase1_parallel(log_bases, names)
+        else:
+            results = [self._open_and_check(base, names) for base in log_bases]
+            metrics.segments_opened(self._data_dir, self.dir.name, len(results))
+        for segment, _ in results:
+            self.segments.add(segment)
+        self.stats.segments_loaded += len(results)
+
+        # Phase 2, in offset order: recovering a segment replays the producer state of the segments before it.
+        # A segment that unclean-shutdown recovery (step 4) will recover anyway is left to it, so that its
+        # truncation, if any, also deletes the segments after it.
+        recovered_later = self._unflushed_bases()
+        for segment, reason in results:
+            if reason is None:
+                continue
+            path = filenames.log_file(self.dir, segment.base_offset).name
+            if reason == "missing":
+                message = f"offset index of {path} is missing: recovering the segment and rebuilding its index files"
+                if self.had_clean_shutdown or segment.base_offset < self.recovery_point:
+                    self._warn(message)
+                else:
+                    logger.info("%s: %s", self.dir.name, message)  # expected for unflushed segments
+            else:
+                self._warn(f"{reason}; recovering {path} and rebuilding its index files")
+            if segment.base_offset not in recovered_later:
+                self._recover_segment(segment)
+
+    def _unflushed_bases(self) -> set[int]:
+        if self.had_clean_shutdown:
+            return set()
+        return {seg.base_offset for seg in self.segments.values(self.recovery_point, None)}
+
+    def _phase1_parallel(self, log_bases: list[int], names: Collection[str]) -> list[tuple[LogSegment, str | None]]:
+        remaining = len(log_bases)
+        lock = threading.Lock()
+
+        def task(base: int) -> tuple[LogSegment, str | None]:
+            nonlocal remaining
+            result = self._open_and_check(base, names)
+            with lock:
+                remaining -= 1
+                left = remaining
+            self._set_gauge(threading.current_thread().name, left)
+            metrics.segments_opened(self._data_dir, self.dir.name, 1)
+            return result
+
+        with ThreadPoolExecutor(self.num_threads, thread_name_prefix=f"log-loader-{self.dir.name}") as pool:
+            futures = [pool.submit(task, base) for base in log_bases]
+            results: list[tuple[LogSegment, str | None]] = []
+            error: BaseException | None = None
+            for future in futures:
+                try:
+                    results.append(future.result())
+                except BaseException as exc:  # close what the other threads opened, then fail
+                    error = error or exc
+        if error is not None:
+            for segment, _ in results:
+                segment.close_handlers()
+            raise error
+        return results
+
+    def _set_gauge(self, thread: str, remaining: int) -> None:
+        if self._remaining_callback is None:
+            return
+        with self._gauge_lock:
+            self._gauge_threads.add(thread)
+            self._remaining_callback(thread, remaining)
+
+    def _remove_gauges(self) -> None:
+        if self._remaining_callback is None:
+            return
+        with self._gauge_lock:
+            for thread in sorted(self._gauge_threads):
+                self._remaining_callback(thread, None)
+            self._gauge_threads.clear()
+
+    def _recover_segment(self, segment: LogSegment) -> tuple[LogSegment, int]:
+        """Rebuild a segment's indexes from its log, truncating at the first invalid batch. Returns the segment
+        (a new object when its offset index was reopened in the 12-byte format) and the bytes truncated."""
+        from local.log import rebuild_producer_state
+
+        if self.use_large_index and not segment.offset_index.is_large_format:
+            segment = self._reopen_with_large_index(segment)
+        # A throwaway producer state, as Kafka does: the log's own one is rebuilt from scratch at the end.
+        psm = self._new_producer_state_manager()
+        rebuild_producer_state(psm, self.segments, self.log_start_offset, segment.base_offset, self.time)
+        truncated = segment.recover(psm, self.leader_epoch_cache)
+        # Snapshot now so that recovering the next segment does not replay this one again.
+        psm.take_snapshot()
+        self.stats.segments_recovered += 1
+        self.stats.bytes_truncated += truncated
+        return segment, truncated
+
+    def _new_producer_state_manager(self) -> ProducerStateManager:
+        from local.producer_state import ProducerStateManager
+
+        main = self.producer_state_manager
+        kwargs: dict[str, Any] = {"time": self.time.milliseconds}
+        for name in ("max_transaction_timeout_ms", "producer_id_expiration_ms"):
+            value = getattr(main, name, None)
+            if value is not None:
+                kwargs[name] = value
+        return ProducerStateManager(self.dir, **kwargs)
+
+    def _reopen_with_large_index(self, segment: LogSegment) -> LogSegment:
+        """Once the large-index feature is finalized a rebuilt offset index is written in the 12-byte format."""
+        base = segment.base_offset
+        segment.close_handlers()
+        filenames.offset_index_file(self.dir, base).unlink(missing_ok=True)
+        reopened = self._open_segment(base)
+        self.segments.add(reopened)  # replaces the entry for this base offset
+        logger.info("%s: rebuilding the offset index of segment %d in the 12-byte format", self.dir.name, base)
+        return reopened
+
+    # ------------------------------------------------------------------------------------------------------
+    # Steps 4-5: unclean shutdown recovery, log end below log start
+
+    def _recover_log(self) -> tuple[int, int]:
+        """Returns (new recovery point, log end offset)."""
+        if not self.had_clean_shutdown:
+            self._recover_unflushed()
+
+        log_end: int | None = None
+        last = self.segments.last_segment
+        if last is not None:
+            end = last.read_next_offset()
+            if end >= self.log_start_offset:
+                log_end = end
+            else:
+                self._warn(
+                    f"deleting all {self.segments.number_of_segments()} segment(s): the log end offset {end} is below "
+                    f"the log start offset {self.log_start_offset} (were segment files deleted behind our back?)"
+                )
+                self._delete_segments(list(self.segments.values()))
+                if self.leader_epoch_cache is not None:
+                    self.leader_epoch_cache.clear_and_flush()
+                self.producer_state_manager.truncate_full_and_start_at(self.log_start_offset)
+        if self.segments.is_empty():
+            self.segments.add(
+                LogSegment.open(
+                    self.dir,
+                    self.log_start_offset,
+                    index_interval_bytes=self.config.index_interval_bytes,
+                    max_index_size=self.config.segment_index_bytes,
+                    preallocate=self.config.preallocate,
+                    init_file_size=self.config.segment_bytes if self.config.preallocate else 0,
+                    use_large_index=self.use_large_index,
+                    time=self.time.milliseconds,
+                )
+            )
+        # The recovery point only moves on a flush: advancing it here could skip recovery of segments that a
+        # crash right after the next checkpoint would leave unflushed.
+        if self.had_clean_shutdown and log_end is not None:
+            return log_end, log_end
+        last = self.segments.last_segment
+        assert last is not None
+        end = log_end if log_end is not None else last.read_next_offset()
+        return min(self.recovery_point, end), end
+
+    def _recover_unflushed(self) -> None:
+        unflushed = list(self.segments.values(self.recovery_point, None))
+        thread = threading.current_thread().name
+        total = len(unflushed)
+        for i, stale in enumerate(unflushed):
+            self._set_gauge(thread, total - i)
+            segment = self.segments.get(stale.base_offset) or stale
+            logger.info("%s: recovering unflushed segment %d (%d/%d)", self.dir.name, segment.base_offset, i, total)
+            try:
+                segment, truncated = self._recover_segment(segment)
+            except InvalidOffsetError as exc:
+                self._warn(
+                    f"found an invalid offset while recovering segment {segment.base_offset} ({exc}): "
+                    "deleting its data and keeping it empty"
+                )
+                truncated = segment.truncate_to(segment.base_offset)
+                self.stats.bytes_truncated += truncated
+            if truncated > 0:
+                rest = unflushed[i + 1 :]
+                self._warn(
+                    f"corruption found in segment {segment.base_offset}: truncated {truncated} byte(s), the log now "
+                    f"ends at offset {segment.read_next_offset()}; deleting the {len(rest)} later segment(s)"
+                )
+                self._delete_segments([self.segments.get(s.base_offset) or s for s in rest])
+                break
+        self._set_gauge(thread, 0)
+
+    def _delete_segments(self, doomed: list[LogSegment]) -> None:
+        """Delete segments found past a truncation (or all of them): their files and producer snapshots go now,
+        before any reader could see them."""
+        for segment in doomed:
+            self.segments.remove(segment.base_offset)
+            segment.delete_if_exists()
+            filenames.producer_snapshot_file(self.dir, segment.base_offset).unlink(missing_ok=True)
+            self.stats.segments_deleted += 1
+
+    def _warn(self, message: str) -> None:
+        logger.warning("%s: %s", self.dir.name, message)
+        self.stats.warnings.append(message)
+
+
+def _base_offset(path: Path) -> int | None:
+    """The base offset a segment file is named by; None (and a debug line) for a name Kafka would not load."""
+    try:
+        return filenames.offset_from_file_name(path.name)
+    except ValueError:
+        logger.debug("ignoring %s: not named by a base offset", path)
+        return None
+
+
+def stats_summary(stats: LoadStats) -> dict[str, Any]:
+    """The counters of a :class:`LoadStats` as a JSON-ready dict (warnings left out)."""
+    return {
+        "segments_loaded": stats.segments_loaded,
+        "segments_recovered": stats.segments_recovered,
+        "segments_deleted": stats.segments_deleted,
+        "bytes_truncated": stats.bytes_truncated,
+        "orphan_indexes_deleted": stats.orphan_indexes_deleted,
+        "swap_files_recovered": stats.swap_files_recovered,
+        "elapsed_ms": round(stats.elapsed_ms, 3),
+    }

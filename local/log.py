@@ -1,0 +1,1047 @@
+"""One topic-partition's log: Kafka's UnifiedLog and LocalLog in one class.
+
+A :class:`Log` owns a partition directory: its segments (oldest to newest, the last one active), the
+producer state, the leader-epoch cache and the offsets Kafka keeps for a partition (log start offset, local
+log start offset, high watermark, recovery point, log end offset).
+
+Concurrency: one writer at a time (appends, rolls, truncation and retention take ``self._lock``); any number of
+reader threads. A reader takes a snapshot of the log end offset metadata and never reads past it, so it never
+sees a batch that is still being written. A segment deleted by retention is renamed ``.deleted`` and closed only
+after ``file.delete.delay.ms``, so a read already in flight finishes on the open file.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import shutil
+import threading
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from local import filenames
+from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile
+from local.epoch import LeaderEpochFileCache
+from local.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+)
+from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
+from local.producer_state import AppendOrigin, ProducerStateManager
+from local.records import MemoryRecords, RecordBatch, TimestampType
+from local.records.batch import set_base_offset, set_max_timestamp, set_partition_leader_epoch
+from local.scheduler import SYSTEM_TIME, Scheduler, Time
+from local.segment import LogSegment, RollParams
+from local.segments import LogSegments
+
+if TYPE_CHECKING:
+    from local.config import TopicConfig
+    from local.remote import RemoteTier
+
+logger = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+
+# Special timestamps of ListOffsets (Kafka's ListOffsetsRequest constants).
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+
+
+class LogStartOffsetIncrementReason(enum.Enum):
+    CLIENT_RECORD_DELETION = "client delete records request"
+    SEGMENT_DELETION = "segment deletion"
+    SNAPSHOT_GENERATED = "snapshot generated"
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append did: the offsets it assigned and what it saw (Kafka's ``LogAppendInfo``)."""
+
+    first_offset: int
+    last_offset: int
+    last_leader_epoch: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    log_start_offset: int
+    shallow_count: int
+    valid_bytes: int
+    duplicate: bool = False
+
+    @property
+    def num_messages(self) -> int:
+        return self.last_offset - self.first_offset + 1 if self.first_offset >= 0 else 0
+
+
+def _topic_partition_from_dir(directory: Path) -> tuple[str, int]:
+    return filenames.parse_partition_dir_name(directory.name)
+
+
+class Log:
+    """A topic-partition log. Create one with :meth:`open` (which runs the loader), not the constructor."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: TopicConfig,
+        segments: LogSegments,
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        producer_state_manager: ProducerStateManager,
+        leader_epoch_cache: LeaderEpochFileCache,
+        topic_id: uuid.UUID | None,
+        scheduler: Scheduler | None,
+        time: Time,
+        remote_tier: RemoteTier | None = None,
+        use_large_index: bool = False,
+        local_log_start_offset: int | None = None,
+    ) -> None:
+        self.dir = Path(directory)
+        self.topic, self.partition = _topic_partition_from_dir(self.dir)
+        self.config = config
+        self.segments = segments
+        self.producer_state_manager = producer_state_manager
+        self.leader_epoch_cache = leader_epoch_cache
+        self.topic_id = topic_id
+        self.scheduler = scheduler
+        self.time = time
+        self.remote_tier = remote_tier
+        self.use_large_index = use_large_index
+        self._lock = threading.RLock()
+        self._closed = False
+        self._leader_epoch = leader_epoch_cache.latest_epoch() or 0
+        self._pending_deletes: list[LogSegment] = []
+        active = segments.active_segment
+        assert active is not None, "a loaded log always has an active segment"
+        self._leo = LogOffsetMetadata(active.read_next_offset(), active.base_offset, active.size)
+        self.log_start_offset = log_start_offset
+        first_base = segments.first_segment.base_offset if segments.first_segment else log_start_offset
+        self.local_log_start_offset = (
+            local_log_start_offset if local_log_start_offset is not None else max(log_start_offset, first_base)
+        )
+        self.recovery_point = min(recovery_point, self._leo.message_offset)
+        # A single-node ISR: as a leader that is its own ISR, the high watermark is the log end offset.
+        self._high_watermark = self._leo.message_offset
+        self.load_stats: Any = None
+        self._unflushed_messages = 0
+        self._last_flush_ms = time.milliseconds()
+
+    # ------------------------------------------------------------------------------------------------------
+    # Opening
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | Path,
+        config: TopicConfig,
+        *,
+        scheduler: Scheduler | None = None,
+        time: Time = SYSTEM_TIME,
+        log_start_offset: int = 0,
+        recovery_point: int = 0,
+        had_clean_shutdown: bool = True,
+        topic_id: uuid.UUID | None = None,
+        remote_tier: RemoteTier | None = None,
+        use_large_index: bool = False,
+        num_segment_loading_threads: int = 1,
+        producer_id_expiration_ms: int = 86_400_000,
+        max_transaction_timeout_ms: int = 900_000,
+        remaining_segments_callback: Any = None,
+    ) -> Log:
+        """Open (creating if needed) the partition directory ``directory`` and load it as Kafka's LogLoader does."""
+        from local.loader import LogLoader  # the loader imports segment machinery only when a log opens
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        topic, partition = _topic_partition_from_dir(directory)
+        topic_id = _init_partition_metadata(directory, topic_id)
+        epoch_cache = LeaderEpochFileCache(
+            f"{topic}-{partition}", LeaderEpochCheckpointFile(directory / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME)
+        )
+        psm = ProducerStateManager(
+            directory,
+            max_transaction_timeout_ms=max_transaction_timeout_ms,
+            producer_id_expiration_ms=producer_id_expiration_ms,
+            time=time.milliseconds,
+        )
+        segments = LogSegments()
+        loader = LogLoader(
+            directory,
+            config,
+            segments=segments,
+            producer_state_manager=psm,
+            leader_epoch_cache=epoch_cache,
+            log_start_offset=log_start_offset,
+            recovery_point=recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+            time=time,
+            use_large_index=use_large_index,
+            num_segment_loading_threads=num_segment_loading_threads,
+            remote_storage_enabled=remote_tier is not None and bool(getattr(config, "remote_storage_enable", False)),
+            remaining_segments_callback=remaining_segments_callback,
+        )
+        loaded = loader.load()
+        log = cls(
+            directory,
+            config,
+            segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            producer_state_manager=psm,
+            leader_epoch_cache=epoch_cache,
+            topic_id=topic_id,
+            scheduler=scheduler,
+            time=time,
+            remote_tier=remote_tier,
+            use_large_index=use_large_index,
+        )
+        log.load_stats = loader.stats
+        return log
+
+    # ------------------------------------------------------------------------------------------------------
+    # Offsets
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._leo.message_offset
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, or the high watermark if it is lower (Kafka's LSO)."""
+        first_unstable = self.producer_state_manager.first_unstable_offset()
+        if first_unstable is None:
+            return self._high_watermark
+        return min(_as_offset(first_unstable), self._high_watermark)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.segments.size_in_bytes()
+
+    @property
+    def remote_storage_enabled(self) -> bool:
+        return self.remote_tier is not None and bool(getattr(self.config, "remote_storage_enable", False))
+
+    @property
+    def active_segment(self) -> LogSegment:
+        seg = self.segments.active_segment
+        assert seg is not None
+        return seg
+
+    def number_of_segments(self) -> int:
+        return self.segments.number_of_segments()
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, bounded to [log start offset, log end offset]; returns the new value."""
+        with self._lock:
+            self._high_watermark = max(self.log_start_offset, min(offset, self.log_end_offset))
+            self.producer_state_manager.on_high_watermark_updated(self._high_watermark)
+            return self._high_watermark
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        with self._lock:
+            if offset > self._high_watermark:
+                self.update_high_watermark(offset)
+                return True
+            return False
+
+    # ------------------------------------------------------------------------------------------------------
+    # Append
+
+    def append(
+        self,
+        records: MemoryRecords | bytes | bytearray,
+        *,
+        leader_epoch: int | None = None,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> LogAppendInfo:
+        """Append batches as the leader (Kafka's ``appendAsLeader``): offsets and leader epoch are assigned here.
+
+        Batches must have base offset 0 as a client sends them. The high watermark advances to the new log end
+        offset (a single-node ISR). Raises ``CorruptRecordError``, ``RecordTooLargeError``,
+        ``InvalidTimestampError`` or a producer-state error; nothing is written when it raises.
+        """
+        epoch = self._leader_epoch if leader_epoch is None else leader_epoch
+        info = self._append(records, origin=origin, assign_offsets=True, leader_epoch=epoch)
+        if info.first_offset >= 0:
+            self.maybe_increment_high_watermark(self.log_end_offset)
+        return info
+
+    def append_as_follower(self, records: MemoryRecords | bytes | bytearray) -> LogAppendInfo:
+        """Append batches whose offsets and epochs were assigned by a leader; out-of-order offsets are rejected."""
+        return self._append(records, origin=AppendOrigin.REPLICATION, assign_offsets=False, leader_epoch=-1)
+
+    def _append(
+        self, records: MemoryRecords | bytes | bytearray, *, origin: AppendOrigin, assign_offsets: bool, leader_epoch: int
+    ) -> LogAppendInfo:
+        self._check_open()
+        buffer = bytearray(bytes(records) if isinstance(records, MemoryRecords) else records)
+        batches = self._analyze_and_validate(buffer, origin, assign_offsets)
+        if not batches:
+            return LogAppendInfo(-1, -1, -1, -1, -1, -1, self.log_start_offset, 0, 0)
+        with self._lock:
+            self._check_open()
+            now = self.time.milliseconds()
+            view = memoryview(buffer)
+            if assign_offsets:
+                duplicate = self._find_duplicate(batches)
+                if duplicate is not None:
+                    return duplicate
+                next_offset = self.log_end_offset
+                log_append_time = -1
+                append_time_type = self.config.message_timestamp_type == "LogAppendTime"
+                for position, batch in batches:
+                    set_base_offset(view, position, next_offset)
+                    set_partition_leader_epoch(view, position, leader_epoch)
+                    if append_time_type:
+                        set_max_timestamp(view, position, TimestampType.LOG_APPEND_TIME, now)
+                        log_append_time = now
+                    else:
+                        self._validate_timestamp(batch, now)
+                    next_offset += batch.last_offset_delta + 1
+                # Re-wrap: the patched bytes changed the header fields our batch views parsed.
+                batches = [(pos, RecordBatch(view[pos : pos + b.size_in_bytes])) for pos, b in batches]
+            else:
+                log_append_time = -1
+                if batches[0][1].base_offset < self.log_end_offset:
+                    raise InvalidRecordError(
+                        f"out of order offsets in follower append to {self.name}: first offset "
+                        f"{batches[0][1].base_offset} is below the log end offset {self.log_end_offset}",
+                        offset=batches[0][1].base_offset,
+                    )
+            first_offset = batches[0][1].base_offset
+            last_offset = batches[-1][1].last_offset
+            max_ts, offset_of_max = -1, first_offset
+            for _, batch in batches:
+                if batch.max_timestamp > max_ts:
+                    max_ts, offset_of_max = batch.max_timestamp, batch.last_offset
+
+            # Producer state is validated before anything is written, so a rejected batch leaves no trace.
+            updated, completed = self._analyze_producer_state(batches, origin)
+
+            segment = self._maybe_roll(len(buffer), first_offset, last_offset, max_ts, now)
+            segment.append(last_offset, MemoryRecords(bytes(buffer)))
+
+            for batch_epoch in {b.partition_leader_epoch for _, b in batches}:
+                if batch_epoch >= 0 and (self.leader_epoch_cache.latest_epoch() is None or batch_epoch > (self.leader_epoch_cache.latest_epoch() or -1)):
+                    first = next(b.base_offset for _, b in batches if b.partition_leader_epoch == batch_epoch)
+                    self.leader_epoch_cache.assign(batch_epoch, first)
+
+            self._leo = LogOffsetMetadata(last_offset + 1, segment.base_offset, segment.size)
+            for append_info in updated:
+                self.producer_state_manager.update(append_info)
+            for txn in completed:
+                lso = self.producer_state_manager.last_stable_offset(txn)
+                segment.update_txn_index(txn, lso)
+                self.producer_state_manager.complete_txn(txn)
+            self.producer_state_manager.update_map_end_offset(last_offset + 1)
+
+            self._unflushed_messages += last_offset - first_offset + 1
+            if self._unflushed_messages >= self.config.flush_messages:
+                self.flush()
+            return LogAppendInfo(
+                first_offset,
+                last_offset,
+                batches[-1][1].partition_leader_epoch,
+                max_ts,
+                offset_of_max,
+                log_append_time,
+                self.log_start_offset,
+                len(batches),
+                len(buffer),
+            )
+
+    def _analyze_and_validate(
+        self, buffer: bytearray, origin: AppendOrigin, assign_offsets: bool
+    ) -> list[tuple[int, RecordBatch]]:
+        """Shallow-validate every batch: size bounds, CRC, magic, base offset 0 from clients, increasing offsets."""
+        batches: list[tuple[int, RecordBatch]] = []
+        position = 0
+        total = len(buffer)
+        view = memoryview(buffer)
+        max_message_bytes = self.config.max_message_bytes
+        expected_next = -1
+        if total > self.config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"append of {total} bytes to {self.name} exceeds segment.bytes {self.config.segment_bytes}",
+                size=total,
+            )
+        for batch in MemoryRecords(view).batches(strict=True):
+            size = batch.size_in_bytes
+            if batch.magic != 2:
+                raise InvalidRecordError(
+                    f"only magic v2 batches can be appended to {self.name}; got magic {batch.magic} at position {position}",
+                    position=position,
+                )
+            assert isinstance(batch, RecordBatch)
+            if size > max_message_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {size} bytes at position {position} exceeds max.message.bytes {max_message_bytes} "
+                    f"for {self.name}",
+                    position=position,
+                    size=size,
+                )
+            batch.ensure_valid()
+            if origin is AppendOrigin.CLIENT and batch.base_offset != 0:
+                raise InvalidRecordError(
+                    f"the base offset of a batch appended by a client to {self.name} must be 0, "
+                    f"got {batch.base_offset} at position {position}",
+                    position=position,
+                    offset=batch.base_offset,
+                )
+            if not assign_offsets:
+                if batch.base_offset < expected_next:
+                    raise InvalidRecordError(
+                        f"out of order offsets in append to {self.name}: batch at position {position} starts at "
+                        f"{batch.base_offset}, expected at least {expected_next}",
+                        position=position,
+                        offset=batch.base_offset,
+                    )
+                expected_next = batch.last_offset + 1
+            batches.append((position, batch))
+            position += size
+        if position != total:
+            raise CorruptRecordError(
+                f"append to {self.name} has {total - position} trailing bytes after the last whole batch "
+                f"at position {position}",
+                position=position,
+            )
+        return batches
+
+    def _validate_timestamp(self, batch: RecordBatch, now: int) -> None:
+        """CreateTime bounds, per batch: the max timestamp against ``after.max.ms``; the base one against ``before``."""
+        if batch.is_control_batch:
+            return
+        after = self.config.message_timestamp_after_max_ms
+        before = self.config.message_timestamp_before_max_ms
+        if batch.max_timestamp >= 0 and batch.max_timestamp - now > after:
+            raise InvalidTimestampError(
+                f"timestamp {batch.max_timestamp} of a batch appended to {self.name} is more than "
+                f"message.timestamp.after.max.ms={after} ahead of the broker time {now}",
+                timestamp=batch.max_timestamp,
+            )
+        if batch.base_timestamp >= 0 and now - batch.base_timestamp > before:
+            raise InvalidTimestampError(
+                f"timestamp {batch.base_timestamp} of a batch appended to {self.name} is more than "
+                f"message.timestamp.before.max.ms={before} behind the broker time {now}",
+                timestamp=batch.base_timestamp,
+            )
+
+    def _find_duplicate(self, batches: list[tuple[int, RecordBatch]]) -> LogAppendInfo | None:
+        """An idempotent retry of the last batches of a producer gets the offsets of the original append."""
+        for _, batch in batches:
+            if not batch.has_producer_id:
+                continue
+            original = self.producer_state_manager.find_duplicate_batch(batch)
+            if original is not None:
+                first = original.first_offset if hasattr(original, "first_offset") else original.last_offset - original.offset_delta
+                return LogAppendInfo(
+                    first, original.last_offset, batch.partition_leader_epoch, original.timestamp, original.last_offset,
+                    -1, self.log_start_offset, 1, batch.size_in_bytes, duplicate=True,
+                )
+        return None
+
+    def _analyze_producer_state(
+        self, batches: list[tuple[int, RecordBatch]], origin: AppendOrigin
+    ) -> tuple[list[Any], list[Any]]:
+        updated: dict[int, Any] = {}
+        completed: list[Any] = []
+        for position, batch in batches:
+            if not batch.has_producer_id:
+                continue
+            info = updated.get(batch.producer_id)
+            if info is None:
+                info = self.producer_state_manager.prepare_update(batch.producer_id, origin)
+                updated[batch.producer_id] = info
+            offset_meta = LogOffsetMetadata(batch.base_offset, -1, -1)
+            txn = info.append_batch(batch, offset_meta)
+            if txn is not None:
+                completed.append(txn)
+            del position
+        return list(updated.values()), completed
+
+    # ------------------------------------------------------------------------------------------------------
+    # Roll
+
+    def _maybe_roll(self, messages_size: int, first_offset: int, last_offset: int, max_ts: int, now: int) -> LogSegment:
+        segment = self.active_segment
+        params = RollParams(
+            max_segment_bytes=self.config.segment_bytes,
+            max_timestamp_in_messages=max_ts,
+            max_offset_in_messages=last_offset,
+            messages_size=messages_size,
+            now_ms=now,
+            max_segment_ms=self.config.segment_ms,
+        )
+        if not segment.should_roll(params):
+            return segment
+        logger.debug("rolling %s at offset %d (segment %d, size %d)", self.name, first_offset, segment.base_offset, segment.size)
+        if last_offset - segment.base_offset > INT32_MAX or first_offset - segment.base_offset > INT32_MAX:
+            # Offsets would overflow the relative range: roll at the first offset of this append.
+            return self.roll(first_offset)
+        return self.roll(max(first_offset, self.log_end_offset))
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Close the active segment and start a new one at ``max(expected_next_offset, log end offset)``."""
+        with self._lock:
+            self._check_open()
+            new_offset = max(expected_next_offset or 0, self.log_end_offset)
+            active = self.active_segment
+            if new_offset == active.base_offset and active.size == 0:
+                return active  # an empty active segment at that offset already exists
+            existing = self.segments.get(new_offset)
+            if existing is not None:
+                raise KafkaStorageError(
+                    f"cannot roll {self.name} to offset {new_offset}: a segment with that base offset exists",
+                    offset=new_offset,
+                )
+            active.on_become_inactive_segment()
+            self.producer_state_manager.update_map_end_offset(new_offset)
+            self.producer_state_manager.take_snapshot()
+            segment = self._new_segment(new_offset)
+            self.segments.add(segment)
+            self._leo = LogOffsetMetadata(self.log_end_offset, segment.base_offset, segment.size)
+            # Everything before the new segment is durable from here on (Kafka flushes it asynchronously).
+            self.flush(new_offset)
+            return segment
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        jitter = self.config.segment_jitter_ms
+        return LogSegment.open(
+            self.dir,
+            base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_size=self.config.segment_index_bytes,
+            roll_jitter_ms=random.randrange(jitter) if jitter > 0 else 0,
+            preallocate=self.config.preallocate,
+            init_file_size=self.config.segment_bytes if self.config.preallocate else 0,
+            use_large_index=self.use_large_index,
+            time=self.time.milliseconds,
+        )
+
+    # ------------------------------------------------------------------------------------------------------
+    # Read
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int = 1024 * 1024,
+        isolation: FetchIsolation = FetchIsolation.LOG_END,
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """The batches from the one holding ``offset``, up to ``max_bytes`` (one whole batch at least when
+        ``min_one_message``). Offsets below the local log start come from the remote tier, if there is one.
+
+        Raises ``OffsetOutOfRangeError`` below the log start offset or past the log end offset.
+        """
+        leo = self._leo
+        if isolation is FetchIsolation.LOG_END:
+            max_offset = leo.message_offset
+        elif isolation is FetchIsolation.HIGH_WATERMARK:
+            max_offset = self._high_watermark
+        else:
+            max_offset = self.last_stable_offset
+        log_start = self.log_start_offset
+        if offset < log_start or offset > leo.message_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is out of range for {self.name}: log start offset {log_start}, "
+                f"log end offset {leo.message_offset}",
+                offset=offset,
+                log_start_offset=log_start,
+                log_end_offset=leo.message_offset,
+            )
+        if offset < self.local_log_start_offset and self.remote_tier is not None:
+            return self.remote_tier.read(self, offset, max_bytes, isolation, min_one_message)
+        if offset >= max_offset:
+            return FetchDataInfo(LogOffsetMetadata(offset, -1, -1), MemoryRecords(b""))
+        segments = self.segments
+        segment = segments.floor_segment(offset)
+        if segment is None:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} of {self.name} is below the local log start offset {self.local_log_start_offset} "
+                "and there is no remote tier to read it from",
+                offset=offset,
+            )
+        while segment is not None:
+            max_position = self._max_position(segment, max_offset, leo)
+            info = segment.read(offset, max_bytes, max_position, min_one_message)
+            if info is not None:
+                if isolation is FetchIsolation.TXN_COMMITTED:
+                    return self._add_aborted_transactions(offset, segment, info)
+                return info
+            segment = segments.higher_segment(segment.base_offset)
+        return FetchDataInfo(LogOffsetMetadata(offset, -1, -1), MemoryRecords(b""))
+
+    def _max_position(self, segment: LogSegment, max_offset: int, leo: LogOffsetMetadata) -> int:
+        if segment.base_offset == leo.segment_base_offset:
+            limit = leo.relative_position_in_segment
+        else:
+            limit = segment.size
+        if max_offset < leo.message_offset:
+            pos = segment.translate_offset(max_offset)
+            if pos is not None:
+                limit = min(limit, pos.position)
+        return limit
+
+    def _add_aborted_transactions(self, start_offset: int, segment: LogSegment, info: FetchDataInfo) -> FetchDataInfo:
+        from local.index import OffsetPosition
+
+        meta = info.fetch_offset_metadata
+        upper = segment.offset_index.fetch_upper_bound_offset(
+            OffsetPosition(meta.message_offset, meta.relative_position_in_segment), info.records.size_in_bytes
+        )
+        if upper is not None:
+            upper_bound = upper.offset
+        else:
+            nxt = self.segments.higher_segment(segment.base_offset)
+            upper_bound = nxt.base_offset if nxt is not None else self.log_end_offset
+        aborted = self.collect_aborted_transactions(start_offset, upper_bound, segment)
+        return FetchDataInfo(info.fetch_offset_metadata, info.records, info.first_entry_incomplete, aborted)
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int, from_segment: LogSegment | None = None
+    ) -> list[Any]:
+        """Aborted transactions overlapping [start_offset, upper_bound_offset) from the local txn indexes."""
+        aborted: list[Any] = []
+        base = from_segment.base_offset if from_segment is not None else start_offset
+        for seg in self.segments.values(base, None) if from_segment is not None else self.segments.values():
+            if from_segment is None and seg.read_next_offset() <= start_offset:
+                continue
+            result = seg.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
+            aborted.extend(result.aborted_txns)
+            if result.is_complete:
+                break
+        return aborted
+
+    def batches_from(self, offset: int, isolation: FetchIsolation = FetchIsolation.LOG_END) -> Iterator[Any]:
+        """Every batch from the one holding ``offset`` to the isolation bound, reading a segment at a time."""
+        next_offset = offset
+        bound = {FetchIsolation.LOG_END: lambda: self.log_end_offset,
+                 FetchIsolation.HIGH_WATERMARK: lambda: self.high_watermark,
+                 FetchIsolation.TXN_COMMITTED: lambda: self.last_stable_offset}[isolation]()
+        while next_offset < bound:
+            info = self.read(next_offset, 8 * 1024 * 1024, isolation, True)
+            got = False
+            for batch in info.records.batches():
+                if batch.last_offset < next_offset:
+                    continue
+                got = True
+                yield batch
+                next_offset = batch.last_offset + 1
+            if not got:
+                break
+
+    # ------------------------------------------------------------------------------------------------------
+    # Timestamps
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """Kafka's ``fetchOffsetByTimestamp``: the earliest offset whose timestamp is >= ``timestamp``.
+
+        Specials: ``EARLIEST_TIMESTAMP`` (-2), ``LATEST_TIMESTAMP`` (-1), ``MAX_TIMESTAMP`` (-3),
+        ``EARLIEST_LOCAL_TIMESTAMP`` (-4), ``LATEST_TIERED_TIMESTAMP`` (-5). None when no offset qualifies.
+        """
+        epoch_cache = self.leader_epoch_cache
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampAndOffset(-1, self.log_start_offset, epoch_cache.epoch_for_offset(self.log_start_offset))
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            off = self.local_log_start_offset
+            return TimestampAndOffset(-1, off, epoch_cache.epoch_for_offset(off))
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampAndOffset(-1, self.log_end_offset, epoch_cache.latest_epoch())
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            highest = self.remote_tier.highest_offset_in_remote_storage(self) if self.remote_tier else -1
+            return TimestampAndOffset(-1, highest, epoch_cache.epoch_for_offset(highest) if highest >= 0 else None)
+        if timestamp == MAX_TIMESTAMP:
+            best: TimestampAndOffset | None = None
+            for seg in self.segments.values():
+                if seg.max_timestamp_so_far >= 0 and (best is None or seg.max_timestamp_so_far > best.timestamp):
+                    best = TimestampAndOffset(seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far)
+            if best is None:
+                return None
+            return TimestampAndOffset(best.timestamp, best.offset, epoch_cache.epoch_for_offset(best.offset))
+        if timestamp < 0:
+            raise ValueError(f"invalid timestamp {timestamp}: use >= 0 or one of the special values -1..-5")
+        if self.remote_tier is not None and self.log_start_offset < self.local_log_start_offset:
+            remote = self.remote_tier.offset_for_timestamp(self, timestamp)
+            if remote is not None:
+                return remote
+        for seg in self.segments.values():
+            if seg.largest_timestamp >= timestamp:
+                found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return TimestampAndOffset(found.timestamp, found.offset, epoch_cache.epoch_for_offset(found.offset))
+        return None
+
+    # ------------------------------------------------------------------------------------------------------
+    # Flush
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment up to ``offset`` (default: the log end offset) and advance the recovery point.
+
+        What was flushed survives a crash: the loader recovers only from the recovery point on.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            target = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
+            if target <= self.recovery_point:
+                return
+            for seg in self.segments.values(self.recovery_point, target):
+                seg.flush()
+            if target == self.log_end_offset:
+                self.active_segment.flush()
+            self.recovery_point = target
+            self._unflushed_messages = 0 if target == self.log_end_offset else self._unflushed_messages
+            self._last_flush_ms = self.time.milliseconds()
+
+    @property
+    def last_flush_time(self) -> int:
+        return self._last_flush_ms
+
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self.recovery_point
+
+    # ------------------------------------------------------------------------------------------------------
+    # Log start offset, retention and truncation
+
+    def delete_records(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (Kafka's DeleteRecords). Returns the new log start offset."""
+        with self._lock:
+            if offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {self.name} up to {offset}: above the high watermark "
+                    f"{self._high_watermark}",
+                    offset=offset,
+                )
+            self.maybe_increment_log_start_offset(offset, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION)
+            return self.log_start_offset
+
+    def maybe_increment_log_start_offset(self, new_offset: int, reason: LogStartOffsetIncrementReason) -> bool:
+        with self._lock:
+            if new_offset <= self.log_start_offset:
+                return False
+            logger.info("incrementing log start offset of %s to %d (%s)", self.name, new_offset, reason.value)
+            self.log_start_offset = new_offset
+            if self._high_watermark < new_offset:
+                self.update_high_watermark(new_offset)
+            if self.local_log_start_offset < new_offset:
+                self.local_log_start_offset = new_offset
+            self.leader_epoch_cache.truncate_from_start(new_offset)
+            self.producer_state_manager.on_log_start_offset_incremented(new_offset)
+            return True
+
+    def delete_old_segments(self) -> int:
+        """One retention pass (what the scheduler runs every ``log.retention.check.interval.ms``).
+
+        Deletes whole non-active segments breaching the log start offset, ``retention.bytes`` or ``retention.ms``
+        (the ``local.*`` values when the remote tier holds a finished copy). Returns the number deleted.
+        """
+        if "delete" not in str(self.config.cleanup_policy):
+            return 0
+        return (
+            self._delete_log_start_offset_breached_segments()
+            + self._delete_retention_size_breached_segments()
+            + self._delete_retention_ms_breached_segments()
+        )
+
+    def _retention_ms(self) -> int:
+        if self.remote_storage_enabled:
+            return int(self.config.effective_local_retention_ms)
+        return int(self.config.retention_ms)
+
+    def _retention_bytes(self) -> int:
+        if self.remote_storage_enabled:
+            return int(self.config.effective_local_retention_bytes)
+        return int(self.config.retention_bytes)
+
+    def _delete_log_start_offset_breached_segments(self) -> int:
+        def breached(seg: LogSegment, nxt: LogSegment | None) -> bool:
+            return nxt is not None and nxt.base_offset <= self.log_start_offset
+
+        return self._delete_segments(self._deletable_segments(breached, check_remote=False), "log start offset breach")
+
+    def _delete_retention_size_breached_segments(self) -> int:
+        limit = self._retention_bytes()
+        if limit < 0:
+            return 0
+        diff = self.size_in_bytes - limit
+        if diff <= 0:
+            return 0
+
+        def breached(seg: LogSegment, nxt: LogSegment | None) -> bool:
+            nonlocal diff
+            if diff - seg.size >= 0:
+                diff -= seg.size
+                return True
+            return False
+
+        return self._delete_segments(self._deletable_segments(breached), "retention size breach")
+
+    def _delete_retention_ms_breached_segments(self) -> int:
+        limit = self._retention_ms()
+        if limit < 0:
+            return 0
+        now = self.time.milliseconds()
+
+        def breached(seg: LogSegment, nxt: LogSegment | None) -> bool:
+            return now - seg.largest_timestamp > limit
+
+        return self._delete_segments(self._deletable_segments(breached), "retention time breach")
+
+    def _deletable_segments(self, predicate: Any, check_remote: bool = True) -> list[LogSegment]:
+        """Leading non-active segments satisfying ``predicate``; with a remote tier, only those fully copied."""
+        out: list[LogSegment] = []
+        highest_remote = -1
+        remote = check_remote and self.remote_storage_enabled
+        if remote:
+            assert self.remote_tier is not None
+            highest_remote = self.remote_tier.highest_offset_in_remote_storage(self)
+        with self._lock:
+            segs = list(self.segments.values())
+            for i, seg in enumerate(segs[:-1]):  # the active segment is never deleted
+                nxt = segs[i + 1]
+                if self._high_watermark < nxt.base_offset:
+                    break
+                if remote and nxt.base_offset - 1 > highest_remote:
+                    break
+                if not predicate(seg, nxt):
+                    break
+                out.append(seg)
+        return out
+
+    def _delete_segments(self, segments: list[LogSegment], reason: str) -> int:
+        if not segments:
+            return 0
+        with self._lock:
+            for seg in segments:
+                logger.info("deleting segment %d of %s: %s", seg.base_offset, self.name, reason)
+                self.segments.remove(seg.base_offset)
+            first = self.segments.first_segment
+            assert first is not None
+            self.local_log_start_offset = max(self.local_log_start_offset, first.base_offset)
+            if not self.remote_storage_enabled:
+                self.maybe_increment_log_start_offset(first.base_offset, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+            self.producer_state_manager.delete_snapshots_before(first.base_offset) if hasattr(
+                self.producer_state_manager, "delete_snapshots_before"
+            ) else None
+            for seg in segments:
+                self._async_delete(seg)
+        return len(segments)
+
+    def _async_delete(self, segment: LogSegment) -> None:
+        """Rename to ``.deleted`` now; close and remove after ``file.delete.delay.ms`` (readers in flight finish)."""
+        segment.change_file_suffixes("", filenames.DELETED_FILE_SUFFIX)
+        delay = self.config.file_delete_delay_ms
+        if self.scheduler is None or not self.scheduler.is_started:
+            self._pending_deletes.append(segment)
+            return
+        self.scheduler.schedule_once(f"delete-file-{self.name}-{segment.base_offset}", lambda: _delete_segment_files(segment), delay)
+
+    def delete_pending_segments(self) -> None:
+        """Remove ``.deleted`` segments queued without a scheduler (tests and :meth:`close`)."""
+        pending, self._pending_deletes = self._pending_deletes, []
+        for seg in pending:
+            _delete_segment_files(seg)
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Drop every offset >= ``target_offset`` (a follower truncating to its leader). True if anything went."""
+        if target_offset < 0:
+            raise ValueError(f"cannot truncate {self.name} to a negative offset {target_offset}")
+        with self._lock:
+            if target_offset >= self.log_end_offset:
+                return False
+            first = self.segments.first_segment
+            if first is None or target_offset < first.base_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            self.leader_epoch_cache.truncate_from_end(target_offset)
+            for seg in list(self.segments.values()):
+                if seg.base_offset > target_offset:
+                    self.segments.remove(seg.base_offset)
+                    self._async_delete(seg)
+            active = self.active_segment
+            active.truncate_to(target_offset)
+            self._leo = LogOffsetMetadata(target_offset, active.base_offset, active.size)
+            self.recovery_point = min(self.recovery_point, target_offset)
+            self._high_watermark = min(self._high_watermark, target_offset)
+            rebuild_producer_state(
+                self.producer_state_manager, self.segments, self.log_start_offset, target_offset, self.time
+            )
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and start empty at ``new_offset`` (which becomes the log start offset)."""
+        with self._lock:
+            for seg in list(self.segments.values()):
+                self.segments.remove(seg.base_offset)
+                self._async_delete(seg)
+            segment = self._new_segment(new_offset)
+            self.segments.add(segment)
+            self._leo = LogOffsetMetadata(new_offset, new_offset, 0)
+            self.leader_epoch_cache.clear_and_flush()
+            self.producer_state_manager.truncate_full_and_start_at(new_offset)
+            self.log_start_offset = self.local_log_start_offset = new_offset
+            self.recovery_point = new_offset
+            self._high_watermark = new_offset
+
+    # ------------------------------------------------------------------------------------------------------
+    # Leader epochs
+
+    def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int | None = None) -> None:
+        """Become leader in ``leader_epoch``: later appends are stamped with it."""
+        with self._lock:
+            self._leader_epoch = leader_epoch
+            self.leader_epoch_cache.assign(leader_epoch, self.log_end_offset if start_offset is None else start_offset)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self.leader_epoch_cache.latest_epoch()
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        return self.leader_epoch_cache.end_offset_for(leader_epoch, self.log_end_offset)
+
+    # ------------------------------------------------------------------------------------------------------
+    # Lifecycle
+
+    def close(self) -> None:
+        """Clean close: snapshot the producer state, flush, trim the indexes. Queued deletes run now."""
+        with self._lock:
+            if self._closed:
+                return
+            self.flush()
+            self.producer_state_manager.take_snapshot()
+            self.delete_pending_segments()
+            self.segments.close()
+            self._closed = True
+
+    def close_handlers(self) -> None:
+        """Release file handles without flushing or trimming (a data dir going offline)."""
+        with self._lock:
+            for seg in self.segments.values():
+                seg.close_handlers()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        with self._lock:
+            self.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def rename_dir(self, name: str) -> None:
+        with self._lock:
+            new_dir = self.dir.parent / name
+            self.dir.rename(new_dir)
+            self.dir = new_dir
+            for seg in self.segments.values():
+                seg.update_parent_dir(new_dir)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"log {self.name} in {self.dir} is closed", path=str(self.dir))
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.name}, dir={self.dir}, log_start_offset={self.log_start_offset}, "
+            f"local_log_start_offset={self.local_log_start_offset}, log_end_offset={self.log_end_offset}, "
+            f"high_watermark={self._high_watermark}, segments={self.number_of_segments()})"
+        )
+
+
+def _as_offset(value: Any) -> int:
+    return value.message_offset if hasattr(value, "message_offset") else int(value)
+
+
+def _delete_segment_files(segment: LogSegment) -> None:
+    try:
+        segment.delete_if_exists()
+    except OSError:
+        logger.exception("failed to delete segment %r", segment)
+
+
+def _init_partition_metadata(directory: Path, topic_id: uuid.UUID | None) -> uuid.UUID:
+    """Read ``partition.metadata`` or write it: the topic id never changes once a partition dir has one."""
+    meta = PartitionMetadataFile(directory / filenames.PARTITION_METADATA_FILENAME)
+    existing = meta.read() if meta.exists() else None
+    if existing is not None:
+        if topic_id is not None and existing != topic_id:
+            raise KafkaStorageError(
+                f"topic id {topic_id} does not match the id {existing} recorded in {meta.path}",
+                path=str(meta.path),
+            )
+        return existing
+    topic_id = topic_id or uuid.uuid4()
+    meta.write(topic_id)
+    return topic_id
+
+
+def rebuild_producer_state(
+    psm: ProducerStateManager,
+    segments: LogSegments,
+    log_start_offset: int,
+    last_offset: int,
+    time: Time,
+    reload_from_clean_shutdown: bool = False,
+) -> None:
+    """Kafka's ``rebuildProducerState``: reload the latest snapshot at or below ``last_offset``, then replay."""
+    segs = list(segments.values())
+    offsets_to_snapshot: list[int] = [last_offset]
+    if segs:
+        offsets_to_snapshot = [s.base_offset for s in segs[-2:]] + [last_offset]
+    if psm.latest_snapshot_offset() is None and reload_from_clean_shutdown:
+        # A clean shutdown without snapshots (an old broker): empty snapshots instead of a full scan.
+        for offset in offsets_to_snapshot:
+            psm.update_map_end_offset(offset)
+            psm.take_snapshot()
+        return
+    psm.truncate_and_reload(log_start_offset, last_offset, time.milliseconds())
+    if last_offset > psm.map_end_offset:
+        for seg in segments.values(psm.map_end_offset, last_offset):
+            start = max(seg.base_offset, psm.map_end_offset, log_start_offset)
+            psm.update_map_end_offset(start)
+            if seg.base_offset in offsets_to_snapshot[:-1]:
+                psm.take_snapshot()
+            info = seg.read(start, 2**62, None, False)
+            if info is None:
+                continue
+            for batch in _iter_batches(info.records.batches()):
+                if batch.base_offset >= last_offset:
+                    break
+                if batch.has_producer_id:
+                    txn = psm.apply_batch(batch)
+                    if txn is not None:
+                        psm.complete_txn(txn)
+    psm.update_map_end_offset(last_offset)
+    psm.take_snapshot()
+
+
+def _iter_batches(batches: Iterable[Any]) -> Iterator[Any]:
+    for batch in batches:
+        yield batch.load() if hasattr(batch, "load") else batch

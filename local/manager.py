@@ -1,0 +1,401 @@
+"""The LogManager: every partition log of one node, across its data dirs (Kafka's ``LogManager``).
+
+Each data dir holds partition dirs named ``<topic>-<partition>`` plus the per-dir files Kafka keeps:
+``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``, the clean-shutdown marker
+``.kafka_cleanshutdown`` (present => the loader skips recovery) and our feature-level file. A ``.lock`` file,
+held with ``flock``, keeps two processes from opening one data dir.
+
+A data dir that fails with an I/O error while loading or writing checkpoints is taken offline: its logs are
+closed and dropped, the other dirs keep working.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib
+import logging
+import os
+import threading
+import time as _time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from local import filenames, metrics
+from local.checkpoint import CleanShutdownFile, OffsetCheckpointFile
+from local.errors import KafkaStorageError, LogDirOfflineError
+from local.log import Log
+from local.scheduler import SYSTEM_TIME, Scheduler, Time
+
+if TYPE_CHECKING:
+    from local.config import LogConfig
+    from local.remote import RemoteTier
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILENAME = ".lock"
+# How a remote tier is built when ``remote.log.storage.system.enable`` is true: a dotted factory taking
+# (log_config) and returning an object implementing local.remote.RemoteTier. Imported by name: local never
+# imports the remote tier statically.
+DEFAULT_REMOTE_TIER_FACTORY = "tiered.remote_log_manager:RemoteLogManager.from_log_config"
+
+
+class LogManager:
+    """Owns the data dirs and their logs; see the module docstring."""
+
+    def __init__(
+        self,
+        config: LogConfig,
+        *,
+        time: Time = SYSTEM_TIME,
+        scheduler: Scheduler | None = None,
+        remote_tier: RemoteTier | None = None,
+        broker_epoch: int = 0,
+        start_scheduler: bool = True,
+    ) -> None:
+        self.config = config
+        self.time = time
+        self.broker_epoch = broker_epoch
+        self.scheduler = scheduler or Scheduler("tiered-log-manager", time)
+        self._lock = threading.RLock()
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._log_dirs_of: dict[tuple[str, int], Path] = {}
+        self._dir_locks: dict[Path, int] = {}
+        self.offline_dirs: dict[Path, str] = {}
+        self.load_stats: dict[str, dict[str, Any]] = {}
+        self._closed = False
+        self.live_dirs: list[Path] = []
+        for data_dir in config.log_dirs:
+            self._open_dir(Path(data_dir))
+        if not self.live_dirs:
+            raise KafkaStorageError(
+                f"no usable data dir among {[str(d) for d in config.log_dirs]}: "
+                + "; ".join(f"{d}: {why}" for d, why in self.offline_dirs.items())
+            )
+        self.remote_tier = remote_tier
+        if self.remote_tier is None and getattr(config, "remote_log_storage_system_enable", False):
+            self.remote_tier = _load_remote_tier(config)
+        self._load_logs()
+        if start_scheduler:
+            self.startup()
+
+    # ------------------------------------------------------------------------------------------------------
+    # Data dirs
+
+    def _open_dir(self, data_dir: Path) -> None:
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(data_dir / LOCK_FILENAME, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise KafkaStorageError(
+                    f"data dir {data_dir} is locked by another process (its {LOCK_FILENAME} is held)",
+                    path=str(data_dir),
+                ) from None
+            probe = data_dir / ".write-probe"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            self._mark_offline(data_dir, f"cannot be opened for writing: {exc}")
+            return
+        self._dir_locks[data_dir] = fd
+        self.live_dirs.append(data_dir)
+
+    def _mark_offline(self, data_dir: Path, why: str) -> None:
+        logger.error("taking data dir %s offline: %s", data_dir, why)
+        self.offline_dirs[data_dir] = why
+        if data_dir in self.live_dirs:
+            self.live_dirs.remove(data_dir)
+        for key, d in list(self._log_dirs_of.items()):
+            if d == data_dir:
+                log = self._logs.pop(key, None)
+                self._log_dirs_of.pop(key, None)
+                if log is not None:
+                    try:
+                        log.close_handlers()
+                    except OSError:
+                        pass
+        fd = self._dir_locks.pop(data_dir, None)
+        if fd is not None:
+            os.close(fd)
+        metrics.OFFLINE_LOG_DIRS.set(len(self.offline_dirs))
+
+    def _use_large_index(self) -> bool:
+        return bool(getattr(self.config, "large_index_enabled", False))
+
+    # ------------------------------------------------------------------------------------------------------
+    # Loading
+
+    def _load_logs(self) -> None:
+        for data_dir in list(self.live_dirs):
+            try:
+                self._load_dir(data_dir)
+            except OSError as exc:
+                self._mark_offline(data_dir, f"I/O error while loading: {exc}")
+
+    def _load_dir(self, data_dir: Path) -> None:
+        started = _time.perf_counter()
+        marker = CleanShutdownFile(data_dir / filenames.CLEAN_SHUTDOWN_FILENAME)
+        clean = marker.exists()
+        recovery_points = self._read_checkpoint(data_dir, filenames.RECOVERY_POINT_CHECKPOINT_FILENAME)
+        start_offsets = self._read_checkpoint(data_dir, filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME)
+        partition_dirs = []
+        for child in sorted(data_dir.iterdir()):
+            if not child.is_dir():
+                continue
+            try:
+                partition_dirs.append((child, filenames.parse_partition_dir_name(child.name)))
+            except ValueError:
+                continue  # e.g. remote-log-index-cache, -delete / -future dirs
+        label = str(data_dir)
+        metrics.REMAINING_LOGS_TO_LOAD.labels(label).set(len(partition_dirs))
+        callback = (
+            metrics.remaining_segments_callback(label)
+            if self.config.num_segment_loading_threads_per_data_dir > 1
+            else None
+        )
+        remaining = len(partition_dirs)
+        lock = threading.Lock()
+        stats: dict[str, Any] = {"partitions": 0, "segments_loaded": 0, "segments_recovered": 0, "bytes_truncated": 0}
+
+        def load_one(item: tuple[Path, tuple[str, int]]) -> None:
+            nonlocal remaining
+            pdir, (topic, partition) = item
+            topic_config = self.config.topic_config(self._topic_overrides(pdir))
+            log = Log.open(
+                pdir,
+                topic_config,
+                scheduler=self.scheduler,
+                time=self.time,
+                log_start_offset=start_offsets.get((topic, partition), 0),
+                recovery_point=recovery_points.get((topic, partition), 0),
+                had_clean_shutdown=clean,
+                remote_tier=self.remote_tier,
+                use_large_index=self._use_large_index(),
+                num_segment_loading_threads=self.config.num_segment_loading_threads_per_data_dir,
+                remaining_segments_callback=callback,
+            )
+            with lock:
+                self._logs[(topic, partition)] = log
+                self._log_dirs_of[(topic, partition)] = data_dir
+                remaining -= 1
+                metrics.REMAINING_LOGS_TO_LOAD.labels(label).set(remaining)
+                st = log.load_stats
+                stats["partitions"] += 1
+                if st is not None:
+                    stats["segments_loaded"] += st.segments_loaded
+                    stats["segments_recovered"] += st.segments_recovered
+                    stats["bytes_truncated"] += st.bytes_truncated
+                    metrics.SEGMENTS_RECOVERED.labels(label).inc(st.segments_recovered)
+                    metrics.BYTES_TRUNCATED.labels(label).inc(st.bytes_truncated)
+
+        threads = max(1, self.config.num_recovery_threads_per_data_dir)
+        if threads > 1 and len(partition_dirs) > 1:
+            with ThreadPoolExecutor(threads, thread_name_prefix=f"log-recovery-{data_dir.name}") as pool:
+                list(pool.map(load_one, partition_dirs))
+        else:
+            for item in partition_dirs:
+                load_one(item)
+        if clean:
+            marker.delete()
+        elapsed = _time.perf_counter() - started
+        metrics.LOAD_SECONDS.labels(label).set(elapsed)
+        metrics.REMAINING_LOGS_TO_LOAD.remove(label)
+        stats["elapsed_ms"] = round(elapsed * 1000, 3)
+        stats["clean_shutdown"] = clean
+        self.load_stats[label] = stats
+        logger.info("loaded %d partition(s) of %s in %.0f ms", stats["partitions"], data_dir, elapsed * 1000)
+
+    def _read_checkpoint(self, data_dir: Path, name: str) -> dict[tuple[str, int], int]:
+        path = data_dir / name
+        if not path.exists():
+            return {}
+        try:
+            return dict(OffsetCheckpointFile(path).read())
+        except KafkaStorageError as exc:
+            # Kafka treats a corrupt checkpoint as absent: full recovery from offset 0 is safe, just slower.
+            logger.warning("ignoring corrupt checkpoint %s (%s): recovering every segment", path, exc)
+            return {}
+
+    def _topic_overrides(self, partition_dir: Path) -> Mapping[str, Any] | None:
+        return self._topic_configs.get(filenames.parse_partition_dir_name(partition_dir.name)[0])
+
+    @property
+    def _topic_configs(self) -> dict[str, Mapping[str, Any]]:
+        if not hasattr(self, "_topic_config_store"):
+            self._topic_config_store: dict[str, Mapping[str, Any]] = {}
+        return self._topic_config_store
+
+    # ------------------------------------------------------------------------------------------------------
+    # Logs
+
+    def get_or_create_log(
+        self,
+        topic: str,
+        partition: int,
+        overrides: Mapping[str, Any] | None = None,
+        topic_id: uuid.UUID | None = None,
+    ) -> Log:
+        """The log of ``topic-partition``, created in the data dir with the fewest partitions if new.
+
+        ``overrides`` use topic keys (``segment.bytes``, ``retention.ms``...) and are validated here.
+        """
+        key = (topic, partition)
+        with self._lock:
+            self._check_open()
+            if overrides is not None:
+                self._topic_configs[topic] = dict(overrides)
+            log = self._logs.get(key)
+            if log is not None:
+                if overrides is not None:
+                    log.config = self.config.topic_config(overrides)
+                return log
+            topic_config = self.config.topic_config(self._topic_configs.get(topic))
+            data_dir = min(self.live_dirs, key=lambda d: sum(1 for v in self._log_dirs_of.values() if v == d))
+            pdir = data_dir / filenames.partition_dir_name(topic, partition)
+            log = Log.open(
+                pdir,
+                topic_config,
+                scheduler=self.scheduler,
+                time=self.time,
+                topic_id=topic_id,
+                remote_tier=self.remote_tier,
+                use_large_index=self._use_large_index(),
+            )
+            self._logs[key] = log
+            self._log_dirs_of[key] = data_dir
+            return log
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def data_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._log_dirs_of.get((topic, partition))
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        with self._lock:
+            log = self._logs.pop((topic, partition), None)
+            self._log_dirs_of.pop((topic, partition), None)
+            if log is not None:
+                log.delete()
+
+    # ------------------------------------------------------------------------------------------------------
+    # Background work
+
+    def startup(self) -> None:
+        """Schedule retention, flushing and checkpointing (Kafka's LogManager.startup)."""
+        cfg = self.config
+        self.scheduler.startup()
+        self.scheduler.schedule("kafka-log-retention", self.cleanup_logs, cfg.log_retention_check_interval_ms, cfg.log_retention_check_interval_ms)
+        self.scheduler.schedule("kafka-log-flusher", self.flush_dirty_logs, cfg.log_flush_scheduler_interval_ms, cfg.log_flush_scheduler_interval_ms)
+        self.scheduler.schedule(
+            "kafka-recovery-point-checkpoint", self.checkpoint_recovery_offsets,
+            cfg.log_flush_offset_checkpoint_interval_ms, cfg.log_flush_offset_checkpoint_interval_ms,
+        )
+        self.scheduler.schedule(
+            "kafka-log-start-offset-checkpoint", self.checkpoint_log_start_offsets,
+            cfg.log_flush_start_offset_checkpoint_interval_ms, cfg.log_flush_start_offset_checkpoint_interval_ms,
+        )
+
+    def cleanup_logs(self) -> int:
+        """One retention pass over every log; returns the number of segments deleted."""
+        total = 0
+        for log in self.all_logs():
+            try:
+                total += log.delete_old_segments()
+            except OSError as exc:
+                self._handle_io_error(log, exc)
+        return total
+
+    def flush_dirty_logs(self) -> None:
+        now = self.time.milliseconds()
+        for log in self.all_logs():
+            try:
+                if now - log.last_flush_time >= log.config.flush_ms:
+                    log.flush()
+            except OSError as exc:
+                self._handle_io_error(log, exc)
+
+    def checkpoint_recovery_offsets(self) -> None:
+        self._checkpoint(filenames.RECOVERY_POINT_CHECKPOINT_FILENAME, lambda log: log.recovery_point)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        # Kafka writes only the logs whose start offset is above their first segment (i.e. was moved).
+        self._checkpoint(filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME, lambda log: log.log_start_offset)
+
+    def _checkpoint(self, name: str, value: Any) -> None:
+        for data_dir in list(self.live_dirs):
+            entries = {key: value(log) for key, log in self._logs.items() if self._log_dirs_of.get(key) == data_dir}
+            try:
+                OffsetCheckpointFile(data_dir / name).write(entries)
+            except OSError as exc:
+                self._mark_offline(data_dir, f"cannot write {name}: {exc}")
+
+    def _handle_io_error(self, log: Log, exc: OSError) -> None:
+        data_dir = self._log_dirs_of.get((log.topic, log.partition))
+        if data_dir is not None:
+            self._mark_offline(data_dir, f"I/O error on {log.name}: {exc}")
+
+    def check_dir_online(self, topic: str, partition: int) -> None:
+        data_dir = self._log_dirs_of.get((topic, partition))
+        if data_dir is None or data_dir in self.offline_dirs:
+            raise LogDirOfflineError(f"the data dir of {topic}-{partition} is offline", topic=topic, partition=partition)
+
+    # ------------------------------------------------------------------------------------------------------
+    # Shutdown
+
+    def close(self) -> None:
+        """Clean shutdown: stop background work, close every log, write checkpoints and the clean-shutdown marker."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.scheduler.shutdown(run_pending=True)
+            if self.remote_tier is not None and hasattr(self.remote_tier, "close"):
+                self.remote_tier.close()
+            for log in self.all_logs():
+                try:
+                    log.close()
+                except OSError as exc:
+                    self._handle_io_error(log, exc)
+            self.checkpoint_recovery_offsets()
+            self.checkpoint_log_start_offsets()
+            for data_dir in list(self.live_dirs):
+                try:
+                    CleanShutdownFile(data_dir / filenames.CLEAN_SHUTDOWN_FILENAME).write(self.broker_epoch)
+                except OSError as exc:
+                    self._mark_offline(data_dir, f"cannot write the clean shutdown marker: {exc}")
+            for fd in self._dir_locks.values():
+                os.close(fd)
+            self._dir_locks.clear()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError("the log manager is closed")
+
+    def __enter__(self) -> LogManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _load_remote_tier(config: LogConfig) -> RemoteTier:
+    factory_path = getattr(config, "remote_tier_factory", None) or DEFAULT_REMOTE_TIER_FACTORY
+    module_name, _, attr = factory_path.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise KafkaStorageError(
+            f"remote.log.storage.system.enable is true but the remote tier {module_name!r} cannot be imported: {exc}"
+        ) from exc
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj(config)

@@ -1,0 +1,361 @@
+"""Behaviour of Log (UnifiedLog + LocalLog): the cases of Kafka's UnifiedLogTest/LocalLogTest that apply."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from local import filenames
+from local.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    RecordTooLargeError,
+)
+from local.fetch import FetchIsolation
+from local.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log
+from local.records import MemoryRecords, SimpleRecord, TimestampType
+from local.scheduler import MockTime
+from tests.logutil import make_log, read_all_values, records, topic_config
+
+T0 = 1_700_000_000_000
+
+
+def test_append_assigns_offsets_and_reads_back(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    info = log.append(records(b"a", b"b", b"c"))
+    assert (info.first_offset, info.last_offset) == (0, 2)
+    info = log.append(records(b"d"))
+    assert (info.first_offset, info.last_offset) == (3, 3)
+    assert log.log_end_offset == 4
+    assert log.high_watermark == 4
+    assert read_all_values(log) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+    batches = list(log.read(0, 1 << 20).records.batches())
+    assert [b.base_offset for b in batches] == [0, 3]
+    assert all(b.partition_leader_epoch == 0 for b in batches)
+    log.close()
+
+
+def test_read_returns_bytes_exactly_as_stored(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    log.append(records(b"x" * 100))
+    data = bytes(log.read(0, 1 << 20).records)
+    on_disk = (tmp_path / "topic-0" / "00000000000000000000.log").read_bytes()
+    assert data == on_disk
+
+
+def test_read_out_of_range_and_at_end(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    log.append(records(b"a"))
+    with pytest.raises(OffsetOutOfRangeError, match="out of range"):
+        log.read(5, 100)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(-1, 100)
+    assert log.read(1, 100).records.size_in_bytes == 0
+
+
+def test_client_batch_must_start_at_offset_zero(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    with pytest.raises(InvalidRecordError, match="must be 0"):
+        log.append(records(b"a", base_offset=7))
+    assert log.log_end_offset == 0
+
+
+def test_corrupt_batch_is_rejected_and_nothing_is_written(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    log.append(records(b"ok"))
+    data = bytearray(bytes(records(b"a", b"b")))
+    data[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        log.append(data)
+    truncated = bytes(records(b"a", b"b"))[:-3]
+    with pytest.raises(CorruptRecordError):
+        log.append(truncated)
+    assert log.log_end_offset == 1
+    assert read_all_values(log) == [(0, b"ok")]
+
+
+def test_record_too_large(tmp_path: Path) -> None:
+    log = make_log(tmp_path, max_message_bytes=200)
+    with pytest.raises(RecordTooLargeError, match=r"max\.message\.bytes"):
+        log.append(records(b"x" * 500))
+    assert log.log_end_offset == 0
+
+
+def test_roll_by_size(tmp_path: Path) -> None:
+    batch = records(b"v" * 200)
+    log = make_log(tmp_path, segment_bytes=batch.size_in_bytes * 3)
+    for _ in range(10):
+        log.append(records(b"v" * 200))
+    assert log.number_of_segments() >= 3
+    bases = [s.base_offset for s in log.segments.values()]
+    assert bases == sorted(bases) and bases[0] == 0
+    assert all(s.size <= batch.size_in_bytes * 3 for s in log.segments.values())
+    # every roll took a producer snapshot named by the new segment's base offset
+    for base in bases[1:]:
+        assert filenames.producer_snapshot_file(log.dir, base).exists()
+    assert [o for o, _ in read_all_values(log)] == list(range(10))
+
+
+def test_roll_by_time_measured_from_first_batch_timestamp(tmp_path: Path) -> None:
+    time = MockTime(ms=T0)
+    log = make_log(tmp_path, time=time, segment_ms=1000)
+    log.append(records(b"a", timestamp=T0))
+    log.append(records(b"b", timestamp=T0 + 500))
+    assert log.number_of_segments() == 1
+    # KIP-33: a batch more than segment.ms after the segment's first timestamp rolls, whatever the clock says
+    log.append(records(b"c", timestamp=T0 + 1500))
+    assert log.number_of_segments() == 2
+
+
+def test_roll_when_index_full(tmp_path: Path) -> None:
+    log = make_log(tmp_path, segment_index_bytes=8 * 3, index_interval_bytes=1)
+    for i in range(10):
+        log.append(records(str(i).encode()))
+    assert log.number_of_segments() > 1
+    for seg in log.segments.values():
+        assert seg.offset_index.entries <= 3
+
+
+def test_log_append_time(tmp_path: Path) -> None:
+    time = MockTime(ms=T0 + 12345)
+    log = make_log(tmp_path, time=time, message_timestamp_type="LogAppendTime")
+    log.append(records(b"a", b"b", timestamp=T0))
+    batch = next(iter(log.read(0, 1 << 20).records.batches()))
+    assert batch.timestamp_type == TimestampType.LOG_APPEND_TIME
+    assert batch.max_timestamp == T0 + 12345
+    assert all(r.timestamp == T0 + 12345 for r in batch.records())
+    batch.ensure_valid()  # the CRC was recomputed
+
+
+def test_create_time_bounds(tmp_path: Path) -> None:
+    time = MockTime(ms=T0)
+    log = make_log(tmp_path, time=time, message_timestamp_after_max_ms=1000)
+    with pytest.raises(InvalidTimestampError, match=r"after\.max\.ms"):
+        log.append(records(b"a", timestamp=T0 + 5000))
+    log.append(records(b"a", timestamp=T0 + 500))
+    assert log.log_end_offset == 1
+
+
+def test_offset_for_timestamp(tmp_path: Path) -> None:
+    log = make_log(tmp_path, segment_bytes=300)
+    for i in range(10):
+        log.append(records(b"v" * 50, timestamp=T0 + i * 10))
+    assert log.number_of_segments() > 1
+    assert log.offset_for_timestamp(T0 + 35).offset == 4
+    assert log.offset_for_timestamp(T0).offset == 0
+    assert log.offset_for_timestamp(T0 + 1000) is None
+    assert log.offset_for_timestamp(EARLIEST_TIMESTAMP).offset == 0
+    assert log.offset_for_timestamp(LATEST_TIMESTAMP).offset == 10
+    found = log.offset_for_timestamp(MAX_TIMESTAMP)
+    assert (found.timestamp, found.offset) == (T0 + 90, 9)
+
+
+def test_retention_by_size_deletes_oldest_non_active_segments(tmp_path: Path) -> None:
+    time = MockTime(ms=T0)
+    one = records(b"v" * 100).size_in_bytes
+    log = make_log(tmp_path, time=time, segment_bytes=one * 2, retention_bytes=one * 4, file_delete_delay_ms=1000)
+    for _ in range(12):
+        log.append(records(b"v" * 100))
+    before = log.number_of_segments()
+    deleted = log.delete_old_segments()
+    assert deleted > 0
+    assert log.number_of_segments() == before - deleted
+    assert log.size_in_bytes - log.active_segment.size <= one * 4
+    assert log.log_start_offset == log.segments.first_segment.base_offset
+    # renamed to .deleted first, removed after file.delete.delay.ms
+    assert list(log.dir.glob("*.log.deleted"))
+    time.sleep(1001)
+    assert not list(log.dir.glob("*.deleted"))
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, 100)
+
+
+def test_retention_by_time_uses_largest_timestamp_and_keeps_active(tmp_path: Path) -> None:
+    time = MockTime(ms=T0)
+    log = make_log(tmp_path, time=time, segment_bytes=200, retention_ms=10_000, file_delete_delay_ms=0)
+    for i in range(6):
+        log.append(records(b"v" * 50, timestamp=T0 + i))
+    time.sleep(60_000)
+    log.delete_old_segments()
+    assert log.number_of_segments() == 1  # only the active segment remains
+    assert log.log_start_offset == log.active_segment.base_offset
+
+
+def test_reader_in_flight_survives_segment_deletion(tmp_path: Path) -> None:
+    time = MockTime(ms=T0)
+    log = make_log(tmp_path, time=time, segment_bytes=200, retention_bytes=0, file_delete_delay_ms=60_000)
+    for _ in range(5):
+        log.append(records(b"v" * 50))
+    info = log.read(0, 1 << 20)
+    log.delete_old_segments()
+    assert log.log_start_offset > 0
+    # the fetched slice still reads from the renamed, still-open file
+    assert next(iter(info.records.batches())).base_offset == 0
+    assert len(bytes(info.records)) > 0
+
+
+def test_delete_records_moves_log_start_offset(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    for _ in range(5):
+        log.append(records(b"x"))
+    assert log.delete_records(3) == 3
+    assert log.log_start_offset == 3
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(2, 100)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.delete_records(99)
+
+
+def test_idempotent_producer_dedup_and_sequence_errors(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    first = log.append(records(b"a", b"b", producer_id=7, producer_epoch=0, base_sequence=0))
+    again = log.append(records(b"a", b"b", producer_id=7, producer_epoch=0, base_sequence=0))
+    assert again.duplicate
+    assert (again.first_offset, again.last_offset) == (first.first_offset, first.last_offset)
+    assert log.log_end_offset == 2
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append(records(b"c", producer_id=7, producer_epoch=0, base_sequence=5))
+    log.append(records(b"c", producer_id=7, producer_epoch=0, base_sequence=2))
+    assert log.log_end_offset == 3
+
+
+def test_transactions_last_stable_offset_and_aborted(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    log.append(records(b"t1", producer_id=1, producer_epoch=0, base_sequence=0, is_transactional=True))
+    log.append(records(b"plain"))
+    assert log.last_stable_offset == 0  # the open transaction pins the LSO
+    assert log.read(0, 1 << 20, isolation=FetchIsolation.TXN_COMMITTED).records.size_in_bytes == 0
+    log.append(MemoryRecords.end_transaction_marker(1, 0, commit=False))
+    assert log.last_stable_offset == log.log_end_offset == 3
+    info = log.read(0, 1 << 20, isolation=FetchIsolation.TXN_COMMITTED)
+    assert [(t.producer_id, t.first_offset) for t in info.aborted_transactions] == [(1, 0)]
+    txns = log.active_segment.txn_index.all_aborted_txns()
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in txns] == [(1, 0, 2)]
+
+
+def test_high_watermark_isolation(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    log.append(records(b"a"))
+    log.append(records(b"b"))
+    log.update_high_watermark(1)
+    info = log.read(0, 1 << 20, isolation=FetchIsolation.HIGH_WATERMARK)
+    assert [b.base_offset for b in info.records.batches()] == [0]
+    assert log.read(1, 1 << 20, isolation=FetchIsolation.HIGH_WATERMARK).records.size_in_bytes == 0
+
+
+def test_leader_epoch_stamped_and_cached(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    log.append(records(b"a"))
+    log.assign_epoch_start_offset(3)
+    log.append(records(b"b"))
+    epochs = [b.partition_leader_epoch for b in log.read(0, 1 << 20).records.batches()]
+    assert epochs == [0, 3]
+    assert log.leader_epoch_cache.epoch_for_offset(1) == 3
+    assert log.end_offset_for_epoch(0) == (0, 1)
+    text = (log.dir / "leader-epoch-checkpoint").read_text()
+    assert text.splitlines()[:2] == ["0", "2"]
+
+
+def test_append_as_follower_keeps_offsets_and_rejects_going_back(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    log.append_as_follower(records(b"a", b"b", base_offset=0, partition_leader_epoch=2))
+    log.append_as_follower(records(b"c", base_offset=2, partition_leader_epoch=2))
+    assert log.log_end_offset == 3
+    with pytest.raises(InvalidRecordError, match="out of order"):
+        log.append_as_follower(records(b"x", base_offset=1))
+    assert log.leader_epoch_cache.latest_epoch() == 2
+
+
+def test_truncate_to(tmp_path: Path) -> None:
+    log = make_log(tmp_path, segment_bytes=200)
+    for i in range(8):
+        log.append(records(str(i).encode() * 40))
+    log.truncate_to(3)
+    assert log.log_end_offset == 3
+    assert [o for o, _ in read_all_values(log)] == [0, 1, 2]
+    log.append(records(b"new"))
+    assert read_all_values(log)[-1] == (3, b"new")
+
+
+def test_reopen_after_clean_close(tmp_path: Path) -> None:
+    time = MockTime(ms=T0)
+    log = make_log(tmp_path, time=time, segment_bytes=300)
+    for i in range(10):
+        log.append(records(str(i).encode() * 30, producer_id=5, producer_epoch=0, base_sequence=i))
+    expected = read_all_values(log)
+    log.close()
+    again = make_log(tmp_path, time=time, segment_bytes=300)
+    assert again.log_end_offset == 10
+    assert read_all_values(again) == expected
+    # producer state came back from the snapshot: the next sequence continues, a retry is a duplicate
+    assert again.append(records(b"9" * 30, producer_id=5, producer_epoch=0, base_sequence=9)).duplicate
+    again.append(records(b"x", producer_id=5, producer_epoch=0, base_sequence=10))
+    again.close()
+
+
+def test_reopen_unclean_recovers_torn_tail(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    for i in range(5):
+        log.append(records(str(i).encode()))
+    log.flush()
+    path = log.active_segment.log.path
+    log.close_handlers()
+    with open(path, "ab") as f:
+        f.write(bytes(records(b"torn"))[:-5])
+    again = make_log(tmp_path, clean=False)
+    assert again.log_end_offset == 5
+    assert [o for o, _ in read_all_values(again)] == list(range(5))
+    assert again.load_stats is not None and again.load_stats.bytes_truncated > 0
+
+
+def test_concurrent_readers_never_see_torn_batches(tmp_path: Path) -> None:
+    log = make_log(tmp_path, segment_bytes=64 * 1024)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                end = log.log_end_offset
+                offset = 0
+                while offset < end:
+                    info = log.read(offset, 8192)
+                    batches = list(info.records.batches())
+                    if not batches:
+                        break
+                    for b in batches:
+                        b.ensure_valid()
+                    offset = batches[-1].last_offset + 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for i in range(400):
+        log.append(records(str(i).encode() * 50, b"x" * (i % 7)))
+    stop.set()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:1]
+    assert log.log_end_offset == 800
+
+
+def test_topic_id_persisted_in_partition_metadata(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    text = (log.dir / "partition.metadata").read_text()
+    assert text.startswith("version: 0\ntopic_id: ")
+    log.close()
+    again = Log.open(tmp_path / "topic-0", topic_config(tmp_path))
+    assert again.topic_id == log.topic_id
+
+
+def test_build_accepts_simple_records_of_every_form(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    log.append(MemoryRecords.build([SimpleRecord(b"v"), SimpleRecord(b"k", b"v2")]))
+    assert [v for _, v in read_all_values(log)] == [b"v", b"v2"]
