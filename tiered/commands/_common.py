@@ -1,0 +1,59 @@
+"""What several commands share: building the broker configuration from ``--config``/``--log-dirs``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from local.config import LogConfig
+
+
+class UsageError(Exception):
+    """A command line that cannot work: reported on stderr with exit code 2."""
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-dirs", help="comma-separated data dirs (overrides log.dirs from --config)", default=None
+    )
+    parser.add_argument(
+        "--override", "-o", action="append", default=[], metavar="KEY=VALUE",
+        help="a broker config override, e.g. -o log.segment.bytes=1048576 (repeatable)",
+    )
+
+
+def load_config(args: argparse.Namespace) -> LogConfig:
+    from local.config import LogConfig
+
+    props: dict[str, Any] = {}
+    config_file = getattr(args, "config", None)
+    if config_file:
+        props.update(LogConfig.read_properties(config_file) if hasattr(LogConfig, "read_properties") else _read(config_file))
+    if getattr(args, "log_dirs", None):
+        props["log.dirs"] = args.log_dirs
+    for item in getattr(args, "override", []) or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--override expects KEY=VALUE, got {item!r}")
+        props[key.strip()] = value.strip()
+    if "log.dirs" not in props and "log.dir" not in props:
+        raise UsageError("no data dir: pass --log-dirs DIR or --config FILE with log.dirs")
+    return LogConfig.from_properties(props)
+
+
+def _read(path: str) -> dict[str, str]:
+    from local.config import parse_properties
+
+    with open(path, encoding="utf-8") as f:
+        return dict(parse_properties(f.read()))
+
+
+def parse_topic_overrides(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--topic-config expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
