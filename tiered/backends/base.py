@@ -1,0 +1,105 @@
+"""ObjectStoreRemoteStorageManager: the RSM on a small object API, so each backend only moves bytes.
+
+A backend implements ``put_file``, ``put_bytes``, ``get_range``, ``delete_many``, ``list_keys`` and ``exists``. Copies
+upload the ``.log`` first, then the indexes, the producer snapshot and the leader-epoch checkpoint; a failure
+deletes whatever was uploaded (no orphans) and raises RemoteStorageError.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from abc import abstractmethod
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO
+
+from tiered import layout
+from tiered.errors import RemoteResourceNotFoundError, RemoteStorageError
+from tiered.rsm import IndexType, LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager
+
+logger = logging.getLogger(__name__)
+
+
+class ObjectStoreRemoteStorageManager(RemoteStorageManager):
+    _ABSTRACT_HELPER = True
+    prefix: str = ""
+
+    def configure(self, props: Mapping[str, str]) -> None:
+        self.prefix = str(props.get("prefix", "")).strip("/")
+
+    # The object API ---------------------------------------------------------------------------------------
+    @abstractmethod
+    def put_file(self, key: str, path: Path) -> None: ...
+
+    @abstractmethod
+    def put_bytes(self, key: str, data: bytes) -> None: ...
+
+    @abstractmethod
+    def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
+        """Bytes [start, end_inclusive] of ``key`` (to the end when None; shorter at the object's end).
+
+        Raises RemoteResourceNotFoundError when the object does not exist."""
+
+    @abstractmethod
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Delete ``keys``; missing ones are ignored."""
+
+    @abstractmethod
+    def list_keys(self, prefix: str) -> list[str]: ...
+
+    @abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    # The RSM ----------------------------------------------------------------------------------------------
+    def _uploads(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> list[tuple[str, Path | bytes]]:
+        out: list[tuple[str, Path | bytes]] = [
+            (layout.segment_key(self.prefix, metadata, layout.LOG_SUFFIX), data.log_segment),
+            (layout.segment_key(self.prefix, metadata, IndexType.OFFSET.suffix), data.offset_index),
+            (layout.segment_key(self.prefix, metadata, IndexType.TIMESTAMP.suffix), data.time_index),
+        ]
+        if data.transaction_index is not None:
+            out.append((layout.segment_key(self.prefix, metadata, IndexType.TRANSACTION.suffix), data.transaction_index))
+        out.append((layout.segment_key(self.prefix, metadata, IndexType.PRODUCER_SNAPSHOT.suffix), data.producer_snapshot_index))
+        out.append((layout.segment_key(self.prefix, metadata, IndexType.LEADER_EPOCH.suffix), data.leader_epoch_index))
+        return out
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
+        uploaded: list[str] = []
+        try:
+            for key, source in self._uploads(metadata, segment_data):
+                if isinstance(source, Path):
+                    self.put_file(key, source)
+                else:
+                    self.put_bytes(key, source)
+                uploaded.append(key)
+        except Exception as exc:
+            logger.warning("copy of %s failed after %d object(s): deleting them", metadata.remote_log_segment_id, len(uploaded))
+            try:
+                self.delete_many(layout.segment_keys(self.prefix, metadata))
+            except Exception:
+                logger.exception("cleanup after the failed copy of %s failed", metadata.remote_log_segment_id)
+            if isinstance(exc, RemoteStorageError):
+                raise
+            raise RemoteStorageError(
+                f"copy of {metadata.remote_log_segment_id} failed: {exc}", retriable=isinstance(exc, OSError)
+            ) from exc
+        return None
+
+    def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start_position: int, end_position: int | None = None
+    ) -> IO[bytes]:
+        if start_position < 0 or (end_position is not None and end_position < start_position):
+            raise RemoteStorageError(f"invalid range {start_position}..{end_position} of {metadata.remote_log_segment_id}")
+        key = layout.segment_key(self.prefix, metadata, layout.LOG_SUFFIX)
+        return io.BytesIO(self.get_range(key, start_position, end_position))
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> IO[bytes]:
+        return io.BytesIO(self.get_range(layout.segment_key(self.prefix, metadata, index_type.suffix)))
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self.delete_many(layout.segment_keys(self.prefix, metadata))
+
+
+def not_found(key: str) -> RemoteResourceNotFoundError:
+    return RemoteResourceNotFoundError(f"no object {key!r} in the remote store", key=key)

@@ -1,0 +1,106 @@
+"""LocalDirRemoteStorageManager: the embedded default remote tier, a directory (like Kafka's LocalTieredStorage).
+
+Config: ``dir`` (required), ``prefix`` (optional). Objects are files named by their keys; writes go through a temp
+file and an atomic rename, ranged reads use ``os.pread``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
+from tiered.errors import RemoteStorageError
+
+
+class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
+    root: Path
+
+    def configure(self, props: Mapping[str, str]) -> None:
+        super().configure(props)
+        if not props.get("dir"):
+            raise RemoteStorageError("the local directory remote tier needs rsm.config.dir")
+        self.root = Path(props["dir"])
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if self.root.resolve() not in path.parents:
+            raise RemoteStorageError(f"object key {key!r} escapes the remote directory", key=key)
+        return path
+
+    def _write(self, key: str, write: object) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                write(out)  # type: ignore[operator]
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def put_file(self, key: str, path: Path) -> None:
+        def copy(out: object) -> None:
+            with open(path, "rb") as src:
+                shutil.copyfileobj(src, out, 8 * 1024 * 1024)  # type: ignore[arg-type]
+
+        self._write(key, copy)
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self._write(key, lambda out: out.write(data))
+
+    def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except FileNotFoundError:
+            raise not_found(key) from None
+        try:
+            size = os.fstat(fd).st_size
+            end = size if end_inclusive is None else min(size, end_inclusive + 1)
+            if start >= end:
+                return b""
+            chunks = []
+            pos = start
+            while pos < end:
+                data = os.pread(fd, min(end - pos, 64 * 1024 * 1024), pos)
+                if not data:
+                    break
+                chunks.append(data)
+                pos += len(data)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def size(self, key: str) -> int:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError:
+            raise not_found(key) from None
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            self._path(key).unlink(missing_ok=True)
+
+    def list_keys(self, prefix: str) -> list[str]:
+        base = self.root
+        start = self._path(prefix.rstrip("/")) if prefix.strip("/") else base
+        search = start if start.is_dir() else start.parent
+        if not search.exists():
+            return []
+        out = []
+        for path in search.rglob("*"):
+            if path.is_file() and not path.name.endswith(".tmp"):
+                key = path.relative_to(base).as_posix()
+                if key.startswith(prefix):
+                    out.append(key)
+        return sorted(out)
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).exists()

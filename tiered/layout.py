@@ -1,0 +1,53 @@
+"""Object keys in the remote store (pure).
+
+``<prefix>/<topic>-<topicId>/<partition>/<20-digit start offset>-<segment id>.<suffix>`` for ``.log .index
+.timeindex .txnindex .snapshot leader-epoch-checkpoint``; ids in Kafka's 22-character base64url form. A
+partition's metadata events live beside its segments under ``__remote_log_metadata/``.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+
+from tiered.rsm import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+LOG_SUFFIX = ".log"
+METADATA_DIR = "__remote_log_metadata"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, *(t.suffix for t in IndexType))
+
+
+def kafka_uuid(value: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
+
+
+def parse_kafka_uuid(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+
+
+def _join(prefix: str, *parts: str) -> str:
+    head = prefix.strip("/")
+    return "/".join([head, *parts]) if head else "/".join(parts)
+
+
+def partition_prefix(prefix: str, tip: TopicIdPartition) -> str:
+    return _join(prefix, f"{tip.topic}-{kafka_uuid(tip.topic_id)}", str(tip.partition))
+
+
+def segment_key(prefix: str, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
+    sid = metadata.remote_log_segment_id
+    sep = "." if not suffix.startswith(".") else ""
+    name = f"{metadata.start_offset:020d}-{kafka_uuid(sid.id)}{sep}{suffix}"
+    return f"{partition_prefix(prefix, sid.topic_id_partition)}/{name}"
+
+
+def segment_keys(prefix: str, metadata: RemoteLogSegmentMetadata) -> list[str]:
+    return [segment_key(prefix, metadata, s) for s in SEGMENT_SUFFIXES]
+
+
+def metadata_prefix(prefix: str, tip: TopicIdPartition) -> str:
+    return f"{partition_prefix(prefix, tip)}/{METADATA_DIR}/"
+
+
+def metadata_event_key(prefix: str, segment_id: RemoteLogSegmentId, start_offset: int, state: int) -> str:
+    return f"{metadata_prefix(prefix, segment_id.topic_id_partition)}{start_offset:020d}-{kafka_uuid(segment_id.id)}.{state}.json"

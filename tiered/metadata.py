@@ -1,0 +1,174 @@
+"""Remote log metadata, kept in the object store beside the segments.
+
+Every state change of a remote segment is one small immutable JSON object,
+``<partition>/__remote_log_metadata/<20-digit start>-<segment id>.<state>.json``, holding the whole metadata at
+that state. Loading a partition lists those objects and keeps, per segment, the highest state: a new machine (or
+a Spark job) finds every remote segment from the bucket alone, there is no read-modify-write, and a crash leaves
+at worst a COPY_SEGMENT_STARTED without its FINISHED event, which :meth:`find_stale_copies` reports for cleanup.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from tiered import layout
+from tiered.backends.base import ObjectStoreRemoteStorageManager
+from tiered.rsm import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemoteStorageManager,
+    TopicIdPartition,
+)
+
+logger = logging.getLogger(__name__)
+S = RemoteLogSegmentState
+
+
+def encode_metadata(md: RemoteLogSegmentMetadata) -> bytes:
+    tip = md.topic_id_partition
+    return json.dumps({
+        "version": 0,
+        "topic_id": layout.kafka_uuid(tip.topic_id), "topic": tip.topic, "partition": tip.partition,
+        "segment_id": layout.kafka_uuid(md.remote_log_segment_id.id),
+        "start_offset": md.start_offset, "end_offset": md.end_offset, "max_timestamp_ms": md.max_timestamp_ms,
+        "broker_id": md.broker_id, "event_timestamp_ms": md.event_timestamp_ms,
+        "segment_size_in_bytes": md.segment_size_in_bytes,
+        "segment_leader_epochs": {str(k): v for k, v in md.segment_leader_epochs.items()},
+        "custom_metadata": base64.b64encode(md.custom_metadata).decode() if md.custom_metadata is not None else None,
+        "state": int(md.state),
+    }, separators=(",", ":")).encode()
+
+
+def decode_metadata(data: bytes) -> RemoteLogSegmentMetadata:
+    d = json.loads(data)
+    tip = TopicIdPartition(layout.parse_kafka_uuid(d["topic_id"]), d["topic"], int(d["partition"]))
+    return RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(tip, layout.parse_kafka_uuid(d["segment_id"])),
+        d["start_offset"], d["end_offset"], d["max_timestamp_ms"], d["broker_id"], d["event_timestamp_ms"],
+        d["segment_size_in_bytes"], {int(k): v for k, v in d["segment_leader_epochs"].items()},
+        base64.b64decode(d["custom_metadata"]) if d["custom_metadata"] is not None else None,
+        RemoteLogSegmentState(d["state"]),
+    )
+
+
+class RemoteLogMetadataStore:
+    """See the module docstring. ``store`` is any backend with the object API."""
+
+    def __init__(self, store: ObjectStoreRemoteStorageManager, prefix: str | None = None) -> None:
+        self.store = store
+        self.prefix = store.prefix if prefix is None else prefix
+        self._lock = threading.RLock()
+        self._segments: dict[TopicIdPartition, dict[uuid.UUID, RemoteLogSegmentMetadata]] = {}
+
+    @classmethod
+    def for_rsm(cls, rsm: RemoteStorageManager, fallback_dir: Path | None = None) -> RemoteLogMetadataStore:
+        if isinstance(rsm, ObjectStoreRemoteStorageManager):
+            return cls(rsm)
+        if fallback_dir is None:
+            raise TypeError(f"{type(rsm).__qualname__} has no object API: give a fallback_dir for remote metadata")
+        from tiered.backends.local_dir import LocalDirRemoteStorageManager
+
+        local = LocalDirRemoteStorageManager()
+        local.configure({"dir": str(fallback_dir)})
+        return cls(local)
+
+    # Loading ----------------------------------------------------------------------------------------------
+    def load(self, tip: TopicIdPartition) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
+        """(Re)build the partition's view from the object store alone."""
+        latest: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        for key in self.store.list_keys(layout.metadata_prefix(self.prefix, tip)):
+            if not key.endswith(".json"):
+                continue
+            try:
+                md = decode_metadata(self.store.get_range(key))
+            except (ValueError, KeyError) as exc:
+                logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
+                continue
+            sid = md.remote_log_segment_id.id
+            if sid not in latest or md.state > latest[sid].state:
+                latest[sid] = md
+        with self._lock:
+            self._segments[tip] = latest
+        return latest
+
+    def _view(self, tip: TopicIdPartition) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
+        with self._lock:
+            view = self._segments.get(tip)
+        return view if view is not None else self.load(tip)
+
+    # Events -----------------------------------------------------------------------------------------------
+    def _record(self, md: RemoteLogSegmentMetadata) -> None:
+        sid = md.remote_log_segment_id
+        self.store.put_bytes(layout.metadata_event_key(self.prefix, sid, md.start_offset, int(md.state)), encode_metadata(md))
+        with self._lock:
+            self._view(md.topic_id_partition)[sid.id] = md
+
+    def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata) -> None:
+        if md.state is not S.COPY_SEGMENT_STARTED:
+            raise ValueError(f"a new remote segment starts in COPY_SEGMENT_STARTED, not {md.state.name}")
+        self._record(md)
+
+    def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+        sid = update.remote_log_segment_id
+        current = self._view(sid.topic_id_partition).get(sid.id)
+        if current is None:
+            raise KeyError(f"no remote segment {sid} to update")
+        md = current.create_with_updates(update)  # validates the transition
+        self._record(md)
+        if md.state is S.DELETE_SEGMENT_FINISHED:
+            # The segment is gone: its events are garbage now (a crash here leaves them, and they are ignored).
+            keys = [layout.metadata_event_key(self.prefix, sid, md.start_offset, int(s)) for s in S if s is not S.DELETE_SEGMENT_FINISHED]
+            self.store.delete_many(keys)
+        return md
+
+    # Queries ----------------------------------------------------------------------------------------------
+    def list_remote_log_segments(self, tip: TopicIdPartition, leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
+        """Every known segment of the partition not yet deleted, ordered by start offset."""
+        segs = [m for m in self._view(tip).values() if m.state is not S.DELETE_SEGMENT_FINISHED]
+        if leader_epoch is not None:
+            segs = [m for m in segs if leader_epoch in m.segment_leader_epochs]
+        return sorted(segs, key=lambda m: (m.start_offset, m.event_timestamp_ms))
+
+    def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        return [m for m in self.list_remote_log_segments(tip) if m.state is S.COPY_SEGMENT_FINISHED]
+
+    def remote_log_segment_metadata(
+        self, tip: TopicIdPartition, offset: int, leader_epoch: int | None = None
+    ) -> RemoteLogSegmentMetadata | None:
+        """The FINISHED segment holding ``offset`` (in ``leader_epoch``'s range, when given)."""
+        for md in self.readable_segments(tip):
+            if not md.start_offset <= offset <= md.end_offset:
+                continue
+            if leader_epoch is not None and not _epoch_covers(md, leader_epoch, offset):
+                continue
+            return md
+        return None
+
+    def highest_offset_for_epoch(self, tip: TopicIdPartition, epoch: int) -> int | None:
+        ends = [m.end_offset for m in self.readable_segments(tip) if epoch in m.segment_leader_epochs]
+        return max(ends) if ends else None
+
+    def find_stale_copies(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """Copies left STARTED (or DELETE_STARTED) by a crash: their objects must be deleted."""
+        return [m for m in self.load(tip).values() if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)]
+
+    def partitions(self) -> list[TopicIdPartition]:
+        with self._lock:
+            return list(self._segments)
+
+
+def _epoch_covers(md: RemoteLogSegmentMetadata, epoch: int, offset: int) -> bool:
+    epochs: list[tuple[int, Any]] = sorted(md.segment_leader_epochs.items())
+    for i, (e, start) in enumerate(epochs):
+        end = epochs[i + 1][1] - 1 if i + 1 < len(epochs) else md.end_offset
+        if e == epoch:
+            return start <= offset <= end
+    return False
