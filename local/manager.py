@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOCK_FILENAME = ".lock"
+TOPIC_CONFIG_FILENAME = "tiered-topic.properties"
 # How a remote tier is built when ``remote.log.storage.system.enable`` is true: a dotted factory taking
 # (log_config) and returning an object implementing local.remote.RemoteTier. Imported by name: local never
 # imports the remote tier statically.
@@ -222,7 +223,25 @@ class LogManager:
             return {}
 
     def _topic_overrides(self, partition_dir: Path) -> Mapping[str, Any] | None:
-        return self._topic_configs.get(filenames.parse_partition_dir_name(partition_dir.name)[0])
+        """Topic overrides persisted beside the partition (Kafka keeps them in its metadata log)."""
+        topic = filenames.parse_partition_dir_name(partition_dir.name)[0]
+        if topic in self._topic_configs:
+            return self._topic_configs[topic]
+        path = partition_dir / TOPIC_CONFIG_FILENAME
+        if not path.exists():
+            return None
+        from local.config import read_properties
+
+        overrides = read_properties(path)
+        self._topic_configs[topic] = overrides
+        return overrides
+
+    def _persist_overrides(self, partition_dir: Path, overrides: Mapping[str, Any]) -> None:
+        from local.checkpoint import atomic_write
+
+        text = "".join(f"{k}={v}\n" for k, v in sorted(overrides.items()))
+        partition_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(partition_dir / TOPIC_CONFIG_FILENAME, text.encode())
 
     @property
     def _topic_configs(self) -> dict[str, Mapping[str, Any]]:
@@ -253,10 +272,13 @@ class LogManager:
             if log is not None:
                 if overrides is not None:
                     log.config = self.config.topic_config(overrides)
+                    self._persist_overrides(log.dir, overrides)
                 return log
             topic_config = self.config.topic_config(self._topic_configs.get(topic))
             data_dir = min(self.live_dirs, key=lambda d: sum(1 for v in self._log_dirs_of.values() if v == d))
             pdir = data_dir / filenames.partition_dir_name(topic, partition)
+            if overrides is not None:
+                self._persist_overrides(pdir, overrides)
             log = Log.open(
                 pdir,
                 topic_config,

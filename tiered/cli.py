@@ -12,6 +12,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 COMMANDS: dict[str, str] = {
     "quickstart": "produce, offload, read back and dump on an embedded local-directory remote tier",
@@ -61,7 +62,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _load(name: str):  # type: ignore[no-untyped-def]
+def _load(name: str) -> Any:
     try:
         return importlib.import_module(f"tiered.commands.{name}")
     except ModuleNotFoundError as exc:

@@ -1,0 +1,48 @@
+"""``tiered dump FILE...``: Kafka's DumpLogSegments for .log/.index/.timeindex/.txnindex/.snapshot/checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tiered.commands._common import UsageError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    parser.add_argument("--deep-iteration", "--deep", "--print-data-log", dest="deep", action="store_true",
+                        help="print every record, not only batches")
+    parser.add_argument("--verify-index-only", "--verify", dest="verify", action="store_true",
+                        help="check that every offset index entry points at the start of a batch holding it")
+    parser.add_argument("--max-batches", type=int, help="stop after this many batches of a .log")
+    parser.add_argument("--json", action="store_true", help="one JSON document per file")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tiered.dump import dump
+
+    failed = False
+    for path in args.files:
+        if not path.exists():
+            print(f"tiered dump: {path}: no such file", file=sys.stderr)
+            failed = True
+            continue
+        try:
+            result = dump(path, deep=args.deep, verify=args.verify, max_batches=args.max_batches)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
+        if args.json:
+            print(json.dumps({"file": result.file, "type": result.kind, "items": result.items, "problems": result.problems}))
+        else:
+            print(f"Dumping {result.file}")
+            for item in result.items:
+                records = item.pop("records", None)
+                print(" ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in item.items()))
+                for r in records or []:
+                    print("| " + " ".join(f"{k}: {v}" for k, v in r.items()))
+            for problem in result.problems:
+                print(f"ERROR: {problem}")
+        failed |= bool(result.problems)
+    return 1 if failed else 0

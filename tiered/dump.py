@@ -1,0 +1,199 @@
+"""DumpLogSegments: print any Kafka log-dir file, as ``kafka-dump-log.sh`` does (the logic behind ``tiered dump``).
+
+Each ``dump_*`` function yields text lines or, with ``as_json``, one dict per item; problems (a corrupt batch, an
+index entry that does not point at a batch start) are reported in the output and counted in ``DumpResult``.
+The offset index format (8- or 12-byte entries) is auto-detected: a file has no metadata version to consult.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from local import filenames
+from local.errors import KafkaStorageError
+
+
+@dataclass
+class DumpResult:
+    file: str
+    kind: str
+    items: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def file_kind(path: Path) -> str:
+    name = filenames.strip_transient_suffix(path.name)
+    for suffix, kind in ((".log", "log"), (".index", "offset-index"), (".timeindex", "time-index"),
+                         (".txnindex", "txn-index"), (".snapshot", "producer-snapshot")):
+        if name.endswith(suffix):
+            return kind
+    if name == filenames.LEADER_EPOCH_CHECKPOINT_FILENAME:
+        return "leader-epoch-checkpoint"
+    if name == filenames.PARTITION_METADATA_FILENAME:
+        return "partition-metadata"
+    if name.endswith("-checkpoint"):
+        return "offset-checkpoint"
+    raise ValueError(f"don't know how to dump {path.name}: expected .log, .index, .timeindex, .txnindex, .snapshot, "
+                     "leader-epoch-checkpoint, partition.metadata or an offset checkpoint")
+
+
+def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batches: int | None = None) -> DumpResult:
+    path = Path(path)
+    kind = file_kind(path)
+    result = DumpResult(str(path), kind)
+    base = filenames.offset_from_file_name(path.name) if kind in ("log", "offset-index", "time-index", "txn-index") else 0
+    if kind == "log":
+        _dump_log(path, result, deep, max_batches)
+    elif kind == "offset-index":
+        from local.index import OffsetIndex, detect_entry_size
+
+        size = detect_entry_size(path, 8)
+        with OffsetIndex(path, base, writable=False, use_large_format=size == 12) as index:
+            result.items.append({"entry_size": index.entry_size})
+            entries = [index.entry(i) for i in range(index.entries)]
+        for e in entries:
+            result.items.append({"offset": e.offset, "position": e.position})
+        if verify:
+            _verify_offset_index(path, entries, result)
+    elif kind == "time-index":
+        from local.index import TimeIndex
+
+        with TimeIndex(path, base, writable=False) as tindex:
+            for i in range(tindex.entries):
+                e = tindex.entry(i)
+                result.items.append({"timestamp": e.timestamp, "offset": e.offset})
+    elif kind == "txn-index":
+        from local.index import TransactionIndex
+
+        with TransactionIndex(base, path) as txn:
+            for t in txn.all_aborted_txns():
+                result.items.append({"version": 0, "producer_id": t.producer_id, "first_offset": t.first_offset,
+                                     "last_offset": t.last_offset, "last_stable_offset": t.last_stable_offset})
+    elif kind == "producer-snapshot":
+        from local.producer_state import decode_snapshot
+
+        try:
+            for e in decode_snapshot(path.read_bytes(), str(path)):
+                result.items.append({
+                    "producer_id": e.producer_id, "producer_epoch": e.producer_epoch, "last_sequence": e.last_sequence,
+                    "last_offset": e.last_offset, "offset_delta": e.offset_delta, "timestamp": e.timestamp,
+                    "coordinator_epoch": e.coordinator_epoch, "current_txn_first_offset": e.current_txn_first_offset,
+                })
+        except KafkaStorageError as exc:
+            result.problems.append(str(exc))
+    elif kind == "leader-epoch-checkpoint":
+        from local.checkpoint import decode_leader_epoch_checkpoint
+
+        for e in decode_leader_epoch_checkpoint(path.read_bytes(), str(path)):
+            result.items.append({"epoch": e.epoch, "start_offset": e.start_offset})
+    elif kind == "partition-metadata":
+        from local.checkpoint import PartitionMetadataFile, kafka_uuid_to_str
+
+        result.items.append({"version": 0, "topic_id": kafka_uuid_to_str(PartitionMetadataFile(path).read())})
+    else:
+        from local.checkpoint import OffsetCheckpointFile
+
+        for (topic, partition), offset in sorted(OffsetCheckpointFile(path).read().items()):
+            result.items.append({"topic": topic, "partition": partition, "offset": offset})
+    return result
+
+
+def _dump_log(path: Path, result: DumpResult, deep: bool, max_batches: int | None) -> None:
+    from local.file_records import FileRecords
+    from local.records import ControlRecordType, EndTransactionMarker
+
+    records = FileRecords.open(path, mutable=False, file_already_exists=True)
+    try:
+        position = 0
+        for n, batch in enumerate(records.batches()):
+            if max_batches is not None and n >= max_batches:
+                return
+            position = batch.position + batch.size_in_bytes
+            item: dict[str, Any] = {
+                "baseOffset": batch.base_offset, "lastOffset": batch.last_offset, "count": batch.records_count,
+                "baseSequence": batch.base_sequence, "lastSequence": batch.last_sequence,
+                "producerId": batch.producer_id, "producerEpoch": batch.producer_epoch,
+                "partitionLeaderEpoch": batch.partition_leader_epoch, "isTransactional": batch.is_transactional,
+                "isControl": batch.is_control_batch, "position": batch.position,
+                "timestampType": "LogAppendTime" if int(batch.timestamp_type) == 1 else "CreateTime",
+                "maxTimestamp": batch.max_timestamp, "size": batch.size_in_bytes, "magic": batch.magic,
+                "compresscodec": batch.compression_type.name.lower(), "crc": batch.crc, "isvalid": batch.is_valid(),
+            }
+            if not item["isvalid"]:
+                result.problems.append(f"corrupt batch at position {batch.position} (offset {batch.base_offset})")
+            elif deep:
+                recs = []
+                for rec in batch.records():
+                    r: dict[str, Any] = {"offset": rec.offset, "timestamp": rec.timestamp,
+                                         "keySize": -1 if rec.key is None else len(rec.key),
+                                         "valueSize": -1 if rec.value is None else len(rec.value),
+                                         "sequence": rec.sequence, "headerKeys": [k for k, _ in rec.headers]}
+                    if batch.is_control_batch:
+                        kind = ControlRecordType.parse(rec.key)
+                        if kind in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+                            marker = EndTransactionMarker.decode(kind, rec.value)
+                            r["endTxnMarker"] = kind.name
+                            r["coordinatorEpoch"] = marker.coordinator_epoch
+                        else:
+                            r["controlType"] = kind.name
+                    else:
+                        r["key"] = _text(rec.key)
+                        r["payload"] = _text(rec.value)
+                    recs.append(r)
+                item["records"] = recs
+            result.items.append(item)
+        if position < records.size_in_bytes:
+            result.problems.append(
+                f"{records.size_in_bytes - position} trailing bytes at position {position} do not form a whole batch"
+            )
+    except KafkaStorageError as exc:
+        result.problems.append(str(exc))
+    finally:
+        records.close_handlers()
+
+
+def _verify_offset_index(path: Path, entries: list[Any], result: DumpResult) -> None:
+    from local.file_records import FileRecords
+
+    log_path = filenames.companion_log_file(path)
+    if not log_path.exists():
+        result.problems.append(f"no log file {log_path.name} to verify {path.name} against")
+        return
+    records = FileRecords.open(log_path, mutable=False, file_already_exists=True)
+    try:
+        starts = {b.position: b for b in records.batches()}
+        for e in entries:
+            batch = starts.get(e.position)
+            if batch is None:
+                result.problems.append(f"index entry offset {e.offset} position {e.position} is not a batch start in {log_path.name}")
+            elif not batch.base_offset <= e.offset <= batch.last_offset:
+                result.problems.append(
+                    f"Index offset mismatch: entry {e.offset} points at the batch {batch.base_offset}..{batch.last_offset}"
+                )
+    finally:
+        records.close_handlers()
+
+
+def _text(data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return data.hex()
+
+
+def dump_file(path: str | Path, *, deep: bool = False, max_batches: int | None = None) -> Iterator[str]:
+    """Text lines for ``path``, Kafka's ``kafka-dump-log.sh`` style."""
+    result = dump(path, deep=deep, max_batches=max_batches)
+    yield f"Dumping {result.file}"
+    for item in result.items:
+        records = item.pop("records", None)
+        yield " ".join(f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in item.items())
+        for r in records or []:
+            yield "| " + " ".join(f"{k}: {v}" for k, v in r.items())
+    for problem in result.problems:
+        yield f"ERROR: {problem}"
