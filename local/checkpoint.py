@@ -133,9 +133,11 @@ class CheckpointFile(Generic[T]):
 
     def read(self) -> list[T]:
         try:
-            text = self.path.read_text()
+            text = self.path.read_bytes().decode()
         except FileNotFoundError:
             return []
+        except UnicodeDecodeError as exc:
+            raise CorruptCheckpointError(f"{self.path}: not a text checkpoint ({exc})", path=str(self.path)) from None
         return decode_checkpoint(text, self._parse, str(self.path))
 
 

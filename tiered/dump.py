@@ -54,8 +54,8 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
         with OffsetIndex(path, base, writable=False, use_large_format=size == 12) as index:
             result.items.append({"entry_size": index.entry_size})
             entries = [index.entry(i) for i in range(index.entries)]
-        for e in entries:
-            result.items.append({"offset": e.offset, "position": e.position})
+        for op in entries:
+            result.items.append({"offset": op.offset, "position": op.position})
         if verify:
             _verify_offset_index(path, entries, result)
     elif kind == "time-index":
@@ -63,8 +63,8 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
 
         with TimeIndex(path, base, writable=False) as tindex:
             for i in range(tindex.entries):
-                e = tindex.entry(i)
-                result.items.append({"timestamp": e.timestamp, "offset": e.offset})
+                te = tindex.entry(i)
+                result.items.append({"timestamp": te.timestamp, "offset": te.offset})
     elif kind == "txn-index":
         from local.index import TransactionIndex
 
@@ -76,19 +76,19 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
         from local.producer_state import decode_snapshot
 
         try:
-            for e in decode_snapshot(path.read_bytes(), str(path)):
+            for se in decode_snapshot(path.read_bytes(), str(path)):
                 result.items.append({
-                    "producer_id": e.producer_id, "producer_epoch": e.producer_epoch, "last_sequence": e.last_sequence,
-                    "last_offset": e.last_offset, "offset_delta": e.offset_delta, "timestamp": e.timestamp,
-                    "coordinator_epoch": e.coordinator_epoch, "current_txn_first_offset": e.current_txn_first_offset,
+                    "producer_id": se.producer_id, "producer_epoch": se.producer_epoch, "last_sequence": se.last_sequence,
+                    "last_offset": se.last_offset, "offset_delta": se.offset_delta, "timestamp": se.timestamp,
+                    "coordinator_epoch": se.coordinator_epoch, "current_txn_first_offset": se.current_txn_first_offset,
                 })
         except KafkaStorageError as exc:
             result.problems.append(str(exc))
     elif kind == "leader-epoch-checkpoint":
         from local.checkpoint import decode_leader_epoch_checkpoint
 
-        for e in decode_leader_epoch_checkpoint(path.read_bytes(), str(path)):
-            result.items.append({"epoch": e.epoch, "start_offset": e.start_offset})
+        for ee in decode_leader_epoch_checkpoint(path.read_bytes(), str(path)):
+            result.items.append({"epoch": ee.epoch, "start_offset": ee.start_offset})
     elif kind == "partition-metadata":
         from local.checkpoint import PartitionMetadataFile, kafka_uuid_to_str
 

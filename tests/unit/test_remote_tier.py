@@ -1,0 +1,346 @@
+"""The remote tier end to end on the local-directory backend: copy, local retention, remote reads, restarts,
+crashes between copy steps, legacy 32-bit plugins, metadata rules and the RemoteIndexCache."""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+import uuid
+import warnings
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from local import LogConfig, LogManager
+from local.errors import CorruptIndexError
+from local.fetch import FetchIsolation
+from local.index import OffsetIndex
+from local.records import MemoryRecords, SimpleRecord
+from tiered import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteStorageManager,
+    TopicIdPartition,
+)
+from tiered.backends import load_rsm
+from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.cache.index_cache import RemoteIndexCache
+from tiered.errors import InvalidStateTransitionError, RemoteResourceNotFoundError, RemoteStorageError
+from tiered.metadata import RemoteLogMetadataStore
+from tiered.remote_log_manager import RemoteLogManager
+from tiered.rsm import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
+
+T0 = int(time.time() * 1000) - 60_000  # recent: remote retention.ms must not expire the data
+MIB = 1024 * 1024
+TOPIC_OVERRIDES = {"remote.storage.enable": "true", "local.retention.bytes": str(MIB)}
+
+
+def _props(tmp: Path) -> dict[str, str]:
+    return {
+        "log.dirs": str(tmp / "data"),
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "local",
+        "rsm.config.dir": str(tmp / "remote"),
+        "log.segment.bytes": str(MIB),
+    }
+
+
+def _value(i: int) -> bytes:
+    return (b"%08d" % i) * 25
+
+
+def _produce(log: object, n: int, start: int = 0) -> None:
+    for first in range(start, start + n, 100):
+        batch = [SimpleRecord(T0 + i, b"k%d" % i, _value(i)) for i in range(first, min(first + 100, start + n))]
+        log.append(MemoryRecords.build(batch))  # type: ignore[attr-defined]
+
+
+def _read_all(log: object) -> list[tuple[int, bytes | None]]:
+    out = []
+    offset = log.log_start_offset  # type: ignore[attr-defined]
+    while offset < log.log_end_offset:  # type: ignore[attr-defined]
+        info = log.read(offset, 256 * 1024)  # type: ignore[attr-defined]
+        got = False
+        for batch in info.records.batches():
+            for rec in batch.records():
+                if rec.offset >= offset:
+                    out.append((rec.offset, rec.value))
+                    got = True
+            offset = max(offset, batch.last_offset + 1)
+        if not got:
+            break
+    return out
+
+
+@pytest.fixture
+def manager(tmp_path: Path):  # type: ignore[no-untyped-def]
+    m = LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False)
+    yield m
+    m.close()
+
+
+def test_offload_local_retention_and_reads_through_both_tiers(manager: LogManager, tmp_path: Path) -> None:
+    log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)
+    _produce(log, 25_000)
+    assert log.number_of_segments() >= 4
+    rlm = manager.remote_tier
+    assert isinstance(rlm, RemoteLogManager)
+    # nothing is deleted locally before its remote copy is finished
+    assert manager.cleanup_logs() == 0
+    result = rlm.run_once(manager.all_logs())
+    assert result.segments_copied == log.number_of_segments() - 1
+    assert rlm.highest_offset_in_remote_storage(log) == log.active_segment.base_offset - 1
+    deleted = manager.cleanup_logs()
+    assert deleted > 0
+    assert log.log_start_offset == 0 < log.local_log_start_offset
+    assert _read_all(log) == [(i, _value(i)) for i in range(25_000)]
+    # every object of a copy is in the bucket under Kafka-style keys
+    keys = {p.relative_to(tmp_path / "remote").as_posix() for p in (tmp_path / "remote").rglob("*") if p.is_file()}
+    logs = [k for k in keys if k.endswith(".log")]
+    assert len(logs) == result.segments_copied
+    assert all(k.startswith("t-") and "/0/" in k for k in logs)
+    assert len([k for k in keys if k.endswith(".json")]) == 2 * result.segments_copied  # STARTED + FINISHED events
+    found = log.offset_for_timestamp(T0 + 5)
+    assert found is not None and found.offset == 5
+
+
+def test_remote_segments_found_from_the_bucket_after_restart(tmp_path: Path) -> None:
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as m:
+        log = m.get_or_create_log("t", 0, TOPIC_OVERRIDES)
+        _produce(log, 20_000)
+        m.remote_tier.run_once(m.all_logs())  # type: ignore[union-attr]
+        m.cleanup_logs()
+        local_start = log.local_log_start_offset
+    # a fresh manager and fresh caches: the remote view comes from the bucket alone
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as m:
+        log = m.get_log("t", 0)
+        assert log is not None
+        assert (log.log_start_offset, log.local_log_start_offset) == (0, local_start)
+        assert _read_all(log) == [(i, _value(i)) for i in range(20_000)]
+
+
+def test_remote_retention_advances_log_start(manager: LogManager) -> None:
+    log = manager.get_or_create_log("t", 0, {**TOPIC_OVERRIDES, "retention.bytes": str(3 * MIB)})
+    _produce(log, 25_000)
+    rlm = manager.remote_tier
+    assert isinstance(rlm, RemoteLogManager)
+    rlm.run_once(manager.all_logs())
+    assert log.log_start_offset > 0
+    remaining = rlm.finished_segments(rlm.topic_id_partition(log))
+    assert remaining and remaining[0].start_offset == log.log_start_offset
+    assert _read_all(log)[0][0] == log.log_start_offset
+
+
+class _FailingAfterLog(LocalDirRemoteStorageManager):
+    """Fails the copy after the .log was uploaded: the fault seam of the conformance tests."""
+
+    def put_file(self, key: str, path: Path) -> None:
+        super().put_file(key, path)
+        if key.endswith(".index"):
+            raise OSError("injected failure after upload")
+
+
+def test_failed_copy_leaves_no_orphans_and_next_pass_copies(tmp_path: Path) -> None:
+    config = LogConfig.from_properties(_props(tmp_path))
+    failing = _FailingAfterLog()
+    failing.configure({"dir": str(tmp_path / "remote")})
+    store = RemoteLogMetadataStore(failing)
+    cache = RemoteIndexCache(tmp_path / "data", failing.fetch_index)
+    rlm = RemoteLogManager(failing, store, cache)
+    with LogManager(config, remote_tier=rlm, start_scheduler=False) as m:
+        log = m.get_or_create_log("t", 0, TOPIC_OVERRIDES)
+        _produce(log, 12_000)
+        result = rlm.run_once(m.all_logs())
+        assert result.copy_errors == 1 and result.segments_copied == 0
+        data_objects = [p for p in (tmp_path / "remote").rglob("*") if p.is_file() and not p.name.endswith(".json")]
+        assert data_objects == []
+        states = {md.state for md in store.load(rlm.topic_id_partition(log)).values()}
+        assert states == {RemoteLogSegmentState.DELETE_SEGMENT_FINISHED}
+        assert m.cleanup_logs() == 0  # nothing local may go: no finished copy
+
+
+def test_stale_started_copy_after_a_crash_is_cleaned(tmp_path: Path) -> None:
+    rsm = load_rsm("local", {"dir": str(tmp_path / "remote")})
+    store = RemoteLogMetadataStore(rsm)  # type: ignore[arg-type]
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, T0, 0, T0, 100, {0: 0})
+    store.add_remote_log_segment_metadata(md)
+    rsm.put_bytes(f"t-x/0/{md.start_offset:020d}-orphan.log", b"x")  # type: ignore[attr-defined]
+    fresh = RemoteLogMetadataStore(rsm)  # type: ignore[arg-type]
+    assert [s.remote_log_segment_id for s in fresh.find_stale_copies(tip)] == [md.remote_log_segment_id]
+    assert fresh.readable_segments(tip) == []
+
+
+def test_state_transitions_and_idempotent_repeats(tmp_path: Path) -> None:
+    S = RemoteLogSegmentState
+    assert S.is_valid_transition(None, S.COPY_SEGMENT_STARTED)
+    assert S.is_valid_transition(S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_STARTED)
+    assert S.is_valid_transition(S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)
+    assert not S.is_valid_transition(S.COPY_SEGMENT_FINISHED, S.COPY_SEGMENT_STARTED)
+    assert not S.is_valid_transition(None, S.COPY_SEGMENT_FINISHED)
+    assert not S.is_valid_transition(S.DELETE_SEGMENT_FINISHED, S.DELETE_SEGMENT_STARTED)
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, T0, 0, T0, 100, {0: 0})
+    with pytest.raises(InvalidStateTransitionError):
+        md.create_with_updates(RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, T0, None, S.DELETE_SEGMENT_FINISHED, 0))
+
+
+def test_segment_size_clamped_to_int32_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    with caplog.at_level(logging.WARNING):
+        md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, T0, 0, T0, 3 * 2**30, {0: 0})
+    assert md.segment_size_in_bytes == 2**31 - 1
+    assert "int32" in caplog.text
+
+
+def test_plugin_with_neither_fetch_variant_is_refused() -> None:
+    with pytest.raises(TypeError, match="neither fetch_log_segment"):
+
+        class Broken(RemoteStorageManager):
+            def copy_log_segment_data(self, metadata, segment_data):  # type: ignore[no-untyped-def]
+                return None
+
+
+class Legacy32(RemoteStorageManager):
+    """A plugin written against the deprecated 32-bit fetch only."""
+
+    def __init__(self) -> None:
+        self.inner = LocalDirRemoteStorageManager()
+
+    def configure(self, props):  # type: ignore[no-untyped-def]
+        self.inner.configure(props)
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
+        return self.inner.copy_log_segment_data(metadata, segment_data)
+
+    def fetch_log_segment_int32(self, metadata, start_position, end_position=None) -> IO[bytes]:  # type: ignore[no-untyped-def]
+        return self.inner.fetch_log_segment(metadata, start_position, end_position)
+
+    def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> IO[bytes]:
+        return self.inner.fetch_index(metadata, index_type)
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self.inner.delete_log_segment_data(metadata)
+
+
+def test_legacy_32_bit_plugin_end_to_end(tmp_path: Path) -> None:
+    rsm = Legacy32()
+    rsm.configure({"dir": str(tmp_path / "remote")})
+    store = RemoteLogMetadataStore(rsm.inner)
+    rlm = RemoteLogManager(rsm, store, RemoteIndexCache(tmp_path / "data", rsm.fetch_index))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # the default 64-bit path must not warn
+        with LogManager(LogConfig.from_properties(_props(tmp_path)), remote_tier=rlm, start_scheduler=False) as m:
+            log = m.get_or_create_log("t", 0, TOPIC_OVERRIDES)
+            _produce(log, 12_000)
+            rlm.run_once(m.all_logs())
+            m.cleanup_logs()
+            assert log.local_log_start_offset > 0
+            assert _read_all(log) == [(i, _value(i)) for i in range(12_000)]
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, T0, 0, T0, 100, {0: 0})
+    with pytest.raises(RemoteStorageError, match="32-bit"):
+        rsm.fetch_log_segment(md, 2**31, 2**31 + 10)
+
+
+def test_local_dir_backend_contract(tmp_path: Path) -> None:
+    rsm = load_rsm("local", {"dir": str(tmp_path / "remote"), "prefix": "pfx"})
+    tip = TopicIdPartition(uuid.uuid4(), "t", 3)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 100, 199, T0, 0, T0, 10, {0: 100})
+    seg = tmp_path / "seg"
+    seg.mkdir()
+    (seg / "a.log").write_bytes(bytes(range(256)) * 4)
+    for name in ("a.index", "a.timeindex", "a.snapshot"):
+        (seg / name).write_bytes(b"")
+    data = LogSegmentData(seg / "a.log", seg / "a.index", seg / "a.timeindex", None, seg / "a.snapshot", b"0\n0\n")
+    rsm.copy_log_segment_data(md, data)
+    rsm.copy_log_segment_data(md, data)  # idempotent
+    assert rsm.fetch_log_segment(md, 10, 19).read() == (bytes(range(256)) * 4)[10:20]
+    assert rsm.fetch_log_segment(md, 1000).read() == (bytes(range(256)) * 4)[1000:]
+    assert rsm.fetch_index(md, IndexType.LEADER_EPOCH).read() == b"0\n0\n"
+    with pytest.raises(RemoteResourceNotFoundError):
+        rsm.fetch_index(md, IndexType.TRANSACTION)
+    keys = [p.relative_to(tmp_path / "remote").as_posix() for p in (tmp_path / "remote").rglob("*") if p.is_file()]
+    assert all(k.startswith("pfx/t-") and "/3/00000000000000000100-" in k for k in keys)
+    rsm.delete_log_segment_data(md)
+    rsm.delete_log_segment_data(md)  # gone is not an error
+    assert not [p for p in (tmp_path / "remote").rglob("*") if p.is_file()]
+
+
+def _md(start: int) -> RemoteLogSegmentMetadata:
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), start, start + 999, T0, 0, T0, 10, {0: start})
+
+
+def _index_bytes(tmp: Path, base: int, large: bool, name: str) -> bytes:
+    idx = OffsetIndex(tmp / name, base, 4096, use_large_format=large)
+    for i in range(1, 49):
+        idx.append(base + i * 10, i * 4096 * (2**20 if large else 1))
+    idx.close()
+    return (tmp / name).read_bytes()
+
+
+def test_index_cache_reads_8_and_12_byte_indexes_from_one_bucket(tmp_path: Path) -> None:
+    legacy, large = _md(0), _md(1000)
+    blobs = {
+        legacy.remote_log_segment_id.id: _index_bytes(tmp_path, 0, False, "l.index"),
+        large.remote_log_segment_id.id: _index_bytes(tmp_path, 1000, True, "g.index"),
+    }
+    calls: list[IndexType] = []
+
+    def fetch(md: RemoteLogSegmentMetadata, kind: IndexType) -> IO[bytes]:
+        calls.append(kind)
+        if kind is IndexType.OFFSET:
+            return io.BytesIO(blobs[md.remote_log_segment_id.id])
+        if kind is IndexType.TRANSACTION:
+            raise RemoteResourceNotFoundError("no txn index")
+        return io.BytesIO(b"")
+
+    with RemoteIndexCache(tmp_path / "cache", fetch) as cache:
+        assert cache.lookup_offset(legacy, 105) == 10 * 4096
+        assert cache.lookup_offset(large, 1105) == 10 * 4096 * 2**20  # past 4 GiB: 12-byte entries
+        n = len(calls)
+        assert cache.lookup_offset(legacy, 50) == 5 * 4096
+        assert len(calls) == n and cache.hits >= 1  # a hit: no new fetch
+        names = sorted(p.name for p in (tmp_path / "cache" / "remote-log-index-cache").iterdir())
+        assert f"0_{names[0].split('_', 1)[1].split('.')[0]}.index" in names
+    # restart: entries come back from disk without fetching
+    calls.clear()
+    with RemoteIndexCache(tmp_path / "cache", fetch) as cache:
+        assert len(cache) == 2
+        assert cache.lookup_offset(large, 1480) == 48 * 4096 * 2**20
+        assert calls == []
+
+
+def test_index_cache_evicts_by_bytes_and_refetches_corrupt(tmp_path: Path) -> None:
+    mds = [_md(i * 1000) for i in range(4)]
+    blob = {md.remote_log_segment_id.id: _index_bytes(tmp_path, md.start_offset, False, f"{i}.index") for i, md in enumerate(mds)}
+
+    def fetch(md: RemoteLogSegmentMetadata, kind: IndexType) -> IO[bytes]:
+        return io.BytesIO(blob[md.remote_log_segment_id.id] if kind is IndexType.OFFSET else b"")
+
+    with RemoteIndexCache(tmp_path / "cache", fetch, max_size_bytes=2 * 48 * 8) as cache:
+        for md in mds:
+            cache.lookup_offset(md, md.start_offset + 100)
+        assert len(cache) == 2 and cache.evictions == 2
+    bad = _md(0)
+    blob[bad.remote_log_segment_id.id] = b"\x00" * 10  # 10 bytes: no whole entry in either format
+    with RemoteIndexCache(tmp_path / "cache2", fetch) as cache, pytest.raises(CorruptIndexError, match="fetched from the store"):
+        cache.lookup_offset(bad, 10)
+
+
+def test_txn_committed_reads_from_remote_carry_aborted_transactions(manager: LogManager) -> None:
+    log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)
+    log.append(MemoryRecords.build([SimpleRecord(T0, None, b"a" * 100)], producer_id=1, producer_epoch=0,
+                                   base_sequence=0, is_transactional=True))
+    log.append(MemoryRecords.end_transaction_marker(1, 0, commit=False, timestamp=T0))
+    _produce(log, 12_000)
+    manager.remote_tier.run_once(manager.all_logs())  # type: ignore[union-attr]
+    manager.cleanup_logs()
+    assert log.local_log_start_offset > 0
+    info = log.read(0, 64 * 1024, isolation=FetchIsolation.TXN_COMMITTED)
+    assert [(t.producer_id, t.first_offset) for t in info.aborted_transactions] == [(1, 0)]
