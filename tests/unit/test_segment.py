@@ -1,0 +1,223 @@
+"""LogSegment and FileRecords: the cases of Kafka's LogSegmentTest and FileRecordsTest that apply."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from local.errors import CorruptRecordError, LegacyIndexPositionOverflowError, LogSegmentOffsetOverflowError
+from local.file_records import FileRecords
+from local.records import MemoryRecords, SimpleRecord
+from local.segment import LogSegment, RollParams
+from local.segments import LogSegments
+
+T0 = 1_700_000_000_000
+
+
+def batch(offset: int, *values: bytes, ts: int = T0, epoch: int = 0) -> MemoryRecords:
+    return MemoryRecords.build([SimpleRecord(ts + i, None, v) for i, v in enumerate(values)], base_offset=offset,
+                               partition_leader_epoch=epoch)
+
+
+def seg(tmp: Path, base: int = 40, interval: int = 10, **kw: object) -> LogSegment:
+    return LogSegment.open(tmp, base, index_interval_bytes=interval, max_index_size=1000, **kw)  # type: ignore[arg-type]
+
+
+def fill(s: LogSegment, start: int, n: int, size: int = 10) -> None:
+    for off in range(start, start + n):
+        s.append(off, batch(off, b"x" * size, ts=T0 + off))
+
+
+def test_read_before_first_offset_after_last_and_from_gap(tmp_path: Path) -> None:
+    s = seg(tmp_path)
+    s.append(41, batch(40, b"hello", b"there"))
+    info = s.read(39, 300)
+    assert info is not None and [b.base_offset for b in info.records.batches()] == [40]
+    assert s.read(52, 200) is None  # past the last offset
+    s.append(52, batch(50, b"a", b"b", b"c"))
+    info = s.read(45, 300)  # a gap: the next batch is returned
+    assert info is not None and [b.base_offset for b in info.records.batches()] == [50]
+
+
+def test_min_one_message_and_max_position(tmp_path: Path) -> None:
+    s = seg(tmp_path)
+    fill(s, 40, 5, size=100)
+    one = s.read(40, 1, min_one_message=True)
+    assert one is not None and len(list(one.records.batches())) == 1
+    assert s.read(40, 1, min_one_message=False).records.size_in_bytes == 1  # type: ignore[union-attr]
+    first = s.translate_offset(42)
+    assert first is not None
+    bounded = s.read(40, 10_000, max_position=first.position)
+    assert [b.last_offset for b in bounded.records.batches()] == [40, 41]  # type: ignore[union-attr]
+
+
+def test_truncate_and_reload_largest_timestamp_and_next_offset(tmp_path: Path) -> None:
+    s = seg(tmp_path)
+    fill(s, 40, 30)
+    assert s.read_next_offset() == 70
+    assert s.truncate_to(55) > 0
+    assert s.read_next_offset() == 55
+    assert s.max_timestamp_so_far == T0 + 54
+    assert s.offset_index.last_offset < 55
+    fill(s, 55, 5)
+    assert s.read_next_offset() == 60
+
+
+def test_truncate_empty_segment_resets_roll_clock(tmp_path: Path) -> None:
+    clock = [1000]
+    s = seg(tmp_path, time=lambda: clock[0])
+    fill(s, 40, 1)
+    clock[0] = 5000
+    s.truncate_to(40)
+    assert s.size == 0
+    assert s.created == 5000 and s.rolling_based_timestamp is None
+
+
+def test_find_offset_by_timestamp(tmp_path: Path) -> None:
+    s = seg(tmp_path)
+    fill(s, 40, 30)
+    found = s.find_offset_by_timestamp(T0 + 57)
+    assert found is not None and (found.timestamp, found.offset) == (T0 + 57, 57)
+    assert s.find_offset_by_timestamp(T0 + 500) is None
+
+
+@pytest.mark.parametrize("damage", ["index", "timeindex"])
+def test_recovery_fixes_corrupt_indexes(tmp_path: Path, damage: str) -> None:
+    s = seg(tmp_path)
+    fill(s, 40, 50)
+    s.on_become_inactive_segment()
+    good_index = s.offset_index_path.read_bytes()
+    s.close()
+    path = tmp_path / f"00000000000000000040.{damage}"
+    data = bytearray(path.read_bytes())
+    data[4:12] = b"\xff" * 8
+    path.write_bytes(bytes(data))
+    again = seg(tmp_path, file_already_exists=True)
+    assert again.recover() == 0
+    again.offset_index.trim_to_valid_size()
+    assert again.offset_index_path.read_bytes() == good_index
+    again.sanity_check(False)
+    for off in range(40, 90):
+        found = again.translate_offset(off)
+        assert found is not None and found.offset == off
+
+
+def test_recovery_truncates_at_corrupt_batch(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    s = seg(tmp_path)
+    fill(s, 40, 20)
+    pos = s.translate_offset(50)
+    assert pos is not None
+    os.pwrite(s.log.fd, b"\x00\x01\x02", pos.position + 40)  # inside batch 50, past its header
+    truncated = s.recover()
+    assert truncated == s.log.size_in_bytes + truncated - pos.position and truncated > 0
+    assert s.read_next_offset() == 50
+    assert "position" in caplog.text
+
+
+def test_recovery_of_golden_segment_rebuilds_kafkas_index(golden_dir: Path) -> None:
+    d = golden_dir / "__cluster_metadata-0"
+    original = (d / "00000000000000000000.index").read_bytes()
+    (d / "00000000000000000000.index").unlink()
+    s = LogSegment.open(d, 0, index_interval_bytes=4096, file_already_exists=True)
+    assert s.recover() == 0
+    s.offset_index.trim_to_valid_size()
+    rebuilt = (d / "00000000000000000000.index").read_bytes()
+    # Kafka wrote (56, 4123) while appending; after a restart its counter started again, so recovery, which
+    # counts from position 0, also adds the entry that the uninterrupted interval rule gives past 8219.
+    assert rebuilt[:8] == original
+    starts = {b.position: b for b in s.log.batches()}
+    for i in range(s.offset_index.entries):
+        e = s.offset_index.entry(i)
+        assert e.position in starts and starts[e.position].last_offset == e.offset
+    assert s.read_next_offset() == 116
+
+
+def test_offset_overflow_refused(tmp_path: Path) -> None:
+    s = seg(tmp_path, base=0)
+    with pytest.raises(LogSegmentOffsetOverflowError, match="int32"):
+        s.append(2**31, batch(2**31, b"x"))
+
+
+def test_should_roll_by_size_time_and_full_index(tmp_path: Path) -> None:
+    s = seg(tmp_path, roll_jitter_ms=100)
+    fill(s, 40, 3)
+    params = dict(max_segment_bytes=10**9, max_timestamp_in_messages=T0 + 40, max_offset_in_messages=43,
+                  messages_size=10, now_ms=0, max_segment_ms=10**9)
+    assert not s.should_roll(RollParams(**params))  # type: ignore[arg-type]
+    assert s.should_roll(RollParams(**{**params, "max_segment_bytes": s.size + 5}))  # type: ignore[arg-type]
+    # time is measured from the first batch's timestamp, minus the jitter
+    assert s.should_roll(RollParams(**{**params, "max_segment_ms": 1000, "max_timestamp_in_messages": T0 + 40 + 950}))  # type: ignore[arg-type]
+    assert not s.should_roll(RollParams(**{**params, "max_segment_ms": 1000, "max_timestamp_in_messages": T0 + 40 + 850}))  # type: ignore[arg-type]
+    assert s.should_roll(RollParams(**{**params, "max_offset_in_messages": 40 + 2**31}))  # type: ignore[arg-type]
+
+
+def test_file_records_torn_tail_and_bad_size(tmp_path: Path) -> None:
+    fr = FileRecords.open(tmp_path / "x.log")
+    fr.append(batch(0, b"a"))
+    fr.append(batch(1, b"b"))
+    whole = fr.size_in_bytes
+    fr.append(bytes(batch(2, b"c"))[:-5])
+    assert [b.base_offset for b in fr.batches()] == [0, 1]  # the torn tail ends iteration
+    fr.truncate_to(whole)
+    fr.append(b"\x00" * 8 + (5).to_bytes(4, "big") + b"\x00" * 20)
+    with pytest.raises(CorruptRecordError, match=f"position {whole}"):
+        list(fr.batches())
+    fr.close()
+
+
+def test_file_records_slices_and_search(tmp_path: Path) -> None:
+    fr = FileRecords.open(tmp_path / "x.log")
+    positions = []
+    for off in range(0, 30, 3):
+        positions.append(fr.size_in_bytes)
+        fr.append(batch(off, b"a", b"b", b"c"))
+    found = fr.search_for_offset_from_position(10, 0)
+    assert found is not None and (found.offset, found.position) == (11, positions[3])
+    sl = fr.slice(positions[2], positions[5] - positions[2])
+    assert [b.base_offset for b in sl.batches()] == [6, 9, 12]
+    assert bytes(sl) == fr.read(positions[2], positions[5] - positions[2])
+    ts = fr.search_for_timestamp(T0 + 1, 0, 4)
+    assert ts is not None and ts.offset == 4
+    assert fr.largest_timestamp_after(0).timestamp == T0 + 2
+
+
+def test_sparse_segment_past_4_gib_through_a_12_byte_index(tmp_path: Path) -> None:
+    s = LogSegment.open(tmp_path, 0, index_interval_bytes=0, use_large_index=True)
+    s.append(0, batch(0, b"first"))
+    # a hole up to 5 GiB: the next batch starts past 2^32 (sparse: nothing is written in between)
+    hole_end = 5 * 2**30
+    os.ftruncate(s.log.fd, hole_end)
+    s.log._size = hole_end
+    s.append(1, batch(1, b"far away"))
+    s.append(2, batch(2, b"further"))
+    entry = s.offset_index.lookup(2)
+    assert entry.offset == 2 and entry.position > 2**32
+    found = s.translate_offset(2)
+    assert found is not None and found.position > 2**32
+    info = s.read(2, 1000)
+    assert info is not None and [r.value for b in info.records.batches() for r in b.records()] == [b"further"]
+    assert s.offset_index.entry_size == 12
+    legacy = LogSegment.open(tmp_path / "legacy", 0, index_interval_bytes=0) if (tmp_path / "legacy").mkdir() is None else None
+    assert legacy is not None
+    legacy.append(0, batch(0, b"x"))
+    os.ftruncate(legacy.log.fd, 2**31 + 10)
+    legacy.log._size = 2**31 + 10
+    with pytest.raises(LegacyIndexPositionOverflowError, match="features upgrade"):
+        legacy.append(1, batch(1, b"y"))
+
+
+def test_log_segments_floor_higher_and_values(tmp_path: Path) -> None:
+    segs = LogSegments()
+    for base in (0, 100, 200):
+        (tmp_path / str(base)).mkdir()
+        segs.add(LogSegment.open(tmp_path / str(base), base))
+    assert segs.floor_segment(150).base_offset == 100  # type: ignore[union-attr]
+    assert segs.higher_segment(100).base_offset == 200  # type: ignore[union-attr]
+    assert segs.lower_segment(100).base_offset == 0  # type: ignore[union-attr]
+    assert [s.base_offset for s in segs.values(150, 250)] == [100, 200]
+    assert [s.base_offset for s in segs.values(0, 100)] == [0]
+    assert segs.active_segment.base_offset == 200  # type: ignore[union-attr]
+    segs.remove(100)
+    assert segs.base_offsets() == [0, 200]
