@@ -38,8 +38,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from local import filenames, metrics
 from local.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageIOError
+from local.index.detect import SAMPLE_ENTRIES, reading_is_valid
+from local.index.entries import (
+    LARGE_OFFSET_DTYPE,
+    LARGE_OFFSET_ENTRY_SIZE,
+    LEGACY_OFFSET_DTYPE,
+    LEGACY_OFFSET_ENTRY_SIZE,
+    TIME_DTYPE,
+    TIME_ENTRY_SIZE,
+)
 from local.scheduler import SYSTEM_TIME, Time
 from local.segment import LogSegment
 from local.segments import LogSegments
@@ -261,34 +272,39 @@ class LogLoader:
         )
 
     def _open_and_check(self, base: int, names: Collection[str]) -> tuple[LogSegment, str | None]:
-        """Phase 1 for one segment: open it and sanity-check it. Returns the segment and, when it must be
-        recovered, why. ``names`` is the directory listing (one stat per segment saved)."""
-        prefix = filenames.filename_prefix_from_offset(base)
-        time_index_newly_created = prefix + filenames.TIME_INDEX_FILE_SUFFIX not in names
-        if prefix + filenames.INDEX_FILE_SUFFIX not in names:
-            return self._open_segment(base), "missing"
-        segment: LogSegment | None = None
-        try:
-            segment = self._open_segment(base)
-            segment.sanity_check(time_index_newly_created)
-        except CorruptIndexError as exc:
-            # Some corruption stops an index from even opening (an ambiguous 8/12-byte file that reads validly
-            # neither way): drop the index files so recovery rebuilds them; it resets all three anyway.
-            if segment is not None:
-                segment.close_handlers()
-            for index_file in self._index_files(base):
-                index_file.unlink(missing_ok=True)
-            return self._open_segment(base), f"corrupt index ({exc})"
-        except FileNotFoundError:
-            return segment or self._open_segment(base), "missing"
-        return segment, None
+        """Phase 1 for one segment: open it and sanity-check its index files. Returns the segment and, when it
+        must be recovered, why ("missing" or what is corrupt). ``names`` is the directory listing.
 
-    def _index_files(self, base: int) -> list[Path]:
-        return [
-            filenames.offset_index_file(self.dir, base),
-            filenames.time_index_file(self.dir, base),
-            filenames.transaction_index_file(self.dir, base),
-        ]
+        The indexes are checked from their bytes, not through the segment's lazy indexes: mapping every index
+        of a partition at startup would cost two descriptors a segment (an mmap holds one) and exhaust the
+        limit at a few thousand segments; they stay unloaded until first used, as in Kafka.
+        """
+        prefix = filenames.filename_prefix_from_offset(base)
+        segment = self._open_segment(base)
+        if prefix + filenames.INDEX_FILE_SUFFIX not in names:
+            return segment, "missing"
+        time_index = filenames.time_index_file(self.dir, base)
+        if prefix + filenames.TIME_INDEX_FILE_SUFFIX not in names:
+            # Kafka resizes a newly created time index to 0: an empty file, not a preallocated one.
+            os.close(os.open(time_index, os.O_WRONLY | os.O_CREAT, 0o644))
+        requested = LARGE_OFFSET_ENTRY_SIZE if self.use_large_index else LEGACY_OFFSET_ENTRY_SIZE
+        offset_index = filenames.offset_index_file(self.dir, base)
+        problem = check_offset_index(_read(offset_index), base, segment.size, requested)
+        if problem is not None:
+            problem = f"{offset_index.name}: {problem}"
+        elif (problem := check_time_index(_read(time_index))) is not None:
+            problem = f"{time_index.name}: {problem}"
+        elif prefix + filenames.TXN_INDEX_FILE_SUFFIX in names:
+            try:
+                segment.txn_index.sanity_check()
+            except CorruptIndexError as exc:
+                problem = str(exc)
+        if problem is None:
+            return segment, None
+        # Recovery resets the indexes, but an offset index that fits neither entry size cannot even be opened.
+        offset_index.unlink(missing_ok=True)
+        time_index.unlink(missing_ok=True)
+        return segment, f"corrupt index ({problem})"
 
     def _load_segment_files(self) -> None:
         files = self._files()
@@ -323,16 +339,17 @@ class LogLoader:
         for segment, reason in results:
             if reason is None:
                 continue
-            path = filenames.log_file(self.dir, segment.base_offset).name
+            log_name = filenames.log_file(self.dir, segment.base_offset).name
             if reason == "missing":
-                message = f"offset index of {path} is missing: recovering the segment and rebuilding its index files"
-                if self.had_clean_shutdown or segment.base_offset < self.recovery_point:
-                    self._warn(message)
-                else:
-                    logger.info("%s: %s", self.dir.name, message)  # expected for unflushed segments
+                message = f"offset index of {log_name} is missing: recovering the segment and rebuilding its index files"
             else:
-                self._warn(f"{reason}; recovering {path} and rebuilding its index files")
-            if segment.base_offset not in recovered_later:
+                message = f"{reason}; recovering {log_name} and rebuilding its index files"
+            if segment.base_offset in recovered_later:
+                # Unflushed indexes after a crash (a preallocated tail of zeros, a missing file) are expected, and
+                # unclean recovery rebuilds them anyway: Kafka does not warn about these either.
+                logger.info("%s: %s (expected after an unclean shutdown)", self.dir.name, message)
+            else:
+                self._warn(message)
                 self._recover_segment(segment)
 
     def _unflushed_bases(self) -> set[int]:
@@ -506,6 +523,71 @@ class LogLoader:
     def _warn(self, message: str) -> None:
         logger.warning("%s: %s", self.dir.name, message)
         self.stats.warnings.append(message)
+
+
+def _read(path: Path) -> bytes:
+    """The whole file in one descriptor's lifetime (b"" when missing)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return b""
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 24):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def check_offset_index(data: bytes, base_offset: int, log_size: int, requested_entry_size: int) -> str | None:
+    """What is wrong with the bytes of an offset index (None when nothing): ``OffsetIndex.sanity_check`` plus
+    the segment's check that the last entry points inside the log, without mapping the file. The entry size is
+    decided as ``detect_entry_size`` decides it, from the same bytes."""
+    length = len(data)
+    if length == 0:
+        return None
+    by_large, by_legacy = length % LARGE_OFFSET_ENTRY_SIZE == 0, length % LEGACY_OFFSET_ENTRY_SIZE == 0
+    if by_large and by_legacy:
+        sample = data[: SAMPLE_ENTRIES * LARGE_OFFSET_ENTRY_SIZE]
+        legacy_ok = reading_is_valid(sample, LEGACY_OFFSET_ENTRY_SIZE, log_size)
+        large_ok = reading_is_valid(sample, LARGE_OFFSET_ENTRY_SIZE, log_size)
+        if not (legacy_ok or large_ok):
+            return f"offset index of {length} bytes reads validly neither as 8-byte nor as 12-byte entries"
+        entry_size = requested_entry_size if legacy_ok and large_ok else (LEGACY_OFFSET_ENTRY_SIZE if legacy_ok else LARGE_OFFSET_ENTRY_SIZE)
+    elif by_large or by_legacy:
+        entry_size = LARGE_OFFSET_ENTRY_SIZE if by_large else LEGACY_OFFSET_ENTRY_SIZE
+    else:
+        return f"offset index of {length} bytes is not a whole number of 8- or 12-byte entries"
+    entries = np.frombuffer(data, LARGE_OFFSET_DTYPE if entry_size == LARGE_OFFSET_ENTRY_SIZE else LEGACY_OFFSET_DTYPE)
+    rel, pos = entries["rel"].astype(np.int64), entries["pos"].astype(np.int64)
+    bad = (rel < 0) | (pos < 0)
+    bad[1:] |= (rel[1:] <= rel[:-1]) | (pos[1:] < pos[:-1])
+    if bad.any():
+        n = int(bad.argmax())
+        return (
+            f"offset index entry {n} ({base_offset + int(rel[n])} -> {int(pos[n])}) is negative or not above the "
+            "entry before it"
+        )
+    if int(pos[-1]) >= log_size:
+        return f"the last offset index entry points at position {int(pos[-1])}, past the log's {log_size} bytes"
+    return None
+
+
+def check_time_index(data: bytes) -> str | None:
+    """What is wrong with the bytes of a time index (None when nothing), as ``TimeIndex.sanity_check`` sees it."""
+    if len(data) % TIME_ENTRY_SIZE:
+        return f"time index of {len(data)} bytes is not a whole number of {TIME_ENTRY_SIZE}-byte entries"
+    if not data:
+        return None
+    entries = np.frombuffer(data, TIME_DTYPE)
+    ts, rel = entries["ts"].astype(np.int64), entries["rel"].astype(np.int64)
+    bad = rel < 0
+    bad[1:] |= (ts[1:] <= ts[:-1]) | (rel[1:] < rel[:-1])
+    if bad.any():
+        n = int(bad.argmax())
+        return f"time index entry {n} ({int(ts[n])} -> +{int(rel[n])}) is negative or goes backwards"
+    return None
 
 
 def _base_offset(path: Path) -> int | None:
