@@ -1,0 +1,226 @@
+"""``tiered status``: what each data dir holds and how the next startup will treat it, without loading anything.
+
+Status must not change recovery behaviour, so it never opens a log: loading would rebuild indexes, truncate torn
+tails and delete the clean-shutdown marker. It reads files only: the clean-shutdown marker, the recovery-point and
+log-start-offset checkpoints, the last load report (``tiered-load-stats.json``, when the broker wrote one), and per
+partition the segment files' names and sizes. The log end offset comes from the batch headers after the last
+offset index entry of the newest segment (CRCs are not checked: an unclean start may still truncate there).
+Nothing is written and no lock is taken.
+
+Per data dir: clean shutdown or not (recovery pending), the last load's counters; per partition: segments, bytes,
+log start offset, log end offset, recovery point, leftover ``.swap``/``.cleaned``/``.deleted`` files.
+Exit codes: 0 ok, 1 a data dir is missing or a checkpoint is corrupt, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiered.commands._common import add_config_arguments, load_config
+
+_BATCH_HEAD = struct.Struct(">qi")  # baseOffset i64, batchLength i32 (bytes after this field)
+_LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of a v2 batch
+_HEADER_BYTES = 61
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--topic", "-t", help="only the partitions of this topic")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(args)
+    dirs = [dir_status(Path(d), args.topic) for d in config.log_dirs]
+    if args.json:
+        print(json.dumps({"data_dirs": dirs}, indent=2, sort_keys=True))
+    else:
+        print_text(dirs)
+    return 1 if any(d["problems"] for d in dirs) else 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+
+
+def dir_status(data_dir: Path, topic: str | None = None) -> dict[str, Any]:
+    """The status of one data dir, as a JSON-ready dict (see the module docstring)."""
+    from local import filenames, metrics
+
+    out: dict[str, Any] = {"path": str(data_dir), "problems": [], "partitions": []}
+    if not data_dir.is_dir():
+        out["problems"].append("missing" if not data_dir.exists() else "not a directory")
+        return out
+    marker = data_dir / filenames.CLEAN_SHUTDOWN_FILENAME
+    out["clean_shutdown"] = marker.exists()
+    if marker.exists():
+        try:
+            out["broker_epoch"] = json.loads(marker.read_text()).get("brokerEpoch")
+        except (OSError, ValueError, AttributeError):
+            out["problems"].append(f"unreadable {marker.name}")
+    recovery_points = _checkpoint(data_dir / filenames.RECOVERY_POINT_CHECKPOINT_FILENAME, out["problems"])
+    start_offsets = _checkpoint(data_dir / filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME, out["problems"])
+    out["last_load"] = metrics.read_load_report(data_dir)
+    for child in sorted(data_dir.iterdir()):
+        try:
+            name = filenames.parse_partition_dir_name(child.name)
+        except ValueError:
+            continue
+        if not child.is_dir() or (topic is not None and name[0] != topic):
+            continue
+        out["partitions"].append(
+            partition_status(child, recovery_points.get(name), start_offsets.get(name, 0))
+        )
+    return out
+
+
+def _checkpoint(path: Path, problems: list[str]) -> dict[tuple[str, int], int]:
+    from local.checkpoint import OffsetCheckpointFile
+    from local.errors import KafkaStorageError
+
+    if not path.exists():
+        return {}
+    try:
+        return dict(OffsetCheckpointFile(path).read())
+    except (KafkaStorageError, OSError, ValueError) as exc:
+        # The broker treats it as absent: every segment will be recovered at the next unclean start.
+        problems.append(f"corrupt {path.name}: {exc}")
+        return {}
+
+
+def partition_status(partition_dir: Path, recovery_point: int | None, checkpoint_start: int) -> dict[str, Any]:
+    """Segments, sizes and offsets of one partition dir, from its files only."""
+    from local import filenames
+
+    segments: list[tuple[int, int]] = []
+    transient: list[str] = []
+    snapshots = 0
+    for entry in sorted(os.scandir(partition_dir), key=lambda e: e.name):
+        if not entry.is_file():
+            continue
+        name = entry.name
+        if name.endswith(filenames.TRANSIENT_SUFFIXES):
+            transient.append(name)
+        elif name.endswith(filenames.LOG_FILE_SUFFIX):
+            try:
+                segments.append((filenames.offset_from_file_name(name), entry.stat().st_size))
+            except ValueError:
+                continue
+        elif name.endswith(filenames.PRODUCER_SNAPSHOT_FILE_SUFFIX):
+            snapshots += 1
+    out: dict[str, Any] = {
+        "partition": partition_dir.name,
+        "segments": len(segments),
+        "size_bytes": sum(size for _, size in segments),
+        "recovery_point": recovery_point,
+        "producer_snapshots": snapshots,
+        "transient_files": transient,
+    }
+    if segments:
+        last_base = segments[-1][0]
+        out["log_start_offset"] = max(checkpoint_start, segments[0][0])
+        out["log_end_offset"] = log_end_from_files(partition_dir, last_base)
+        out["active_segment"] = last_base
+    else:
+        out["log_start_offset"] = out["log_end_offset"] = checkpoint_start
+    return out
+
+
+def log_end_from_files(partition_dir: Path, base_offset: int) -> int:
+    """The offset after the last whole batch of segment ``base_offset``: start at the last sane offset index
+    entry and walk the batch headers with ``os.pread`` (no CRC checks)."""
+    from local import filenames
+
+    log_path = filenames.log_file(partition_dir, base_offset)
+    size = log_path.stat().st_size
+    position = _last_index_position(filenames.offset_index_file(partition_dir, base_offset), size)
+    end = base_offset
+    fd = os.open(log_path, os.O_RDONLY)
+    try:
+        while position + _HEADER_BYTES <= size:
+            head = os.pread(fd, 27, position)
+            batch_base, length = _BATCH_HEAD.unpack_from(head)
+            (delta,) = _LAST_OFFSET_DELTA.unpack_from(head, 23)
+            batch_size = 12 + length
+            if length < _HEADER_BYTES - 12 or position + batch_size > size or batch_base < end or delta < 0:
+                break  # a torn or corrupt tail: recovery will cut it
+            end = batch_base + delta + 1
+            position += batch_size
+    finally:
+        os.close(fd)
+    return end
+
+
+def _last_index_position(index_path: Path, log_size: int) -> int:
+    """The position of the last entry of the leading run of sane offset index entries (0 when none)."""
+    from local.errors import KafkaStorageError
+    from local.index import detect_entry_size
+
+    try:
+        entry_size = detect_entry_size(index_path, 8)
+        raw = index_path.read_bytes()
+    except (KafkaStorageError, OSError):
+        return 0
+    dtype = np.dtype([("rel", ">i4"), ("pos", ">i4" if entry_size == 8 else ">i8")])
+    entries = np.frombuffer(raw[: len(raw) - len(raw) % entry_size], dtype=dtype)
+    if entries.size == 0:
+        return 0
+    rel = entries["rel"].astype(np.int64)
+    pos = entries["pos"].astype(np.int64)
+    bad = (rel < 0) | (pos < 0) | (pos >= log_size)
+    bad[1:] |= (rel[1:] <= rel[:-1]) | (pos[1:] <= pos[:-1])
+    hits = np.flatnonzero(bad)
+    good = int(hits[0]) if hits.size else entries.size
+    return int(pos[good - 1]) if good else 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def print_text(dirs: list[dict[str, Any]]) -> None:
+    out = sys.stdout
+    for d in dirs:
+        out.write(f"data dir {d['path']}\n")
+        for problem in d["problems"]:
+            out.write(f"  PROBLEM: {problem}\n")
+        if "clean_shutdown" not in d:
+            continue
+        shutdown = "clean" if d["clean_shutdown"] else "unclean (segments after the recovery point will be recovered)"
+        out.write(f"  last shutdown: {shutdown}\n")
+        load = d.get("last_load")
+        if load:
+            parts = load.get("partitions", {})
+            recovered = sum(int(p.get("segments_recovered", 0)) for p in parts.values())
+            truncated = sum(int(p.get("bytes_truncated", 0)) for p in parts.values())
+            out.write(
+                f"  last load: {len(parts)} partition(s) in {load.get('elapsed_ms', '?')} ms, {recovered} segment(s) "
+                f"recovered, {truncated} byte(s) truncated\n"
+            )
+        header = ("PARTITION", "SEGMENTS", "SIZE", "LOG START", "LOG END", "RECOVERY POINT", "NOTES")
+        rows = [header]
+        for p in d["partitions"]:
+            rp = p["recovery_point"]
+            notes = f"{len(p['transient_files'])} leftover .swap/.cleaned/.deleted file(s)" if p["transient_files"] else ""
+            rows.append(
+                (p["partition"], str(p["segments"]), _bytes(p["size_bytes"]), str(p["log_start_offset"]),
+                 str(p["log_end_offset"]), "-" if rp is None else str(rp), notes)
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        for row in rows:
+            out.write("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
