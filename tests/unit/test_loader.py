@@ -1,0 +1,540 @@
+"""LogLoader: every startup rule of FORMATS.md and every on-disk fault of issue 4, each recovered as Kafka's
+LogLoader would (LogLoaderTest, LogSplitTest), with a WARNING saying what was found and what was done.
+
+Damage is done to a closed log's files; the log is then reopened through ``Log.open`` (clean or unclean, as a
+broker would after that kind of fault) and its offsets, contents, files and warnings are checked.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from local import filenames
+from local.config import TopicConfig
+from local.index import detect_entry_size
+from local.log import Log
+from local.scheduler import MockTime
+from tests.logutil import read_all_values, records, topic_config
+
+T0 = 1_700_000_000_000
+BATCHES = 18
+PER_SEGMENT = 6  # batches per segment: segments [0-5] [6-11] [12-17]
+
+Values = list[tuple[int, bytes | None]]
+
+
+def config(tmp_path: Path, **fields: object) -> TopicConfig:
+    base: dict[str, object] = {
+        "segment_bytes": 1 << 20,
+        "index_interval_bytes": 1,  # an index entry per batch: corrupting an index always has entries to hit
+        "file_delete_delay_ms": 0,
+        "retention_ms": -1,
+    }
+    base.update(fields)
+    return topic_config(tmp_path, **base)
+
+
+def open_log(path: Path, cfg: TopicConfig, *, clean: bool = True, **kwargs: object) -> Log:
+    return Log.open(path, cfg, time=MockTime(ms=T0 + 10_000), had_clean_shutdown=clean, **kwargs)  # type: ignore[arg-type]
+
+
+def value(i: int) -> bytes:
+    return b"value-%03d-" % i + b"x" * (i % 7)
+
+
+def write_log(
+    path: Path, cfg: TopicConfig, *, rolls: tuple[int, ...] = (6, 12), batches: int = BATCHES, producer: bool = False
+) -> Values:
+    """Append ``batches`` one-record batches (offset i holds value(i)), rolling before each offset in ``rolls``;
+    close cleanly and return what was read back."""
+    log = open_log(path, cfg)
+    for i in range(batches):
+        if i in rolls:
+            log.roll()
+        extra = {"producer_id": 11, "producer_epoch": 0, "base_sequence": i} if producer else {}
+        log.append(records(value(i), timestamp=T0 + i, **extra))
+    expected = read_all_values(log)
+    assert [o for o, _ in expected] == list(range(batches))
+    log.close()
+    return expected
+
+
+@pytest.fixture
+def cfg(tmp_path: Path) -> TopicConfig:
+    return config(tmp_path)
+
+
+@pytest.fixture
+def built(tmp_path: Path, cfg: TopicConfig) -> tuple[Path, Values]:
+    path = tmp_path / "topic-0"
+    return path, write_log(path, cfg)
+
+
+def seg_file(path: Path, base: int, suffix: str) -> Path:
+    return path / f"{filenames.filename_prefix_from_offset(base)}{suffix}"
+
+
+def batch_positions(data: bytes) -> list[int]:
+    """The start of every batch in a ``.log`` file's bytes (batchLength at byte 8 counts from byte 12)."""
+    out, position = [], 0
+    while position + 12 <= len(data):
+        out.append(position)
+        position += 12 + int.from_bytes(data[position + 8 : position + 12], "big")
+    return out
+
+
+def warnings_of(caplog: pytest.LogCaptureFixture) -> str:
+    return "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
+
+
+def snapshot_files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Clean and unclean starts
+
+
+def test_clean_start_skips_recovery_and_warns_nothing(
+    built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, expected = built
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg, recovery_point=0)
+    assert read_all_values(log) == expected
+    assert log.load_stats.segments_loaded == 3
+    assert log.load_stats.segments_recovered == 0
+    assert log.recovery_point == log.log_end_offset == BATCHES  # a clean start is fully flushed
+    assert warnings_of(caplog) == ""
+    log.close()
+
+
+def test_unclean_start_recovers_from_the_recovery_point_only(built: tuple[Path, Values], cfg: TopicConfig) -> None:
+    path, expected = built
+    log = open_log(path, cfg, clean=False, recovery_point=8)
+    assert read_all_values(log) == expected
+    # the segment holding the recovery point (base 6) and every later one; segment 0 is trusted
+    assert log.load_stats.segments_recovered == 2
+    assert log.recovery_point == 8  # only a flush moves it forward
+    log.close()
+
+
+@pytest.mark.parametrize("junk", [b"\x00" * 40, b"\x17garbage\x99" * 5], ids=["zeros", "garbage"])
+def test_junk_appended_to_the_log_is_truncated_on_an_unclean_start(
+    built: tuple[Path, Values], cfg: TopicConfig, junk: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, expected = built
+    active = seg_file(path, 12, ".log")
+    size = active.stat().st_size
+    with active.open("ab") as f:
+        f.write(junk)
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg, clean=False, recovery_point=0)
+    assert read_all_values(log) == expected
+    assert log.load_stats.bytes_truncated == len(junk)
+    assert active.stat().st_size == size
+    assert f"truncated {len(junk)} byte" in warnings_of(caplog)
+    log.append(records(b"after"))  # the log goes on from the recovered end
+    assert read_all_values(log)[-1] == (BATCHES, b"after")
+    log.close()
+
+
+def test_flipped_byte_mid_segment_truncates_there_and_deletes_later_segments(
+    built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, expected = built
+    middle = seg_file(path, 6, ".log")
+    data = bytearray(middle.read_bytes())
+    starts = batch_positions(bytes(data))
+    # the 4th batch of segment 6 (offset 9): a byte inside its CRC-covered part
+    data[starts[3] + 40] ^= 0xFF
+    middle.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg, clean=False, recovery_point=0)
+    assert read_all_values(log) == expected[:9]
+    assert log.log_end_offset == 9
+    assert [s.base_offset for s in log.segments.values()] == [0, 6]
+    assert not seg_file(path, 12, ".log").exists() and not seg_file(path, 12, ".index").exists()
+    assert middle.stat().st_size == starts[3]
+    text = warnings_of(caplog)
+    assert "corruption found in segment 6" in text and "deleting the 1 later segment" in text
+    log.close()
+
+
+def test_clean_start_trusts_the_log_as_kafka_does(built: tuple[Path, Values], cfg: TopicConfig) -> None:
+    # Kafka skips recovery (no CRC checks) after a clean shutdown: a flipped byte is only found by readers.
+    path, _ = built
+    middle = seg_file(path, 6, ".log")
+    data = bytearray(middle.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    middle.write_bytes(bytes(data))
+    log = open_log(path, cfg, recovery_point=0)
+    assert log.load_stats.segments_recovered == 0
+    assert log.log_end_offset == BATCHES
+    log.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Index faults
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda b: b + b"\x00" * 16, id="zeros-appended"),
+        pytest.param(lambda b: b + b"\xff" * 16, id="garbage-entries-appended"),
+        pytest.param(lambda b: b + b"\x01\x02\x03\x04\x05", id="partial-entry-appended"),
+        pytest.param(lambda b: b[:8] + b"\x7f" * 8 + b[16:], id="entry-overwritten"),
+    ],
+)
+def test_corrupt_offset_index_is_rebuilt_byte_identical(
+    built: tuple[Path, Values], cfg: TopicConfig, damage: Callable[[bytes], bytes], caplog: pytest.LogCaptureFixture
+) -> None:
+    path, expected = built
+    index = seg_file(path, 6, ".index")
+    before = index.read_bytes()
+    assert len(before) == (PER_SEGMENT - 1) * 8  # no entry for the first batch (position 0)
+    index.write_bytes(damage(before))
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg, recovery_point=BATCHES)
+    assert read_all_values(log) == expected
+    assert log.load_stats.segments_recovered == 1
+    assert "corrupt index" in warnings_of(caplog) and "00000000000000000006.log" in warnings_of(caplog)
+    log.close()
+    assert index.read_bytes() == before
+
+
+def test_deleted_offset_index_is_rebuilt_byte_identical(
+    built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, expected = built
+    index = seg_file(path, 0, ".index")
+    time_index = seg_file(path, 0, ".timeindex")
+    before, time_before = index.read_bytes(), time_index.read_bytes()
+    index.unlink()
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg)
+    assert read_all_values(log) == expected
+    assert log.segments.get(0).offset_index.lookup(4).offset == 4  # type: ignore[union-attr]
+    assert "offset index of 00000000000000000000.log is missing" in warnings_of(caplog)
+    log.close()
+    assert index.read_bytes() == before
+    assert time_index.read_bytes() == time_before
+
+
+def test_missing_index_of_an_unflushed_segment_is_expected_and_not_a_warning(
+    built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Kafka logs this at ERROR only for a clean start or a segment below the recovery point.
+    path, expected = built
+    seg_file(path, 12, ".index").unlink()
+    with caplog.at_level(logging.INFO):
+        log = open_log(path, cfg, clean=False, recovery_point=6)
+    assert read_all_values(log) == expected
+    assert "is missing" not in warnings_of(caplog)
+    assert any("is missing" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
+    log.close()
+
+
+def test_truncated_time_index_is_rebuilt(
+    built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, expected = built
+    time_index = seg_file(path, 0, ".timeindex")
+    before = time_index.read_bytes()
+    time_index.write_bytes(before[:-5])
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg)
+    assert read_all_values(log) == expected
+    assert log.offset_for_timestamp(T0 + 3).offset == 3  # type: ignore[union-attr]
+    assert "00000000000000000000.timeindex" in warnings_of(caplog)
+    log.close()
+    assert time_index.read_bytes() == before
+
+
+def test_orphan_indexes_are_deleted(built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture) -> None:
+    path, expected = built
+    for suffix in (".index", ".timeindex", ".txnindex"):
+        seg_file(path, 99, suffix).write_bytes(b"\x00" * 24)
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg)
+    assert read_all_values(log) == expected
+    for suffix in (".index", ".timeindex", ".txnindex"):
+        assert not seg_file(path, 99, suffix).exists()
+    assert log.load_stats.orphan_indexes_deleted == 3
+    assert "orphaned index file 00000000000000000099.index" in warnings_of(caplog)
+    log.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Producer snapshots
+
+
+@pytest.mark.parametrize("damage", ["empty", "flipped-byte", "bad-version"])
+def test_corrupt_latest_snapshot_falls_back_to_the_previous_one(tmp_path: Path, cfg: TopicConfig, damage: str) -> None:
+    path = tmp_path / "topic-0"
+    expected = write_log(path, cfg, producer=True)
+    snapshots = sorted(path.glob("*.snapshot"))
+    assert len(snapshots) >= 2
+    latest = snapshots[-1]
+    data = bytearray(latest.read_bytes())
+    if damage == "empty":
+        data = bytearray()
+    elif damage == "flipped-byte":
+        data[-3] ^= 0xFF
+    else:
+        data[0:2] = b"\x00\x07"
+    latest.write_bytes(bytes(data))
+    log = open_log(path, cfg)
+    assert read_all_values(log) == expected
+    # the producer state was rebuilt by replaying from the previous snapshot: a retry is still a duplicate
+    retry = log.append(records(value(BATCHES - 1), timestamp=T0, producer_id=11, producer_epoch=0, base_sequence=BATCHES - 1))
+    assert retry.duplicate and retry.first_offset == BATCHES - 1
+    nxt = log.append(records(b"next", timestamp=T0, producer_id=11, producer_epoch=0, base_sequence=BATCHES))
+    assert nxt.first_offset == BATCHES
+    log.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# .deleted, .cleaned and .swap files: every phase of a crashed split (Kafka's LogLoaderTest split phases)
+
+
+SPLIT = (6, 9)  # segment [6-11] split into [6-8] and [9-11]
+
+
+def split_segments(tmp_path: Path, cfg: TopicConfig) -> dict[int, dict[str, bytes]]:
+    """The files of segments 6 and 9 of the same log rolled at (6, 9, 12): what splitting [6-11] produces."""
+    other = tmp_path / "split-0"
+    write_log(other, cfg, rolls=(6, 9, 12))
+    out: dict[int, dict[str, bytes]] = {}
+    for base in SPLIT:
+        out[base] = {
+            suffix: seg_file(other, base, suffix).read_bytes()
+            for suffix in (".log", ".index", ".timeindex")
+            if seg_file(other, base, suffix).exists()
+        }
+    shutil.rmtree(other)
+    return out
+
+
+def place(path: Path, base: int, files: dict[str, bytes], transient: str = "", *, empty: bool = False) -> None:
+    for suffix, data in files.items():
+        seg_file(path, base, suffix + transient).write_bytes(b"" if empty else data)
+
+
+def rename_segment(path: Path, base: int, transient: str, *, empty: bool = False) -> None:
+    for suffix in (".log", ".index", ".timeindex"):
+        src = seg_file(path, base, suffix)
+        if src.exists():
+            dst = seg_file(path, base, suffix + transient)
+            src.rename(dst)
+            if empty:
+                dst.write_bytes(b"")
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("phase", [1, 2, 3, 4, 5])
+def test_recovery_after_crash_during_split(
+    tmp_path: Path, cfg: TopicConfig, built: tuple[Path, Values], phase: int, threads: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    path, expected = built
+    new = split_segments(tmp_path, cfg)
+    if phase == 1:
+        # after the new segments were written as .cleaned, before any rename to .swap: the split is abandoned
+        for base in SPLIT:
+            place(path, base, new[base], filenames.CLEANED_FILE_SUFFIX, empty=True)
+        bases = [0, 6, 12]
+    elif phase == 2:
+        # after the last new segment was renamed to .swap: it is part of an incomplete split, deleted
+        place(path, 6, new[6], filenames.CLEANED_FILE_SUFFIX, empty=True)
+        place(path, 9, new[9], filenames.SWAP_FILE_SUFFIX, empty=True)
+        bases = [0, 6, 12]
+    elif phase == 3:
+        # all new segments renamed to .swap; the old one still there (its .deleted rename undone), emptied
+        for base in SPLIT:
+            place(path, base, new[base], filenames.SWAP_FILE_SUFFIX)
+        for suffix in (".log", ".index", ".timeindex"):
+            seg_file(path, 6, suffix).write_bytes(b"")
+        bases = [0, 6, 9, 12]
+    elif phase == 4:
+        # all new segments renamed to .swap and the old segment deleted
+        for base in SPLIT:
+            place(path, base, new[base], filenames.SWAP_FILE_SUFFIX)
+        for suffix in (".log", ".index", ".timeindex"):
+            seg_file(path, 6, suffix).unlink()
+        bases = [0, 6, 9, 12]
+    else:
+        # one new segment already renamed to its plain name, the other still .swap; the old one .deleted
+        rename_segment(path, 6, filenames.DELETED_FILE_SUFFIX, empty=True)
+        place(path, 6, new[6])
+        place(path, 9, new[9], filenames.SWAP_FILE_SUFFIX)
+        bases = [0, 6, 9, 12]
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg, clean=False, recovery_point=0, num_segment_loading_threads=threads)
+    assert read_all_values(log) == expected
+    assert [s.base_offset for s in log.segments.values()] == bases
+    leftovers = [p.name for p in path.iterdir() if p.name.endswith(filenames.TRANSIENT_SUFFIXES)]
+    assert leftovers == []
+    text = warnings_of(caplog)
+    if phase in (1, 2):
+        assert ".cleaned" in text
+    if phase == 2:
+        assert "00000000000000000009.log.swap" in text and "did not complete" in text
+    if phase in (3, 4, 5):
+        assert "00000000000000000009.log.swap" in text and "completing the swap" in text
+    if phase == 3:
+        assert "deleting 00000000000000000006.log: replaced by the swapped-in segment(s) [6, 12)" in text
+    log.close()
+
+
+def test_swap_below_the_lowest_cleaned_offset_is_completed(
+    tmp_path: Path, cfg: TopicConfig, built: tuple[Path, Values], caplog: pytest.LogCaptureFixture
+) -> None:
+    path, expected = built
+    new = split_segments(tmp_path, cfg)
+    for base in SPLIT:
+        place(path, base, new[base], filenames.SWAP_FILE_SUFFIX)
+    # a later, unrelated cleaning of segment 12 that had not reached its swap
+    seg_file(path, 12, ".log.cleaned").write_bytes(seg_file(path, 12, ".log").read_bytes())
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg, clean=False, recovery_point=0)
+    assert read_all_values(log) == expected
+    assert [s.base_offset for s in log.segments.values()] == [0, 6, 9, 12]
+    assert not seg_file(path, 12, ".log.cleaned").exists()
+    assert "00000000000000000012.log.cleaned" in warnings_of(caplog)
+    log.close()
+
+
+def test_deleted_files_are_swept_but_kraft_snapshot_deletions_are_left_alone(
+    built: tuple[Path, Values], cfg: TopicConfig
+) -> None:
+    path, expected = built
+    stray = seg_file(path, 3, ".log.deleted")
+    stray.write_bytes(b"old")
+    kraft = path / "00000000000000000005-0000000001.checkpoint.deleted"
+    kraft.write_bytes(b"kraft")
+    log = open_log(path, cfg)
+    assert read_all_values(log) == expected
+    assert not stray.exists()
+    assert kraft.exists()
+    log.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Offsets
+
+
+def test_log_end_below_log_start_starts_empty_at_the_log_start(
+    built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, _ = built
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg, clean=False, log_start_offset=BATCHES + 10, recovery_point=BATCHES + 10)
+    assert log.log_start_offset == log.log_end_offset == BATCHES + 10
+    assert [s.base_offset for s in log.segments.values()] == [BATCHES + 10]
+    assert not seg_file(path, 0, ".log").exists() and not seg_file(path, 12, ".log").exists()
+    assert "log end offset 18 is below the log start offset 28" in warnings_of(caplog)
+    assert log.append(records(b"x")).first_offset == BATCHES + 10
+    log.close()
+
+
+def test_log_start_checkpoint_above_first_segment_is_kept(built: tuple[Path, Values], cfg: TopicConfig) -> None:
+    path, expected = built
+    log = open_log(path, cfg, log_start_offset=8)
+    assert log.log_start_offset == 8
+    assert read_all_values(log) == expected[8:]
+    log.close()
+
+
+def test_active_segment_indexes_are_resized_to_their_maximum(built: tuple[Path, Values], cfg: TopicConfig) -> None:
+    path, _ = built
+    log = open_log(path, cfg)
+    active = log.active_segment
+    assert active.offset_index.max_entries == cfg.segment_index_bytes // 8
+    assert not active.offset_index.is_full
+    log.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Index format upgrade on rebuild (KIP-1333)
+
+
+def test_rebuilt_index_uses_the_large_format_once_finalized(built: tuple[Path, Values], cfg: TopicConfig) -> None:
+    path, expected = built
+    corrupt = seg_file(path, 0, ".index")
+    corrupt.write_bytes(corrupt.read_bytes() + b"\x01\x02\x03")
+    seg_file(path, 6, ".index").unlink()
+    intact = seg_file(path, 12, ".index")
+    log = open_log(path, cfg, use_large_index=True)
+    assert read_all_values(log) == expected
+    assert log.segments.get(0).offset_index.is_large_format  # type: ignore[union-attr]
+    assert log.segments.get(6).offset_index.is_large_format  # type: ignore[union-attr]
+    assert not log.segments.get(12).offset_index.is_large_format  # type: ignore[union-attr]
+    assert log.segments.get(12).offset_index.lookup(15).offset == 15  # type: ignore[union-attr]
+    log.close()
+    for base in (0, 6):
+        index = seg_file(path, base, ".index")
+        assert index.stat().st_size == (PER_SEGMENT - 1) * 12
+        assert detect_entry_size(index, 8) == 12
+    assert intact.stat().st_size == (PER_SEGMENT - 1) * 8
+    # reopened without the feature the 12-byte files keep being read by detection
+    again = open_log(path, cfg)
+    assert read_all_values(again) == expected
+    assert again.load_stats.segments_recovered == 0
+    again.close()
+
+
+def test_unclean_recovery_upgrades_only_what_it_rebuilds(built: tuple[Path, Values], cfg: TopicConfig) -> None:
+    path, expected = built
+    log = open_log(path, cfg, clean=False, recovery_point=12, use_large_index=True)
+    assert read_all_values(log) == expected
+    formats = {s.base_offset: s.offset_index.is_large_format for s in log.segments.values()}
+    assert formats == {0: False, 6: False, 12: True}
+    log.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The golden Kafka 4.0 log dir
+
+
+@pytest.mark.parametrize("clean", [True, False])
+@pytest.mark.parametrize("partition,end_offset", [("foo-0", 3), ("__cluster_metadata-0", 116)])
+def test_golden_kafka_dir_loads_with_every_batch_readable(
+    golden_dir: Path, tmp_path: Path, partition: str, end_offset: int, clean: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = golden_dir / partition
+    before = {name: data for name, data in snapshot_files(path).items() if name.endswith((".log", ".index"))}
+    positions = batch_positions(before["00000000000000000000.log"])
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, config(tmp_path, index_interval_bytes=4096), clean=clean, recovery_point=0)
+    assert log.log_end_offset == end_offset
+    found = list(log.batches_from(log.log_start_offset))
+    assert len(found) == len(positions)
+    assert found[-1].last_offset + 1 == end_offset
+    for batch in found:
+        for record in batch.records():
+            assert record.offset <= batch.last_offset
+    assert log.load_stats.bytes_truncated == 0
+    assert warnings_of(caplog) == ""
+    log.close()
+    assert (path / "00000000000000000000.log").read_bytes() == before["00000000000000000000.log"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Read-only files
+
+
+def test_unreadable_file_fails_the_load_clearly(built: tuple[Path, Values], cfg: TopicConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    path, _ = built
+    victim = seg_file(path, 6, ".log")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != victim and real_access(p, mode, **kw))
+    with pytest.raises(OSError, match=r"cannot read .*00000000000000000006\.log"):
+        open_log(path, cfg)

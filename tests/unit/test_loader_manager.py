@@ -1,0 +1,323 @@
+"""Startup through LogManager: the clean-shutdown marker, corrupt checkpoints, and data dirs that cannot be
+written (one goes offline, the others keep serving), plus ``tiered status`` reading what startup left."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local import filenames
+from local.config import LogConfig
+from local.manager import LogManager
+from tests.logutil import read_all_values, records
+
+T0 = 1_700_000_000_000
+
+
+def manager_config(*dirs: Path, **props: str) -> LogConfig:
+    return LogConfig.from_properties({"log.dirs": ",".join(str(d) for d in dirs), **props})
+
+
+def fill(manager: LogManager, topic: str, partition: int, n: int, *, roll_every: int = 4) -> list[tuple[int, bytes | None]]:
+    log = manager.get_or_create_log(topic, partition)
+    for i in range(n):
+        if i and i % roll_every == 0:
+            log.roll()
+        log.append(records(b"%s-%d" % (topic.encode(), i)))
+    return read_all_values(log)
+
+
+def segment_files(partition_dir: Path, suffix: str) -> list[Path]:
+    return sorted(partition_dir.glob(f"*{suffix}"))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Clean-shutdown marker and checkpoints
+
+
+def test_clean_shutdown_file_skips_recovery_even_with_recovery_point_zero(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with LogManager(manager_config(data), start_scheduler=False) as manager:
+        expected = fill(manager, "t", 0, 12)
+    assert (data / filenames.CLEAN_SHUTDOWN_FILENAME).exists()
+    (data / filenames.RECOVERY_POINT_CHECKPOINT_FILENAME).write_text("0\n1\nt 0 0\n")
+    with LogManager(manager_config(data), start_scheduler=False) as manager:
+        assert not (data / filenames.CLEAN_SHUTDOWN_FILENAME).exists()  # consumed at startup
+        stats = manager.load_stats[str(data)]
+        assert stats["clean_shutdown"] is True and stats["segments_recovered"] == 0
+        log = manager.get_log("t", 0)
+        assert log is not None and read_all_values(log) == expected
+
+
+def test_missing_marker_means_recovery_from_the_checkpointed_recovery_point(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with LogManager(manager_config(data), start_scheduler=False) as manager:
+        expected = fill(manager, "t", 0, 12)
+    (data / filenames.CLEAN_SHUTDOWN_FILENAME).unlink()
+    (data / filenames.RECOVERY_POINT_CHECKPOINT_FILENAME).write_text("0\n1\nt 0 5\n")
+    with LogManager(manager_config(data), start_scheduler=False) as manager:
+        stats = manager.load_stats[str(data)]
+        assert stats["clean_shutdown"] is False
+        assert stats["segments_recovered"] == 2  # segments 4 (holding offset 5) and 8
+        log = manager.get_log("t", 0)
+        assert log is not None and read_all_values(log) == expected
+
+
+@pytest.mark.parametrize(
+    "content", [b"garbage\x00\xff", b"0\n3\nt 0 5\n", b"7\n1\nt 0 5\n", b"0\n1\nt 0 five\n"],
+    ids=["binary", "wrong-count", "wrong-version", "bad-line"],
+)
+def test_corrupt_recovery_checkpoint_is_treated_as_absent(
+    tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = tmp_path / "data"
+    with LogManager(manager_config(data), start_scheduler=False) as manager:
+        expected = fill(manager, "t", 0, 12)
+    (data / filenames.CLEAN_SHUTDOWN_FILENAME).unlink()
+    (data / filenames.RECOVERY_POINT_CHECKPOINT_FILENAME).write_bytes(content)
+    partition_dir = data / "t-0"
+    active = segment_files(partition_dir, ".log")[-1]
+    with active.open("ab") as f:
+        f.write(b"\x00torn")
+    with caplog.at_level(logging.WARNING), LogManager(manager_config(data), start_scheduler=False) as manager:
+        stats = manager.load_stats[str(data)]
+        # absent checkpoint = recovery point 0: every segment is recovered, the torn tail cut
+        assert stats["segments_recovered"] == 3
+        assert stats["bytes_truncated"] == 5
+        log = manager.get_log("t", 0)
+        assert log is not None and read_all_values(log) == expected
+    assert "corrupt checkpoint" in caplog.text and filenames.RECOVERY_POINT_CHECKPOINT_FILENAME in caplog.text
+
+
+def test_corrupt_log_start_checkpoint_falls_back_to_the_first_segment(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with LogManager(manager_config(data), start_scheduler=False) as manager:
+        expected = fill(manager, "t", 0, 12)
+    (data / filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME).write_bytes(b"\xff\xfe")
+    with LogManager(manager_config(data), start_scheduler=False) as manager:
+        log = manager.get_log("t", 0)
+        assert log is not None and log.log_start_offset == 0 and read_all_values(log) == expected
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Data dirs that cannot be written
+
+
+def test_data_dir_that_is_a_file_goes_offline_and_the_other_dir_serves(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    bad.write_bytes(b"not a directory")
+    with caplog.at_level(logging.ERROR), LogManager(manager_config(good, bad), start_scheduler=False) as manager:
+        assert list(manager.offline_dirs) == [bad]
+        assert manager.live_dirs == [good]
+        assert "taking data dir" in caplog.text and str(bad) in caplog.text
+        expected = fill(manager, "t", 0, 6)
+        assert manager.data_dir_of("t", 0) == good
+        log = manager.get_log("t", 0)
+        assert log is not None and read_all_values(log) == expected
+
+
+def _fail_writes_under(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]:
+    """Simulate a full disk under ``root``: creating, writing, growing or renaming files there fails ENOSPC."""
+    prefix = str(root.resolve()) + os.sep
+    hits: list[str] = []
+
+    def under(path: object) -> bool:
+        try:
+            return os.path.abspath(os.fsdecode(path)).startswith(prefix)  # type: ignore[arg-type]
+        except TypeError:
+            return False
+
+    def fd_under(fd: int) -> bool:
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}").startswith(prefix)
+        except OSError:
+            return False
+
+    def enospc(what: object) -> OSError:
+        hits.append(str(what))
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(what))
+
+    real_open, real_write, real_pwrite = os.open, os.write, os.pwrite
+    real_ftruncate, real_replace, real_rename = os.ftruncate, os.replace, os.rename
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+    def fake_open(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        if flags & write_flags and under(path):
+            raise enospc(path)
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    def fake_write(fd: int, data: bytes) -> int:
+        if fd_under(fd):
+            raise enospc(fd)
+        return real_write(fd, data)
+
+    def fake_pwrite(fd: int, data: bytes, offset: int) -> int:
+        if fd_under(fd):
+            raise enospc(fd)
+        return real_pwrite(fd, data, offset)
+
+    def fake_ftruncate(fd: int, length: int) -> None:
+        if fd_under(fd):
+            raise enospc(fd)
+        real_ftruncate(fd, length)
+
+    def fake_replace(src: object, dst: object, **kwargs: object) -> None:
+        if under(dst):
+            raise enospc(dst)
+        real_replace(src, dst, **kwargs)  # type: ignore[arg-type]
+
+    def fake_rename(src: object, dst: object, **kwargs: object) -> None:
+        if under(dst):
+            raise enospc(dst)
+        real_rename(src, dst, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", fake_open)
+    monkeypatch.setattr(os, "write", fake_write)
+    monkeypatch.setattr(os, "pwrite", fake_pwrite)
+    monkeypatch.setattr(os, "ftruncate", fake_ftruncate)
+    monkeypatch.setattr(os, "replace", fake_replace)
+    monkeypatch.setattr(os, "rename", fake_rename)
+    import builtins
+    import io
+
+    real_builtin_open = builtins.open
+
+    def fake_builtin_open(file: object, mode: str = "r", *args: object, **kwargs: object) -> object:
+        if any(c in mode for c in "wax+") and not isinstance(file, int) and under(file):
+            raise enospc(file)
+        return real_builtin_open(file, mode, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(builtins, "open", fake_builtin_open)
+    monkeypatch.setattr(io, "open", fake_builtin_open)
+    return hits
+
+
+def test_disk_full_while_loading_takes_only_that_dir_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, second = tmp_path / "d1", tmp_path / "d2"
+    with LogManager(manager_config(first), start_scheduler=False) as manager:
+        expected = fill(manager, "a", 0, 8)
+    with LogManager(manager_config(second), start_scheduler=False) as manager:
+        fill(manager, "b", 0, 8)
+    hits = _fail_writes_under(monkeypatch, second)
+    with caplog.at_level(logging.ERROR), LogManager(manager_config(first, second), start_scheduler=False) as manager:
+        assert hits, "the simulated full disk was never hit"
+        assert list(manager.offline_dirs) == [second]
+        assert "No space left on device" in manager.offline_dirs[second]
+        assert manager.get_log("b", 0) is None
+        log = manager.get_log("a", 0)
+        assert log is not None and read_all_values(log) == expected
+        log.append(records(b"more"))
+        assert read_all_values(log)[-1] == (8, b"more")
+    assert "taking data dir" in caplog.text and str(second) in caplog.text
+
+
+def test_disk_full_at_runtime_takes_only_that_dir_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from local.errors import LogDirOfflineError
+
+    first, second = tmp_path / "d1", tmp_path / "d2"
+    manager = LogManager(manager_config(first, second), start_scheduler=False)
+    try:
+        fill(manager, "a", 0, 4)
+        fill(manager, "b", 0, 4)
+        dir_of_b = manager.data_dir_of("b", 0)
+        dir_of_a = manager.data_dir_of("a", 0)
+        assert {dir_of_a, dir_of_b} == {first, second}
+        assert dir_of_b is not None
+        _fail_writes_under(monkeypatch, dir_of_b)
+        manager.checkpoint_recovery_offsets()
+        assert list(manager.offline_dirs) == [dir_of_b]
+        with pytest.raises(LogDirOfflineError):
+            manager.check_dir_online("b", 0)
+        manager.check_dir_online("a", 0)
+        log = manager.get_log("a", 0)
+        assert log is not None
+        log.append(records(b"still-served"))
+        assert read_all_values(log)[-1] == (4, b"still-served")
+    finally:
+        monkeypatch.undo()
+        manager.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# tiered status
+
+
+def status(*dirs: Path, as_json: bool = True) -> tuple[int, dict[str, Any]]:
+    from tiered.commands import status as command
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    argv = ["--log-dirs", ",".join(map(str, dirs))] + (["--json"] if as_json else [])
+    args = parser.parse_args(argv)
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = command.run(args)
+    return code, json.loads(out.getvalue()) if as_json else {"text": out.getvalue()}
+
+
+def test_status_reads_files_without_changing_recovery(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with LogManager(manager_config(data), start_scheduler=False) as manager:
+        fill(manager, "t", 0, 10)
+    before = {p: p.read_bytes() for p in data.rglob("*") if p.is_file()}
+    code, doc = status(data)
+    assert code == 0
+    (d,) = doc["data_dirs"]
+    assert d["clean_shutdown"] is True and d["problems"] == []
+    (p,) = d["partitions"]
+    assert p["partition"] == "t-0" and p["segments"] == 3
+    assert (p["log_start_offset"], p["log_end_offset"], p["recovery_point"]) == (0, 10, 10)
+    assert p["size_bytes"] == sum(f.stat().st_size for f in (data / "t-0").glob("*.log"))
+    assert {p: p.read_bytes() for p in data.rglob("*") if p.is_file()} == before  # nothing written
+    code, text = status(data, as_json=False)
+    assert code == 0 and "t-0" in str(text["text"]) and "last shutdown: clean" in str(text["text"])
+
+
+def test_status_reports_unclean_shutdown_torn_tail_and_corrupt_checkpoint(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with LogManager(manager_config(data), start_scheduler=False) as manager:
+        fill(manager, "t", 0, 10)
+    (data / filenames.CLEAN_SHUTDOWN_FILENAME).unlink()
+    (data / filenames.RECOVERY_POINT_CHECKPOINT_FILENAME).write_bytes(b"junk")
+    active = segment_files(data / "t-0", ".log")[-1]
+    with active.open("ab") as f:
+        f.write(b"\x00" * 30)
+    (data / "t-0" / "00000000000000000004.log.swap").write_bytes(b"")
+    code, doc = status(data)
+    assert code == 1
+    (d,) = doc["data_dirs"]
+    assert d["clean_shutdown"] is False
+    assert any("corrupt recovery-point-offset-checkpoint" in problem for problem in d["problems"])
+    (p,) = d["partitions"]
+    assert p["log_end_offset"] == 10 and p["recovery_point"] is None
+    assert p["transient_files"] == ["00000000000000000004.log.swap"]
+
+
+def test_status_of_a_missing_dir_fails(tmp_path: Path) -> None:
+    code, doc = status(tmp_path / "nope")
+    assert code == 1
+    assert doc["data_dirs"][0]["problems"] == ["missing"]
+
+
+def test_status_of_the_golden_kafka_dir(golden_dir: Path) -> None:
+    code, doc = status(golden_dir)
+    assert code == 0
+    (d,) = doc["data_dirs"]
+    assert d["clean_shutdown"] is True and d["broker_epoch"] == 83
+    parts = {p["partition"]: p for p in d["partitions"]}
+    assert parts["foo-0"]["log_end_offset"] == 3 and parts["foo-0"]["recovery_point"] == 3
+    assert parts["__cluster_metadata-0"]["log_end_offset"] > 100

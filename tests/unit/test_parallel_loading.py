@@ -1,0 +1,319 @@
+"""Parallel segment loading (``num.segment.loading.threads.per.data.dir``): the same result as the sequential
+path on any damaged dir, the ``remaining_segments_to_load`` gauge living only during a multi-threaded load, and
+the load-progress hooks (progress bar, load report)."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from local import filenames, metrics
+from local.config import LogConfig, TopicConfig
+from local.errors import KafkaStorageError
+from local.log import Log
+from local.manager import LogManager
+from local.scheduler import MockTime
+from tests.logutil import read_all_values, records, topic_config
+
+T0 = 1_700_000_000_000
+SEGMENTS = 12
+PER_SEGMENT = 4
+
+
+def make_config(root: Path) -> TopicConfig:
+    return topic_config(root, segment_bytes=1 << 20, index_interval_bytes=1, file_delete_delay_ms=0, retention_ms=-1)
+
+
+def build(path: Path, cfg: TopicConfig, segments: int = SEGMENTS) -> None:
+    log = Log.open(path, cfg, time=MockTime(ms=T0))
+    for i in range(segments * PER_SEGMENT):
+        if i and i % PER_SEGMENT == 0:
+            log.roll()
+        log.append(records(b"v%d" % i, timestamp=T0 + i, producer_id=3, producer_epoch=0, base_sequence=i))
+    log.close()
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TopicConfig]:
+    root = tmp_path_factory.mktemp("template")
+    cfg = make_config(root)
+    build(root / "topic-0", cfg)
+    return root / "topic-0", cfg
+
+
+def seg(path: Path, base: int, suffix: str) -> Path:
+    return path / f"{filenames.filename_prefix_from_offset(base)}{suffix}"
+
+
+# A damage is (kind, segment number, parameter); the same list is applied to two copies of the template.
+DAMAGES = ["log-junk", "log-flip", "index-junk", "index-zeros", "index-delete", "timeindex-cut", "orphan", "deleted"]
+damage_lists = st.lists(
+    st.tuples(st.sampled_from(DAMAGES), st.integers(0, SEGMENTS - 1), st.integers(1, 200)), min_size=1, max_size=4
+)
+
+
+def apply(path: Path, kind: str, n: int, param: int) -> None:
+    base = n * PER_SEGMENT
+    if kind == "log-junk":
+        with seg(path, base, ".log").open("ab") as f:
+            f.write(bytes((param * i) & 0xFF for i in range(param)))
+    elif kind == "log-flip":
+        log_file = seg(path, base, ".log")
+        data = bytearray(log_file.read_bytes())
+        if data:
+            data[param % len(data)] ^= 0x5A
+            log_file.write_bytes(bytes(data))
+    elif kind == "index-junk":
+        index = seg(path, base, ".index")
+        if index.exists():
+            with index.open("ab") as f:
+                f.write(b"\xee" * (param % 13 + 1))
+    elif kind == "index-zeros":
+        index = seg(path, base, ".index")
+        if index.exists():
+            with index.open("ab") as f:
+                f.write(b"\x00" * 8 * (param % 3 + 1))
+    elif kind == "index-delete":
+        seg(path, base, ".index").unlink(missing_ok=True)
+    elif kind == "timeindex-cut":
+        time_index = seg(path, base, ".timeindex")
+        if time_index.exists():
+            content = time_index.read_bytes()
+            time_index.write_bytes(content[: max(0, len(content) - param % 12 - 1)])
+    elif kind == "orphan":
+        seg(path, 10_000 + param, ".index").write_bytes(b"\x00" * 16)
+    elif kind == "deleted":
+        seg(path, base, ".log.deleted").write_bytes(b"junk")
+
+
+def load_outcome(path: Path, cfg: TopicConfig, threads: int, clean: bool, recovery_point: int) -> tuple[object, ...]:
+    """Everything a load decides, comparable across two copies of a dir. A clean start trusts the log (as
+    Kafka's does), so damage it does not look for may surface as an error: then the error is the outcome."""
+    try:
+        log = Log.open(
+            path, cfg, time=MockTime(ms=T0 + 1000), had_clean_shutdown=clean, recovery_point=recovery_point,
+            num_segment_loading_threads=threads,
+        )
+    except KafkaStorageError as exc:
+        return ("open failed", type(exc).__name__)
+    try:
+        values: object = read_all_values(log)
+    except KafkaStorageError as exc:
+        values = ("read failed", type(exc).__name__)
+    stats = log.load_stats
+    outcome = (
+        values,
+        [s.base_offset for s in log.segments.values()],
+        (log.log_start_offset, log.log_end_offset, log.recovery_point),
+        (stats.segments_loaded, stats.segments_recovered, stats.segments_deleted, stats.bytes_truncated),
+        sorted(w.replace(str(path), "<dir>") for w in stats.warnings),
+    )
+    log.close()
+    files = {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+    return (*outcome, files)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(damages=damage_lists, clean=st.booleans(), recovery_segment=st.integers(0, SEGMENTS))
+def test_four_threads_load_exactly_what_one_thread_loads(
+    template: tuple[Path, TopicConfig], tmp_path: Path, damages: list[tuple[str, int, int]], clean: bool,
+    recovery_segment: int,
+) -> None:
+    source, cfg = template
+    outcomes = []
+    for threads in (1, 4):
+        copy = tmp_path / f"t{threads}" / "topic-0"
+        shutil.rmtree(copy.parent, ignore_errors=True)
+        shutil.copytree(source, copy)
+        for kind, n, param in damages:
+            apply(copy, kind, n, param)
+        outcomes.append(load_outcome(copy, cfg, threads, clean, recovery_segment * PER_SEGMENT))
+    sequential, parallel = outcomes
+    for what, a, b in zip(("values", "bases", "offsets", "stats", "warnings", "files"), sequential, parallel):
+        assert a == b, f"{what} differ between 1 and 4 loading threads"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# remaining_segments_to_load
+
+
+def observing_callback(label: str) -> tuple[object, list[dict[str, float]]]:
+    """The metrics callback, wrapped to record the live gauge children after every update."""
+    real = metrics.remaining_segments_callback(label)
+    seen: list[dict[str, float]] = []
+
+    def update(thread: str, remaining: int | None) -> None:
+        real(thread, remaining)
+        seen.append(metrics.remaining_segments_children(label))
+
+    return update, seen
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_gauge_children_exist_only_during_a_multi_threaded_load(
+    template: tuple[Path, TopicConfig], tmp_path: Path, clean: bool
+) -> None:
+    source, cfg = template
+    path = tmp_path / "topic-0"
+    shutil.copytree(source, path)
+    label = f"{tmp_path}/gauge"
+    callback, seen = observing_callback(label)
+    log = Log.open(
+        path, cfg, had_clean_shutdown=clean, num_segment_loading_threads=4, remaining_segments_callback=callback,
+        time=MockTime(ms=T0),
+    )
+    during = [children for children in seen if children]
+    assert during, "no gauge child was ever set during the load"
+    threads = set().union(*during)
+    assert any(name.startswith("log-loader-topic-0") for name in threads)
+    assert all(0 <= v <= SEGMENTS for children in during for v in children.values())
+    assert min(v for children in during for v in children.values()) == 0  # counted down to the end
+    assert metrics.remaining_segments_children(label) == {}
+    log.close()
+
+
+def test_single_threaded_load_creates_no_gauge_child(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
+    source, cfg = template
+    path = tmp_path / "topic-0"
+    shutil.copytree(source, path)
+    label = f"{tmp_path}/single"
+    callback, seen = observing_callback(label)
+    log = Log.open(path, cfg, num_segment_loading_threads=1, remaining_segments_callback=callback, time=MockTime(ms=T0))
+    assert seen == []
+    assert metrics.remaining_segments_children(label) == {}
+    log.close()
+
+
+def test_gauge_children_are_removed_when_a_load_fails(
+    template: tuple[Path, TopicConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from local.loader import LogLoader
+
+    source, cfg = template
+    path = tmp_path / "topic-0"
+    shutil.copytree(source, path)
+    label = f"{tmp_path}/failing"
+    callback, seen = observing_callback(label)
+    real = LogLoader._open_and_check
+
+    def failing(self: LogLoader, base: int, names: object) -> object:
+        if base == 5 * PER_SEGMENT:
+            raise OSError(5, "Input/output error", str(seg(path, base, ".log")))
+        return real(self, base, names)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LogLoader, "_open_and_check", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        Log.open(path, cfg, num_segment_loading_threads=4, remaining_segments_callback=callback, time=MockTime(ms=T0))
+    assert any(seen), "the gauge was never set before the failure"
+    assert metrics.remaining_segments_children(label) == {}
+
+
+class ChildrenProbe:
+    """A load listener that samples the gauge children of a data dir each time segments are opened."""
+
+    def __init__(self, data_dir: str) -> None:
+        self.data_dir = data_dir
+        self.samples: list[dict[str, float]] = []
+        self.opened = 0
+        self.partitions: dict[str, dict[str, object]] = {}
+        self.lock = threading.Lock()
+
+    def partition_loading(self, data_dir: str, partition: str, segments: int) -> None:
+        pass
+
+    def segments_opened(self, data_dir: str, partition: str, count: int) -> None:
+        with self.lock:
+            self.opened += count
+            self.samples.append(metrics.remaining_segments_children(self.data_dir))
+
+    def partition_loaded(self, data_dir: str, partition: str, summary: object) -> None:
+        with self.lock:
+            self.partitions[partition] = dict(summary)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_log_manager_loads_with_the_configured_segment_threads(
+    template: tuple[Path, TopicConfig], tmp_path: Path, threads: int
+) -> None:
+    source, _ = template
+    data = tmp_path / "data"
+    for partition in range(2):
+        shutil.copytree(source, data / f"topic-{partition}")
+    config = LogConfig.from_properties(
+        {
+            "log.dirs": str(data),
+            "num.segment.loading.threads.per.data.dir": str(threads),
+            "num.recovery.threads.per.data.dir": "2",
+        }
+    )
+    probe = ChildrenProbe(str(data))
+    with metrics.load_listener(probe):
+        manager = LogManager(config, start_scheduler=False)
+    try:
+        assert probe.opened == 2 * SEGMENTS
+        assert set(probe.partitions) == {"topic-0", "topic-1"}
+        if threads == 1:
+            assert all(sample == {} for sample in probe.samples)
+        else:
+            assert any(probe.samples), "no remaining_segments_to_load child seen during a 4-thread load"
+        assert metrics.remaining_segments_children(str(data)) == {}
+        for partition in range(2):
+            log = manager.get_log("topic", partition)
+            assert log is not None and log.log_end_offset == SEGMENTS * PER_SEGMENT
+    finally:
+        manager.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Progress bar and load report
+
+
+def test_rich_progress_bar_counts_every_segment(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
+    from rich.console import Console
+
+    source, cfg = template
+    path = tmp_path / "data" / "topic-0"
+    shutil.copytree(source, path)
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120)
+    with metrics.RichLoadProgress(console, force=True):
+        Log.open(path, cfg, num_segment_loading_threads=4, time=MockTime(ms=T0)).close()
+    text = out.getvalue()
+    assert f"{SEGMENTS}/{SEGMENTS}" in text and "segments" in text and "1 partitions" in text
+
+
+def test_rich_progress_stays_quiet_off_a_terminal(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
+    from rich.console import Console
+
+    source, cfg = template
+    path = tmp_path / "data" / "topic-0"
+    shutil.copytree(source, path)
+    out = io.StringIO()
+    with metrics.RichLoadProgress(Console(file=out, force_terminal=False)) as progress:
+        Log.open(path, cfg, time=MockTime(ms=T0)).close()
+    assert not progress.enabled and out.getvalue() == ""
+
+
+def test_load_report_round_trip(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
+    source, cfg = template
+    data = tmp_path / "data"
+    path = data / "topic-0"
+    shutil.copytree(source, path)
+    with seg(path, 0, ".index").open("ab") as f:
+        f.write(b"\x01")
+    Log.open(path, cfg, time=MockTime(ms=T0)).close()
+    report_file = metrics.write_load_report(data, {"clean_shutdown": True, "elapsed_ms": 1.5})
+    assert report_file.name == metrics.LOAD_REPORT_FILENAME
+    report = metrics.read_load_report(data)
+    assert report is not None
+    assert report["clean_shutdown"] is True
+    assert report["partitions"]["topic-0"]["segments_loaded"] == SEGMENTS
+    assert report["partitions"]["topic-0"]["segments_recovered"] == 1
+    report_file.write_text("{not json")
+    assert metrics.read_load_report(data) is None
