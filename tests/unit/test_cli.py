@@ -1,0 +1,88 @@
+"""The tiered command line: exit codes, the main job, dump on real Kafka files, produce/consume round trip."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiered.cli import main
+
+
+def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tiered.cli", *args], input=stdin, capture_output=True, text=True, timeout=300)
+
+
+def test_usage_and_help_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    with pytest.raises(SystemExit) as info:
+        main(["dump", "--help"])
+    assert info.value.code == 0
+    with pytest.raises(SystemExit) as info:
+        main(["nonsense"])
+    assert info.value.code == 2
+
+
+def test_help_does_not_load_the_engine() -> None:
+    code = "import sys; from tiered.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit: pass\nprint('numpy' in sys.modules, 'local.log' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout
+    assert out.strip().endswith("False False")
+
+
+def test_quickstart_runs_the_whole_product(tmp_path: Path) -> None:
+    proc = run_cli("quickstart", "--dir", str(tmp_path / "qs"), "--records", "12000")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "all match" in proc.stdout
+    assert "fetches from the remote tier" in proc.stdout
+    assert any((tmp_path / "qs" / "remote").rglob("*.log"))
+
+
+def test_dump_golden_files_json(golden_dir: Path) -> None:
+    log = golden_dir / "foo-0" / "00000000000000000000.log"
+    proc = run_cli("dump", "--deep", "--json", str(log))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["type"] == "log"
+    assert [b["baseOffset"] for b in doc["items"]] == [0, 2]
+    assert [r["payload"] for b in doc["items"] for r in b["records"]] == ["m1", "m2", "m3"]
+    index = golden_dir / "__cluster_metadata-0" / "00000000000000000000.index"
+    proc = run_cli("dump", "--verify", "--json", str(index))
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["items"][1:] == [{"offset": 56, "position": 4123}]
+
+
+def test_dump_reports_corruption_with_position_and_exit_1(golden_dir: Path) -> None:
+    log = golden_dir / "foo-0" / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    data[-1] ^= 0xFF
+    log.write_bytes(bytes(data))
+    proc = run_cli("dump", str(log))
+    assert proc.returncode == 1
+    assert "baseOffset: 0" in proc.stdout  # what came before is still printed
+    assert "corrupt batch at position 80" in proc.stdout
+    index = golden_dir / "__cluster_metadata-0" / "00000000000000000000.index"
+    index.write_bytes((56).to_bytes(4, "big") + (4000).to_bytes(4, "big"))
+    assert run_cli("dump", "--verify", str(index)).returncode == 1
+
+
+def test_produce_then_consume(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    proc = run_cli("produce", "--log-dirs", data, "-t", "events", "--key-separator", ":", stdin="a:1\nb:2\nplain\n")
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli("consume", "--log-dirs", data, "-t", "events", "--json")
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(r["offset"], r["key"], r["value"]) for r in rows] == [(0, "a", "1"), (1, "b", "2"), (2, None, "plain")]
+    proc = run_cli("consume", "--log-dirs", data, "-t", "events", "--offset", "1", "--max-messages", "1")
+    assert proc.stdout.splitlines() == ["2"]
+    assert run_cli("consume", "--log-dirs", data, "-t", "missing").returncode == 1
+    assert run_cli("produce", "-t", "x", stdin="").returncode == 2  # no data dir: usage
+
+
+def test_features_upgrade_and_refused_downgrade(tmp_path: Path) -> None:
+    assert run_cli("features", "upgrade", "--log-dirs", str(tmp_path)).returncode == 0
+    proc = run_cli("features", "upgrade", "--release-version", "4.0", "--log-dirs", str(tmp_path))
+    assert proc.returncode == 1 and "never go down" in proc.stderr
+    assert "finalized" in run_cli("features", "describe", "--log-dirs", str(tmp_path)).stdout
