@@ -77,7 +77,7 @@ def test_topic_overrides_and_local_retention_inheritance(tmp_path: Path) -> None
     t = cfg.topic_config({"segment.bytes": 2**21, "remote.storage.enable": "true"})
     assert t.segment_bytes == 2**21 and t.remote_storage_enable
     assert t.effective_local_retention_bytes == 5_000_000  # -2 inherits retention.bytes
-    with pytest.raises(ConfigError, match="local.retention.bytes"):
+    with pytest.raises(ConfigError, match=r"local\.retention\.bytes"):
         cfg.topic_config({"remote.storage.enable": "true", "local.retention.bytes": "9000000"})
     with pytest.raises(ConfigError, match="Unknown topic configuration"):
         cfg.topic_config({"segment.byte": 1})
@@ -91,7 +91,7 @@ def test_unknown_broker_key_is_warned(tmp_path: Path, caplog: pytest.LogCaptureF
 
 def test_large_segments_need_the_finalized_feature(tmp_path: Path) -> None:
     props = {"log.dirs": str(tmp_path / "a"), "log.segment.bytes": str(3 * 2**30)}
-    with pytest.raises(ConfigError, match="features upgrade --release-version 4.4"):
+    with pytest.raises(ConfigError, match=r"features upgrade --release-version 4\.4"):
         LogConfig.from_properties(props)
     assert not large_index_finalized([tmp_path / "a"])
     finalize([tmp_path / "a"], "4.4")
@@ -101,7 +101,7 @@ def test_large_segments_need_the_finalized_feature(tmp_path: Path) -> None:
     assert read_features(tmp_path / "a").release_version == "4.4"
     with pytest.raises(FeatureDowngradeError, match="never go down"):
         finalize([tmp_path / "a"], "4.0")
-    with pytest.raises(ConfigError, match="known: 4.0, 4.4"):
+    with pytest.raises(ConfigError, match=r"known: 4\.0, 4\.4"):
         finalize([tmp_path / "a"], "9.9")
 
 
