@@ -39,7 +39,7 @@ from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, Timest
 from local.producer_state import AppendOrigin, ProducerStateManager
 from local.records import MemoryRecords, RecordBatch, TimestampType
 from local.records.batch import set_base_offset, set_max_timestamp, set_partition_leader_epoch
-from local.scheduler import SYSTEM_TIME, Scheduler, Time
+from local.scheduler import SYSTEM_TIME, MockScheduler, Scheduler, Time
 from local.segment import LogSegment, RollParams
 from local.segments import LogSegments
 
@@ -299,7 +299,7 @@ class Log:
         self, records: MemoryRecords | bytes | bytearray, *, origin: AppendOrigin, assign_offsets: bool, leader_epoch: int
     ) -> LogAppendInfo:
         self._check_open()
-        buffer = bytearray(bytes(records) if isinstance(records, MemoryRecords) else records)
+        buffer = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
         batches = self._analyze_and_validate(buffer, origin, assign_offsets)
         if not batches:
             return LogAppendInfo(-1, -1, -1, -1, -1, -1, self.log_start_offset, 0, 0)
@@ -317,14 +317,17 @@ class Log:
                 for position, batch in batches:
                     set_base_offset(view, position, next_offset)
                     set_partition_leader_epoch(view, position, leader_epoch)
+                    # The views parsed the header before the patch: keep their fields in step with the bytes.
+                    batch.base_offset = next_offset
+                    batch.partition_leader_epoch = leader_epoch
                     if append_time_type:
                         set_max_timestamp(view, position, TimestampType.LOG_APPEND_TIME, now)
+                        batch.max_timestamp = now
+                        batch.attributes |= 0x08
                         log_append_time = now
                     else:
                         self._validate_timestamp(batch, now)
                     next_offset += batch.last_offset_delta + 1
-                # Re-wrap: the patched bytes changed the header fields our batch views parsed.
-                batches = [(pos, RecordBatch(view[pos : pos + b.size_in_bytes])) for pos, b in batches]
             else:
                 log_append_time = -1
                 if batches[0][1].base_offset < self.log_end_offset:
@@ -344,7 +347,7 @@ class Log:
             updated, completed = self._analyze_producer_state(batches, origin)
 
             segment = self._maybe_roll(len(buffer), first_offset, last_offset, max_ts, now)
-            segment.append(last_offset, MemoryRecords(bytes(buffer)))
+            segment.append(last_offset, MemoryRecords(buffer), [b for _, b in batches])
 
             for batch_epoch in {b.partition_leader_epoch for _, b in batches}:
                 if batch_epoch >= 0 and (self.leader_epoch_cache.latest_epoch() is None or batch_epoch > (self.leader_epoch_cache.latest_epoch() or -1)):
@@ -525,8 +528,12 @@ class Log:
             segment = self._new_segment(new_offset)
             self.segments.add(segment)
             self._leo = LogOffsetMetadata(self.log_end_offset, segment.base_offset, segment.size)
-            # Everything before the new segment is durable from here on (Kafka flushes it asynchronously).
-            self.flush(new_offset)
+            # Everything before the new segment becomes durable: asynchronously, as Kafka does, when a
+            # scheduler runs; otherwise right here.
+            if self.scheduler is not None and self.scheduler.is_started and not isinstance(self.scheduler, MockScheduler):
+                self.scheduler.schedule_once(f"flush-log-{self.name}", lambda: self.flush(new_offset))
+            else:
+                self.flush(new_offset)
             return segment
 
     def _new_segment(self, base_offset: int) -> LogSegment:

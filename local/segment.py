@@ -202,8 +202,11 @@ class LogSegment:
     # ------------------------------------------------------------------------------------------------------
     # Append and read
 
-    def append(self, largest_offset: int, records: MemoryRecords) -> None:
-        """Append ``records`` (already validated, offsets assigned) in one write; index per batch."""
+    def append(self, largest_offset: int, records: MemoryRecords, batches: list[Any] | None = None) -> None:
+        """Append ``records`` (already validated, offsets assigned) in one write; index per batch.
+
+        ``batches`` may hold the already parsed batches of ``records`` (the log has them) to skip a second parse.
+        """
         if records.size_in_bytes == 0:
             return
         position = self.log.size_in_bytes
@@ -211,7 +214,7 @@ class LogSegment:
         self.log.append(records)
         max_ts = self._max_timestamp_and_offset()
         first = True
-        for batch in records.batches():
+        for batch in batches if batches is not None else records.batches():
             if first and position == 0:
                 self.rolling_based_timestamp = batch.max_timestamp
             first = False

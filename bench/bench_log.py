@@ -1,0 +1,92 @@
+"""Log.append and sequential Log.read, against raw os.write and a raw sequential read of the same bytes.
+
+Targets (issue 3): append of 16 KiB batches (1 KiB records) >= 0.4x raw os.write; sequential read of the
+whole log >= 0.5x a raw sequential read of the segment files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from bench._util import best_of, report
+from local.config import LogConfig
+from local.log import Log
+from local.records import MemoryRecords, SimpleRecord
+from local.scheduler import Scheduler
+
+TOTAL_BYTES = 256 * 1024 * 1024
+RECORD = b"r" * 1024
+RECORDS_PER_BATCH = 16
+
+
+def _batch() -> bytes:
+    return bytes(MemoryRecords.build([SimpleRecord(1_700_000_000_000, None, RECORD) for _ in range(RECORDS_PER_BATCH)]))
+
+
+def main() -> None:
+    batch = _batch()
+    count = TOTAL_BYTES // len(batch)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-log-"))
+    try:
+        config = LogConfig.from_properties({"log.dirs": str(tmp)}).topic_config({"segment.bytes": 64 * 1024 * 1024})
+
+        def raw_write() -> None:
+            path = tmp / "raw.bin"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                for _ in range(count):
+                    os.write(fd, batch)
+            finally:
+                os.close(fd)
+            path.unlink()
+
+        state: dict[str, Log] = {}
+
+        def log_append() -> None:
+            shutil.rmtree(tmp / "bench-0", ignore_errors=True)
+            scheduler = Scheduler("bench")
+            scheduler.startup()  # the old segment's fsync on roll runs in the background, as in Kafka
+            log = Log.open(tmp / "bench-0", config, scheduler=scheduler)
+            records = MemoryRecords(batch)
+            for _ in range(count):
+                log.append(records)
+            state["log"] = log
+
+        raw = best_of(raw_write, 3)
+        ours = best_of(log_append, 3)
+        mb = count * len(batch) / 1e6
+        report("Log.append 16 KiB batches", mb / ours, mb / raw, "MB/s", "raw os.write", target=0.4)
+
+        log = state["log"]
+
+        def raw_read() -> None:
+            for seg in log.segments.values():
+                with open(seg.log.path, "rb", buffering=0) as f:
+                    while f.read(1024 * 1024):
+                        pass
+
+        def log_read() -> None:
+            offset = 0
+            end = log.log_end_offset
+            while offset < end:
+                info = log.read(offset, 1024 * 1024)
+                data = bytes(info.records)
+                last = None
+                for b in MemoryRecords(data).batches():
+                    last = b
+                assert last is not None
+                offset = last.last_offset + 1
+
+        raw = best_of(raw_read, 3)
+        ours = best_of(log_read, 3)
+        report("Log.read sequential 1 MiB fetches", mb / ours, mb / raw, "MB/s", "raw sequential read", target=0.5)
+        log.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
