@@ -10,14 +10,19 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import struct
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from local import filenames
 from local.config import TopicConfig
-from local.index import detect_entry_size
+from local.errors import CorruptIndexError
+from local.index import OffsetIndex, TimeIndex, detect_entry_size
+from local.loader import check_offset_index, check_time_index
 from local.log import Log
 from local.scheduler import MockTime
 from tests.logutil import read_all_values, records, topic_config
@@ -538,3 +543,55 @@ def test_unreadable_file_fails_the_load_clearly(built: tuple[Path, Values], cfg:
     monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != victim and real_access(p, mode, **kw))
     with pytest.raises(OSError, match=r"cannot read .*00000000000000000006\.log"):
         open_log(path, cfg)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The loader's byte-level index checks agree with the index classes
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    entries=st.lists(st.tuples(st.integers(-3, 60), st.integers(-3, 5000)), max_size=40),
+    entry_size=st.sampled_from([8, 12]),
+    requested=st.sampled_from([8, 12]),
+    log_size=st.integers(0, 5000),
+    tail=st.binary(max_size=30),
+)
+def test_check_offset_index_agrees_with_offset_index_sanity_check(
+    tmp_path: Path, entries: list[tuple[int, int]], entry_size: int, requested: int, log_size: int, tail: bytes
+) -> None:
+    fmt = ">ii" if entry_size == 8 else ">iq"
+    data = b"".join(struct.pack(fmt, rel, pos) for rel, pos in sorted(entries)) + tail
+    index_path = tmp_path / "00000000000000000100.index"
+    index_path.write_bytes(data)
+    (tmp_path / "00000000000000000100.log").write_bytes(b"\x00" * log_size)
+    try:
+        index = OffsetIndex(index_path, 100, 1 << 20, writable=False, use_large_format=requested == 12)
+        try:
+            index.sanity_check()
+            count = index.entries
+            expected_ok = count == 0 or index.entry(count - 1).position < log_size
+        finally:
+            index.close()
+    except CorruptIndexError:
+        expected_ok = False
+    assert (check_offset_index(data, 100, log_size, requested) is None) == expected_ok
+
+
+@given(entries=st.lists(st.tuples(st.integers(-2, 10**6), st.integers(-2, 50)), max_size=30), tail=st.binary(max_size=13))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_check_time_index_agrees_with_time_index_sanity_check(
+    tmp_path: Path, entries: list[tuple[int, int]], tail: bytes
+) -> None:
+    data = b"".join(struct.pack(">qi", ts, rel) for ts, rel in sorted(entries)) + tail
+    path = tmp_path / "00000000000000000100.timeindex"
+    path.write_bytes(data)
+    index = TimeIndex(path, 100, 1 << 20, writable=False)
+    try:
+        index.sanity_check()
+        expected_ok = True
+    except CorruptIndexError:
+        expected_ok = False
+    finally:
+        index.close()
+    assert (check_time_index(data) is None) == expected_ok
