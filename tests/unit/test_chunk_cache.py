@@ -1,0 +1,131 @@
+"""The remote segment chunk cache, tested with a fetcher and no store (STYLE rule 9)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiered.cache.chunk_cache import ChunkCache
+
+OBJ = os.urandom(10_000)
+
+
+class CountingFetcher:
+    def __init__(self, data: bytes = OBJ, delay: float = 0.0, fail: bool = False) -> None:
+        self.data, self.delay, self.fail = data, delay, fail
+        self.calls: list[tuple[int, int]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, start: int, end: int) -> bytes:
+        with self._lock:
+            self.calls.append((start, end))
+        if self.delay:
+            time.sleep(self.delay)
+        if self.fail:
+            raise OSError("store down")
+        return self.data[start : end + 1]
+
+
+def test_hits_misses_and_ranges(tmp_path: Path) -> None:
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        assert cache.read("o", len(OBJ), 10, 2500, f) == OBJ[10:2501]
+        assert sorted(f.calls) == [(0, 999), (1000, 1999), (2000, 2999)]  # aligned whole chunks
+        assert cache.misses == 3
+        assert cache.read("o", len(OBJ), 1500, 1600, f) == OBJ[1500:1601]
+        assert cache.hits == 1 and len(f.calls) == 3
+        assert cache.read("o", len(OBJ), 9990, 20_000, f) == OBJ[9990:]  # past the end: short
+        assert cache.read("o", None, 9_500, 12_000, f) == OBJ[9500:]  # size unknown: a short chunk ends it
+        assert cache.read("o", len(OBJ), 0, len(OBJ) - 1, f) == OBJ
+
+
+def test_read_ahead_fetches_next_chunks(tmp_path: Path) -> None:
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
+        cache.read("o", len(OBJ), 0, 10, f)
+        deadline = time.time() + 5
+        while len(f.calls) < 3 and time.time() < deadline:
+            time.sleep(0.01)
+        assert sorted(f.calls) == [(0, 999), (1000, 1999), (2000, 2999)]
+        assert cache.prefetches == 2
+        time.sleep(0.05)
+        cache.read("o", len(OBJ), 1000, 1010, f)
+        assert cache.hits == 1
+
+
+def test_single_flight_under_concurrency(tmp_path: Path) -> None:
+    f = CountingFetcher(delay=0.2)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        results: list[bytes] = []
+        threads = [threading.Thread(target=lambda: results.append(cache.read("o", len(OBJ), 0, 999, f))) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results == [OBJ[:1000]] * 8
+        assert f.calls == [(0, 999)]
+
+
+def test_fetch_error_propagates_and_is_not_cached(tmp_path: Path) -> None:
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        with pytest.raises(OSError, match="store down"):
+            cache.read("o", len(OBJ), 0, 10, CountingFetcher(fail=True))
+        good = CountingFetcher()
+        assert cache.read("o", len(OBJ), 0, 10, good) == OBJ[:11]
+        assert good.calls == [(0, 999)]
+
+
+def test_bounded_and_survives_restart(tmp_path: Path) -> None:
+    big = os.urandom(400_000)
+    f = CountingFetcher(big)
+    with ChunkCache(tmp_path, chunk_size=10_000, size_limit=150_000, prefetch_chunks=0) as cache:
+        for i in range(40):
+            cache.read("big", len(big), i * 10_000, i * 10_000 + 9_999, f)
+        cache._cache.cull()
+        assert cache.size_bytes <= 150_000 + 10_000
+    f2 = CountingFetcher(big)
+    with ChunkCache(tmp_path, chunk_size=10_000, size_limit=150_000, prefetch_chunks=0) as cache:
+        assert cache.read("big", len(big), 390_000, 399_999, f2) == big[390_000:]
+        assert f2.calls == []  # the most recent chunk survived the restart
+        assert cache.invalidate("big") > 0
+        cache.read("big", len(big), 390_000, 390_001, f2)
+        assert f2.calls == [(390_000, 399_999)]
+
+
+def _child(path: str, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    data = bytes(range(256)) * 40
+    with ChunkCache(path, chunk_size=1000, prefetch_chunks=0) as cache:
+        queue.put(cache.read("shared", len(data), 0, len(data) - 1, lambda a, b: data[a : b + 1]) == data)
+
+
+def test_two_processes_share_the_cache(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_child, args=(str(tmp_path), queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    assert [queue.get(timeout=60) for _ in procs] == [True, True]
+    for p in procs:
+        p.join(timeout=60)
+    data = bytes(range(256)) * 40
+    f = CountingFetcher(data)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        assert cache.read("shared", len(data), 0, len(data) - 1, f) == data
+        assert f.calls == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, len(OBJ) - 1), st.integers(0, 4000), st.sampled_from([333, 1000, 4096]))
+def test_random_ranges_match_the_object(start: int, length: int, chunk: int) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d, ChunkCache(d, chunk_size=chunk, prefetch_chunks=1) as cache:
+        end = start + length
+        assert cache.read("o", len(OBJ), start, end, CountingFetcher()) == OBJ[start : end + 1]

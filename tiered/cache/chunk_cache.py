@@ -1,0 +1,171 @@
+"""The remote segment cache: fixed-size chunks of remote ``.log`` objects in a bounded ``diskcache`` store.
+
+- Chunks are aligned (chunk ``n`` covers bytes ``[n*size, (n+1)*size)``); the last one of an object is short.
+- The store is a ``diskcache.Cache`` (SQLite + files): bounded by bytes with least-recently-used eviction,
+  process-safe (Spark executors on one machine share it) and kept across restarts.
+- Reads spanning several chunks fetch the missing ones in parallel (ranged GETs), and a sequential reader gets
+  the next ``prefetch_chunks`` chunks fetched in the background (read-ahead).
+- Concurrent readers of one missing chunk in this process trigger one fetch (single flight); a failed fetch is
+  not cached.
+
+The cache takes a fetcher ``(start, end_inclusive) -> bytes`` per call, so it is tested without any store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+Fetcher = Callable[[int, int], bytes]
+
+
+class ChunkCache:
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        chunk_size: int = 4 * 1024 * 1024,
+        size_limit: int = 2 * 1024**3,
+        prefetch_chunks: int = 2,
+        max_workers: int = 4,
+        registry: Any = None,
+    ) -> None:
+        if chunk_size <= 0:
+            raise ValueError(f"chunk size must be > 0, got {chunk_size}")
+        import diskcache
+
+        self.chunk_size = chunk_size
+        self.prefetch_chunks = max(0, prefetch_chunks)
+        self._cache = diskcache.Cache(str(directory), size_limit=size_limit, eviction_policy="least-recently-used")
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chunk-cache")
+        self._inflight: dict[str, Future[bytes]] = {}
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.prefetches = self.fetches = 0
+        self._metrics = _Metrics(registry)
+
+    @staticmethod
+    def _key(key: str, index: int) -> str:
+        return f"{key}#{index}"
+
+    # ------------------------------------------------------------------------------------------------------
+
+    def read(self, key: str, object_size: int | None, start: int, end_inclusive: int, fetcher: Fetcher) -> bytes:
+        """Bytes ``[start, end_inclusive]`` of object ``key`` (shorter at the object's end)."""
+        if start < 0 or end_inclusive < start:
+            raise ValueError(f"invalid range {start}..{end_inclusive}")
+        if object_size is not None:
+            end_inclusive = min(end_inclusive, object_size - 1)
+            if start > end_inclusive:
+                return b""
+        cs = self.chunk_size
+        first, last = start // cs, end_inclusive // cs
+        futures = [self._chunk(key, i, object_size, fetcher) for i in range(first, last + 1)]
+        parts: list[bytes] = []
+        for i, fut in zip(range(first, last + 1), futures):
+            chunk = fut.result()
+            parts.append(chunk)
+            if len(chunk) < cs:  # the object ends in this chunk
+                last = i
+                break
+        self._prefetch(key, last + 1, object_size, fetcher)
+        data = b"".join(parts)
+        offset = start - first * cs
+        return data[offset : offset + (end_inclusive - start + 1)]
+
+    def _chunk(self, key: str, index: int, object_size: int | None, fetcher: Fetcher, prefetch: bool = False) -> Future[bytes]:
+        ckey = self._key(key, index)
+        cached = self._cache.get(ckey)
+        if cached is not None:
+            if not prefetch:
+                self.hits += 1
+                self._metrics.inc("hits")
+            done: Future[bytes] = Future()
+            done.set_result(cached)
+            return done
+        with self._lock:
+            fut = self._inflight.get(ckey)
+            if fut is not None:
+                return fut
+            fut = self._pool.submit(self._fetch, ckey, key, index, object_size, fetcher)
+            self._inflight[ckey] = fut
+        if prefetch:
+            self.prefetches += 1
+            self._metrics.inc("prefetches")
+        else:
+            self.misses += 1
+            self._metrics.inc("misses")
+        return fut
+
+    def _fetch(self, ckey: str, key: str, index: int, object_size: int | None, fetcher: Fetcher) -> bytes:
+        try:
+            start = index * self.chunk_size
+            end = start + self.chunk_size - 1
+            if object_size is not None:
+                end = min(end, object_size - 1)
+            data = fetcher(start, end) if start <= end else b""
+            self.fetches += 1
+            if data:
+                self._cache.set(ckey, data, tag=key)
+            return data
+        finally:
+            with self._lock:
+                self._inflight.pop(ckey, None)
+
+    def _prefetch(self, key: str, index: int, object_size: int | None, fetcher: Fetcher) -> None:
+        for i in range(index, index + self.prefetch_chunks):
+            if object_size is not None and i * self.chunk_size >= object_size:
+                return
+            if self._key(key, i) in self._cache:
+                continue
+            fut = self._chunk(key, i, object_size, fetcher, prefetch=True)
+            fut.add_done_callback(_log_failure)
+
+    def invalidate(self, key: str) -> int:
+        """Drop every chunk of object ``key`` (its remote copy was deleted or replaced)."""
+        return int(self._cache.evict(key))
+
+    @property
+    def size_bytes(self) -> int:
+        return int(self._cache.volume())
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._cache.close()
+
+    def __enter__(self) -> ChunkCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _log_failure(fut: Future[bytes]) -> None:
+    exc = fut.exception()
+    if exc is not None:
+        logger.debug("read-ahead fetch failed: %s", exc)
+
+
+class _Metrics:
+    def __init__(self, registry: Any) -> None:
+        self._counters: dict[str, Any] = {}
+        if registry is None:
+            return
+        from prometheus_client import Counter
+
+        for name, doc in (("hits", "chunk reads served from the cache"), ("misses", "chunk reads fetched"),
+                          ("prefetches", "chunks fetched ahead of a sequential reader")):
+            self._counters[name] = Counter(f"RemoteLogSegmentCache_{name}", f"Remote segment cache {doc}", registry=registry)
+
+    def inc(self, name: str) -> None:
+        counter = self._counters.get(name)
+        if counter is not None:
+            counter.inc()
