@@ -86,3 +86,24 @@ def test_features_upgrade_and_refused_downgrade(tmp_path: Path) -> None:
     proc = run_cli("features", "upgrade", "--release-version", "4.0", "--log-dirs", str(tmp_path))
     assert proc.returncode == 1 and "never go down" in proc.stderr
     assert "finalized" in run_cli("features", "describe", "--log-dirs", str(tmp_path)).stdout
+
+
+def test_offload_and_run_with_a_config_file(tmp_path: Path) -> None:
+    props = tmp_path / "server.properties"
+    props.write_text(
+        f"log.dirs={tmp_path / 'data'}\nlog.segment.bytes=1048576\nremote.log.storage.system.enable=true\n"
+        f"remote.log.storage.manager.class.name=local\nrsm.config.dir={tmp_path / 'remote'}\n"
+        "remote.log.manager.task.interval.ms=100\n"
+    )
+    lines = "".join(f"value-{i:06d}-{'x' * 150}\n" for i in range(15_000))
+    produce = run_cli("--config", str(props), "produce", "-t", "t", "--topic-config", "remote.storage.enable=true",
+                      "--topic-config", "local.retention.bytes=1048576", stdin=lines)
+    assert produce.returncode == 0, produce.stderr
+    proc = run_cli("--config", str(props), "offload")
+    assert proc.returncode == 0, proc.stderr
+    assert "copied 2 segment(s)" in proc.stdout and "local retention deleted 1 segment(s)" in proc.stdout
+    assert run_cli("--config", str(props), "run", "--duration", "0.5").returncode == 0
+    consumed = run_cli("--config", str(props), "consume", "-t", "t")
+    assert consumed.stdout.splitlines() == [line for line in lines.splitlines()]
+    no_remote = run_cli("offload", "--log-dirs", str(tmp_path / "other"))
+    assert no_remote.returncode == 2 and "not enabled" in no_remote.stderr

@@ -1,0 +1,36 @@
+"""``tiered offload``: one pass of the remote copy and expiration tasks, then one local retention pass."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tiered.commands._common import UsageError, add_config_arguments, load_config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+
+
+def offload_once(manager: object) -> tuple[object, int]:
+    rlm = getattr(manager, "remote_tier", None)
+    if rlm is None:
+        raise UsageError("the remote tier is not enabled: set remote.log.storage.system.enable=true")
+    result = rlm.run_once(manager.all_logs())  # type: ignore[attr-defined]
+    deleted = manager.cleanup_logs()  # type: ignore[attr-defined]
+    return result, deleted
+
+
+def run(args: argparse.Namespace) -> int:
+    from local import LogManager
+
+    with LogManager(load_config(args), start_scheduler=False) as manager:
+        result, deleted = offload_once(manager)
+    print(
+        f"copied {result.segments_copied} segment(s) ({result.bytes_copied:,} bytes), deleted "  # type: ignore[attr-defined]
+        f"{result.segments_deleted} remote segment(s), local retention deleted {deleted} segment(s)"  # type: ignore[attr-defined]
+    )
+    if result.copy_errors:  # type: ignore[attr-defined]
+        print(f"tiered offload: {result.copy_errors} copy error(s); see the log (-v)", file=sys.stderr)  # type: ignore[attr-defined]
+        return 1
+    return 0
