@@ -38,10 +38,10 @@ def run(args: argparse.Namespace) -> int:
             try:
                 while not stop.is_set():
                     if rlm is not None:
-                        backlog = sum(len(rlm.candidate_segments(log)) for log in manager.all_logs()  # type: ignore[attr-defined]
+                        backlog = sum(len(rlm.candidate_segments(log)) for log in manager.all_logs()
                                       if getattr(log.config, "remote_storage_enable", False))
                         progress.update(task, total=backlog, completed=0)
-                        result = rlm.run_once(manager.all_logs())  # type: ignore[attr-defined]
+                        result = rlm.run_once(manager.all_logs())
                         progress.update(task, completed=result.segments_copied)
                         if result.segments_copied or result.segments_deleted:
                             console.print(f"copied {result.segments_copied}, deleted {result.segments_deleted} remote segment(s)")
