@@ -195,20 +195,29 @@ class LogManager:
                     metrics.BYTES_TRUNCATED.labels(label).inc(st.bytes_truncated)
 
         threads = max(1, self.config.num_recovery_threads_per_data_dir)
-        if threads > 1 and len(partition_dirs) > 1:
-            with ThreadPoolExecutor(threads, thread_name_prefix=f"log-recovery-{data_dir.name}") as pool:
-                list(pool.map(load_one, partition_dirs))
-        else:
-            for item in partition_dirs:
-                load_one(item)
+        try:
+            if threads > 1 and len(partition_dirs) > 1:
+                with ThreadPoolExecutor(threads, thread_name_prefix=f"log-recovery-{data_dir.name}") as pool:
+                    list(pool.map(load_one, partition_dirs))
+            else:
+                for item in partition_dirs:
+                    load_one(item)
+        finally:
+            try:
+                metrics.REMAINING_LOGS_TO_LOAD.remove(label)
+            except KeyError:
+                pass
         if clean:
             marker.delete()
         elapsed = _time.perf_counter() - started
         metrics.LOAD_SECONDS.labels(label).set(elapsed)
-        metrics.REMAINING_LOGS_TO_LOAD.remove(label)
         stats["elapsed_ms"] = round(elapsed * 1000, 3)
         stats["clean_shutdown"] = clean
         self.load_stats[label] = stats
+        try:
+            metrics.write_load_report(data_dir, stats)
+        except OSError as exc:
+            logger.warning("could not write the load report of %s: %s", data_dir, exc)
         logger.info("loaded %d partition(s) of %s in %.0f ms", stats["partitions"], data_dir, elapsed * 1000)
 
     def _read_checkpoint(self, data_dir: Path, name: str) -> dict[tuple[str, int], int]:

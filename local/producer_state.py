@@ -306,6 +306,7 @@ class ProducerStateManager:
     def remove_straggling_snapshots(self, segment_base_offsets: Iterable[int]) -> None:
         """Kafka's removeStraySnapshots: keep only snapshots at segment bases, plus the newest stray one if it is
         above every segment base (the snapshot taken at close)."""
+        self._snapshots = self._list_snapshots()  # recovery's throwaway managers may have deleted some on disk
         bases = set(segment_base_offsets)
         max_base = max(bases) if bases else None
         latest_stray: int | None = None

@@ -23,6 +23,7 @@ from local.errors import (
     CorruptIndexError,
     CorruptRecordError,
     InvalidRecordError,
+    KafkaStorageError,
     LogSegmentOffsetOverflowError,
 )
 from local.fetch import FetchDataInfo, LogOffsetMetadata, LogOffsetPosition, TimestampAndOffset
@@ -451,8 +452,11 @@ class LogSegment:
         self.txn_index.flush()
 
     def close(self) -> None:
-        if self._max_ts_and_offset is not None:
-            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True)
+        if self._max_ts_and_offset is not None and self._max_ts_and_offset.timestamp >= 0:
+            try:
+                self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True)
+            except KafkaStorageError:  # Kafka swallows errors of this closing entry too
+                logger.warning("could not write the closing time index entry of %s", self.log.path, exc_info=True)
         self._lazy_offset_index.close()
         self._lazy_time_index.close()
         self.log.close()

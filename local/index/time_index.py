@@ -145,7 +145,9 @@ class TimeIndex(AbstractIndex):
             count = self.entries
             last = self._last_entry
             if skip_full_check and count and timestamp == last.timestamp and offset >= last.offset:
-                return  # the roll/close entry already written: nothing to add, even to a trimmed index
+                return  # the roll/close entry adds nothing: a no-op, even on a trimmed index
+            if skip_full_check and not count and timestamp < 0:
+                return  # an empty segment has no max timestamp to record
             if (not skip_full_check and self.is_full) or count >= self.max_entries:
                 raise IndexFullError(
                     f"attempt to append to a full time index {self._path} ({count} entries)",

@@ -30,7 +30,11 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     console = Console(stderr=True)
     deadline = None if args.duration is None else time.monotonic() + args.duration
-    with LogManager(config) as manager:
+    from local.metrics import RichLoadProgress
+
+    with RichLoadProgress(console=console):  # startup of a large dir draws a progress bar on a terminal
+        manager = LogManager(config)
+    with manager:
         rlm = manager.remote_tier
         interval = config.remote_log_manager_task_interval_ms / 1000
         with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
