@@ -88,6 +88,7 @@ def test_bounded_and_survives_restart(tmp_path: Path) -> None:
     with ChunkCache(tmp_path, chunk_size=10_000, size_limit=150_000, prefetch_chunks=0) as cache:
         for i in range(40):
             cache.read("big", len(big), i * 10_000, i * 10_000 + 9_999, f)
+        cache.flush()
         cache._cache.cull()
         assert cache.size_bytes <= 150_000 + 10_000
     f2 = CountingFetcher(big)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -34,6 +35,7 @@ class ChunkCache:
         size_limit: int = 2 * 1024**3,
         prefetch_chunks: int = 2,
         max_workers: int = 4,
+        memory_bytes: int = 128 * 1024 * 1024,
         registry: Any = None,
     ) -> None:
         if chunk_size <= 0:
@@ -44,8 +46,16 @@ class ChunkCache:
         self.prefetch_chunks = max(0, prefetch_chunks)
         self._cache = diskcache.Cache(str(directory), size_limit=size_limit, eviction_policy="least-recently-used")
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chunk-cache")
+        # Writing a chunk to disk is off the reader's path: memory serves it until the write lands.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chunk-cache-writer")
         self._inflight: dict[str, Future[bytes]] = {}
         self._lock = threading.Lock()
+        # Hot chunks also stay in memory (bounded): a read of 64 KiB must not copy a 4 MiB chunk off disk.
+        self._memory: OrderedDict[str, bytes] = OrderedDict()
+        self._memory_bytes = 0
+        self._memory_limit = max(0, memory_bytes)
+        self._last_chunk: dict[str, int] = {}  # per object: the last chunk read, to spot sequential readers
+        self._sizes: dict[str, int] = {}  # object sizes learnt from short chunks (when callers pass None)
         self.hits = self.misses = self.prefetches = self.fetches = 0
         self._metrics = _Metrics(registry)
 
@@ -59,6 +69,8 @@ class ChunkCache:
         """Bytes ``[start, end_inclusive]`` of object ``key`` (shorter at the object's end)."""
         if start < 0 or end_inclusive < start:
             raise ValueError(f"invalid range {start}..{end_inclusive}")
+        if object_size is None:
+            object_size = self._sizes.get(key)
         if object_size is not None:
             end_inclusive = min(end_inclusive, object_size - 1)
             if start > end_inclusive:
@@ -71,16 +83,52 @@ class ChunkCache:
             chunk = fut.result()
             parts.append(chunk)
             if len(chunk) < cs:  # the object ends in this chunk
+                self._sizes[key] = i * cs + len(chunk)
                 last = i
                 break
-        self._prefetch(key, last + 1, object_size, fetcher)
-        data = b"".join(parts)
-        offset = start - first * cs
-        return data[offset : offset + (end_inclusive - start + 1)]
+        previous = self._last_chunk.get(key)
+        self._last_chunk[key] = last
+        if previous is not None and previous <= first <= previous + 1 and last > previous - 1:
+            self._prefetch(key, last + 1, object_size, fetcher)  # a sequential reader: read ahead
+        elif previous is None and first == 0:
+            self._prefetch(key, last + 1, object_size, fetcher)
+        # Slice each chunk to the range before joining: copying whole 4 MiB chunks for a 1 MiB read would
+        # dominate a sequential consumer's time.
+        out = []
+        for i, chunk in zip(range(first, first + len(parts)), parts):
+            lo = max(start - i * cs, 0)
+            hi = min(end_inclusive - i * cs + 1, len(chunk))
+            if lo < hi:
+                out.append(chunk if lo == 0 and hi == len(chunk) else chunk[lo:hi])
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def _remember(self, ckey: str, data: bytes) -> None:
+        if len(data) > self._memory_limit:
+            return
+        with self._lock:
+            old = self._memory.pop(ckey, None)
+            if old is not None:
+                self._memory_bytes -= len(old)
+            self._memory[ckey] = data
+            self._memory_bytes += len(data)
+            while self._memory_bytes > self._memory_limit:
+                _, evicted = self._memory.popitem(last=False)
+                self._memory_bytes -= len(evicted)
+
+    def _cached(self, ckey: str) -> bytes | None:
+        with self._lock:
+            data = self._memory.get(ckey)
+            if data is not None:
+                self._memory.move_to_end(ckey)
+                return data
+        data = self._cache.get(ckey)
+        if data is not None:
+            self._remember(ckey, data)
+        return data  # type: ignore[no-any-return]
 
     def _chunk(self, key: str, index: int, object_size: int | None, fetcher: Fetcher, prefetch: bool = False) -> Future[bytes]:
         ckey = self._key(key, index)
-        cached = self._cache.get(ckey)
+        cached = self._cached(ckey)
         if cached is not None:
             if not prefetch:
                 self.hits += 1
@@ -111,23 +159,36 @@ class ChunkCache:
             data = fetcher(start, end) if start <= end else b""
             self.fetches += 1
             if data:
-                self._cache.set(ckey, data, tag=key)
+                self._remember(ckey, data)
+                self._writer.submit(self._store, ckey, data, key)
             return data
         finally:
             with self._lock:
                 self._inflight.pop(ckey, None)
 
+    def _store(self, ckey: str, data: bytes, key: str) -> None:
+        try:
+            self._cache.set(ckey, data, tag=key)
+        except Exception:
+            logger.warning("could not store chunk %s in the segment cache", ckey, exc_info=True)
+
     def _prefetch(self, key: str, index: int, object_size: int | None, fetcher: Fetcher) -> None:
         for i in range(index, index + self.prefetch_chunks):
             if object_size is not None and i * self.chunk_size >= object_size:
                 return
-            if self._key(key, i) in self._cache:
+            ckey = self._key(key, i)
+            if ckey in self._memory or ckey in self._cache:
                 continue
             fut = self._chunk(key, i, object_size, fetcher, prefetch=True)
             fut.add_done_callback(_log_failure)
 
     def invalidate(self, key: str) -> int:
         """Drop every chunk of object ``key`` (its remote copy was deleted or replaced)."""
+        self.flush()
+        prefix = f"{key}#"
+        with self._lock:
+            for ckey in [k for k in self._memory if k.startswith(prefix)]:
+                self._memory_bytes -= len(self._memory.pop(ckey))
         return int(self._cache.evict(key))
 
     @property
@@ -137,8 +198,13 @@ class ChunkCache:
     def __len__(self) -> int:
         return len(self._cache)
 
+    def flush(self) -> None:
+        """Wait until every fetched chunk is on disk."""
+        self._writer.submit(lambda: None).result()
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._writer.shutdown(wait=True)
         self._cache.close()
 
     def __enter__(self) -> ChunkCache:

@@ -1,0 +1,132 @@
+"""The remote tier against a real S3-compatible server on loopback (SeaweedFS, started from localstack/).
+
+Targets (issue 5): offload >= 0.8x raw boto3 upload_file of the same files; sequential consume from the remote
+tier with a cold cache >= 0.5x a raw boto3 streaming GET; warm-cache random reads within 2x of the same reads
+from the local tier; p50/p99 latency of the first byte from a cold and a warm cache, printed.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from bench._util import report, report_latency
+from local import LogConfig, LogManager
+from local.log import Log
+from local.records import MemoryRecords, SimpleRecord
+from tests.integration.s3_servers import seaweedfs
+
+SEGMENT = 16 * 1024 * 1024
+SEGMENTS = 6
+
+
+def _fill(log: Log) -> None:
+    now = int(time.time() * 1000)
+    value = random.randbytes(1024)
+    batch = [SimpleRecord(now, None, value) for _ in range(64)]
+    while log.number_of_segments() <= SEGMENTS:
+        log.append(MemoryRecords.build(batch))
+
+
+def _consume(log: Log, start: int, end: int, fetch: int = 1024 * 1024) -> int:
+    offset, total = start, 0
+    while offset < end:
+        info = log.read(offset, fetch)
+        last = None
+        for b in info.records.batches():
+            last = b
+            total += b.size_in_bytes
+        assert last is not None
+        offset = last.last_offset + 1
+    return total
+
+
+def main() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-remote-"))
+    try:
+        with seaweedfs(tmp) as endpoint:
+            client = endpoint.client()
+            bucket = f"bench-{uuid.uuid4().hex[:8]}"
+            client.create_bucket(Bucket=bucket)
+            props = {
+                "log.dirs": str(tmp / "data"), "log.segment.bytes": str(SEGMENT),
+                "remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "s3",
+                "remote.log.segment.cache.dir": str(tmp / "chunks"),
+                **{f"rsm.config.{k}": v for k, v in endpoint.rsm_config(bucket, "bench").items()},
+            }
+            with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+                log = manager.get_or_create_log("bench", 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+                _fill(log)
+                log.flush()
+                files = [s.log.path for s in list(log.segments.values())[:-1]]
+                nbytes = sum(p.stat().st_size for p in files)
+                shutil.copytree(tmp / "data" / "bench-0", tmp / "local-copy" / "bench-0")
+
+                t = time.perf_counter()
+                for i, p in enumerate(files):
+                    client.upload_file(str(p), bucket, f"raw/{i}.log")
+                raw_upload = time.perf_counter() - t
+                t = time.perf_counter()
+                result = manager.remote_tier.run_once(manager.all_logs())  # type: ignore[union-attr]
+                offload = time.perf_counter() - t
+                assert result.segments_copied == len(files)
+                report("offload (all files of each segment)", nbytes / offload / 1e6, nbytes / raw_upload / 1e6, "MB/s",
+                       "raw boto3 upload_file of the .log files", 0.8)
+
+                manager.cleanup_logs()
+                remote_end = log.local_log_start_offset
+                t = time.perf_counter()
+                for i in range(len(files)):
+                    body = client.get_object(Bucket=bucket, Key=f"raw/{i}.log")["Body"]
+                    while body.read(1024 * 1024):
+                        pass
+                raw_get = time.perf_counter() - t
+                t = time.perf_counter()
+                consumed = _consume(log, 0, remote_end)
+                cold = time.perf_counter() - t
+                report("sequential consume, remote tier, cold cache", consumed / cold / 1e6, nbytes / raw_get / 1e6,
+                       "MB/s", "raw boto3 streaming GET", 0.5)
+
+                local_log = Log.open(tmp / "local-copy" / "bench-0", log.config)
+                rng = random.Random(7)
+                offsets = [rng.randrange(0, remote_end) for _ in range(300)]
+
+                def timed_reads(target: Log) -> list[float]:
+                    lat = []
+                    for off in offsets:
+                        s = time.perf_counter()
+                        target.read(off, 64 * 1024)
+                        lat.append(time.perf_counter() - s)
+                    return lat
+
+                warm = timed_reads(log)  # the consume above warmed the chunk cache
+                local = timed_reads(local_log)
+                report_latency("random 64 KiB reads, remote tier warm cache (p50)", statistics.median(warm),
+                               statistics.median(local), "the same reads from the local tier", 2)
+                p99 = lambda xs: sorted(xs)[int(len(xs) * 0.99) - 1]  # noqa: E731
+                print(f"first byte, warm cache: p50 {statistics.median(warm) * 1e3:.2f} ms, p99 {p99(warm) * 1e3:.2f} ms")
+                local_log.close()
+
+            # Cold first-byte latency: a fresh manager and fresh caches on every read.
+            shutil.rmtree(tmp / "chunks", ignore_errors=True)
+            shutil.rmtree(tmp / "data" / "remote-log-index-cache", ignore_errors=True)
+            with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+                log = manager.get_log("bench", 0)  # type: ignore[assignment]
+                cold_lat = []
+                for off in offsets[:40]:
+                    manager.remote_tier.chunk_cache._cache.clear()  # type: ignore[union-attr]
+                    s = time.perf_counter()
+                    log.read(off, 1)
+                    cold_lat.append(time.perf_counter() - s)
+                print(f"first byte, cold cache: p50 {statistics.median(cold_lat) * 1e3:.2f} ms, p99 {p99(cold_lat) * 1e3:.2f} ms")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
