@@ -32,12 +32,12 @@ def main() -> None:
 
         data = bytes(MemoryRecords.build(simple))
 
-        def decode_ours() -> None:
+        def decode_ours(data: bytes = data) -> None:
             for _ in range(BATCHES):
                 for _r in RecordBatch(data).records():
                     pass
 
-        def decode_theirs() -> None:
+        def decode_theirs(data: bytes = data) -> None:
             for _ in range(BATCHES):
                 for _r in DefaultRecordBatch(bytearray(data)):
                     pass

@@ -124,7 +124,7 @@ class ChunkCache:
         data = self._cache.get(ckey)
         if data is not None:
             self._remember(ckey, data)
-        return data  # type: ignore[no-any-return]
+        return data
 
     def _chunk(self, key: str, index: int, object_size: int | None, fetcher: Fetcher, prefetch: bool = False) -> Future[bytes]:
         ckey = self._key(key, index)
