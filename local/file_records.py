@@ -198,15 +198,40 @@ class FileRecords:
             yield from batch.records()
 
     def search_for_offset_from_position(self, target_offset: int, starting_position: int) -> LogOffsetPosition | None:
-        """The first batch from ``starting_position`` whose last offset is >= ``target_offset``."""
-        for pos, data in self._iter_raw(starting_position, chunk=64 * 1024):
-            if data[16] == 2:
-                base, _, _, _, _, _, delta = _HEAD.unpack_from(data, 0)[:7]
-                last = base + delta
+        """The first batch from ``starting_position`` whose last offset is >= ``target_offset``.
+
+        Walks batch headers only: a small window is read and refilled at the next header, so large batches are
+        skipped without being read (a fetch reads them once, as a slice).
+        """
+        end = self.size_in_bytes
+        pos = starting_position
+        window = b""
+        window_start = pos
+        while end - pos >= LOG_OVERHEAD:
+            rel = pos - window_start
+            if rel < 0 or len(window) - rel < HEADER_SIZE_UP_TO_MAGIC + 10:
+                window = self.read(pos, 8192)
+                window_start, rel = pos, 0
+            if len(window) - rel < LOG_OVERHEAD:
+                return None
+            base = int.from_bytes(window[rel : rel + 8], "big", signed=True)
+            size = int.from_bytes(window[rel + 8 : rel + 12], "big", signed=True) + LOG_OVERHEAD
+            magic = window[rel + 16] if len(window) - rel > 16 else 2
+            minimum = RECORD_BATCH_OVERHEAD if magic == 2 else LOG_OVERHEAD + MIN_V0_SIZE
+            if size < minimum:
+                raise CorruptRecordError(
+                    f"batch at position {pos} of {self._path} declares size {size}, below the minimum {minimum}",
+                    position=pos, path=str(self._path),
+                )
+            if pos + size > end:
+                return None  # torn tail
+            if magic == 2:
+                last = base + int.from_bytes(window[rel + 23 : rel + 27], "big", signed=True)
             else:
-                last = int.from_bytes(data[0:8], "big", signed=True)
+                last = base
             if last >= target_offset:
-                return LogOffsetPosition(last, pos, len(data))
+                return LogOffsetPosition(last, pos, size)
+            pos += size
         return None
 
     def search_for_timestamp(self, target_timestamp: int, starting_position: int, starting_offset: int) -> TimestampAndOffset | None:
