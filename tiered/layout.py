@@ -7,9 +7,7 @@ partition's metadata events live beside its segments under ``__remote_log_metada
 
 from __future__ import annotations
 
-import base64
-import uuid
-
+from local.checkpoint import kafka_uuid_from_str, kafka_uuid_to_str
 from tiered.rsm import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
 LOG_SUFFIX = ".log"
@@ -17,12 +15,8 @@ METADATA_DIR = "__remote_log_metadata"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, *(t.suffix for t in IndexType))
 
 
-def kafka_uuid(value: uuid.UUID) -> str:
-    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
-
-
-def parse_kafka_uuid(text: str) -> uuid.UUID:
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+kafka_uuid = kafka_uuid_to_str  # Kafka's Uuid.toString(): 22 url-safe base64 characters
+parse_kafka_uuid = kafka_uuid_from_str
 
 
 def _join(prefix: str, *parts: str) -> str:

@@ -18,6 +18,7 @@ from local.errors import CorruptIndexError
 from local.fetch import FetchIsolation
 from local.index import OffsetIndex
 from local.records import MemoryRecords, SimpleRecord
+from tests.logutil import read_all_values
 from tiered import (
     IndexType,
     LogSegmentData,
@@ -59,23 +60,6 @@ def _produce(log: object, n: int, start: int = 0) -> None:
         log.append(MemoryRecords.build(batch))  # type: ignore[attr-defined]
 
 
-def _read_all(log: object) -> list[tuple[int, bytes | None]]:
-    out = []
-    offset = log.log_start_offset  # type: ignore[attr-defined]
-    while offset < log.log_end_offset:  # type: ignore[attr-defined]
-        info = log.read(offset, 256 * 1024)  # type: ignore[attr-defined]
-        got = False
-        for batch in info.records.batches():
-            for rec in batch.records():
-                if rec.offset >= offset:
-                    out.append((rec.offset, rec.value))
-                    got = True
-            offset = max(offset, batch.last_offset + 1)
-        if not got:
-            break
-    return out
-
-
 @pytest.fixture
 def manager(tmp_path: Path):  # type: ignore[no-untyped-def]
     m = LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False)
@@ -97,7 +81,7 @@ def test_offload_local_retention_and_reads_through_both_tiers(manager: LogManage
     deleted = manager.cleanup_logs()
     assert deleted > 0
     assert log.log_start_offset == 0 < log.local_log_start_offset
-    assert _read_all(log) == [(i, _value(i)) for i in range(25_000)]
+    assert read_all_values(log) == [(i, _value(i)) for i in range(25_000)]
     # every object of a copy is in the bucket under Kafka-style keys
     keys = {p.relative_to(tmp_path / "remote").as_posix() for p in (tmp_path / "remote").rglob("*") if p.is_file()}
     logs = [k for k in keys if k.endswith(".log")]
@@ -120,7 +104,7 @@ def test_remote_segments_found_from_the_bucket_after_restart(tmp_path: Path) -> 
         log = m.get_log("t", 0)
         assert log is not None
         assert (log.log_start_offset, log.local_log_start_offset) == (0, local_start)
-        assert _read_all(log) == [(i, _value(i)) for i in range(20_000)]
+        assert read_all_values(log) == [(i, _value(i)) for i in range(20_000)]
 
 
 def test_remote_retention_advances_log_start(manager: LogManager) -> None:
@@ -132,7 +116,7 @@ def test_remote_retention_advances_log_start(manager: LogManager) -> None:
     assert log.log_start_offset > 0
     remaining = rlm.finished_segments(rlm.topic_id_partition(log))
     assert remaining and remaining[0].start_offset == log.log_start_offset
-    assert _read_all(log)[0][0] == log.log_start_offset
+    assert read_all_values(log)[0][0] == log.log_start_offset
 
 
 class _FailingAfterLog(LocalDirRemoteStorageManager):
@@ -240,7 +224,7 @@ def test_legacy_32_bit_plugin_end_to_end(tmp_path: Path) -> None:
             rlm.run_once(m.all_logs())
             m.cleanup_logs()
             assert log.local_log_start_offset > 0
-            assert _read_all(log) == [(i, _value(i)) for i in range(12_000)]
+            assert read_all_values(log) == [(i, _value(i)) for i in range(12_000)]
     tip = TopicIdPartition(uuid.uuid4(), "t", 0)
     md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, T0, 0, T0, 100, {0: 0})
     with pytest.raises(RemoteStorageError, match="32-bit"):

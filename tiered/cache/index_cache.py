@@ -31,6 +31,7 @@ from typing import IO, Any
 from local.errors import CorruptIndexError
 from local.index import OffsetIndex, TimeIndex, TransactionIndex
 from tiered.errors import RemoteResourceNotFoundError
+from tiered.layout import kafka_uuid
 from tiered.rsm import IndexType, RemoteLogSegmentMetadata
 
 logger = logging.getLogger(__name__)
@@ -42,13 +43,6 @@ _SUFFIXES = {IndexType.OFFSET: ".index", IndexType.TIMESTAMP: ".timeindex", Inde
 
 # fetch_index(metadata, index_type) -> a readable binary stream; RemoteResourceNotFoundError when absent.
 IndexFetcher = Callable[[RemoteLogSegmentMetadata, IndexType], IO[bytes]]
-
-
-def kafka_uuid(value: Any) -> str:
-    """Kafka's Uuid.toString(): url-safe base64 of the 16 bytes, without padding."""
-    import base64
-
-    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
 
 
 @dataclass
