@@ -107,3 +107,20 @@ def test_offload_and_run_with_a_config_file(tmp_path: Path) -> None:
     assert consumed.stdout.splitlines() == [line for line in lines.splitlines()]
     no_remote = run_cli("offload", "--log-dirs", str(tmp_path / "other"))
     assert no_remote.returncode == 2 and "not enabled" in no_remote.stderr
+
+
+def test_dump_auto_detects_a_12_byte_index(tmp_path: Path) -> None:
+    from local.index import OffsetIndex
+
+    path = tmp_path / "00000000000000000100.index"
+    index = OffsetIndex(path, 100, 4096, use_large_format=True)
+    index.append(105, 5 * 2**32)
+    index.append(110, 6 * 2**32)
+    index.close()
+    proc = run_cli("dump", "--json", str(path))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["items"] == [{"entry_size": 12}, {"offset": 105, "position": 5 * 2**32}, {"offset": 110, "position": 6 * 2**32}]
+    assert run_cli("dump", str(tmp_path / "x.unknown")).returncode == 1  # no such file
+    (tmp_path / "x.unknown").write_text("?")
+    assert run_cli("dump", str(tmp_path / "x.unknown")).returncode == 2  # not a kind it knows: usage
