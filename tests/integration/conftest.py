@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.s3_servers import S3Endpoint, ServerStartError, moto_server, seaweedfs
+from tests.integration.s3_servers import S3Endpoint, ServerStartError, localstack_s3, moto_server, seaweedfs
 
 
 def _start(cm, name: str) -> Iterator[S3Endpoint]:  # type: ignore[no-untyped-def]
@@ -27,11 +27,15 @@ def seaweedfs_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3E
 
 
 @pytest.fixture(scope="session")
+def localstack_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Endpoint]:
+    yield from _start(localstack_s3(Path(tmp_path_factory.mktemp("localstack"))), "LocalStack")
+
+
+@pytest.fixture(scope="session")
 def moto_server_endpoint() -> Iterator[S3Endpoint]:
     yield from _start(moto_server(), "moto server")
 
 
-@pytest.fixture(params=["seaweedfs", "moto-server"])
+@pytest.fixture(params=["seaweedfs", "localstack", "moto-server"])
 def s3_server(request: pytest.FixtureRequest) -> S3Endpoint:
-    name = "seaweedfs_endpoint" if request.param == "seaweedfs" else "moto_server_endpoint"
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+    return request.getfixturevalue(f"{request.param.replace('-', '_')}_endpoint")  # type: ignore[no-any-return]

@@ -115,6 +115,21 @@ def _wait_bucket_ready(endpoint: S3Endpoint, timeout: float, log: Path) -> None:
 
 
 @contextlib.contextmanager
+def localstack_s3(workdir: Path, timeout: float = 600) -> Iterator[S3Endpoint]:
+    """LocalStack in host mode; the first start installs its venv (minutes), later ones reuse it."""
+    port = free_port()
+    log = workdir / "localstack.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(["bash", str(SCRIPTS / "localstack.sh"), str(workdir / "localstack"), str(port)],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/_localstack/health", timeout, proc, log)
+        yield S3Endpoint("localstack", f"http://127.0.0.1:{port}", access_key="test", secret_key="test")
+    finally:
+        _stop(proc)
+
+
+@contextlib.contextmanager
 def moto_server(timeout: float = 30) -> Iterator[S3Endpoint]:
     from moto.server import ThreadedMotoServer
 
