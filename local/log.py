@@ -408,7 +408,7 @@ class Log:
                     position=position,
                     size=size,
                 )
-            batch.ensure_valid()
+            # (the CRC was checked by the strict iteration)
             if origin is AppendOrigin.CLIENT and batch.base_offset != 0:
                 raise InvalidRecordError(
                     f"the base offset of a batch appended by a client to {self.name} must be 0, "
@@ -461,9 +461,8 @@ class Log:
                 continue
             original = self.producer_state_manager.find_duplicate_batch(batch)
             if original is not None:
-                first = original.first_offset if hasattr(original, "first_offset") else original.last_offset - original.offset_delta
                 return LogAppendInfo(
-                    first, original.last_offset, batch.partition_leader_epoch, original.timestamp, original.last_offset,
+                    original.first_offset, original.last_offset, batch.partition_leader_epoch, original.timestamp, original.last_offset,
                     -1, self.log_start_offset, 1, batch.size_in_bytes, duplicate=True,
                 )
         return None
@@ -473,7 +472,7 @@ class Log:
     ) -> tuple[list[Any], list[Any]]:
         updated: dict[int, Any] = {}
         completed: list[Any] = []
-        for position, batch in batches:
+        for _, batch in batches:
             if not batch.has_producer_id:
                 continue
             info = updated.get(batch.producer_id)
@@ -484,7 +483,6 @@ class Log:
             txn = info.append_batch(batch, offset_meta)
             if txn is not None:
                 completed.append(txn)
-            del position
         return list(updated.values()), completed
 
     # ------------------------------------------------------------------------------------------------------
@@ -852,9 +850,7 @@ class Log:
             self.local_log_start_offset = max(self.local_log_start_offset, first.base_offset)
             if not self.remote_storage_enabled:
                 self.maybe_increment_log_start_offset(first.base_offset, LogStartOffsetIncrementReason.SEGMENT_DELETION)
-            self.producer_state_manager.delete_snapshots_before(first.base_offset) if hasattr(
-                self.producer_state_manager, "delete_snapshots_before"
-            ) else None
+            self.producer_state_manager.delete_snapshots_before(first.base_offset)
             for seg in segments:
                 self._async_delete(seg)
         return len(segments)
