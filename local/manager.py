@@ -66,6 +66,7 @@ class LogManager:
         self._dir_locks: dict[Path, int] = {}
         self.offline_dirs: dict[Path, str] = {}
         self.load_stats: dict[str, dict[str, Any]] = {}
+        self._topic_configs: dict[str, Mapping[str, Any]] = {}  # topic -> overrides (persisted per partition)
         self._closed = False
         self.live_dirs: list[Path] = []
         for data_dir in config.log_dirs:
@@ -251,12 +252,6 @@ class LogManager:
         text = "".join(f"{k}={v}\n" for k, v in sorted(overrides.items()))
         partition_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(partition_dir / TOPIC_CONFIG_FILENAME, text.encode())
-
-    @property
-    def _topic_configs(self) -> dict[str, Mapping[str, Any]]:
-        if not hasattr(self, "_topic_config_store"):
-            self._topic_config_store: dict[str, Mapping[str, Any]] = {}
-        return self._topic_config_store
 
     # ------------------------------------------------------------------------------------------------------
     # Logs

@@ -86,8 +86,7 @@ def run(args: argparse.Namespace) -> int:
         from tiered.dump import dump_file
 
         console.print(f"[bold]dump[/] of {seg.log.path.name}:")
-        lines = dump_file(seg.log.path, max_batches=3) if _accepts_max(dump_file) else dump_file(seg.log.path)
-        for line in list(lines)[:4]:
+        for line in list(dump_file(seg.log.path, max_batches=3))[:4]:
             console.print(f"  {line}", highlight=False)
 
         table = Table(title="quickstart")
@@ -100,15 +99,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if not args.keep and not args.dir:
             shutil.rmtree(work, ignore_errors=True)
-
-
-def _accepts_max(fn: object) -> bool:
-    import inspect
-
-    try:
-        return "max_batches" in inspect.signature(fn).parameters  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
 
 
 def _verify(console: object, log: object, args: argparse.Namespace) -> bool:
