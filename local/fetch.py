@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 UNKNOWN_OFFSET = -1
 
@@ -17,9 +17,11 @@ class FetchIsolation(enum.Enum):
     TXN_COMMITTED = "txn_committed"
 
 
-@dataclass(frozen=True, slots=True)
-class LogOffsetMetadata:
-    """An offset, and where it is: the base offset of its segment and its byte position in it (-1 = unknown)."""
+class LogOffsetMetadata(NamedTuple):
+    """An offset, and where it is: the base offset of its segment and its byte position in it (-1 = unknown).
+
+    A named tuple rather than a dataclass: the log builds one on every append.
+    """
 
     message_offset: int
     segment_base_offset: int = UNKNOWN_OFFSET

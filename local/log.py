@@ -16,12 +16,15 @@ import enum
 import logging
 import random
 import shutil
+import struct
 import threading
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from crc32c import crc32c
 
 from local import filenames
 from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile
@@ -38,9 +41,17 @@ from local.errors import (
 from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from local.producer_state import AppendOrigin, ProducerStateManager
 from local.records import MemoryRecords, RecordBatch, TimestampType
-from local.records.batch import set_base_offset, set_max_timestamp, set_partition_leader_epoch
+from local.records.batch import (
+    ATTRIBUTES_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
+    set_max_timestamp,
+)
 from local.scheduler import SYSTEM_TIME, MockScheduler, Scheduler, Time
-from local.segment import LogSegment, RollParams
+from local.segment import LogSegment
 from local.segments import LogSegments
 
 if TYPE_CHECKING:
@@ -50,6 +61,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+_I32 = struct.Struct(">i")
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: outside the CRC
 
 # Special timestamps of ListOffsets (Kafka's ListOffsetsRequest constants).
 EARLIEST_TIMESTAMP = -2
@@ -65,7 +78,7 @@ class LogStartOffsetIncrementReason(enum.Enum):
     SNAPSHOT_GENERATED = "snapshot generated"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LogAppendInfo:
     """What an append did: the offsets it assigned and what it saw (Kafka's ``LogAppendInfo``)."""
 
@@ -286,10 +299,7 @@ class Log:
         ``InvalidTimestampError`` or a producer-state error; nothing is written when it raises.
         """
         epoch = self._leader_epoch if leader_epoch is None else leader_epoch
-        info = self._append(records, origin=origin, assign_offsets=True, leader_epoch=epoch)
-        if info.first_offset >= 0:
-            self.maybe_increment_high_watermark(self.log_end_offset)
-        return info
+        return self._append(records, origin=origin, assign_offsets=True, leader_epoch=epoch)
 
     def append_as_follower(self, records: MemoryRecords | bytes | bytearray) -> LogAppendInfo:
         """Append batches whose offsets and epochs were assigned by a leader; out-of-order offsets are rejected."""
@@ -298,70 +308,83 @@ class Log:
     def _append(
         self, records: MemoryRecords | bytes | bytearray, *, origin: AppendOrigin, assign_offsets: bool, leader_epoch: int
     ) -> LogAppendInfo:
+        # The hot path of the engine: work per batch, on the header fields parsed once by validation.
         self._check_open()
         buffer = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
-        batches = self._analyze_and_validate(buffer, origin, assign_offsets)
+        batches, has_producer_ids = self._analyze_and_validate(buffer, origin, assign_offsets)
         if not batches:
             return LogAppendInfo(-1, -1, -1, -1, -1, -1, self.log_start_offset, 0, 0)
         with self._lock:
             self._check_open()
             now = self.time.milliseconds()
-            view = memoryview(buffer)
+            log_append_time = -1
             if assign_offsets:
-                duplicate = self._find_duplicate(batches)
-                if duplicate is not None:
-                    return duplicate
-                next_offset = self.log_end_offset
-                log_append_time = -1
+                if has_producer_ids:
+                    duplicate = self._find_duplicate(batches)
+                    if duplicate is not None:
+                        return duplicate
+                next_offset = self._leo.message_offset
                 append_time_type = self.config.message_timestamp_type == "LogAppendTime"
+                pack_header = _OFFSET_LENGTH_EPOCH.pack_into
                 for position, batch in batches:
-                    set_base_offset(view, position, next_offset)
-                    set_partition_leader_epoch(view, position, leader_epoch)
+                    # Base offset and leader epoch lie outside the CRC: patched in place, no re-checksum.
+                    pack_header(buffer, position, next_offset, batch.batch_length, leader_epoch)
                     # The views parsed the header before the patch: keep their fields in step with the bytes.
                     batch.base_offset = next_offset
                     batch.partition_leader_epoch = leader_epoch
                     if append_time_type:
-                        set_max_timestamp(view, position, TimestampType.LOG_APPEND_TIME, now)
+                        set_max_timestamp(buffer, position, TimestampType.LOG_APPEND_TIME, now)
                         batch.max_timestamp = now
                         batch.attributes |= 0x08
                         log_append_time = now
                     else:
                         self._validate_timestamp(batch, now)
                     next_offset += batch.last_offset_delta + 1
-            else:
-                log_append_time = -1
-                if batches[0][1].base_offset < self.log_end_offset:
-                    raise InvalidRecordError(
-                        f"out of order offsets in follower append to {self.name}: first offset "
-                        f"{batches[0][1].base_offset} is below the log end offset {self.log_end_offset}",
-                        offset=batches[0][1].base_offset,
-                    )
+            elif batches[0][1].base_offset < self._leo.message_offset:
+                raise InvalidRecordError(
+                    f"out of order offsets in follower append to {self.name}: first offset "
+                    f"{batches[0][1].base_offset} is below the log end offset {self.log_end_offset}",
+                    offset=batches[0][1].base_offset,
+                )
             first_offset = batches[0][1].base_offset
-            last_offset = batches[-1][1].last_offset
+            last_batch = batches[-1][1]
+            last_offset = last_batch.base_offset + last_batch.last_offset_delta
             max_ts, offset_of_max = -1, first_offset
             for _, batch in batches:
                 if batch.max_timestamp > max_ts:
-                    max_ts, offset_of_max = batch.max_timestamp, batch.last_offset
+                    max_ts, offset_of_max = batch.max_timestamp, batch.base_offset + batch.last_offset_delta
 
             # Producer state is validated before anything is written, so a rejected batch leaves no trace.
-            updated, completed = self._analyze_producer_state(batches, origin)
+            updated, completed = self._analyze_producer_state(batches, origin) if has_producer_ids else ((), ())
 
             segment = self._maybe_roll(len(buffer), first_offset, last_offset, max_ts, now)
-            segment.append(last_offset, MemoryRecords(buffer), [b for _, b in batches])
+            segment.append(last_offset, buffer, [b for _, b in batches])
 
-            for batch_epoch in {b.partition_leader_epoch for _, b in batches}:
-                if batch_epoch >= 0 and (self.leader_epoch_cache.latest_epoch() is None or batch_epoch > (self.leader_epoch_cache.latest_epoch() or -1)):
-                    first = next(b.base_offset for _, b in batches if b.partition_leader_epoch == batch_epoch)
-                    self.leader_epoch_cache.assign(batch_epoch, first)
+            epoch_cache = self.leader_epoch_cache
+            latest_epoch = epoch_cache.latest_epoch()
+            if assign_offsets:
+                if leader_epoch >= 0 and (latest_epoch is None or leader_epoch > latest_epoch):
+                    epoch_cache.assign(leader_epoch, first_offset)
+            else:
+                for _, batch in batches:
+                    batch_epoch = batch.partition_leader_epoch
+                    if batch_epoch >= 0 and (latest_epoch is None or batch_epoch > latest_epoch):
+                        epoch_cache.assign(batch_epoch, batch.base_offset)
+                        latest_epoch = batch_epoch
 
-            self._leo = LogOffsetMetadata(last_offset + 1, segment.base_offset, segment.size)
+            self._leo = LogOffsetMetadata(last_offset + 1, segment.base_offset, segment.log.size_in_bytes)
+            producer_state = self.producer_state_manager
             for append_info in updated:
-                self.producer_state_manager.update(append_info)
+                producer_state.update(append_info)
             for txn in completed:
-                lso = self.producer_state_manager.last_stable_offset(txn)
+                lso = producer_state.last_stable_offset(txn)
                 segment.update_txn_index(txn, lso)
-                self.producer_state_manager.complete_txn(txn)
-            self.producer_state_manager.update_map_end_offset(last_offset + 1)
+                producer_state.complete_txn(txn)
+            producer_state.update_map_end_offset(last_offset + 1)
+            if assign_offsets and last_offset + 1 > self._high_watermark:
+                # A leader is its own ISR: the high watermark follows the log end offset.
+                self._high_watermark = max(self.log_start_offset, last_offset + 1)
+                producer_state.on_high_watermark_updated(self._high_watermark)
 
             self._unflushed_messages += last_offset - first_offset + 1
             if self._unflushed_messages >= self.config.flush_messages:
@@ -369,7 +392,7 @@ class Log:
             return LogAppendInfo(
                 first_offset,
                 last_offset,
-                batches[-1][1].partition_leader_epoch,
+                last_batch.partition_leader_epoch,
                 max_ts,
                 offset_of_max,
                 log_append_time,
@@ -380,27 +403,39 @@ class Log:
 
     def _analyze_and_validate(
         self, buffer: bytearray, origin: AppendOrigin, assign_offsets: bool
-    ) -> list[tuple[int, RecordBatch]]:
-        """Shallow-validate every batch: size bounds, CRC, magic, base offset 0 from clients, increasing offsets."""
-        batches: list[tuple[int, RecordBatch]] = []
-        position = 0
+    ) -> tuple[list[tuple[int, RecordBatch]], bool]:
+        """Shallow-validate every batch: size bounds, CRC, magic, base offset 0 from clients, increasing offsets.
+
+        Returns the ``(position, batch view)`` pairs and whether any batch carries a producer id. One header
+        unpack and one CRC-32C over a memoryview per batch; anything unusual (a legacy magic, a truncated or
+        undersized batch) goes to :meth:`_reject`, which says exactly what is wrong.
+        """
         total = len(buffer)
-        view = memoryview(buffer)
-        max_message_bytes = self.config.max_message_bytes
-        expected_next = -1
-        if total > self.config.segment_bytes:
+        config = self.config
+        if total > config.segment_bytes:
             raise RecordBatchTooLargeError(
-                f"append of {total} bytes to {self.name} exceeds segment.bytes {self.config.segment_bytes}",
+                f"append of {total} bytes to {self.name} exceeds segment.bytes {config.segment_bytes}",
                 size=total,
             )
-        for batch in MemoryRecords(view).batches(strict=True):
-            size = batch.size_in_bytes
-            if batch.magic != 2:
-                raise InvalidRecordError(
-                    f"only magic v2 batches can be appended to {self.name}; got magic {batch.magic} at position {position}",
-                    position=position,
-                )
-            assert isinstance(batch, RecordBatch)
+        max_message_bytes = config.max_message_bytes
+        from_client = origin is AppendOrigin.CLIENT
+        view = memoryview(buffer)
+        batches: list[tuple[int, RecordBatch]] = []
+        has_producer_ids = False
+        expected_next = -1
+        position = 0
+        while position < total:
+            size = -1
+            if total - position >= RECORD_BATCH_OVERHEAD and buffer[position + MAGIC_OFFSET] == MAGIC_V2:
+                size = _I32.unpack_from(buffer, position + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+            if size < RECORD_BATCH_OVERHEAD or position + size > total:
+                self._reject(view, position)
+            batch = RecordBatch(view[position : position + size])
+            if crc32c(view[position + ATTRIBUTES_OFFSET : position + size]) != batch.crc:
+                try:
+                    batch.ensure_valid()
+                except CorruptRecordError as exc:
+                    raise CorruptRecordError(f"{exc} at position {position}", position=position) from exc
             if size > max_message_bytes:
                 raise RecordTooLargeError(
                     f"batch of {size} bytes at position {position} exceeds max.message.bytes {max_message_bytes} "
@@ -408,8 +443,7 @@ class Log:
                     position=position,
                     size=size,
                 )
-            # (the CRC was checked by the strict iteration)
-            if origin is AppendOrigin.CLIENT and batch.base_offset != 0:
+            if from_client and batch.base_offset != 0:
                 raise InvalidRecordError(
                     f"the base offset of a batch appended by a client to {self.name} must be 0, "
                     f"got {batch.base_offset} at position {position}",
@@ -424,16 +458,31 @@ class Log:
                         position=position,
                         offset=batch.base_offset,
                     )
-                expected_next = batch.last_offset + 1
+                expected_next = batch.base_offset + batch.last_offset_delta + 1
+            if batch.producer_id >= 0:
+                has_producer_ids = True
             batches.append((position, batch))
             position += size
-        if position != total:
-            raise CorruptRecordError(
-                f"append to {self.name} has {total - position} trailing bytes after the last whole batch "
-                f"at position {position}",
-                position=position,
-            )
-        return batches
+        return batches, has_producer_ids
+
+    def _reject(self, view: memoryview, position: int) -> NoReturn:
+        """Raise the error that describes the bytes at ``position``, which are not a whole v2 batch."""
+        at = 0
+        for batch in MemoryRecords(view).batches(strict=True):  # the batches before ``position`` are valid
+            if at == position:
+                if batch.magic != MAGIC_V2:
+                    raise InvalidRecordError(
+                        f"only magic v2 batches can be appended to {self.name}; got magic {batch.magic} at "
+                        f"position {position}",
+                        position=position,
+                    )
+                break
+            at += batch.size_in_bytes
+        raise CorruptRecordError(
+            f"append to {self.name} has {len(view) - position} trailing bytes after the last whole batch "
+            f"at position {position}",
+            position=position,
+        )
 
     def _validate_timestamp(self, batch: RecordBatch, now: int) -> None:
         """CreateTime bounds, per batch: the max timestamp against ``after.max.ms``; the base one against ``before``."""
@@ -489,16 +538,10 @@ class Log:
     # Roll
 
     def _maybe_roll(self, messages_size: int, first_offset: int, last_offset: int, max_ts: int, now: int) -> LogSegment:
-        segment = self.active_segment
-        params = RollParams(
-            max_segment_bytes=self.config.segment_bytes,
-            max_timestamp_in_messages=max_ts,
-            max_offset_in_messages=last_offset,
-            messages_size=messages_size,
-            now_ms=now,
-            max_segment_ms=self.config.segment_ms,
-        )
-        if not segment.should_roll(params):
+        segment = self.segments.active_segment
+        assert segment is not None
+        config = self.config
+        if not segment.should_roll_for(messages_size, last_offset, max_ts, now, config.segment_bytes, config.segment_ms):
             return segment
         logger.debug("rolling %s at offset %d (segment %d, size %d)", self.name, first_offset, segment.base_offset, segment.size)
         if last_offset - segment.base_offset > INT32_MAX or first_offset - segment.base_offset > INT32_MAX:
@@ -707,20 +750,38 @@ class Log:
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment up to ``offset`` (default: the log end offset) and advance the recovery point.
 
-        What was flushed survives a crash: the loader recovers only from the recovery point on.
+        What was flushed survives a crash: the loader recovers only from the recovery point on. As in Kafka's
+        ``UnifiedLog.flush``, the fsyncs run outside the log lock, so appends and reads go on while an old
+        segment is written back; only the recovery point update takes the lock.
         """
         with self._lock:
             if self._closed:
                 return
-            target = self.log_end_offset if offset is None else min(offset, self.log_end_offset)
+            leo = self.log_end_offset
+            target = leo if offset is None else min(offset, leo)
             if target <= self.recovery_point:
                 return
-            for seg in self.segments.values(self.recovery_point, target):
+            to_flush = self.segments.values(self.recovery_point, target)
+            active = self.active_segment
+            if target == leo and active not in to_flush:
+                to_flush.append(active)
+            unflushed_at_start = self._unflushed_messages
+        for seg in to_flush:
+            try:
                 seg.flush()
-            if target == self.log_end_offset:
-                self.active_segment.flush()
+            except OSError:
+                with self._lock:
+                    if self._closed or self.segments.get(seg.base_offset) is not seg:
+                        continue  # deleted or replaced while we flushed: nothing of it is left to make durable
+                raise
+        with self._lock:
+            target = min(target, self.log_end_offset)  # a truncation may have run meanwhile
+            if self._closed or target <= self.recovery_point:
+                return
             self.recovery_point = target
-            self._unflushed_messages = 0 if target == self.log_end_offset else self._unflushed_messages
+            if target == leo:
+                # Messages appended while the fsyncs ran are not covered by them.
+                self._unflushed_messages = max(0, self._unflushed_messages - unflushed_at_start)
             self._last_flush_ms = self.time.milliseconds()
 
     @property

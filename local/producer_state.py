@@ -431,6 +431,8 @@ class ProducerStateManager:
         self._remove_unreplicated(high_watermark)
 
     def _remove_unreplicated(self, offset: int) -> None:
+        if not self._unreplicated:
+            return
         for first, txn in list(self._unreplicated.items()):
             if txn.last_offset is not None and txn.last_offset < offset:
                 del self._unreplicated[first]

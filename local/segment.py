@@ -203,32 +203,44 @@ class LogSegment:
     # ------------------------------------------------------------------------------------------------------
     # Append and read
 
-    def append(self, largest_offset: int, records: MemoryRecords, batches: list[Any] | None = None) -> None:
+    def append(
+        self, largest_offset: int, records: MemoryRecords | bytes | bytearray | memoryview, batches: list[Any] | None = None
+    ) -> None:
         """Append ``records`` (already validated, offsets assigned) in one write; index per batch.
 
         ``batches`` may hold the already parsed batches of ``records`` (the log has them) to skip a second parse.
+        An offset index entry (and a time index entry when the max timestamp grew) is added for a batch when
+        more than ``index.interval.bytes`` were appended since the last entry, as Kafka does.
         """
-        if records.size_in_bytes == 0:
+        data = records.buffer if isinstance(records, MemoryRecords) else records
+        if not len(data):
             return
-        position = self.log.size_in_bytes
-        self._ensure_offset_in_range(largest_offset)
-        self.log.append(records)
-        max_ts = self._max_timestamp_and_offset()
-        first = True
-        for batch in batches if batches is not None else records.batches():
-            if first and position == 0:
+        if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
+            self._ensure_offset_in_range(largest_offset)
+        log = self.log
+        position = log.size_in_bytes
+        log.append(data)
+        max_ts = self._max_ts_and_offset or self._max_timestamp_and_offset()
+        interval = self.index_interval_bytes
+        since_last_entry = self.bytes_since_last_index_entry
+        first = position == 0
+        for batch in batches if batches is not None else MemoryRecords(data).batches():
+            if first:
                 self.rolling_based_timestamp = batch.max_timestamp
-            first = False
+                first = False
             if batch.max_timestamp > max_ts.timestamp:
                 max_ts = TimestampOffset(batch.max_timestamp, batch.last_offset)
                 self._max_ts_and_offset = max_ts
-            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            if since_last_entry > interval:
                 self.offset_index.append(batch.last_offset, position)
-                self.time_index.maybe_append(max_ts.timestamp, max_ts.offset)
-                self.bytes_since_last_index_entry = 0
+                time_index = self.time_index
+                if max_ts.timestamp > time_index.last_entry.timestamp:
+                    time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+                since_last_entry = 0
             size = batch.size_in_bytes
             position += size
-            self.bytes_since_last_index_entry += size
+            since_last_entry += size
+        self.bytes_since_last_index_entry = since_last_entry
 
     def update_txn_index(self, completed_txn: Any, last_stable_offset: int) -> None:
         if completed_txn.is_aborted:
@@ -384,16 +396,33 @@ class LogSegment:
         return now - self.created
 
     def should_roll(self, params: RollParams) -> bool:
-        reached_roll_ms = self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages) > (
-            params.max_segment_ms - self.roll_jitter_ms
+        """Kafka's shouldRoll: full by size, too old (``segment.ms`` minus jitter), an index full, or offsets
+        that would not fit relative to the base offset."""
+        return self.should_roll_for(
+            params.messages_size, params.max_offset_in_messages, params.max_timestamp_in_messages, params.now_ms,
+            params.max_segment_bytes, params.max_segment_ms,
         )
-        size = self.size
+
+    def should_roll_for(
+        self, messages_size: int, max_offset: int, max_timestamp: int, now: int, max_segment_bytes: int,
+        max_segment_ms: int,
+    ) -> bool:
+        """:meth:`should_roll` without building a :class:`RollParams` (the log calls this on every append)."""
+        size = self.log.size_in_bytes
+        if size > max_segment_bytes - messages_size:
+            return True
+        if size > 0:
+            first_timestamp = self.rolling_based_timestamp
+            if first_timestamp is None:
+                self._load_first_batch_timestamp()
+                first_timestamp = self.rolling_based_timestamp
+            waited = max_timestamp - first_timestamp if first_timestamp is not None and first_timestamp >= 0 else now - self.created
+            if waited > max_segment_ms - self.roll_jitter_ms:
+                return True
         return (
-            size > params.max_segment_bytes - params.messages_size
-            or (size > 0 and reached_roll_ms)
-            or self.offset_index.is_full
-            or self.time_index.is_full
-            or not self.can_convert_to_relative_offset(params.max_offset_in_messages)
+            self._lazy_offset_index.get().is_full
+            or self._lazy_time_index.get().is_full
+            or not 0 <= max_offset - self.base_offset <= INT32_MAX
         )
 
     def on_become_inactive_segment(self) -> None:

@@ -223,7 +223,7 @@ class AbstractIndex(ABC):
     @property
     def is_full(self) -> bool:
         """True when no slot is left."""
-        return len(self._keys) >= self.max_entries
+        return len(self._keys) >= self._length // self._entry_size
 
     @property
     def is_closed(self) -> bool:
@@ -314,12 +314,16 @@ class AbstractIndex(ABC):
 
     def _write_entry(self, key: int, *fields: int) -> None:
         """Write the next entry and extend the key mirror. The caller holds the lock and checked is_full."""
-        mm = self._check_writable("append to")
-        n = len(self._keys)
-        assert mm is not None and n < self.max_entries
-        self._entry_struct.pack_into(mm, n * self._entry_size, *fields)
-        self._keys.append(key)  # after the bytes: a reader that sees the key finds its entry written
-        if n == 0 or n > self._warm_entries:  # the first key, or the warm section slides by one
+        mm = self._mmap
+        if mm is None or self._closed or not self._writable:
+            mm = self._check_writable("append to")
+        keys = self._keys
+        n = len(keys)
+        self._entry_struct.pack_into(mm, n * self._entry_size, *fields)  # type: ignore[arg-type]
+        keys.append(key)  # after the bytes: a reader that sees the key finds its entry written
+        if n == 0 or (n > self._warm_entries and not n & 63):
+            # The first key, or the warm section slides on. Between moves a stale warm start only makes the
+            # warm section up to 64 entries longer than 8 KiB: lookups stay correct and appends stay cheap.
             self._move_warm_section()
 
     def _truncate_to_entries(self, count: int) -> None:

@@ -171,23 +171,26 @@ class OffsetIndex(AbstractIndex):
         if position < 0:
             raise ValueError(f"position must be >= 0, got {position} for offset {offset} in {self._path}")
         with self._lock:
-            if self.is_full:
+            keys = self._keys
+            n = len(keys)
+            if n >= self._length // self._entry_size:
                 raise IndexFullError(
-                    f"attempt to append offset {offset} to a full index {self._path} ({self.entries} entries)",
+                    f"attempt to append offset {offset} to a full index {self._path} ({n} entries)",
                     offset=offset,
                     path=self._path,
-                    entries=self.entries,
+                    entries=n,
                 )
-            keys = self._keys
-            if keys and offset <= keys[-1]:
+            if n and offset <= keys[-1]:
                 raise InvalidOffsetError(
-                    f"attempt to append offset {offset} to slot {len(keys)} of {self._path}, no larger than the "
+                    f"attempt to append offset {offset} to slot {n} of {self._path}, no larger than the "
                     f"last offset appended ({keys[-1]})",
                     offset=offset,
                     last_offset=keys[-1],
                     path=self._path,
                 )
-            relative = self.relative_offset(offset)
+            relative = offset - self._base_offset
+            if relative < 0 or relative > INT32_MAX:
+                self.relative_offset(offset)  # raises IndexOffsetOverflowError
             if position > INT32_MAX and not self.is_large_format:
                 raise LegacyIndexPositionOverflowError(
                     f"position {position} of offset {offset} does not fit the legacy 8-byte offset index "
@@ -199,7 +202,6 @@ class OffsetIndex(AbstractIndex):
                     path=self._path,
                 )
             self._write_entry(offset, relative, position)
-            logger.debug("Added index entry %d => %d to %s", offset, position, self._path)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry with an offset >= ``offset``."""

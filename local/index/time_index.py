@@ -94,7 +94,7 @@ class TimeIndex(AbstractIndex):
     @property
     def is_full(self) -> bool:
         """Full one slot early: the last slot is kept for the entry written when the segment rolls."""
-        return self.entries >= self.max_entries - 1
+        return len(self._keys) >= self._length // TIME_ENTRY_SIZE - 1
 
     @property
     def last_entry(self) -> TimestampOffset:
