@@ -103,19 +103,43 @@ def kafka_uuid_from_str(text: str) -> uuid.UUID:
 
 # Files ---------------------------------------------------------------------------------------------------
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``path`` through ``<path>.tmp``, fsync, rename, fsync of the directory."""
+def atomic_write(path: Path, data: bytes, sync: bool = True) -> None:
+    """Write ``path`` through ``<path>.tmp`` and a rename; with ``sync``, fsync the file and then the directory.
+
+    Without ``sync`` the caller makes the file durable later with :func:`fsync_file` (Kafka writes the
+    producer snapshot of a roll that way: the fsync runs on the scheduler, not under the log lock).
+    """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    if sync:
+        _fsync_dir(path.parent)
+
+
+def fsync_file(path: Path) -> bool:
+    """fsync ``path`` and its directory; False when the file is gone (deleted meanwhile: nothing to keep)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _fsync_dir(path.parent)
+    return True
+
+
+def _fsync_dir(directory: Path) -> None:
+    dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:

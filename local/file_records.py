@@ -117,11 +117,13 @@ class FileRecords:
         if not self._mutable or self._is_slice:
             raise PermissionError(f"{self._path} is not open for appending")
         data = records.buffer if isinstance(records, MemoryRecords) else records
-        view = memoryview(data)
         position = self._size
-        written = 0
-        while written < len(view):
-            written += os.pwrite(self._fd, view[written:], position + written)
+        total = len(data)
+        written = os.pwrite(self._fd, data, position)
+        if written < total:  # a short write (a signal, a full disk): write the rest, or fail with the OSError
+            view = memoryview(data)
+            while written < total:
+                written += os.pwrite(self._fd, view[written:], position + written)
         self._size = position + written
         return written
 

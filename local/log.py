@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from crc32c import crc32c
 
 from local import filenames
-from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile
+from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile, fsync_file
 from local.epoch import LeaderEpochFileCache
 from local.errors import (
     CorruptRecordError,
@@ -43,6 +43,8 @@ from local.producer_state import AppendOrigin, ProducerStateManager
 from local.records import MemoryRecords, RecordBatch, TimestampType
 from local.records.batch import (
     ATTRIBUTES_OFFSET,
+    BATCH_HEADER,
+    CONTROL_FLAG_MASK,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
@@ -298,24 +300,32 @@ class Log:
         offset (a single-node ISR). Raises ``CorruptRecordError``, ``RecordTooLargeError``,
         ``InvalidTimestampError`` or a producer-state error; nothing is written when it raises.
         """
+        # Our own copy: offsets and the epoch are patched into it.
+        buffer = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
         epoch = self._leader_epoch if leader_epoch is None else leader_epoch
-        return self._append(records, origin=origin, assign_offsets=True, leader_epoch=epoch)
+        if origin is AppendOrigin.CLIENT:
+            info = self._append_plain_batch(buffer, epoch)
+            if info is not None:
+                return info
+        return self._append(buffer, origin, True, epoch)
 
     def append_as_follower(self, records: MemoryRecords | bytes | bytearray) -> LogAppendInfo:
         """Append batches whose offsets and epochs were assigned by a leader; out-of-order offsets are rejected."""
-        return self._append(records, origin=AppendOrigin.REPLICATION, assign_offsets=False, leader_epoch=-1)
-
-    def _append(
-        self, records: MemoryRecords | bytes | bytearray, *, origin: AppendOrigin, assign_offsets: bool, leader_epoch: int
-    ) -> LogAppendInfo:
-        # The hot path of the engine: work per batch, on the header fields parsed once by validation.
-        self._check_open()
         buffer = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
+        return self._append(buffer, AppendOrigin.REPLICATION, False, -1)
+
+    def _append(self, buffer: bytearray, origin: AppendOrigin, assign_offsets: bool, leader_epoch: int) -> LogAppendInfo:
+        """The general append path (any number of batches, producer state, LogAppendTime, follower appends),
+        working per batch on the header fields parsed once by validation. ``buffer`` is the log's own copy."""
+        if self._closed:
+            self._check_open()
         batches, has_producer_ids = self._analyze_and_validate(buffer, origin, assign_offsets)
         if not batches:
             return LogAppendInfo(-1, -1, -1, -1, -1, -1, self.log_start_offset, 0, 0)
         with self._lock:
-            self._check_open()
+            if self._closed:
+                self._check_open()
+            config = self.config
             now = self.time.milliseconds()
             log_append_time = -1
             if assign_offsets:
@@ -324,9 +334,12 @@ class Log:
                     if duplicate is not None:
                         return duplicate
                 next_offset = self._leo.message_offset
-                append_time_type = self.config.message_timestamp_type == "LogAppendTime"
+                append_time_type = config.message_timestamp_type == "LogAppendTime"
+                after_max_ms = config.message_timestamp_after_max_ms
+                before_max_ms = config.message_timestamp_before_max_ms
                 pack_header = _OFFSET_LENGTH_EPOCH.pack_into
-                for position, batch in batches:
+                position = 0
+                for batch in batches:
                     # Base offset and leader epoch lie outside the CRC: patched in place, no re-checksum.
                     pack_header(buffer, position, next_offset, batch.batch_length, leader_epoch)
                     # The views parsed the header before the patch: keep their fields in step with the bytes.
@@ -337,20 +350,24 @@ class Log:
                         batch.max_timestamp = now
                         batch.attributes |= 0x08
                         log_append_time = now
-                    else:
-                        self._validate_timestamp(batch, now)
+                    elif (
+                        (batch.max_timestamp >= 0 and batch.max_timestamp - now > after_max_ms)
+                        or (batch.base_timestamp >= 0 and now - batch.base_timestamp > before_max_ms)
+                    ) and not batch.attributes & CONTROL_FLAG_MASK:
+                        self._validate_timestamp(batch, now)  # raises, saying which bound was broken
                     next_offset += batch.last_offset_delta + 1
-            elif batches[0][1].base_offset < self._leo.message_offset:
+                    position += batch.batch_length + LOG_OVERHEAD
+            elif batches[0].base_offset < self._leo.message_offset:
                 raise InvalidRecordError(
                     f"out of order offsets in follower append to {self.name}: first offset "
-                    f"{batches[0][1].base_offset} is below the log end offset {self.log_end_offset}",
-                    offset=batches[0][1].base_offset,
+                    f"{batches[0].base_offset} is below the log end offset {self.log_end_offset}",
+                    offset=batches[0].base_offset,
                 )
-            first_offset = batches[0][1].base_offset
-            last_batch = batches[-1][1]
+            first_offset = batches[0].base_offset
+            last_batch = batches[-1]
             last_offset = last_batch.base_offset + last_batch.last_offset_delta
             max_ts, offset_of_max = -1, first_offset
-            for _, batch in batches:
+            for batch in batches:
                 if batch.max_timestamp > max_ts:
                     max_ts, offset_of_max = batch.max_timestamp, batch.base_offset + batch.last_offset_delta
 
@@ -358,21 +375,8 @@ class Log:
             updated, completed = self._analyze_producer_state(batches, origin) if has_producer_ids else ((), ())
 
             segment = self._maybe_roll(len(buffer), first_offset, last_offset, max_ts, now)
-            segment.append(last_offset, buffer, [b for _, b in batches])
+            segment.append(last_offset, buffer, batches)
 
-            epoch_cache = self.leader_epoch_cache
-            latest_epoch = epoch_cache.latest_epoch()
-            if assign_offsets:
-                if leader_epoch >= 0 and (latest_epoch is None or leader_epoch > latest_epoch):
-                    epoch_cache.assign(leader_epoch, first_offset)
-            else:
-                for _, batch in batches:
-                    batch_epoch = batch.partition_leader_epoch
-                    if batch_epoch >= 0 and (latest_epoch is None or batch_epoch > latest_epoch):
-                        epoch_cache.assign(batch_epoch, batch.base_offset)
-                        latest_epoch = batch_epoch
-
-            self._leo = LogOffsetMetadata(last_offset + 1, segment.base_offset, segment.log.size_in_bytes)
             producer_state = self.producer_state_manager
             for append_info in updated:
                 producer_state.update(append_info)
@@ -380,15 +384,16 @@ class Log:
                 lso = producer_state.last_stable_offset(txn)
                 segment.update_txn_index(txn, lso)
                 producer_state.complete_txn(txn)
-            producer_state.update_map_end_offset(last_offset + 1)
-            if assign_offsets and last_offset + 1 > self._high_watermark:
-                # A leader is its own ISR: the high watermark follows the log end offset.
-                self._high_watermark = max(self.log_start_offset, last_offset + 1)
-                producer_state.on_high_watermark_updated(self._high_watermark)
-
-            self._unflushed_messages += last_offset - first_offset + 1
-            if self._unflushed_messages >= self.config.flush_messages:
-                self.flush()
+            if assign_offsets:
+                self._appended(segment, first_offset, last_offset, leader_epoch)
+            else:
+                latest_epoch = self.leader_epoch_cache.latest_epoch()
+                for batch in batches:
+                    batch_epoch = batch.partition_leader_epoch
+                    if batch_epoch >= 0 and (latest_epoch is None or batch_epoch > latest_epoch):
+                        self.leader_epoch_cache.assign(batch_epoch, batch.base_offset)
+                        latest_epoch = batch_epoch
+                self._appended(segment, first_offset, last_offset, -1, as_leader=False)
             return LogAppendInfo(
                 first_offset,
                 last_offset,
@@ -401,12 +406,78 @@ class Log:
                 len(buffer),
             )
 
+    def _append_plain_batch(self, buffer: bytearray, leader_epoch: int) -> LogAppendInfo | None:
+        """The common append, on one header unpack and no batch object: a single v2 batch from a client, without
+        producer id, not a control batch, CreateTime within the bounds. ``None`` when the append is anything
+        else, or wrong in any way: the general path then handles it, and says what is wrong."""
+        size = len(buffer)
+        config = self.config
+        if size < RECORD_BATCH_OVERHEAD or buffer[MAGIC_OFFSET] != MAGIC_V2:
+            return None
+        (base_offset, length, _, _, crc, attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
+         _, _, _) = BATCH_HEADER.unpack_from(buffer)
+        if (
+            length + LOG_OVERHEAD != size
+            or base_offset != 0
+            or producer_id >= 0
+            or attributes & CONTROL_FLAG_MASK
+            or size > config.max_message_bytes
+            or size > config.segment_bytes
+            or config.message_timestamp_type == "LogAppendTime"
+            or crc32c(memoryview(buffer)[ATTRIBUTES_OFFSET:]) != crc
+        ):
+            return None
+        with self._lock:
+            if self._closed:
+                self._check_open()
+            now = self.time.milliseconds()
+            if (max_timestamp >= 0 and max_timestamp - now > config.message_timestamp_after_max_ms) or (
+                base_timestamp >= 0 and now - base_timestamp > config.message_timestamp_before_max_ms
+            ):
+                return None
+            first_offset = self._leo.message_offset
+            last_offset = first_offset + last_offset_delta
+            # Base offset and leader epoch lie outside the CRC: patched in place, no re-checksum.
+            _OFFSET_LENGTH_EPOCH.pack_into(buffer, 0, first_offset, length, leader_epoch)
+            segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now)
+            segment.append_batch(last_offset, max_timestamp, buffer)
+            self._appended(segment, first_offset, last_offset, leader_epoch)
+            return LogAppendInfo(
+                first_offset,
+                last_offset,
+                leader_epoch,
+                max_timestamp,
+                last_offset if max_timestamp >= 0 else first_offset,
+                -1,
+                self.log_start_offset,
+                1,
+                size,
+            )
+
+    def _appended(self, segment: LogSegment, first_offset: int, last_offset: int, leader_epoch: int, as_leader: bool = True) -> None:
+        """After the write: the epoch lineage, the log end offset, the high watermark and the flush policy."""
+        if as_leader and leader_epoch >= 0:
+            latest_epoch = self.leader_epoch_cache.latest_epoch()
+            if latest_epoch is None or leader_epoch > latest_epoch:
+                self.leader_epoch_cache.assign(leader_epoch, first_offset)
+        next_offset = last_offset + 1
+        self._leo = LogOffsetMetadata(next_offset, segment.base_offset, segment.log.size_in_bytes)
+        producer_state = self.producer_state_manager
+        producer_state.update_map_end_offset(next_offset)
+        if as_leader and next_offset > self._high_watermark:
+            # A leader is its own ISR: the high watermark follows the log end offset.
+            self._high_watermark = max(self.log_start_offset, next_offset)
+            producer_state.on_high_watermark_updated(self._high_watermark)
+        self._unflushed_messages += next_offset - first_offset
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+
     def _analyze_and_validate(
         self, buffer: bytearray, origin: AppendOrigin, assign_offsets: bool
-    ) -> tuple[list[tuple[int, RecordBatch]], bool]:
+    ) -> tuple[list[RecordBatch], bool]:
         """Shallow-validate every batch: size bounds, CRC, magic, base offset 0 from clients, increasing offsets.
 
-        Returns the ``(position, batch view)`` pairs and whether any batch carries a producer id. One header
+        Returns the batch views and whether any batch carries a producer id. One header
         unpack and one CRC-32C over a memoryview per batch; anything unusual (a legacy magic, a truncated or
         undersized batch) goes to :meth:`_reject`, which says exactly what is wrong.
         """
@@ -420,7 +491,7 @@ class Log:
         max_message_bytes = config.max_message_bytes
         from_client = origin is AppendOrigin.CLIENT
         view = memoryview(buffer)
-        batches: list[tuple[int, RecordBatch]] = []
+        batches: list[RecordBatch] = []
         has_producer_ids = False
         expected_next = -1
         position = 0
@@ -461,7 +532,7 @@ class Log:
                 expected_next = batch.base_offset + batch.last_offset_delta + 1
             if batch.producer_id >= 0:
                 has_producer_ids = True
-            batches.append((position, batch))
+            batches.append(batch)
             position += size
         return batches, has_producer_ids
 
@@ -503,9 +574,9 @@ class Log:
                 timestamp=batch.base_timestamp,
             )
 
-    def _find_duplicate(self, batches: list[tuple[int, RecordBatch]]) -> LogAppendInfo | None:
+    def _find_duplicate(self, batches: list[RecordBatch]) -> LogAppendInfo | None:
         """An idempotent retry of the last batches of a producer gets the offsets of the original append."""
-        for _, batch in batches:
+        for batch in batches:
             if not batch.has_producer_id:
                 continue
             original = self.producer_state_manager.find_duplicate_batch(batch)
@@ -517,11 +588,11 @@ class Log:
         return None
 
     def _analyze_producer_state(
-        self, batches: list[tuple[int, RecordBatch]], origin: AppendOrigin
+        self, batches: list[RecordBatch], origin: AppendOrigin
     ) -> tuple[list[Any], list[Any]]:
         updated: dict[int, Any] = {}
         completed: list[Any] = []
-        for _, batch in batches:
+        for batch in batches:
             if not batch.has_producer_id:
                 continue
             info = updated.get(batch.producer_id)
@@ -565,16 +636,24 @@ class Log:
                 )
             active.on_become_inactive_segment()
             self.producer_state_manager.update_map_end_offset(new_offset)
-            self.producer_state_manager.take_snapshot()
+            # No fsync under the lock (it would stall appends behind the page-cache writeback of the old
+            # segment): the snapshot is flushed with the old segment below, as Kafka's roll does.
+            snapshot = self.producer_state_manager.take_snapshot(sync=False)
             segment = self._new_segment(new_offset)
             self.segments.add(segment)
             self._leo = LogOffsetMetadata(self.log_end_offset, segment.base_offset, segment.size)
+
+            def flush_rolled() -> None:
+                if snapshot is not None:
+                    fsync_file(snapshot)
+                self.flush(new_offset)
+
             # Everything before the new segment becomes durable: asynchronously, as Kafka does, when a
             # scheduler runs; otherwise right here.
             if self.scheduler is not None and self.scheduler.is_started and not isinstance(self.scheduler, MockScheduler):
-                self.scheduler.schedule_once(f"flush-log-{self.name}", lambda: self.flush(new_offset))
+                self.scheduler.schedule_once(f"flush-log-{self.name}", flush_rolled)
             else:
-                self.flush(new_offset)
+                flush_rolled()
             return segment
 
     def _new_segment(self, base_offset: int) -> LogSegment:

@@ -318,10 +318,15 @@ class ProducerStateManager:
         if latest_stray is not None and max_base is not None and latest_stray < max_base:
             self._remove_snapshot(latest_stray)
 
-    def take_snapshot(self) -> None:
-        """Write a snapshot at the map end offset unless one was already taken there."""
+    def take_snapshot(self, sync: bool = True) -> Path | None:
+        """Write a snapshot at the map end offset unless one was already taken there; returns the file written.
+
+        With ``sync=False`` the file is not fsynced: the caller flushes it later with
+        :func:`local.checkpoint.fsync_file` (a roll does, on the scheduler, as Kafka's ``takeSnapshot(false)``).
+        A snapshot torn by a crash before that is found corrupt at load and the previous one is used.
+        """
         if self.map_end_offset == self.last_snap_offset and self.map_end_offset in self._snapshots:
-            return
+            return None
         entries = [
             SnapshotEntry(pid, e.producer_epoch, e.last_seq, e.last_data_offset,
                           e.batches[-1].offset_delta if e.batches else 0, e.last_timestamp, e.coordinator_epoch,
@@ -329,10 +334,12 @@ class ProducerStateManager:
             for pid, e in self.producers.items()
         ]
         self.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(filenames.producer_snapshot_file(self.dir, self.map_end_offset), encode_snapshot(entries))
+        path = filenames.producer_snapshot_file(self.dir, self.map_end_offset)
+        atomic_write(path, encode_snapshot(entries), sync=sync)
         if self.map_end_offset not in self._snapshots:
             bisect.insort(self._snapshots, self.map_end_offset)
         self.last_snap_offset = self.map_end_offset
+        return path
 
     def _load_from_snapshot(self, log_start_offset: int, now: int) -> None:
         while self._snapshots:
@@ -428,7 +435,8 @@ class ProducerStateManager:
         self._unreplicated[completed.first_offset] = txn
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
-        self._remove_unreplicated(high_watermark)
+        if self._unreplicated:  # (called on every append)
+            self._remove_unreplicated(high_watermark)
 
     def _remove_unreplicated(self, offset: int) -> None:
         if not self._unreplicated:

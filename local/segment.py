@@ -217,30 +217,36 @@ class LogSegment:
             return
         if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
             self._ensure_offset_in_range(largest_offset)
-        log = self.log
-        position = log.size_in_bytes
-        log.append(data)
-        max_ts = self._max_ts_and_offset or self._max_timestamp_and_offset()
-        interval = self.index_interval_bytes
-        since_last_entry = self.bytes_since_last_index_entry
-        first = position == 0
+        position = self.log.size_in_bytes
+        self.log.append(data)
         for batch in batches if batches is not None else MemoryRecords(data).batches():
-            if first:
-                self.rolling_based_timestamp = batch.max_timestamp
-                first = False
-            if batch.max_timestamp > max_ts.timestamp:
-                max_ts = TimestampOffset(batch.max_timestamp, batch.last_offset)
-                self._max_ts_and_offset = max_ts
-            if since_last_entry > interval:
-                self.offset_index.append(batch.last_offset, position)
-                time_index = self.time_index
-                if max_ts.timestamp > time_index.last_entry.timestamp:
-                    time_index.maybe_append(max_ts.timestamp, max_ts.offset)
-                since_last_entry = 0
             size = batch.size_in_bytes
+            self._index_batch(batch.last_offset, batch.max_timestamp, position, size)
             position += size
-            since_last_entry += size
-        self.bytes_since_last_index_entry = since_last_entry
+
+    def append_batch(self, last_offset: int, max_timestamp: int, batch: bytes | bytearray | memoryview) -> None:
+        """:meth:`append` of exactly one batch whose last offset and max timestamp the caller has parsed."""
+        if not 0 <= last_offset - self.base_offset <= INT32_MAX:
+            self._ensure_offset_in_range(last_offset)
+        position = self.log.size_in_bytes
+        self.log.append(batch)
+        self._index_batch(last_offset, max_timestamp, position, len(batch))
+
+    def _index_batch(self, last_offset: int, max_timestamp: int, position: int, size: int) -> None:
+        """The bookkeeping of one appended batch: first timestamp, max timestamp, sparse index entries."""
+        if position == 0:
+            self.rolling_based_timestamp = max_timestamp
+        max_ts = self._max_ts_and_offset or self._max_timestamp_and_offset()
+        if max_timestamp > max_ts.timestamp:
+            max_ts = self._max_ts_and_offset = TimestampOffset(max_timestamp, last_offset)
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self._lazy_offset_index.get().append(last_offset, position)
+            time_index = self._lazy_time_index.get()
+            if max_ts.timestamp > time_index.last_entry.timestamp:
+                time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+            self.bytes_since_last_index_entry = size
+        else:
+            self.bytes_since_last_index_entry += size
 
     def update_txn_index(self, completed_txn: Any, last_stable_offset: int) -> None:
         if completed_txn.is_aborted:

@@ -82,6 +82,7 @@ class AbstractIndex(ABC):
         self._entry_struct = entry_struct
         self._entry_dtype = entry_dtype
         self._entry_size = entry_struct.size
+        self._pack_entry = entry_struct.pack_into
         self._warm_entries = WARM_SECTION_BYTES // self._entry_size
         self._lock = threading.RLock()
         self._closed = False
@@ -312,14 +313,16 @@ class AbstractIndex(ABC):
             raise ReadOnlyIndexError(f"cannot {action} read-only index {self._path}", path=self._path)
         return self._mmap
 
-    def _write_entry(self, key: int, *fields: int) -> None:
-        """Write the next entry and extend the key mirror. The caller holds the lock and checked is_full."""
+    def _write_entry(self, key: int, first: int, second: int) -> None:
+        """Write the next entry (its two fields) and extend the key mirror. The caller holds the lock and
+        checked is_full."""
         mm = self._mmap
         if mm is None or self._closed or not self._writable:
             mm = self._check_writable("append to")
+            assert mm is not None, f"{self._path} is writable but not mapped"
         keys = self._keys
         n = len(keys)
-        self._entry_struct.pack_into(mm, n * self._entry_size, *fields)  # type: ignore[arg-type]
+        self._pack_entry(mm, n * self._entry_size, first, second)
         keys.append(key)  # after the bytes: a reader that sees the key finds its entry written
         if n == 0 or (n > self._warm_entries and not n & 63):
             # The first key, or the warm section slides on. Between moves a stale warm start only makes the

@@ -168,11 +168,11 @@ class OffsetIndex(AbstractIndex):
         IndexOffsetOverflowError when ``offset`` is not within 2^31-1 of the base offset, and
         LegacyIndexPositionOverflowError for a position past 2^31-1 in the legacy 8-byte format.
         """
-        if position < 0:
-            raise ValueError(f"position must be >= 0, got {position} for offset {offset} in {self._path}")
         with self._lock:
             keys = self._keys
             n = len(keys)
+            if position < 0:
+                raise ValueError(f"position must be >= 0, got {position} for offset {offset} in {self._path}")
             if n >= self._length // self._entry_size:
                 raise IndexFullError(
                     f"attempt to append offset {offset} to a full index {self._path} ({n} entries)",
@@ -191,7 +191,7 @@ class OffsetIndex(AbstractIndex):
             relative = offset - self._base_offset
             if relative < 0 or relative > INT32_MAX:
                 self.relative_offset(offset)  # raises IndexOffsetOverflowError
-            if position > INT32_MAX and not self.is_large_format:
+            if position > INT32_MAX and self._entry_size != LARGE_OFFSET_ENTRY_SIZE:
                 raise LegacyIndexPositionOverflowError(
                     f"position {position} of offset {offset} does not fit the legacy 8-byte offset index "
                     f"{self._path} (max {INT32_MAX}). Positions past 2 GiB need the 12-byte index format of "

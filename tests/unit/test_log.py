@@ -18,6 +18,7 @@ from local.errors import (
 )
 from local.fetch import FetchIsolation
 from local.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log
+from local.producer_state import AppendOrigin
 from local.records import MemoryRecords, SimpleRecord, TimestampType
 from local.scheduler import MockTime
 from tests.logutil import make_log, read_all_values, records, topic_config
@@ -359,3 +360,88 @@ def test_build_accepts_simple_records_of_every_form(tmp_path: Path) -> None:
     log = make_log(tmp_path)
     log.append(MemoryRecords.build([SimpleRecord(b"v"), SimpleRecord(b"k", b"v2")]))
     assert [v for _, v in read_all_values(log)] == [b"v", b"v2"]
+
+
+def test_single_batch_fast_path_writes_what_the_general_path_writes(tmp_path: Path) -> None:
+    """A lone plain client batch skips the general path; the bytes, offsets, indexes and result must not differ."""
+    fast = make_log(tmp_path, "fast-0", index_interval_bytes=1)
+    general = make_log(tmp_path, "general-0", index_interval_bytes=1)
+
+    def not_the_fast_path(*args: object) -> None:
+        raise AssertionError("a plain client batch went down the general path")
+
+    fast._append = not_the_fast_path  # type: ignore[method-assign,assignment]
+    for timestamp, values in [(T0, (b"a" * 50, b"b")), (T0 + 5, (b"c",)), (T0 - 3, (b"d" * 10,))]:
+        batch = records(*values, timestamp=timestamp)
+        a = fast.append(batch, leader_epoch=3)
+        b = general.append(batch, leader_epoch=3, origin=AppendOrigin.COORDINATOR)  # never the fast path
+        assert a == b
+        assert a.shallow_count == 1 and a.valid_bytes == len(bytes(batch))
+    assert bytes(fast.read(0, 1 << 20).records) == bytes(general.read(0, 1 << 20).records)
+    fast_seg, general_seg = fast.active_segment, general.active_segment
+    fast_index, general_index = fast_seg.offset_index, general_seg.offset_index
+    assert fast_index.entries == general_index.entries == 2
+    assert [fast_index.entry(i) for i in range(2)] == [general_index.entry(i) for i in range(2)]
+    assert fast_seg.time_index.last_entry == general_seg.time_index.last_entry
+    assert fast_seg.max_timestamp_so_far == general_seg.max_timestamp_so_far == T0 + 5
+    assert fast.leader_epoch_cache.latest_epoch() == 3
+    assert fast.high_watermark == fast.log_end_offset == general.log_end_offset
+    fast.close()
+    general.close()
+
+
+def test_fast_path_leaves_bad_batches_to_the_general_errors(tmp_path: Path) -> None:
+    log = make_log(tmp_path, time=MockTime(T0), message_timestamp_after_max_ms=1000)
+    with pytest.raises(InvalidTimestampError, match=r"message\.timestamp\.after\.max\.ms"):
+        log.append(records(b"future", timestamp=T0 + 10_000))
+    corrupt = bytearray(bytes(records(b"x")))
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="position 0"):
+        log.append(bytes(corrupt))
+    assert log.log_end_offset == 0 and log.size_in_bytes == 0
+    log.close()
+
+
+def test_appends_go_on_while_a_flush_waits_on_fsync(tmp_path: Path) -> None:
+    """Kafka's flush syncs outside the log lock: a slow fsync of a segment must not stall the writer."""
+    log = make_log(tmp_path)
+    for _ in range(3):
+        log.append(records(b"v" * 200))
+    old = log.active_segment
+    entered, release = threading.Event(), threading.Event()
+    real_flush = old.flush
+
+    def slow_flush() -> None:
+        entered.set()
+        release.wait(10)
+        real_flush()
+
+    old.flush = slow_flush  # type: ignore[method-assign]
+    flusher = threading.Thread(target=log.flush)
+    flusher.start()
+    try:
+        assert entered.wait(10)
+        before = log.log_end_offset
+        log.append(records(b"during the flush"))  # would deadlock-wait here if flush held the lock
+        assert log.log_end_offset == before + 1
+        assert log.recovery_point < log.log_end_offset
+    finally:
+        release.set()
+        flusher.join(10)
+    # The flush covered only what existed when it started.
+    assert log.recovery_point == before
+    log.flush()
+    assert log.recovery_point == log.log_end_offset
+    log.close()
+
+
+def test_roll_snapshot_is_written_then_made_durable_by_the_flush(tmp_path: Path) -> None:
+    log = make_log(tmp_path, segment_bytes=2048)
+    while log.number_of_segments() < 2:
+        log.append(records(b"v" * 200))
+    new_base = log.active_segment.base_offset
+    snapshot = filenames.producer_snapshot_file(tmp_path / "topic-0", new_base)
+    assert snapshot.exists()
+    assert not snapshot.with_name(snapshot.name + ".tmp").exists()
+    assert log.recovery_point >= new_base  # flushed synchronously: no scheduler runs here
+    log.close()
