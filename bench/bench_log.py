@@ -85,12 +85,9 @@ def main() -> None:
             end = log.log_end_offset
             while offset < end:
                 info = log.read(offset, 1024 * 1024)
-                data = bytes(info.records)
-                last = None
-                for b in MemoryRecords(data).batches():
-                    last = b
-                assert last is not None
-                offset = last.last_offset + 1
+                next_offset = MemoryRecords(bytes(info.records)).next_offset()
+                assert next_offset is not None
+                offset = next_offset
 
         raw = best_of(raw_read, 3)
         ours = best_of(log_read, 3)

@@ -57,7 +57,7 @@ class FileRecords:
     """See the module docstring. Open with :meth:`open`; :meth:`slice` gives bounded read-only views."""
 
     def __init__(self, path: Path, fd: int, start: int, end: int | None, is_slice: bool, mutable: bool) -> None:
-        self._path = Path(path)
+        self._path = path if isinstance(path, Path) else Path(path)
         self._fd = fd
         self._start = start
         self._end = end  # None: unbounded (the whole file)

@@ -105,6 +105,23 @@ class MemoryRecords:
             yield batch
             pos += size
 
+    def next_offset(self) -> int | None:
+        """The offset after the last whole batch (what a sequential reader fetches next); None when there is no
+        whole batch. Walks the batch lengths only: no batch is parsed or checked."""
+        view = self._buf
+        end = len(view)
+        pos, last = 0, -1
+        unpack_length = _I32.unpack_from
+        while end - pos >= LOG_OVERHEAD:
+            size = unpack_length(view, pos + 8)[0] + LOG_OVERHEAD
+            if size <= LOG_OVERHEAD or pos + size > end:
+                break
+            last = pos
+            pos += size
+        if last < 0:
+            return None
+        return batch_from_buffer(view[last:pos]).next_offset
+
     def validate(self) -> None:
         """Raise CorruptRecordError naming the position of the first bad or truncated batch."""
         for _ in self.batches(strict=True):

@@ -220,3 +220,22 @@ def test_varlong_round_trip(value: int) -> None:
     out = bytearray()
     encode_varint(value, out)
     assert decode_varlong(bytes(out), 0) == (value, len(out))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2**40), st.integers(1, 5)), max_size=6),
+    st.integers(0, 70),
+)
+def test_next_offset_walks_lengths_like_a_full_parse(layout: list[tuple[int, int]], cut: int) -> None:
+    """MemoryRecords.next_offset agrees with parsing every batch, also on a buffer cut inside its last batch."""
+    parts = []
+    for base, count in layout:
+        batch = bytearray(bytes(MemoryRecords.build([SimpleRecord(i, None, b"v" * i) for i in range(count)])))
+        set_base_offset(batch, 0, base)
+        parts.append(bytes(batch))
+    data = b"".join(parts)
+    data = data[: max(0, len(data) - cut)]
+    batches = list(MemoryRecords(data).batches())
+    expected = batches[-1].next_offset if batches else None
+    assert MemoryRecords(data).next_offset() == expected
