@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from crc32c import crc32c
 
 from local import filenames
 from local.errors import (
@@ -38,12 +41,25 @@ from local.index import (
     TransactionIndex,
     TxnIndexSearchResult,
 )
-from local.records import MemoryRecords
+from local.records import MemoryRecords, RecordBatch
+from local.records.batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    NO_TIMESTAMP,
+    RECORD_BATCH_OVERHEAD,
+)
+from local.records.legacy import MIN_V0_SIZE
 from local.records.memory_records import batch_from_buffer
 
 logger = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+RECOVERY_READ_BYTES = 8 << 20  # recovery reads the log in blocks of this size
+_I32 = struct.Struct(">i")
 
 
 class ProducerStateLike(Protocol):
@@ -302,42 +318,90 @@ class LogSegment:
     # Recovery and truncation
 
     def recover(self, producer_state_manager: ProducerStateLike | None = None, leader_epoch_cache: EpochCacheLike | None = None) -> int:
-        """Rebuild the indexes from the log, truncating at the first invalid batch; returns bytes truncated."""
+        """Rebuild the indexes from the log, truncating at the first invalid batch; returns bytes truncated.
+
+        Kafka's LogSegment.recover, per batch on one header unpack and one crc32c over a memoryview of a large
+        read; a batch view is built only for what needs one (producer state, legacy magic). The index entries
+        are collected and written in bulk at the end.
+        """
         offset_index = self.offset_index
         time_index = self.time_index
         offset_index.reset()
         time_index.reset()
         self.txn_index.reset()
-        valid_bytes = 0
-        last_index_entry = 0
-        max_ts, offset_of_max = -1, self.base_offset
+        base_offset = self.base_offset
         interval = self.index_interval_bytes
+        end = self.log.size_in_bytes
+        index_offsets: list[int] = []
+        index_positions: list[int] = []
+        time_timestamps: list[int] = []
+        time_offsets: list[int] = []
+        max_ts, offset_of_max = -1, base_offset
+        last_index_entry = 0
+        valid_bytes = 0
+        unpack_header = BATCH_HEADER.unpack_from
+        view = memoryview(b"")
+        view_start = 0
+        latest_epoch = -1  # the highest epoch seen (the cache is asked only when a batch's epoch goes above it)
+        map_end_offset: int | None = None  # past the last v2 batch, given to the producer state once at the end
         try:
-            for position, data in self.log._iter_raw(0):
-                batch = batch_from_buffer(data)
-                batch.ensure_valid()
-                last_offset = batch.last_offset
-                self._ensure_offset_in_range(last_offset)
-                if batch.max_timestamp > max_ts:
-                    max_ts, offset_of_max = batch.max_timestamp, last_offset
+            while end - valid_bytes >= LOG_OVERHEAD:
+                rel = valid_bytes - view_start
+                if len(view) - rel < RECORD_BATCH_OVERHEAD and len(view) < end - view_start:
+                    view = memoryview(self.log.read(valid_bytes, RECOVERY_READ_BYTES))
+                    view_start, rel = valid_bytes, 0
+                magic = view[rel + MAGIC_OFFSET] if len(view) - rel > MAGIC_OFFSET else MAGIC_V2
+                size = _I32.unpack_from(view, rel + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+                minimum = RECORD_BATCH_OVERHEAD if magic == MAGIC_V2 else LOG_OVERHEAD + MIN_V0_SIZE
+                if size < minimum:
+                    raise CorruptRecordError(
+                        f"batch at position {valid_bytes} of {self.log.path} declares size {size}, below the "
+                        f"minimum {minimum}", position=valid_bytes)
+                if valid_bytes + size > end:
+                    break  # a torn tail: the rest of the file is not a whole batch
+                if rel + size > len(view):
+                    view = memoryview(self.log.read(valid_bytes, max(size, RECOVERY_READ_BYTES)))
+                    view_start, rel = valid_bytes, 0
+                if magic == MAGIC_V2:
+                    (first_offset, _, epoch, _, crc, _, last_offset_delta, _, batch_max_ts, producer_id, _, _, _,
+                     ) = unpack_header(view, rel)
+                    if crc32c(view[rel + ATTRIBUTES_OFFSET : rel + size]) != crc:
+                        RecordBatch(view[rel : rel + size]).ensure_valid()  # raises, naming both checksums
+                    last_offset = first_offset + last_offset_delta
+                else:  # a legacy message set entry: no leader epoch, no producer state
+                    legacy = batch_from_buffer(view[rel : rel + size])
+                    legacy.ensure_valid()
+                    first_offset, last_offset, batch_max_ts = legacy.base_offset, legacy.last_offset, legacy.max_timestamp
+                if not 0 <= last_offset - base_offset <= INT32_MAX:
+                    self._ensure_offset_in_range(last_offset)
+                if batch_max_ts > max_ts:
+                    max_ts, offset_of_max = batch_max_ts, last_offset
                 if valid_bytes - last_index_entry > interval:
-                    offset_index.append(last_offset, valid_bytes)
-                    time_index.maybe_append(max_ts, offset_of_max)
+                    index_offsets.append(last_offset)
+                    index_positions.append(valid_bytes)
+                    if max_ts > (time_timestamps[-1] if time_timestamps else NO_TIMESTAMP):
+                        time_timestamps.append(max_ts)
+                        time_offsets.append(offset_of_max)
                     last_index_entry = valid_bytes
-                valid_bytes += len(data)
-                if batch.magic >= 2:
-                    if leader_epoch_cache is not None and batch.partition_leader_epoch >= 0:
+                if magic == MAGIC_V2:
+                    if epoch > latest_epoch and leader_epoch_cache is not None:
                         latest = leader_epoch_cache.latest_epoch()
-                        if latest is None or batch.partition_leader_epoch > latest:
-                            leader_epoch_cache.assign(batch.partition_leader_epoch, batch.base_offset)
-                    if producer_state_manager is not None:
-                        self._update_producer_state(producer_state_manager, batch)
-                del position
+                        if latest is None or epoch > latest:
+                            leader_epoch_cache.assign(epoch, first_offset)
+                        latest_epoch = epoch
+                    if producer_id >= 0 and producer_state_manager is not None:
+                        self._update_producer_state(producer_state_manager, RecordBatch(view[rel : rel + size]))
+                    map_end_offset = last_offset + 1
+                valid_bytes += size
         except (CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError) as exc:
             logger.warning(
                 "found invalid batch in %s at position %d: %s", self.log.path, valid_bytes, exc
             )
-        truncated = self.log.size_in_bytes - valid_bytes
+        if map_end_offset is not None and producer_state_manager is not None:
+            producer_state_manager.update_map_end_offset(map_end_offset)
+        offset_index.append_many(index_offsets, index_positions)
+        time_index.append_many(time_timestamps, time_offsets)
+        truncated = end - valid_bytes
         if truncated > 0:
             logger.warning(
                 "truncating %s to %d bytes: %d invalid bytes from position %d", self.log.path, valid_bytes, truncated, valid_bytes

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 from bisect import bisect_right
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -202,6 +203,37 @@ class OffsetIndex(AbstractIndex):
                     path=self._path,
                 )
             self._write_entry(offset, relative, position)
+
+    def append_many(self, offsets: Sequence[int], positions: Sequence[int]) -> None:
+        """:meth:`append` of each pair in turn, checked and written in bulk (how recovery rebuilds an index).
+
+        When any pair would fail, the pairs are appended one by one instead, so the valid prefix is kept and the
+        error is the one :meth:`append` raises for the first bad pair.
+        """
+        if not len(offsets):
+            return
+        offs = np.asarray(offsets, dtype=np.int64)
+        pos = np.asarray(positions, dtype=np.int64)
+        with self._lock:
+            keys = self._keys
+            n = len(keys)
+            relative = offs - self._base_offset
+            position_limit = INT32_MAX if self._entry_size != LARGE_OFFSET_ENTRY_SIZE else np.iinfo(np.int64).max
+            fits = (
+                len(offs) == len(pos)
+                and n + len(offs) <= self._length // self._entry_size
+                and (not n or offs[0] > keys[-1])
+                and bool((np.diff(offs) > 0).all())
+                and relative.min() >= 0
+                and relative.max() <= INT32_MAX
+                and pos.min() >= 0
+                and pos.max() <= position_limit
+            )
+            if fits:
+                self._write_entries(offs, relative, pos)
+                return
+        for offset, position in zip(offsets, positions, strict=True):
+            self.append(int(offset), int(position))
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry with an offset >= ``offset``."""

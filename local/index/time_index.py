@@ -20,6 +20,7 @@ import logging
 import os
 import struct
 from bisect import bisect_right
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from local.errors import CorruptIndexError, IndexFullError, InvalidIndexTimestam
 from local.index.base import AbstractIndex
 from local.index.entries import (
     DEFAULT_MAX_INDEX_SIZE,
+    INT32_MAX,
     NO_TIMESTAMP,
     TIME_DTYPE,
     TIME_ENTRY,
@@ -178,6 +180,37 @@ class TimeIndex(AbstractIndex):
                 self._write_entry(timestamp, timestamp, relative)
                 self._last_entry = TimestampOffset(timestamp, offset)
                 logger.debug("Added time index entry %d => %d to %s", timestamp, offset, self._path)
+
+    def append_many(self, timestamps: Sequence[int], offsets: Sequence[int]) -> None:
+        """:meth:`maybe_append` of each pair in turn, checked and written in bulk (how recovery rebuilds an index).
+
+        The bulk write takes strictly increasing timestamps above the last entry's; anything else (or a pair that
+        would fail) is appended one by one, with :meth:`maybe_append`'s no-ops and errors.
+        """
+        if not len(timestamps):
+            return
+        ts = np.asarray(timestamps, dtype=np.int64)
+        offs = np.asarray(offsets, dtype=np.int64)
+        with self._lock:
+            n = len(self._keys)
+            last = self._last_entry
+            relative = offs - self._base_offset
+            fits = (
+                len(ts) == len(offs)
+                and n + len(ts) <= self._length // TIME_ENTRY_SIZE - 1
+                and ts[0] > last.timestamp
+                and (not n or offs[0] >= last.offset)
+                and bool((np.diff(ts) > 0).all())
+                and bool((np.diff(offs) >= 0).all())
+                and relative.min() >= 0
+                and relative.max() <= INT32_MAX
+            )
+            if fits:
+                self._write_entries(ts, ts, relative)
+                self._last_entry = TimestampOffset(int(ts[-1]), int(offs[-1]))
+                return
+        for timestamp, offset in zip(timestamps, offsets, strict=True):
+            self.maybe_append(int(timestamp), int(offset))
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry with an offset >= ``offset``."""

@@ -576,6 +576,41 @@ def test_lookups_across_warm_and_cold_sections(path: Path, large: bool) -> None:
     index.close()
 
 
+@FORMATS
+def test_append_many_writes_what_appends_write(tmp_path: Path, large: bool) -> None:
+    """The bulk path recovery uses leaves the same bytes and answers as appending one pair at a time."""
+    offsets = [BASE_OFFSET + 3 * i + 1 for i in range(25)]
+    positions = [100 * i for i in range(25)]
+    (tmp_path / "bulk").mkdir()
+    bulk = new_index(tmp_path / "bulk" / "00000000000000000045.index", large)
+    single = new_index(tmp_path / "00000000000000000045.index", large)
+    bulk.append(BASE_OFFSET, 0)
+    single.append(BASE_OFFSET, 0)
+    bulk.append_many(offsets, positions)
+    for offset, position in zip(offsets, positions, strict=True):
+        single.append(offset, position)
+    assert bulk.entries == single.entries == 26
+    for target in range(BASE_OFFSET, offsets[-1] + 2):
+        assert bulk.lookup(target) == single.lookup(target)
+    bulk.flush()
+    single.flush()
+    assert bulk.path.read_bytes() == single.path.read_bytes()
+    bulk.close()
+    single.close()
+
+
+@FORMATS
+def test_append_many_keeps_the_valid_prefix_and_raises_appends_error(path: Path, large: bool) -> None:
+    index = new_index(path, large, max_entries=5)
+    with pytest.raises(InvalidOffsetError):
+        index.append_many([BASE_OFFSET + 1, BASE_OFFSET + 2, BASE_OFFSET + 2], [10, 20, 30])
+    assert [index.entry(i) for i in range(index.entries)] == [OffsetPosition(BASE_OFFSET + 1, 10), OffsetPosition(BASE_OFFSET + 2, 20)]
+    with pytest.raises(IndexFullError):
+        index.append_many([BASE_OFFSET + 10 + i for i in range(4)], [100 + i for i in range(4)])
+    assert index.entries == 5
+    index.close()
+
+
 def test_concurrent_lookups_see_only_written_entries(path: Path) -> None:
     """Lookups take no lock: while a writer appends, every answer is an entry that was really written."""
     count = 20_000

@@ -298,3 +298,27 @@ def test_golden_single_entry_time_index(golden_dir: Path) -> None:
     assert index.lookup(0x191B23A29CC) == TimestampOffset(0x191B23A29CC, 2)
     index.sanity_check()
     index.close()
+
+
+def test_append_many_writes_what_maybe_append_writes(tmp_path: Path) -> None:
+    """Bulk when strictly increasing; otherwise one by one, with maybe_append's no-op for a repeated timestamp."""
+    pairs = [(10, 50), (20, 55), (20, 56), (30, 60), (40, 70)]
+    (tmp_path / "bulk").mkdir()
+    bulk = TimeIndex(tmp_path / "bulk" / "00000000000000000045.timeindex", BASE_OFFSET, MAX_ENTRIES * 12)
+    single = TimeIndex(tmp_path / "00000000000000000045.timeindex", BASE_OFFSET, MAX_ENTRIES * 12)
+    for index in (bulk, single):
+        index.maybe_append(5, 46)
+    bulk.append_many([t for t, _ in pairs], [o for _, o in pairs])
+    for timestamp, offset in pairs:
+        single.maybe_append(timestamp, offset)
+    strictly = [(50, 80), (60, 81), (70, 90)]
+    bulk.append_many([t for t, _ in strictly], [o for _, o in strictly])
+    for timestamp, offset in strictly:
+        single.maybe_append(timestamp, offset)
+    assert bulk.entries == single.entries == 8
+    assert bulk.last_entry == single.last_entry == TimestampOffset(70, 90)
+    for target in range(0, 80):
+        assert bulk.lookup(target) == single.lookup(target)
+    assert bulk.path.read_bytes() == single.path.read_bytes()
+    bulk.close()
+    single.close()
