@@ -76,7 +76,7 @@ class FileRecords:
         init_file_size: int = 0,
         preallocate: bool = False,
     ) -> FileRecords:
-        path = Path(path)
+        path = path if isinstance(path, Path) else Path(path)
         flags = os.O_RDWR | os.O_CREAT if mutable else os.O_RDONLY
         fd = os.open(path, flags, 0o644)
         records = cls(path, fd, 0, None, False, mutable)
@@ -126,6 +126,21 @@ class FileRecords:
                 written += os.pwrite(self._fd, view[written:], position + written)
         self._size = position + written
         return written
+
+    def read_into(self, position: int, buffer: bytearray | memoryview) -> int:
+        """Fill ``buffer`` from ``position`` (relative to this view); returns the bytes read, fewer at the end of
+        the view. A sequential scan reusing one buffer saves allocating (and faulting in) one per read."""
+        limit = self.size_in_bytes
+        if position < 0 or position > limit:
+            raise ValueError(f"position {position} outside [0, {limit}] of {self}")
+        view = memoryview(buffer)[: max(0, min(len(buffer), limit - position))]
+        done = 0
+        while done < len(view):
+            count = os.preadv(self._fd, [view[done:]], self._start + position + done)
+            if not count:
+                break
+            done += count
+        return done
 
     def read(self, position: int, size: int) -> bytes:
         """``size`` bytes at ``position`` (relative to this view), fewer at the end of the view."""

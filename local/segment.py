@@ -133,7 +133,7 @@ class LogSegment:
         use_large_index: bool = False,
         time: Callable[[], int] = _now_ms,
     ) -> LogSegment:
-        d = Path(directory)
+        d = directory if isinstance(directory, Path) else Path(directory)
         log = FileRecords.open(
             filenames.log_file(d, base_offset, file_suffix),
             file_already_exists=file_already_exists,
@@ -166,11 +166,11 @@ class LogSegment:
 
     @property
     def offset_index_path(self) -> Path:
-        return Path(self._lazy_offset_index.path)
+        return self._lazy_offset_index.path
 
     @property
     def time_index_path(self) -> Path:
-        return Path(self._lazy_time_index.path)
+        return self._lazy_time_index.path
 
     @property
     def size(self) -> int:
@@ -340,18 +340,26 @@ class LogSegment:
         last_index_entry = 0
         valid_bytes = 0
         unpack_header = BATCH_HEADER.unpack_from
-        view = memoryview(b"")
-        view_start = 0
+        buffer = bytearray(min(RECOVERY_READ_BYTES, end))  # one buffer, refilled: batch views do not outlive a read
+        view = memoryview(buffer)[:0]
+        view_start = view_end = 0  # the file range ``view`` holds
+        previous_last_offset = -1  # none yet (a legacy segment's first batch may start below the base offset)
         latest_epoch = -1  # the highest epoch seen (the cache is asked only when a batch's epoch goes above it)
         map_end_offset: int | None = None  # past the last v2 batch, given to the producer state once at the end
         try:
             while end - valid_bytes >= LOG_OVERHEAD:
+                if view_end - valid_bytes < RECORD_BATCH_OVERHEAD and view_end < end:
+                    view = memoryview(buffer)[: self.log.read_into(valid_bytes, buffer)]
+                    view_start, view_end = valid_bytes, valid_bytes + len(view)
                 rel = valid_bytes - view_start
-                if len(view) - rel < RECORD_BATCH_OVERHEAD and len(view) < end - view_start:
-                    view = memoryview(self.log.read(valid_bytes, RECOVERY_READ_BYTES))
-                    view_start, rel = valid_bytes, 0
-                magic = view[rel + MAGIC_OFFSET] if len(view) - rel > MAGIC_OFFSET else MAGIC_V2
-                size = _I32.unpack_from(view, rel + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+                if view_end - valid_bytes >= RECORD_BATCH_OVERHEAD:
+                    # One unpack of the v2 header; for another magic only its length and magic fields count.
+                    (first_offset, length, epoch, magic, crc, _, last_offset_delta, _, batch_max_ts, producer_id, _, _, _,
+                     ) = unpack_header(view, rel)
+                else:  # the file ends within a v2 header's size: a short legacy entry, or a torn or corrupt tail
+                    length = _I32.unpack_from(view, rel + LENGTH_OFFSET)[0]
+                    magic = view[rel + MAGIC_OFFSET] if view_end - valid_bytes > MAGIC_OFFSET else MAGIC_V2
+                size = length + LOG_OVERHEAD
                 minimum = RECORD_BATCH_OVERHEAD if magic == MAGIC_V2 else LOG_OVERHEAD + MIN_V0_SIZE
                 if size < minimum:
                     raise CorruptRecordError(
@@ -359,12 +367,12 @@ class LogSegment:
                         f"minimum {minimum}", position=valid_bytes)
                 if valid_bytes + size > end:
                     break  # a torn tail: the rest of the file is not a whole batch
-                if rel + size > len(view):
-                    view = memoryview(self.log.read(valid_bytes, max(size, RECOVERY_READ_BYTES)))
-                    view_start, rel = valid_bytes, 0
+                if valid_bytes + size > view_end:  # (a v2 batch here had its whole header in the old view)
+                    if size > len(buffer):
+                        buffer = bytearray(size)
+                    view = memoryview(buffer)[: self.log.read_into(valid_bytes, buffer)]
+                    view_start, view_end, rel = valid_bytes, valid_bytes + len(view), 0
                 if magic == MAGIC_V2:
-                    (first_offset, _, epoch, _, crc, _, last_offset_delta, _, batch_max_ts, producer_id, _, _, _,
-                     ) = unpack_header(view, rel)
                     if crc32c(view[rel + ATTRIBUTES_OFFSET : rel + size]) != crc:
                         RecordBatch(view[rel : rel + size]).ensure_valid()  # raises, naming both checksums
                     last_offset = first_offset + last_offset_delta
@@ -374,6 +382,13 @@ class LogSegment:
                     first_offset, last_offset, batch_max_ts = legacy.base_offset, legacy.last_offset, legacy.max_timestamp
                 if not 0 <= last_offset - base_offset <= INT32_MAX:
                     self._ensure_offset_in_range(last_offset)
+                if first_offset <= previous_last_offset or last_offset < first_offset:
+                    # An offset field (outside the CRC) was damaged: what follows cannot be indexed in order.
+                    raise CorruptRecordError(
+                        f"batch at position {valid_bytes} of {self.log.path} has offsets [{first_offset}, "
+                        f"{last_offset}], not above the previous batch's last offset {previous_last_offset}",
+                        position=valid_bytes)
+                previous_last_offset = last_offset
                 if batch_max_ts > max_ts:
                     max_ts, offset_of_max = batch_max_ts, last_offset
                 if valid_bytes - last_index_entry > interval:
@@ -383,7 +398,7 @@ class LogSegment:
                         time_timestamps.append(max_ts)
                         time_offsets.append(offset_of_max)
                     last_index_entry = valid_bytes
-                if magic == MAGIC_V2:
+                if magic == MAGIC_V2:  # valid and in range: now its epoch and producer state count
                     if epoch > latest_epoch and leader_epoch_cache is not None:
                         latest = leader_epoch_cache.latest_epoch()
                         if latest is None or epoch > latest:
