@@ -8,8 +8,9 @@ What a partition dir may hold after a crash, and what loading does about it, in 
 2. the remaining ``.swap`` files finished their swap: the regular files they replace, every file whose base
    offset lies in ``[lowest swap base, highest swap next offset)``, are deleted and the ``.swap`` files renamed
    to their plain names;
-3. index files with no ``.log`` are deleted. Every segment is opened and sanity-checked (phase 1: on a thread
-   pool of ``num.segment.loading.threads.per.data.dir`` threads when that is > 1); a missing or corrupt index
+3. index files with no ``.log`` are deleted. Every segment is opened and sanity-checked (phase 1; when
+   ``num.segment.loading.threads.per.data.dir`` is > 1, that many worker processes check the index files while
+   this thread opens the segments, see :mod:`local.load_worker`); a missing or corrupt index
    means the segment is recovered, its indexes rebuilt from its log (phase 2: sequentially, in offset order,
    because recovering a segment replays the producer state of the segments before it);
 4. after an unclean shutdown every segment from the recovery point on is recovered; the first one that had to
@@ -33,15 +34,15 @@ import os
 import threading
 import time as _time
 from collections.abc import Callable, Collection
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from local import filenames, metrics
+from local import filenames, load_worker, metrics
 from local.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageIOError
+from local.index import TransactionIndex
 from local.index.detect import SAMPLE_ENTRIES, reading_is_valid
 from local.index.entries import (
     LARGE_OFFSET_DTYPE,
@@ -65,7 +66,7 @@ logger = logging.getLogger(__name__)
 # KRaft snapshots marked for deletion are the metadata log's business (Kafka's SNAPSHOT_DELETE_SUFFIX).
 _KRAFT_SNAPSHOT_DELETED_SUFFIX = ".checkpoint.deleted"
 
-_PHASE1_CHUNK = 64  # segments a phase-1 task opens and checks
+_PHASE1_CHUNK = 256  # segments a phase-1 task checks
 
 RemainingSegmentsCallback = Callable[[str, "int | None"], None]
 """``(thread name, remaining)`` sets that thread's ``remaining_segments_to_load``; ``remaining=None`` removes it."""
@@ -275,39 +276,33 @@ class LogLoader:
 
     def _open_and_check(self, base: int, names: Collection[str]) -> tuple[LogSegment, str | None]:
         """Phase 1 for one segment: open it and sanity-check its index files. Returns the segment and, when it
-        must be recovered, why ("missing" or what is corrupt). ``names`` is the directory listing.
-
-        The indexes are checked from their bytes, not through the segment's lazy indexes: mapping every index
-        of a partition at startup would cost two descriptors a segment (an mmap holds one) and exhaust the
-        limit at a few thousand segments; they stay unloaded until first used, as in Kafka.
-        """
-        prefix = filenames.filename_prefix_from_offset(base)
+        must be recovered, why ("missing" or what is corrupt). ``names`` is the directory listing."""
+        has_offset_index, has_txn_index = self._prepare_index_files(base, names)
         segment = self._open_segment(base)
-        offset_index = prefix + filenames.INDEX_FILE_SUFFIX
-        time_index = prefix + filenames.TIME_INDEX_FILE_SUFFIX
-        if offset_index not in names:
-            return segment, "missing"
-        directory = str(self.dir)
-        if time_index not in names:
-            # Kafka resizes a newly created time index to 0: an empty file, not a preallocated one.
-            os.close(os.open(os.path.join(directory, time_index), os.O_WRONLY | os.O_CREAT, 0o644))
         requested = LARGE_OFFSET_ENTRY_SIZE if self.use_large_index else LEGACY_OFFSET_ENTRY_SIZE
-        problem = check_offset_index(_read(os.path.join(directory, offset_index)), base, segment.size, requested)
-        if problem is not None:
-            problem = f"{offset_index}: {problem}"
-        elif (problem := check_time_index(_read(os.path.join(directory, time_index)))) is not None:
-            problem = f"{time_index}: {problem}"
-        elif prefix + filenames.TXN_INDEX_FILE_SUFFIX in names:
-            try:
-                segment.txn_index.sanity_check()
-            except CorruptIndexError as exc:
-                problem = str(exc)
-        if problem is None:
-            return segment, None
-        # Recovery resets the indexes, but an offset index that fits neither entry size cannot even be opened.
-        (self.dir / offset_index).unlink(missing_ok=True)
-        (self.dir / time_index).unlink(missing_ok=True)
-        return segment, f"corrupt index ({problem})"
+        problem = check_segment_index_files(str(self.dir), base, segment.size, has_offset_index, has_txn_index, requested)
+        return segment, self._settle_problem(base, problem)
+
+    def _prepare_index_files(self, base: int, names: Collection[str]) -> tuple[bool, bool]:
+        """Create the empty time index a segment without one gets; returns whether it has an offset index and a
+        transaction index."""
+        prefix = filenames.filename_prefix_from_offset(base)
+        has_offset_index = prefix + filenames.INDEX_FILE_SUFFIX in names
+        time_index = prefix + filenames.TIME_INDEX_FILE_SUFFIX
+        if has_offset_index and time_index not in names:
+            # Kafka resizes a newly created time index to 0: an empty file, not a preallocated one.
+            os.close(os.open(os.path.join(self.dir, time_index), os.O_WRONLY | os.O_CREAT, 0o644))
+        return has_offset_index, prefix + filenames.TXN_INDEX_FILE_SUFFIX in names
+
+    def _settle_problem(self, base: int, problem: str | None) -> str | None:
+        """A corrupt segment's index files are deleted: recovery resets the indexes, but an offset index that fits
+        neither entry size cannot even be opened."""
+        if problem is not None and problem != "missing":
+            prefix = filenames.filename_prefix_from_offset(base)
+            (self.dir / (prefix + filenames.INDEX_FILE_SUFFIX)).unlink(missing_ok=True)
+            (self.dir / (prefix + filenames.TIME_INDEX_FILE_SUFFIX)).unlink(missing_ok=True)
+            return f"corrupt index ({problem})"
+        return problem
 
     def _load_segment_files(self) -> None:
         names = self._names()
@@ -330,8 +325,7 @@ class LogLoader:
         else:
             results = [self._open_and_check(base, names_set) for base in log_bases]
             metrics.segments_opened(self._data_dir, self.dir.name, len(results))
-        for segment, _ in results:
-            self.segments.add(segment)
+        self.segments.add_all(segment for segment, _ in results)
         self.stats.segments_loaded += len(results)
 
         # Phase 2, in offset order: recovering a segment replays the producer state of the segments before it.
@@ -360,43 +354,41 @@ class LogLoader:
         return {seg.base_offset for seg in self.segments.values(self.recovery_point, None)}
 
     def _phase1_parallel(self, log_bases: list[int], names: Collection[str]) -> list[tuple[LogSegment, str | None]]:
-        """Phase 1 on ``num_threads`` threads, in chunks of consecutive segments (one task and one gauge update
-        a chunk, not a segment: per-segment tasks cost more in executor and lock traffic than they save)."""
-        remaining = len(log_bases)
-        lock = threading.Lock()
+        """Phase 1 with ``num_threads`` loaders: the index files are checked by ``num_threads`` worker processes
+        (:mod:`local.load_worker`, which says why not threads) in chunks of consecutive segments, while this
+        thread opens the segments, whose descriptors must live in this process."""
         size = max(1, min(_PHASE1_CHUNK, -(-len(log_bases) // self.num_threads)))
-        chunks = [log_bases[i : i + size] for i in range(0, len(log_bases), size)]
-
-        def task(chunk: list[int]) -> list[tuple[LogSegment, str | None]]:
-            nonlocal remaining
-            done: list[tuple[LogSegment, str | None]] = []
-            try:
-                for base in chunk:
-                    done.append(self._open_and_check(base, names))
-            except BaseException:
-                for segment, _ in done:
-                    segment.close_handlers()
-                raise
-            with lock:
+        requested = LARGE_OFFSET_ENTRY_SIZE if self.use_large_index else LEGACY_OFFSET_ENTRY_SIZE
+        directory = str(self.dir)
+        checkers = load_worker.pool(self.num_threads)
+        chunks: list[load_worker.Chunk] = []
+        futures = []
+        for i in range(0, len(log_bases), size):
+            chunk = [(base, *self._prepare_index_files(base, names)) for base in log_bases[i : i + size]]
+            chunks.append(chunk)
+            futures.append(checkers.submit(directory, chunk, requested))
+        segments: list[LogSegment] = []
+        try:
+            results: list[tuple[LogSegment, str | None]] = []
+            remaining = len(log_bases)
+            labels: dict[str, str] = {}
+            for chunk, future in zip(chunks, futures, strict=True):
+                for base, _, _ in chunk:
+                    segments.append(self._open_segment(base))
+                worker, problems = future.result()
+                for (base, _, _), problem in zip(chunk, problems, strict=True):
+                    results.append((segments[len(results)], self._settle_problem(base, problem)))
                 remaining -= len(chunk)
-                left = remaining
-            self._set_gauge(threading.current_thread().name, left)
-            metrics.segments_opened(self._data_dir, self.dir.name, len(chunk))
-            return done
-
-        results: list[tuple[LogSegment, str | None]] = []
-        error: BaseException | None = None
-        with ThreadPoolExecutor(self.num_threads, thread_name_prefix=f"log-loader-{self.dir.name}") as pool:
-            for future in [pool.submit(task, chunk) for chunk in chunks]:
-                try:
-                    results.extend(future.result())
-                except BaseException as exc:  # close what the other threads opened, then fail
-                    error = error or exc
-        if error is not None:
-            for segment, _ in results:
+                label = labels.setdefault(worker, f"log-loader-{self.dir.name}-{len(labels)}")
+                self._set_gauge(label, remaining)
+                metrics.segments_opened(self._data_dir, self.dir.name, len(chunk))
+            return results
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            for segment in segments:
                 segment.close_handlers()
-            raise error
-        return results
+            raise
 
     def _set_gauge(self, thread: str, remaining: int) -> None:
         if self._remaining_callback is None:
@@ -537,6 +529,9 @@ class LogLoader:
         self.stats.warnings.append(message)
 
 
+_FIRST_READ_BYTES = 64 << 10
+
+
 def _read(path: str) -> bytes:
     """The whole file in one descriptor's lifetime (b"" when missing)."""
     try:
@@ -544,12 +539,45 @@ def _read(path: str) -> bytes:
     except FileNotFoundError:
         return b""
     try:
-        chunks = []
+        # A first read sized for a closed segment's trimmed index: asking for megabytes up front makes the
+        # allocator map (and then unmap) that much memory on every call.
+        data = os.read(fd, _FIRST_READ_BYTES)
+        if len(data) < _FIRST_READ_BYTES:
+            return data
+        chunks = [data]
         while chunk := os.read(fd, 1 << 24):
             chunks.append(chunk)
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def check_segment_index_files(
+    directory: str, base: int, log_size: int, has_offset_index: bool, has_txn_index: bool, requested_entry_size: int
+) -> str | None:
+    """Phase 1's sanity check of one segment's index files, from their bytes: None when they are sound,
+    "missing" when there is no offset index, else what is wrong, naming the file.
+
+    The indexes are not opened as index objects: mapping every index of a partition at startup would cost two
+    descriptors a segment (an mmap holds one) and exhaust the limit at a few thousand segments; they stay
+    unloaded until first used, as in Kafka. A pure function of the files, so a worker process can run it.
+    """
+    if not has_offset_index:
+        return "missing"
+    prefix = filenames.filename_prefix_from_offset(base)
+    offset_index = prefix + filenames.INDEX_FILE_SUFFIX
+    problem = check_offset_index(_read(os.path.join(directory, offset_index)), base, log_size, requested_entry_size)
+    if problem is not None:
+        return f"{offset_index}: {problem}"
+    time_index = prefix + filenames.TIME_INDEX_FILE_SUFFIX
+    if (problem := check_time_index(_read(os.path.join(directory, time_index)))) is not None:
+        return f"{time_index}: {problem}"
+    if has_txn_index:
+        try:
+            TransactionIndex(base, os.path.join(directory, prefix + filenames.TXN_INDEX_FILE_SUFFIX)).sanity_check()
+        except CorruptIndexError as exc:
+            return str(exc)
+    return None
 
 
 def check_offset_index(data: bytes, base_offset: int, log_size: int, requested_entry_size: int) -> str | None:
@@ -564,32 +592,42 @@ def check_offset_index(data: bytes, base_offset: int, log_size: int, requested_e
         return f"{length} bytes is not a whole number of 8- or 12-byte entries"
     if by_large != by_legacy:
         return _offset_entries_problem(data, base_offset, log_size, LARGE_OFFSET_ENTRY_SIZE if by_large else LEGACY_OFFSET_ENTRY_SIZE)
-    # Ambiguous length. A file that passes the full check in the requested size also passes detection's
-    # lighter check in it, and detection then picks the requested size whatever the other reading says.
-    problem = _offset_entries_problem(data, base_offset, log_size, requested_entry_size)
-    if problem is None:
+    # Ambiguous length: the size detect_entry_size picks, by its rules, from the same leading entries. Reading
+    # them in the requested size passes those rules when the full check passes and the leading positions
+    # strictly increase (the full check allows equal ones); detection then picks the requested size.
+    problem, sample_strict = _offset_entries_check(data, base_offset, log_size, requested_entry_size)
+    if problem is None and sample_strict:
         return None
-    other = LEGACY_OFFSET_ENTRY_SIZE if requested_entry_size == LARGE_OFFSET_ENTRY_SIZE else LARGE_OFFSET_ENTRY_SIZE
     sample = data[: SAMPLE_ENTRIES * LARGE_OFFSET_ENTRY_SIZE]
-    if reading_is_valid(sample, requested_entry_size, log_size) or not reading_is_valid(sample, other, log_size):
-        return problem
-    return _offset_entries_problem(data, base_offset, log_size, other)
+    legacy_ok = reading_is_valid(sample, LEGACY_OFFSET_ENTRY_SIZE, log_size)
+    large_ok = reading_is_valid(sample, LARGE_OFFSET_ENTRY_SIZE, log_size)
+    if not (legacy_ok or large_ok):
+        return f"{length} bytes read validly neither as 8-byte nor as 12-byte entries"
+    entry_size = requested_entry_size if legacy_ok and large_ok else LEGACY_OFFSET_ENTRY_SIZE if legacy_ok else LARGE_OFFSET_ENTRY_SIZE
+    return _offset_entries_problem(data, base_offset, log_size, entry_size)
 
 
 def _offset_entries_problem(data: bytes, base_offset: int, log_size: int, entry_size: int) -> str | None:
+    return _offset_entries_check(data, base_offset, log_size, entry_size)[0]
+
+
+def _offset_entries_check(data: bytes, base_offset: int, log_size: int, entry_size: int) -> tuple[str | None, bool]:
+    """What is wrong with ``data`` read as ``entry_size``-byte entries, and whether the positions of the first
+    ``SAMPLE_ENTRIES`` entries strictly increase."""
     entries = np.frombuffer(data, LARGE_OFFSET_DTYPE if entry_size == LARGE_OFFSET_ENTRY_SIZE else LEGACY_OFFSET_DTYPE)
     rel, pos = entries["rel"].astype(np.int64), entries["pos"].astype(np.int64)
     bad = (rel < 0) | (pos < 0)
-    bad[1:] |= (rel[1:] <= rel[:-1]) | (pos[1:] < pos[:-1])
+    steps = pos[1:] - pos[:-1]
+    bad[1:] |= (rel[1:] <= rel[:-1]) | (steps < 0)
     if bad.any():
         n = int(bad.argmax())
         return (
             f"{entry_size}-byte entry {n} ({base_offset + int(rel[n])} -> {int(pos[n])}) is negative or not above "
             "the entry before it"
-        )
+        ), False
     if int(pos[-1]) >= log_size:
-        return f"the last entry points at position {int(pos[-1])}, past the log's {log_size} bytes"
-    return None
+        return f"the last entry points at position {int(pos[-1])}, past the log's {log_size} bytes", False
+    return None, bool(steps[: SAMPLE_ENTRIES - 1].all())
 
 
 def check_time_index(data: bytes) -> str | None:

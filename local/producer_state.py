@@ -270,12 +270,16 @@ class ProducerStateManager:
 
     # Snapshot files ------------------------------------------------------------------------------------
     def _list_snapshots(self) -> list[int]:
-        out = []
-        if self.dir.is_dir():
-            for p in self.dir.iterdir():
-                if p.name.endswith(filenames.PRODUCER_SNAPSHOT_FILE_SUFFIX) and p.is_file():
+        out: list[int] = []
+        try:
+            entries = os.scandir(self.dir)  # names, not Paths: a partition dir can hold 30,000 segment files
+        except (FileNotFoundError, NotADirectoryError):
+            return out
+        with entries:
+            for entry in entries:
+                if entry.name.endswith(filenames.PRODUCER_SNAPSHOT_FILE_SUFFIX) and entry.is_file():
                     try:
-                        out.append(filenames.offset_from_file_name(p.name))
+                        out.append(filenames.offset_from_file_name(entry.name))
                     except ValueError:
                         continue
         return sorted(out)

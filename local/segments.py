@@ -31,6 +31,16 @@ class LogSegments:
                 segs.insert(i, segment)
             self._bases, self._segs = bases, segs
 
+    def add_all(self, segments: Iterable[LogSegment]) -> None:
+        """:meth:`add` of each segment, publishing one new list: loading 10,000 segments one :meth:`add` at a time
+        copies the list 10,000 times."""
+        with self._lock:
+            by_base = dict(zip(self._bases, self._segs, strict=True))
+            for segment in segments:
+                by_base[segment.base_offset] = segment
+            bases = sorted(by_base)
+            self._bases, self._segs = bases, [by_base[base] for base in bases]
+
     def remove(self, base_offset: int) -> LogSegment | None:
         with self._lock:
             i = bisect.bisect_left(self._bases, base_offset)

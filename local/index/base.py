@@ -75,7 +75,7 @@ class AbstractIndex(ABC):
     ) -> None:
         if entry_struct.size != entry_dtype.itemsize:
             raise ValueError(f"entry struct ({entry_struct.size} B) and dtype ({entry_dtype.itemsize} B) differ")
-        self._path = Path(path)
+        self._path = path if isinstance(path, Path) else Path(path)
         self._base_offset = base_offset
         self._max_index_size = max_index_size
         self._writable = writable

@@ -32,7 +32,7 @@ class LazyIndex(Generic[IndexT]):
     """An index opened on first :meth:`get`. Build one with :meth:`for_offset` or :meth:`for_time`."""
 
     def __init__(self, path: str | os.PathLike[str], loader: Callable[[Path], IndexT]) -> None:
-        self._path = Path(path)
+        self._path = path if isinstance(path, Path) else Path(path)
         self._loader = loader
         self._index: IndexT | None = None
         self._lock = threading.Lock()

@@ -36,16 +36,25 @@ class TransactionIndex:
 
     def __init__(self, start_offset: int, path: str | os.PathLike[str]) -> None:
         self._start_offset = start_offset
-        self._path = Path(path)
+        self._path = path if isinstance(path, Path) else Path(path)
         self._lock = threading.RLock()
         self._fd: int | None = None
+        # The last entry's last offset, read from the file at the first append (most segments never get one: a
+        # partition's startup opens thousands of these and reading each file then would cost a syscall apiece).
         self._last_offset: int | None = None
-        try:
-            last = self._last_entry()
-        except CorruptIndexError:
-            logger.warning("Transaction index %s has an unreadable last entry", self._path, exc_info=True)
-            last = None  # sanity_check reports it; recovery rebuilds the index
-        self._last_offset = None if last is None else last.last_offset
+        self._last_offset_known = False
+
+    def _current_last_offset(self) -> int | None:
+        """The last offset appended, read from the file the first time (caller holds the lock)."""
+        if not self._last_offset_known:
+            try:
+                last = self._last_entry()
+            except CorruptIndexError:
+                logger.warning("Transaction index %s has an unreadable last entry", self._path, exc_info=True)
+                last = None  # sanity_check reports it; recovery rebuilds the index
+            self._last_offset = None if last is None else last.last_offset
+            self._last_offset_known = True
+        return self._last_offset
 
     # ---------------------------------------------------------------------------------------------------
     # file access
@@ -104,19 +113,20 @@ class TransactionIndex:
     def append(self, txn: AbortedTxn) -> None:
         """Append ``txn``; InvalidOffsetError unless its last offset is above the last one appended."""
         with self._lock:
-            if self._last_offset is not None and txn.last_offset <= self._last_offset:
+            last_offset = self._current_last_offset()
+            if last_offset is not None and txn.last_offset <= last_offset:
                 raise InvalidOffsetError(
                     f"the last offset of appended transactions must increase: {txn.last_offset} is not above "
-                    f"the current last offset {self._last_offset} of transaction index {self._path}",
+                    f"the current last offset {last_offset} of transaction index {self._path}",
                     offset=txn.last_offset,
-                    last_offset=self._last_offset,
+                    last_offset=last_offset,
                     path=self._path,
                 )
             data = txn.encode()
             written = os.write(self._open(), data)
             if written != len(data):  # a regular file takes a 34-byte write whole unless the disk is full
                 raise OSError(f"short write of {written}/{len(data)} bytes to transaction index {self._path}")
-            self._last_offset = txn.last_offset
+            self._last_offset, self._last_offset_known = txn.last_offset, True
 
     def flush(self) -> None:
         """fsync the file if it was opened (never creates it)."""
@@ -131,7 +141,7 @@ class TransactionIndex:
             for position, txn in self._entries():
                 if txn.last_offset >= offset:
                     self._truncate_file(position)
-                    self._last_offset = new_last
+                    self._last_offset, self._last_offset_known = new_last, True
                     return
                 new_last = txn.last_offset
 
@@ -139,7 +149,7 @@ class TransactionIndex:
         """Remove every entry (an absent file stays absent)."""
         with self._lock:
             self._truncate_file(0)
-            self._last_offset = None
+            self._last_offset, self._last_offset_known = None, True
 
     def _truncate_file(self, size: int) -> None:
         if self._fd is not None:

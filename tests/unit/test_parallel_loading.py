@@ -5,6 +5,7 @@ the load-progress hooks (progress bar, load report)."""
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import threading
 from pathlib import Path
@@ -201,14 +202,14 @@ def test_gauge_children_are_removed_when_a_load_fails(
     shutil.copytree(source, path)
     label = f"{tmp_path}/failing"
     callback, seen = observing_callback(label)
-    real = LogLoader._open_and_check
+    real = LogLoader._open_segment
 
-    def failing(self: LogLoader, base: int, names: object) -> object:
+    def failing(self: LogLoader, base: int) -> object:
         if base == 5 * PER_SEGMENT:
             raise OSError(5, "Input/output error", str(seg(path, base, ".log")))
-        return real(self, base, names)  # type: ignore[arg-type]
+        return real(self, base)
 
-    monkeypatch.setattr(LogLoader, "_open_and_check", failing)
+    monkeypatch.setattr(LogLoader, "_open_segment", failing)
     with pytest.raises(OSError, match="Input/output error"):
         Log.open(path, cfg, num_segment_loading_threads=4, remaining_segments_callback=callback, time=MockTime(ms=T0))
     assert any(seen), "the gauge was never set before the failure"
@@ -318,3 +319,87 @@ def test_load_report_round_trip(template: tuple[Path, TopicConfig], tmp_path: Pa
     assert report["partitions"]["topic-0"]["segments_recovered"] == 1
     report_file.write_text("{not json")
     assert metrics.read_load_report(data) is None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The phase-1 worker processes (local.load_worker)
+
+
+def chunk_of(path: Path) -> list[tuple[int, bool, bool]]:
+    bases = sorted(int(p.name[:20]) for p in path.glob("*.log"))
+    return [(base, seg(path, base, ".index").exists(), seg(path, base, ".txnindex").exists()) for base in bases]
+
+
+def test_worker_process_finds_what_this_process_finds(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
+    """A real ``python -m local.load_worker`` child answers as the in-process check does, damage included."""
+    from local import load_worker
+
+    source, _ = template
+    path = tmp_path / "topic-0"
+    shutil.copytree(source, path)
+    apply(path, "index-junk", 2, 5)
+    apply(path, "timeindex-cut", 4, 3)
+    seg(path, 6 * PER_SEGMENT, ".index").unlink()
+    chunk = chunk_of(path)
+    expected = load_worker.check_chunk(str(path), chunk, 8)
+    assert [p is None for p in expected].count(False) == 3
+    child = load_worker._Child()
+    try:
+        assert child.check(str(path), chunk, 8) == expected
+        assert child.check(str(path), chunk[:2], 12) == load_worker.check_chunk(str(path), chunk[:2], 12)
+        with pytest.raises(FileNotFoundError, match="no-such-dir"):
+            child.check(str(tmp_path / "no-such-dir"), chunk[:1], 8)
+        assert child.check(str(path), chunk[:1], 8) == expected[:1]  # the child survives an error
+    finally:
+        child.close()
+    assert child.process.returncode == 0
+
+
+def test_a_dead_worker_process_leaves_its_chunks_to_the_thread(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
+    from local import load_worker
+
+    source, _ = template
+    path = tmp_path / "topic-0"
+    shutil.copytree(source, path)
+    apply(path, "index-zeros", 1, 1)
+    chunk = chunk_of(path)
+    expected = load_worker.check_chunk(str(path), chunk, 8)
+    pool = load_worker.CheckerPool(1)
+    try:
+        assert pool.submit(str(path), chunk, 8).result()[1] == expected
+        children = list(pool._children)
+        assert len(children) == 1
+        children[0].process.kill()
+        children[0].process.wait()
+        assert pool.submit(str(path), chunk, 8).result()[1] == expected
+    finally:
+        pool.shutdown()
+
+
+def test_parallel_load_is_not_run_again_by_a_script_without_a_main_guard(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
+    """Worker processes must not re-import the caller's ``__main__`` (as multiprocessing's spawn and fork server
+    do): a script without an ``if __name__ == "__main__"`` guard runs once."""
+    import subprocess
+    import sys
+
+    source, _ = template
+    path = tmp_path / "topic-0"
+    shutil.copytree(source, path)
+    marker = tmp_path / "runs"
+    script = tmp_path / "script.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "from local.log import Log\n"
+        "from tests.logutil import topic_config\n"
+        f"with open({str(marker)!r}, 'a') as f: f.write('run\\n')\n"
+        f"cfg = topic_config(Path({str(tmp_path)!r}), segment_bytes=1 << 20, index_interval_bytes=1)\n"
+        f"log = Log.open(Path({str(path)!r}), cfg, num_segment_loading_threads=4)\n"
+        "print(log.number_of_segments())\n"
+        "log.close()\n"
+    )
+    repo = Path(__file__).parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=repo, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(SEGMENTS)
+    assert marker.read_text() == "run\n"
