@@ -92,7 +92,8 @@ def main() -> None:
                 report("sequential consume, remote tier, cold cache", consumed / cold / 1e6, nbytes / raw_get / 1e6,
                        "MB/s", "raw boto3 streaming GET", 0.5)
 
-                local_log = Log.open(tmp / "local-copy" / "bench-0", log.config)
+                # A copy of a live log (the active segment's indexes still preallocated): opened as after a crash.
+                local_log = Log.open(tmp / "local-copy" / "bench-0", log.config, had_clean_shutdown=False)
                 rng = random.Random(7)
                 offsets = [rng.randrange(0, remote_end) for _ in range(300)]
 
@@ -119,7 +120,7 @@ def main() -> None:
                 log = manager.get_log("bench", 0)  # type: ignore[assignment]
                 cold_lat = []
                 for off in offsets[:40]:
-                    manager.remote_tier.chunk_cache._cache.clear()  # type: ignore[union-attr]
+                    manager.remote_tier.chunk_cache.clear()  # type: ignore[union-attr]
                     s = time.perf_counter()
                     log.read(off, 1)
                     cold_lat.append(time.perf_counter() - s)

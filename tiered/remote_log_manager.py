@@ -18,19 +18,21 @@ from __future__ import annotations
 
 import itertools
 import logging
+import struct
 import tempfile
 import threading
 import time as _time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from local import filenames
+from local.errors import CorruptRecordError
 from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from local.records import MemoryRecords
-from local.records.batch import BATCH_HEADER, LOG_OVERHEAD
+from local.records.batch import LAST_OFFSET_DELTA_OFFSET, LENGTH_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from local.scheduler import SYSTEM_TIME, Time
 from tiered.errors import CustomMetadataSizeExceededError, RemoteStorageError
 from tiered.rsm import (
@@ -54,7 +56,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EMPTY_PRODUCER_SNAPSHOT = bytes.fromhex("000148674bc700000000")
+INT32_MAX = 2**31 - 1
 _READ_SLACK = 64 * 1024  # read past max_bytes a little so a batch straddling the limit can be completed
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_I32 = struct.Struct(">i")
+_LAST_OFFSET_DELTA_END = LAST_OFFSET_DELTA_OFFSET + 4
 
 
 @dataclass
@@ -143,6 +149,8 @@ class RemoteLogManager:
         self._copier_threads = max(1, copier_threads)
         self._partition_locks: dict[TopicIdPartition, threading.Lock] = {}
         self._locks_lock = threading.Lock()
+        self._read_ahead: dict[TopicIdPartition, Any] = {}  # per partition: the segment whose successor was read ahead
+        self._near_the_end: dict[Any, bool] = {}  # segments a read just got within read-ahead distance of the end
         self._cleaned_stale: set[TopicIdPartition] = set()
         self.metrics = _Metrics(registry)
         self._closed = False
@@ -228,6 +236,8 @@ class RemoteLogManager:
                 if md is None:
                     return FetchDataInfo(LogOffsetMetadata(fetch_offset, -1, -1), MemoryRecords(b""))
                 data = self._read_segment(md, offset, max_bytes, min_one_message)
+                if self._near_the_end.pop(md.remote_log_segment_id, False):
+                    self._read_ahead_next_segment(log, tip, md)
                 if data:
                     self.metrics.fetch_bytes.inc(len(data))
                     aborted = None
@@ -253,70 +263,103 @@ class RemoteLogManager:
                     return cand
         return md
 
-    def _fetch_range(self, md: RemoteLogSegmentMetadata, start: int, end_inclusive: int) -> bytes:
-        """Bytes [start, end_inclusive] of a remote .log (shorter at the object's end), via the chunk cache."""
-        self._fetch_quota.acquire(end_inclusive - start + 1)
-
+    def _fetcher(self, md: RemoteLogSegmentMetadata) -> Callable[[int, int], bytes]:
         def fetcher(a: int, b: int) -> bytes:
             with self.rsm.fetch_log_segment(md, a, b) as stream:
                 return stream.read()
 
-        if self.chunk_cache is not None:
-            key = f"{md.remote_log_segment_id.topic_id_partition.topic_id}/{md.remote_log_segment_id.id}.log"
-            return self.chunk_cache.read(key, None, start, end_inclusive, fetcher)
-        return fetcher(start, end_inclusive)
+        return fetcher
 
-    def _read_segment(self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one_message: bool) -> bytes:
+    @staticmethod
+    def _chunk_key(md: RemoteLogSegmentMetadata) -> str:
+        return f"{md.remote_log_segment_id.topic_id_partition.topic_id}/{md.remote_log_segment_id.id}.log"
+
+    def _fetch_range(self, md: RemoteLogSegmentMetadata, start: int, end_inclusive: int) -> bytes | memoryview:
+        """Bytes [start, end_inclusive] of a remote .log (shorter at the object's end), via the chunk cache."""
+        self._fetch_quota.acquire(end_inclusive - start + 1)
+        if self.chunk_cache is not None:
+            return self.chunk_cache.read(self._chunk_key(md), _object_size(md), start, end_inclusive, self._fetcher(md))
+        return self._fetcher(md)(start, end_inclusive)
+
+    def _read_ahead_next_segment(self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata) -> None:
+        """When a reader gets within the chunk cache's read-ahead of a segment's end, start loading what reading
+        on into the next segment needs: its index entry and first chunks (once per segment and partition).
+        Without it a sequential consumer stalls at every segment boundary on three index downloads and a chunk
+        download in a row; started any earlier, these downloads compete with the chunks of the segment being
+        read."""
+        segment_id = md.remote_log_segment_id
+        if self._read_ahead.get(tip) == segment_id:
+            return
+        self._read_ahead[tip] = segment_id
+        following = self._segment_for_offset(log, tip, md.end_offset + 1)
+        if following is None or following.remote_log_segment_id == segment_id:
+            return
+        self.index_cache.prefetch(following)
+        if self.chunk_cache is not None:
+            self.chunk_cache.prefetch(self._chunk_key(following), 0, self._fetcher(following), _object_size(following))
+
+    def _read_segment(
+        self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one_message: bool
+    ) -> bytes | memoryview:
+        """The whole batches of ``md`` from the one holding ``offset``, up to ``max_bytes`` (at least one when
+        ``min_one_message``): a view into the cached chunk when they lie in one, so a sequential consumer's read
+        copies nothing. Only batch headers are parsed: the index is sparse, so the batches before ``offset``
+        are skipped by their offsets and lengths."""
         position = self.index_cache.lookup_offset(md, offset)
         want = max(max_bytes, 1)
-        data = self._fetch_range(md, position, position + want + _READ_SLACK - 1)
-        # Skip batches that end before the offset (the index is sparse), then keep whole batches up to max_bytes.
-        view = memoryview(data)
+        data: bytes | memoryview = self._fetch_range(md, position, position + want + _READ_SLACK - 1)
+
+        def extend(upto: int) -> bytes | memoryview:
+            """``data`` with at least ``upto`` bytes when the object has them (a batch straddling the read)."""
+            if len(data) >= upto:
+                return data
+            extra = self._fetch_range(md, position + len(data), position + upto + _READ_SLACK - 1)
+            return b"".join((data, extra)) if extra else data
+
         pos = 0
-        while True:
-            if len(data) - pos < LOG_OVERHEAD + 4:
-                extra = self._fetch_range(md, position + len(data), position + len(data) + want + _READ_SLACK - 1)
-                if not extra:
+        while True:  # skip the batches that end before the offset
+            if len(data) - pos < _LAST_OFFSET_DELTA_END:
+                data = extend(pos + _LAST_OFFSET_DELTA_END)
+                if len(data) - pos < MAGIC_OFFSET + 1:
                     return b""
-                data += extra
-                view = memoryview(data)
-                continue
-            base_offset, length = BATCH_HEADER.unpack_from(view, pos)[:2]
-            size = length + LOG_OVERHEAD
-            if pos + size > len(data):
-                extra = self._fetch_range(md, position + len(data), position + pos + size + want - 1)
-                if not extra:
-                    return b""
-                data += extra
-                view = memoryview(data)
-                continue
-            # last offset = base + lastOffsetDelta (bytes 23..27)
-            last = base_offset + int.from_bytes(view[pos + 23 : pos + 27], "big", signed=True)
+            base_offset, length = _OFFSET_AND_LENGTH.unpack_from(data, pos)
+            if length < _LAST_OFFSET_DELTA_END - LOG_OVERHEAD:
+                raise CorruptRecordError(
+                    f"remote segment {md.remote_log_segment_id} holds a batch of length {length} at position "
+                    f"{position + pos}", position=position + pos)
+            if data[pos + MAGIC_OFFSET] >= MAGIC_V2:
+                if len(data) - pos < _LAST_OFFSET_DELTA_END:
+                    return b""  # the object ends inside a batch header
+                last = base_offset + _I32.unpack_from(data, pos + LAST_OFFSET_DELTA_OFFSET)[0]
+            else:
+                last = base_offset  # a legacy entry's offset field holds its last offset
             if last >= offset:
                 break
-            pos += size
-        start = pos
-        end = pos
-        while end < len(data):
+            pos += length + LOG_OVERHEAD
+        start = end = pos
+        while True:  # then whole batches up to max_bytes
             if len(data) - end < LOG_OVERHEAD:
+                data = extend(end + LOG_OVERHEAD)
+                if len(data) - end < LOG_OVERHEAD:
+                    break
+            size = _I32.unpack_from(data, end + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+            fits = end - start + size <= max_bytes or (end == start and min_one_message)
+            if not fits:
                 break
-            length = int.from_bytes(view[end + 8 : end + 12], "big", signed=True)
-            size = length + LOG_OVERHEAD
             if end + size > len(data):
-                if end == start and min_one_message:
-                    extra = self._fetch_range(md, position + len(data), position + end + size - 1)
-                    data += extra
-                    view = memoryview(data)
-                    if end + size <= len(data):
-                        end += size
-                break
-            if end - start + size > max_bytes and not (end == start and min_one_message):
-                break
+                data = extend(end + size)
+                if end + size > len(data):
+                    break  # the object ends inside this batch
             end += size
-        return bytes(view[start:end])
+        size = _object_size(md)
+        if self.chunk_cache is not None and size is not None:
+            ahead = self.chunk_cache.chunk_size * max(1, self.chunk_cache.prefetch_chunks)
+            if position + end + ahead >= size:
+                self._near_the_end[md.remote_log_segment_id] = True
+        return memoryview(data)[start:end]
 
     def _aborted_transactions(
-        self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata, fetch_offset: int, data: bytes
+        self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata, fetch_offset: int, data: bytes | memoryview
     ) -> list[Any]:
         batches = list(MemoryRecords(data).batches())
         upper = batches[-1].last_offset + 1 if batches else fetch_offset
@@ -584,3 +627,9 @@ class RemoteLogManager:
         self.rsm.close()
 
 
+def _object_size(md: RemoteLogSegmentMetadata) -> int | None:
+    """The size of the segment's remote ``.log``, when the metadata knows it: ``segment_size_in_bytes`` is an
+    int32, clamped at 2^31-1 for larger segments, and a clamped size is not a size (None: the chunk cache then
+    learns the end from a short chunk)."""
+    size = md.segment_size_in_bytes
+    return size if 0 <= size < INT32_MAX else None

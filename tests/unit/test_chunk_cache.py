@@ -130,3 +130,48 @@ def test_random_ranges_match_the_object(start: int, length: int, chunk: int) -> 
     with tempfile.TemporaryDirectory() as d, ChunkCache(d, chunk_size=chunk, prefetch_chunks=1) as cache:
         end = start + length
         assert cache.read("o", len(OBJ), start, end, CountingFetcher()) == OBJ[start : end + 1]
+
+
+def test_a_range_within_one_chunk_is_a_view_and_one_across_chunks_is_bytes(tmp_path: Path) -> None:
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        inside = cache.read("o", len(OBJ), 1100, 1899, f)
+        assert isinstance(inside, memoryview) and inside.readonly and inside == OBJ[1100:1900]
+        across = cache.read("o", len(OBJ), 1900, 2100, f)
+        assert isinstance(across, bytes) and across == OBJ[1900:2101]
+        cache.clear()
+        assert len(cache) == 0 and cache.read("o", len(OBJ), 1100, 1200, f) == OBJ[1100:1201]
+        assert f.calls.count((1000, 1999)) == 2  # fetched again: clear() dropped memory and disk
+
+
+def test_a_chunk_on_disk_is_read_from_disk_not_fetched(tmp_path: Path) -> None:
+    first = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        cache.read("o", len(OBJ), 0, 2999, first)
+        cache.flush()
+    second = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        assert cache.read("o", len(OBJ), 500, 2500, second) == OBJ[500:2501]
+        assert second.calls == [] and cache.hits == 3
+        # A miss marks the object cold for a while: its next chunks are fetched without asking the disk.
+        assert cache.read("o", len(OBJ), 5000, 5100, second) == OBJ[5000:5101]
+        assert second.calls == [(5000, 5999)]
+
+
+def test_prefetch_of_another_object_and_cancelled_read_ahead_on_close(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    slow = CountingFetcher(delay=0.2)
+    cache = ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=3, max_workers=1)
+    cache.prefetch("next", 0, slow, len(OBJ))
+    cache.close()  # read-ahead still queued: cancelled quietly
+    assert len(slow.calls) <= 1
+    assert "exception calling callback" not in caplog.text
+    f = CountingFetcher()
+    with ChunkCache(tmp_path / "fresh", chunk_size=1000, prefetch_chunks=2) as cache:
+        cache.prefetch("next", 0, f, len(OBJ))
+        deadline = time.time() + 5
+        while len(f.calls) < 2 and time.time() < deadline:
+            time.sleep(0.01)
+        assert sorted(f.calls) == [(0, 999), (1000, 1999)]
+        time.sleep(0.05)
+        assert cache.read("next", len(OBJ), 0, 1999, f) == OBJ[:2000]
+        assert len(f.calls) == 2

@@ -328,3 +328,21 @@ def test_txn_committed_reads_from_remote_carry_aborted_transactions(manager: Log
     assert log.local_log_start_offset > 0
     info = log.read(0, 64 * 1024, isolation=FetchIsolation.TXN_COMMITTED)
     assert [(t.producer_id, t.first_offset) for t in info.aborted_transactions] == [(1, 0)]
+
+
+def test_remote_read_far_from_an_index_entry_returns_the_batches_without_min_one_message(manager: LogManager) -> None:
+    """With no index entry near the offset, the batches before it are skipped by their headers and the read
+    fetches on past its first range: a whole batch that fits max_bytes comes back even without min_one_message
+    (it used to come back empty, and the reader moved on to the next segment)."""
+    log = manager.get_or_create_log("t", 0, {**TOPIC_OVERRIDES, "index.interval.bytes": str(64 * MIB)})
+    _produce(log, 12_000)
+    rlm = manager.remote_tier
+    assert isinstance(rlm, RemoteLogManager)
+    rlm.run_once(manager.all_logs())
+    manager.cleanup_logs()
+    target = log.local_log_start_offset - 150  # deep in the last remote segment: ~1 MiB past its start
+    info = log.read(target, 64 * 1024, FetchIsolation.LOG_END, min_one_message=False)
+    batches = list(info.records.batches())
+    assert batches and batches[0].base_offset <= target <= batches[0].last_offset
+    assert info.records.size_in_bytes <= 64 * 1024
+    assert [r.value for r in batches[0].records()][target - batches[0].base_offset] == _value(target)

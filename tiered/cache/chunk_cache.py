@@ -13,8 +13,10 @@ The cache takes a fetcher ``(start, end_inclusive) -> bytes`` per call, so it is
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
+import time as _time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,6 +26,9 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 Fetcher = Callable[[int, int], bytes]
+
+_COLD_OBJECTS = 1024  # how many objects the cache remembers as recently missing chunks on disk
+_COLD_SECONDS = 10.0  # for how long after a miss their next chunks are fetched without asking the disk
 
 
 class ChunkCache:
@@ -54,6 +59,7 @@ class ChunkCache:
         self._memory: OrderedDict[str, bytes] = OrderedDict()
         self._memory_bytes = 0
         self._memory_limit = max(0, memory_bytes)
+        self._cold_objects: OrderedDict[str, float] = OrderedDict()  # object -> until when its disk lookups are skipped
         self._last_chunk: dict[str, int] = {}  # per object: the last chunk read, to spot sequential readers
         self._sizes: dict[str, int] = {}  # object sizes learnt from short chunks (when callers pass None)
         self.hits = self.misses = self.prefetches = self.fetches = 0
@@ -65,8 +71,9 @@ class ChunkCache:
 
     # ------------------------------------------------------------------------------------------------------
 
-    def read(self, key: str, object_size: int | None, start: int, end_inclusive: int, fetcher: Fetcher) -> bytes:
-        """Bytes ``[start, end_inclusive]`` of object ``key`` (shorter at the object's end)."""
+    def read(self, key: str, object_size: int | None, start: int, end_inclusive: int, fetcher: Fetcher) -> bytes | memoryview:
+        """Bytes ``[start, end_inclusive]`` of object ``key`` (shorter at the object's end): a read-only view into
+        a cached chunk when the range lies in one, else bytes."""
         if start < 0 or end_inclusive < start:
             raise ValueError(f"invalid range {start}..{end_inclusive}")
         if object_size is None:
@@ -92,14 +99,17 @@ class ChunkCache:
             self._prefetch(key, last + 1, object_size, fetcher)  # a sequential reader: read ahead
         elif previous is None and first == 0:
             self._prefetch(key, last + 1, object_size, fetcher)
-        # Slice each chunk to the range before joining: copying whole 4 MiB chunks for a 1 MiB read would
-        # dominate a sequential consumer's time.
+        # Views of the chunks, not slices: a range within one chunk comes back without a copy, and one spanning
+        # chunks with one. (Each copy of a fresh megabyte also faults its pages in, which in a VM costs more
+        # than the copy itself.)
         out = []
         for i, chunk in zip(range(first, first + len(parts)), parts):
             lo = max(start - i * cs, 0)
             hi = min(end_inclusive - i * cs + 1, len(chunk))
             if lo < hi:
-                out.append(chunk if lo == 0 and hi == len(chunk) else chunk[lo:hi])
+                out.append(memoryview(chunk)[lo:hi])
+        if not out:
+            return b""
         return out[0] if len(out) == 1 else b"".join(out)
 
     def _remember(self, ckey: str, data: bytes) -> None:
@@ -115,24 +125,24 @@ class ChunkCache:
                 _, evicted = self._memory.popitem(last=False)
                 self._memory_bytes -= len(evicted)
 
-    def _cached(self, ckey: str) -> bytes | None:
+    def _in_memory(self, ckey: str) -> bytes | None:
         with self._lock:
             data = self._memory.get(ckey)
             if data is not None:
                 self._memory.move_to_end(ckey)
-                return data
-        data = self._cache.get(ckey)
-        if data is not None:
-            self._remember(ckey, data)
-        return data
+            return data
 
     def _chunk(self, key: str, index: int, object_size: int | None, fetcher: Fetcher, prefetch: bool = False) -> Future[bytes]:
+        """The chunk, from memory at once, else from a worker that reads it off disk or fetches it.
+
+        The disk lookup runs on the worker, not here: it is a SQLite query, which waits whenever the writer
+        thread is storing a chunk, and a sequential reader would pay that wait on every read.
+        """
         ckey = self._key(key, index)
-        cached = self._cached(ckey)
+        cached = self._in_memory(ckey)
         if cached is not None:
             if not prefetch:
-                self.hits += 1
-                self._metrics.inc("hits")
+                self._count_hit()
             done: Future[bytes] = Future()
             done.set_result(cached)
             return done
@@ -140,18 +150,41 @@ class ChunkCache:
             fut = self._inflight.get(ckey)
             if fut is not None:
                 return fut
-            fut = self._pool.submit(self._fetch, ckey, key, index, object_size, fetcher)
+            fut = self._pool.submit(self._load, ckey, key, index, object_size, fetcher, prefetch)
             self._inflight[ckey] = fut
-        if prefetch:
-            self.prefetches += 1
-            self._metrics.inc("prefetches")
-        else:
-            self.misses += 1
-            self._metrics.inc("misses")
         return fut
 
-    def _fetch(self, ckey: str, key: str, index: int, object_size: int | None, fetcher: Fetcher) -> bytes:
+    def _count_hit(self) -> None:
+        self.hits += 1
+        self._metrics.inc("hits")
+
+    def _load(self, ckey: str, key: str, index: int, object_size: int | None, fetcher: Fetcher, prefetch: bool) -> bytes:
         try:
+            # The disk is asked unless a chunk of this object was missing from it seconds ago: chunks are stored as they
+            # are read, so the next chunks of an object read cold are missing too, and the lookup is a SQLite
+            # query that waits behind the writer thread's transactions (worst case, a chunk another process has
+            # stored is fetched again). A read-only membership query first: get() of a least-recently-used
+            # cache updates the access time, a write transaction.
+            data = None
+            if self._cold_objects.get(key, 0.0) < _time.monotonic() and ckey in self._cache:
+                data = self._cache.get(ckey)
+            if data is None:
+                with self._lock:
+                    self._cold_objects[key] = _time.monotonic() + _COLD_SECONDS
+                    self._cold_objects.move_to_end(key)
+                    while len(self._cold_objects) > _COLD_OBJECTS:
+                        self._cold_objects.popitem(last=False)
+            else:
+                self._remember(ckey, data)
+                if not prefetch:
+                    self._count_hit()
+                return bytes(data)
+            if prefetch:
+                self.prefetches += 1
+                self._metrics.inc("prefetches")
+            else:
+                self.misses += 1
+                self._metrics.inc("misses")
             start = index * self.chunk_size
             end = start + self.chunk_size - 1
             if object_size is not None:
@@ -168,16 +201,22 @@ class ChunkCache:
 
     def _store(self, ckey: str, data: bytes, key: str) -> None:
         try:
-            self._cache.set(ckey, data, tag=key)
+            # As a file object (read=True): diskcache writes a bytes value by iterating it as a BytesIO, which
+            # yields lines, so a 4 MiB chunk of binary data became ~16,000 small writes.
+            self._cache.set(ckey, io.BytesIO(data), read=True, tag=key)
         except Exception:
             logger.warning("could not store chunk %s in the segment cache", ckey, exc_info=True)
+
+    def prefetch(self, key: str, first_chunk: int, fetcher: Fetcher, object_size: int | None = None) -> None:
+        """Fetch ``prefetch_chunks`` chunks of ``key`` from ``first_chunk`` in the background (a reader is about
+        to need them); failures are only logged."""
+        self._prefetch(key, first_chunk, object_size if object_size is not None else self._sizes.get(key), fetcher)
 
     def _prefetch(self, key: str, index: int, object_size: int | None, fetcher: Fetcher) -> None:
         for i in range(index, index + self.prefetch_chunks):
             if object_size is not None and i * self.chunk_size >= object_size:
                 return
-            ckey = self._key(key, i)
-            if ckey in self._memory or ckey in self._cache:
+            if self._key(key, i) in self._memory:
                 continue
             fut = self._chunk(key, i, object_size, fetcher, prefetch=True)
             fut.add_done_callback(_log_failure)
@@ -190,6 +229,15 @@ class ChunkCache:
             for ckey in [k for k in self._memory if k.startswith(prefix)]:
                 self._memory_bytes -= len(self._memory.pop(ckey))
         return int(self._cache.evict(key))
+
+    def clear(self) -> None:
+        """Drop every chunk, in memory and on disk (shared with other processes: theirs too)."""
+        self.flush()
+        with self._lock:
+            self._memory.clear()
+            self._memory_bytes = 0
+            self._cold_objects.clear()
+        self._cache.clear()
 
     @property
     def size_bytes(self) -> int:
@@ -215,6 +263,8 @@ class ChunkCache:
 
 
 def _log_failure(fut: Future[bytes]) -> None:
+    if fut.cancelled():  # the cache closed before the read-ahead ran
+        return
     exc = fut.exception()
     if exc is not None:
         logger.debug("read-ahead fetch failed: %s", exc)

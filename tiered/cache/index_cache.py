@@ -17,6 +17,7 @@ names them, ``<startOffset>_<segmentId>.index|.timeindex|.txnindex`` (segment id
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import queue
@@ -24,6 +25,7 @@ import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -125,6 +127,10 @@ class RemoteIndexCache:
         self._cleaner = threading.Thread(target=self._clean_loop, name="remote-log-index-cleaner", daemon=True)
         self._closed = False
         self._metrics = _Metrics(registry)
+        # The three index downloads of an entry run at once, and read-ahead loads the next segment's entry.
+        self._fetch_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="remote-index-fetch")
+        # Its own thread: a read-ahead load waits on downloads in _fetch_pool, so it must not hold one of its workers.
+        self._prefetch_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="remote-index-prefetch")
         self._init_from_disk()
         self._cleaner.start()
 
@@ -147,8 +153,19 @@ class RemoteIndexCache:
     def lookup_timestamp(self, metadata: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int) -> int:
         return self._with_entry(metadata, lambda e: e.lookup_timestamp(timestamp, starting_offset))
 
+    def prefetch(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Load ``metadata``'s entry in the background (a sequential reader is about to need it); a failure is
+        only logged, and the reader's own load tries again."""
+        if self._closed or _entry_key(metadata.remote_log_segment_id.id) in self._entries:
+            return
+        try:
+            future = self._prefetch_pool.submit(self.get_index_entry, metadata)
+        except RuntimeError:  # closed meanwhile
+            return
+        future.add_done_callback(_log_prefetch_failure)
+
     def get_index_entry(self, metadata: RemoteLogSegmentMetadata) -> Entry:
-        key = kafka_uuid(metadata.remote_log_segment_id.id)
+        key = _entry_key(metadata.remote_log_segment_id.id)
         while True:
             with self._lock:
                 entry = self._entries.get(key)
@@ -197,6 +214,8 @@ class RemoteIndexCache:
         if self._closed:
             return
         self._closed = True
+        self._prefetch_pool.shutdown(wait=True, cancel_futures=True)
+        self._fetch_pool.shutdown(wait=True, cancel_futures=True)
         self._cleanup_queue.put(None)
         self._cleaner.join(timeout=10)
         with self._lock:
@@ -253,9 +272,38 @@ class RemoteIndexCache:
         prefix = f"{metadata.start_offset}_{key}"
         paths = self._paths(prefix)
         base = metadata.start_offset
-        offset_index = self._load_index(paths[IndexType.OFFSET], metadata, IndexType.OFFSET, lambda p: _open_offset(p, base))
-        time_index = self._load_index(paths[IndexType.TIMESTAMP], metadata, IndexType.TIMESTAMP, lambda p: _open_time(p, base))
-        txn_index = self._load_index(paths[IndexType.TRANSACTION], metadata, IndexType.TRANSACTION, lambda p: _open_txn(p, base))
+        openers: dict[IndexType, Callable[[Path], Any]] = {
+            IndexType.OFFSET: lambda p: _open_offset(p, base),
+            IndexType.TIMESTAMP: lambda p: _open_time(p, base),
+            IndexType.TRANSACTION: lambda p: _open_txn(p, base),
+        }
+        # The three downloads at once: one round trip instead of three. This thread loads the offset index.
+        others: dict[IndexType, Future[Any]] = {}
+        for index_type in (IndexType.TIMESTAMP, IndexType.TRANSACTION):
+            try:
+                others[index_type] = self._fetch_pool.submit(
+                    self._load_index, paths[index_type], metadata, index_type, openers[index_type]
+                )
+            except RuntimeError:  # the pool is shut down (closing): load here
+                done: Future[Any] = Future()
+                done.set_result(self._load_index(paths[index_type], metadata, index_type, openers[index_type]))
+                others[index_type] = done
+        opened: list[Any] = []
+        error: BaseException | None = None
+        try:
+            opened.append(self._load_index(paths[IndexType.OFFSET], metadata, IndexType.OFFSET, openers[IndexType.OFFSET]))
+        except BaseException as exc:
+            error = exc
+        for future in others.values():
+            try:
+                opened.append(future.result())
+            except BaseException as exc:
+                error = error or exc
+        if error is not None:
+            for index in opened:
+                index.close()
+            raise error
+        offset_index, time_index, txn_index = opened
         size = sum(p.stat().st_size for p in paths.values())
         return Entry(key, prefix, offset_index, time_index, txn_index, size)
 
@@ -380,3 +428,14 @@ class _Metrics:
         if self._enabled:
             self._size.set(size)
             self._entries.set(entries)
+
+
+@functools.lru_cache(maxsize=4096)
+def _entry_key(segment_uuid: Any) -> str:
+    """The cache key of a segment: its id in Kafka's base64 form (memoized: every read of a segment asks)."""
+    return kafka_uuid(segment_uuid)
+
+
+def _log_prefetch_failure(future: Future[Any]) -> None:
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        logger.debug("read-ahead of a remote index entry failed: %s", exc)
