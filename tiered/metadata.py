@@ -10,6 +10,8 @@ at worst a COPY_SEGMENT_STARTED without its FINISHED event, which :meth:`find_st
 from __future__ import annotations
 
 import base64
+import bisect
+import itertools
 import json
 import logging
 import threading
@@ -67,6 +69,10 @@ class RemoteLogMetadataStore:
         self.prefix = store.prefix if prefix is None else prefix
         self._lock = threading.RLock()
         self._segments: dict[TopicIdPartition, dict[uuid.UUID, RemoteLogSegmentMetadata]] = {}
+        # Per partition, built at the first query after a change: the FINISHED segments in (start offset, event
+        # time) order, their start offsets, and the running maximum of their end offsets. A read finds its
+        # segment by bisection instead of sorting every segment of the partition.
+        self._readable: dict[TopicIdPartition, tuple[list[RemoteLogSegmentMetadata], list[int], list[int]]] = {}
 
     @classmethod
     def for_rsm(cls, rsm: RemoteStorageManager, fallback_dir: Path | None = None) -> RemoteLogMetadataStore:
@@ -97,6 +103,7 @@ class RemoteLogMetadataStore:
                 latest[sid] = md
         with self._lock:
             self._segments[tip] = latest
+            self._readable.pop(tip, None)
         return latest
 
     def _view(self, tip: TopicIdPartition) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
@@ -110,6 +117,7 @@ class RemoteLogMetadataStore:
         self.store.put_bytes(layout.metadata_event_key(self.prefix, sid, md.start_offset, int(md.state)), encode_metadata(md))
         with self._lock:
             self._view(md.topic_id_partition)[sid.id] = md
+            self._readable.pop(md.topic_id_partition, None)
 
     def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata) -> None:
         if md.state is not S.COPY_SEGMENT_STARTED:
@@ -138,19 +146,33 @@ class RemoteLogMetadataStore:
         return sorted(segs, key=lambda m: (m.start_offset, m.event_timestamp_ms))
 
     def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-        return [m for m in self.list_remote_log_segments(tip) if m.state is S.COPY_SEGMENT_FINISHED]
+        """The FINISHED segments of the partition, ordered by start offset."""
+        return list(self._readable_index(tip)[0])
+
+    def _readable_index(self, tip: TopicIdPartition) -> tuple[list[RemoteLogSegmentMetadata], list[int], list[int]]:
+        with self._lock:
+            index = self._readable.get(tip)
+            if index is None:
+                segs = [m for m in self.list_remote_log_segments(tip) if m.state is S.COPY_SEGMENT_FINISHED]
+                max_ends = list(itertools.accumulate((m.end_offset for m in segs), max))
+                index = self._readable[tip] = (segs, [m.start_offset for m in segs], max_ends)
+            return index
 
     def remote_log_segment_metadata(
         self, tip: TopicIdPartition, offset: int, leader_epoch: int | None = None
     ) -> RemoteLogSegmentMetadata | None:
-        """The FINISHED segment holding ``offset`` (in ``leader_epoch``'s range, when given)."""
-        for md in self.readable_segments(tip):
-            if not md.start_offset <= offset <= md.end_offset:
-                continue
-            if leader_epoch is not None and not _epoch_covers(md, leader_epoch, offset):
-                continue
-            return md
-        return None
+        """The first FINISHED segment, in start offset order, holding ``offset`` (in ``leader_epoch``'s range, when
+        given). Segments overlap only across lineages, so the scan back from the bisection point is short: it
+        stops where no earlier segment reaches the offset."""
+        segs, starts, max_ends = self._readable_index(tip)
+        found = None
+        i = bisect.bisect_right(starts, offset) - 1
+        while i >= 0 and max_ends[i] >= offset:
+            md = segs[i]
+            if md.end_offset >= offset and (leader_epoch is None or _epoch_covers(md, leader_epoch, offset)):
+                found = md
+            i -= 1
+        return found
 
     def highest_offset_for_epoch(self, tip: TopicIdPartition, epoch: int) -> int | None:
         ends = [m.end_offset for m in self.readable_segments(tip) if epoch in m.segment_leader_epochs]
@@ -166,6 +188,9 @@ class RemoteLogMetadataStore:
 
 
 def _epoch_covers(md: RemoteLogSegmentMetadata, epoch: int, offset: int) -> bool:
+    if len(md.segment_leader_epochs) == 1:  # most segments: one epoch, covering the whole segment from its start
+        start = md.segment_leader_epochs.get(epoch)
+        return start is not None and start <= offset <= md.end_offset
     epochs: list[tuple[int, Any]] = sorted(md.segment_leader_epochs.items())
     for i, (e, start) in enumerate(epochs):
         end = epochs[i + 1][1] - 1 if i + 1 < len(epochs) else md.end_offset

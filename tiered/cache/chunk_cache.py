@@ -84,6 +84,17 @@ class ChunkCache:
                 return b""
         cs = self.chunk_size
         first, last = start // cs, end_inclusive // cs
+        if first == last:
+            # The common case, a range within a chunk held in memory, unless it starts a sequential reader's next
+            # chunk (which moves the read-ahead on): no future, a view of the chunk.
+            held = self._in_memory(self._key(key, first))
+            if held is not None and (len(held) == cs or object_size is not None):
+                previous = self._last_chunk.get(key)
+                if previous != first - 1 and not (previous is None and first == 0):
+                    self._last_chunk[key] = first
+                    self._count_hit()
+                    lo = start - first * cs
+                    return memoryview(held)[lo : min(end_inclusive - first * cs + 1, len(held))]
         futures = [self._chunk(key, i, object_size, fetcher) for i in range(first, last + 1)]
         parts: list[bytes] = []
         for i, fut in zip(range(first, last + 1), futures):
