@@ -30,9 +30,9 @@ def covers(md: RemoteLogSegmentMetadata, epoch: int, offset: int) -> bool:
 
 def reference(segments: list[RemoteLogSegmentMetadata], offset: int, epoch: int | None) -> RemoteLogSegmentMetadata | None:
     for md in sorted(segments, key=lambda m: (m.start_offset, m.event_timestamp_ms)):
-        if md.state is S.COPY_SEGMENT_FINISHED and md.start_offset <= offset <= md.end_offset:
-            if epoch is None or covers(md, epoch, offset):
-                return md
+        in_range = md.state is S.COPY_SEGMENT_FINISHED and md.start_offset <= offset <= md.end_offset
+        if in_range and (epoch is None or covers(md, epoch, offset)):
+            return md
     return None
 
 
