@@ -7,6 +7,7 @@ the same run.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import platform
 import sys
@@ -22,6 +23,10 @@ def main(argv: list[str]) -> int:
         return 2
     print(f"# {platform.node()} {platform.machine()} {platform.python_implementation()} {platform.python_version()}")
     for name in wanted:
+        # Each benchmark starts with the previous one's writes on disk: otherwise it pays for their writeback
+        # (a benchmark after bench_loading's 30,000 files ran at half its speed measured alone).
+        if hasattr(os, "sync"):
+            os.sync()
         print(f"## {name}", flush=True)
         importlib.import_module(f"bench.{name}").main()
     return 0
