@@ -52,6 +52,23 @@ class RSMConformance:
         assert rsm.fetch_log_segment(md, 1_000_000, 2_500_000).read() == log[1_000_000:2_500_001]
         assert rsm.fetch_log_segment(md, len(log) - 3, len(log) + 100).read() == log[-3:]
 
+    def test_a_fetch_read_in_pieces_to_the_end(self, rsm: ObjectStoreRemoteStorageManager, segment: tuple[LogSegmentData, bytes]) -> None:
+        # How the segment cache's stream reads it: open to the end, then fixed pieces (the last one short).
+        data, log = segment
+        md = metadata()
+        rsm.copy_log_segment_data(md, data)
+        for start in (0, 1_048_576 + 3):
+            with rsm.fetch_log_segment(md, start) as stream:
+                pieces = []
+                while piece := stream.read(1_000_000):
+                    pieces.append(piece)
+            assert b"".join(pieces) == log[start:]
+            assert all(len(p) == 1_000_000 for p in pieces[:-1])
+        with rsm.fetch_log_segment(md, len(log) + 10) as stream:
+            assert stream.read(10) == b""  # past the end: nothing, not an error
+        with rsm.fetch_log_segment(md, 0) as stream:  # closed before its end: no error, nothing left open
+            assert stream.read(100) == log[:100]
+
     def test_fetch_every_index(self, rsm: ObjectStoreRemoteStorageManager, segment: tuple[LogSegmentData, bytes]) -> None:
         data, _ = segment
         md = metadata()

@@ -179,6 +179,12 @@ class RemoteStorageManager(ABC):  # noqa: B024 - abstract by contract: at least 
 
     _ABSTRACT_HELPER = True
 
+    #: True when ``fetch_log_segment`` returns a stream that reads from the store as it is read, rather than the
+    #: whole range at once (not part of Kafka's interface; a plugin that says nothing is taken not to stream).
+    #: The remote segment cache then serves a sequential reader from one open fetch per segment, opened to
+    #: the segment's end, instead of one ranged fetch per chunk.
+    fetch_streams: bool = False
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.__dict__.get("_ABSTRACT_HELPER", False):

@@ -45,3 +45,32 @@ class TestS3Moto(RSMConformance):
                                   "aws_secret_access_key": "test"})
             yield rsm  # type: ignore[misc]
             rsm.close()
+
+
+def test_an_s3_body_that_breaks_mid_read_is_a_retriable_remote_storage_error() -> None:
+    from botocore.exceptions import ReadTimeoutError, ResponseStreamingError
+
+    from tiered.backends.s3 import S3RemoteStorageManager, _Body
+    from tiered.errors import RemoteStorageError, RemoteStorageTimeoutError
+
+    class Broken:
+        def __init__(self, exc: Exception) -> None:
+            self.exc, self.closed = exc, False
+
+        def read(self, amt: int | None = None) -> bytes:
+            raise self.exc
+
+        def close(self) -> None:
+            self.closed = True
+
+    rsm = S3RemoteStorageManager()
+    rsm.bucket = "b"
+    body = Broken(ResponseStreamingError(error="connection reset"))
+    stream = _Body(rsm, "t/0.log", body)
+    with pytest.raises(RemoteStorageError, match=r"s3://b/t/0.log") as err:
+        stream.read(10)
+    assert err.value.retriable
+    stream.close()
+    assert body.closed
+    with pytest.raises(RemoteStorageTimeoutError):
+        _Body(rsm, "t/0.log", Broken(ReadTimeoutError(endpoint_url="http://x"))).read(10)

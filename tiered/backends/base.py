@@ -41,6 +41,11 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
 
         Raises RemoteResourceNotFoundError when the object does not exist."""
 
+    def open_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> IO[bytes]:
+        """A readable stream of bytes [start, end_inclusive] of ``key``: by default the whole range read at once
+        (a backend that can stream overrides this and sets ``fetch_streams``)."""
+        return io.BytesIO(self.get_range(key, start, end_inclusive))
+
     @abstractmethod
     def delete_many(self, keys: Iterable[str]) -> None:
         """Delete ``keys``; missing ones are ignored."""
@@ -92,7 +97,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if start_position < 0 or (end_position is not None and end_position < start_position):
             raise RemoteStorageError(f"invalid range {start_position}..{end_position} of {metadata.remote_log_segment_id}")
         key = layout.segment_key(self.prefix, metadata, layout.LOG_SUFFIX)
-        return io.BytesIO(self.get_range(key, start_position, end_position))
+        return self.open_range(key, start_position, end_position)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> IO[bytes]:
         return io.BytesIO(self.get_range(layout.segment_key(self.prefix, metadata, index_type.suffix)))

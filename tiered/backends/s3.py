@@ -13,9 +13,10 @@ whether a retry may help.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
 from tiered.errors import RemoteStorageError, RemoteStorageTimeoutError
@@ -30,6 +31,7 @@ def _bool(value: Any) -> bool:
 
 class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
     bucket: str
+    fetch_streams = True  # fetch_log_segment hands back the GET's body, read as it arrives
 
     def configure(self, props: Mapping[str, str]) -> None:
         super().configure(props)
@@ -71,7 +73,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             self.extra_args["SSEKMSKeyId"] = props["sse_kms_key_id"]
 
     def _error(self, exc: Exception, action: str, key: str) -> RemoteStorageError:
-        from botocore.exceptions import ClientError, ConnectionError, ReadTimeoutError
+        from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, ReadTimeoutError
 
         if isinstance(exc, ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
@@ -82,7 +84,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             return RemoteStorageError(f"S3 {action} of s3://{self.bucket}/{key} failed: {code} {exc}", retriable=retriable, key=key)
         if isinstance(exc, ReadTimeoutError):
             return RemoteStorageTimeoutError(f"S3 {action} of s3://{self.bucket}/{key} timed out: {exc}", key=key)
-        if isinstance(exc, ConnectionError):
+        if isinstance(exc, ConnectionError | HTTPClientError):  # refused, reset, or broken off mid-body
             return RemoteStorageError(f"S3 {action} of s3://{self.bucket}/{key}: {exc}", retriable=True, key=key)
         return RemoteStorageError(f"S3 {action} of s3://{self.bucket}/{key} failed: {exc}", key=key)
 
@@ -100,19 +102,24 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             raise self._error(exc, "put", key) from exc
 
     def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
+        with self.open_range(key, start, end_inclusive) as stream:
+            return stream.read()
+
+    def open_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> IO[bytes]:
+        """The GET's body as a stream: bytes come off the connection as they are read, and an error while reading
+        is mapped as a failed GET is."""
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
         if start or end_inclusive is not None:
             kwargs["Range"] = f"bytes={start}-{'' if end_inclusive is None else end_inclusive}"
         try:
             response = self.client.get_object(**kwargs)
-            with response["Body"] as body:
-                return bytes(body.read())
         except Exception as exc:
             from botocore.exceptions import ClientError
 
             if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") == "InvalidRange":
-                return b""  # a range starting at or past the end of the object
+                return io.BytesIO(b"")  # a range starting at or past the end of the object
             raise self._error(exc, "get", key) from exc
+        return cast(IO[bytes], _Body(self, key, response["Body"]))
 
     def delete_many(self, keys: Iterable[str]) -> None:
         batch = [{"Key": k} for k in keys]
@@ -146,3 +153,32 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
 
     def close(self) -> None:
         self.client.close()
+
+
+class _Body(io.BufferedIOBase):
+    """A GET's streaming body whose read errors (reset connections, read timeouts, short bodies) come out as
+    RemoteStorageError like those of the request."""
+
+    def __init__(self, rsm: S3RemoteStorageManager, key: str, body: Any) -> None:
+        self._rsm, self._key, self._body = rsm, key, body
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        try:
+            return bytes(self._body.read(None if size is None or size < 0 else size))
+        except Exception as exc:
+            raise self._rsm._error(exc, "get", self._key) from exc
+
+    read1 = read
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._body.close()
+        super().close()
