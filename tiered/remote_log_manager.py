@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from local import filenames
 from local.errors import CorruptRecordError
@@ -271,6 +271,16 @@ class RemoteLogManager:
 
         return fetcher
 
+    def _opener(self, md: RemoteLogSegmentMetadata) -> Callable[[int, int | None], IO[bytes]] | None:
+        """A streaming fetch of ``md``'s ``.log`` for the chunk cache, when the plugin's fetches stream."""
+        if not getattr(self.rsm, "fetch_streams", False):
+            return None
+
+        def opener(a: int, b: int | None) -> IO[bytes]:
+            return self.rsm.fetch_log_segment(md, a, b)
+
+        return opener
+
     @staticmethod
     def _chunk_key(md: RemoteLogSegmentMetadata) -> str:
         return _chunk_key(md.remote_log_segment_id)
@@ -279,7 +289,9 @@ class RemoteLogManager:
         """Bytes [start, end_inclusive] of a remote .log (shorter at the object's end), via the chunk cache."""
         self._fetch_quota.acquire(end_inclusive - start + 1)
         if self.chunk_cache is not None:
-            return self.chunk_cache.read(self._chunk_key(md), _object_size(md), start, end_inclusive, self._fetcher(md))
+            return self.chunk_cache.read(
+                self._chunk_key(md), _object_size(md), start, end_inclusive, self._fetcher(md), self._opener(md)
+            )
         return self._fetcher(md)(start, end_inclusive)
 
     def _read_ahead_next_segment(self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata) -> None:
@@ -297,7 +309,9 @@ class RemoteLogManager:
             return
         self.index_cache.prefetch(following)
         if self.chunk_cache is not None:
-            self.chunk_cache.prefetch(self._chunk_key(following), 0, self._fetcher(following), _object_size(following))
+            self.chunk_cache.prefetch(
+                self._chunk_key(following), 0, self._fetcher(following), _object_size(following), self._opener(following)
+            )
 
     def _read_segment(
         self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one_message: bool

@@ -78,3 +78,5 @@ def test_tiered_log_on_seaweedfs_end_to_end(seaweedfs_endpoint: S3Endpoint, tmp_
                 got.extend(r.value for r in batch.records() if r.offset >= offset)
                 offset = batch.last_offset + 1
         assert got == values
+        # the sequential reader was fed by streaming GETs (one per segment), not only chunk by chunk
+        assert m.remote_tier.chunk_cache.streams_opened > 0  # type: ignore[union-attr]

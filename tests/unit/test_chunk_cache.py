@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import os
 import threading
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tiered.cache import chunk_cache
 from tiered.cache.chunk_cache import ChunkCache
 
 OBJ = os.urandom(10_000)
@@ -175,3 +177,137 @@ def test_prefetch_of_another_object_and_cancelled_read_ahead_on_close(tmp_path: 
         time.sleep(0.05)
         assert cache.read("next", len(OBJ), 0, 1999, f) == OBJ[:2000]
         assert len(f.calls) == 2
+
+
+# Streaming read-ahead: a sequential reader's chunks come off one open fetch ---------------------------------
+
+
+class CountingOpener:
+    """Opens a stream of the object from a position; can break after ``fail_after`` bytes."""
+
+    def __init__(self, data: bytes = OBJ, fail_after: int | None = None) -> None:
+        self.data, self.fail_after = data, fail_after
+        self.opens: list[tuple[int, int | None]] = []
+        self.streams: list[_TrackedStream] = []
+
+    def __call__(self, start: int, end: int | None) -> io.BufferedIOBase:
+        self.opens.append((start, end))
+        stream = _TrackedStream(self.data[start : None if end is None else end + 1], self.fail_after)
+        self.streams.append(stream)
+        return stream
+
+
+class _TrackedStream(io.BufferedIOBase):
+    def __init__(self, data: bytes, fail_after: int | None) -> None:
+        self._data, self._fail_after, self.served = data, fail_after, 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self._fail_after is not None and self.served >= self._fail_after:
+            raise OSError("connection reset by peer")
+        end = len(self._data) if size is None or size < 0 else self.served + size
+        if self._fail_after is not None:
+            end = min(end, self._fail_after)  # the connection breaks inside a chunk
+        piece = self._data[self.served : end]
+        self.served += len(piece)
+        return piece
+
+
+def _read_sequentially(cache: ChunkCache, key: str, data: bytes, fetcher: CountingFetcher, opener: CountingOpener,
+                       step: int = 300) -> list[memoryview | bytes]:
+    views = []
+    for pos in range(0, len(data), step):
+        got = cache.read(key, len(data), pos, pos + step - 1, fetcher, opener)
+        assert bytes(got) == data[pos : pos + step]
+        views.append(got)
+    return views
+
+
+def test_a_sequential_reader_is_fed_from_one_stream(tmp_path: Path) -> None:
+    f, o = CountingFetcher(), CountingOpener()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
+        _read_sequentially(cache, "o", OBJ, f, o)
+        assert o.opens == [(0, None)] and f.calls == []  # one fetch to the end, no ranged fetches
+        assert cache.streams_opened == 1 and cache.fetches == 10
+        cache.flush()
+        assert len(cache) == 10  # every chunk stored on disk too
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:  # a new process: from disk
+        f2, o2 = CountingFetcher(), CountingOpener()
+        _read_sequentially(cache, "o", OBJ, f2, o2)
+        assert f2.calls == [] and o2.opens == []
+
+
+def test_a_stream_keeps_only_its_window_ahead_of_the_reader_and_closes_when_it_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chunk_cache, "_STREAM_IDLE_SECONDS", 0.2)
+    f, o = CountingFetcher(), CountingOpener()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
+        assert bytes(cache.read("o", len(OBJ), 0, 99, f, o)) == OBJ[:100]
+        deadline = time.time() + 5
+        while cache._streams and time.time() < deadline:
+            time.sleep(0.02)
+        assert not cache._streams, "the stream outlived its idle timeout"
+        assert o.streams[0].served == 3000  # chunk 0 and the two read ahead, not the whole object
+        assert o.streams[0].closed
+        # The reader comes back later: a new stream picks up after what is held.
+        _read_sequentially(cache, "o", OBJ, f, o)
+        assert [start for start, _ in o.opens] == [0, 3000] and f.calls == []
+
+
+def test_a_broken_stream_falls_back_to_ranged_fetches(tmp_path: Path) -> None:
+    f, o = CountingFetcher(), CountingOpener(fail_after=2500)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
+        _read_sequentially(cache, "o", OBJ, f, o)  # every byte right despite the reset
+        assert f.calls[0] == (2000, 2999)  # the chunk being read when it broke came by range
+        assert o.opens[0] == (0, None) and len(o.opens) >= 2  # and a later chunk opened a new stream
+
+
+def test_a_failing_store_fails_the_readers_waiting_on_it_and_is_not_cached(tmp_path: Path) -> None:
+    f, o = CountingFetcher(fail=True), CountingOpener(fail_after=0)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
+        with pytest.raises(OSError, match="store down"):
+            cache.read("o", len(OBJ), 0, 99, f, o)
+        ok = CountingFetcher()
+        assert bytes(cache.read("o", len(OBJ), 0, 99, ok)) == OBJ[:100]
+
+
+def test_recycled_stream_buffers_never_change_what_a_reader_holds(tmp_path: Path) -> None:
+    # A memory tier of two chunks: chunks are evicted and their buffers reused while views of them are held.
+    objects = {f"o{i}": os.urandom(8_000) for i in range(6)}
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1, memory_bytes=2000) as cache:
+        held = []
+        for key, data in objects.items():
+            views = _read_sequentially(cache, key, data, CountingFetcher(data), CountingOpener(data), step=250)
+            held.append((data, views))
+        cache.flush()
+        for data, views in held:
+            assert b"".join(bytes(v) for v in views) == data
+        assert all(isinstance(v, memoryview) and v.readonly for _, views in held for v in views)
+
+
+def test_concurrent_sequential_readers_of_one_object_get_the_same_bytes(tmp_path: Path) -> None:
+    data = os.urandom(50_000)
+    o = CountingOpener(data)
+    errors: list[BaseException] = []
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=3) as cache:
+        def reader(step: int) -> None:
+            try:
+                _read_sequentially(cache, "o", data, CountingFetcher(data), o, step=step)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=reader, args=(s,)) for s in (333, 1000, 4096)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert not errors
+
+
+def test_close_stops_a_stream_that_waits_for_its_reader(tmp_path: Path) -> None:
+    o = CountingOpener()
+    cache = ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1)
+    cache.read("o", len(OBJ), 0, 10, CountingFetcher(), o)
+    started = time.monotonic()
+    cache.close()
+    assert time.monotonic() - started < 2 and o.streams[0].closed

@@ -210,6 +210,13 @@ class RemoteIndexCache:
             entry.mark_for_cleanup()
             self._cleanup_queue.put(entry)
 
+    def clear(self) -> None:
+        """Drop every entry (their files go with the cleaner, as evicted ones do)."""
+        with self._lock:
+            keys = list(self._entries)
+        for key in keys:
+            self.remove(key)
+
     def close(self) -> None:
         if self._closed:
             return
