@@ -529,12 +529,16 @@ class _Stream(threading.Thread):
                     logger.debug("closing the fetch of %s failed", self.key, exc_info=True)
             self._settle_claims()
 
-    def _publish(self, i: int, data: Chunk) -> None:
+    def _release(self, i: int) -> Future[Chunk]:
+        """Chunk ``i``'s claimed future, no longer claimed nor in flight (the caller resolves it)."""
         with self._wake:
             fut = self._claimed.pop(i)
         with self.cache._lock:
             self.cache._inflight.pop(self.cache._key(self.key, i), None)
-        fut.set_result(data)
+        return fut
+
+    def _publish(self, i: int, data: Chunk) -> None:
+        self._release(i).set_result(data)
 
     def _settle_claims(self) -> None:
         """Claims the stream did not fill: fetched one by one (the fetch broke, or a reader asked as the stream
@@ -545,26 +549,18 @@ class _Stream(threading.Thread):
                 if not self._claimed:
                     return
                 i = min(self._claimed)
-                fut = self._claimed.pop(i)
-            ckey = cache._key(self.key, i)
             if cache._closed:
-                with cache._lock:
-                    cache._inflight.pop(ckey, None)
-                fut.cancel()
+                self._release(i).cancel()
                 continue
             try:
                 cache._count_fetch(prefetch=True)
                 size = self.object_size if self.object_size is not None else cache._sizes.get(self.key)
                 data = cache._fetch_chunk(i, size, self.fetcher)
-                cache._fetched(ckey, self.key, data)
+                cache._fetched(cache._key(self.key, i), self.key, data)
             except Exception as exc:
-                with cache._lock:
-                    cache._inflight.pop(ckey, None)
-                fut.set_exception(exc)
+                self._release(i).set_exception(exc)
             else:
-                with cache._lock:
-                    cache._inflight.pop(ckey, None)
-                fut.set_result(data)
+                self._publish(i, data)
 
 
 def _read_into(body: IO[bytes], buf: bytearray) -> int:
