@@ -387,7 +387,7 @@ class RemoteLogManager:
         for seg in self.finished_segments(tip):
             if seg.end_offset < md.start_offset:
                 continue
-            result = self.index_cache.get_index_entry(seg).txn_index.collect_aborted_txns(fetch_offset, upper)
+            result = self.index_cache.collect_aborted_txns(seg, fetch_offset, upper)
             aborted.extend(result.aborted_txns)
             if result.is_complete or seg.end_offset + 1 >= upper:
                 return aborted

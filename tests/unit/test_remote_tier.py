@@ -16,7 +16,8 @@ import pytest
 from local import LogConfig, LogManager
 from local.errors import CorruptIndexError
 from local.fetch import FetchIsolation
-from local.index import OffsetIndex
+from local.index import OffsetIndex, TimeIndex, TransactionIndex
+from local.index.entries import AbortedTxn
 from local.records import MemoryRecords, SimpleRecord
 from tests.logutil import read_all_values
 from tiered import (
@@ -298,6 +299,55 @@ def test_index_cache_reads_8_and_12_byte_indexes_from_one_bucket(tmp_path: Path)
         assert len(cache) == 2
         assert cache.lookup_offset(large, 1480) == 48 * 4096 * 2**20
         assert calls == []
+
+
+def test_index_cache_loads_time_and_txn_indexes_on_first_use(tmp_path: Path) -> None:
+    md = _md(0)
+    times = TimeIndex(tmp_path / "t.timeindex", 0)
+    for i in range(1, 11):
+        times.maybe_append(T0 + i * 1000, i * 10)
+    times.close()
+    txns = TransactionIndex(0, tmp_path / "t.txnindex")
+    txns.append(AbortedTxn(producer_id=7, first_offset=20, last_offset=40, last_stable_offset=20))
+    txns.close()
+    blobs = {IndexType.OFFSET: _index_bytes(tmp_path, 0, False, "t.index"),
+             IndexType.TIMESTAMP: (tmp_path / "t.timeindex").read_bytes(),
+             IndexType.TRANSACTION: (tmp_path / "t.txnindex").read_bytes()}
+    calls: list[IndexType] = []
+
+    def fetch(metadata: RemoteLogSegmentMetadata, kind: IndexType) -> IO[bytes]:
+        calls.append(kind)
+        return io.BytesIO(blobs[kind])
+
+    cache_dir = tmp_path / "cache" / "remote-log-index-cache"
+    with RemoteIndexCache(tmp_path / "cache", fetch) as cache:
+        assert cache.lookup_offset(md, 105) == 10 * 4096
+        assert calls == [IndexType.OFFSET]  # a fetch needs nothing else
+        assert sorted(p.suffix for p in cache_dir.iterdir()) == [".index"]
+        assert cache.size_bytes == len(blobs[IndexType.OFFSET])
+
+        # time index 1000 -> offset 10, offset index 10 -> position 4096
+        assert cache.lookup_timestamp(md, T0 + 1500, 0) == 4096
+        assert cache.lookup_timestamp(md, T0 + 1500, 0) == 4096
+        assert calls == [IndexType.OFFSET, IndexType.TIMESTAMP]
+        result = cache.collect_aborted_txns(md, 0, 100)
+        assert [(t.producer_id, t.first_offset) for t in result.aborted_txns] == [(7, 20)]
+        cache.collect_aborted_txns(md, 0, 100)
+        assert calls == [IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.TRANSACTION]
+        assert cache.size_bytes == sum(len(b) for b in blobs.values())
+        assert sorted(p.suffix for p in cache_dir.iterdir()) == [".index", ".timeindex", ".txnindex"]
+
+    # restart: the entry comes back with its size, and its time index opens from disk, not the store
+    calls.clear()
+    with RemoteIndexCache(tmp_path / "cache", fetch) as cache:
+        assert len(cache) == 1 and cache.size_bytes == sum(len(b) for b in blobs.values())
+        assert cache.lookup_timestamp(md, T0 + 1500, 0) == 4096
+        assert calls == []
+        cache.clear()  # eviction takes the files never opened since the restart too
+        deadline = time.monotonic() + 5
+        while any(cache_dir.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert list(cache_dir.iterdir()) == []
 
 
 def test_index_cache_evicts_by_bytes_and_refetches_corrupt(tmp_path: Path) -> None:

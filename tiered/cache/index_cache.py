@@ -4,12 +4,16 @@ Kafka's ``RemoteIndexCache``, in our words. Files live in ``<log dir>/remote-log
 names them, ``<startOffset>_<segmentId>.index|.timeindex|.txnindex`` (segment id in Kafka's base64url form).
 
 - Bounded by bytes (``remote.log.index.file.cache.total.size.bytes``); the least recently used entry goes first.
+- An entry is loaded with its offset index, which every read needs; its time and transaction indexes are
+  fetched on first use (by ``offset_for_timestamp`` and READ_COMMITTED reads): a sequential consumer pays one
+  request per segment for indexes, not three.
 - One download per key at a time: concurrent readers of a missing entry wait for the one load.
 - A download goes to ``*.tmp``, is sanity-checked, then atomically renamed. A missing transaction index (a
   segment without aborted transactions) is cached as an empty file.
 - An evicted entry's files are renamed ``*.deleted`` at once (so a restart never reloads them) and closed and
   removed by a cleaner thread; a reader still holding the entry finishes its lookup first.
-- At start, leftover ``.tmp``/``.deleted`` files are removed and complete entries reloaded after a sanity check.
+- At start, leftover ``.tmp``/``.deleted`` files are removed and entries with an offset index reloaded after a
+  sanity check (their other indexes are opened when first used).
 - A corrupt file on disk is refetched; a corrupt file from the store raises ``CorruptIndexError``.
 - The offset index is opened with the legacy (8-byte) hint and its format auto-detected, so segments uploaded
   before and after the large-index feature was finalized coexist in one bucket.
@@ -26,17 +30,18 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from local.errors import CorruptIndexError
 from local.index import OffsetIndex, TimeIndex, TransactionIndex
+from local.index.entries import TxnIndexSearchResult
 from tiered.errors import RemoteResourceNotFoundError
 from tiered.layout import kafka_uuid
 from tiered.rsm import IndexType, RemoteLogSegmentMetadata
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 DIR_NAME = "remote-log-index-cache"
 TMP_SUFFIX = ".tmp"
@@ -47,54 +52,68 @@ _SUFFIXES = {IndexType.OFFSET: ".index", IndexType.TIMESTAMP: ".timeindex", Inde
 IndexFetcher = Callable[[RemoteLogSegmentMetadata, IndexType], IO[bytes]]
 
 
-@dataclass
 class Entry:
-    """The three open indexes of one remote segment."""
+    """The indexes of one remote segment: the offset index from the start, the time and transaction indexes once
+    loaded (``None`` before). ``lock`` guards lookups against eviction; ``load_lock`` serialises the loads."""
 
-    key: str
-    prefix: str
-    offset_index: OffsetIndex
-    time_index: TimeIndex
-    txn_index: TransactionIndex
-    size: int
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    marked_for_cleanup: bool = False
-    cleaned: bool = False
+    def __init__(
+        self, key: str, prefix: str, paths: dict[IndexType, Path], offset_index: OffsetIndex, size: int
+    ) -> None:
+        self.key, self.prefix, self.paths = key, prefix, paths
+        self.offset_index = offset_index
+        self.time_index: TimeIndex | None = None
+        self.txn_index: TransactionIndex | None = None
+        self.size = size
+        self.lock = threading.RLock()
+        self.load_lock = threading.Lock()
+        self.marked_for_cleanup = False
+        self.cleaned = False
+
+    def loaded(self) -> list[Any]:
+        return [i for i in (self.offset_index, self.time_index, self.txn_index) if i is not None]
 
     def lookup_offset(self, offset: int) -> int:
         with self.lock:
             self._check()
             return self.offset_index.lookup(offset).position
 
-    def lookup_timestamp(self, timestamp: int, starting_offset: int) -> int:
-        with self.lock:
-            self._check()
-            found = self.time_index.lookup(timestamp)
-            return self.offset_index.lookup(max(found.offset, starting_offset)).position
-
     def _check(self) -> None:
         if self.marked_for_cleanup:
             raise _EntryEvicted(self.key)
 
     def mark_for_cleanup(self) -> None:
+        """Rename every file of the entry ``*.deleted`` (so a restart never reloads them); lookups now fail."""
         with self.lock:
             if self.marked_for_cleanup:
                 return
             self.marked_for_cleanup = True
-            for index in (self.offset_index, self.time_index, self.txn_index):
-                index.rename_to(Path(str(index.path) + DELETED_SUFFIX))
+            opened = {id(i) for i in self.loaded()}
+            for index_type, path in self.paths.items():
+                index = _index_of(self, index_type)
+                if index is not None and id(index) in opened:
+                    index.rename_to(Path(str(index.path) + DELETED_SUFFIX))
+                elif path.exists():  # reloaded at start but never opened since
+                    os.replace(path, Path(str(path) + DELETED_SUFFIX))
 
     def cleanup(self) -> None:
         with self.lock:
             if self.cleaned:
                 return
             self.cleaned = True
-            for index in (self.offset_index, self.time_index, self.txn_index):
+            for index in self.loaded():
                 try:
                     index.close()
                 except Exception:
                     logger.debug("closing %s failed", index.path, exc_info=True)
                 index.delete_if_exists()
+            for path in self.paths.values():
+                Path(str(path) + DELETED_SUFFIX).unlink(missing_ok=True)
+
+
+def _index_of(entry: Entry, index_type: IndexType) -> Any:
+    if index_type is IndexType.OFFSET:
+        return entry.offset_index
+    return entry.time_index if index_type is IndexType.TIMESTAMP else entry.txn_index
 
 
 class _EntryEvicted(Exception):
@@ -127,9 +146,7 @@ class RemoteIndexCache:
         self._cleaner = threading.Thread(target=self._clean_loop, name="remote-log-index-cleaner", daemon=True)
         self._closed = False
         self._metrics = _Metrics(registry)
-        # The three index downloads of an entry run at once, and read-ahead loads the next segment's entry.
-        self._fetch_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="remote-index-fetch")
-        # Its own thread: a read-ahead load waits on downloads in _fetch_pool, so it must not hold one of its workers.
+        # Read-ahead loads the next segment's entry on its own thread.
         self._prefetch_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="remote-index-prefetch")
         self._init_from_disk()
         self._cleaner.start()
@@ -151,7 +168,31 @@ class RemoteIndexCache:
         return self._with_entry(metadata, lambda e: e.lookup_offset(offset))
 
     def lookup_timestamp(self, metadata: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int) -> int:
-        return self._with_entry(metadata, lambda e: e.lookup_timestamp(timestamp, starting_offset))
+        """The position in the remote ``.log`` to scan from for the first batch with a timestamp >= ``timestamp``
+        at or after ``starting_offset`` (loads the segment's time index on first use)."""
+
+        def lookup(entry: Entry) -> int:
+            time_index = self._secondary(entry, metadata, IndexType.TIMESTAMP)
+            with entry.lock:
+                entry._check()
+                found = time_index.lookup(timestamp)
+                return entry.offset_index.lookup(max(found.offset, starting_offset)).position
+
+        return self._with_entry(metadata, lookup)
+
+    def collect_aborted_txns(
+        self, metadata: RemoteLogSegmentMetadata, fetch_offset: int, upper_bound_offset: int
+    ) -> TxnIndexSearchResult:
+        """The aborted transactions of the segment overlapping ``[fetch_offset, upper_bound_offset)`` (loads the
+        segment's transaction index on first use)."""
+
+        def collect(entry: Entry) -> TxnIndexSearchResult:
+            txn_index = self._secondary(entry, metadata, IndexType.TRANSACTION)
+            with entry.lock:
+                entry._check()
+                return txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
+
+        return self._with_entry(metadata, collect)
 
     def prefetch(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Load ``metadata``'s entry in the background (a sequential reader is about to need it); a failure is
@@ -222,14 +263,13 @@ class RemoteIndexCache:
             return
         self._closed = True
         self._prefetch_pool.shutdown(wait=True, cancel_futures=True)
-        self._fetch_pool.shutdown(wait=True, cancel_futures=True)
         self._cleanup_queue.put(None)
         self._cleaner.join(timeout=10)
         with self._lock:
             entries = list(self._entries.values())
             self._entries.clear()
         for entry in entries:
-            for index in (entry.offset_index, entry.time_index, entry.txn_index):
+            for index in entry.loaded():
                 index.close()
 
     def __enter__(self) -> RemoteIndexCache:
@@ -240,7 +280,7 @@ class RemoteIndexCache:
 
     # ------------------------------------------------------------------------------------------------------
 
-    def _with_entry(self, metadata: RemoteLogSegmentMetadata, fn: Callable[[Entry], int]) -> int:
+    def _with_entry(self, metadata: RemoteLogSegmentMetadata, fn: Callable[[Entry], _T]) -> _T:
         for _ in range(3):
             entry = self.get_index_entry(metadata)
             try:
@@ -279,40 +319,38 @@ class RemoteIndexCache:
         prefix = f"{metadata.start_offset}_{key}"
         paths = self._paths(prefix)
         base = metadata.start_offset
-        openers: dict[IndexType, Callable[[Path], Any]] = {
-            IndexType.OFFSET: lambda p: _open_offset(p, base),
-            IndexType.TIMESTAMP: lambda p: _open_time(p, base),
-            IndexType.TRANSACTION: lambda p: _open_txn(p, base),
-        }
-        # The three downloads at once: one round trip instead of three. This thread loads the offset index.
-        others: dict[IndexType, Future[Any]] = {}
-        for index_type in (IndexType.TIMESTAMP, IndexType.TRANSACTION):
-            try:
-                others[index_type] = self._fetch_pool.submit(
-                    self._load_index, paths[index_type], metadata, index_type, openers[index_type]
-                )
-            except RuntimeError:  # the pool is shut down (closing): load here
-                done: Future[Any] = Future()
-                done.set_result(self._load_index(paths[index_type], metadata, index_type, openers[index_type]))
-                others[index_type] = done
-        opened: list[Any] = []
-        error: BaseException | None = None
-        try:
-            opened.append(self._load_index(paths[IndexType.OFFSET], metadata, IndexType.OFFSET, openers[IndexType.OFFSET]))
-        except BaseException as exc:
-            error = exc
-        for future in others.values():
-            try:
-                opened.append(future.result())
-            except BaseException as exc:
-                error = error or exc
-        if error is not None:
-            for index in opened:
-                index.close()
-            raise error
-        offset_index, time_index, txn_index = opened
-        size = sum(p.stat().st_size for p in paths.values())
-        return Entry(key, prefix, offset_index, time_index, txn_index, size)
+        offset_index = self._load_index(paths[IndexType.OFFSET], metadata, IndexType.OFFSET, lambda p: _open_offset(p, base))
+        return Entry(key, prefix, paths, offset_index, paths[IndexType.OFFSET].stat().st_size)
+
+    def _secondary(self, entry: Entry, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> Any:
+        """``entry``'s time or transaction index, loaded (from disk, else from the store) on first use."""
+        index = _index_of(entry, index_type)
+        if index is not None:
+            return index
+        with entry.load_lock:
+            index = _index_of(entry, index_type)
+            if index is not None:
+                return index
+            entry._check()
+            base = metadata.start_offset
+            opener: Callable[[Path, int], Any] = _open_time if index_type is IndexType.TIMESTAMP else _open_txn
+            index = self._load_index(entry.paths[index_type], metadata, index_type, lambda p: opener(p, base))
+            grown = index.path.stat().st_size
+            with entry.lock:
+                if entry.marked_for_cleanup:  # evicted meanwhile: this file is nobody's
+                    index.close()
+                    index.delete_if_exists()
+                    raise _EntryEvicted(entry.key)
+                if index_type is IndexType.TIMESTAMP:
+                    entry.time_index = index
+                else:
+                    entry.txn_index = index
+                entry.size += grown
+        with self._lock:
+            if self._entries.get(entry.key) is entry:
+                self._size += grown
+                self._evict_over_limit(keep=entry.key)
+        return index
 
     def _load_index(
         self, path: Path, metadata: RemoteLogSegmentMetadata, index_type: IndexType, open_index: Callable[[Path], Any]
@@ -334,8 +372,14 @@ class RemoteIndexCache:
             if stream is not None:
                 with stream:
                     shutil.copyfileobj(stream, out, 1024 * 1024)
-            out.flush()
-            os.fsync(out.fileno())
+            if index_type is IndexType.TRANSACTION and out.tell() > 0:
+                # Only a transaction index is made durable before it takes its name: one cut short by a power
+                # loss would hide aborted transactions from READ_COMMITTED reads. An offset or time index cut
+                # short fails its sanity check or sends reads to an earlier position (the scan from there is
+                # right, only longer), so, as in Kafka, they are not synced: each sync commits the file
+                # system's journal, which stalls the segment cache's writes behind it.
+                out.flush()
+                os.fsync(out.fileno())
         try:
             open_index(tmp).close()  # sanity-check the download before it takes the real name
         except CorruptIndexError as exc:
@@ -362,25 +406,19 @@ class RemoteIndexCache:
         for prefix, found in sorted(prefixes.items()):
             start, _, key = prefix.partition("_")
             paths = self._paths(prefix)
-            if len(found) != len(_SUFFIXES) or not start.isdigit():
+            if _SUFFIXES[IndexType.OFFSET] not in found or not start.isdigit():
                 for p in paths.values():
                     p.unlink(missing_ok=True)
                 continue
-            base = int(start)
             try:
-                entry = Entry(
-                    key,
-                    prefix,
-                    _open_offset(paths[IndexType.OFFSET], base),
-                    _open_time(paths[IndexType.TIMESTAMP], base),
-                    _open_txn(paths[IndexType.TRANSACTION], base),
-                    sum(p.stat().st_size for p in paths.values()),
-                )
+                offset_index = _open_offset(paths[IndexType.OFFSET], int(start))
             except (CorruptIndexError, OSError) as exc:
                 logger.warning("dropping cached remote indexes %s at start: %s", prefix, exc)
                 for p in paths.values():
                     p.unlink(missing_ok=True)
                 continue
+            size = sum(p.stat().st_size for p in paths.values() if p.exists())
+            entry = Entry(key, prefix, paths, offset_index, size)
             self._entries[key] = entry
             self._size += entry.size
         self._evict_over_limit(keep="")
