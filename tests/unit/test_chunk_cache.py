@@ -222,17 +222,25 @@ def _read_sequentially(cache: ChunkCache, key: str, data: bytes, fetcher: Counti
     return views
 
 
-def test_a_sequential_reader_is_fed_from_one_stream(tmp_path: Path) -> None:
-    f, o = CountingFetcher(), CountingOpener()
+@pytest.mark.parametrize("size", [10_000, 9_500])  # the last chunk full, or short
+def test_a_sequential_reader_is_fed_from_one_stream(tmp_path: Path, size: int) -> None:
+    data = OBJ[:size]
+    f, o = CountingFetcher(data), CountingOpener(data)
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
-        _read_sequentially(cache, "o", OBJ, f, o)
+        _read_sequentially(cache, "o", data, f, o)
         assert o.opens == [(0, None)] and f.calls == []  # one fetch to the end, no ranged fetches
         assert cache.streams_opened == 1 and cache.fetches == 10
+        # The stream ended at the object's end, and the reads of its last chunks, held already, start none that
+        # would idle on a stream thread for seconds.
+        deadline = time.time() + 1
+        while cache._streams and time.time() < deadline:
+            time.sleep(0.01)
+        assert not cache._streams
         cache.flush()
         assert len(cache) == 10  # every chunk stored on disk too
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:  # a new process: from disk
-        f2, o2 = CountingFetcher(), CountingOpener()
-        _read_sequentially(cache, "o", OBJ, f2, o2)
+        f2, o2 = CountingFetcher(data), CountingOpener(data)
+        _read_sequentially(cache, "o", data, f2, o2)
         assert f2.calls == [] and o2.opens == []
 
 

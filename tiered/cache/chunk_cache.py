@@ -25,7 +25,7 @@ import threading
 import time as _time
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import IO, Any
 
@@ -83,6 +83,9 @@ class ChunkCache:
         self._buffers: list[bytearray] = []
         self._max_buffers = max(4, 2 * max_workers * (self.prefetch_chunks + 2))
         self._max_streams = max(1, max_workers)
+        # Streams run on long-lived threads: a thread's first disk lookup opens its own SQLite connection (diskcache
+        # keeps one per thread), which costs milliseconds a new segment's first chunk would wait for.
+        self._stream_pool = ThreadPoolExecutor(max_workers=self._max_streams, thread_name_prefix="chunk-cache-stream")
         self._closed = False
         self.hits = self.misses = self.prefetches = self.fetches = self.streams_opened = 0
         self._metrics = _Metrics(registry)
@@ -327,6 +330,8 @@ class ChunkCache:
             if not new and stream.next > index + self.prefetch_chunks:  # type: ignore[union-attr]
                 return False  # the stream serves another reader further on
             if new:
+                if self._window_held(key, index, wanted, object_size):
+                    return True  # nothing to stream yet (a stream started now would idle, holding a thread)
                 if len(self._streams) >= self._max_streams:
                     return False
                 stream = _Stream(self, key, index, object_size, fetcher, opener)
@@ -336,6 +341,16 @@ class ChunkCache:
         if new:
             stream.start()
         return True
+
+    def _window_held(self, key: str, index: int, wanted: int, object_size: int | None) -> bool:
+        """Whether every chunk a new stream at ``index`` would read first is held or being fetched (under the lock)."""
+        upto = max(wanted, self._last_chunk.get(key, index - 1) + self.prefetch_chunks)
+        size = object_size if object_size is not None else self._sizes.get(key)
+        if size is not None:
+            upto = min(upto, (size - 1) // self.chunk_size)
+        return all(
+            (ckey := self._key(key, i)) in self._memory or ckey in self._inflight for i in range(index, upto + 1)
+        )
 
     def _buffer(self) -> bytearray:
         """A chunk-sized buffer: a recycled one nothing refers to any more, else a new one."""
@@ -406,6 +421,7 @@ class ChunkCache:
             stream.stop()
         for stream in streams:
             stream.join()
+        self._stream_pool.shutdown(wait=True)
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._writer.shutdown(wait=True)
         self._cache.close()
@@ -417,7 +433,7 @@ class ChunkCache:
         self.close()
 
 
-class _Stream(threading.Thread):
+class _Stream:
     """One open fetch of an object from chunk ``next`` to its end, feeding a sequential reader chunk by chunk.
 
     The window: chunks up to ``prefetch_chunks`` past the reader's last chunk (and at least up to the chunk it
@@ -426,14 +442,14 @@ class _Stream(threading.Thread):
     already held or being fetched by someone else are read past; before the fetch is open they are skipped and
     chunks on disk come from disk. Claims left when the fetch fails (or the stream ends with some) are fetched
     one by one with the fetcher, whose failure fails the readers waiting on them; only closing the cache
-    cancels them.
+    cancels them. It runs on one of the cache's stream threads, which it gives back at the object's end, when
+    stopped, or once its reader has been gone for ``_STREAM_IDLE_SECONDS``.
 
     Lock order: the stream's condition, then the cache's lock."""
 
     def __init__(
         self, cache: ChunkCache, key: str, index: int, object_size: int | None, fetcher: Fetcher, opener: Opener
     ) -> None:
-        super().__init__(name=f"chunk-cache-stream-{key}", daemon=True)
         self.cache, self.key, self.object_size = cache, key, object_size
         self.fetcher, self.opener = fetcher, opener
         self.next = index  # the next chunk to take off the stream
@@ -442,7 +458,15 @@ class _Stream(threading.Thread):
         self._claimed: dict[int, Future[Chunk]] = {}
         self._wake = threading.Condition()
         self._stopped = False
+        self._done: Future[None] | None = None
         self.alive = True
+
+    def start(self) -> None:
+        self._done = self.cache._stream_pool.submit(self.run)
+
+    def join(self) -> None:
+        if self._done is not None:
+            wait([self._done])
 
     def want(self, chunk: int) -> None:
         """A reader needs chunks up to ``chunk`` (claimed at once, so it waits for this stream, not a second fetch)."""
@@ -462,6 +486,10 @@ class _Stream(threading.Thread):
         size = self.object_size if self.object_size is not None else self.cache._sizes.get(self.key)
         return limit if size is None else min(limit, (size - 1) // self.cache.chunk_size)
 
+    def _past_the_end(self) -> bool:
+        size = self.object_size if self.object_size is not None else self.cache._sizes.get(self.key)
+        return size is not None and self.next * self.cache.chunk_size >= size
+
     def _claim(self, upto: int) -> None:
         """Claim the chunks ``next..upto`` that nobody holds or fetches (under the condition)."""
         cache = self.cache
@@ -477,7 +505,7 @@ class _Stream(threading.Thread):
         body: IO[bytes] | None = None
         cache, cs = self.cache, self.cache.chunk_size
         try:
-            while True:
+            while not self._past_the_end():
                 with self._wake:
                     while not self._stopped and self.next > self._limit():
                         if not self._wake.wait(_STREAM_IDLE_SECONDS) and self.next > self._limit():
