@@ -23,11 +23,12 @@ import struct
 import tempfile
 import threading
 import time as _time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 from local import filenames
 from local.errors import CorruptRecordError
@@ -62,6 +63,26 @@ _READ_SLACK = 64 * 1024  # read past max_bytes a little so a batch straddling th
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _I32 = struct.Struct(">i")
 _LAST_OFFSET_DELTA_END = LAST_OFFSET_DELTA_OFFSET + 4
+_READERS_PER_PARTITION = 16  # sequential readers of one partition told apart (the offsets they fetch next)
+
+
+class _SegmentRead(NamedTuple):
+    """Whole batches read from a remote segment: the bytes, the position after them and the offset after them."""
+
+    data: bytes | memoryview
+    end: int
+    next_offset: int
+
+
+_NOTHING = _SegmentRead(b"", 0, -1)
+
+
+def _last_offset(data: bytes | memoryview, pos: int) -> int:
+    """The last offset of the batch at ``pos`` (whose header is in ``data``)."""
+    base_offset = _OFFSET_AND_LENGTH.unpack_from(data, pos)[0]
+    if data[pos + MAGIC_OFFSET] >= MAGIC_V2:
+        return int(base_offset + _I32.unpack_from(data, pos + LAST_OFFSET_DELTA_OFFSET)[0])
+    return int(base_offset)  # a legacy entry's offset field holds its last offset
 
 
 @dataclass
@@ -151,7 +172,9 @@ class RemoteLogManager:
         self._partition_locks: dict[TopicIdPartition, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._read_ahead: dict[TopicIdPartition, Any] = {}  # per partition: the segment whose successor was read ahead
-        self._near_the_end: dict[Any, bool] = {}  # segments a read just got within read-ahead distance of the end
+        # Per partition: the offsets its recent readers will fetch next (a read from one of them is sequential).
+        self._readers: dict[TopicIdPartition, OrderedDict[int, None]] = {}
+        self._readers_lock = threading.Lock()
         self._cleaned_stale: set[TopicIdPartition] = set()
         self.metrics = _Metrics(registry)
         self._closed = False
@@ -236,10 +259,11 @@ class RemoteLogManager:
                 md = self._segment_for_offset(log, tip, offset)
                 if md is None:
                     return FetchDataInfo(LogOffsetMetadata(fetch_offset, -1, -1), MemoryRecords(b""))
-                data = self._read_segment(md, offset, max_bytes, min_one_message)
-                if self._near_the_end.pop(md.remote_log_segment_id, False):
-                    self._read_ahead_next_segment(log, tip, md)
+                got = self._read_segment(md, offset, max_bytes, min_one_message)
+                data = got.data
                 if data:
+                    if self._continues_a_reader(tip, fetch_offset, got.next_offset) and self._near_the_end(md, got.end):
+                        self._read_ahead_next_segment(log, tip, md)
                     self.metrics.fetch_bytes.inc(len(data))
                     aborted = None
                     if isolation is FetchIsolation.TXN_COMMITTED:
@@ -251,6 +275,26 @@ class RemoteLogManager:
         except Exception:
             self.metrics.fetch_errors.inc()
             raise
+
+    def _continues_a_reader(self, tip: TopicIdPartition, fetch_offset: int, next_offset: int) -> bool:
+        """Whether a read from ``fetch_offset`` carries on where an earlier one ended (and remember where this one
+        ends): only such readers get the next segment read ahead; a random read near a segment's end does not."""
+        with self._readers_lock:
+            expected = self._readers.get(tip)
+            if expected is None:
+                expected = self._readers[tip] = OrderedDict()
+            sequential = expected.pop(fetch_offset, False) is None
+            expected[next_offset] = None
+            if len(expected) > _READERS_PER_PARTITION:
+                expected.popitem(last=False)
+            return sequential
+
+    def _near_the_end(self, md: RemoteLogSegmentMetadata, end_position: int) -> bool:
+        """Whether a read that ended at ``end_position`` of ``md`` is within the chunk cache's read-ahead of its end."""
+        size = _object_size(md)
+        if self.chunk_cache is None or size is None:
+            return False
+        return end_position + self.chunk_cache.chunk_size * max(1, self.chunk_cache.prefetch_chunks) >= size
 
     def _segment_for_offset(self, log: Log, tip: TopicIdPartition, offset: int) -> RemoteLogSegmentMetadata | None:
         epoch = log.leader_epoch_cache.epoch_for_offset(offset)
@@ -315,7 +359,7 @@ class RemoteLogManager:
 
     def _read_segment(
         self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one_message: bool
-    ) -> bytes | memoryview:
+    ) -> _SegmentRead:
         """The whole batches of ``md`` from the one holding ``offset``, up to ``max_bytes`` (at least one when
         ``min_one_message``): a view into the cached chunk when they lie in one, so a sequential consumer's read
         copies nothing. Only batch headers are parsed: the index is sparse, so the batches before ``offset``
@@ -341,7 +385,7 @@ class RemoteLogManager:
             if len(data) - pos < _LAST_OFFSET_DELTA_END:
                 data = extend(pos + _LAST_OFFSET_DELTA_END)
                 if len(data) - pos < MAGIC_OFFSET + 1:
-                    return b""
+                    return _NOTHING
             base_offset, length = _OFFSET_AND_LENGTH.unpack_from(data, pos)
             if length < _LAST_OFFSET_DELTA_END - LOG_OVERHEAD:
                 raise CorruptRecordError(
@@ -349,7 +393,7 @@ class RemoteLogManager:
                     f"{position + pos}", position=position + pos)
             if data[pos + MAGIC_OFFSET] >= MAGIC_V2:
                 if len(data) - pos < _LAST_OFFSET_DELTA_END:
-                    return b""  # the object ends inside a batch header
+                    return _NOTHING  # the object ends inside a batch header
                 last = base_offset + _I32.unpack_from(data, pos + LAST_OFFSET_DELTA_OFFSET)[0]
             else:
                 last = base_offset  # a legacy entry's offset field holds its last offset
@@ -357,6 +401,7 @@ class RemoteLogManager:
                 break
             pos += length + LOG_OVERHEAD
         start = end = pos
+        next_offset = offset
         while True:  # then whole batches up to max_bytes
             if len(data) - end < LOG_OVERHEAD:
                 data = extend(end + LOG_OVERHEAD)
@@ -370,13 +415,9 @@ class RemoteLogManager:
                 data = extend(end + size)
                 if end + size > len(data):
                     break  # the object ends inside this batch
+            next_offset = _last_offset(data, end) + 1
             end += size
-        size = _object_size(md)
-        if self.chunk_cache is not None and size is not None:
-            ahead = self.chunk_cache.chunk_size * max(1, self.chunk_cache.prefetch_chunks)
-            if position + end + ahead >= size:
-                self._near_the_end[md.remote_log_segment_id] = True
-        return memoryview(data)[start:end]
+        return _SegmentRead(memoryview(data)[start:end], position + end, next_offset)
 
     def _aborted_transactions(
         self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata, fetch_offset: int, data: bytes | memoryview
@@ -412,7 +453,7 @@ class RemoteLogManager:
     ) -> TimestampAndOffset | None:
         offset = starting_offset
         while offset <= md.end_offset:
-            data = self._read_segment(md, offset, 1024 * 1024, True)
+            data = self._read_segment(md, offset, 1024 * 1024, True).data
             if not data:
                 return None
             for batch in MemoryRecords(data).batches():

@@ -93,6 +93,38 @@ def test_offload_local_retention_and_reads_through_both_tiers(manager: LogManage
     assert found is not None and found.offset == 5
 
 
+def test_only_a_sequential_reader_gets_the_next_segment_read_ahead(
+    manager: LogManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)
+    _produce(log, 25_000)
+    rlm = manager.remote_tier
+    assert isinstance(rlm, RemoteLogManager)
+    rlm.run_once(manager.all_logs())
+    manager.cleanup_logs()
+    segments = rlm.finished_segments(rlm.topic_id_partition(log))
+    remote = [md for md in segments if md.end_offset < log.local_log_start_offset]
+    assert len(remote) >= 3
+    read_ahead: list[int] = []
+    monkeypatch.setattr(rlm.index_cache, "prefetch", lambda md: read_ahead.append(md.start_offset))
+
+    # Single reads here and there, each near its segment's end (1 MiB segments, 8 MiB of read-ahead distance):
+    # none continues another, so none fetches the next segment for nobody.
+    for md in reversed(remote):
+        assert log.read((md.start_offset + md.end_offset) // 2, 4096).records.size_in_bytes > 0
+    assert read_ahead == []
+
+    # A consumer: each fetch from where the last one ended. The next segment is read ahead before it gets there.
+    offset, seen_before = 0, {}
+    while offset < remote[2].start_offset:
+        batches = list(log.read(offset, 64 * 1024).records.batches())
+        offset = batches[-1].last_offset + 1
+        for start in read_ahead:
+            seen_before.setdefault(start, offset)
+    assert remote[1].start_offset in seen_before and seen_before[remote[1].start_offset] <= remote[1].start_offset
+    assert remote[2].start_offset in seen_before
+
+
 def test_remote_segments_found_from_the_bucket_after_restart(tmp_path: Path) -> None:
     with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as m:
         log = m.get_or_create_log("t", 0, TOPIC_OVERRIDES)
