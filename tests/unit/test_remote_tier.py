@@ -375,6 +375,15 @@ def test_index_cache_loads_time_and_txn_indexes_on_first_use(tmp_path: Path) -> 
         assert len(cache) == 1 and cache.size_bytes == sum(len(b) for b in blobs.values())
         assert cache.lookup_timestamp(md, T0 + 1500, 0) == 4096
         assert calls == []
+    # Kafka's Entry: its three indexes, whether loaded yet or not
+    next(cache_dir.glob("*.txnindex")).unlink()
+    with RemoteIndexCache(tmp_path / "cache", fetch) as cache:
+        entry = cache.get_index_entry(md)
+        assert entry.offset_index.lookup(105).position == 10 * 4096
+        assert entry.time_index.lookup(T0 + 1500).offset == 10
+        assert [t.producer_id for t in entry.txn_index.all_aborted_txns()] == [7]
+        assert calls == [IndexType.TRANSACTION]  # only the file that was gone
+    with RemoteIndexCache(tmp_path / "cache", fetch) as cache:
         cache.clear()  # eviction takes the files never opened since the restart too
         deadline = time.monotonic() + 5
         while any(cache_dir.iterdir()) and time.monotonic() < deadline:

@@ -53,29 +53,65 @@ IndexFetcher = Callable[[RemoteLogSegmentMetadata, IndexType], IO[bytes]]
 
 
 class Entry:
-    """The indexes of one remote segment: the offset index from the start, the time and transaction indexes once
-    loaded (``None`` before). ``lock`` guards lookups against eviction; ``load_lock`` serialises the loads."""
+    """The indexes of one remote segment. The offset index is open from the start; ``time_index`` and
+    ``txn_index`` are fetched (or opened from disk) on first access. ``lock`` guards lookups against eviction;
+    ``load_lock`` serialises those loads."""
 
     def __init__(
-        self, key: str, prefix: str, paths: dict[IndexType, Path], offset_index: OffsetIndex, size: int
+        self,
+        key: str,
+        prefix: str,
+        paths: dict[IndexType, Path],
+        offset_index: OffsetIndex,
+        size: int,
+        loader: Callable[[Entry, IndexType], Any],
+        metadata: RemoteLogSegmentMetadata | None = None,
     ) -> None:
         self.key, self.prefix, self.paths = key, prefix, paths
         self.offset_index = offset_index
-        self.time_index: TimeIndex | None = None
-        self.txn_index: TransactionIndex | None = None
         self.size = size
+        self.metadata = metadata  # what the store knows the segment by (None for an entry restored at start)
         self.lock = threading.RLock()
         self.load_lock = threading.Lock()
         self.marked_for_cleanup = False
         self.cleaned = False
+        self._loader = loader
+        self._time_index: TimeIndex | None = None
+        self._txn_index: TransactionIndex | None = None
 
-    def loaded(self) -> list[Any]:
-        return [i for i in (self.offset_index, self.time_index, self.txn_index) if i is not None]
+    @property
+    def time_index(self) -> TimeIndex:
+        index = self._time_index
+        return index if index is not None else self._loader(self, IndexType.TIMESTAMP)
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        index = self._txn_index
+        return index if index is not None else self._loader(self, IndexType.TRANSACTION)
+
+    def loaded(self, index_type: IndexType) -> Any:
+        """The index of that type if it is open, else None."""
+        if index_type is IndexType.OFFSET:
+            return self.offset_index
+        return self._time_index if index_type is IndexType.TIMESTAMP else self._txn_index
+
+    def set_loaded(self, index_type: IndexType, index: Any) -> None:
+        if index_type is IndexType.TIMESTAMP:
+            self._time_index = index
+        elif index_type is IndexType.TRANSACTION:
+            self._txn_index = index
 
     def lookup_offset(self, offset: int) -> int:
         with self.lock:
             self._check()
             return self.offset_index.lookup(offset).position
+
+    def lookup_timestamp(self, timestamp: int, starting_offset: int) -> int:
+        time_index = self.time_index
+        with self.lock:
+            self._check()
+            found = time_index.lookup(timestamp)
+            return self.offset_index.lookup(max(found.offset, starting_offset)).position
 
     def _check(self) -> None:
         if self.marked_for_cleanup:
@@ -87,12 +123,11 @@ class Entry:
             if self.marked_for_cleanup:
                 return
             self.marked_for_cleanup = True
-            opened = {id(i) for i in self.loaded()}
             for index_type, path in self.paths.items():
-                index = _index_of(self, index_type)
-                if index is not None and id(index) in opened:
+                index = self.loaded(index_type)
+                if index is not None:
                     index.rename_to(Path(str(index.path) + DELETED_SUFFIX))
-                elif path.exists():  # reloaded at start but never opened since
+                elif path.exists():  # restored at start and not opened since
                     os.replace(path, Path(str(path) + DELETED_SUFFIX))
 
     def cleanup(self) -> None:
@@ -100,20 +135,21 @@ class Entry:
             if self.cleaned:
                 return
             self.cleaned = True
-            for index in self.loaded():
-                try:
-                    index.close()
-                except Exception:
-                    logger.debug("closing %s failed", index.path, exc_info=True)
-                index.delete_if_exists()
-            for path in self.paths.values():
+            for index_type, path in self.paths.items():
+                index = self.loaded(index_type)
+                if index is not None:
+                    try:
+                        index.close()
+                    except Exception:
+                        logger.debug("closing %s failed", index.path, exc_info=True)
+                    index.delete_if_exists()
                 Path(str(path) + DELETED_SUFFIX).unlink(missing_ok=True)
 
-
-def _index_of(entry: Entry, index_type: IndexType) -> Any:
-    if index_type is IndexType.OFFSET:
-        return entry.offset_index
-    return entry.time_index if index_type is IndexType.TIMESTAMP else entry.txn_index
+    def close(self) -> None:
+        for index_type in _SUFFIXES:
+            index = self.loaded(index_type)
+            if index is not None:
+                index.close()
 
 
 class _EntryEvicted(Exception):
@@ -169,25 +205,17 @@ class RemoteIndexCache:
 
     def lookup_timestamp(self, metadata: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int) -> int:
         """The position in the remote ``.log`` to scan from for the first batch with a timestamp >= ``timestamp``
-        at or after ``starting_offset`` (loads the segment's time index on first use)."""
-
-        def lookup(entry: Entry) -> int:
-            time_index = self._secondary(entry, metadata, IndexType.TIMESTAMP)
-            with entry.lock:
-                entry._check()
-                found = time_index.lookup(timestamp)
-                return entry.offset_index.lookup(max(found.offset, starting_offset)).position
-
-        return self._with_entry(metadata, lookup)
+        at or after ``starting_offset`` (the segment's time index is fetched on first use)."""
+        return self._with_entry(metadata, lambda e: e.lookup_timestamp(timestamp, starting_offset))
 
     def collect_aborted_txns(
         self, metadata: RemoteLogSegmentMetadata, fetch_offset: int, upper_bound_offset: int
     ) -> TxnIndexSearchResult:
-        """The aborted transactions of the segment overlapping ``[fetch_offset, upper_bound_offset)`` (loads the
-        segment's transaction index on first use)."""
+        """The aborted transactions of the segment overlapping ``[fetch_offset, upper_bound_offset)`` (the
+        segment's transaction index is fetched on first use)."""
 
         def collect(entry: Entry) -> TxnIndexSearchResult:
-            txn_index = self._secondary(entry, metadata, IndexType.TRANSACTION)
+            txn_index = entry.txn_index
             with entry.lock:
                 entry._check()
                 return txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
@@ -211,6 +239,8 @@ class RemoteIndexCache:
             with self._lock:
                 entry = self._entries.get(key)
                 if entry is not None:
+                    if entry.metadata is None:  # restored at start: now it can fetch its other indexes
+                        entry.metadata = metadata
                     self._entries.move_to_end(key)
                     self.hits += 1
                     self._metrics.hit()
@@ -269,8 +299,7 @@ class RemoteIndexCache:
             entries = list(self._entries.values())
             self._entries.clear()
         for entry in entries:
-            for index in entry.loaded():
-                index.close()
+            entry.close()
 
     def __enter__(self) -> RemoteIndexCache:
         return self
@@ -320,18 +349,19 @@ class RemoteIndexCache:
         paths = self._paths(prefix)
         base = metadata.start_offset
         offset_index = self._load_index(paths[IndexType.OFFSET], metadata, IndexType.OFFSET, lambda p: _open_offset(p, base))
-        return Entry(key, prefix, paths, offset_index, paths[IndexType.OFFSET].stat().st_size)
+        size = paths[IndexType.OFFSET].stat().st_size
+        return Entry(key, prefix, paths, offset_index, size, self._load_secondary, metadata)
 
-    def _secondary(self, entry: Entry, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> Any:
-        """``entry``'s time or transaction index, loaded (from disk, else from the store) on first use."""
-        index = _index_of(entry, index_type)
-        if index is not None:
-            return index
+    def _load_secondary(self, entry: Entry, index_type: IndexType) -> Any:
+        """``entry``'s time or transaction index, opened from disk or fetched from the store, on first use."""
         with entry.load_lock:
-            index = _index_of(entry, index_type)
+            index = entry.loaded(index_type)
             if index is not None:
                 return index
             entry._check()
+            metadata = entry.metadata
+            if metadata is None:
+                raise RuntimeError(f"remote index entry {entry.key} has no segment metadata: get it with get_index_entry")
             base = metadata.start_offset
             opener: Callable[[Path, int], Any] = _open_time if index_type is IndexType.TIMESTAMP else _open_txn
             index = self._load_index(entry.paths[index_type], metadata, index_type, lambda p: opener(p, base))
@@ -341,10 +371,7 @@ class RemoteIndexCache:
                     index.close()
                     index.delete_if_exists()
                     raise _EntryEvicted(entry.key)
-                if index_type is IndexType.TIMESTAMP:
-                    entry.time_index = index
-                else:
-                    entry.txn_index = index
+                entry.set_loaded(index_type, index)
                 entry.size += grown
         with self._lock:
             if self._entries.get(entry.key) is entry:
@@ -418,7 +445,7 @@ class RemoteIndexCache:
                     p.unlink(missing_ok=True)
                 continue
             size = sum(p.stat().st_size for p in paths.values() if p.exists())
-            entry = Entry(key, prefix, paths, offset_index, size)
+            entry = Entry(key, prefix, paths, offset_index, size, self._load_secondary)
             self._entries[key] = entry
             self._size += entry.size
         self._evict_over_limit(keep="")
