@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -319,3 +321,21 @@ def test_close_stops_a_stream_that_waits_for_its_reader(tmp_path: Path) -> None:
     started = time.monotonic()
     cache.close()
     assert time.monotonic() - started < 2 and o.streams[0].closed
+
+
+_EXIT_WITHOUT_CLOSE = """
+import io, os, sys, tempfile
+from tiered.cache import chunk_cache
+chunk_cache._STREAM_IDLE_SECONDS = 600
+data = os.urandom(100_000)
+cache = chunk_cache.ChunkCache(sys.argv[1], chunk_size=1000, prefetch_chunks=2)
+assert bytes(cache.read("o", len(data), 0, 10, lambda a, b: data[a:b + 1], lambda a, b: io.BytesIO(data[a:]))) == data[:11]
+assert cache._streams  # a stream waits for its reader to come back
+"""
+
+
+def test_a_waiting_stream_does_not_hold_up_the_exit_of_a_program_that_never_closed_the_cache(tmp_path: Path) -> None:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", _EXIT_WITHOUT_CLOSE, str(tmp_path)], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert time.monotonic() - started < 60  # not the stream's 600 s idle timeout

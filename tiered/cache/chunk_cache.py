@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import queue
 import sys
 import threading
 import time as _time
@@ -85,7 +86,7 @@ class ChunkCache:
         self._max_streams = max(1, max_workers)
         # Streams run on long-lived threads: a thread's first disk lookup opens its own SQLite connection (diskcache
         # keeps one per thread), which costs milliseconds a new segment's first chunk would wait for.
-        self._stream_pool = ThreadPoolExecutor(max_workers=self._max_streams, thread_name_prefix="chunk-cache-stream")
+        self._stream_pool = _DaemonThreads(self._max_streams, "chunk-cache-stream")
         self._closed = False
         self.hits = self.misses = self.prefetches = self.fetches = self.streams_opened = 0
         self._metrics = _Metrics(registry)
@@ -421,7 +422,7 @@ class ChunkCache:
             stream.stop()
         for stream in streams:
             stream.join()
-        self._stream_pool.shutdown(wait=True)
+        self._stream_pool.shutdown()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._writer.shutdown(wait=True)
         self._cache.close()
@@ -589,6 +590,47 @@ class _Stream:
                 self._release(i).set_exception(exc)
             else:
                 self._publish(i, data)
+
+
+class _DaemonThreads:
+    """A fixed set of daemon threads running submitted calls in turn, started on first use. Unlike a
+    ThreadPoolExecutor's workers, which the interpreter joins at exit, a stream waiting out its idle timeout on
+    one of them does not hold up the exit of a program that never closed its cache."""
+
+    def __init__(self, count: int, name: str) -> None:
+        self._count, self._name = count, name
+        self._tasks: queue.SimpleQueue[tuple[Callable[[], None], Future[None]] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[[], None]) -> Future[None]:
+        done: Future[None] = Future()
+        with self._lock:
+            if not self._threads:
+                for i in range(self._count):
+                    thread = threading.Thread(target=self._work, name=f"{self._name}_{i}", daemon=True)
+                    thread.start()
+                    self._threads.append(thread)
+            self._tasks.put((fn, done))
+        return done
+
+    def _work(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            fn, done = task
+            try:
+                fn()
+            except BaseException as exc:  # a stream catches its own errors; this only keeps the thread alive
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            threads, self._threads = self._threads, []
+            for _ in threads:
+                self._tasks.put(None)
+        for thread in threads:
+            thread.join()
 
 
 def _read_into(body: IO[bytes], buf: bytearray) -> int:
