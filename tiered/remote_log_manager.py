@@ -283,7 +283,9 @@ class RemoteLogManager:
             expected = self._readers.get(tip)
             if expected is None:
                 expected = self._readers[tip] = OrderedDict()
-            sequential = expected.pop(fetch_offset, False) is None
+            sequential = fetch_offset in expected
+            if sequential:
+                del expected[fetch_offset]
             expected[next_offset] = None
             if len(expected) > _READERS_PER_PARTITION:
                 expected.popitem(last=False)
@@ -386,18 +388,14 @@ class RemoteLogManager:
                 data = extend(pos + _LAST_OFFSET_DELTA_END)
                 if len(data) - pos < MAGIC_OFFSET + 1:
                     return _NOTHING
-            base_offset, length = _OFFSET_AND_LENGTH.unpack_from(data, pos)
+            length = _I32.unpack_from(data, pos + LENGTH_OFFSET)[0]
             if length < _LAST_OFFSET_DELTA_END - LOG_OVERHEAD:
                 raise CorruptRecordError(
                     f"remote segment {md.remote_log_segment_id} holds a batch of length {length} at position "
                     f"{position + pos}", position=position + pos)
-            if data[pos + MAGIC_OFFSET] >= MAGIC_V2:
-                if len(data) - pos < _LAST_OFFSET_DELTA_END:
-                    return _NOTHING  # the object ends inside a batch header
-                last = base_offset + _I32.unpack_from(data, pos + LAST_OFFSET_DELTA_OFFSET)[0]
-            else:
-                last = base_offset  # a legacy entry's offset field holds its last offset
-            if last >= offset:
+            if data[pos + MAGIC_OFFSET] >= MAGIC_V2 and len(data) - pos < _LAST_OFFSET_DELTA_END:
+                return _NOTHING  # the object ends inside a batch header
+            if _last_offset(data, pos) >= offset:
                 break
             pos += length + LOG_OVERHEAD
         start = end = pos
