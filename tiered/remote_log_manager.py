@@ -172,8 +172,9 @@ class RemoteLogManager:
         self._partition_locks: dict[TopicIdPartition, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._read_ahead: dict[TopicIdPartition, Any] = {}  # per partition: the segment whose successor was read ahead
-        # Per partition: the offsets its recent readers will fetch next (a read from one of them is sequential).
-        self._readers: dict[TopicIdPartition, OrderedDict[int, None]] = {}
+        # Per partition: the offsets its recent readers will fetch next, each with the segment and position it
+        # starts at (a read from one of them is sequential).
+        self._readers: dict[TopicIdPartition, OrderedDict[int, tuple[RemoteLogSegmentId, int]]] = {}
         self._readers_lock = threading.Lock()
         self._cleaned_stale: set[TopicIdPartition] = set()
         self.metrics = _Metrics(registry)
@@ -255,14 +256,19 @@ class RemoteLogManager:
         self.metrics.fetch_requests.inc()
         try:
             offset = fetch_offset
+            resumed = self._resume(tip, fetch_offset)  # where an earlier read of this reader ended, if any
             while True:
                 md = self._segment_for_offset(log, tip, offset)
                 if md is None:
                     return FetchDataInfo(LogOffsetMetadata(fetch_offset, -1, -1), MemoryRecords(b""))
-                got = self._read_segment(md, offset, max_bytes, min_one_message)
+                position = None
+                if resumed is not None and resumed[0] == md.remote_log_segment_id:
+                    position = resumed[1]
+                got = self._read_segment(md, offset, max_bytes, min_one_message, position)
                 data = got.data
                 if data:
-                    if self._continues_a_reader(tip, fetch_offset, got.next_offset) and self._near_the_end(md, got.end):
+                    self._remember(tip, got.next_offset, md.remote_log_segment_id, got.end)
+                    if resumed is not None and self._near_the_end(md, got.end):
                         self._read_ahead_next_segment(log, tip, md)
                     self.metrics.fetch_bytes.inc(len(data))
                     aborted = None
@@ -276,20 +282,23 @@ class RemoteLogManager:
             self.metrics.fetch_errors.inc()
             raise
 
-    def _continues_a_reader(self, tip: TopicIdPartition, fetch_offset: int, next_offset: int) -> bool:
-        """Whether a read from ``fetch_offset`` carries on where an earlier one ended (and remember where this one
-        ends): only such readers get the next segment read ahead; a random read near a segment's end does not."""
+    def _resume(self, tip: TopicIdPartition, fetch_offset: int) -> tuple[RemoteLogSegmentId, int] | None:
+        """The segment and position where an earlier read ended, when ``fetch_offset`` is where it ended: the read
+        carries on from there without an index lookup (a sequential consumer never needs a segment's offset
+        index), and only such readers get the next segment read ahead, not a random read near a segment's end."""
+        with self._readers_lock:
+            expected = self._readers.get(tip)
+            return None if expected is None else expected.pop(fetch_offset, None)
+
+    def _remember(self, tip: TopicIdPartition, next_offset: int, segment_id: RemoteLogSegmentId, end: int) -> None:
+        """Where a read ended: the next read from ``next_offset`` starts at position ``end`` of ``segment_id``."""
         with self._readers_lock:
             expected = self._readers.get(tip)
             if expected is None:
                 expected = self._readers[tip] = OrderedDict()
-            sequential = fetch_offset in expected
-            if sequential:
-                del expected[fetch_offset]
-            expected[next_offset] = None
+            expected[next_offset] = (segment_id, end)
             if len(expected) > _READERS_PER_PARTITION:
                 expected.popitem(last=False)
-            return sequential
 
     def _near_the_end(self, md: RemoteLogSegmentMetadata, end_position: int) -> bool:
         """Whether a read that ended at ``end_position`` of ``md`` is within the chunk cache's read-ahead of its end."""
@@ -341,11 +350,10 @@ class RemoteLogManager:
         return self._fetcher(md)(start, end_inclusive)
 
     def _read_ahead_next_segment(self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata) -> None:
-        """When a reader gets within the chunk cache's read-ahead of a segment's end, start loading what reading
-        on into the next segment needs: its index entry and first chunks (once per segment and partition).
-        Without it a sequential consumer stalls at every segment boundary on three index downloads and a chunk
-        download in a row; started any earlier, these downloads compete with the chunks of the segment being
-        read."""
+        """When a sequential reader gets within the chunk cache's read-ahead of a segment's end, start fetching
+        the next segment's first chunks (once per segment and partition); it reads that segment from its start,
+        which needs no index. Without it the reader stalls at every segment boundary on a download; started any
+        earlier, it competes with the chunks of the segment being read."""
         segment_id = md.remote_log_segment_id
         if self._read_ahead.get(tip) == segment_id:
             return
@@ -353,20 +361,23 @@ class RemoteLogManager:
         following = self._segment_for_offset(log, tip, md.end_offset + 1)
         if following is None or following.remote_log_segment_id == segment_id:
             return
-        self.index_cache.prefetch(following)
         if self.chunk_cache is not None:
             self.chunk_cache.prefetch(
                 self._chunk_key(following), 0, self._fetcher(following), _object_size(following), self._opener(following)
             )
 
     def _read_segment(
-        self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one_message: bool
+        self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one_message: bool,
+        position: int | None = None,
     ) -> _SegmentRead:
         """The whole batches of ``md`` from the one holding ``offset``, up to ``max_bytes`` (at least one when
         ``min_one_message``): a view into the cached chunk when they lie in one, so a sequential consumer's read
         copies nothing. Only batch headers are parsed: the index is sparse, so the batches before ``offset``
-        are skipped by their offsets and lengths."""
-        position = self.index_cache.lookup_offset(md, offset)
+        are skipped by their offsets and lengths. ``position``, when known (where the reader's previous read
+        ended), is where to start instead of the index's answer."""
+        if position is None:
+            # From the start when the offset is the segment's first (or below it): no index needed.
+            position = 0 if offset <= md.start_offset else self.index_cache.lookup_offset(md, offset)
         want = max(max_bytes, 1)
         last = position + want + _READ_SLACK - 1
         if self.chunk_cache is not None and last // self.chunk_cache.chunk_size == position // self.chunk_cache.chunk_size:

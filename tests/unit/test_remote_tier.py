@@ -93,36 +93,46 @@ def test_offload_local_retention_and_reads_through_both_tiers(manager: LogManage
     assert found is not None and found.offset == 5
 
 
-def test_only_a_sequential_reader_gets_the_next_segment_read_ahead(
+def test_a_sequential_reader_needs_no_offset_index_and_only_it_gets_the_next_segment_read_ahead(
     manager: LogManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)
     _produce(log, 25_000)
     rlm = manager.remote_tier
-    assert isinstance(rlm, RemoteLogManager)
+    assert isinstance(rlm, RemoteLogManager) and rlm.chunk_cache is not None
     rlm.run_once(manager.all_logs())
     manager.cleanup_logs()
     segments = rlm.finished_segments(rlm.topic_id_partition(log))
     remote = [md for md in segments if md.end_offset < log.local_log_start_offset]
     assert len(remote) >= 3
-    read_ahead: list[int] = []
-    monkeypatch.setattr(rlm.index_cache, "prefetch", lambda md: read_ahead.append(md.start_offset))
+    index_fetches: list[IndexType] = []
+    fetch_index = rlm.index_cache._fetch
+    monkeypatch.setattr(rlm.index_cache, "_fetch", lambda md, kind: index_fetches.append(kind) or fetch_index(md, kind))
+    read_ahead: list[str] = []
+    prefetch = rlm.chunk_cache.prefetch
+    monkeypatch.setattr(rlm.chunk_cache, "prefetch", lambda key, *a, **k: read_ahead.append(key) or prefetch(key, *a, **k))
+    keys = [rlm._chunk_key(md) for md in remote]
 
-    # Single reads here and there, each near its segment's end (1 MiB segments, 8 MiB of read-ahead distance):
-    # none continues another, so none fetches the next segment for nobody.
-    for md in reversed(remote):
-        assert log.read((md.start_offset + md.end_offset) // 2, 4096).records.size_in_bytes > 0
-    assert read_ahead == []
-
-    # A consumer: each fetch from where the last one ended. The next segment is read ahead before it gets there.
-    offset, seen_before = 0, {}
+    # A consumer: each fetch from where the last one ended. It starts every segment at its first batch and goes
+    # on from where it stopped, so it never looks at an offset index; the next segment is read ahead before it
+    # gets there.
+    offset, reached = 0, {}
     while offset < remote[2].start_offset:
         batches = list(log.read(offset, 64 * 1024).records.batches())
+        assert batches[0].base_offset <= offset <= batches[0].last_offset
         offset = batches[-1].last_offset + 1
-        for start in read_ahead:
-            seen_before.setdefault(start, offset)
-    assert remote[1].start_offset in seen_before and seen_before[remote[1].start_offset] <= remote[1].start_offset
-    assert remote[2].start_offset in seen_before
+        for key in read_ahead:
+            reached.setdefault(key, offset)
+    assert index_fetches == []
+    assert reached[keys[1]] <= remote[1].start_offset and keys[2] in reached
+
+    # Single reads here and there, each near its segment's end (1 MiB segments, 8 MiB of read-ahead distance):
+    # none continues another, so each finds its position in the offset index and none reads ahead for nobody.
+    read_ahead.clear()
+    for md in reversed(remote):
+        middle = (md.start_offset + md.end_offset) // 2
+        assert next(log.read(middle, 4096).records.batches()).last_offset >= middle
+    assert read_ahead == [] and index_fetches.count(IndexType.OFFSET) == len(remote)
 
 
 def test_remote_segments_found_from_the_bucket_after_restart(tmp_path: Path) -> None:
