@@ -484,11 +484,15 @@ class _Stream:
     def _limit(self) -> int:
         reader = self.cache._last_chunk.get(self.key, self._first - 1)
         limit = max(self._wanted, reader + self.cache.prefetch_chunks)
-        size = self.object_size if self.object_size is not None else self.cache._sizes.get(self.key)
+        size = self._size()
         return limit if size is None else min(limit, (size - 1) // self.cache.chunk_size)
 
+    def _size(self) -> int | None:
+        """The object's size, when the caller gave it or a short chunk told it."""
+        return self.object_size if self.object_size is not None else self.cache._sizes.get(self.key)
+
     def _past_the_end(self) -> bool:
-        size = self.object_size if self.object_size is not None else self.cache._sizes.get(self.key)
+        size = self._size()
         return size is not None and self.next * self.cache.chunk_size >= size
 
     def _claim(self, upto: int) -> None:
@@ -583,7 +587,7 @@ class _Stream:
                 continue
             try:
                 cache._count_fetch(prefetch=True)
-                size = self.object_size if self.object_size is not None else cache._sizes.get(self.key)
+                size = self._size()
                 data = cache._fetch_chunk(i, size, self.fetcher)
                 cache._fetched(cache._key(self.key, i), self.key, data)
             except Exception as exc:
