@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Start LocalStack's S3 in host mode (no Docker) on 127.0.0.1, in the foreground (the caller stops it).
 #   localstack/localstack.sh DATA_DIR PORT
-# LocalStack gets a venv of its own under localstack/.cache/venv (created once, reused after), with the pins
-# that let localstack-core 4.9.2 resolve on Python 3.11.
+# LocalStack gets a venv of its own in the user's cache dir ($TIERED_CACHE_DIR, else $XDG_CACHE_HOME/tiered, else
+# ~/.cache/tiered), never inside the clone; created once, reused after, with the pins that let
+# localstack-core 4.9.2 resolve on Python 3.11.
 set -euo pipefail
 data_dir=${1:?usage: localstack.sh DATA_DIR PORT}
 port=${2:?usage: localstack.sh DATA_DIR PORT}
-here=$(cd "$(dirname "$0")" && pwd)
-venv="$here/.cache/venv"
+cache_root=${TIERED_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tiered}
+venv="$cache_root/localstack-4.9.2-venv"
+mkdir -p "$cache_root"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import localstack" 2>/dev/null; then
   rm -rf "$venv"
   python3 -m venv "$venv"

@@ -5,15 +5,15 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-GOLDEN = SHARED / "golden" / "kafka-4.0-kraft-logs"
+# A real Kafka 4.0 KRaft log dir (data written by a broker, kept as a fixture so a plain clone is self-contained).
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "kafka-4.0-kraft-logs"
 
 
 @pytest.fixture
 def golden_dir(tmp_path: Path) -> Path:
-    """A writable copy of the real Kafka 4.0 KRaft log dir from ../shared/golden."""
+    """A writable copy of the real Kafka 4.0 KRaft log dir in tests/fixtures."""
     if not GOLDEN.is_dir():
-        raise RuntimeError(f"golden Kafka log dir not found at {GOLDEN}: the repo must sit beside shared/")
+        raise RuntimeError(f"golden Kafka log dir not found at {GOLDEN}")
     target = tmp_path / "kafka-4.0-kraft-logs"
     shutil.copytree(GOLDEN, target)
     for path in target.rglob("*"):
