@@ -7,6 +7,11 @@ held with ``flock``, keeps two processes from opening one data dir.
 
 A data dir that fails with an I/O error while loading or writing checkpoints is taken offline: its logs are
 closed and dropped, the other dirs keep working.
+
+``LogManager(config, read_only=True)`` is what the read-only commands use: it writes nothing to the data dirs
+(no lock, no checkpoints, no clean-shutdown marker, no load report, no directory created; a missing dir is an
+error), runs no background work, and opens a partition only when asked for it, from a scratch copy (see
+:mod:`local.read_only`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from local import filenames, metrics
 from local.checkpoint import CleanShutdownFile, OffsetCheckpointFile
-from local.errors import KafkaStorageError, LogDirOfflineError
+from local.errors import KafkaStorageError, LogDirOfflineError, ReadOnlyLogError, RemoteStorageNotConfiguredError
 from local.log import Log
 from local.scheduler import SYSTEM_TIME, Scheduler, Time
 
@@ -55,8 +60,12 @@ class LogManager:
         remote_tier: RemoteTier | None = None,
         broker_epoch: int = 0,
         start_scheduler: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.config = config
+        self.read_only = read_only
+        self._scratch_root: Path | None = None
+        self._unopened: dict[tuple[str, int], tuple[Path, Path]] = {}  # read-only: partition -> (dir, data dir)
         self.time = time
         self.broker_epoch = broker_epoch
         self.scheduler = scheduler or Scheduler("tiered-log-manager", time)
@@ -69,7 +78,9 @@ class LogManager:
         self._topic_configs: dict[str, Mapping[str, Any]] = {}  # topic -> overrides (persisted per partition)
         self._closed = False
         self.live_dirs: list[Path] = []
-        for data_dir in config.log_dirs:
+        if read_only:
+            self._scratch_root = self._open_dirs_read_only([Path(d) for d in config.log_dirs])
+        for data_dir in [] if read_only else config.log_dirs:
             self._open_dir(Path(data_dir))
         if not self.live_dirs:
             raise KafkaStorageError(
@@ -78,7 +89,10 @@ class LogManager:
             )
         self.remote_tier = remote_tier
         if self.remote_tier is None and getattr(config, "remote_log_storage_system_enable", False):
-            self.remote_tier = _load_remote_tier(config)
+            self.remote_tier = _load_remote_tier(config, cache_root=self._scratch_root)
+        if read_only:
+            self._index_read_only()
+            return
         self._load_logs()
         if start_scheduler:
             self.startup()
@@ -106,6 +120,56 @@ class LogManager:
             return
         self._dir_locks[data_dir] = fd
         self.live_dirs.append(data_dir)
+
+    def _open_dirs_read_only(self, dirs: list[Path]) -> Path:
+        missing = [str(d) for d in dirs if not d.is_dir()]
+        if missing:
+            raise KafkaStorageError(
+                f"no such data dir: {', '.join(missing)} (a read-only command never creates one)", path=missing[0]
+            )
+        self.live_dirs.extend(dirs)
+        from local.read_only import make_scratch_root
+
+        return make_scratch_root()
+
+    def _index_read_only(self) -> None:
+        """Read-only: list the partitions; each is opened (from a scratch copy) when first asked for."""
+        for data_dir in self.live_dirs:
+            for child in sorted(data_dir.iterdir()):
+                try:
+                    key = filenames.parse_partition_dir_name(child.name)
+                except ValueError:
+                    continue
+                if child.is_dir():
+                    self._unopened[key] = (child, data_dir)
+                    self._log_dirs_of[key] = data_dir
+
+    def _open_read_only(self, key: tuple[str, int]) -> Log | None:
+        from local.read_only import scratch_partition_dir
+
+        with self._lock:
+            log = self._logs.get(key)
+            if log is not None or key not in self._unopened:
+                return log
+            source, data_dir = self._unopened.pop(key)
+            assert self._scratch_root is not None
+            start_offsets = self._read_checkpoint(data_dir, filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME)
+            recovery_points = self._read_checkpoint(data_dir, filenames.RECOVERY_POINT_CHECKPOINT_FILENAME)
+            clean = CleanShutdownFile(data_dir / filenames.CLEAN_SHUTDOWN_FILENAME).exists()
+            log = Log.open(
+                scratch_partition_dir(source, self._scratch_root),
+                self.config.topic_config(self._topic_overrides(source)),
+                scheduler=None,
+                time=self.time,
+                log_start_offset=start_offsets.get(key, 0),
+                recovery_point=recovery_points.get(key, 0),
+                had_clean_shutdown=clean,
+                remote_tier=self.remote_tier,
+                use_large_index=self._use_large_index(),
+                read_only=True,
+            )
+            self._logs[key] = log
+            return log
 
     def _mark_offline(self, data_dir: Path, why: str) -> None:
         logger.error("taking data dir %s offline: %s", data_dir, why)
@@ -268,6 +332,13 @@ class LogManager:
         ``overrides`` use topic keys (``segment.bytes``, ``retention.ms``...) and are validated here.
         """
         key = (topic, partition)
+        if self.read_only:
+            log = self.get_log(topic, partition)
+            if log is None or overrides is not None:
+                raise ReadOnlyLogError(
+                    f"cannot create or reconfigure {topic}-{partition}: the data dirs are open read-only"
+                )
+            return log
         with self._lock:
             self._check_open()
             if overrides is not None:
@@ -297,10 +368,18 @@ class LogManager:
             return log
 
     def get_log(self, topic: str, partition: int) -> Log | None:
+        if self._unopened:
+            return self._open_read_only((topic, partition))
         return self._logs.get((topic, partition))
 
     def all_logs(self) -> list[Log]:
+        for key in list(self._unopened):
+            self._open_read_only(key)
         return list(self._logs.values())
+
+    def partitions(self) -> list[tuple[str, int]]:
+        """Every (topic, partition) of the live data dirs, opened or not."""
+        return sorted(set(self._logs) | set(self._unopened))
 
     def data_dir_of(self, topic: str, partition: int) -> Path | None:
         return self._log_dirs_of.get((topic, partition))
@@ -332,10 +411,13 @@ class LogManager:
 
     def cleanup_logs(self) -> int:
         """One retention pass over every log; returns the number of segments deleted."""
+        self._check_writable("run retention")
         total = 0
         for log in self.all_logs():
             try:
                 total += log.delete_old_segments()
+            except RemoteStorageNotConfiguredError as exc:
+                logger.error("%s", exc)  # that partition keeps every segment; the others go on
             except OSError as exc:
                 self._handle_io_error(log, exc)
         return total
@@ -383,6 +465,9 @@ class LogManager:
             if self._closed:
                 return
             self._closed = True
+            if self.read_only:
+                self._close_read_only()
+                return
             self.scheduler.shutdown(run_pending=True)
             if self.remote_tier is not None and hasattr(self.remote_tier, "close"):
                 self.remote_tier.close()
@@ -402,9 +487,23 @@ class LogManager:
                 os.close(fd)
             self._dir_locks.clear()
 
+    def _close_read_only(self) -> None:
+        from local.read_only import remove_scratch_root
+
+        if self.remote_tier is not None and hasattr(self.remote_tier, "close"):
+            self.remote_tier.close()
+        for log in list(self._logs.values()):
+            log.close_handlers()
+        if self._scratch_root is not None:
+            remove_scratch_root(self._scratch_root)
+
     def _check_open(self) -> None:
         if self._closed:
             raise KafkaStorageError("the log manager is closed")
+
+    def _check_writable(self, what: str) -> None:
+        if self.read_only:
+            raise ReadOnlyLogError(f"cannot {what}: the data dirs are open read-only")
 
     def __enter__(self) -> LogManager:
         return self
@@ -413,7 +512,7 @@ class LogManager:
         self.close()
 
 
-def _load_remote_tier(config: LogConfig) -> RemoteTier:
+def _load_remote_tier(config: LogConfig, cache_root: Path | None = None) -> RemoteTier:
     factory_path = getattr(config, "remote_tier_factory", None) or DEFAULT_REMOTE_TIER_FACTORY
     module_name, _, attr = factory_path.partition(":")
     try:
@@ -424,4 +523,6 @@ def _load_remote_tier(config: LogConfig) -> RemoteTier:
         ) from exc
     for part in attr.split("."):
         obj = getattr(obj, part)
+    if cache_root is not None:  # read-only: the remote tier's caches must not write into the data dirs
+        return obj(config, cache_root=cache_root)
     return obj(config)

@@ -310,7 +310,7 @@ def test_status_reports_unclean_shutdown_torn_tail_and_corrupt_checkpoint(tmp_pa
 def test_status_of_a_missing_dir_fails(tmp_path: Path) -> None:
     code, doc = status(tmp_path / "nope")
     assert code == 1
-    assert doc["data_dirs"][0]["problems"] == ["missing"]
+    assert doc["data_dirs"][0]["problems"] == ["no such data dir"]
 
 
 def test_status_of_the_golden_kafka_dir(golden_dir: Path) -> None:

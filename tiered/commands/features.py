@@ -43,6 +43,9 @@ def run(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise UsageError(str(exc)) from exc
     else:
+        missing = [str(d) for d in dirs if not d.is_dir()]
+        if missing:
+            raise UsageError(f"no such data dir: {', '.join(missing)}")
         levels = [read_features(d) for d in dirs]
     if args.json:
         print(json.dumps([{"data_dir": str(f.data_dir), "release_version": f.release_version,
