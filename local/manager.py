@@ -30,7 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from local import filenames, metrics
 from local.checkpoint import CleanShutdownFile, OffsetCheckpointFile
-from local.errors import KafkaStorageError, LogDirOfflineError, ReadOnlyLogError, RemoteStorageNotConfiguredError
+from local.errors import (
+    ConfigError,
+    KafkaStorageError,
+    LogDirOfflineError,
+    ReadOnlyLogError,
+    RemoteStorageNotConfiguredError,
+)
 from local.log import Log
 from local.scheduler import SYSTEM_TIME, Scheduler, Time
 
@@ -341,12 +347,15 @@ class LogManager:
             return log
         with self._lock:
             self._check_open()
+            log = self._logs.get(key)
+            if log is not None and overrides is not None:
+                new_config = self.config.topic_config(overrides)
+                _validate_turning_off_remote_storage(log, new_config)
             if overrides is not None:
                 self._topic_configs[topic] = dict(overrides)
-            log = self._logs.get(key)
             if log is not None:
                 if overrides is not None:
-                    log.config = self.config.topic_config(overrides)
+                    log.config = new_config
                     self._persist_overrides(log.dir, overrides)
                 return log
             topic_config = self.config.topic_config(self._topic_configs.get(topic))
@@ -510,6 +519,22 @@ class LogManager:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _validate_turning_off_remote_storage(log: Log, new_config: Any) -> None:
+    """Kafka's ``LogConfig.validateTurningOffRemoteStorageWithDelete``: remote storage cannot be turned off on a
+    partition with remote data unless the operator says the remote data goes too."""
+    if (
+        log.has_remote_data
+        and not getattr(new_config, "remote_storage_enable", False)
+        and not getattr(new_config, "remote_log_delete_on_disable", False)
+    ):
+        raise ConfigError(
+            f"It is invalid to disable remote storage of {log.name} without deleting remote data. If you want to "
+            "keep the remote data and turn to read only, please set `remote.storage.enable=true,"
+            "remote.log.copy.disable=true`. If you want to disable remote storage and delete all remote data, please "
+            "set `remote.storage.enable=false,remote.log.delete.on.disable=true`."
+        )
 
 
 def _load_remote_tier(config: LogConfig, cache_root: Path | None = None) -> RemoteTier:

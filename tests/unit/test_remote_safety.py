@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from local import LogConfig, LogManager
-from local.errors import ReadOnlyLogError, RemoteStorageNotConfiguredError
+from local.errors import ConfigError, ReadOnlyLogError, RemoteStorageNotConfiguredError
 from local.records import MemoryRecords, SimpleRecord
 from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogState, RemoteLogStateFile
 from tiered.remote_log_manager import RemoteLogManager
@@ -222,7 +222,7 @@ def test_a_manager_without_the_remote_tier_never_moves_the_log_start_past_remote
         log = bare.get_log(TOPIC, 0)
         assert log is not None
         assert log.log_start_offset == 0 and log.local_log_start_offset == local_start
-        with pytest.raises(RemoteStorageNotConfiguredError, match="remote.log.storage.system.enable"):
+        with pytest.raises(RemoteStorageNotConfiguredError, match=r"remote.log.storage.system.enable"):
             log.read(0)
         with pytest.raises(RemoteStorageNotConfiguredError, match="retention refused"):
             log.delete_old_segments()
@@ -240,8 +240,20 @@ def test_turning_remote_storage_off_needs_delete_on_disable(tmp_path: Path) -> N
         log = manager.get_or_create_log(TOPIC, 0, overrides)
         _fill(log, 20_000, int(time.time() * 1000))
         manager.remote_tier.run_once(manager.all_logs())  # type: ignore[union-attr]
-        log = manager.get_or_create_log(TOPIC, 0, {"retention.ms": "-1"})  # remote.storage.enable dropped
-        with pytest.raises(RemoteStorageNotConfiguredError, match="remote.log.delete.on.disable"):
+        with pytest.raises(ConfigError, match=r"remote.log.delete.on.disable=true"):
+            manager.get_or_create_log(TOPIC, 0, {"retention.ms": "-1"})  # remote.storage.enable dropped
+        assert log.config.remote_storage_enable  # the refused change left the config as it was
+        props_file = log.dir / "tiered-topic.properties"
+        assert "remote.storage.enable=true" in props_file.read_text()
+        # read-only remote data is how Kafka keeps it: copying stops, nothing is deleted
+        log = manager.get_or_create_log(TOPIC, 0, {**overrides, "remote.log.copy.disable": "true"})
+        assert manager.remote_tier.copy_log_segments(log).segments_copied == 0  # type: ignore[union-attr]
+    # a topic config changed behind our back: retention refuses rather than trimming past remote data
+    props_file.write_text("retention.ms=-1\n")
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None
+        with pytest.raises(RemoteStorageNotConfiguredError, match=r"remote.log.delete.on.disable"):
             log.delete_old_segments()
         log = manager.get_or_create_log(TOPIC, 0, {"remote.log.delete.on.disable": "true"})
         log.delete_old_segments()  # allowed: the operator gave up the remote data
