@@ -297,3 +297,18 @@ def test_remote_state_file_is_strict(tmp_path: Path) -> None:
         (tmp_path / REMOTE_LOG_STATE_FILENAME).write_bytes(bad)
         with pytest.raises(KafkaStorageError, match=REMOTE_LOG_STATE_FILENAME):
             f.read()
+
+
+def test_a_produce_that_fails_validation_writes_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    for args in (
+        ("--topic-config", "segment.bytes=abc"),
+        ("--topic-config", "no.such.key=1"),
+        ("-p", "-1"),
+    ):
+        proc = cli("produce", "-t", TOPIC, "--log-dirs", str(data), *args, stdin="a\n")
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        assert not data.exists(), args
+    proc = cli("produce", "-t", "bad/topic", "--log-dirs", str(data), stdin="a\n")
+    assert proc.returncode == 2 and "bad/topic" in proc.stderr and not data.exists()
