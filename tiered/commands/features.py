@@ -13,7 +13,6 @@ from tiered.commands._common import UsageError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["describe", "upgrade"])
     parser.add_argument("--release-version", default="4.4", help="release to finalize (default: 4.4)")
-    parser.add_argument("--log-dirs", help="comma-separated data dirs (instead of log.dirs from --config)")
     parser.add_argument("--json", action="store_true")
 
 
