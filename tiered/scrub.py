@@ -9,10 +9,12 @@ What is checked, per partition dir (``<topic>-<partition>``):
 * every batch of every ``.log``: its header (magic, length, last offset delta, record count, codec) and its CRC
   (CRC-32C over attributes..end for v2, zlib CRC-32 over magic..end for legacy v0/v1): one ``unpack_from`` and one
   checksum over a memoryview per batch; offsets increase across batches and segments; no trailing partial batch;
-* the offset index (8- or 12-byte entries, auto-detected as ``local.index.detect_entry_size`` does): entries
-  increase, and each points at a batch start whose batch holds the entry's offset;
-* the time index: timestamps and offsets never go down, and each entry's offset lies in a batch whose max
-  timestamp is the entry's timestamp (what Kafka's ``LogSegment`` appends, and recovery rebuilds);
+* the offset index (8- or 12-byte entries, auto-detected with ``local.index.detect_entry_size``): offsets
+  increase and positions never go down (the loader's sanity rules), and each entry points at a batch start whose
+  batch holds the entry's offset;
+* the time index: timestamps increase and offsets never go down (the loader's rules), and each entry's offset
+  lies in a batch whose max timestamp is the entry's timestamp (what Kafka's ``LogSegment`` appends, and
+  recovery rebuilds);
 * the transaction index: whole 34-byte entries of a known version, first <= last offset, the abort marker's
   offset inside the segment;
 * producer snapshots (version, CRC-32C, length), ``leader-epoch-checkpoint`` (parses; epochs and start offsets
@@ -110,13 +112,13 @@ class Problem:
                 "offset": self.offset, "message": self.message}
 
     def line(self) -> str:
-        where = self.file or (f"remote object {self.object}" if self.object else "")
-        at = []
+        """``<file | remote object KEY>, position P, offset O: [kind] message`` (the parts known)."""
+        parts = [self.file or (f"remote object {self.object}" if self.object else "")]
         if self.position is not None:
-            at.append(f"position {self.position}")
+            parts.append(f"position {self.position}")
         if self.offset is not None:
-            at.append(f"offset {self.offset}")
-        head = " ".join(x for x in (where, ", ".join(at)) if x)
+            parts.append(f"offset {self.offset}")
+        head = ", ".join(x for x in parts if x)
         return f"{head}: [{self.kind}] {self.message}" if head else f"[{self.kind}] {self.message}"
 
 
@@ -390,9 +392,9 @@ def check_offset_index(data: bytes, entry_size: int, base_offset: int, scan: Bat
     pos = entries["pos"].astype(np.int64)
     offsets = base_offset + rel
     bad = (rel < 0) | (pos < 0)
-    bad[1:] |= (rel[1:] <= rel[:-1]) | (pos[1:] <= pos[:-1])
+    bad[1:] |= (rel[1:] <= rel[:-1]) | (pos[1:] < pos[:-1])  # the loader's rule: equal positions pass
     _listed(problems, "offset_index", (
-        (f"entry {i} (offset {offsets[i]}, position {pos[i]}) is negative or not above the entry before it",
+        (f"entry {i} (offset {offsets[i]}, position {pos[i]}) is negative or below the entry before it",
          int(i) * entry_size, int(offsets[i])) for i in np.flatnonzero(bad)), name, remote)
     positions, bases, lasts, _ts = scan.columns()
     idx = np.searchsorted(positions, pos)
@@ -433,10 +435,10 @@ def check_time_index(data: bytes, base_offset: int, scan: BatchScanner, name: st
     rel = entries["rel"].astype(np.int64)
     offsets = base_offset + rel
     bad = rel < 0
-    bad[1:] |= (ts[1:] < ts[:-1]) | (rel[1:] < rel[:-1])
+    bad[1:] |= (ts[1:] <= ts[:-1]) | (rel[1:] < rel[:-1])  # TimeIndex appends only a larger timestamp
     _listed(problems, "time_index", (
-        (f"entry {i} (timestamp {ts[i]}, offset {offsets[i]}) goes below the entry before it (or has a negative "
-         "offset)", int(i) * TIME_ENTRY_SIZE, int(offsets[i])) for i in np.flatnonzero(bad)), name, remote)
+        (f"entry {i} (timestamp {ts[i]}, offset {offsets[i]}) does not go above the entry before it (or has a "
+         "negative offset)", int(i) * TIME_ENTRY_SIZE, int(offsets[i])) for i in np.flatnonzero(bad)), name, remote)
     _positions, bases, lasts, max_ts = scan.columns()
     if lasts.size and not (np.diff(lasts) > 0).all():
         return problems, notes  # batch offsets out of order (reported): entries cannot be matched to batches
