@@ -88,6 +88,10 @@ DATA_DIR_CHECKPOINTS = (
     "cleaner-offset-checkpoint",
 )
 
+TOPIC_CONFIG_FILENAME = "tiered-topic.properties"
+"""The topic overrides ``LogManager`` persists per partition (``local.manager.TOPIC_CONFIG_FILENAME``; not imported
+from there, which would load the whole engine)."""
+
 Progress = Callable[[int], None]
 
 
@@ -393,14 +397,13 @@ def check_offset_index(data: bytes, entry_size: int, base_offset: int, scan: Bat
     offsets = base_offset + rel
     bad = (rel < 0) | (pos < 0)
     bad[1:] |= (rel[1:] <= rel[:-1]) | (pos[1:] < pos[:-1])  # the loader's rule: equal positions pass
-    _listed(problems, "offset_index", (
+    rows: list[tuple[str, int, int | None]] = [
         (f"entry {i} (offset {offsets[i]}, position {pos[i]}) is negative or below the entry before it",
-         int(i) * entry_size, int(offsets[i])) for i in np.flatnonzero(bad)), name, remote)
+         int(i) * entry_size, int(offsets[i])) for i in np.flatnonzero(bad)]
     positions, bases, lasts, _ts = scan.columns()
     idx = np.searchsorted(positions, pos)
     hit = idx < positions.size
     hit[hit] = positions[idx[hit]] == pos[hit]
-    rows: list[tuple[str, int, int | None]] = []
     for i in np.flatnonzero(~hit & ~bad):
         beyond = pos[i] >= scan.valid_end
         rows.append((f"entry {i} (offset {offsets[i]}) points at log position {pos[i]}, which is "
@@ -411,7 +414,7 @@ def check_offset_index(data: bytes, entry_size: int, base_offset: int, scan: Bat
         if not bases[b] <= offsets[i] <= lasts[b]:
             rows.append((f"entry {i} (offset {offsets[i]}, position {pos[i]}) points at the batch of offsets "
                          f"{bases[b]}..{lasts[b]}, which does not hold it", int(i) * entry_size, int(offsets[i])))
-    rows.sort(key=lambda r: r[1])
+    rows.sort(key=lambda r: r[1])  # stable: per entry, its order problem first
     _listed(problems, "offset_index", rows, name, remote)
     return problems, notes
 
@@ -436,16 +439,17 @@ def check_time_index(data: bytes, base_offset: int, scan: BatchScanner, name: st
     offsets = base_offset + rel
     bad = rel < 0
     bad[1:] |= (ts[1:] <= ts[:-1]) | (rel[1:] < rel[:-1])  # TimeIndex appends only a larger timestamp
-    _listed(problems, "time_index", (
+    rows: list[tuple[str, int, int | None]] = [
         (f"entry {i} (timestamp {ts[i]}, offset {offsets[i]}) does not go above the entry before it (or has a "
-         "negative offset)", int(i) * TIME_ENTRY_SIZE, int(offsets[i])) for i in np.flatnonzero(bad)), name, remote)
+         "negative offset)", int(i) * TIME_ENTRY_SIZE, int(offsets[i])) for i in np.flatnonzero(bad)]
     _positions, bases, lasts, max_ts = scan.columns()
     if lasts.size and not (np.diff(lasts) > 0).all():
-        return problems, notes  # batch offsets out of order (reported): entries cannot be matched to batches
+        # batch offsets out of order (reported with the segment): entries cannot be matched to batches
+        _listed(problems, "time_index", rows, name, remote)
+        return problems, notes
     idx = np.searchsorted(lasts, offsets)
     inside = idx < lasts.size
     inside[inside] = bases[idx[inside]] <= offsets[inside]
-    rows: list[tuple[str, int, int | None]] = []
     for i in np.flatnonzero(~inside & ~bad):
         rows.append((f"entry {i} (timestamp {ts[i]}) names offset {offsets[i]}, which no batch of the segment holds",
                      int(i) * TIME_ENTRY_SIZE, int(offsets[i])))
@@ -455,7 +459,7 @@ def check_time_index(data: bytes, base_offset: int, scan: BatchScanner, name: st
             rows.append((f"entry {i} (timestamp {ts[i]}, offset {offsets[i]}) does not match the max timestamp "
                          f"{max_ts[b]} of the batch of offsets {bases[b]}..{lasts[b]}", int(i) * TIME_ENTRY_SIZE,
                          int(offsets[i])))
-    rows.sort(key=lambda r: r[1])
+    rows.sort(key=lambda r: r[1])  # stable: per entry, its order problem first
     _listed(problems, "time_index", rows, name, remote)
     return problems, notes
 
@@ -526,6 +530,7 @@ class PartitionReport:
     remote_segments: int = 0
     remote_bytes: int = 0
     remote_end_offset: int | None = None
+    remote_storage_enable: bool | None = None  # the topic override persisted beside the partition, if any
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -677,6 +682,16 @@ def _check_partition_files(pdir: Path, report: PartitionReport) -> None:
             report.topic_id = kafka_uuid_to_str(PartitionMetadataFile.decode(_read(metadata, report), str(metadata)))
         except (KafkaStorageError, ValueError) as exc:
             report.problems.append(Problem("partition_metadata", str(exc), file=str(metadata)))
+    overrides = pdir / TOPIC_CONFIG_FILENAME
+    if overrides.exists():
+        from local.config import read_properties
+
+        try:
+            value = read_properties(overrides).get("remote.storage.enable")
+        except (KafkaStorageError, OSError, ValueError) as exc:
+            report.problems.append(Problem("checkpoint", f"unreadable topic overrides: {exc}", file=str(overrides)))
+        else:
+            report.remote_storage_enable = None if value is None else str(value).strip().lower() == "true"
     epochs = pdir / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME
     if epochs.exists():
         report.problems += check_leader_epoch_checkpoint(_read(epochs, report), str(epochs), remote=False)

@@ -146,11 +146,13 @@ class RemoteScrub:
         for key in group.metadata_keys:
             start, sid, state = _METADATA_OBJECT.match(key.rsplit("/", 1)[1]).groups()  # type: ignore[union-attr]
             try:
-                md = decode_metadata(self.rsm.get_range(key))
-            except TieredStorageError as exc:
+                data = self.rsm.get_range(key)
+            except (TieredStorageError, OSError) as exc:
                 out.problems.append(Problem("unreadable", f"cannot read remote metadata: {exc}", object=key))
                 continue
-            except (ValueError, KeyError, TypeError) as exc:
+            try:
+                md = decode_metadata(data)
+            except (ValueError, KeyError, TypeError, AttributeError, TieredStorageError) as exc:
                 out.problems.append(Problem("remote_metadata", f"malformed remote metadata event: {exc!r}", object=key))
                 continue
             found = (md.start_offset, layout.kafka_uuid(md.remote_log_segment_id.id), int(md.state),

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tiered.cli import main
 
@@ -360,3 +362,99 @@ def test_verify_does_not_load_the_log_engine(dirs: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
     assert out.splitlines()[-1] == "0 False False"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The byte-level checks, without any files
+
+
+def _segment_bytes() -> bytes:
+    from local.records import MemoryRecords, SimpleRecord
+
+    out = b""
+    for n in range(4):
+        out += bytes(MemoryRecords.build([SimpleRecord(T0 + n * 10 + i, None, b"v%d" % i) for i in range(3)],
+                                         base_offset=100 + 3 * n))
+    return out
+
+
+def _scan(data: bytes, cuts: list[int], *, total: int | None = None) -> Any:
+    from tiered.scrub import BatchScanner
+
+    scan = BatchScanner("seg", remote=True, segment_base=100, min_offset=100, total_size=total)
+    start = 0
+    for cut in [*sorted({min(max(c, 0), len(data)) for c in cuts}), len(data)]:
+        scan.feed(data[start:cut])
+        start = cut
+    scan.finish()
+    return scan
+
+
+def test_the_scanner_reads_batches_and_legacy_messages_in_any_chunking() -> None:
+    from local.records.legacy import build_legacy_message
+
+    data = _segment_bytes()
+    legacy = build_legacy_message(112, b"k", b"v0", magic=0) + build_legacy_message(113, None, b"v1", timestamp=T0)
+    whole = _scan(data + legacy, [])
+    assert whole.problems == [] and list(whole.bases) == [100, 103, 106, 109, 112, 113]
+    assert list(whole.lasts) == [102, 105, 108, 111, 112, 113] and whole.max_timestamps[-1] == T0
+    assert whole.valid_end == len(data + legacy) and whole.next_offset == 114
+    for cuts in ([1], [17, 18, 60, 61, 62], list(range(0, len(data), 7))):
+        assert _scan(data + legacy, cuts).problems == []
+    damaged = bytearray(data + legacy)
+    damaged[-1] ^= 1  # in the last (v1) message
+    last = len(damaged) - len(build_legacy_message(113, None, b"v1", timestamp=T0))
+    assert [(p.kind, p.position, p.offset) for p in _scan(bytes(damaged), [33]).problems] == [("crc_mismatch", last, 113)]
+
+
+def test_the_scanner_reports_headers_it_cannot_walk() -> None:
+    data = bytearray(_segment_bytes())
+    first = 12 + struct.unpack_from(">i", data, 8)[0]
+    bad_magic = bytearray(data)
+    bad_magic[first + 16] = 7
+    assert [(p.kind, p.position) for p in _scan(bytes(bad_magic), []).problems] == [("corrupt_batch", first)]
+    short = bytearray(data)
+    struct.pack_into(">i", short, first + 8, 20)
+    assert [p.kind for p in _scan(bytes(short), []).problems] == ["corrupt_batch"]
+    long = bytearray(data)
+    struct.pack_into(">i", long, first + 8, 10_000)
+    assert [p.kind for p in _scan(bytes(long), [], total=len(long)).problems] == ["truncated_segment"]
+    assert [p.kind for p in _scan(bytes(long), []).problems] == ["truncated_segment"]
+    backwards = bytearray(data)
+    struct.pack_into(">q", backwards, first, 50)  # the base offset is outside the CRC
+    assert [p.kind for p in _scan(bytes(backwards), []).problems] == ["offset_order"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=400), prefix=st.booleans(), cuts=st.lists(st.integers(0, 700), max_size=6),
+       flips=st.lists(st.tuples(st.integers(0, 700), st.integers(1, 255)), max_size=3))
+def test_any_bytes_give_problems_never_an_exception_and_chunking_does_not_matter(
+    data: bytes, prefix: bool, cuts: list[int], flips: list[tuple[int, int]]
+) -> None:
+    from tiered.scrub import (
+        check_leader_epoch_checkpoint,
+        check_offset_index,
+        check_producer_snapshot,
+        check_time_index,
+        check_txn_index,
+        detect_entry_size_of_bytes,
+    )
+
+    raw = bytearray((_segment_bytes() if prefix else b"") + data)
+    for position, mask in flips:
+        if raw:
+            raw[position % len(raw)] ^= mask
+    blob = bytes(raw)
+    whole = _scan(blob, [], total=len(blob))
+    assert _scan(blob, cuts, total=len(blob)).problems == whole.problems
+    assert [p.kind for p in _scan(blob, cuts).problems] == [p.kind for p in whole.problems]
+    for problem in whole.problems:
+        assert problem.object == "seg" and problem.line()
+    size = detect_entry_size_of_bytes(data, len(blob), 8)
+    for entry_size in (8, 12):
+        check_offset_index(data, entry_size, 100, whole, "idx", remote=False, zero_tail_ok=prefix)
+    assert size in (None, 8, 12)
+    check_time_index(data, 100, whole, "tidx", remote=False, zero_tail_ok=prefix)
+    check_txn_index(data, 100, 111, "txn", remote=True)
+    check_producer_snapshot(data, "snap", remote=False)
+    check_leader_epoch_checkpoint(data, "lec", remote=False)

@@ -63,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
         if typed and not d.is_dir():
             raise UsageError(f"data dir {d} does not exist" if not d.exists() else f"data dir {d} is not a directory")
     rsm = _remote_tier(config) if args.remote else None
+    remote_by_default = bool(config.topic_config().remote_storage_enable)
     with _progress(enabled=not args.json and sys.stdout.isatty()) as progress:
-        result = scrub(dirs, rsm, topic=args.topic, progress=progress)
+        result = scrub(dirs, rsm, topic=args.topic, progress=progress, remote_by_default=remote_by_default)
     if rsm is not None:
         rsm.close()
     if args.json:
@@ -132,8 +133,10 @@ class ScrubResult:
         }
 
 
-def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any = None) -> ScrubResult:
-    """Scrub ``dirs`` and, when ``rsm`` is given, its remote tier."""
+def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any = None,
+          remote_by_default: bool = False) -> ScrubResult:
+    """Scrub ``dirs`` and, when ``rsm`` is given, its remote tier (``remote_by_default``: the broker's default of
+    the topic key ``remote.storage.enable``, for partitions without an override)."""
     from tiered.scrub import DataDirReport, Problem, log_bytes, partition_dirs, scrub_data_dir_files
     from tiered.scrub import scrub_partition as scrub_local_partition
 
@@ -157,14 +160,14 @@ def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any
                 progress.describe(pdir.name)
                 result.partitions.append(scrub_local_partition(pdir, name, number, dir_report, progress=progress.advance))
     if rsm is not None:
-        _scrub_remote(rsm, result, topic, progress)
+        _scrub_remote(rsm, result, topic, progress, remote_by_default)
     result.partitions.sort(key=lambda p: (p.topic, p.partition, p.data_dir or "", p.topic_id or ""))
     if len({p.name for p in result.partitions}) < len(result.partitions):
         _note_duplicates(result.partitions)
     return result
 
 
-def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: Any) -> None:
+def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: Any, remote_by_default: bool) -> None:
     from tiered.errors import TieredStorageError
     from tiered.scrub import PartitionReport, Problem
     from tiered.scrub_remote import RemoteScrub, check_tier_gap, topic_id_text
@@ -193,7 +196,11 @@ def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: An
         latest = remote.load_metadata(group, report)
         remote.scrub_partition(group, latest, report)
     for report in local.values():
-        check_tier_gap(report)
+        enabled = report.remote_storage_enable if report.remote_storage_enable is not None else remote_by_default
+        if enabled or report.remote_segments:
+            # (a topic without the remote tier may carry a stale log start offset: the loader raises it to the
+            # first segment's base offset, so a gap there is not data lost)
+            check_tier_gap(report)
     result.problems += [("remote tier", p) for p in remote.report.problems]
 
 
