@@ -198,8 +198,9 @@ class BatchScanner:
             used = self._parse(view, start)
         finally:
             view.release()
-        self._pending = data[used:]
-        self._pending_at = start + used
+        if self.stopped_at is None:
+            self._pending = data[used:]
+            self._pending_at = start + used
 
     def _stop(self, position: int) -> None:
         self.stopped_at = position
@@ -207,41 +208,79 @@ class BatchScanner:
 
     def _parse(self, view: memoryview, start: int) -> int:
         """Check the whole batches in ``view`` (file position ``start``); the bytes used."""
-        p, n = 0, len(view)
-        total = self.total_size
-        while n - p >= LOG_OVERHEAD + 5:  # offset, length, epoch and magic: enough to size the batch
-            position = start + p
-            base, length = _OFFSET_AND_LENGTH.unpack_from(view, p)
-            magic = view[p + MAGIC_OFFSET]
+        p = 0
+        while True:
+            p = self._parse_sound_v2(view, start, p)
+            after = self._parse_one(view, start, p)
+            if after < 0:
+                return p
+            p = after
+
+    def _parse_sound_v2(self, view: memoryview, start: int, p: int) -> int:
+        """The fast path: whole v2 batches with nothing wrong, one ``unpack_from`` and one CRC-32C each. Stops
+        (returning the position) at the first batch it cannot vouch for; :meth:`_parse_one` then looks closer."""
+        n = len(view)
+        total = self.total_size if self.total_size is not None else start + n
+        unpack, checksum = BATCH_HEADER.unpack_from, crc32c.crc32c
+        positions, bases, lasts, max_timestamps = (self.positions.append, self.bases.append, self.lasts.append,
+                                                   self.max_timestamps.append)
+        next_min, max_last = self._next_min, self.segment_base + INT32_MAX
+        while n - p >= RECORD_BATCH_OVERHEAD and view[p + MAGIC_OFFSET] == MAGIC_V2:
+            (base, length, _epoch, _magic, crc, attributes, delta, _base_ts, max_ts, _pid, _pepoch, _seq,
+             count) = unpack(view, p)
             size = LOG_OVERHEAD + length
-            if magic == MAGIC_V2:
-                minimum = RECORD_BATCH_OVERHEAD
-            elif magic in (0, 1):
-                minimum = LOG_OVERHEAD + (MIN_V0_SIZE if magic == 0 else MIN_V1_SIZE)
-            else:
-                self.report("corrupt_batch", f"unknown magic {magic} in the batch header (or a damaged batch length "
-                            "before it): the rest of the segment cannot be walked", position, base)
-                self._stop(position)
-                return p
-            if size < minimum:
-                self.report("corrupt_batch", f"batch length {length} is too small for a magic v{magic} batch "
-                            f"({minimum} bytes at least): the rest of the segment cannot be walked", position, base)
-                self._stop(position)
-                return p
-            if total is not None and position + size > total:
-                self.report("truncated_segment", f"the batch at this position claims {size} bytes, past the end "
-                            f"of the segment ({total} bytes): {total - position} bytes of it are there",
-                            position, base)
-                self._stop(position)
-                return p
-            if n - p < size:
+            last = base + delta
+            if (size < RECORD_BATCH_OVERHEAD or size > n - p or start + p + size > total or base < next_min
+                    or last > max_last or delta < 0 or not 0 <= count <= delta + 1 or attributes & 0x07 > _MAX_CODEC
+                    or checksum(view[p + ATTRIBUTES_OFFSET : p + size]) != crc):
                 break
-            if magic == MAGIC_V2:
-                self._check_v2(view, p, position, size)
-            else:
-                self._check_legacy(view, p, position, size, magic)
+            positions(start + p)
+            bases(base)
+            lasts(last)
+            max_timestamps(max_ts)
+            next_min = last + 1
             p += size
+        self._next_min = next_min
         return p
+
+    def _parse_one(self, view: memoryview, start: int, p: int) -> int:
+        """Check the one batch at ``p`` whatever its state, reporting what is wrong; the position after it, or -1
+        when it is not all there yet or the walk cannot go on."""
+        n = len(view)
+        total = self.total_size
+        if n - p < LOG_OVERHEAD + 5:  # offset, length, epoch and magic: enough to size the batch
+            return -1
+        position = start + p
+        base, length = _OFFSET_AND_LENGTH.unpack_from(view, p)
+        magic = view[p + MAGIC_OFFSET]
+        size = LOG_OVERHEAD + length
+        if magic == MAGIC_V2:
+            minimum = RECORD_BATCH_OVERHEAD
+        elif magic in (0, 1):
+            minimum = LOG_OVERHEAD + (MIN_V0_SIZE if magic == 0 else MIN_V1_SIZE)
+        else:
+            self.report("corrupt_batch", f"unknown magic {magic} in the batch header (or a damaged batch length "
+                        "before it): the rest of the segment cannot be walked", position, base)
+            self._stop(position)
+            return -1
+        if size < minimum:
+            self.report("corrupt_batch", f"batch length {length} is too small for a magic v{magic} batch "
+                        f"({minimum} bytes at least): the rest of the segment cannot be walked", position, base)
+            self._stop(position)
+            return -1
+        if total is not None and position + size > total:
+            self.report("truncated_segment", f"the batch at this position claims {size} bytes, past the end "
+                        f"of the segment ({total} bytes): {total - position} bytes of it are there",
+                        position, base)
+            self._stop(position)
+            return -1
+        if n - p < size:
+            return -1
+        if magic == MAGIC_V2:
+            self._check_v2(view, p, position, size)
+        else:
+            self._check_legacy(view, p, position, size, magic)
+        return p + size
 
     def _check_v2(self, view: memoryview, p: int, position: int, size: int) -> None:
         (base, _length, _epoch, _magic, crc, attributes, delta, _base_ts, max_ts, _pid, _pepoch, _seq,
@@ -252,7 +291,7 @@ class BatchScanner:
             self.crc_failures += 1
             self.report("crc_mismatch", f"batch of {size} bytes: stored CRC {crc:#010x}, computed {computed:#010x}",
                         position, base)
-        elif delta < 0 or count < 0 or count > delta + 1:
+        elif delta < 0 or not 0 <= count <= delta + 1:
             self.report("corrupt_batch", f"record count {count} does not fit last offset delta {delta}",
                         position, base)
         elif attributes & 0x07 > _MAX_CODEC:
