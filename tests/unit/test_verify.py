@@ -458,3 +458,63 @@ def test_any_bytes_give_problems_never_an_exception_and_chunking_does_not_matter
     check_txn_index(data, 100, 111, "txn", remote=True)
     check_producer_snapshot(data, "snap", remote=False)
     check_leader_epoch_checkpoint(data, "lec", remote=False)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Data dirs in other states
+
+
+def _local_log(data: Path, n_batches: int, *, finalize: bool = False, close: bool = True) -> Any:
+    from local import LogConfig, LogManager
+    from local.features import finalize as finalize_features
+    from local.records import MemoryRecords, SimpleRecord
+
+    if finalize:
+        finalize_features([data])
+    manager = LogManager(LogConfig.from_properties({"log.dirs": str(data), "log.segment.bytes": str(MIB)}),
+                         start_scheduler=False)
+    log = manager.get_or_create_log("v", 0)
+    for n in range(n_batches):
+        log.append(MemoryRecords.build([SimpleRecord(T0 + n, None, b"%06d" % n * 400)]))
+    log.flush()
+    if close:
+        manager.close()
+    return manager
+
+
+def test_twelve_byte_offset_indexes_are_detected_and_checked(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _local_log(data, 600, finalize=True)
+    indexes = sorted((data / "v-0").glob("*.index"))
+    from local.index import detect_entry_size
+
+    assert len(indexes) >= 2 and detect_entry_size(indexes[0], 8) == 12 and indexes[0].stat().st_size >= 24
+    assert run_cli("verify", "--log-dirs", str(data))[0] == 0
+    raw = bytearray(indexes[0].read_bytes())
+    rel, pos = struct.unpack_from(">iq", raw, 12)
+    struct.pack_into(">iq", raw, 12, rel, pos - 1)
+    indexes[0].write_bytes(bytes(raw))
+    code, out = run_cli("verify", "--log-dirs", str(data))
+    assert code == 1 and f"{indexes[0]}, position 12" in out and f"log position {pos - 1}" in out
+
+
+def test_an_unclean_data_dir_notes_what_recovery_will_redo(tmp_path: Path) -> None:
+    live = tmp_path / "live"
+    manager = _local_log(live, 600, close=False)  # still open: no clean-shutdown marker, preallocated indexes
+    try:
+        copy = tmp_path / "crashed"
+        shutil.copytree(live, copy, ignore=shutil.ignore_patterns(".lock"))
+    finally:
+        manager.close()
+    segments = sorted((copy / "v-0").glob("*.log"))
+    assert len(segments) >= 2 and segments[-1].with_suffix(".index").stat().st_size > 1_000_000  # preallocated
+    with open(segments[-1], "ab") as f:
+        f.write(b"\x00\x00\x00\x00\x00\x00\x09\x00\x00\x00\x01\x00")  # a torn batch at the end of the active segment
+    code, out = run_cli("verify", "--log-dirs", str(copy))
+    assert code == 0, out
+    assert "note: no clean-shutdown marker" in out and "zero-filled (preallocated) entries" in out
+    assert "torn tail of 12 bytes" in out
+    with open(segments[0], "ab") as f:
+        f.write(b"\x00" * 12)  # the same in a closed segment is damage
+    code, out = run_cli("verify", "--log-dirs", str(copy))
+    assert code == 1 and f"v-0: {segments[0]}, position" in out
