@@ -389,21 +389,18 @@ def _listed(problems: list[Problem], kind: str, items: Iterable[tuple[str, int, 
                                    f"{len(rows) - MAX_LISTED_PER_FILE} more problem(s) of this kind not listed"))
 
 
-def detect_entry_size_of_bytes(data: bytes, log_size: int | None, requested: int) -> int | None:
-    """``local.index.detect_entry_size``'s rules on bytes already read (a remote object): 8, 12, or None when an
-    ambiguous length reads validly neither way."""
+def offset_entry_sizes_of_bytes(data: bytes, log_size: int | None) -> tuple[int, ...]:
+    """The entry sizes an offset index read as bytes (a remote object, no feature level to break ties) may have,
+    by ``local.index.detect_entry_size``'s rules: one size, both (8, 12) when an ambiguous length reads validly
+    both ways, none when it reads validly neither way. A length that is a multiple of neither gives 8 (the
+    length problem is reported by the check)."""
     by_large, by_legacy = len(data) % LARGE_OFFSET_ENTRY_SIZE == 0, len(data) % LEGACY_OFFSET_ENTRY_SIZE == 0
     if not data or not (by_large or by_legacy):
-        return requested
+        return (LEGACY_OFFSET_ENTRY_SIZE,)
     if by_large != by_legacy:
-        return LARGE_OFFSET_ENTRY_SIZE if by_large else LEGACY_OFFSET_ENTRY_SIZE
-    legacy_ok = reading_is_valid(data, LEGACY_OFFSET_ENTRY_SIZE, log_size)
-    large_ok = reading_is_valid(data, LARGE_OFFSET_ENTRY_SIZE, log_size)
-    if legacy_ok and large_ok:
-        return requested
-    if legacy_ok or large_ok:
-        return LEGACY_OFFSET_ENTRY_SIZE if legacy_ok else LARGE_OFFSET_ENTRY_SIZE
-    return None
+        return (LARGE_OFFSET_ENTRY_SIZE,) if by_large else (LEGACY_OFFSET_ENTRY_SIZE,)
+    sizes = (LEGACY_OFFSET_ENTRY_SIZE, LARGE_OFFSET_ENTRY_SIZE)
+    return tuple(size for size in sizes if reading_is_valid(data, size, log_size))
 
 
 def _zero_tail(raw: np.ndarray[Any, Any], entry_size: int, keep_first: bool) -> int:

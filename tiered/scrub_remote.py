@@ -36,7 +36,6 @@ from tiered.rsm import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentStat
 from tiered.scrub import (
     CHUNK_BYTES,
     INT32_MAX,
-    LEGACY_OFFSET_ENTRY_SIZE,
     BatchScanner,
     PartitionReport,
     Problem,
@@ -46,7 +45,7 @@ from tiered.scrub import (
     check_producer_snapshot,
     check_time_index,
     check_txn_index,
-    detect_entry_size_of_bytes,
+    offset_entry_sizes_of_bytes,
 )
 
 S = RemoteLogSegmentState
@@ -297,12 +296,15 @@ class RemoteScrub:
             if data is None:
                 continue
             if kind is IndexType.OFFSET:
-                entry_size = detect_entry_size_of_bytes(data, scan.bytes_seen, LEGACY_OFFSET_ENTRY_SIZE)
-                if entry_size is None:
+                sizes = offset_entry_sizes_of_bytes(data, scan.bytes_seen)
+                if not sizes:
                     out.problems.append(Problem("offset_index", f"{len(data)} bytes read validly neither as 8-byte "
                                                 "nor as 12-byte entries", object=key))
                     continue
-                problems, notes = check_offset_index(data, entry_size, base, scan, key, remote=True)
+                # an ambiguous length: the reading that fits the segment's batches (uploaded before and after the
+                # large-index feature was finalized, both formats live in one bucket)
+                problems, notes = min((check_offset_index(data, size, base, scan, key, remote=True) for size in sizes),
+                                      key=lambda found: len(found[0]))
             elif kind is IndexType.TIMESTAMP:
                 problems, notes = check_time_index(data, base, scan, key, remote=True)
             elif kind is IndexType.TRANSACTION:

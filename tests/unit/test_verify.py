@@ -411,6 +411,18 @@ def test_the_scanner_reads_batches_and_legacy_messages_in_any_chunking() -> None
     assert [(p.kind, p.position, p.offset) for p in _scan(bytes(damaged), [33]).problems] == [("crc_mismatch", last, 113)]
 
 
+def test_offset_index_formats_of_remote_bytes() -> None:
+    from tiered.scrub import offset_entry_sizes_of_bytes
+
+    legacy = struct.pack(">iiii", 0, 0, 5, 4000)
+    large = struct.pack(">iqiq", 0, 0, 5, 4000)
+    assert offset_entry_sizes_of_bytes(legacy, 10_000) == (8,) and offset_entry_sizes_of_bytes(large, 10_000) == (12,)
+    both = struct.pack(">iiiiii", 0, 0, 0, 1, 0, 2)  # 24 bytes: (0,0) (0,1) (0,2) as 8-byte entries is not valid
+    assert offset_entry_sizes_of_bytes(both, 10_000) == (12,)
+    assert offset_entry_sizes_of_bytes(bytes(24), None) == (8, 12)  # zero-filled: valid both ways
+    assert offset_entry_sizes_of_bytes(b"\xff" * 24, None) == ()
+
+
 def test_the_scanner_reports_headers_it_cannot_walk() -> None:
     data = bytearray(_segment_bytes())
     first = 12 + struct.unpack_from(">i", data, 8)[0]
@@ -441,7 +453,7 @@ def test_any_bytes_give_problems_never_an_exception_and_chunking_does_not_matter
         check_producer_snapshot,
         check_time_index,
         check_txn_index,
-        detect_entry_size_of_bytes,
+        offset_entry_sizes_of_bytes,
     )
 
     raw = bytearray((_segment_bytes() if prefix else b"") + data)
@@ -454,10 +466,10 @@ def test_any_bytes_give_problems_never_an_exception_and_chunking_does_not_matter
     assert [p.kind for p in _scan(blob, cuts).problems] == [p.kind for p in whole.problems]
     for problem in whole.problems:
         assert problem.object == "seg" and problem.line()
-    size = detect_entry_size_of_bytes(data, len(blob), 8)
+    sizes = offset_entry_sizes_of_bytes(data, len(blob))
     for entry_size in (8, 12):
         check_offset_index(data, entry_size, 100, whole, "idx", remote=False, zero_tail_ok=prefix)
-    assert size in (None, 8, 12)
+    assert set(sizes) <= {8, 12}
     check_time_index(data, 100, whole, "tidx", remote=False, zero_tail_ok=prefix)
     check_txn_index(data, 100, 111, "txn", remote=True)
     check_producer_snapshot(data, "snap", remote=False)
