@@ -383,7 +383,7 @@ def _segment_bytes() -> bytes:
 
 
 def _scan(data: bytes, cuts: list[int], *, total: int | None = None) -> Any:
-    from tiered.scrub import BatchScanner
+    from tiered.scrub.batches import BatchScanner
 
     scan = BatchScanner("seg", remote=True, segment_base=100, min_offset=100, total_size=total)
     start = 0
@@ -412,7 +412,7 @@ def test_the_scanner_reads_batches_and_legacy_messages_in_any_chunking() -> None
 
 
 def test_offset_index_formats_of_remote_bytes() -> None:
-    from tiered.scrub import offset_entry_sizes_of_bytes
+    from tiered.scrub.files import offset_entry_sizes_of_bytes
 
     legacy = struct.pack(">iiii", 0, 0, 5, 4000)
     large = struct.pack(">iqiq", 0, 0, 5, 4000)
@@ -447,7 +447,7 @@ def test_the_scanner_reports_headers_it_cannot_walk() -> None:
 def test_any_bytes_give_problems_never_an_exception_and_chunking_does_not_matter(
     data: bytes, prefix: bool, cuts: list[int], flips: list[tuple[int, int]]
 ) -> None:
-    from tiered.scrub import (
+    from tiered.scrub.files import (
         check_leader_epoch_checkpoint,
         check_offset_index,
         check_producer_snapshot,
@@ -567,10 +567,10 @@ def bucket(request: pytest.FixtureRequest, template: Path) -> Any:
 
 def test_other_backends_verify_clean_and_find_damage(bucket: Any, template: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    import tiered.scrub_remote
+    import tiered.scrub.remote
     from tiered.commands.verify import scrub
 
-    monkeypatch.setattr(tiered.scrub_remote, "CHUNK_BYTES", 4096 + 7)  # many chunks a segment, batches straddling
+    monkeypatch.setattr(tiered.scrub.remote, "CHUNK_BYTES", 4096 + 7)  # many chunks a segment, batches straddling
     data = [template / "data"]
     result = scrub(data, bucket)
     assert result.ok, [p.line() for part in result.partitions for p in part.problems]

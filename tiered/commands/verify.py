@@ -1,7 +1,7 @@
 """``tiered verify``: scrub data dirs and, with ``--remote``, the remote tier, changing nothing.
 
 ``tiered verify [--config F | --log-dirs D] [--remote] [--json] [--topic T]``. What is checked is described in
-:mod:`tiered.scrub` (local) and :mod:`tiered.scrub_remote` (remote). Nothing is written: no lock, checkpoint,
+:mod:`tiered.scrub` (local: :mod:`tiered.scrub.local`; remote: :mod:`tiered.scrub.remote`). Nothing is written: no lock, checkpoint,
 clean-shutdown marker, cache or directory is created, nothing is recovered (the log engine is never loaded).
 
 Text output: one line per problem (the partition, the file or remote object, the position and offset, the kind
@@ -20,7 +20,7 @@ a summary line. A progress bar (on stderr) is shown only when stdout is a termin
                      "remote_segments", "remote_bytes", "remote_end_offset", "problems": [...], "notes": [...]}]}
 
 and each problem is ``{"kind", "file", "object", "position", "offset", "message"}`` (``kind`` one of
-``tiered.scrub.PROBLEM_KINDS``; ``file`` a local path or null, ``object`` a remote key or null).
+``tiered.scrub.report.PROBLEM_KINDS``; ``file`` a local path or null, ``object`` a remote key or null).
 
 Exit codes: 0 nothing wrong, 1 problems found (or a data dir named by the config file is missing), 2 usage (bad
 arguments, a missing config file, a data dir given with ``--log-dirs`` that does not exist, ``--remote`` without
@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 from tiered.commands._common import UsageError, add_config_arguments, load_config
 
 if TYPE_CHECKING:
-    from tiered.scrub import DataDirReport, PartitionReport, Problem
-    from tiered.scrub_remote import RemoteReport
+    from tiered.scrub.remote import RemoteReport
+    from tiered.scrub.report import DataDirReport, PartitionReport, Problem
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -137,8 +137,9 @@ def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any
           remote_by_default: bool = False) -> ScrubResult:
     """Scrub ``dirs`` and, when ``rsm`` is given, its remote tier (``remote_by_default``: the broker's default of
     the topic key ``remote.storage.enable``, for partitions without an override)."""
-    from tiered.scrub import DataDirReport, Problem, log_bytes, partition_dirs, scrub_data_dir_files
-    from tiered.scrub import scrub_partition as scrub_local_partition
+    from tiered.scrub.local import log_bytes, partition_dirs, scrub_data_dir_files
+    from tiered.scrub.local import scrub_partition as scrub_local_partition
+    from tiered.scrub.report import DataDirReport, Problem
 
     progress = progress or _NoProgress()
     result = ScrubResult()
@@ -169,8 +170,8 @@ def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any
 
 def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: Any, remote_by_default: bool) -> None:
     from tiered.errors import TieredStorageError
-    from tiered.scrub import PartitionReport, Problem
-    from tiered.scrub_remote import RemoteScrub, check_tier_gap, topic_id_text
+    from tiered.scrub.remote import RemoteScrub, check_tier_gap, topic_id_text
+    from tiered.scrub.report import PartitionReport, Problem
 
     remote = RemoteScrub(rsm, progress=progress.advance, add_total=progress.add_total)
     result.remote = remote.report

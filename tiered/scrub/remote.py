@@ -10,7 +10,7 @@ Per partition found in the store (``<prefix>/<topic>-<topicId>/<partition>/``):
   segment is its state;
 * a COPY_SEGMENT_FINISHED segment has its ``.log``, ``.index``, ``.timeindex``, ``.snapshot`` and
   ``leader-epoch-checkpoint`` (``.txnindex`` is optional); its ``.log`` is streamed in chunks and every batch's
-  header and CRC checked (:class:`tiered.scrub.BatchScanner`), its size compared with ``segment_size_in_bytes``
+  header and CRC checked (:class:`tiered.scrub.batches.BatchScanner`), its size compared with ``segment_size_in_bytes``
   (which is clamped at 2^31-1), its last offset with ``end_offset``; its indexes are checked against those
   batches as local ones are; the producer snapshot and epoch checkpoint parse; the recorded per-chunk checksums
   are verified by :func:`_check_remote_checksums`;
@@ -30,16 +30,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from local.index.entries import INT32_MAX
 from tiered import layout
 from tiered.errors import RemoteResourceNotFoundError, TieredStorageError
 from tiered.rsm import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
-from tiered.scrub import (
-    CHUNK_BYTES,
-    INT32_MAX,
-    BatchScanner,
-    PartitionReport,
-    Problem,
-    Progress,
+from tiered.scrub.batches import CHUNK_BYTES, BatchScanner, Progress
+from tiered.scrub.files import (
     check_leader_epoch_checkpoint,
     check_offset_index,
     check_producer_snapshot,
@@ -47,6 +43,7 @@ from tiered.scrub import (
     check_txn_index,
     offset_entry_sizes_of_bytes,
 )
+from tiered.scrub.report import PartitionReport, Problem
 
 S = RemoteLogSegmentState
 _ID = r"[A-Za-z0-9_-]{22}"
