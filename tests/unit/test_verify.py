@@ -590,3 +590,21 @@ def test_other_backends_verify_clean_and_find_damage(bucket: Any, template: Path
     assert found == {("crc_mismatch", logs[1], position), ("missing_object", logs[2].replace(".log", ".timeindex"), None),
                      ("orphaned_object", logs[0].rsplit("/", 1)[0] + "/not-a-segment.bin", None)}
 
+
+
+def test_a_segment_that_cannot_be_read_is_reported_not_a_crash(dirs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tiered.scrub.local
+    from tiered.commands.verify import scrub
+
+    victim = local_segments(dirs)[0]
+    real = tiered.scrub.local.read_file_chunks
+
+    def failing(path: Path, size: int) -> Any:
+        if path == victim:
+            raise OSError(5, "Input/output error")
+        return real(path, size)
+
+    monkeypatch.setattr(tiered.scrub.local, "read_file_chunks", failing)
+    result = scrub([dirs / "data"], None)
+    found = [(p.kind, p.file) for part in result.partitions for p in part.problems]
+    assert found == [("unreadable", str(victim))]

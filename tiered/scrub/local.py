@@ -167,14 +167,16 @@ def _check_partition_files(pdir: Path, report: PartitionReport) -> None:
 
 def _scrub_segment(pdir: Path, base: int, path: Path, report: PartitionReport, next_min: int, active_unclean: bool,
                    dir_report: DataDirReport, progress: Progress) -> BatchScanner:
-    size = path.stat().st_size
-    scan = BatchScanner(str(path), remote=False, segment_base=base, min_offset=max(base, next_min),
-                        total_size=size, progress=progress)
+    scan = BatchScanner(str(path), remote=False, segment_base=base, min_offset=max(base, next_min), total_size=None,
+                        progress=progress)
     try:
+        size = scan.total_size = path.stat().st_size
         for chunk in read_file_chunks(path, size):
             scan.feed(chunk)
-    except OSError as exc:
+    except OSError as exc:  # deleted meanwhile (a live broker's retention), permissions, I/O errors
         report.problems.append(Problem("unreadable", f"cannot read: {exc}", file=str(path), position=scan.bytes_seen))
+        report.segments += 1
+        return scan  # its indexes are not judged against a segment not read
     scan.finish()
     report.segments += 1
     report.batches += len(scan.positions)
