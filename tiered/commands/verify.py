@@ -64,10 +64,12 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"data dir {d} does not exist" if not d.exists() else f"data dir {d} is not a directory")
     rsm = _remote_tier(config) if args.remote else None
     remote_by_default = bool(config.topic_config().remote_storage_enable)
-    with _progress(enabled=not args.json and sys.stdout.isatty()) as progress:
-        result = scrub(dirs, rsm, topic=args.topic, progress=progress, remote_by_default=remote_by_default)
-    if rsm is not None:
-        rsm.close()
+    try:
+        with _progress(enabled=not args.json and sys.stdout.isatty()) as progress:
+            result = scrub(dirs, rsm, topic=args.topic, progress=progress, remote_by_default=remote_by_default)
+    finally:
+        if rsm is not None:
+            rsm.close()
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
@@ -103,6 +105,8 @@ def _remote_tier(config: Any) -> Any:
 
 
 class ScrubResult:
+    """Everything one run found: per data dir, per partition, the remote tier's own report."""
+
     def __init__(self) -> None:
         self.data_dirs: list[DataDirReport] = []
         self.partitions: list[PartitionReport] = []

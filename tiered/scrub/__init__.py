@@ -25,7 +25,7 @@ and per data dir: the recovery-point, log-start-offset, replication-offset and c
 clean-shutdown marker (parses). Without a clean-shutdown marker the next start recovers the active segment, so
 its torn tail and zero-filled (preallocated) index entries are notes there, not problems.
 
-A problem is a :class:`Problem` (a stable ``kind``, the file or remote object, the byte position and the offset
+A problem is a :class:`tiered.scrub.report.Problem` (a stable ``kind``, the file or remote object, the byte position and the offset
 when known, and what is wrong); notes never change the verdict. The remote tier's checks are in
 :mod:`tiered.scrub.remote` and reuse the byte-level checks (:mod:`tiered.scrub.batches`, :mod:`tiered.scrub.files`).
 
