@@ -608,3 +608,26 @@ def test_a_segment_that_cannot_be_read_is_reported_not_a_crash(dirs: Path, monke
     result = scrub([dirs / "data"], None)
     found = [(p.kind, p.file) for part in result.partitions for p in part.problems]
     assert found == [("unreadable", str(victim))]
+
+
+def test_txn_index_partition_metadata_and_remote_index_damage_is_found(dirs: Path) -> None:
+    from local.index.entries import AbortedTxn
+
+    u1 = dirs / "data" / "u-1"
+    (u1 / "00000000000000000000.txnindex").write_bytes(
+        AbortedTxn(7, 0, 1, 1).encode() + AbortedTxn(7, 2, 1, 1).encode() + b"\x00" * 5)
+    (u1 / "partition.metadata").write_bytes(b"version: 0\ntopic_id: not-a-uuid")
+    remote_index = remote_objects(dirs, ".index")[0]
+    raw = bytearray(remote_index.read_bytes())
+    struct.pack_into(">i", raw, 4, struct.unpack_from(">i", raw, 4)[0] + 3)  # entry 0's position
+    remote_index.write_bytes(bytes(raw))
+    code, doc = verify_json(dirs)
+    assert code == 1
+    found = {(p["kind"], p["file"] or p["object"], p["position"]) for p in problems(doc)}
+    key = remote_index.relative_to(dirs / "remote").as_posix()
+    assert found == {
+        ("txn_index", str(u1 / "00000000000000000000.txnindex"), None),  # 73 bytes: not whole entries
+        ("txn_index", str(u1 / "00000000000000000000.txnindex"), 34),  # first offset 2 above last offset 1
+        ("partition_metadata", str(u1 / "partition.metadata"), None),
+        ("offset_index", key, 0),
+    }
