@@ -164,6 +164,7 @@ def test_a_flipped_byte_in_a_local_segment_is_a_crc_mismatch(dirs: Path) -> None
     segment = local_segments(dirs)[0]
     positions = batch_positions(segment)
     flip(segment, positions[3] + 500)  # inside the records of the fourth batch
+    assert verify(dirs, "--remote-only", remote=False)[0] == 0  # the remote tier alone is sound
     code, out = verify(dirs, remote=False)
     assert code == 1, out
     line = next(line for line in out.splitlines() if "[crc_mismatch]" in line)
@@ -251,6 +252,7 @@ def test_an_orphaned_remote_object_is_found(dirs: Path) -> None:
     orphan.write_bytes(b"left by a failed copy")
     code, out = verify(dirs)
     assert code == 1, out
+    assert verify(dirs, "--remote-only", remote=False)[0] == 1
     line = next(line for line in out.splitlines() if "[orphaned_object]" in line)
     assert orphan.relative_to(dirs / "remote").as_posix() in line and "no remote metadata names this segment" in line
 

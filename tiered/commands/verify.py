@@ -1,6 +1,6 @@
 """``tiered verify``: scrub data dirs and, with ``--remote``, the remote tier, changing nothing.
 
-``tiered verify [--config F | --log-dirs D] [--remote] [--json] [--topic T]``. What is checked is described in
+``tiered verify [--config F | --log-dirs D] [--remote | --remote-only] [--json] [--topic T]``. What is checked is described in
 :mod:`tiered.scrub` (local: :mod:`tiered.scrub.local`; remote: :mod:`tiered.scrub.remote`). Nothing is written: no lock, checkpoint,
 clean-shutdown marker, cache or directory is created, nothing is recovered (the log engine is never loaded).
 
@@ -48,6 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--remote", action="store_true",
                         help="also scrub the remote tier named by the configuration (metadata, objects, batches)")
+    parser.add_argument("--remote-only", action="store_true",
+                        help="scrub only the remote tier (e.g. from a machine without the data dirs)")
     parser.add_argument("--topic", "-t", help="only the partitions of this topic")
     parser.add_argument("--json", action="store_true", help="print one JSON document (see the module docs)")
 
@@ -57,12 +59,12 @@ def run(args: argparse.Namespace) -> int:
     if config_file and not Path(config_file).is_file():
         raise UsageError(f"no config file {config_file}")
     config = load_config(args)
-    dirs = [Path(d) for d in config.log_dirs]
+    dirs = [] if args.remote_only else [Path(d) for d in config.log_dirs]
     typed = bool(getattr(args, "log_dirs", None))
     for d in dirs:
         if typed and not d.is_dir():
             raise UsageError(f"data dir {d} does not exist" if not d.exists() else f"data dir {d} is not a directory")
-    rsm = _remote_tier(config) if args.remote else None
+    rsm = _remote_tier(config) if args.remote or args.remote_only else None
     remote_by_default = bool(config.topic_config().remote_storage_enable)
     try:
         with _progress(enabled=not args.json and sys.stdout.isatty()) as progress:
