@@ -633,3 +633,16 @@ def test_txn_index_partition_metadata_and_remote_index_damage_is_found(dirs: Pat
         ("partition_metadata", str(u1 / "partition.metadata"), None),
         ("offset_index", key, 0),
     }
+
+
+def test_a_remote_segment_gone_with_its_metadata_leaves_a_gap_in_the_remote_tier(dirs: Path) -> None:
+    second = remote_objects(dirs, ".log")[1]
+    start = second.name[:20]
+    gone = [p for p in (dirs / "remote").rglob(f"{start}-*") if p.is_file()]
+    assert len(gone) >= 7  # five or six objects and two metadata events
+    for path in gone:
+        path.unlink()
+    code, out = verify(dirs)
+    assert code == 1, out
+    line = next(line for line in out.splitlines() if "[offset_gap]" in line)
+    assert f"offset {int(start)}:" in line and f"offsets {int(start)}.." in line and "are in no remote segment" in line

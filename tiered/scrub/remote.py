@@ -191,12 +191,14 @@ class RemoteScrub:
         for md in finished:
             self._scrub_segment(md, group.objects.get((md.start_offset, layout.kafka_uuid(md.remote_log_segment_id.id)),
                                                       {}), out)
+        reach = None  # the highest end offset of the segments so far (segments of two lineages may overlap)
         for before, after in itertools.pairwise(finished):
-            if after.start_offset > before.end_offset + 1:
+            reach = before if reach is None or before.end_offset > reach.end_offset else reach
+            if after.start_offset > reach.end_offset + 1:
                 out.problems.append(Problem(
-                    "offset_gap", f"offsets {before.end_offset + 1}..{after.start_offset - 1} are in no remote segment "
-                    f"(between segments {layout.kafka_uuid(before.remote_log_segment_id.id)} and "
-                    f"{layout.kafka_uuid(after.remote_log_segment_id.id)})", offset=before.end_offset + 1))
+                    "offset_gap", f"offsets {reach.end_offset + 1}..{after.start_offset - 1} are in no remote segment "
+                    f"(between segments {layout.kafka_uuid(reach.remote_log_segment_id.id)} and "
+                    f"{layout.kafka_uuid(after.remote_log_segment_id.id)})", offset=reach.end_offset + 1))
         out.remote_segments += len(finished)
         out.remote_end_offset = max((md.end_offset for md in finished), default=out.remote_end_offset)
         self.report.segments += len(finished)
