@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = ("Exit codes: 0 nothing wrong, 1 problems found, 2 usage. Text: one line per problem (file or "
+                     "remote object, position, offset, [kind], what is wrong), a verdict per partition, a summary. "
+                     "--json: {version, ok, problems, summary, data_dirs, remote, partitions[{..., problems[{kind, "
+                     "file, object, position, offset, message}]}]}.")
     parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
                         help="broker .properties file (log.dirs; remote.log.*, rsm.config.* for --remote)")
     add_config_arguments(parser)
