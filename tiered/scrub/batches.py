@@ -206,7 +206,9 @@ class BatchScanner:
 
     def _add(self, position: int, base: int, last: int, max_ts: int) -> None:
         if base < self._next_min:
-            what = "the segment's base offset" if not self.lasts else f"the previous batch's last offset {self.lasts[-1]}"
+            what = (f"the previous batch's last offset {self.lasts[-1]}" if self.lasts else
+                    f"{self._next_min - 1} (the segment starts at {self.segment_base}; the segment before it ends "
+                    f"at {self._next_min - 1} or below)")
             self.report("offset_order", f"batch offsets {base}..{last} are not above {what}", position, base)
         elif last - self.segment_base > INT32_MAX:
             self.report("offset_order", f"last offset {last} is more than 2^31-1 past the segment's base offset "

@@ -50,9 +50,11 @@ def log_bytes(data_dir: Path) -> int:
     """The bytes of every segment ``.log`` under the data dir (the progress bar's total)."""
     total = 0
     for pdir, _topic, _partition in partition_dirs(data_dir):
-        for entry in os.scandir(pdir):
-            if entry.name.endswith(filenames.LOG_FILE_SUFFIX) and entry.is_file():
-                total += entry.stat().st_size
+        try:
+            total += sum(entry.stat().st_size for entry in os.scandir(pdir)
+                         if entry.name.endswith(filenames.LOG_FILE_SUFFIX) and entry.is_file())
+        except OSError:
+            continue  # gone or unreadable: the scrub of the partition says so
     return total
 
 
@@ -90,7 +92,7 @@ def scrub_data_dir_files(data_dir: Path) -> DataDirReport:
 
 def scrub_partition(pdir: Path, topic: str, partition: int, dir_report: DataDirReport, *,
                     progress: Progress = no_progress) -> PartitionReport:
-    """Scrub one partition dir (see the module docstring)."""
+    """Scrub one partition dir (what is checked: the :mod:`tiered.scrub` docs)."""
     report = PartitionReport(topic, partition, data_dir=str(pdir.parent))
     _check_partition_files(pdir, report)
     logs: list[tuple[int, Path]] = []
