@@ -3,6 +3,7 @@ written (hashes of every file before and after), usage errors exit 2."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -405,6 +406,10 @@ def test_the_scanner_reads_batches_and_legacy_messages_in_any_chunking() -> None
     assert whole.problems == [] and list(whole.bases) == [100, 103, 106, 109, 112, 113]
     assert list(whole.lasts) == [102, 105, 108, 111, 112, 113] and whole.max_timestamps[-1] == T0
     assert whole.valid_end == len(data + legacy) and whole.next_offset == 114
+    inner = b"".join(build_legacy_message(n, None, b"i%d" % n, timestamp=T0) for n in range(3))
+    wrapper = build_legacy_message(118, None, gzip.compress(inner), timestamp=T0, attributes=1)  # inner 116..118
+    wrapped = _scan(data + legacy + wrapper, [])
+    assert wrapped.problems == [] and (wrapped.bases[-1], wrapped.lasts[-1]) == (114, 118)  # first: unknown, >= 114
     for cuts in ([1], [17, 18, 60, 61, 62], list(range(0, len(data), 7))):
         assert _scan(data + legacy, cuts).problems == []
     damaged = bytearray(data + legacy)

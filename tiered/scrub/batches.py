@@ -193,16 +193,17 @@ class BatchScanner:
         self._add(position, base, max(base, last), max_ts)
 
     def _check_legacy(self, view: memoryview, p: int, position: int, size: int, magic: int) -> None:
-        offset, _size, crc, _magic, _attributes = _LEGACY_HEAD.unpack_from(view, p)
+        offset, _size, crc, _magic, attributes = _LEGACY_HEAD.unpack_from(view, p)
         computed = zlib.crc32(view[p + _LEGACY_CRC_START : p + size]) & 0xFFFFFFFF
         if computed != crc:
             self.crc_failures += 1
             self.report("crc_mismatch", f"legacy v{magic} message of {size} bytes: stored CRC {crc:#010x}, "
                         f"computed {computed:#010x}", position, offset)
         timestamp = _I64.unpack_from(view, p + 18)[0] if magic == 1 else -1
-        # A compressed wrapper's offset is its last inner offset; its first is only known by decompressing, and
-        # the indexes only ever name last offsets of legacy entries.
-        self._add(position, offset, offset, timestamp)
+        # A compressed wrapper's offset is its last inner offset; its first is only known by decompressing, so it
+        # is taken as the lowest it may be (old brokers indexed a wrapper by its first inner offset).
+        first = min(offset, self._next_min) if attributes & 0x07 else offset
+        self._add(position, first, offset, timestamp)
 
     def _add(self, position: int, base: int, last: int, max_ts: int) -> None:
         if base < self._next_min:
