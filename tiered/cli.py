@@ -24,7 +24,7 @@ COMMANDS: dict[str, str] = {
     "status": "show data dirs, partitions, offsets and load metrics",
     "offload": "run one pass of the remote copy and expiration tasks",
     "run": "run the log manager and remote tasks until interrupted",
-    "verify": "check a log dir without changing it",
+    "verify": "scrub data dirs (and the remote tier with --remote) for damage, changing nothing",
     "features": "describe or finalize feature levels (KIP-1333 large indexes)",
     "export": "export a topic's whole history with Spark",
 }

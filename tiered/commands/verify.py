@@ -1,0 +1,321 @@
+"""``tiered verify``: scrub data dirs and, with ``--remote``, the remote tier, changing nothing.
+
+``tiered verify [--config F | --log-dirs D] [--remote | --remote-only] [--json] [--topic T]``. What is checked is described in
+:mod:`tiered.scrub` (local: :mod:`tiered.scrub.local`; remote: :mod:`tiered.scrub.remote`). Nothing is written: no lock, checkpoint,
+clean-shutdown marker, cache or directory is created, nothing is recovered (the log engine is never loaded).
+
+Text output: one line per problem (the partition, the file or remote object, the position and offset, the kind
+in brackets and what is wrong), notes prefixed ``note:``, a verdict line per partition (``OK`` or ``FAILED``) and
+a summary line. A progress bar (on stderr) is shown only when stdout is a terminal and ``--json`` is not given.
+
+``--json`` prints one document (``"version": 1``)::
+
+    {"version": 1, "ok": bool, "problems": N,
+     "summary": {"partitions", "partitions_with_problems", "segments", "batches", "bytes",
+                 "remote_segments", "remote_bytes"},
+     "data_dirs": [{"path", "clean_shutdown", "problems": [...], "notes": [...]}],
+     "remote": null | {"backend", "prefix", "objects", "segments", "problems": [...], "notes": [...]},
+     "partitions": [{"partition" ("topic-N"), "topic", "partition_number", "topic_id", "data_dir", "ok",
+                     "segments", "batches", "bytes", "log_start_offset", "local_start_offset", "log_end_offset",
+                     "remote_segments", "remote_bytes", "remote_end_offset", "problems": [...], "notes": [...]}]}
+
+and each problem is ``{"kind", "file", "object", "position", "offset", "message"}`` (``kind`` one of
+``tiered.scrub.report.PROBLEM_KINDS``; ``file`` a local path or null, ``object`` a remote key or null).
+
+Exit codes: 0 nothing wrong, 1 problems found (or a data dir named by the config file is missing), 2 usage (bad
+arguments, a missing config file, a data dir given with ``--log-dirs`` that does not exist, ``--remote`` without
+a remote tier in the configuration).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tiered.commands._common import UsageError, add_config_arguments, load_config
+
+if TYPE_CHECKING:
+    from tiered.scrub.remote import RemoteReport
+    from tiered.scrub.report import DataDirReport, PartitionReport, Problem
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = ("Exit codes: 0 nothing wrong, 1 problems found, 2 usage. Text: one line per problem (file or "
+                     "remote object, position, offset, [kind], what is wrong), a verdict per partition, a summary. "
+                     "--json: {version, ok, problems, summary, data_dirs, remote, partitions[{..., problems[{kind, "
+                     "file, object, position, offset, message}]}]}.")
+    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                        help="broker .properties file (log.dirs; remote.log.*, rsm.config.* for --remote)")
+    add_config_arguments(parser)
+    parser.add_argument("--remote", action="store_true",
+                        help="also scrub the remote tier named by the configuration (metadata, objects, batches)")
+    parser.add_argument("--remote-only", action="store_true",
+                        help="scrub only the remote tier (e.g. from a machine without the data dirs)")
+    parser.add_argument("--topic", "-t", help="only the partitions of this topic")
+    parser.add_argument("--json", action="store_true", help="print one JSON document (see the module docs)")
+
+
+def run(args: argparse.Namespace) -> int:
+    config_file = getattr(args, "config", None)
+    if config_file and not Path(config_file).is_file():
+        raise UsageError(f"no config file {config_file}")
+    config = load_config(args)
+    dirs = [] if args.remote_only else [Path(d) for d in config.log_dirs]
+    typed = bool(getattr(args, "log_dirs", None))
+    for d in dirs:
+        if typed and not d.is_dir():
+            raise UsageError(f"data dir {d} does not exist" if not d.exists() else f"data dir {d} is not a directory")
+    rsm = _remote_tier(config) if args.remote or args.remote_only else None
+    remote_by_default = bool(config.topic_config().remote_storage_enable)
+    try:
+        with _progress(enabled=not args.json and sys.stdout.isatty()) as progress:
+            result = scrub(dirs, rsm, topic=args.topic, progress=progress, remote_by_default=remote_by_default)
+    finally:
+        if rsm is not None:
+            rsm.close()
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print_text(result)
+    return 0 if result.ok else 1
+
+
+def _remote_tier(config: Any) -> Any:
+    """The configured plugin, loaded without creating anything (a local-directory tier's missing dir is an error,
+    not a directory to make)."""
+    from tiered.backends import load_rsm
+    from tiered.backends.base import ObjectStoreRemoteStorageManager
+    from tiered.errors import TieredStorageError
+
+    if not config.remote_log_storage_system_enable:
+        raise UsageError("--remote needs the remote tier's configuration: remote.log.storage.system.enable=true, "
+                         "remote.log.storage.manager.class.name and rsm.config.* (pass --config FILE)")
+    props = dict(config.rsm_config)
+    if props.get("dir") and not Path(props["dir"]).is_dir():
+        raise UsageError(f"the remote tier's directory {props['dir']} (rsm.config.dir) does not exist")
+    try:
+        rsm = load_rsm(config.remote_log_storage_manager_class_name, props)
+    except (TieredStorageError, ValueError) as exc:
+        raise UsageError(f"cannot load the remote tier: {exc}") from exc
+    if not isinstance(rsm, ObjectStoreRemoteStorageManager):
+        rsm.close()
+        raise UsageError(f"{type(rsm).__qualname__} has no object API (listing, ranged reads): its remote tier "
+                         "cannot be verified")
+    return rsm
+
+
+# ------------------------------------------------------------------------------------------------------------
+
+
+class ScrubResult:
+    """Everything one run found: per data dir, per partition, the remote tier's own report."""
+
+    def __init__(self) -> None:
+        self.data_dirs: list[DataDirReport] = []
+        self.partitions: list[PartitionReport] = []
+        self.remote: RemoteReport | None = None
+        self.problems: list[tuple[str, Problem]] = []  # problems outside any partition: (where, problem)
+
+    @property
+    def problem_count(self) -> int:
+        return len(self.problems) + sum(len(p.problems) for p in self.partitions)
+
+    @property
+    def ok(self) -> bool:
+        return self.problem_count == 0
+
+    def to_json(self) -> dict[str, Any]:
+        parts = self.partitions
+        return {
+            "version": 1, "ok": self.ok, "problems": self.problem_count,
+            "summary": {
+                "partitions": len(parts), "partitions_with_problems": sum(1 for p in parts if p.problems),
+                "segments": sum(p.segments for p in parts), "batches": sum(p.batches for p in parts),
+                "bytes": sum(p.bytes for p in parts), "remote_segments": sum(p.remote_segments for p in parts),
+                "remote_bytes": sum(p.remote_bytes for p in parts),
+            },
+            "data_dirs": [d.to_json() for d in self.data_dirs],
+            "remote": self.remote.to_json() if self.remote is not None else None,
+            "partitions": [p.to_json() for p in parts],
+        }
+
+
+def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any = None,
+          remote_by_default: bool = False) -> ScrubResult:
+    """Scrub ``dirs`` and, when ``rsm`` is given, its remote tier (``remote_by_default``: the broker's default of
+    the topic key ``remote.storage.enable``, for partitions without an override)."""
+    from tiered.scrub.local import log_bytes, partition_dirs, scrub_data_dir_files
+    from tiered.scrub.local import scrub_partition as scrub_local_partition
+    from tiered.scrub.report import DataDirReport, Problem
+
+    progress = progress or _NoProgress()
+    result = ScrubResult()
+    present = [d for d in dirs if d.is_dir()]
+    progress.add_total(sum(log_bytes(d) for d in present))
+    for d in dirs:
+        if d not in present:
+            report = DataDirReport(str(d))
+            report.problems.append(Problem("missing_dir", "the data dir does not exist" if not d.exists()
+                                           else "the data dir is not a directory", file=str(d)))
+            result.data_dirs.append(report)
+            result.problems += [(str(d), p) for p in report.problems]
+            continue
+        dir_report = scrub_data_dir_files(d)
+        result.data_dirs.append(dir_report)
+        result.problems += [(str(d), p) for p in dir_report.problems]
+        for pdir, name, number in partition_dirs(d):
+            if topic is None or name == topic:
+                progress.describe(pdir.name)
+                result.partitions.append(scrub_local_partition(pdir, name, number, dir_report, progress=progress.advance))
+    if rsm is not None:
+        _scrub_remote(rsm, result, topic, progress, remote_by_default)
+    result.partitions.sort(key=lambda p: (p.topic, p.partition, p.data_dir or "", p.topic_id or ""))
+    if len({p.name for p in result.partitions}) < len(result.partitions):
+        _note_duplicates(result.partitions)
+    return result
+
+
+def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: Any, remote_by_default: bool) -> None:
+    from tiered.errors import TieredStorageError
+    from tiered.scrub.remote import RemoteScrub, check_tier_gap, topic_id_text
+    from tiered.scrub.report import PartitionReport, Problem
+
+    remote = RemoteScrub(rsm, progress=progress.advance, add_total=progress.add_total)
+    result.remote = remote.report
+    try:
+        groups = remote.discover()
+    except (TieredStorageError, OSError) as exc:
+        remote.report.problems.append(Problem("unreadable", f"cannot list the remote tier: {exc}"))
+        result.problems += [("remote tier", p) for p in remote.report.problems]
+        return
+    local = {(p.topic, p.partition): p for p in result.partitions}
+    for tip, group in sorted(groups.items(), key=lambda kv: (kv[0].topic, kv[0].partition, str(kv[0].topic_id))):
+        if topic is not None and tip.topic != topic:
+            continue
+        tid = topic_id_text(tip.topic_id)
+        report = local.get((tip.topic, tip.partition))
+        if report is None or (report.topic_id is not None and report.topic_id != tid):
+            report = PartitionReport(tip.topic, tip.partition, topic_id=tid)
+            report.notes.append("in the remote tier only (no data dir holds this partition with this topic id)")
+            result.partitions.append(report)
+        elif report.topic_id is None:
+            report.topic_id = tid
+        progress.describe(f"{tip.topic}-{tip.partition} (remote)")
+        latest = remote.load_metadata(group, report)
+        remote.scrub_partition(group, latest, report)
+    for report in local.values():
+        enabled = report.remote_storage_enable if report.remote_storage_enable is not None else remote_by_default
+        if enabled or report.remote_segments:
+            # (a topic without the remote tier may carry a stale log start offset: the loader raises it to the
+            # first segment's base offset, so a gap there is not data lost)
+            check_tier_gap(report)
+    result.problems += [("remote tier", p) for p in remote.report.problems]
+
+
+def _note_duplicates(partitions: list[PartitionReport]) -> None:
+    seen: dict[str, PartitionReport] = {}
+    for p in partitions:
+        if p.name in seen and p.data_dir and seen[p.name].data_dir and p.topic_id == seen[p.name].topic_id:
+            p.notes.append(f"also in data dir {seen[p.name].data_dir}")
+        seen.setdefault(p.name, p)
+
+
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def print_text(result: ScrubResult) -> None:
+    out = sys.stdout
+    for where, problem in result.problems:
+        out.write(f"{where}: {problem.line()}\n")
+    for d in result.data_dirs:
+        for note in d.notes:
+            out.write(f"{d.path}: note: {note}\n")
+    if result.remote is not None:
+        for note in result.remote.notes:
+            out.write(f"remote tier: note: {note}\n")
+    for p in result.partitions:
+        for problem in p.problems:
+            out.write(f"{p.name}: {problem.line()}\n")
+        for note in p.notes:
+            out.write(f"{p.name}: note: {note}\n")
+        detail = f"{p.segments} segment(s), {p.batches} batch(es), {_size(p.bytes)}"
+        if p.remote_segments or result.remote is not None:
+            detail += f"; remote: {p.remote_segments} segment(s), {_size(p.remote_bytes)}"
+        where = f" in {p.data_dir}" if p.data_dir else " (remote tier)"
+        verdict = "OK" if not p.problems else f"FAILED ({len(p.problems)} problem(s))"
+        out.write(f"{p.name}{where}: {verdict}: {detail}\n")
+    parts = result.partitions
+    bad = sum(1 for p in parts if p.problems)
+    scope = f"{len(result.data_dirs)} data dir(s)" + (" and the remote tier" if result.remote is not None else "")
+    verdict = "OK" if result.ok else "FAILED"
+    out.write(
+        f"verify {verdict}: {scope}, {len(parts)} partition(s), {bad} with problems, {result.problem_count} "
+        f"problem(s); {sum(p.segments for p in parts)} local segment(s), {sum(p.batches for p in parts)} batch(es), "
+        f"{_size(sum(p.bytes for p in parts))}; {sum(p.remote_segments for p in parts)} remote segment(s), "
+        f"{_size(sum(p.remote_bytes for p in parts))}\n"
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+
+
+class _NoProgress:
+    def add_total(self, n: int) -> None:
+        pass
+
+    def advance(self, n: int) -> None:
+        pass
+
+    def describe(self, text: str) -> None:
+        pass
+
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+class _RichProgress(_NoProgress):
+    """A bytes progress bar on stderr (rich), removed when done."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self._progress = Progress(TextColumn("verify {task.description}"), BarColumn(), DownloadColumn(),
+                                  TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+        self._task = self._progress.add_task("", total=0)
+
+    def add_total(self, n: int) -> None:
+        total = self._progress.tasks[0].total or 0
+        self._progress.update(self._task, total=total + n)
+
+    def advance(self, n: int) -> None:
+        self._progress.advance(self._task, n)
+
+    def describe(self, text: str) -> None:
+        self._progress.update(self._task, description=text)
+
+    def __enter__(self) -> _RichProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+
+def _progress(enabled: bool) -> _NoProgress:
+    return _RichProgress() if enabled else _NoProgress()
