@@ -35,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tiered.commands._common import UsageError, add_config_arguments, load_config
+from tiered.commands._common import UsageError, load_config
 
 if TYPE_CHECKING:
     from tiered.scrub.remote import RemoteReport
@@ -47,9 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      "remote object, position, offset, [kind], what is wrong), a verdict per partition, a summary. "
                      "--json: {version, ok, problems, summary, data_dirs, remote, partitions[{..., problems[{kind, "
                      "file, object, position, offset, message}]}]}.")
-    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
-                        help="broker .properties file (log.dirs; remote.log.*, rsm.config.* for --remote)")
-    add_config_arguments(parser)
     parser.add_argument("--remote", action="store_true",
                         help="also scrub the remote tier named by the configuration (metadata, objects, batches)")
     parser.add_argument("--remote-only", action="store_true",
