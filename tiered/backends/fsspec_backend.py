@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
+from tiered.backends.options import LIBRARY_LOG_REDACTION
 from tiered.errors import RemoteStorageError
 
 _OPTION_PREFIX = "storage_options."
@@ -29,6 +30,7 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
         url = self.options.string("url", required="the fsspec URL of the remote tier, e.g. s3://bucket/prefix")
         assert url is not None
         options: dict[str, Any] = {}
+        credentials: dict[str, str | None] = {}
         for key, value in props.items():
             if key.startswith(_OPTION_PREFIX):
                 name = key[len(_OPTION_PREFIX):]
@@ -38,10 +40,18 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
                 parsed: Any = {"true": True, "false": False}.get(text.lower(), text) if text is not None else None
                 if name in ("endpoint_url", "region_name"):
                     if name == "endpoint_url" and text is not None:
-                        self.options.url(key, ("http", "https"))  # validated; its userinfo is registered as a secret
+                        # Credentials in the URL go to s3fs's key/secret (unless given), never into the URL it uses.
+                        parsed, user, password = self.options.url(key, ("http", "https"))
+                        if user or password:
+                            credentials["key"], credentials["secret"] = user, password
                     options.setdefault("client_kwargs", {})[name] = parsed
                 else:
                     options[name] = parsed
+        for name, value in credentials.items():
+            options.setdefault(name, value)
+        LIBRARY_LOG_REDACTION.redactor.add(*self.redact.secrets)
+        LIBRARY_LOG_REDACTION.attach("fsspec", "s3fs", "aiobotocore", "aiobotocore.endpoint", "botocore.endpoint",
+                                     "botocore.auth", "botocore.httpsession", "urllib3.connectionpool")
         try:
             self.fs, root = fsspec.core.url_to_fs(url, **options)
         except (ValueError, ImportError, TypeError) as exc:

@@ -79,6 +79,36 @@ class Redactor:
         return f"Redactor({len(self.secrets)} secret(s))"
 
 
+class LibraryLogRedaction(logging.Filter):
+    """Masks the registered secrets in the records of a library's loggers (botocore logs its requests' headers at
+    DEBUG, the access key id and session token among them). One instance, shared: secrets are only ever added."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.redactor = Redactor()
+        self._attached: set[str] = set()
+
+    def attach(self, *logger_names: str) -> None:
+        for name in logger_names:
+            if name not in self._attached:
+                logging.getLogger(name).addFilter(self)
+                self._attached.add(name)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.redactor.secrets:
+            try:
+                message = record.getMessage()
+            except Exception:
+                return True
+            clean = self.redactor(message)
+            if clean != message:
+                record.msg, record.args = clean, ()
+        return True
+
+
+LIBRARY_LOG_REDACTION = LibraryLogRedaction()
+
+
 class Options:
     """The configuration of one plugin, validated key by key (see the module docstring)."""
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn, cast
 
 from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
+from tiered.backends.options import LIBRARY_LOG_REDACTION
 from tiered.errors import RemoteStorageError, RemoteStorageTimeoutError
 
 logger = logging.getLogger(__name__)
@@ -35,6 +36,10 @@ _RETRIABLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTim
                     "ServiceUnavailable", "503", "500", "502", "504"}
 
 
+# Loggers whose records may carry credentials (request headers, endpoint URLs): their records are masked.
+_LIBRARY_LOGGERS = ("botocore", "botocore.endpoint", "botocore.auth", "botocore.httpsession", "botocore.hooks",
+                    "botocore.retryhandler", "botocore.parsers", "botocore.regions", "botocore.client",
+                    "urllib3.connectionpool", "s3transfer", "s3transfer.tasks", "s3transfer.utils")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$", re.IGNORECASE)
 
 
@@ -94,6 +99,8 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
                 raise o.bad("sse_kms_key_id", kms_key, "needs rsm.config.sse=aws:kms")
             self.extra_args["SSEKMSKeyId"] = kms_key
         self._endpoint = endpoint
+        LIBRARY_LOG_REDACTION.redactor.add(access_key, secret_key, o.secret("aws_session_token"), password)
+        LIBRARY_LOG_REDACTION.attach(*_LIBRARY_LOGGERS)
         try:
             self.client = boto3.session.Session().client(
                 "s3",
