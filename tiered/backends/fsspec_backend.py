@@ -47,8 +47,8 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
                     options.setdefault("client_kwargs", {})[name] = parsed
                 else:
                     options[name] = parsed
-        for name, value in credentials.items():
-            options.setdefault(name, value)
+        for option, secret in credentials.items():
+            options.setdefault(option, secret)
         LIBRARY_LOG_REDACTION.redactor.add(*self.redact.secrets)
         LIBRARY_LOG_REDACTION.attach("fsspec", "s3fs", "aiobotocore", "aiobotocore.endpoint", "botocore.endpoint",
                                      "botocore.auth", "botocore.httpsession", "urllib3.connectionpool")
