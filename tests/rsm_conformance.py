@@ -13,12 +13,17 @@ from typing import IO
 
 import pytest
 
-from tiered import IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from local.errors import CorruptRecordError
+from tiered import IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from tiered.backends.base import ObjectStoreRemoteStorageManager
 from tiered.cache.chunk_cache import ChunkCache
 from tiered.cache.index_cache import RemoteIndexCache
-from tiered.checksums import ChecksumVerifier, SegmentChecksums, compute_segment_checksums, verify_object_checksums
+from tiered.checksums import (
+    ChecksumVerifier,
+    SegmentChecksums,
+    compute_segment_checksums,
+    verify_object_checksums,
+)
 from tiered.errors import RemoteChecksumError, RemoteResourceNotFoundError, RemoteStorageError
 from tiered.layout import kafka_uuid, segment_key
 from tiered.metadata import RemoteLogMetadataStore

@@ -51,7 +51,15 @@ class RemoteChecksumError(RemoteStorageError, CorruptRecordError):
     one refetch). Names the object (``key``), the byte range (``start``..``end`` inclusive) and the segment; also a
     :class:`local.errors.CorruptRecordError`, so whoever handles corrupt local data handles it too."""
 
+    key: str
+    start: int
+    end: int
+    segment_id: str
+    kind: str  # mismatch, short or long (see tiered.checksums.ChecksumProblem)
+
 
 class RemoteConfigError(RemoteStorageError, ConfigError):
     """An invalid ``rsm.config.*`` value: the message names the key, the value (hidden for a secret) and the allowed
     range; also a :class:`local.errors.ConfigError`, so the CLI reports it as a usage error (exit 2)."""
+
+    key: str
