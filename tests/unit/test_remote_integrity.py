@@ -368,7 +368,7 @@ def test_a_password_in_endpoint_url_never_appears_in_errors_logs_or_reprs(caplog
     rsm = load_rsm("s3", {"bucket": "tiered-test", "region": "us-east-1", "endpoint_url": url, "max_attempts": "1",
                           "connect_timeout_ms": "200", "aws_session_token": token, "path_style": "true"})
     with pytest.raises(RemoteStorageError) as info:
-        rsm.fetch_log_segment(_md(), 0, 10)  # type: ignore[arg-type]
+        rsm.fetch_log_segment(_md(), 0, 10)
     texts = [str(info.value), "".join(traceback.format_exception(info.value)), repr(rsm), repr(info.value)]
     texts += [r.getMessage() for r in caplog.records] + [r.exc_text or "" for r in caplog.records]
     assert caplog.records  # botocore did log the request
