@@ -247,19 +247,30 @@ def object_name(rsm: RemoteStorageManager | None, md: RemoteLogSegmentMetadata, 
     return f"{md.remote_log_segment_id.id}{suffix}"
 
 
+Name = str | Callable[[], str]  # an object's name, or how to make it (only when something is wrong: it costs)
+
+
 def check_range(
-    sums: SegmentChecksums, suffix: str, start: int, data: Any, expected_len: int, name: str, segment_id: str
+    sums: SegmentChecksums, suffix: str, start: int, data: Any, expected_len: int, name: Name, segment_id: Name
 ) -> ChecksumProblem | None:
     """Check ``data``, bytes ``[start, start + expected_len)`` of the object, ``start`` on a chunk boundary and the
     range made of whole chunks (the last one may end at the object's end)."""
+    problem = _check_range(sums, suffix, start, data, expected_len)
+    if problem is None:
+        return None
+    kind, lo, hi, detail = problem
+    return ChecksumProblem(kind, name if isinstance(name, str) else name(), lo, hi, detail,
+                           segment_id if isinstance(segment_id, str) else segment_id())
+
+
+def _check_range(sums: SegmentChecksums, suffix: str, start: int, data: Any, expected_len: int) -> tuple[str, int, int, str] | None:
     obj = sums.objects[suffix]
     c = sums.chunk_bytes
     view = memoryview(data).cast("B")
     if len(view) != expected_len:
         kind = "short" if len(view) < expected_len else "long"
         end = start + len(view) - 1 if kind == "long" else start + expected_len - 1
-        return ChecksumProblem(kind, name, start, end,
-                               f"got {len(view)} byte(s), expected {expected_len} (the object has {obj.size})", segment_id)
+        return kind, start, end, f"got {len(view)} byte(s), expected {expected_len} (the object has {obj.size})"
     first = start // c
     for i in range(0, len(view), c):
         k = first + i // c
@@ -268,9 +279,8 @@ def check_range(
             expected = obj.crcs[k] if k < len(obj.crcs) else None
             lo = start + i
             hi = min(lo + c, start + len(view)) - 1
-            return ChecksumProblem("mismatch", name, lo, hi,
-                                   f"crc32c {actual:#010x}, recorded {expected if expected is None else f'{expected:#010x}'}",
-                                   segment_id)
+            recorded = "nothing" if expected is None else f"{expected:#010x}"
+            return "mismatch", lo, hi, f"crc32c {actual:#010x}, recorded {recorded}"
     return None
 
 
@@ -293,7 +303,7 @@ class ChecksumVerifier:
         sums = self._object(md, suffix)
         if sums is None:
             return raw
-        return _VerifiedFetcher(self, raw, sums, suffix, object_name(self.rsm, md, suffix), str(md.remote_log_segment_id))
+        return _VerifiedFetcher(self, raw, sums, suffix, md)
 
     def opener(self, md: RemoteLogSegmentMetadata, raw: Opener, suffix: str = LOG) -> Opener:
         """``raw`` (``(start, end_inclusive | None) -> stream``) whose streams hand out only checked chunks and raise
@@ -301,7 +311,12 @@ class ChecksumVerifier:
         sums = self._object(md, suffix)
         if sums is None:
             return raw
-        name, sid = object_name(self.rsm, md, suffix), str(md.remote_log_segment_id)
+
+        def name() -> str:
+            return object_name(self.rsm, md, suffix)
+
+        def sid() -> str:
+            return str(md.remote_log_segment_id)
 
         def opener(start: int, end_inclusive: int | None) -> IO[bytes]:
             return cast(IO[bytes], _VerifiedStream(self, raw, sums, suffix, name, sid, start, end_inclusive))
@@ -351,12 +366,19 @@ class ChecksumVerifier:
 
 
 class _VerifiedFetcher:
+    """Made for each read (cheap: the object's name is only made when a check fails)."""
+
     def __init__(
-        self, verifier: ChecksumVerifier, raw: Fetcher, sums: SegmentChecksums, suffix: str, name: str, segment_id: str
+        self, verifier: ChecksumVerifier, raw: Fetcher, sums: SegmentChecksums, suffix: str, md: RemoteLogSegmentMetadata
     ) -> None:
-        self.verifier, self.raw, self.sums, self.suffix = verifier, raw, sums, suffix
-        self.name, self.segment_id = name, segment_id
+        self.verifier, self.raw, self.sums, self.suffix, self.md = verifier, raw, sums, suffix, md
         self.size = sums.objects[suffix].size
+
+    def name(self) -> str:
+        return object_name(self.verifier.rsm, self.md, self.suffix)
+
+    def segment_id(self) -> str:
+        return str(self.md.remote_log_segment_id)
 
     def __call__(self, start: int, end_inclusive: int) -> bytes:
         end = min(end_inclusive, self.size - 1)
@@ -383,7 +405,7 @@ class _VerifiedStream(io.BufferedIOBase):
     chunk's bytes only once its crc matched (the stream opens at the chunk boundary at or before ``start``)."""
 
     def __init__(
-        self, verifier: ChecksumVerifier, raw: Opener, sums: SegmentChecksums, suffix: str, name: str, segment_id: str,
+        self, verifier: ChecksumVerifier, raw: Opener, sums: SegmentChecksums, suffix: str, name: Name, segment_id: Name,
         start: int, end_inclusive: int | None,
     ) -> None:
         self._verifier, self._sums, self._suffix = verifier, sums, suffix
