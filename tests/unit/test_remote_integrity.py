@@ -132,6 +132,15 @@ def test_a_cached_index_damaged_on_disk_is_fetched_again(tmp_path: Path) -> None
             assert len(fetches) == 1  # the damaged file was not used: it was fetched again
         finally:
             cache.close()
+        copy.write_bytes(bytes(damaged))  # damaged again, then a restart reloads it from disk
+        cache = RemoteIndexCache(tmp_path / "other", fetch_index, verifier=rlm.checksums)
+        try:
+            assert len(cache) == 1  # restored at start (it passes the sanity check)
+            assert cache.lookup_offset(md, md.start_offset + 500) == position
+            assert len(fetches) == 2  # checked once the segment was known, and fetched again
+            assert cache.lookup_offset(md, md.start_offset + 500) == position and len(fetches) == 2
+        finally:
+            cache.close()
 
 
 def test_a_segment_cache_chunk_damaged_on_disk_is_fetched_again(tmp_path: Path) -> None:

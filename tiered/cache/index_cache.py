@@ -247,22 +247,41 @@ class RemoteIndexCache:
     def get_index_entry(self, metadata: RemoteLogSegmentMetadata) -> Entry:
         key = _entry_key(metadata.remote_log_segment_id.id)
         while True:
+            restored: Entry | None = None
+            event: threading.Event | None = None
+            owner = False
             with self._lock:
                 entry = self._entries.get(key)
-                if entry is not None:
-                    if entry.metadata is None:  # restored at start: now it can fetch its other indexes
-                        entry.metadata = metadata
+                if entry is not None and entry.metadata is not None:
                     self._entries.move_to_end(key)
                     self.hits += 1
                     self._metrics.hit()
                     return entry
-                event = self._loading.get(key)
-                if event is None:
-                    event = threading.Event()
-                    self._loading[key] = event
-                    owner = True
+                if entry is not None:
+                    restored = entry  # restored at start: its offset index was only sanity-checked
                 else:
-                    owner = False
+                    event = self._loading.get(key)
+                    if event is None:
+                        event = threading.Event()
+                        self._loading[key] = event
+                        owner = True
+            if restored is not None:
+                # Now that the segment is known, check the restored offset index against the segment's checksums
+                # (outside the lock: it reads the file) before anyone uses it; fetch it again when it does not match.
+                try:
+                    problem = self._check(metadata, IndexType.OFFSET, restored.paths[IndexType.OFFSET])
+                except OSError:
+                    continue  # evicted meanwhile (its files renamed): load it afresh
+                if problem is not None:
+                    logger.warning("cached remote index %s does not match its checksums (%s): fetching it again",
+                                   restored.paths[IndexType.OFFSET], problem)
+                    self.remove(key)
+                else:
+                    with self._lock:
+                        if restored.metadata is None:
+                            restored.metadata = metadata  # now it can fetch its other indexes
+                continue
+            assert event is not None
             if not owner:
                 event.wait()
                 continue  # the owner's load either succeeded (a hit now) or failed (we try ourselves)
