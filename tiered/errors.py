@@ -63,3 +63,8 @@ class RemoteConfigError(RemoteStorageError, ConfigError):
     range; also a :class:`local.errors.ConfigError`, so the CLI reports it as a usage error (exit 2)."""
 
     key: str
+
+
+class PluginConfigError(PluginLoadError, ConfigError):
+    """``remote.log.storage.manager.class.name`` names no loadable plugin: a configuration error (the CLI reports it
+    as a usage error, exit 2) naming the key and the value."""

@@ -364,6 +364,16 @@ def test_a_bad_rsm_value_is_a_usage_error_in_the_cli_not_a_traceback(tmp_path: P
     assert "Traceback" not in err
 
 
+def test_a_plugin_that_cannot_load_is_a_configuration_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["offload", "--log-dirs", str(tmp_path / "data"), "-o", "remote.log.storage.system.enable=true",
+            "-o", "remote.log.storage.manager.class.name=no.such.Plugin"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "Invalid value no.such.Plugin for configuration remote.log.storage.manager.class.name" in err
+    with pytest.raises(ConfigError, match="expected a dotted path"):
+        load_rsm("Plugin")
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
