@@ -37,7 +37,58 @@ def metadata(start: int = 100, end: int = 199, partition: int = 0) -> RemoteLogS
     return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), start, end, T0, 0, T0, 1000, {0: start})
 
 
-class RSMConformance:
+class CopyFaultConformance:
+    """Mixed into RSMConformance: a copy that fails in the middle (the store goes down after N uploads, its deletes
+    failing too) leaves nothing behind after the next pass of the same process."""
+
+    @pytest.mark.parametrize("fail_after", [1, 3, 7], ids=["started-event-reply-lost", "after-log-and-index", "finished-event-reply-lost"])
+    def test_a_copy_failing_mid_way_leaves_no_orphan_after_the_next_pass(
+        self, rsm: ObjectStoreRemoteStorageManager, tmp_path: Path, fail_after: int
+    ) -> None:
+        import time
+
+        from local import LogConfig, LogManager
+        from local.records import MemoryRecords, SimpleRecord
+        from tests.faulty_rsm import FaultyObjectStore
+        from tests.logutil import read_all_values
+        from tiered.layout import partition_prefix
+        from tiered.remote_log_manager import RemoteLogManager
+
+        faulty = FaultyObjectStore(rsm)
+        rlm = RemoteLogManager(faulty, RemoteLogMetadataStore(faulty), RemoteIndexCache(tmp_path / "data", faulty.fetch_index))
+        config = LogConfig.from_properties({"log.dirs": str(tmp_path / "data"), "log.segment.bytes": str(CHUNK)})
+        with LogManager(config, remote_tier=rlm, start_scheduler=False) as manager:
+            log = manager.get_or_create_log("faults", 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+            for first in range(0, 12_000, 100):
+                now = int(time.time() * 1000)  # recent: remote retention must not expire them
+                log.append(MemoryRecords.build([SimpleRecord(now, None, b"%0200d" % i) for i in range(first, first + 100)]))
+            expected = read_all_values(log)
+            candidates = len(rlm.candidate_segments(log))
+            assert candidates >= 2
+            faulty.fail_after_uploads(fail_after)
+            first_pass = rlm.run_once(manager.all_logs())
+            assert first_pass.copy_errors == 1 and faulty.down
+            faulty.up()  # the outage ends: the same process, no restart
+            second = rlm.run_once(manager.all_logs())
+            assert (second.stale_copies_cleaned, second.copy_errors) == (1, 0), second
+            tip = rlm.topic_id_partition(log)
+            fresh = RemoteLogMetadataStore(rsm)  # what the bucket says
+            assert fresh.find_stale_copies(tip) == []
+            finished = {kafka_uuid(md.remote_log_segment_id.id) for md in fresh.readable_segments(tip)}
+            assert len(finished) == candidates
+            keys = rsm.list_keys(partition_prefix(rsm.prefix, tip) + "/")
+            data_keys = [k for k in keys if "/__remote_log_metadata/" not in k]
+            owners = {k.rsplit("/", 1)[1].split("-", 1)[1].split(".", 1)[0] for k in data_keys}
+            assert owners == finished  # no object of the failed attempt is left
+            assert len(data_keys) == 5 * candidates
+            for md in fresh.readable_segments(tip):
+                assert verify_object_checksums(rsm, md) == []
+            manager.cleanup_logs()
+            assert log.local_log_start_offset > 0
+            assert read_all_values(log) == expected  # through the remote tier, every value checked
+
+
+class RSMConformance(CopyFaultConformance):
     """Subclasses define ``rsm`` (a fixture returning a configured ObjectStoreRemoteStorageManager)."""
 
     @pytest.fixture
@@ -277,3 +328,4 @@ class CountingFetch:
 
     def open(self, start: int, end: int | None) -> IO[bytes]:
         return self.rsm.fetch_log_segment(self.md, start, end)
+
