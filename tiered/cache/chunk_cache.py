@@ -264,7 +264,8 @@ class ChunkCache:
                 problem = f"crc32c {crc32c(chunk):#010x} does not match the {crc:#010x} stored with it"
             else:
                 return chunk.toreadonly()
-        logger.warning("chunk %s of the segment cache is damaged on disk (%s): fetching it again", ckey, problem)
+        level = logging.INFO if problem.startswith("no crc32c") else logging.WARNING  # an upgrade makes many
+        logger.log(level, "chunk %s of the segment cache is damaged on disk (%s): fetching it again", ckey, problem)
         self.disk_mismatches += 1
         try:
             self._cache.delete(ckey)
