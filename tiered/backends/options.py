@@ -50,18 +50,21 @@ class Redactor:
     """Replaces the secrets a plugin was configured with (and any URL userinfo) by ``***`` in a text."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self.secrets: set[str] = set()
+        self.secrets: frozenset[str] = frozenset()
+        self._ordered: tuple[str, ...] = ()  # longest first; replaced whole, so readers on other threads need no lock
         self.add(*secrets)
 
     def add(self, *secrets: str | None) -> None:
-        for secret in secrets:
-            if secret and len(secret) >= 3:  # shorter ones would mask ordinary text
-                self.secrets.add(secret)
+        new = {s for s in secrets if s and len(s) >= 3}  # shorter ones would mask ordinary text
+        if new - self.secrets:
+            self.secrets = self.secrets | new
+            self._ordered = tuple(sorted(self.secrets, key=len, reverse=True))
 
     def __call__(self, text: object) -> str:
         out = redact_url(str(text))
-        for secret in sorted(self.secrets, key=len, reverse=True):
-            out = out.replace(secret, "***")
+        for secret in self._ordered:
+            if secret in out:
+                out = out.replace(secret, "***")
         return out
 
     def leaks(self, exc: BaseException | None) -> bool:
