@@ -111,10 +111,19 @@ def validate_topic(topic: str) -> str:
     return topic
 
 
+PARTITION_MAX = 2**31 - 1  # Kafka's partition numbers are int32s
+
+
+def validate_partition(partition: object) -> int:
+    """``partition`` when it is a partition number (an int in 0..2^31-1), else ValueError saying so."""
+    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= PARTITION_MAX:
+        raise ValueError(f"invalid partition {partition!r}: must be a whole number in 0..{PARTITION_MAX}")
+    return partition
+
+
 def partition_dir_name(topic: str, partition: int) -> str:
     validate_topic(topic)
-    if partition < 0:
-        raise ValueError(f"partition must be >= 0, got {partition}")
+    validate_partition(partition)
     return f"{topic}-{partition}"
 
 
@@ -124,4 +133,4 @@ def parse_partition_dir_name(name: str) -> tuple[str, int]:
     if not sep or not topic or not partition.isdigit():
         raise ValueError(f"not a partition directory name (expected <topic>-<partition>): {name!r}")
     validate_topic(topic)
-    return topic, int(partition)
+    return topic, validate_partition(int(partition))

@@ -9,12 +9,22 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
+from typing import IO
 
 import pytest
 
+from local.errors import CorruptRecordError
 from tiered import IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from tiered.backends.base import ObjectStoreRemoteStorageManager
-from tiered.errors import RemoteResourceNotFoundError, RemoteStorageError
+from tiered.cache.chunk_cache import ChunkCache
+from tiered.cache.index_cache import RemoteIndexCache
+from tiered.checksums import (
+    ChecksumVerifier,
+    SegmentChecksums,
+    compute_segment_checksums,
+    verify_object_checksums,
+)
+from tiered.errors import RemoteChecksumError, RemoteResourceNotFoundError, RemoteStorageError
 from tiered.layout import kafka_uuid, segment_key
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.rsm import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
@@ -27,7 +37,58 @@ def metadata(start: int = 100, end: int = 199, partition: int = 0) -> RemoteLogS
     return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), start, end, T0, 0, T0, 1000, {0: start})
 
 
-class RSMConformance:
+class CopyFaultConformance:
+    """Mixed into RSMConformance: a copy that fails in the middle (the store goes down after N uploads, its deletes
+    failing too) leaves nothing behind after the next pass of the same process."""
+
+    @pytest.mark.parametrize("fail_after", [1, 3, 7], ids=["started-event-reply-lost", "after-log-and-index", "finished-event-reply-lost"])
+    def test_a_copy_failing_mid_way_leaves_no_orphan_after_the_next_pass(
+        self, rsm: ObjectStoreRemoteStorageManager, tmp_path: Path, fail_after: int
+    ) -> None:
+        import time
+
+        from local import LogConfig, LogManager
+        from local.records import MemoryRecords, SimpleRecord
+        from tests.faulty_rsm import FaultyObjectStore
+        from tests.logutil import read_all_values
+        from tiered.layout import partition_prefix
+        from tiered.remote_log_manager import RemoteLogManager
+
+        faulty = FaultyObjectStore(rsm)
+        rlm = RemoteLogManager(faulty, RemoteLogMetadataStore(faulty), RemoteIndexCache(tmp_path / "data", faulty.fetch_index))
+        config = LogConfig.from_properties({"log.dirs": str(tmp_path / "data"), "log.segment.bytes": str(CHUNK)})
+        with LogManager(config, remote_tier=rlm, start_scheduler=False) as manager:
+            log = manager.get_or_create_log("faults", 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+            for first in range(0, 12_000, 100):
+                now = int(time.time() * 1000)  # recent: remote retention must not expire them
+                log.append(MemoryRecords.build([SimpleRecord(now, None, b"%0200d" % i) for i in range(first, first + 100)]))
+            expected = read_all_values(log)
+            candidates = len(rlm.candidate_segments(log))
+            assert candidates >= 2
+            faulty.fail_after_uploads(fail_after)
+            first_pass = rlm.run_once(manager.all_logs())
+            assert first_pass.copy_errors == 1 and faulty.down
+            faulty.up()  # the outage ends: the same process, no restart
+            second = rlm.run_once(manager.all_logs())
+            assert (second.stale_copies_cleaned, second.copy_errors) == (1, 0), second
+            tip = rlm.topic_id_partition(log)
+            fresh = RemoteLogMetadataStore(rsm)  # what the bucket says
+            assert fresh.find_stale_copies(tip) == []
+            finished = {kafka_uuid(md.remote_log_segment_id.id) for md in fresh.readable_segments(tip)}
+            assert len(finished) == candidates
+            keys = rsm.list_keys(partition_prefix(rsm.prefix, tip) + "/")
+            data_keys = [k for k in keys if "/__remote_log_metadata/" not in k]
+            owners = {k.rsplit("/", 1)[1].split("-", 1)[1].split(".", 1)[0] for k in data_keys}
+            assert owners == finished  # no object of the failed attempt is left
+            assert len(data_keys) == 5 * candidates
+            for md in fresh.readable_segments(tip):
+                assert verify_object_checksums(rsm, md) == []
+            manager.cleanup_logs()
+            assert log.local_log_start_offset > 0
+            assert read_all_values(log) == expected  # through the remote tier, every value checked
+
+
+class RSMConformance(CopyFaultConformance):
     """Subclasses define ``rsm`` (a fixture returning a configured ObjectStoreRemoteStorageManager)."""
 
     @pytest.fixture
@@ -134,3 +195,137 @@ class RSMConformance:
         assert found.remote_log_segment_id == md.remote_log_segment_id and found.custom_metadata == b"custom"
         assert fresh.remote_log_segment_metadata(md.topic_id_partition, 150, 0) == found
         assert fresh.find_stale_copies(md.topic_id_partition) == []
+
+    # End-to-end checksums (tiered.checksums): recorded with the FINISHED metadata, checked on every fetch -------
+
+    @staticmethod
+    def _copy_with_checksums(
+        rsm: ObjectStoreRemoteStorageManager, data: LogSegmentData, with_checksums: bool = True
+    ) -> tuple[RemoteLogSegmentMetadata, SegmentChecksums]:
+        md = metadata()
+        store = RemoteLogMetadataStore(rsm)
+        store.add_remote_log_segment_metadata(md)
+        rsm.copy_log_segment_data(md, data)
+        sums = compute_segment_checksums(data, CHUNK)
+        store.update_remote_log_segment_metadata(
+            RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, T0 + 1, None, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 0),
+            checksums=sums if with_checksums else None,
+        )
+        return md, sums
+
+    def test_checksums_are_in_the_bucket_and_ranged_reads_are_verified(
+        self, rsm: ObjectStoreRemoteStorageManager, segment: tuple[LogSegmentData, bytes]
+    ) -> None:
+        data, log = segment
+        md, sums = self._copy_with_checksums(rsm, data)
+        fresh = RemoteLogMetadataStore(rsm)  # a new machine: only the bucket
+        assert fresh.segment_checksums(md) == sums
+        assert sums.objects[".log"].size == len(log) and len(sums.objects[".log"].crcs) == 4
+        verifier = ChecksumVerifier(rsm, fresh.segment_checksums)
+        raw = CountingFetch(rsm, md)
+        fetch = verifier.fetcher(md, raw)
+        for lo, hi in ((0, 99), (5, 5), (CHUNK - 3, CHUNK + 3), (1_000_000, 2_500_000), (len(log) - 3, len(log) + 100)):
+            assert fetch(lo, hi) == log[lo : hi + 1]
+        end = len(log) - 1
+        assert raw.calls == [(0, CHUNK - 1), (0, CHUNK - 1), (0, 2 * CHUNK - 1), (0, 3 * CHUNK - 1), (3 * CHUNK, end)]
+        with verifier.opener(md, raw.open)(CHUNK + 7, None) as stream:
+            pieces = []
+            while piece := stream.read(300_000):
+                pieces.append(piece)
+        assert b"".join(pieces) == log[CHUNK + 7 :]
+        assert verifier.fetch_index(md, IndexType.OFFSET).read() == data.offset_index.read_bytes()
+        assert verify_object_checksums(rsm, md) == []
+
+    def test_a_flipped_byte_in_a_stored_object_is_refused_after_one_refetch(
+        self, rsm: ObjectStoreRemoteStorageManager, segment: tuple[LogSegmentData, bytes], tmp_path: Path
+    ) -> None:
+        data, log = segment
+        md, _ = self._copy_with_checksums(rsm, data)
+        key = segment_key(rsm.prefix, md, ".log")
+        damaged = bytearray(log)
+        damaged[CHUNK + 12345] ^= 0x01
+        rsm.put_bytes(key, bytes(damaged))  # behind the backend's back: not through copy_log_segment_data
+        verifier = ChecksumVerifier(rsm, RemoteLogMetadataStore(rsm).segment_checksums)
+        raw = CountingFetch(rsm, md)
+        fetch = verifier.fetcher(md, raw)
+        assert fetch(0, 1000) == log[:1001]  # the chunks around it still read
+        raw.calls.clear()
+        with pytest.raises(RemoteChecksumError) as info:
+            fetch(CHUNK + 12_000, CHUNK + 13_000)
+        err = info.value
+        assert raw.calls == [(CHUNK, 2 * CHUNK - 1)] * 2  # fetched once more, then refused
+        assert (err.key, err.start, err.end) == (key, CHUNK, 2 * CHUNK - 1)
+        assert key in str(err) and f"{CHUNK}..{2 * CHUNK - 1}" in str(err)
+        assert isinstance(err, CorruptRecordError)  # what readers of corrupt data already handle
+        with pytest.raises(RemoteChecksumError), verifier.opener(md, raw.open)(0, None) as stream:
+            while stream.read(CHUNK):
+                pass
+        # Through the segment cache (a sequential reader: on S3 the chunks come off one streaming GET).
+        with ChunkCache(tmp_path / "cache", chunk_size=CHUNK, prefetch_chunks=1) as cache:
+            assert cache.read(key, len(log), 0, 100, fetch, verifier.opener(md, raw.open)) == log[:101]
+            with pytest.raises(RemoteChecksumError):
+                cache.read(key, len(log), CHUNK, CHUNK + 100, fetch, verifier.opener(md, raw.open))
+        [problem] = verify_object_checksums(rsm, md)
+        assert (problem.kind, problem.object, problem.start, problem.end) == ("mismatch", key, CHUNK, 2 * CHUNK - 1)
+
+    def test_damaged_indexes_and_a_truncated_log_are_errors_naming_the_object(
+        self, rsm: ObjectStoreRemoteStorageManager, segment: tuple[LogSegmentData, bytes], tmp_path: Path
+    ) -> None:
+        data, log = segment
+        md, _ = self._copy_with_checksums(rsm, data)
+        verifier = ChecksumVerifier(rsm, RemoteLogMetadataStore(rsm).segment_checksums)
+        index_key = segment_key(rsm.prefix, md, ".index")
+        rsm.put_bytes(index_key, b"\x00\x00\x00\x01\x00\x00\x10\x01")
+        with pytest.raises(RemoteChecksumError) as info:
+            verifier.fetch_index(md, IndexType.OFFSET)
+        assert info.value.key == index_key
+        cache = RemoteIndexCache(tmp_path / "idx", rsm.fetch_index, verifier=verifier)
+        try:
+            with pytest.raises(RemoteChecksumError, match=index_key):
+                cache.lookup_offset(md, 150)
+            assert not any((tmp_path / "idx").rglob("*.index"))  # nothing damaged was cached
+        finally:
+            cache.close()
+        log_key = segment_key(rsm.prefix, md, ".log")
+        rsm.put_bytes(log_key, log[: 2 * CHUNK - 10])
+        with pytest.raises(RemoteChecksumError) as info:
+            verifier.fetcher(md, CountingFetch(rsm, md))(CHUNK, CHUNK + 10)
+        assert (info.value.key, info.value.kind) == (log_key, "short")
+        rsm.delete_many([segment_key(rsm.prefix, md, ".timeindex")])
+        kinds = {(p.kind, p.object) for p in verify_object_checksums(rsm, md)}
+        assert kinds == {("mismatch", index_key), ("short", log_key), ("missing", segment_key(rsm.prefix, md, ".timeindex"))}
+
+    def test_a_segment_copied_without_checksums_still_reads(
+        self, rsm: ObjectStoreRemoteStorageManager, segment: tuple[LogSegmentData, bytes]
+    ) -> None:
+        data, log = segment
+        md, _ = self._copy_with_checksums(rsm, data, with_checksums=False)
+        store = RemoteLogMetadataStore(rsm)
+        assert [s.remote_log_segment_id for s in store.readable_segments(md.topic_id_partition)] == [md.remote_log_segment_id]
+        assert store.segment_checksums(md) is None
+        verifier = ChecksumVerifier(rsm, store.segment_checksums)
+        raw = CountingFetch(rsm, md)
+        assert verifier.fetcher(md, raw) is raw  # unverified, as before
+        assert verifier.fetcher(md, raw)(CHUNK - 1, CHUNK + 1) == log[CHUNK - 1 : CHUNK + 2]
+        assert verifier.fetch_index(md, IndexType.TIMESTAMP).read() == data.time_index.read_bytes()
+        assert verify_object_checksums(rsm, md) == []
+
+
+CHUNK = 1024 * 1024
+
+
+class CountingFetch:
+    """Ranged fetches of a segment's .log through the plugin, recorded."""
+
+    def __init__(self, rsm: ObjectStoreRemoteStorageManager, md: RemoteLogSegmentMetadata) -> None:
+        self.rsm, self.md = rsm, md
+        self.calls: list[tuple[int, int]] = []
+
+    def __call__(self, start: int, end: int) -> bytes:
+        self.calls.append((start, end))
+        with self.rsm.fetch_log_segment(self.md, start, end) as stream:
+            return stream.read()
+
+    def open(self, start: int, end: int | None) -> IO[bytes]:
+        return self.rsm.fetch_log_segment(self.md, start, end)
+

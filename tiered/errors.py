@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from local.errors import ConfigError, CorruptRecordError
+
 
 class TieredStorageError(Exception):
     """Root of every error raised by :mod:`tiered`."""
@@ -42,3 +44,27 @@ class InvalidStateTransitionError(TieredStorageError, ValueError):
 
 class PluginLoadError(TieredStorageError, ImportError):
     """remote.log.storage.manager.class.name names something that cannot be loaded or is not a plugin."""
+
+
+class RemoteChecksumError(RemoteStorageError, CorruptRecordError):
+    """Bytes fetched from the remote store do not match the crc32c recorded for them when they were uploaded (after
+    one refetch). Names the object (``key``), the byte range (``start``..``end`` inclusive) and the segment; also a
+    :class:`local.errors.CorruptRecordError`, so whoever handles corrupt local data handles it too."""
+
+    key: str
+    start: int
+    end: int
+    segment_id: str
+    kind: str  # mismatch, short or long (see tiered.checksums.ChecksumProblem)
+
+
+class RemoteConfigError(RemoteStorageError, ConfigError):
+    """An invalid ``rsm.config.*`` value: the message names the key, the value (hidden for a secret) and the allowed
+    range; also a :class:`local.errors.ConfigError`, so the CLI reports it as a usage error (exit 2)."""
+
+    key: str
+
+
+class PluginConfigError(PluginLoadError, ConfigError):
+    """``remote.log.storage.manager.class.name`` names no loadable plugin: a configuration error (the CLI reports it
+    as a usage error, exit 2) naming the key and the value."""

@@ -5,6 +5,10 @@ Every state change of a remote segment is one small immutable JSON object,
 that state. Loading a partition lists those objects and keeps, per segment, the highest state: a new machine (or
 a Spark job) finds every remote segment from the bucket alone, there is no read-modify-write, and a crash leaves
 at worst a COPY_SEGMENT_STARTED without its FINISHED event, which :meth:`find_stale_copies` reports for cleanup.
+
+The COPY_SEGMENT_FINISHED event of a segment copied with checksums also holds them (field ``checksums``, see
+:mod:`tiered.checksums`): :meth:`RemoteLogMetadataStore.segment_checksums` gives them to readers. Events written
+before checksums existed have no such field and decode as before.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 from tiered import layout
 from tiered.backends.base import ObjectStoreRemoteStorageManager
+from tiered.checksums import SegmentChecksums
 from tiered.rsm import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -34,9 +39,9 @@ logger = logging.getLogger(__name__)
 S = RemoteLogSegmentState
 
 
-def encode_metadata(md: RemoteLogSegmentMetadata) -> bytes:
+def encode_metadata(md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> bytes:
     tip = md.topic_id_partition
-    return json.dumps({
+    record: dict[str, Any] = {
         "version": 0,
         "topic_id": layout.kafka_uuid(tip.topic_id), "topic": tip.topic, "partition": tip.partition,
         "segment_id": layout.kafka_uuid(md.remote_log_segment_id.id),
@@ -46,11 +51,33 @@ def encode_metadata(md: RemoteLogSegmentMetadata) -> bytes:
         "segment_leader_epochs": {str(k): v for k, v in md.segment_leader_epochs.items()},
         "custom_metadata": base64.b64encode(md.custom_metadata).decode() if md.custom_metadata is not None else None,
         "state": int(md.state),
-    }, separators=(",", ":")).encode()
+    }
+    if checksums is not None:
+        record["checksums"] = checksums.to_json()
+    return json.dumps(record, separators=(",", ":")).encode()
 
 
 def decode_metadata(data: bytes) -> RemoteLogSegmentMetadata:
+    return decode_record(data)[0]
+
+
+def decode_record(data: bytes) -> tuple[RemoteLogSegmentMetadata, SegmentChecksums | None]:
+    """A metadata event: the segment's metadata and its checksums (None when the event has none)."""
     d = json.loads(data)
+    md = _decode_metadata(d)
+    raw = d.get("checksums")
+    if raw is None:
+        return md, None
+    try:
+        return md, SegmentChecksums.from_json(raw)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        # The metadata itself is fine: dropping it would make a finished copy look unfinished (and be deleted).
+        logger.error("unreadable checksums in the metadata of %s (its reads are not verified): %s",
+                     md.remote_log_segment_id, exc)
+        return md, None
+
+
+def _decode_metadata(d: dict[str, Any]) -> RemoteLogSegmentMetadata:
     tip = TopicIdPartition(layout.parse_kafka_uuid(d["topic_id"]), d["topic"], int(d["partition"]))
     return RemoteLogSegmentMetadata(
         RemoteLogSegmentId(tip, layout.parse_kafka_uuid(d["segment_id"])),
@@ -73,6 +100,7 @@ class RemoteLogMetadataStore:
         # time) order, their start offsets, and the running maximum of their end offsets. A read finds its
         # segment by bisection instead of sorting every segment of the partition.
         self._readable: dict[TopicIdPartition, tuple[list[RemoteLogSegmentMetadata], list[int], list[int]]] = {}
+        self._checksums: dict[uuid.UUID, SegmentChecksums] = {}  # per segment id, from its FINISHED event
 
     @classmethod
     def for_rsm(cls, rsm: RemoteStorageManager, fallback_dir: Path | None = None) -> RemoteLogMetadataStore:
@@ -90,20 +118,26 @@ class RemoteLogMetadataStore:
     def load(self, tip: TopicIdPartition) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
         """(Re)build the partition's view from the object store alone."""
         latest: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
+        checksums: dict[uuid.UUID, SegmentChecksums] = {}
         for key in self.store.list_keys(layout.metadata_prefix(self.prefix, tip)):
             if not key.endswith(".json"):
                 continue
             try:
-                md = decode_metadata(self.store.get_range(key))
-            except (ValueError, KeyError) as exc:
+                md, sums = decode_record(self.store.get_range(key))
+            except (ValueError, KeyError, TypeError) as exc:
                 logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
                 continue
             sid = md.remote_log_segment_id.id
             if sid not in latest or md.state > latest[sid].state:
                 latest[sid] = md
+            if sums is not None:
+                checksums[sid] = sums
         with self._lock:
             self._segments[tip] = latest
             self._readable.pop(tip, None)
+            for sid in latest:
+                self._checksums.pop(sid, None)
+            self._checksums.update(checksums)
         return latest
 
     def _view(self, tip: TopicIdPartition) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
@@ -112,30 +146,59 @@ class RemoteLogMetadataStore:
         return view if view is not None else self.load(tip)
 
     # Events -----------------------------------------------------------------------------------------------
-    def _record(self, md: RemoteLogSegmentMetadata) -> None:
+    def _record(self, md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> None:
         sid = md.remote_log_segment_id
-        self.store.put_bytes(layout.metadata_event_key(self.prefix, sid, md.start_offset, int(md.state)), encode_metadata(md))
+        key = layout.metadata_event_key(self.prefix, sid, md.start_offset, int(md.state))
+        self.store.put_bytes(key, encode_metadata(md, checksums))
         with self._lock:
             self._view(md.topic_id_partition)[sid.id] = md
             self._readable.pop(md.topic_id_partition, None)
+            if checksums is not None:
+                self._checksums[sid.id] = checksums
 
     def add_remote_log_segment_metadata(self, md: RemoteLogSegmentMetadata) -> None:
         if md.state is not S.COPY_SEGMENT_STARTED:
             raise ValueError(f"a new remote segment starts in COPY_SEGMENT_STARTED, not {md.state.name}")
         self._record(md)
 
-    def update_remote_log_segment_metadata(self, update: RemoteLogSegmentMetadataUpdate) -> RemoteLogSegmentMetadata:
+    def update_remote_log_segment_metadata(
+        self, update: RemoteLogSegmentMetadataUpdate, checksums: SegmentChecksums | None = None
+    ) -> RemoteLogSegmentMetadata:
+        """Record a state change. ``checksums`` (those of the objects just copied) go with COPY_SEGMENT_FINISHED."""
         sid = update.remote_log_segment_id
         current = self._view(sid.topic_id_partition).get(sid.id)
         if current is None:
             raise KeyError(f"no remote segment {sid} to update")
         md = current.create_with_updates(update)  # validates the transition
-        self._record(md)
+        self._record(md, checksums)
         if md.state is S.DELETE_SEGMENT_FINISHED:
             # The segment is gone: its events are garbage now (a crash here leaves them, and they are ignored).
             keys = [layout.metadata_event_key(self.prefix, sid, md.start_offset, int(s)) for s in S if s is not S.DELETE_SEGMENT_FINISHED]
             self.store.delete_many(keys)
+            with self._lock:
+                self._checksums.pop(sid.id, None)
         return md
+
+    def purge(self, md: RemoteLogSegmentMetadata) -> None:
+        """Delete every event of a copy that never finished (for one whose STARTED event may or may not have
+        reached the store: a put that failed on the client's side) and forget it. Deleting what is gone is fine."""
+        sid = md.remote_log_segment_id
+        self.store.delete_many([layout.metadata_event_key(self.prefix, sid, md.start_offset, int(s)) for s in S])
+        with self._lock:
+            view = self._segments.get(md.topic_id_partition)
+            if view is not None:
+                view.pop(sid.id, None)
+            self._readable.pop(md.topic_id_partition, None)
+            self._checksums.pop(sid.id, None)
+
+    def segment_checksums(self, md: RemoteLogSegmentMetadata) -> SegmentChecksums | None:
+        """The checksums recorded when ``md``'s copy finished; None for a copy made before checksums existed."""
+        sid = md.remote_log_segment_id
+        sums = self._checksums.get(sid.id)
+        if sums is None and md.topic_id_partition not in self._segments:
+            self._view(md.topic_id_partition)  # a store that has not loaded the partition yet (a new reader)
+            sums = self._checksums.get(sid.id)
+        return sums
 
     # Queries ----------------------------------------------------------------------------------------------
     def list_remote_log_segments(self, tip: TopicIdPartition, leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
@@ -179,8 +242,17 @@ class RemoteLogMetadataStore:
         return max(ends) if ends else None
 
     def find_stale_copies(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-        """Copies left STARTED (or DELETE_STARTED) by a crash: their objects must be deleted."""
+        """Copies left STARTED (or DELETE_STARTED) by a crash: their objects must be deleted. Reloads the partition
+        from the store."""
         return [m for m in self.load(tip).values() if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)]
+
+    def unfinished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """The segments of this view left COPY_SEGMENT_STARTED or DELETE_SEGMENT_STARTED (no reload: what this
+        process recorded since it loaded the partition, e.g. a copy whose cleanup failed in an outage)."""
+        with self._lock:
+            view = self._segments.get(tip)
+            segs = list(view.values()) if view is not None else []
+        return [m for m in segs if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)]
 
     def partitions(self) -> list[TopicIdPartition]:
         with self._lock:

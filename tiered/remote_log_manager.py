@@ -6,9 +6,12 @@ local log start offset, and local retention deletes a segment only once its remo
 
 Copy (per partition, in offset order): candidates are non-active segments whose next segment's base offset is at
 or below the last stable offset, from the highest copied offset + 1. Each attempt gets a new segment id;
-metadata COPY_SEGMENT_STARTED is recorded first, then the objects are uploaded, then COPY_SEGMENT_FINISHED. A
-failed attempt deletes what it uploaded (DELETE_SEGMENT_STARTED -> DELETE_SEGMENT_FINISHED). A STARTED copy
-found at start (a crash mid-copy) is cleaned up the same way.
+metadata COPY_SEGMENT_STARTED is recorded first, then the objects are uploaded, then COPY_SEGMENT_FINISHED, which
+records the crc32c checksums of every object (computed from the local files, see :mod:`tiered.checksums`; every
+fetch of a segment that has them is verified). A failed attempt deletes what it uploaded (DELETE_SEGMENT_STARTED
+-> DELETE_SEGMENT_FINISHED). A STARTED copy found at start (a crash mid-copy) is cleaned up the same way, and so
+is, at the next pass, a failed attempt whose cleanup failed too (an outage): as Kafka's copy task deletes a failed
+copy's data, no orphan waits for a restart.
 
 Remote retention deletes segments past ``retention.ms`` (by max timestamp), past ``retention.bytes`` over the
 whole log, below the log start offset, or outside the leader-epoch lineage, then advances the log start offset.
@@ -36,6 +39,12 @@ from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, Timest
 from local.records import MemoryRecords
 from local.records.batch import LAST_OFFSET_DELTA_OFFSET, LENGTH_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
 from local.scheduler import SYSTEM_TIME, Time
+from tiered.checksums import (
+    ChecksumVerifier,
+    checksum_chunk_bytes,
+    compute_segment_checksums,
+    default_chunk_bytes,
+)
 from tiered.errors import CustomMetadataSizeExceededError, RemoteStorageError
 from tiered.rsm import (
     LogSegmentData,
@@ -158,6 +167,7 @@ class RemoteLogManager:
         copier_threads: int = 4,
         time: Time = SYSTEM_TIME,
         registry: Any = None,
+        checksum_chunk_bytes: int | None = None,
     ) -> None:
         self.rsm = rsm
         self.metadata = metadata_store
@@ -177,6 +187,16 @@ class RemoteLogManager:
         self._readers: dict[TopicIdPartition, OrderedDict[int, tuple[RemoteLogSegmentId, int]]] = {}
         self._readers_lock = threading.Lock()
         self._cleaned_stale: set[TopicIdPartition] = set()
+        # Per partition: copy attempts of this process that failed and whose cleanup failed too (an outage), by
+        # segment id; the next pass deletes what they left.
+        self._failed_copies: dict[TopicIdPartition, dict[Any, RemoteLogSegmentMetadata]] = {}
+        # crc32c chunk size of new copies' checksums (tiered.checksums); verifies fetches of segments that have them.
+        self.checksum_chunk_bytes = checksum_chunk_bytes or default_chunk_bytes(
+            chunk_cache.chunk_size if chunk_cache is not None else None
+        )
+        self.checksums = ChecksumVerifier(rsm, metadata_store.segment_checksums)
+        if getattr(index_cache, "verifier", False) is None:
+            index_cache.verifier = self.checksums  # downloaded (and reopened) indexes are checked too
         self.metrics = _Metrics(registry)
         self._closed = False
 
@@ -220,6 +240,7 @@ class RemoteLogManager:
             copy_max_bytes_per_second=config.remote_log_manager_copy_max_bytes_per_second,
             fetch_max_bytes_per_second=config.remote_log_manager_fetch_max_bytes_per_second,
             copier_threads=getattr(config, "remote_log_manager_copier_thread_pool_size", 4) or 4,
+            checksum_chunk_bytes=checksum_chunk_bytes(config.rsm_config),
         )
 
     # ------------------------------------------------------------------------------------------------------
@@ -325,11 +346,13 @@ class RemoteLogManager:
         return md
 
     def _fetcher(self, md: RemoteLogSegmentMetadata) -> Callable[[int, int], bytes]:
+        """Ranged fetches of ``md``'s ``.log``, verified against its checksums when it has them."""
+
         def fetcher(a: int, b: int) -> bytes:
             with self.rsm.fetch_log_segment(md, a, b) as stream:
                 return stream.read()
 
-        return fetcher
+        return self.checksums.fetcher(md, fetcher)
 
     def _opener(self, md: RemoteLogSegmentMetadata) -> Callable[[int, int | None], IO[bytes]] | None:
         """A streaming fetch of ``md``'s ``.log`` for the chunk cache, when the plugin's fetches stream."""
@@ -339,7 +362,7 @@ class RemoteLogManager:
         def opener(a: int, b: int | None) -> IO[bytes]:
             return self.rsm.fetch_log_segment(md, a, b)
 
-        return opener
+        return self.checksums.opener(md, opener)
 
     @staticmethod
     def _chunk_key(md: RemoteLogSegmentMetadata) -> str:
@@ -504,7 +527,11 @@ class RemoteLogManager:
             return result
         tip = self.topic_id_partition(log)
         with self._partition_lock(tip):
-            result.stale_copies_cleaned += self._cleanup_stale_copies(tip)
+            try:
+                result.stale_copies_cleaned += self._cleanup_stale_copies(tip)
+            except Exception:
+                # The store is down (an outage): the copies below fail too, and the next pass tries again.
+                logger.warning("cleanup of failed copies of %s failed; retried at the next pass", log.name, exc_info=True)
             candidates = self.candidate_segments(log)
             self.metrics.copy_lag_segments.labels(log.topic, log.partition).set(len(candidates))
             self.metrics.copy_lag_bytes.labels(log.topic, log.partition).set(sum(s.size for s, _ in candidates))
@@ -550,11 +577,17 @@ class RemoteLogManager:
             seg.size,
             self._segment_leader_epochs(log, seg.base_offset, nxt.base_offset),
         )
-        self.metadata.add_remote_log_segment_metadata(md)
+        try:
+            self.metadata.add_remote_log_segment_metadata(md)
+        except Exception:
+            # The STARTED event may have reached the store even though the put failed here: the next pass purges it.
+            self._failed_copies.setdefault(tip, {})[segment_id.id] = md
+            raise
         self._copy_quota.acquire(seg.size)
-        with tempfile.TemporaryDirectory(prefix="tiered-copy-") as tmp:
-            data = self._segment_data(log, seg, nxt, Path(tmp))
-            try:
+        try:
+            with tempfile.TemporaryDirectory(prefix="tiered-copy-") as tmp:
+                data = self._segment_data(log, seg, nxt, Path(tmp))
+                checksums = compute_segment_checksums(data, self.checksum_chunk_bytes)
                 custom = self.rsm.copy_log_segment_data(md, data)
                 if custom is not None and len(custom) > self.custom_metadata_max_bytes:
                     raise CustomMetadataSizeExceededError(
@@ -562,15 +595,16 @@ class RemoteLogManager:
                         f"remote.log.metadata.custom.metadata.max.bytes={self.custom_metadata_max_bytes}",
                         size=len(custom),
                     )
-            except Exception:
-                self.metrics.copy_errors.inc()
-                self._delete_remote(md, reason="failed copy")
-                raise
-        self.metadata.update_remote_log_segment_metadata(
-            RemoteLogSegmentMetadataUpdate(
-                segment_id, self.time.milliseconds(), custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, self.broker_id
+            self.metadata.update_remote_log_segment_metadata(
+                RemoteLogSegmentMetadataUpdate(
+                    segment_id, self.time.milliseconds(), custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, self.broker_id
+                ),
+                checksums=checksums,
             )
-        )
+        except Exception:
+            self.metrics.copy_errors.inc()
+            self._remove_failed_copy(tip, md)
+            raise
         log.note_highest_remote_offset(end_offset)
         self.metrics.copy_bytes.inc(seg.size)
         logger.info("copied segment %d-%d of %s to the remote tier as %s", seg.base_offset, end_offset, log.name, segment_id)
@@ -596,15 +630,42 @@ class RemoteLogManager:
             leader_epoch_index=encode_leader_epoch_checkpoint(entries),
         )
 
+    def _remove_failed_copy(self, tip: TopicIdPartition, md: RemoteLogSegmentMetadata) -> None:
+        """Delete what a failed copy attempt uploaded and its metadata (Kafka's copy task does the same); when that
+        fails too (the store is down), the attempt is remembered and the next pass deletes it."""
+        try:
+            self._delete_remote(md, reason="failed copy")
+        except Exception:
+            self._failed_copies.setdefault(tip, {})[md.remote_log_segment_id.id] = md
+            logger.warning("cleanup of the failed copy %s failed; retried at the next pass", md.remote_log_segment_id,
+                           exc_info=True)
+
     def _cleanup_stale_copies(self, tip: TopicIdPartition) -> int:
-        """A COPY_SEGMENT_STARTED that never finished (a crash mid-copy): delete its objects once per start."""
-        if tip in self._cleaned_stale:
-            return 0
-        stale = self.metadata.find_stale_copies(tip)
-        for md in stale:
-            self._delete_remote(md, reason="stale copy left by a crash")
+        """Copies that never finished: at the first pass of the process, every COPY_SEGMENT_STARTED (or
+        DELETE_SEGMENT_STARTED) in the store (a crash mid-copy); at every pass, the failed attempts of this process
+        whose cleanup failed (an outage), so none waits for a restart. Called under the partition's lock, so no copy
+        of this partition is under way in this process."""
+        if tip not in self._cleaned_stale:
+            stale = {md.remote_log_segment_id.id: md for md in self.metadata.find_stale_copies(tip)}
+            reason = "stale copy left by a crash"
+        else:
+            stale = {md.remote_log_segment_id.id: md for md in self.metadata.unfinished_segments(tip)}
+            reason = "failed copy left by an earlier pass"
+        failed = self._failed_copies.get(tip, {})
+        cleaned = 0
+        for sid, md in list(stale.items()):
+            self._delete_remote(md, reason=reason)
+            failed.pop(sid, None)
+            cleaned += 1
+        for sid, md in list(failed.items()):
+            # Not in the store's view: its STARTED event was never acknowledged. Delete whatever may exist.
+            logger.info("purging the failed copy %s (%d-%d)", md.remote_log_segment_id, md.start_offset, md.end_offset)
+            self.rsm.delete_log_segment_data(md)
+            self.metadata.purge(md)
+            del failed[sid]
+            cleaned += 1
         self._cleaned_stale.add(tip)
-        return len(stale)
+        return cleaned
 
     def _delete_remote(self, md: RemoteLogSegmentMetadata, reason: str) -> None:
         sid = md.remote_log_segment_id

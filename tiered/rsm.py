@@ -30,6 +30,11 @@ class TopicIdPartition:
     topic: str
     partition: int
 
+    def __post_init__(self) -> None:
+        p = self.partition
+        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= INT32_MAX:
+            raise ValueError(f"invalid partition {p!r} of topic {self.topic!r}: must be a whole number in 0..{INT32_MAX}")
+
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}:{self.topic_id}"
 

@@ -275,8 +275,22 @@ def test_a_flipped_byte_in_a_remote_log_object_is_a_crc_mismatch(dirs: Path) -> 
     line = next(line for line in out.splitlines() if "[crc_mismatch]" in line)
     key = victim.relative_to(dirs / "remote").as_posix()
     assert line.startswith(f"t-0: remote object {key}, position {positions[5]}, offset ")
+    # the per-chunk checksums recorded at copy time disagree too, naming the object and the chunk's range
+    line = next(line for line in out.splitlines() if "[checksum_mismatch]" in line)
+    assert f"remote object {key}" in line and "mismatch" in line
     # without --remote the local scrub alone does not see it
     assert verify(dirs, remote=False)[0] == 0
+
+
+def test_a_flipped_byte_in_a_remote_index_object_is_a_checksum_mismatch(dirs: Path) -> None:
+    victim = remote_objects(dirs, ".timeindex")[1]
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0x01  # the last entry's relative offset, off by one: still a plausible index
+    victim.write_bytes(bytes(data))
+    code, out = verify(dirs)
+    assert code == 1, out
+    key = victim.relative_to(dirs / "remote").as_posix()
+    assert any("[checksum_mismatch]" in line and key in line for line in out.splitlines()), out
 
 
 def test_a_remote_tier_whose_data_is_gone_leaves_a_gap(dirs: Path) -> None:
@@ -594,7 +608,8 @@ def test_other_backends_verify_clean_and_find_damage(bucket: Any, template: Path
     bucket.put_bytes(logs[0].rsplit("/", 1)[0] + "/not-a-segment.bin", b"?")
     result = scrub(data, bucket)
     found = {(p.kind, p.object, p.position) for part in result.partitions for p in part.problems}
-    assert found == {("crc_mismatch", logs[1], position), ("missing_object", logs[2].replace(".log", ".timeindex"), None),
+    assert found == {("crc_mismatch", logs[1], position), ("checksum_mismatch", logs[1], 0),
+                     ("missing_object", logs[2].replace(".log", ".timeindex"), None),
                      ("orphaned_object", logs[0].rsplit("/", 1)[0] + "/not-a-segment.bin", None)}
 
 
@@ -637,6 +652,7 @@ def test_txn_index_partition_metadata_and_remote_index_damage_is_found(dirs: Pat
         ("txn_index", str(u1 / "00000000000000000000.txnindex"), 34),  # first offset 2 above last offset 1
         ("partition_metadata", str(u1 / "partition.metadata"), None),
         ("offset_index", key, 0),
+        ("checksum_mismatch", key, 0),  # its recorded chunk checksum disagrees as well
     }
 
 

@@ -12,9 +12,10 @@ import logging
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, NoReturn
 
 from tiered import layout
+from tiered.backends.options import Options, Redactor
 from tiered.errors import RemoteResourceNotFoundError, RemoteStorageError
 from tiered.rsm import IndexType, LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager
 
@@ -24,9 +25,37 @@ logger = logging.getLogger(__name__)
 class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     _ABSTRACT_HELPER = True
     prefix: str = ""
+    #: the ``rsm.config.*`` keys (prefix stripped) a backend reads; others are warned about. ``checksum.chunk.bytes``
+    #: is the copy task's (tiered.checksums), passed to every plugin with the rest.
+    CONFIG_KEYS: tuple[str, ...] = ("prefix", "checksum.chunk.bytes")
+    CONFIG_KEY_PREFIXES: tuple[str, ...] = ()
+    redact: Redactor = Redactor()
 
     def configure(self, props: Mapping[str, str]) -> None:
-        self.prefix = str(props.get("prefix", "")).strip("/")
+        self.options = Options(props, known=self.CONFIG_KEYS, known_prefixes=self.CONFIG_KEY_PREFIXES)
+        self.redact = self.options.redactor
+        self.prefix = (self.options.string("prefix", "") or "").strip("/")
+        from tiered.checksums import checksum_chunk_bytes
+
+        checksum_chunk_bytes(props)  # validated here too, so a bad value fails at configure
+
+    def _failure(self, message: str, exc: BaseException | None, **context: Any) -> RemoteStorageError:
+        """A RemoteStorageError whose message has no secret in it (and which is not chained to ``exc`` when that
+        mentions one: a traceback would print it)."""
+        err = RemoteStorageError(self.redact(message), **context)
+        if exc is not None and not self.redact.leaks(exc):
+            err.__cause__ = exc
+        else:
+            err.__suppress_context__ = True
+        return err
+
+    def _fail(self, message: str, exc: BaseException | None, **context: Any) -> NoReturn:
+        """Raise :meth:`_failure`'s error, chained to ``exc`` only when that mentions no secret."""
+        err = self._failure(message, exc, **context)
+        raise err from err.__cause__
+
+    def __repr__(self) -> str:
+        return f"{type(self).__qualname__}(prefix={self.prefix!r})"
 
     # The object API ---------------------------------------------------------------------------------------
     @abstractmethod
@@ -86,9 +115,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                 logger.exception("cleanup after the failed copy of %s failed", metadata.remote_log_segment_id)
             if isinstance(exc, RemoteStorageError):
                 raise
-            raise RemoteStorageError(
-                f"copy of {metadata.remote_log_segment_id} failed: {exc}", retriable=isinstance(exc, OSError)
-            ) from exc
+            self._fail(f"copy of {metadata.remote_log_segment_id} failed: {exc}", exc, retriable=isinstance(exc, OSError))
         return None
 
     def fetch_log_segment(

@@ -11,30 +11,52 @@ from pathlib import Path
 from typing import Any
 
 from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
+from tiered.backends.options import LIBRARY_LOG_REDACTION
 from tiered.errors import RemoteStorageError
 
 _OPTION_PREFIX = "storage_options."
 
 
 class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
+    CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "url")
+    CONFIG_KEY_PREFIXES = (_OPTION_PREFIX,)
+
     def configure(self, props: Mapping[str, str]) -> None:
         super().configure(props)
         try:
             import fsspec
         except ImportError as exc:  # pragma: no cover
             raise RemoteStorageError("the fsspec backend needs fsspec: pip install 'tiered[s3]'") from exc
-        url = props.get("url")
-        if not url:
-            raise RemoteStorageError("the fsspec remote tier needs rsm.config.url")
+        url = self.options.string("url", required="the fsspec URL of the remote tier, e.g. s3://bucket/prefix")
+        assert url is not None
         options: dict[str, Any] = {}
+        credentials: dict[str, str | None] = {}
         for key, value in props.items():
             if key.startswith(_OPTION_PREFIX):
                 name = key[len(_OPTION_PREFIX):]
+                if not name:
+                    raise self.options.bad(key, value, "names no storage option")
+                text = self.options.string(key)
+                parsed: Any = {"true": True, "false": False}.get(text.lower(), text) if text is not None else None
                 if name in ("endpoint_url", "region_name"):
-                    options.setdefault("client_kwargs", {})[name] = value
+                    if name == "endpoint_url" and text is not None:
+                        # Credentials in the URL go to s3fs's key/secret (unless given), never into the URL it uses.
+                        parsed, user, password = self.options.url(key, ("http", "https"))
+                        if user or password:
+                            credentials["key"], credentials["secret"] = user, password
+                    options.setdefault("client_kwargs", {})[name] = parsed
                 else:
-                    options[name] = value
-        self.fs, root = fsspec.core.url_to_fs(url, **options)
+                    options[name] = parsed
+        for option, secret in credentials.items():
+            options.setdefault(option, secret)
+        LIBRARY_LOG_REDACTION.redactor.add(*self.redact.secrets)
+        LIBRARY_LOG_REDACTION.attach("fsspec", "s3fs", "aiobotocore", "aiobotocore.endpoint", "botocore.endpoint",
+                                     "botocore.auth", "botocore.httpsession", "urllib3.connectionpool")
+        try:
+            self.fs, root = fsspec.core.url_to_fs(url, **options)
+        except (ValueError, ImportError, TypeError) as exc:
+            raise self.options.bad("url", url, self.redact(exc)) from None
+        self._display = self.redact(url)
         self.root = root.rstrip("/")
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         self._needs_dirs = bool({"file", "local"} & set(protocols))  # object stores have no directories
@@ -47,17 +69,20 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}" if self.root else key
 
+    def __repr__(self) -> str:
+        return f"{type(self).__qualname__}(url={getattr(self, '_display', None)!r}, prefix={self.prefix!r})"
+
     def put_file(self, key: str, path: Path) -> None:
         try:
             self.fs.put_file(str(path), self._prepare(self._path(key)))
         except Exception as exc:
-            raise RemoteStorageError(f"upload of {key} failed: {exc}", retriable=isinstance(exc, OSError), key=key) from exc
+            self._fail(f"upload of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
 
     def put_bytes(self, key: str, data: bytes) -> None:
         try:
             self.fs.pipe_file(self._prepare(self._path(key)), data)
         except Exception as exc:
-            raise RemoteStorageError(f"put of {key} failed: {exc}", retriable=isinstance(exc, OSError), key=key) from exc
+            self._fail(f"put of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
 
     def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
         try:
@@ -65,7 +90,7 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
         except FileNotFoundError:
             raise not_found(key) from None
         except Exception as exc:
-            raise RemoteStorageError(f"get of {key} failed: {exc}", retriable=isinstance(exc, OSError), key=key) from exc
+            self._fail(f"get of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
 
     def delete_many(self, keys: Iterable[str]) -> None:
         for key in keys:
@@ -73,6 +98,8 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
                 self.fs.rm_file(self._path(key))
             except FileNotFoundError:
                 continue
+            except Exception as exc:
+                self._fail(f"delete of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
 
     def list_keys(self, prefix: str) -> list[str]:
         strip = self.fs._strip_protocol

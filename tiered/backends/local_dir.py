@@ -18,13 +18,21 @@ from tiered.errors import RemoteStorageError
 
 class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
     root: Path
+    CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "dir")
 
     def configure(self, props: Mapping[str, str]) -> None:
         super().configure(props)
-        if not props.get("dir"):
-            raise RemoteStorageError("the local directory remote tier needs rsm.config.dir")
-        self.root = Path(props["dir"])
-        self.root.mkdir(parents=True, exist_ok=True)
+        directory = self.options.string("dir", required="the directory of the local directory remote tier")
+        self.root = Path(str(directory))
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise self.options.bad("dir", directory, f"cannot create the directory: {exc.strerror or exc}") from None
+        if not self.root.is_dir():
+            raise self.options.bad("dir", directory, "not a directory")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__qualname__}(dir={str(self.root)!r}, prefix={self.prefix!r})"
 
     def _path(self, key: str) -> Path:
         path = (self.root / key).resolve()

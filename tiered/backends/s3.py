@@ -1,9 +1,15 @@
 """S3RemoteStorageManager: any S3-compatible store through boto3.
 
-Config (``rsm.config.*``): ``bucket`` (required), ``prefix``, ``region``, ``endpoint_url``, ``aws_access_key_id``,
-``aws_secret_access_key``, ``path_style`` (true/false), ``sse`` (AES256 or aws:kms), ``sse_kms_key_id``,
-``multipart_threshold_bytes`` (8 MiB), ``multipart_chunk_size_bytes`` (8 MiB), ``max_concurrency`` (4),
-``connect_timeout_ms`` (10000), ``read_timeout_ms`` (30000), ``max_attempts`` (5), ``retry_mode`` (standard).
+Config (``rsm.config.*``, each validated: a bad value fails at configure naming the key, the value and the range):
+``bucket`` (required), ``prefix``, ``region``, ``endpoint_url`` (http/https), ``aws_access_key_id``,
+``aws_secret_access_key``, ``aws_session_token``, ``path_style`` (true/false), ``sse`` (AES256 or aws:kms),
+``sse_kms_key_id``, ``multipart_threshold_bytes`` (8 MiB, >= 5 MiB), ``multipart_chunk_size_bytes`` (8 MiB,
+5 MiB..5 GiB), ``max_concurrency`` (4, 1..256), ``connect_timeout_ms`` (10000), ``read_timeout_ms`` (30000, both
+1..3600000), ``max_attempts`` (5, 1..100), ``retry_mode`` (standard, legacy or adaptive).
+
+Credentials in ``endpoint_url`` (``http://ACCESS:SECRET@host:port``) are taken out of the URL before botocore
+sees it, and used as the access key and secret key unless those are given; keys, secrets, tokens and userinfo
+never appear in errors, logs or reprs.
 
 Uploads go through boto3's transfer manager (multipart parts streamed from the file, never the whole segment in
 memory); reads are ranged GETs. Throttling, 5xx and timeouts are retried with backoff by botocore; what still
@@ -14,24 +20,36 @@ whether a retry may help.
 from __future__ import annotations
 
 import io
+import logging
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any, NoReturn, cast
 
 from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
+from tiered.backends.options import LIBRARY_LOG_REDACTION
 from tiered.errors import RemoteStorageError, RemoteStorageTimeoutError
+
+logger = logging.getLogger(__name__)
 
 _RETRIABLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
                     "ServiceUnavailable", "503", "500", "502", "504"}
 
 
-def _bool(value: Any) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes")
+# Loggers whose records may carry credentials (request headers, endpoint URLs): their records are masked.
+_LIBRARY_LOGGERS = ("botocore", "botocore.endpoint", "botocore.auth", "botocore.httpsession", "botocore.hooks",
+                    "botocore.retryhandler", "botocore.parsers", "botocore.regions", "botocore.client",
+                    "urllib3.connectionpool", "s3transfer", "s3transfer.tasks", "s3transfer.utils")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$", re.IGNORECASE)
 
 
 class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
     bucket: str
     fetch_streams = True  # fetch_log_segment hands back the GET's body, read as it arrives
+    CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "bucket", "region", "endpoint_url",
+                   "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "path_style", "sse",
+                   "sse_kms_key_id", "multipart_threshold_bytes", "multipart_chunk_size_bytes", "max_concurrency",
+                   "connect_timeout_ms", "read_timeout_ms", "max_attempts", "retry_mode")
 
     def configure(self, props: Mapping[str, str]) -> None:
         super().configure(props)
@@ -39,38 +57,72 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             import boto3
             from boto3.s3.transfer import TransferConfig
             from botocore.config import Config
-        except ImportError as exc:  # pragma: no cover - the s3 extra is part of the test install
-            raise RemoteStorageError("the S3 backend needs boto3: pip install 'tiered[s3]'") from exc
-        if not props.get("bucket"):
-            raise RemoteStorageError("the S3 remote tier needs rsm.config.bucket")
-        self.bucket = props["bucket"]
+        except ImportError:  # pragma: no cover - the s3 extra is part of the test install
+            raise RemoteStorageError("the S3 backend needs boto3: pip install 'tiered[s3]'") from None
+        o = self.options
+        bucket = o.string("bucket", required="the S3 bucket of the remote tier")
+        assert bucket is not None
+        if not _BUCKET.match(bucket):
+            raise o.bad("bucket", bucket, "expected 3..63 characters out of a-z, 0-9, '.', '-' and '_'")
+        self.bucket = bucket
+        region = o.string("region")
+        endpoint, user, password = o.url("endpoint_url", ("http", "https"))
+        access_key = o.secret("aws_access_key_id")
+        secret_key = o.secret("aws_secret_access_key")
+        if user or password:
+            if access_key or secret_key:
+                logger.warning("rsm.config.endpoint_url holds credentials and so do rsm.config.aws_access_key_id/"
+                               "aws_secret_access_key: the URL's are ignored")
+            else:
+                access_key, secret_key = user, password
+        mib = 1024 * 1024
+        threshold = o.integer("multipart_threshold_bytes", 8 * mib, 5 * mib, 5 * 1024 * mib)
+        part_size = o.integer("multipart_chunk_size_bytes", 8 * mib, 5 * mib, 5 * 1024 * mib)
+        concurrency = o.integer("max_concurrency", 4, 1, 256)
+        assert concurrency is not None
         config = Config(
-            region_name=props.get("region") or None,
-            connect_timeout=int(props.get("connect_timeout_ms", 10_000)) / 1000,
-            read_timeout=int(props.get("read_timeout_ms", 30_000)) / 1000,
-            retries={"max_attempts": int(props.get("max_attempts", 5)), "mode": props.get("retry_mode", "standard")},
-            s3={"addressing_style": "path" if _bool(props.get("path_style", "false")) else "auto"},
-            max_pool_connections=max(10, int(props.get("max_concurrency", 4)) * 2),
-        )
-        self.client = boto3.session.Session().client(
-            "s3",
-            endpoint_url=props.get("endpoint_url") or None,
-            aws_access_key_id=props.get("aws_access_key_id") or None,
-            aws_secret_access_key=props.get("aws_secret_access_key") or None,
-            region_name=props.get("region") or None,
-            config=config,
-        )
-        self.transfer_config = TransferConfig(
-            multipart_threshold=int(props.get("multipart_threshold_bytes", 8 * 1024 * 1024)),
-            multipart_chunksize=int(props.get("multipart_chunk_size_bytes", 8 * 1024 * 1024)),
-            max_concurrency=int(props.get("max_concurrency", 4)),
-            use_threads=True,
+            region_name=region,
+            connect_timeout=(o.integer("connect_timeout_ms", 10_000, 1, 3_600_000) or 0) / 1000,
+            read_timeout=(o.integer("read_timeout_ms", 30_000, 1, 3_600_000) or 0) / 1000,
+            retries={"max_attempts": o.integer("max_attempts", 5, 1, 100),
+                     "mode": o.choice("retry_mode", "standard", ("standard", "legacy", "adaptive"))},
+            s3={"addressing_style": "path" if o.boolean("path_style", False) else "auto"},
+            max_pool_connections=max(10, concurrency * 2),
         )
         self.extra_args: dict[str, str] = {}
-        if props.get("sse"):
-            self.extra_args["ServerSideEncryption"] = props["sse"]
-        if props.get("sse_kms_key_id"):
-            self.extra_args["SSEKMSKeyId"] = props["sse_kms_key_id"]
+        sse = o.choice("sse", None, ("AES256", "aws:kms"))
+        if sse:
+            self.extra_args["ServerSideEncryption"] = sse
+        kms_key = o.string("sse_kms_key_id")
+        if kms_key:
+            if sse != "aws:kms":
+                raise o.bad("sse_kms_key_id", kms_key, "needs rsm.config.sse=aws:kms")
+            self.extra_args["SSEKMSKeyId"] = kms_key
+        self._endpoint = endpoint
+        LIBRARY_LOG_REDACTION.redactor.add(access_key, secret_key, o.secret("aws_session_token"), password)
+        LIBRARY_LOG_REDACTION.attach(*_LIBRARY_LOGGERS)
+        try:
+            self.client = boto3.session.Session().client(
+                "s3",
+                endpoint_url=endpoint,
+                aws_access_key_id=access_key,
+                aws_secret_access_key=secret_key,
+                aws_session_token=o.secret("aws_session_token"),
+                region_name=region,
+                config=config,
+            )
+        except ValueError as exc:  # botocore refuses the endpoint or region
+            raise o.bad("endpoint_url" if endpoint else "region", endpoint or region, self.redact(exc)) from None
+        self.transfer_config = TransferConfig(
+            multipart_threshold=threshold,
+            multipart_chunksize=part_size,
+            max_concurrency=concurrency,
+            use_threads=True,
+        )
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__qualname__}(bucket={getattr(self, 'bucket', None)!r}, prefix={self.prefix!r}, "
+                f"endpoint_url={getattr(self, '_endpoint', None)!r})")
 
     def _error(self, exc: Exception, action: str, key: str) -> RemoteStorageError:
         from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, ReadTimeoutError
@@ -81,25 +133,28 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             if code in ("NoSuchKey", "404", "NotFound") or status == 404:
                 return not_found(f"{self.bucket}/{key}")
             retriable = code in _RETRIABLE_CODES or (status is not None and status >= 500)
-            return RemoteStorageError(f"S3 {action} of s3://{self.bucket}/{key} failed: {code} {exc}", retriable=retriable, key=key)
+            return self._failure(f"S3 {action} of s3://{self.bucket}/{key} failed: {code} {exc}", exc, retriable=retriable, key=key)
         if isinstance(exc, ReadTimeoutError):
-            return RemoteStorageTimeoutError(f"S3 {action} of s3://{self.bucket}/{key} timed out: {exc}", key=key)
+            err = RemoteStorageTimeoutError(self.redact(f"S3 {action} of s3://{self.bucket}/{key} timed out: {exc}"), key=key)
+            if not self.redact.leaks(exc):
+                err.__cause__ = exc
+            return err
         if isinstance(exc, ConnectionError | HTTPClientError):  # refused, reset, or broken off mid-body
-            return RemoteStorageError(f"S3 {action} of s3://{self.bucket}/{key}: {exc}", retriable=True, key=key)
-        return RemoteStorageError(f"S3 {action} of s3://{self.bucket}/{key} failed: {exc}", key=key)
+            return self._failure(f"S3 {action} of s3://{self.bucket}/{key}: {exc}", exc, retriable=True, key=key)
+        return self._failure(f"S3 {action} of s3://{self.bucket}/{key} failed: {exc}", exc, key=key)
 
     def put_file(self, key: str, path: Path) -> None:
         try:
             self.client.upload_file(str(path), self.bucket, key, ExtraArgs=self.extra_args or None,
                                     Config=self.transfer_config)
         except Exception as exc:
-            raise self._error(exc, "upload", key) from exc
+            _reraise(self._error(exc, "upload", key))
 
     def put_bytes(self, key: str, data: bytes) -> None:
         try:
             self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **self.extra_args)
         except Exception as exc:
-            raise self._error(exc, "put", key) from exc
+            _reraise(self._error(exc, "put", key))
 
     def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
         with self.open_range(key, start, end_inclusive) as stream:
@@ -118,7 +173,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
 
             if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") == "InvalidRange":
                 return io.BytesIO(b"")  # a range starting at or past the end of the object
-            raise self._error(exc, "get", key) from exc
+            _reraise(self._error(exc, "get", key))
         return cast(IO[bytes], _Body(self, key, response["Body"]))
 
     def delete_many(self, keys: Iterable[str]) -> None:
@@ -127,10 +182,10 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             try:
                 response = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch[i : i + 1000], "Quiet": True})
             except Exception as exc:
-                raise self._error(exc, "delete", batch[i]["Key"]) from exc
+                _reraise(self._error(exc, "delete", batch[i]["Key"]))
             errors = [e for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"]
             if errors:
-                raise RemoteStorageError(f"S3 delete of {len(errors)} object(s) failed: {errors[:3]}", retriable=True)
+                raise self._failure(f"S3 delete of {len(errors)} object(s) failed: {errors[:3]}", None, retriable=True)
 
     def list_keys(self, prefix: str) -> list[str]:
         keys: list[str] = []
@@ -138,7 +193,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
                 keys.extend(obj["Key"] for obj in page.get("Contents", []))
         except Exception as exc:
-            raise self._error(exc, "list", prefix) from exc
+            _reraise(self._error(exc, "list", prefix))
         return sorted(keys)
 
     def exists(self, key: str) -> bool:
@@ -149,10 +204,16 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             err = self._error(exc, "head", key)
             if isinstance(err, FileNotFoundError):
                 return False
-            raise err from exc
+            raise err from err.__cause__
 
     def close(self) -> None:
         self.client.close()
+
+
+def _reraise(err: RemoteStorageError) -> NoReturn:
+    """Raise a mapped error chained as :meth:`S3RemoteStorageManager._error` decided (not to an error that mentions a
+    secret)."""
+    raise err from err.__cause__
 
 
 class _Body(io.BufferedIOBase):
@@ -169,7 +230,7 @@ class _Body(io.BufferedIOBase):
         try:
             return bytes(self._body.read(None if size is None or size < 0 else size))
         except Exception as exc:
-            raise self._rsm._error(exc, "get", self._key) from exc
+            _reraise(self._rsm._error(exc, "get", self._key))
 
     read1 = read
 

@@ -12,6 +12,12 @@
   request's latency and the server's lookup; a stream pays them once per segment.
 - Concurrent readers of one missing chunk in this process trigger one fetch (single flight); a failed fetch is
   not cached.
+- Integrity: what the fetcher (or the opener's stream) returns is what enters the cache, so a fetcher that checks
+  the object's checksums (``tiered.checksums.ChecksumVerifier``, which the RemoteLogManager uses) makes every
+  chunk checked once, before it enters the cache; reads of a chunk held in memory check nothing again. On disk
+  each chunk is stored with a trailer holding its crc32c (8 bytes: ``b"tcrc"`` and the crc, big-endian), checked
+  when the chunk is read back from disk: a chunk that does not match (damaged on disk, or written by a version
+  without the trailer) is dropped from the disk store and fetched again.
 
 The cache takes a fetcher ``(start, end_inclusive) -> bytes`` per call, so it is tested without any store.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 import logging
 import mmap
 import queue
+import struct
 import sys
 import threading
 import time as _time
@@ -30,15 +37,19 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import IO, Any
 
+from crc32c import crc32c
+
 logger = logging.getLogger(__name__)
 
 Fetcher = Callable[[int, int], bytes]
 # A chunk held in memory: the fetched bytes until they are on disk, then a read-only map of the cache file (the
 # page cache holds the bytes once, and the fetch's memory goes back to the allocator for the next chunk).
-Chunk = bytes | bytearray | mmap.mmap
+Chunk = bytes | bytearray | mmap.mmap | memoryview
 # (start, end_inclusive or None for the object's end) -> a binary stream of those bytes, read as they arrive
 Opener = Callable[[int, "int | None"], IO[bytes]]
 
+_TRAILER = struct.Struct(">4sI")  # on disk after each chunk: magic, crc32c of the chunk
+_TRAILER_MAGIC = b"tcrc"
 _COLD_OBJECTS = 1024  # how many objects the cache remembers as recently missing chunks on disk
 _COLD_SECONDS = 10.0  # for how long after a miss their next chunks are fetched without asking the disk
 _STREAM_IDLE_SECONDS = 5.0  # a stream whose reader stopped this long closes its fetch
@@ -89,6 +100,7 @@ class ChunkCache:
         self._stream_pool = _DaemonThreads(self._max_streams, "chunk-cache-stream")
         self._closed = False
         self.hits = self.misses = self.prefetches = self.fetches = self.streams_opened = 0
+        self.disk_mismatches = 0  # chunks read back from disk that failed their crc32c (dropped and fetched again)
         self._metrics = _Metrics(registry)
 
     @staticmethod
@@ -210,7 +222,7 @@ class ChunkCache:
         access time, a write transaction."""
         data = None
         if self._cold_objects.get(key, 0.0) < _time.monotonic() and ckey in self._cache:
-            data = self._mapped(ckey)
+            data = self._mapped(ckey, verify=True)
         if data is None:
             with self._lock:
                 self._cold_objects[key] = _time.monotonic() + _COLD_SECONDS
@@ -221,22 +233,45 @@ class ChunkCache:
         self._remember(ckey, data)
         return data
 
-    def _mapped(self, ckey: str) -> Chunk | None:
-        """The chunk's cache file mapped read-only (no copy, and pages the page cache shares), or None when it is
-        not on disk. A map outlives the file's eviction: the inode goes when the last map does."""
+    def _mapped(self, ckey: str, verify: bool = False) -> Chunk | None:
+        """The chunk's cache file mapped read-only (no copy, and pages the page cache shares), without its trailer,
+        or None when it is not on disk (or, with ``verify``, does not match its trailer's crc32c: it is then
+        dropped from the disk store). A map outlives the file's eviction: the inode goes when the last map does."""
         try:
             handle = self._cache.get(ckey, read=True)
         except OSError:
             return None
         if handle is None:
             return None
+        stored: Chunk
         if isinstance(handle, bytes | bytearray):  # stored inline by another writer
-            return bytes(handle)
-        with handle:
-            try:
-                return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError):  # an empty file cannot be mapped
-                return handle.read()
+            stored = bytes(handle)
+        else:
+            with handle:
+                try:
+                    stored = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+                except (OSError, ValueError):  # an empty file cannot be mapped
+                    stored = handle.read()
+        n = len(stored) - _TRAILER.size
+        if n <= 0:
+            problem = "shorter than its trailer"
+        else:
+            magic, crc = _TRAILER.unpack_from(stored, n)
+            chunk = memoryview(stored)[:n]
+            if magic != _TRAILER_MAGIC:
+                problem = "no crc32c trailer (an older cache format, or damaged)"
+            elif verify and crc32c(chunk) != crc:
+                problem = f"crc32c {crc32c(chunk):#010x} does not match the {crc:#010x} stored with it"
+            else:
+                return chunk.toreadonly()
+        level = logging.INFO if problem.startswith("no crc32c") else logging.WARNING  # an upgrade makes many
+        logger.log(level, "chunk %s of the segment cache is damaged on disk (%s): fetching it again", ckey, problem)
+        self.disk_mismatches += 1
+        try:
+            self._cache.delete(ckey)
+        except Exception:
+            logger.debug("could not drop chunk %s from the segment cache", ckey, exc_info=True)
+        return None
 
     def _count_fetch(self, prefetch: bool) -> None:
         if prefetch:
@@ -651,17 +686,26 @@ def _read_into(body: IO[bytes], buf: bytearray) -> int:
 
 
 class _Reader:
-    """A chunk as the file object diskcache copies from: slices are views, so storing copies nothing in memory."""
+    """A chunk as the file object diskcache copies from, followed by its trailer (magic and crc32c): slices are
+    views, so storing copies nothing in memory."""
 
     def __init__(self, data: Chunk) -> None:
         self._view = memoryview(data)
+        self._trailer = _TRAILER.pack(_TRAILER_MAGIC, crc32c(self._view))
         self._pos = 0
 
-    def read(self, size: int = -1) -> memoryview:
-        end = len(self._view) if size < 0 else min(self._pos + size, len(self._view))
-        piece = self._view[self._pos : end]
+    def read(self, size: int = -1) -> memoryview | bytes:
+        n = len(self._view)
+        if self._pos >= n:
+            if self._pos >= n + len(self._trailer):
+                return b""
+            piece = self._trailer[self._pos - n :] if size < 0 else self._trailer[self._pos - n : self._pos - n + size]
+            self._pos += len(piece)
+            return piece
+        end = n if size < 0 else min(self._pos + size, n)
+        view = self._view[self._pos : end]
         self._pos = end
-        return piece
+        return view
 
 
 def _log_failure(fut: Future[Chunk]) -> None:

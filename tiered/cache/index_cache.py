@@ -15,6 +15,12 @@ names them, ``<startOffset>_<segmentId>.index|.timeindex|.txnindex`` (segment id
 - At start, leftover ``.tmp``/``.deleted`` files are removed and entries with an offset index reloaded after a
   sanity check (their other indexes are opened when first used).
 - A corrupt file on disk is refetched; a corrupt file from the store raises ``CorruptIndexError``.
+- With a ``verifier`` (a :class:`tiered.checksums.ChecksumVerifier`, which the RemoteLogManager installs), a
+  downloaded index is checked against the crc32c checksums recorded when its segment was copied, before it takes
+  its name: a mismatch (or a missing or short object) is fetched once more, then raises
+  :class:`tiered.errors.RemoteChecksumError` naming the object and the byte range. A cached file reopened for a
+  segment whose metadata is known is checked too, and refetched when it does not match. Segments copied before
+  checksums existed are not checked.
 - The offset index is opened with the legacy (8-byte) hint and its format auto-detected, so segments uploaded
   before and after the large-index feature was finalized coexist in one bucket.
 """
@@ -31,7 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from local.errors import CorruptIndexError
 from local.index import OffsetIndex, TimeIndex, TransactionIndex
@@ -39,6 +45,9 @@ from local.index.entries import TxnIndexSearchResult
 from tiered.errors import RemoteResourceNotFoundError
 from tiered.layout import kafka_uuid
 from tiered.rsm import IndexType, RemoteLogSegmentMetadata
+
+if TYPE_CHECKING:
+    from tiered.checksums import ChecksumProblem, ChecksumVerifier
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -166,12 +175,14 @@ class RemoteIndexCache:
         *,
         max_size_bytes: int = 1024 * 1024 * 1024,
         registry: Any = None,
+        verifier: ChecksumVerifier | None = None,
     ) -> None:
         if max_size_bytes < 0:
             raise ValueError(f"remote.log.index.file.cache.total.size.bytes must be >= 0, got {max_size_bytes}")
         self.cache_dir = Path(log_dir) / DIR_NAME
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self._fetch = fetcher
+        self.verifier: ChecksumVerifier | None = verifier
         self.max_size_bytes = max_size_bytes
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._loading: dict[str, threading.Event] = {}
@@ -236,22 +247,41 @@ class RemoteIndexCache:
     def get_index_entry(self, metadata: RemoteLogSegmentMetadata) -> Entry:
         key = _entry_key(metadata.remote_log_segment_id.id)
         while True:
+            restored: Entry | None = None
+            event: threading.Event | None = None
+            owner = False
             with self._lock:
                 entry = self._entries.get(key)
-                if entry is not None:
-                    if entry.metadata is None:  # restored at start: now it can fetch its other indexes
-                        entry.metadata = metadata
+                if entry is not None and entry.metadata is not None:
                     self._entries.move_to_end(key)
                     self.hits += 1
                     self._metrics.hit()
                     return entry
-                event = self._loading.get(key)
-                if event is None:
-                    event = threading.Event()
-                    self._loading[key] = event
-                    owner = True
+                if entry is not None:
+                    restored = entry  # restored at start: its offset index was only sanity-checked
                 else:
-                    owner = False
+                    event = self._loading.get(key)
+                    if event is None:
+                        event = threading.Event()
+                        self._loading[key] = event
+                        owner = True
+            if restored is not None:
+                # Now that the segment is known, check the restored offset index against the segment's checksums
+                # (outside the lock: it reads the file) before anyone uses it; fetch it again when it does not match.
+                try:
+                    problem = self._check(metadata, IndexType.OFFSET, restored.paths[IndexType.OFFSET])
+                except OSError:
+                    continue  # evicted meanwhile (its files renamed): load it afresh
+                if problem is not None:
+                    logger.warning("cached remote index %s does not match its checksums (%s): fetching it again",
+                                   restored.paths[IndexType.OFFSET], problem)
+                    self.remove(key)
+                else:
+                    with self._lock:
+                        if restored.metadata is None:
+                            restored.metadata = metadata  # now it can fetch its other indexes
+                continue
+            assert event is not None
             if not owner:
                 event.wait()
                 continue  # the owner's load either succeeded (a hit now) or failed (we try ourselves)
@@ -383,12 +413,45 @@ class RemoteIndexCache:
         self, path: Path, metadata: RemoteLogSegmentMetadata, index_type: IndexType, open_index: Callable[[Path], Any]
     ) -> Any:
         if path.exists():
-            try:
-                return open_index(path)
-            except CorruptIndexError as exc:
-                logger.warning("corrupt cached remote index %s (%s): fetching it again", path, exc)
+            problem = self._check(metadata, index_type, path)
+            if problem is not None:
+                logger.warning("cached remote index %s does not match its checksums (%s): fetching it again", path, problem)
                 path.unlink(missing_ok=True)
+            else:
+                try:
+                    return open_index(path)
+                except CorruptIndexError as exc:
+                    logger.warning("corrupt cached remote index %s (%s): fetching it again", path, exc)
+                    path.unlink(missing_ok=True)
         tmp = path.with_name(path.name + TMP_SUFFIX)
+        for attempt in range(2):
+            self._download(tmp, metadata, index_type)
+            problem = self._check(metadata, index_type, tmp)
+            if problem is None:
+                break
+            tmp.unlink(missing_ok=True)
+            if attempt == 0:
+                logger.warning("%s: fetching it again", problem)
+            else:
+                logger.error("%s, again after a refetch", problem)
+                raise problem.error()
+        try:
+            open_index(tmp).close()  # sanity-check the download before it takes the real name
+        except CorruptIndexError as exc:
+            tmp.unlink(missing_ok=True)
+            raise CorruptIndexError(
+                f"the {index_type.name} index of remote segment {metadata.remote_log_segment_id} fetched from the "
+                f"store is corrupt: {exc}",
+                segment_id=str(metadata.remote_log_segment_id),
+            ) from exc
+        os.replace(tmp, path)
+        return open_index(path)
+
+    def _check(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType, path: Path) -> ChecksumProblem | None:
+        verifier = self.verifier
+        return None if verifier is None else verifier.check_file(metadata, index_type, path)
+
+    def _download(self, tmp: Path, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> None:
         try:
             stream = self._fetch(metadata, index_type)
         except RemoteResourceNotFoundError:
@@ -407,17 +470,6 @@ class RemoteIndexCache:
                 # system's journal, which stalls the segment cache's writes behind it.
                 out.flush()
                 os.fsync(out.fileno())
-        try:
-            open_index(tmp).close()  # sanity-check the download before it takes the real name
-        except CorruptIndexError as exc:
-            tmp.unlink(missing_ok=True)
-            raise CorruptIndexError(
-                f"the {index_type.name} index of remote segment {metadata.remote_log_segment_id} fetched from the "
-                f"store is corrupt: {exc}",
-                segment_id=str(metadata.remote_log_segment_id),
-            ) from exc
-        os.replace(tmp, path)
-        return open_index(path)
 
     def _init_from_disk(self) -> None:
         """Sweep leftovers of a crash and reload complete entries that pass a sanity check."""

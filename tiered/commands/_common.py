@@ -13,6 +13,17 @@ class UsageError(Exception):
     """A command line that cannot work: reported on stderr with exit code 2."""
 
 
+def partition_number(text: str) -> int:
+    """An argparse type: a partition number, 0..2^31-1 (Kafka's partitions are int32s)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid partition {text!r}: expected a whole number in 0..{2**31 - 1}") from None
+    if not 0 <= value <= 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"invalid partition {value}: must be in 0..{2**31 - 1}")
+    return value
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Kept for commands written before the global options: ``--config``, ``--log-dirs``, ``-o`` and ``-v`` are now
     added to every command by :mod:`tiered.cli` (before or after the command name), so this adds nothing."""

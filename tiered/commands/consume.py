@@ -13,13 +13,13 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from tiered.commands._common import UsageError, add_config_arguments, load_config
+from tiered.commands._common import UsageError, add_config_arguments, load_config, partition_number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--topic", "-t", required=True)
-    parser.add_argument("--partition", "-p", type=int, default=0)
+    parser.add_argument("--partition", "-p", type=partition_number, default=0)
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--offset", type=int, help="first offset to print (default: the log start offset)")
     start.add_argument("--timestamp", type=int, help="start at the first record with timestamp >= this (ms)")

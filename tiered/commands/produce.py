@@ -12,13 +12,19 @@ import json
 import sys
 import time
 
-from tiered.commands._common import UsageError, add_config_arguments, load_config, parse_topic_overrides
+from tiered.commands._common import (
+    UsageError,
+    add_config_arguments,
+    load_config,
+    parse_topic_overrides,
+    partition_number,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_arguments(parser)
     parser.add_argument("--topic", "-t", required=True)
-    parser.add_argument("--partition", "-p", type=int, default=0)
+    parser.add_argument("--partition", "-p", type=partition_number, default=0)
     parser.add_argument("--key-separator", help="split each line into key and value at the first SEP")
     parser.add_argument("--json", action="store_true", help="each line is a JSON record object")
     parser.add_argument("--header", action="append", default=[], metavar="KEY=VALUE", help="a header on every record")

@@ -54,14 +54,21 @@ _SUFFIX_NAMES = {layout.LOG_SUFFIX.lstrip("."): layout.LOG_SUFFIX, **{t.suffix.l
 
 
 def _check_remote_checksums(rsm: Any, metadata: RemoteLogSegmentMetadata, keys: dict[str, str]) -> list[Problem]:
-    """HOOK for the per-chunk crc32c checksums recorded with a segment's remote metadata (issue 13, item 4).
+    """The per-chunk crc32c checksums recorded with a segment's FINISHED metadata (:mod:`tiered.checksums`),
+    checked against every object of the segment: one ``checksum_mismatch`` problem per chunk that differs, per
+    object shorter or longer than recorded or unreadable (a missing one is reported by the object listing). ``keys`` maps each suffix present to
+    its object key (for the report when the store names objects differently). Segments uploaded before checksums
+    existed pass: there is nothing to check them against."""
+    from tiered.checksums import verify_object_checksums
 
-    ``keys`` maps each suffix present (``.log``, ``.index``, ...) to its object key. Returns one
-    ``Problem("checksum_mismatch", ..., object=key, position=chunk start)`` per chunk whose bytes do not match its
-    recorded checksum. Today it returns [] (no checksums are recorded yet); the lead wires it to
-    ``verify_object_checksums`` when the checksum branch is merged. Segments uploaded without checksums pass.
-    """
-    return []
+    problems = []
+    for found in verify_object_checksums(rsm, metadata):
+        if found.kind == "missing":
+            continue  # the scrub's own object listing reports it as missing_object
+        kind = "unreadable" if found.kind == "unreadable" else "checksum_mismatch"
+        problems.append(Problem(kind, f"{found.kind}: {found.detail} (bytes {found.start}..{found.end})",
+                                object=found.object, position=found.start))
+    return problems
 
 
 @dataclass
