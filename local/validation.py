@@ -392,9 +392,11 @@ def check_records(chunks: Iterable[bytes | memoryview], count: int, limit: int, 
         length, after = _varint(src.buf, src.pos, head_end, 5, index, "length")
         if length < 0 or length > limit:
             raise InvalidRecordError(f"record {index} declares a length of {length} bytes", record=index)
-        if not src.need(after - src.pos + length):
+        head = after - src.pos
+        if not src.need(head + length):  # (which may move the record to the front of the buffer)
             raise InvalidRecordError(
                 f"record {index} declares {length} bytes but the batch's data ends first", record=index)
+        after = src.pos + head
         src.pos = _check_record(src.buf, after, after + length, index, require_key)
         index += 1
     if not src.at_end():

@@ -42,6 +42,10 @@ class DecompressedSizeError(InvalidRecordError):
     """Compressed data that inflates to more than the bound its reader allows (a decompression bomb)."""
 
 
+MAX_CODEC_ID = 4
+"""The highest codec id in attributes bits 0-2 (zstd); 5-7 name no codec."""
+
+
 class CompressionType(enum.IntEnum):
     NONE = 0
     GZIP = 1
