@@ -434,3 +434,79 @@ def test_a_damaged_inner_message_set_is_corrupt(mutate: Callable[[bytes], bytes]
     inner = b"".join(build_legacy_message(i, b"k", b"value", magic=1, timestamp=T0) for i in range(2))
     with pytest.raises(KafkaStorageError):
         validate_legacy_batch(LegacyRecordBatch(legacy_wrapper(mutate(inner))))
+
+
+# Recovery truncates at a malformed batch, and the LogManager starts -------------------------------------------
+
+def _legacy_36_bytes(offset: int) -> bytes:
+    body = b"\x01\x00" + T0.to_bytes(8, "big") + (4).to_bytes(4, "big") + b"abcd\x00\x00"
+    return offset.to_bytes(8, "big") + (len(body) + 4).to_bytes(4, "big") + zlib.crc32(body).to_bytes(4, "big") + body
+
+
+def _nested_legacy(offset: int, levels: int) -> bytes:
+    message = build_legacy_message(0, None, b"v", magic=0)
+    for _ in range(levels):
+        message = legacy_wrapper(message, magic=0, offset=offset)
+    return message
+
+
+def _v2_bad_crc() -> bytes:
+    batch = bytearray(kp_batch(2))
+    batch[-1] ^= 0x01
+    return bytes(batch)
+
+
+MALFORMED_BATCHES: dict[str, Callable[[int], bytes]] = {
+    "empty legacy wrapper": lambda offset: legacy_wrapper(b"", offset=offset),
+    "legacy nested 1000 deep": lambda offset: _nested_legacy(offset, 1000),
+    "legacy nested twice": lambda offset: _nested_legacy(offset, 2),
+    "36-byte legacy entry": _legacy_36_bytes,
+    "legacy wrapper of garbage": lambda offset: build_legacy_message(offset, None, b"\x1f\x8b garbage", magic=1,
+                                                                     timestamp=T0, attributes=1),
+    "legacy wrapper with codec 6": lambda offset: build_legacy_message(offset, None, b"x", magic=1, timestamp=T0,
+                                                                       attributes=6),
+    "v2 with codec 7": lambda offset: bytes(batch_with(bytes(record_bytes(0)), count=1, attributes=7)),
+    "v2 with a bad crc": lambda offset: _v2_bad_crc(),
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED_BATCHES))
+def test_recovery_truncates_a_segment_at_a_malformed_batch(tmp_path: Path, name: str) -> None:
+    log = make_log(tmp_path)
+    for i in range(3):
+        log.append(MemoryRecords(kp_batch(2)))
+    expected = read_all_values(log)
+    valid_bytes = log.active_segment.size
+    log.close()
+    bad = bytearray(MALFORMED_BATCHES[name](100))
+    if bad[16] == 2:  # a v2 batch: at the next offset, as the log would have written it
+        bad[0:8] = (6).to_bytes(8, "big")
+    with open(tmp_path / "topic-0" / "00000000000000000000.log", "ab") as f:
+        f.write(bad + kp_batch(1))  # and a valid batch after it, which goes too
+    log = make_log(tmp_path, clean=False)
+    assert log.active_segment.size == valid_bytes
+    assert log.log_end_offset == 6
+    assert read_all_values(log) == expected
+    log.append(MemoryRecords(kp_batch(1)))
+    assert log.log_end_offset == 7
+
+
+@pytest.mark.parametrize("name", ["empty legacy wrapper", "legacy nested 1000 deep", "36-byte legacy entry"])
+def test_the_log_manager_starts_on_a_segment_holding_a_malformed_batch(tmp_path: Path, name: str) -> None:
+    from local import filenames
+    from local.config import LogConfig
+    from local.manager import LogManager
+
+    data = tmp_path / "data"
+    config = LogConfig.from_properties({"log.dirs": str(data)})
+    with LogManager(config, start_scheduler=False) as manager:
+        log = manager.get_or_create_log("t", 0)
+        log.append(MemoryRecords(kp_batch(2)))
+        expected = read_all_values(log)
+    with open(data / "t-0" / "00000000000000000000.log", "ab") as f:
+        f.write(MALFORMED_BATCHES[name](100))
+    (data / filenames.CLEAN_SHUTDOWN_FILENAME).unlink()  # an unclean shutdown: the segment is recovered
+    with LogManager(config, start_scheduler=False) as manager:
+        log2 = manager.get_log("t", 0)
+        assert log2 is not None and read_all_values(log2) == expected
+        assert log2.log_end_offset == 2
