@@ -153,6 +153,17 @@ def test_memory_records_raise_only_our_errors(data: bytes) -> None:
     only_our_errors(lambda: mr.valid_bytes)
 
 
+def test_an_empty_control_batch_is_invalid_not_a_stop_iteration() -> None:
+    from local.errors import InvalidRecordError
+
+    data = bytearray(bytes(MemoryRecords.end_transaction_marker(1, 0, commit=True)))
+    data[8:12] = (61 - 12).to_bytes(4, "big")
+    data[57:61] = (0).to_bytes(4, "big")
+    batch = RecordBatch(restamp(bytes(data[:61])))
+    with pytest.raises(InvalidRecordError, match="holds no record"):
+        batch.control_record()
+
+
 @FUZZ
 @given(st.sampled_from(CODECS[1:]), st.one_of(st.binary(max_size=200), damaged(st.binary(max_size=300).map(
     lambda b: CompressionType.ZSTD.compress(b)))), st.binary(max_size=300))
