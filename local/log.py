@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crc32c import crc32c
-
 from local import filenames
 from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile, fsync_file
 from local.epoch import LeaderEpochFileCache
@@ -38,19 +36,14 @@ from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, Timest
 from local.producer_state import AppendOrigin, ProducerStateManager
 from local.records import MemoryRecords, RecordBatch, TimestampType
 from local.records.batch import (
-    ATTRIBUTES_OFFSET,
-    BATCH_HEADER,
     CONTROL_FLAG_MASK,
     LOG_OVERHEAD,
-    MAGIC_OFFSET,
-    MAGIC_V2,
-    RECORD_BATCH_OVERHEAD,
     set_max_timestamp,
 )
 from local.scheduler import SYSTEM_TIME, MockScheduler, Scheduler, Time
 from local.segment import LogSegment
 from local.segments import LogSegments
-from local.validation import analyze_and_validate, plain_batch_ok, validate_timestamps
+from local.validation import analyze_and_validate, plain_client_batch, validate_timestamps
 
 if TYPE_CHECKING:
     from local.config import TopicConfig
@@ -406,23 +399,14 @@ class Log:
         """The common append, on one header unpack and no batch object: a single v2 batch from a client, without
         producer id, not a control batch, CreateTime within the bounds. ``None`` when the append is anything
         else, or wrong in any way: the general path then handles it, and says what is wrong."""
-        size = len(buffer)
         config = self.config
-        if size < RECORD_BATCH_OVERHEAD or buffer[MAGIC_OFFSET] != MAGIC_V2:
+        if config.message_timestamp_type == "LogAppendTime":
             return None
-        (base_offset, length, _, _, crc, attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
-         _, _, records_count) = BATCH_HEADER.unpack_from(buffer)
-        if (
-            length + LOG_OVERHEAD != size
-            or base_offset != 0
-            or producer_id >= 0
-            or size > config.max_message_bytes
-            or size > config.segment_bytes
-            or config.message_timestamp_type == "LogAppendTime"
-            or crc32c(memoryview(buffer)[ATTRIBUTES_OFFSET:]) != crc
-            or not plain_batch_ok(buffer, size, attributes, last_offset_delta, records_count, self._compacted)
-        ):
+        header = plain_client_batch(buffer, config.max_message_bytes, config.segment_bytes, self._compacted)
+        if header is None:
             return None
+        size = len(buffer)
+        length, last_offset_delta, base_timestamp, max_timestamp = header
         with self._lock:
             if self._closed:
                 self._check_open()

@@ -1,7 +1,7 @@
 """Kafka's LogValidator: the rules a batch must pass before the log appends it, one home per rule.
 
 Both append paths of :class:`local.log.Log` ask this module: the fast path (one plain batch from a client) calls
-:func:`plain_batch_ok`, a yes/no over the same rules without building a message; anything else, and anything the
+:func:`plain_client_batch`, a yes/no over the same rules without building a message; anything else, and anything the
 fast path declines, goes through :func:`analyze_and_validate`, which raises the error that says what is wrong.
 A batch that breaks a rule raises before anything is written, so a rejected append leaves no trace.
 
@@ -53,6 +53,7 @@ from local.errors import (
 )
 from local.records.batch import (
     ATTRIBUTES_OFFSET,
+    BATCH_HEADER,
     COMPRESSION_CODEC_MASK,
     CONTROL_FLAG_MASK,
     LENGTH_OFFSET,
@@ -172,6 +173,30 @@ def reject_partial(view: memoryview, position: int, log_name: str) -> NoReturn:
 
 
 # One batch ----------------------------------------------------------------------------------------------------
+
+def plain_client_batch(buffer: bytes | bytearray | memoryview, max_message_bytes: int, segment_bytes: int,
+                       compacted: bool = False) -> tuple[int, int, int, int] | None:
+    """The append fast path's question: is ``buffer`` exactly one valid, plain batch from a client (v2, base offset
+    0, no producer id, uncompressed, not control, within the size limits, its CRC and records right)? Its
+    (batchLength, lastOffsetDelta, baseTimestamp, maxTimestamp) if so, from one header unpack; None otherwise,
+    and the caller goes the general way (:func:`analyze_and_validate`), which says what is wrong if anything is."""
+    size = len(buffer)
+    if size < RECORD_BATCH_OVERHEAD or buffer[MAGIC_OFFSET] != MAGIC_V2:
+        return None
+    (base_offset, length, _, _, crc, attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
+     _, _, records_count) = BATCH_HEADER.unpack_from(buffer)
+    if (
+        length + LOG_OVERHEAD != size
+        or base_offset != 0
+        or producer_id >= 0
+        or size > max_message_bytes
+        or size > segment_bytes
+        or crc32c(memoryview(buffer)[ATTRIBUTES_OFFSET:]) != crc
+        or not plain_batch_ok(buffer, size, attributes, last_offset_delta, records_count, compacted)
+    ):
+        return None
+    return length, last_offset_delta, base_timestamp, max_timestamp
+
 
 def plain_batch_ok(buffer: bytes | bytearray | memoryview, size: int, attributes: int, last_offset_delta: int,
                    records_count: int, compacted: bool = False) -> bool:
@@ -464,6 +489,6 @@ def _check_record(buf: bytearray, pos: int, end: int, index: int, require_key: b
 
 __all__ = [
     "DECOMPRESSED_SIZE_FLOOR", "DECOMPRESSED_SIZE_MULTIPLE", "analyze_and_validate",
-    "check_records", "max_decompressed_bytes", "plain_batch_ok", "plain_records_ok", "reject_partial",
+    "check_records", "max_decompressed_bytes", "plain_batch_ok", "plain_client_batch", "plain_records_ok", "reject_partial",
     "validate_batch", "validate_legacy_batch", "validate_timestamps",
 ]
