@@ -153,7 +153,8 @@ def _corrupt(codec: str, why: str) -> CorruptRecordError:
 
 
 def _gzip_stream(view: memoryview, chunk_size: int, limit: int) -> Generator[bytes, None, None]:
-    """RFC 1952 members, one after the other (as Java's GZIPInputStream reads them)."""
+    """RFC 1952 members, one after the other; bytes after a member that do not start another are ignored, as
+    Java's GZIPInputStream (what Kafka reads gzip batches with) ignores them."""
     if not len(view):
         raise _corrupt("gzip", "no data")
     pending: bytes | memoryview = view
@@ -169,7 +170,7 @@ def _gzip_stream(view: memoryview, chunk_size: int, limit: int) -> Generator[byt
             if not out and not pending:
                 raise _corrupt("gzip", "the data ends inside a member")
         pending = d.unused_data
-        if not pending:
+        if pending[:2] != b"\x1f\x8b":
             return
 
 

@@ -247,7 +247,7 @@ def test_an_unknown_codec_is_refused(tmp_path: Path) -> None:
 def test_undecodable_and_truncated_compressed_data_is_refused(tmp_path: Path, codec: CompressionType) -> None:
     log = make_log(tmp_path)
     compressed = codec.compress(b"".join(bytes(record_bytes(i, value=b"v" * 300)) for i in range(20)))
-    assert_refused(log, batch_with(b"\x00garbage" * 5, count=20, attributes=int(codec)), CorruptRecordError,
+    assert_refused(log, batch_with(b"\x01garbage" * 5, count=20, attributes=int(codec)), CorruptRecordError,
                    "cannot decompress|xerial|past the data")
     assert_refused(log, batch_with(compressed[:-3], count=20, attributes=int(codec)), KafkaStorageError,
                    "cannot decompress|xerial|past the data|ends")
@@ -473,7 +473,7 @@ MALFORMED_BATCHES: dict[str, Callable[[int], bytes]] = {
 @pytest.mark.parametrize("name", list(MALFORMED_BATCHES))
 def test_recovery_truncates_a_segment_at_a_malformed_batch(tmp_path: Path, name: str) -> None:
     log = make_log(tmp_path)
-    for i in range(3):
+    for _ in range(3):
         log.append(MemoryRecords(kp_batch(2)))
     expected = read_all_values(log)
     valid_bytes = log.active_segment.size
@@ -510,3 +510,12 @@ def test_the_log_manager_starts_on_a_segment_holding_a_malformed_batch(tmp_path:
         log2 = manager.get_log("t", 0)
         assert log2 is not None and read_all_values(log2) == expected
         assert log2.log_end_offset == 2
+
+
+def test_gzip_reads_like_javas_gzip_input_stream() -> None:
+    """Members one after the other are one stream; bytes after the last member that start no member are ignored."""
+    gzip = CompressionType.GZIP
+    assert gzip.decompress(gzip.compress(b"ab") + gzip.compress(b"cd")) == b"abcd"
+    assert gzip.decompress(gzip.compress(b"ab") + b"\x00trailing") == b"ab"
+    with pytest.raises(CorruptRecordError):
+        gzip.decompress(gzip.compress(b"ab") + b"\x1f\x8b\x08")  # a member that is cut
