@@ -286,8 +286,9 @@ class Log:
         """Append batches as the leader (Kafka's ``appendAsLeader``): offsets and leader epoch are assigned here.
 
         Batches must have base offset 0 as a client sends them. The high watermark advances to the new log end
-        offset (a single-node ISR). Raises ``CorruptRecordError``, ``RecordTooLargeError``,
-        ``InvalidTimestampError`` or a producer-state error; nothing is written when it raises.
+        offset (a single-node ISR). Every batch passes Kafka's LogValidator rules (``local.validation``). Raises
+        ``CorruptRecordError``, ``InvalidRecordError``, ``RecordTooLargeError``, ``InvalidTimestampError`` or a
+        producer-state error; nothing is written when it raises.
         """
         # Our own copy: offsets and the epoch are patched into it.
         buffer = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
