@@ -19,7 +19,8 @@ A leader append (offsets assigned here, Kafka's ``appendAsLeader``), per batch:
   * every record is whole and well formed (lengths, varints of at most 5 / 10 bytes, UTF-8 header keys, fields that
     fill exactly the record's declared length), its offset delta is its index (0..n-1 in order), the records fill
     the batch exactly; on a compacted topic every record has a key;
-  * a control batch holds one record whose key is a control key, and a COMMIT/ABORT marker's value decodes;
+  * every record of a control batch has a control key; a COMMIT/ABORT marker batch holds one record whose value
+    decodes (KRaft control batches may hold several records);
   * a compressed batch is decompressed as a stream and checked record by record as the bytes come: it may inflate
     to at most :func:`max_decompressed_bytes` (``DECOMPRESSED_SIZE_MULTIPLE`` x ``max.message.bytes``, at least
     ``DECOMPRESSED_SIZE_FLOOR``, at most ``MAX_DECOMPRESSED_BATCH_BYTES``), and the checker never holds more than
@@ -226,8 +227,6 @@ def validate_batch(batch: RecordBatch, position: int, log_name: str, *, from_cli
     if from_client and not control and batch.producer_id >= 0 and batch.base_sequence < 0:
         raise InvalidRecordError(
             f"{where} has producer id {batch.producer_id} but base sequence {batch.base_sequence}", position=position)
-    if control and count != 1:
-        raise InvalidRecordError(f"{where} is a control batch of {count} records; it must hold one", position=position)
     codec = _CODECS[codec_id]
     body = batch.buffer[RECORD_BATCH_OVERHEAD:]
     if codec is CompressionType.NONE:
@@ -250,10 +249,14 @@ def _raise_in(where: str, position: int, check: object) -> None:
 
 
 def _check_control(batch: RecordBatch) -> None:
-    record = next(batch.records())
-    kind = ControlRecordType.parse(record.key)
-    if kind in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
-        EndTransactionMarker.decode(kind, record.value)
+    """Every record of a control batch has a control key; a COMMIT/ABORT marker batch is one decodable marker."""
+    records = list(batch.records())
+    for record in records:
+        kind = ControlRecordType.parse(record.key)
+        if kind in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            if len(records) != 1:
+                raise InvalidRecordError(f"a {kind.name} marker batch holds {len(records)} records; it must hold one")
+            EndTransactionMarker.decode(kind, record.value)
 
 
 def validate_legacy_batch(batch: LegacyRecordBatch) -> None:

@@ -225,11 +225,15 @@ def test_a_producer_id_needs_a_base_sequence_from_a_client(tmp_path: Path) -> No
     assert_refused(log, batch, InvalidRecordError, "base sequence -1")
 
 
-def test_control_batches_must_hold_one_control_record(tmp_path: Path) -> None:
+def test_control_batches_hold_control_records_and_a_marker_alone(tmp_path: Path) -> None:
     log = make_log(tmp_path)
     two = batch_with(bytes(record_bytes(0, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00") + record_bytes(1)),
                      count=2, attributes=0x30, producer_id=1)
-    assert_refused(log, two, InvalidRecordError, "control batch of 2 records")
+    assert_refused(log, two, InvalidRecordError, "COMMIT marker batch holds 2 records")
+    kraft = batch_with(bytes(record_bytes(0, b"\x00\x00\x00\x05", b"\x00\x00\x00\x01")
+                             + record_bytes(1, b"\x00\x00\x00\x06", b"voters")), count=2, attributes=0x20)
+    log.append(MemoryRecords(bytes(kraft)), origin=AppendOrigin.COORDINATOR)  # KRAFT_VERSION + KRAFT_VOTERS
+    assert log.log_end_offset == 2
     bad_key = batch_with(bytes(record_bytes(0, b"\x00", b"x")), count=1, attributes=0x30, producer_id=1)
     assert_refused(log, bad_key, InvalidRecordError, "control record key")
     bad_marker = batch_with(bytes(record_bytes(0, b"\x00\x00\x00\x01", b"\x00")), count=1, attributes=0x30,
@@ -519,3 +523,14 @@ def test_gzip_reads_like_javas_gzip_input_stream() -> None:
     assert gzip.decompress(gzip.compress(b"ab") + b"\x00trailing") == b"ab"
     with pytest.raises(CorruptRecordError):
         gzip.decompress(gzip.compress(b"ab") + b"\x1f\x8b\x08")  # a member that is cut
+
+
+@pytest.mark.parametrize("partition", ["foo-0", "__cluster_metadata-0"])
+def test_every_batch_a_kafka_broker_wrote_passes_the_rules(partition: str) -> None:
+    """The golden log dir: an idempotent producer's batches and KRaft's metadata and control batches."""
+    segment = Path(__file__).resolve().parents[1] / "fixtures" / "kafka-4.0-kraft-logs" / partition
+    batches = list(MemoryRecords((segment / "00000000000000000000.log").read_bytes()).batches())
+    assert batches
+    for batch in batches:
+        assert isinstance(batch, RecordBatch)
+        validate_batch(batch, 0, partition, from_client=False, max_decompressed=max_decompressed_bytes(1_048_588))
