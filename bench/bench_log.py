@@ -1,16 +1,20 @@
 """Log.append and sequential Log.read, against raw os.write and a raw sequential read of the same bytes.
 
 Targets (issue 3): append of 16 KiB batches (1 KiB records) >= 0.4x raw os.write; sequential read of the
-whole log >= 0.5x a raw sequential read of the segment files.
+whole log >= 0.5x a raw sequential read of the segment files. Reported (issue 13): append of zstd batches, which
+the log decompresses as a stream and checks record by record, against decompressing the same batches alone.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import tempfile
 import time
 from pathlib import Path
+
+import cramjam
 
 from bench._util import best_of, report
 from local.config import LogConfig
@@ -21,6 +25,50 @@ from local.scheduler import Scheduler
 TOTAL_BYTES = 256 * 1024 * 1024
 RECORD = b"r" * 1024
 RECORDS_PER_BATCH = 16
+ZSTD_BYTES = 32 * 1024 * 1024  # uncompressed bytes of zstd batches appended
+ZSTD_RECORDS_PER_BATCH = 64
+
+
+def _zstd_batches() -> list[bytes]:
+    """Batches of 64 JSON-like records of ~500 bytes (about 4x compressible), zstd, as a producer sends them."""
+    rng = random.Random(13)
+    words = [bytes(rng.choices(b"abcdefghijklmnopqrstuvwxyz", k=rng.randint(3, 9))) for _ in range(300)]
+    out: list[bytes] = []
+    total = 0
+    while total < ZSTD_BYTES:
+        recs = []
+        for i in range(ZSTD_RECORDS_PER_BATCH):
+            value = b'{"user":%d,"event":"%s","text":"%s"}' % (
+                rng.randrange(10**6), rng.choice(words), b" ".join(rng.choices(words, k=70)))
+            recs.append(SimpleRecord(1_700_000_000_000 + i, b"user-%d" % rng.randrange(1000), value))
+            total += len(value)
+        out.append(bytes(MemoryRecords.build(recs, "zstd")))
+    return out
+
+
+def zstd_append(tmp: Path, scheduler: Scheduler) -> None:
+    batches = _zstd_batches()
+    raw = sum(len(b) for b in batches)
+    config = LogConfig.from_properties({"log.dirs": str(tmp)}).topic_config({"segment.bytes": 256 * 1024 * 1024})
+
+    def decompress_alone() -> None:
+        for b in batches:
+            cramjam.zstd.decompress(memoryview(b)[61:])
+
+    def log_append() -> None:
+        shutil.rmtree(tmp / "zstd-0", ignore_errors=True)
+        log = Log.open(tmp / "zstd-0", config, scheduler=scheduler)
+        try:
+            for b in batches:
+                log.append(MemoryRecords(b))
+        finally:
+            log.close()
+
+    base = best_of(decompress_alone, 3)
+    ours = best_of(log_append, 3)
+    mb = raw / 1e6
+    report(f"Log.append zstd batches ({ZSTD_RECORDS_PER_BATCH} records, {raw // len(batches) // 1024} KiB compressed)",
+           mb / ours, mb / base, "MB/s (compressed)", "zstd decompression alone")
 
 
 def _batch() -> bytes:
@@ -93,6 +141,8 @@ def main() -> None:
         ours = best_of(log_read, 3)
         report("Log.read sequential 1 MiB fetches", mb / ours, mb / raw, "MB/s", "raw sequential read", target=0.5)
         log.close()
+        shutil.rmtree(tmp / "bench-0", ignore_errors=True)
+        zstd_append(tmp, scheduler)
         scheduler.shutdown()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -83,7 +83,15 @@ def encode_leader_epoch_checkpoint(entries: Iterable[EpochEntry]) -> bytes:
 
 
 def decode_leader_epoch_checkpoint(data: bytes, source: str = "leader-epoch-checkpoint") -> list[EpochEntry]:
-    return decode_checkpoint(data.decode(), _parse_epoch, source)
+    return decode_checkpoint(_text(data, source), _parse_epoch, source)
+
+
+def _text(data: bytes, source: str) -> str:
+    """``data`` as UTF-8; a CorruptCheckpointError naming ``source`` when it is not."""
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        raise CorruptCheckpointError(f"{source}: not a text file ({exc})", path=source) from None
 
 
 def _parse_offset(line: str) -> tuple[tuple[str, int], int]:
@@ -157,12 +165,10 @@ class CheckpointFile(Generic[T]):
 
     def read(self) -> list[T]:
         try:
-            text = self.path.read_bytes().decode()
+            data = self.path.read_bytes()
         except FileNotFoundError:
             return []
-        except UnicodeDecodeError as exc:
-            raise CorruptCheckpointError(f"{self.path}: not a text checkpoint ({exc})", path=str(self.path)) from None
-        return decode_checkpoint(text, self._parse, str(self.path))
+        return decode_checkpoint(_text(data, str(self.path)), self._parse, str(self.path))
 
 
 class LeaderEpochCheckpointFile(CheckpointFile[EpochEntry]):
@@ -201,8 +207,8 @@ class PartitionMetadataFile:
 
     @staticmethod
     def decode(data: bytes, source: str = "partition.metadata") -> uuid.UUID:
-        lines = data.decode().split("\n")
         try:
+            lines = data.decode().split("\n")
             key, _, version = lines[0].partition(": ")
             if key != "version" or int(version) != 0:
                 raise ValueError(f"unsupported version line {lines[0]!r}")
@@ -210,7 +216,7 @@ class PartitionMetadataFile:
             if key != "topic_id":
                 raise ValueError(f"expected topic_id, got {lines[1]!r}")
             topic_id = kafka_uuid_from_str(text.strip())
-        except (IndexError, ValueError) as exc:
+        except (IndexError, ValueError) as exc:  # (UnicodeDecodeError and binascii.Error are ValueErrors)
             raise KafkaStorageError(f"malformed {source}: {exc}", path=source) from None
         if topic_id.int == 0:
             raise KafkaStorageError(f"{source} holds the zero UUID, which is not a valid topic id", path=source)
@@ -238,7 +244,7 @@ class CleanShutdownFile:
     def read(self) -> int:
         try:
             return int(json.loads(self.path.read_text())["brokerEpoch"])
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
             raise KafkaStorageError(f"malformed clean shutdown file {self.path}: {exc}", path=str(self.path)) from None
 
     def delete(self) -> None:

@@ -22,42 +22,31 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
-
-from crc32c import crc32c
+from typing import TYPE_CHECKING, Any
 
 from local import filenames
 from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile, fsync_file
 from local.epoch import LeaderEpochFileCache
 from local.errors import (
-    CorruptRecordError,
     InvalidRecordError,
-    InvalidTimestampError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
-    RecordBatchTooLargeError,
-    RecordTooLargeError,
     RemoteStorageNotConfiguredError,
 )
 from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from local.producer_state import AppendOrigin, ProducerStateManager
 from local.records import MemoryRecords, RecordBatch, TimestampType
 from local.records.batch import (
-    ATTRIBUTES_OFFSET,
-    BATCH_HEADER,
     CONTROL_FLAG_MASK,
-    LENGTH_OFFSET,
     LOG_OVERHEAD,
-    MAGIC_OFFSET,
-    MAGIC_V2,
-    RECORD_BATCH_OVERHEAD,
     set_max_timestamp,
 )
 from local.remote_state import RemoteLogState, RemoteLogStateFile
 from local.scheduler import SYSTEM_TIME, MockScheduler, Scheduler, Time
 from local.segment import LogSegment
 from local.segments import LogSegments
+from local.validation import analyze_and_validate, plain_client_batch, validate_timestamps
 
 if TYPE_CHECKING:
     from local.config import TopicConfig
@@ -363,8 +352,9 @@ class Log:
         """Append batches as the leader (Kafka's ``appendAsLeader``): offsets and leader epoch are assigned here.
 
         Batches must have base offset 0 as a client sends them. The high watermark advances to the new log end
-        offset (a single-node ISR). Raises ``CorruptRecordError``, ``RecordTooLargeError``,
-        ``InvalidTimestampError`` or a producer-state error; nothing is written when it raises.
+        offset (a single-node ISR). Every batch passes Kafka's LogValidator rules (``local.validation``). Raises
+        ``CorruptRecordError``, ``InvalidRecordError``, ``RecordTooLargeError``, ``InvalidTimestampError`` or a
+        producer-state error; nothing is written when it raises.
         """
         self._check_writable()
         # Our own copy: offsets and the epoch are patched into it.
@@ -478,23 +468,14 @@ class Log:
         """The common append, on one header unpack and no batch object: a single v2 batch from a client, without
         producer id, not a control batch, CreateTime within the bounds. ``None`` when the append is anything
         else, or wrong in any way: the general path then handles it, and says what is wrong."""
-        size = len(buffer)
         config = self.config
-        if size < RECORD_BATCH_OVERHEAD or buffer[MAGIC_OFFSET] != MAGIC_V2:
+        if config.message_timestamp_type == "LogAppendTime":
             return None
-        (base_offset, length, _, _, crc, attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
-         _, _, _) = BATCH_HEADER.unpack_from(buffer)
-        if (
-            length + LOG_OVERHEAD != size
-            or base_offset != 0
-            or producer_id >= 0
-            or attributes & CONTROL_FLAG_MASK
-            or size > config.max_message_bytes
-            or size > config.segment_bytes
-            or config.message_timestamp_type == "LogAppendTime"
-            or crc32c(memoryview(buffer)[ATTRIBUTES_OFFSET:]) != crc
-        ):
+        header = plain_client_batch(buffer, config.max_message_bytes, config.segment_bytes, self._compacted)
+        if header is None:
             return None
+        size = len(buffer)
+        length, last_offset_delta, base_timestamp, max_timestamp = header
         with self._lock:
             if self._closed:
                 self._check_open()
@@ -543,104 +524,22 @@ class Log:
     def _analyze_and_validate(
         self, buffer: bytearray, origin: AppendOrigin, assign_offsets: bool
     ) -> tuple[list[RecordBatch], bool]:
-        """Shallow-validate every batch: size bounds, CRC, magic, base offset 0 from clients, increasing offsets.
-
-        Returns the batch views and whether any batch carries a producer id. One header
-        unpack and one CRC-32C over a memoryview per batch; anything unusual (a legacy magic, a truncated or
-        undersized batch) goes to :meth:`_reject`, which says exactly what is wrong.
-        """
-        total = len(buffer)
+        """Kafka's LogValidator over every batch (``local.validation``): the batch views, and whether any carries a
+        producer id. Raises, saying what is wrong, before anything is written."""
         config = self.config
-        if total > config.segment_bytes:
-            raise RecordBatchTooLargeError(
-                f"append of {total} bytes to {self.name} exceeds segment.bytes {config.segment_bytes}",
-                size=total,
-            )
-        max_message_bytes = config.max_message_bytes
-        from_client = origin is AppendOrigin.CLIENT
-        view = memoryview(buffer)
-        batches: list[RecordBatch] = []
-        has_producer_ids = False
-        expected_next = -1
-        position = 0
-        while position < total:
-            size = -1
-            if total - position >= RECORD_BATCH_OVERHEAD and buffer[position + MAGIC_OFFSET] == MAGIC_V2:
-                size = _I32.unpack_from(buffer, position + LENGTH_OFFSET)[0] + LOG_OVERHEAD
-            if size < RECORD_BATCH_OVERHEAD or position + size > total:
-                self._reject(view, position)
-            batch = RecordBatch(view[position : position + size])
-            if crc32c(view[position + ATTRIBUTES_OFFSET : position + size]) != batch.crc:
-                try:
-                    batch.ensure_valid()
-                except CorruptRecordError as exc:
-                    raise CorruptRecordError(f"{exc} at position {position}", position=position) from exc
-            if size > max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {size} bytes at position {position} exceeds max.message.bytes {max_message_bytes} "
-                    f"for {self.name}",
-                    position=position,
-                    size=size,
-                )
-            if from_client and batch.base_offset != 0:
-                raise InvalidRecordError(
-                    f"the base offset of a batch appended by a client to {self.name} must be 0, "
-                    f"got {batch.base_offset} at position {position}",
-                    position=position,
-                    offset=batch.base_offset,
-                )
-            if not assign_offsets:
-                if batch.base_offset < expected_next:
-                    raise InvalidRecordError(
-                        f"out of order offsets in append to {self.name}: batch at position {position} starts at "
-                        f"{batch.base_offset}, expected at least {expected_next}",
-                        position=position,
-                        offset=batch.base_offset,
-                    )
-                expected_next = batch.base_offset + batch.last_offset_delta + 1
-            if batch.producer_id >= 0:
-                has_producer_ids = True
-            batches.append(batch)
-            position += size
-        return batches, has_producer_ids
-
-    def _reject(self, view: memoryview, position: int) -> NoReturn:
-        """Raise the error that describes the bytes at ``position``, which are not a whole v2 batch."""
-        at = 0
-        for batch in MemoryRecords(view).batches(strict=True):  # the batches before ``position`` are valid
-            if at == position:
-                if batch.magic != MAGIC_V2:
-                    raise InvalidRecordError(
-                        f"only magic v2 batches can be appended to {self.name}; got magic {batch.magic} at "
-                        f"position {position}",
-                        position=position,
-                    )
-                break
-            at += batch.size_in_bytes
-        raise CorruptRecordError(
-            f"append to {self.name} has {len(view) - position} trailing bytes after the last whole batch "
-            f"at position {position}",
-            position=position,
+        return analyze_and_validate(
+            buffer, self.name, max_message_bytes=config.max_message_bytes, segment_bytes=config.segment_bytes,
+            from_client=origin is AppendOrigin.CLIENT, assign_offsets=assign_offsets, compacted=self._compacted,
         )
 
+    @property
+    def _compacted(self) -> bool:
+        """A compacted topic: its records need keys."""
+        return "compact" in str(self.config.cleanup_policy)
+
     def _validate_timestamp(self, batch: RecordBatch, now: int) -> None:
-        """CreateTime bounds, per batch: the max timestamp against ``after.max.ms``; the base one against ``before``."""
-        if batch.is_control_batch:
-            return
-        after = self.config.message_timestamp_after_max_ms
-        before = self.config.message_timestamp_before_max_ms
-        if batch.max_timestamp >= 0 and batch.max_timestamp - now > after:
-            raise InvalidTimestampError(
-                f"timestamp {batch.max_timestamp} of a batch appended to {self.name} is more than "
-                f"message.timestamp.after.max.ms={after} ahead of the broker time {now}",
-                timestamp=batch.max_timestamp,
-            )
-        if batch.base_timestamp >= 0 and now - batch.base_timestamp > before:
-            raise InvalidTimestampError(
-                f"timestamp {batch.base_timestamp} of a batch appended to {self.name} is more than "
-                f"message.timestamp.before.max.ms={before} behind the broker time {now}",
-                timestamp=batch.base_timestamp,
-            )
+        validate_timestamps(batch, now, self.config.message_timestamp_before_max_ms,
+                            self.config.message_timestamp_after_max_ms, self.name)
 
     def _find_duplicate(self, batches: list[RecordBatch]) -> LogAppendInfo | None:
         """An idempotent retry of the last batches of a producer gets the offsets of the original append."""

@@ -28,6 +28,7 @@ from local.errors import (
     InvalidRecordError,
     KafkaStorageError,
     LogSegmentOffsetOverflowError,
+    UnsupportedCompressionTypeError,
 )
 from local.fetch import FetchDataInfo, LogOffsetMetadata, LogOffsetPosition, TimestampAndOffset
 from local.file_records import FileRecords
@@ -45,6 +46,7 @@ from local.records import MemoryRecords, RecordBatch
 from local.records.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER,
+    COMPRESSION_CODEC_MASK,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
@@ -52,8 +54,10 @@ from local.records.batch import (
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
 )
-from local.records.legacy import MIN_V0_SIZE
+from local.records.compression import MAX_CODEC_ID
+from local.records.legacy import MIN_V0_SIZE, LegacyRecordBatch
 from local.records.memory_records import batch_from_buffer
+from local.validation import validate_legacy_batch
 
 logger = logging.getLogger(__name__)
 
@@ -358,8 +362,8 @@ class LogSegment:
                 rel = valid_bytes - view_start
                 if view_end - valid_bytes >= RECORD_BATCH_OVERHEAD:
                     # One unpack of the v2 header; for another magic only its length and magic fields count.
-                    (first_offset, length, epoch, magic, crc, _, last_offset_delta, _, batch_max_ts, producer_id, _, _, _,
-                     ) = unpack_header(view, rel)
+                    (first_offset, length, epoch, magic, crc, attributes, last_offset_delta, _, batch_max_ts, producer_id,
+                     _, _, _) = unpack_header(view, rel)
                 else:  # the file ends within a v2 header's size: a short legacy entry, or a torn or corrupt tail
                     length = _I32.unpack_from(view, rel + LENGTH_OFFSET)[0]
                     magic = view[rel + MAGIC_OFFSET] if view_end - valid_bytes > MAGIC_OFFSET else MAGIC_V2
@@ -379,10 +383,17 @@ class LogSegment:
                 if magic == MAGIC_V2:
                     if crc32c(view[rel + ATTRIBUTES_OFFSET : rel + size]) != crc:
                         RecordBatch(view[rel : rel + size]).ensure_valid()  # raises, naming both checksums
+                    if attributes & COMPRESSION_CODEC_MASK > MAX_CODEC_ID:
+                        raise CorruptRecordError(
+                            f"batch at position {valid_bytes} of {self.log.path} names an unknown compression codec "
+                            f"{attributes & COMPRESSION_CODEC_MASK}", position=valid_bytes)
                     last_offset = first_offset + last_offset_delta
                 else:  # a legacy message set entry: no leader epoch, no producer state
                     legacy = batch_from_buffer(view[rel : rel + size])
-                    legacy.ensure_valid()
+                    if not isinstance(legacy, LegacyRecordBatch):
+                        raise CorruptRecordError(
+                            f"batch at position {valid_bytes} of {self.log.path} has magic {magic}", position=valid_bytes)
+                    validate_legacy_batch(legacy)  # its CRC, and a wrapper's inner messages
                     first_offset, last_offset, batch_max_ts = legacy.base_offset, legacy.last_offset, legacy.max_timestamp
                 if not 0 <= last_offset - base_offset <= INT32_MAX:
                     self._ensure_offset_in_range(last_offset)
@@ -412,7 +423,7 @@ class LogSegment:
                         self._update_producer_state(producer_state_manager, RecordBatch(view[rel : rel + size]))
                     map_end_offset = last_offset + 1
                 valid_bytes += size
-        except (CorruptRecordError, InvalidRecordError, LogSegmentOffsetOverflowError) as exc:
+        except (CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError, LogSegmentOffsetOverflowError) as exc:
             logger.warning(
                 "found invalid batch in %s at position %d: %s", self.log.path, valid_bytes, exc
             )

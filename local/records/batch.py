@@ -222,7 +222,9 @@ class RecordBatch:
         """For a control batch: the type from its record's key and the raw value."""
         if not self.is_control_batch:
             raise InvalidRecordError(f"batch at offset {self.base_offset} is not a control batch", offset=self.base_offset)
-        rec = next(self.records())
+        rec = next(self.records(), None)
+        if rec is None:
+            raise InvalidRecordError(f"control batch at offset {self.base_offset} holds no record", offset=self.base_offset)
         return ControlRecordType.parse(rec.key), rec.value
 
     def __bytes__(self) -> bytes:

@@ -3,6 +3,11 @@
 Entry: ``offset i64 | size i32 | crc u32 | magic i8 | attributes i8 | [timestamp i64 if v1] | key (i32 len, -1 null)
 | value (i32 len, -1 null)``; the CRC is CRC-32 (zlib) over ``magic..end``. A compressed entry (attributes bits
 0-2) is a wrapper whose value is a compressed inner message set; its offset is the last inner offset.
+
+Rules of a wrapper (Kafka's ``AbstractLegacyRecordBatch``), enforced when its records are decoded: it nests one
+level only (an inner message is never itself compressed), it holds at least one inner message, its inner set is
+whole messages with valid CRCs, and it decompresses within ``MAX_DECOMPRESSED_BATCH_BYTES``. Any malformed entry
+raises ``CorruptRecordError`` or ``InvalidRecordError``, never a ``struct.error`` or a ``RecursionError``.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Iterator
 
 from local.errors import CorruptRecordError, InvalidRecordError
 from local.records.batch import LOG_OVERHEAD, NO_TIMESTAMP, TimestampType
-from local.records.compression import CompressionType
+from local.records.compression import MAX_DECOMPRESSED_BATCH_BYTES, CompressionType
 from local.records.record import Record
 
 _HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
@@ -115,17 +120,26 @@ class LegacyRecordBatch:
     def _key_value(self) -> tuple[bytes | None, bytes | None]:
         pos = 18 + (8 if self.magic == 1 else 0)
         buf = self._buf
+        end = len(buf)
         out: list[bytes | None] = []
-        for _ in range(2):
+        for field in ("key", "value"):
+            if pos + 4 > end:
+                raise CorruptRecordError(
+                    f"legacy message at offset {self.offset} ends before its {field} length", offset=self.offset)
             (n,) = _I32.unpack_from(buf, pos)
             pos += 4
             if n < 0:
                 out.append(None)
             else:
-                if pos + n > len(buf):
-                    raise InvalidRecordError(f"legacy message at offset {self.offset} is truncated", offset=self.offset)
+                if pos + n > end:
+                    raise CorruptRecordError(
+                        f"legacy message at offset {self.offset}: its {field} of {n} bytes runs past its end",
+                        offset=self.offset)
                 out.append(buf[pos : pos + n].tobytes())
                 pos += n
+        if pos != end:
+            raise CorruptRecordError(
+                f"legacy message at offset {self.offset} has {end - pos} bytes after its value", offset=self.offset)
         return out[0], out[1]
 
     def records(self) -> Iterator[Record]:
@@ -133,14 +147,33 @@ class LegacyRecordBatch:
         codec = self.compression_type
         if codec is CompressionType.NONE:
             return iter([Record(self.offset, self.timestamp, key, value)])
-        inner = codec.decompress(value or b"")
-        recs = [r for b in iter_legacy(memoryview(inner)) for r in b.records()]
-        if self.magic == 1 and recs:
+        return iter(self._inner_records(codec, value))
+
+    def _inner_records(self, codec: CompressionType, value: bytes | None) -> list[Record]:
+        """The messages of a wrapper, one level deep (see the module docstring for the rules)."""
+        if value is None:
+            raise InvalidRecordError(
+                f"compressed legacy message at offset {self.offset} has a null value", offset=self.offset)
+        try:
+            inner = codec.decompress(value, MAX_DECOMPRESSED_BATCH_BYTES)
+            recs: list[Record] = []
+            for entry in iter_legacy(memoryview(inner), strict=True):
+                if entry.attributes & 0x07:
+                    raise InvalidRecordError("an inner message is compressed: legacy wrappers nest one level only")
+                entry.ensure_valid()
+                recs.extend(entry.records())
+        except (CorruptRecordError, InvalidRecordError) as exc:
+            raise type(exc)(
+                f"compressed legacy message at offset {self.offset}: {exc}", offset=self.offset) from exc
+        if not recs:
+            raise InvalidRecordError(
+                f"compressed legacy message at offset {self.offset} holds no inner messages", offset=self.offset)
+        if self.magic == 1:
             # v1 wrappers use relative inner offsets: the wrapper's offset is the last one's absolute offset.
             shift = self.offset - recs[-1].offset
             ts_append = self.attributes & 0x08
             recs = [Record(r.offset + shift, self.timestamp if ts_append else r.timestamp, r.key, r.value) for r in recs]
-        return iter(recs)
+        return recs
 
     def __bytes__(self) -> bytes:
         return self._buf.tobytes()
@@ -149,15 +182,18 @@ class LegacyRecordBatch:
         return f"LegacyRecordBatch(magic={self.magic}, offset={self.offset}, size={len(self._buf)})"
 
 
-def iter_legacy(view: memoryview) -> Iterator[LegacyRecordBatch]:
+def iter_legacy(view: memoryview, strict: bool = False) -> Iterator[LegacyRecordBatch]:
+    """The entries of a message set; a partial entry at the end ends it quietly, or raises when ``strict``."""
     pos = 0
     while pos + LOG_OVERHEAD <= len(view):
         (size,) = _I32.unpack_from(view, pos + 8)
         end = pos + LOG_OVERHEAD + size
         if size < 0 or end > len(view):
-            return
+            break
         yield LegacyRecordBatch(view[pos:end])
         pos = end
+    if strict and pos != len(view):
+        raise CorruptRecordError(f"partial legacy message at position {pos} of a message set", position=pos)
 
 
 def build_legacy_message(offset: int, key: bytes | None, value: bytes | None, *, magic: int = 1,

@@ -112,7 +112,16 @@ def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, key: 
 
 def decode_records(data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
                    log_append_time: int | None, base_sequence: int) -> list[Record]:
-    """Decode ``count`` records from ``data`` (exactly their bytes); errors name the record position."""
+    """Decode ``count`` records from ``data`` (exactly their bytes); InvalidRecordError naming the record position
+    for anything malformed."""
+    try:
+        return _decode_records(data, count, base_offset, base_timestamp, log_append_time, base_sequence)
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise InvalidRecordError(f"truncated or malformed record ({exc})", records_count=count) from None
+
+
+def _decode_records(data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
+                    log_append_time: int | None, base_sequence: int) -> list[Record]:
     out: list[Record] = []
     pos = 0
     end = len(data)

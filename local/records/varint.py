@@ -28,8 +28,12 @@ def size_of_varint(value: int) -> int:
 
 
 def decode_varint(buf: bytes | bytearray | memoryview, pos: int, max_bytes: int = 5) -> tuple[int, int]:
-    """(value, next position) of the zigzag varint at ``pos``; more than ``max_bytes`` bytes is invalid."""
-    b = buf[pos]
+    """(value, next position) of the zigzag varint at ``pos``; more than ``max_bytes`` bytes is invalid, and so is
+    one that the data ends inside (both InvalidRecordError)."""
+    try:
+        b = buf[pos]
+    except IndexError:
+        raise InvalidRecordError(f"no varint at position {pos}: the data ends first", position=pos) from None
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
     result = b & 0x7F
