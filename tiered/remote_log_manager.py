@@ -95,6 +95,13 @@ class PassResult:
     copy_errors: int = 0
     stale_copies_cleaned: int = 0
 
+    def add(self, other: PassResult) -> None:
+        self.segments_copied += other.segments_copied
+        self.bytes_copied += other.bytes_copied
+        self.segments_deleted += other.segments_deleted
+        self.copy_errors += other.copy_errors
+        self.stale_copies_cleaned += other.stale_copies_cleaned
+
 
 class _RateLimiter:
     """Bytes-per-second quota (remote.log.manager.copy/fetch.max.bytes.per.second); None = unbounded."""
@@ -155,7 +162,9 @@ class RemoteLogManager:
         custom_metadata_max_bytes: int = 128,
         copy_max_bytes_per_second: int | None = None,
         fetch_max_bytes_per_second: int | None = None,
-        copier_threads: int = 4,
+        copier_threads: int = 10,
+        expiration_threads: int = 10,
+        task_interval_ms: int = 30_000,
         time: Time = SYSTEM_TIME,
         registry: Any = None,
     ) -> None:
@@ -169,6 +178,11 @@ class RemoteLogManager:
         self._copy_quota = _RateLimiter(copy_max_bytes_per_second, time)
         self._fetch_quota = _RateLimiter(fetch_max_bytes_per_second, time)
         self._copier_threads = max(1, copier_threads)
+        self._expiration_threads = max(1, expiration_threads)
+        self.task_interval_ms = task_interval_ms
+        self._task_scheduler: Any = None  # tiered.rlm_tasks.RLMTaskScheduler while the tasks run
+        self._tasks_lock = threading.Lock()
+        self.task_totals = PassResult()  # what the scheduled tasks did since start (tiered run reports it)
         self._partition_locks: dict[TopicIdPartition, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._read_ahead: dict[TopicIdPartition, Any] = {}  # per partition: the segment whose successor was read ahead
@@ -214,7 +228,9 @@ class RemoteLogManager:
             custom_metadata_max_bytes=config.remote_log_metadata_custom_metadata_max_bytes,
             copy_max_bytes_per_second=config.remote_log_manager_copy_max_bytes_per_second,
             fetch_max_bytes_per_second=config.remote_log_manager_fetch_max_bytes_per_second,
-            copier_threads=getattr(config, "remote_log_manager_copier_thread_pool_size", 4) or 4,
+            copier_threads=config.remote_log_manager_copier_thread_pool_size,
+            expiration_threads=config.remote_log_manager_expiration_thread_pool_size,
+            task_interval_ms=config.remote_log_manager_task_interval_ms,
         )
 
     # ------------------------------------------------------------------------------------------------------
@@ -654,11 +670,13 @@ class RemoteLogManager:
                 doomed.append(md)
             self.metrics.delete_lag_segments.labels(log.topic, log.partition).set(len(doomed))
             self.metrics.delete_lag_bytes.labels(log.topic, log.partition).set(sum(m.segment_size_in_bytes for m in doomed))
-            for md in doomed:
-                self._delete_remote(md, reason="retention")
             if doomed:
+                # Kafka's order: the log start offset moves (and is checkpointed, by the log's hook) BEFORE any
+                # segment below it is deleted, so a reader that finds a segment gone sees it out of range.
                 new_start = doomed[-1].end_offset + 1
                 log.maybe_increment_log_start_offset(new_start, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+            for md in doomed:
+                self._delete_remote(md, reason="retention")
             remaining = self.finished_segments(tip)
             self.metrics.log_size_bytes.labels(log.topic, log.partition).set(sum(m.segment_size_in_bytes for m in remaining))
             self.metrics.delete_lag_segments.labels(log.topic, log.partition).set(0)
@@ -669,25 +687,58 @@ class RemoteLogManager:
     # Passes
 
     def run_once(self, logs: Iterable[Log]) -> PassResult:
-        """One pass of the copy task then the expiration task over every remote-enabled log."""
+        """One run of the copy task then the expiration task of every remote-enabled log (``tiered offload``):
+        the same task objects the scheduled tasks run (:mod:`tiered.rlm_tasks`)."""
+        from tiered.rlm_tasks import RLMCopyTask, RLMExpirationTask, tiering_enabled
+
         total = PassResult()
-        eligible = [log for log in logs if getattr(log.config, "remote_storage_enable", False)]
+        eligible = [log for log in logs if tiering_enabled(log)]
 
         def one(log: Log) -> PassResult:
-            res = self.copy_log_segments(log)
-            res.segments_deleted += self.cleanup_remote_segments(log)
+            res = RLMCopyTask(self, log).run()
+            res.segments_deleted += RLMExpirationTask(self, log).run().segments_deleted
             return res
 
         with ThreadPoolExecutor(self._copier_threads, thread_name_prefix="remote-log-copier") as pool:
             for res in pool.map(one, eligible):
-                total.segments_copied += res.segments_copied
-                total.bytes_copied += res.bytes_copied
-                total.segments_deleted += res.segments_deleted
-                total.copy_errors += res.copy_errors
-                total.stale_copies_cleaned += res.stale_copies_cleaned
+                total.add(res)
         return total
 
+    def start_tasks(self, logs: Callable[[], Iterable[Log]]) -> None:
+        """Start the copy and expiration tasks of every remote-enabled log that ``logs()`` returns, each run every
+        ``remote.log.manager.task.interval.ms`` (the ``local.remote.RemoteTier`` hook a LogManager calls at start)."""
+        from tiered.rlm_tasks import RLMTaskScheduler
+
+        with self._tasks_lock:
+            if self._task_scheduler is not None or self._closed:
+                return
+            self._task_scheduler = RLMTaskScheduler(
+                self, logs, self.task_interval_ms, self._copier_threads, self._expiration_threads
+            )
+
+    def stop_tasks(self) -> None:
+        """Stop the scheduled tasks, waiting for the runs in progress (a LogManager calls it before closing logs)."""
+        with self._tasks_lock:
+            scheduler, self._task_scheduler = self._task_scheduler, None
+        if scheduler is not None:
+            scheduler.shutdown()
+
+    @property
+    def tasks_running(self) -> bool:
+        return self._task_scheduler is not None
+
+    def record_task_result(self, result: PassResult) -> None:
+        with self._tasks_lock:
+            self.task_totals.add(result)
+
+    def copy_lag(self, log: Log) -> tuple[int, int]:
+        """Kafka's RemoteCopyLagSegments and RemoteCopyLagBytes of ``log`` now: segments eligible for copy and not
+        yet copied, and their bytes."""
+        candidates = self.candidate_segments(log)
+        return len(candidates), sum(seg.size for seg, _ in candidates)
+
     def close(self) -> None:
+        self.stop_tasks()
         if self._closed:
             return
         self._closed = True
