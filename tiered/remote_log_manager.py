@@ -184,6 +184,9 @@ class RemoteLogManager:
         self._tasks_lock = threading.Lock()
         self.task_totals = PassResult()  # what the scheduled tasks did since start (tiered run reports it)
         self._partition_locks: dict[TopicIdPartition, threading.Lock] = {}
+        # Expiration has its own per-partition lock, as Kafka's RLMExpirationTask runs apart from the copy task: a
+        # remote deletion pass (seconds under load) must not hold the copy of the same partition back.
+        self._expiration_locks: dict[TopicIdPartition, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._read_ahead: dict[TopicIdPartition, Any] = {}  # per partition: the segment whose successor was read ahead
         # Per partition: the offsets its recent readers will fetch next, each with the segment and position it
@@ -245,6 +248,10 @@ class RemoteLogManager:
     def _partition_lock(self, tip: TopicIdPartition) -> threading.Lock:
         with self._locks_lock:
             return self._partition_locks.setdefault(tip, threading.Lock())
+
+    def _expiration_lock(self, tip: TopicIdPartition) -> threading.Lock:
+        with self._locks_lock:
+            return self._expiration_locks.setdefault(tip, threading.Lock())
 
     def finished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """FINISHED copies of a partition, ordered by start offset."""
@@ -642,7 +649,7 @@ class RemoteLogManager:
 
         tip = self.topic_id_partition(log)
         config = log.config
-        with self._partition_lock(tip):
+        with self._expiration_lock(tip):
             segs = self.finished_segments(tip)
             if not segs:
                 return 0
