@@ -292,8 +292,8 @@ class _Run:
 
     def restart(self) -> None:
         with self.gate.closed():
-            self._tally_remote()
             self.manager.close()
+            self._tally_remote()  # after close: the runs in progress have ended
             self.manager = LogManager(self.config)
             self.log = self.manager.get_or_create_log(TOPIC, 0, TOPIC_OVERRIDES)
             self.result.restarts += 1
@@ -318,15 +318,16 @@ class _Run:
             self.stop.set()
             for w in workers:
                 w.join(60)
-            self._tally_remote()
             self.result.final_log_start = self.log.log_start_offset
             self.result.final_log_end = self.log.log_end_offset
             self.manager.close()
+            self._tally_remote()
         return self.result
 
 
 def prefill(tmp: Path, records: int) -> None:
-    """Write ``records`` records (values derived from offsets) and close: the data a load without a writer reads."""
+    """Write ``records`` records (values derived from offsets), tier them and apply retention of both tiers, and
+    close: the data a load without a writer reads, with nothing left for the tasks to do."""
     config = LogConfig.from_properties(broker_props(tmp))
     with LogManager(config, start_scheduler=False) as manager:
         log = manager.get_or_create_log(TOPIC, 0, TOPIC_OVERRIDES)
@@ -334,6 +335,11 @@ def prefill(tmp: Path, records: int) -> None:
         while log.log_end_offset < records:
             first = log.log_end_offset
             log.append(MemoryRecords.build([SimpleRecord(now, b"%d" % o, expected_value(o)) for o in range(first, first + 40)]))
+        log.roll()
+        rlm: Any = manager.remote_tier
+        for _ in range(2):
+            rlm.run_once(manager.all_logs())
+            manager.cleanup_logs()
 
 
 def run_load(
