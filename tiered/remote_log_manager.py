@@ -196,6 +196,17 @@ class RemoteLogManager:
         self._cleaned_stale: set[TopicIdPartition] = set()
         self.metrics = _Metrics(registry)
         self._closed = False
+        # The plugin's copy_log_segment_data, or a child process running it (tiered.copier_process).
+        self._copy_data: Callable[[RemoteLogSegmentMetadata, LogSegmentData], bytes | None] = rsm.copy_log_segment_data
+        self._process_copier: Any = None
+
+    def copy_in_child_process(self, class_name: str, props: dict[str, str]) -> None:
+        """Run the plugin's ``copy_log_segment_data`` in a child process built from ``class_name`` and ``props``
+        (see :mod:`tiered.copier_process` for why: the copy no longer waits for the GIL once per system call)."""
+        from tiered.copier_process import ProcessCopier
+
+        self._process_copier = ProcessCopier(class_name, props, self.rsm.copy_log_segment_data)
+        self._copy_data = self._process_copier
 
     @classmethod
     def from_log_config(cls, config: LogConfig) -> RemoteLogManager:
@@ -222,7 +233,7 @@ class RemoteLogManager:
             )
         except ImportError as exc:  # diskcache is in the s3 extra
             logger.warning("remote segment cache disabled (%s): pip install 'tiered[s3]' to enable it", exc)
-        return cls(
+        rlm = cls(
             rsm,
             RemoteLogMetadataStore.for_rsm(rsm),
             index_cache,
@@ -235,6 +246,14 @@ class RemoteLogManager:
             expiration_threads=config.remote_log_manager_expiration_thread_pool_size,
             task_interval_ms=config.remote_log_manager_task_interval_ms,
         )
+        # Only for plugins whose storage another process sees (not an in-memory or in-process mocked store).
+        if getattr(config, "remote_log_manager_copier_process_enable", False) and getattr(rsm, "shared_across_processes", False):
+            rlm.copy_in_child_process(config.remote_log_storage_manager_class_name, config.rsm_config)
+            from tiered.copier_process import ChildWritingStore
+
+            # The metadata events of a copy (STARTED, FINISHED) are written by the child too.
+            rlm.metadata.store = ChildWritingStore(rlm.metadata.store, rlm._process_copier)  # type: ignore[assignment]
+        return rlm
 
     # ------------------------------------------------------------------------------------------------------
     # Identity
@@ -571,7 +590,7 @@ class RemoteLogManager:
         with tempfile.TemporaryDirectory(prefix="tiered-copy-") as tmp:
             data = self._segment_data(log, seg, nxt, Path(tmp))
             try:
-                custom = self.rsm.copy_log_segment_data(md, data)
+                custom = self._copy_data(md, data)
                 if custom is not None and len(custom) > self.custom_metadata_max_bytes:
                     raise CustomMetadataSizeExceededError(
                         f"custom metadata of {len(custom)} bytes for {segment_id} exceeds "
@@ -749,6 +768,8 @@ class RemoteLogManager:
         if self._closed:
             return
         self._closed = True
+        if self._process_copier is not None:
+            self._process_copier.close()
         self.index_cache.close()
         if self.chunk_cache is not None:
             self.chunk_cache.close()
