@@ -323,3 +323,86 @@ def test_a_local_read_overtaken_by_local_retention_goes_remote(tmp_path: Path) -
         first = next(iter(info.records.batches()))
         assert first.base_offset <= 9 <= first.last_offset
         assert [r.value for r in first.records() if r.offset == 9] == [_value(9)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The copier process
+
+
+def test_the_copy_runs_in_a_child_process_and_its_objects_are_the_tiers(tmp_path: Path) -> None:
+    config = LogConfig.from_properties(_props(tmp_path))
+    with LogManager(config, start_scheduler=False) as manager:
+        rlm = manager.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        copier = rlm._process_copier
+        assert copier is not None
+        log = manager.get_or_create_log("t", 0, {"remote.storage.enable": "true", "local.retention.bytes": str(2 * MIB)})
+        _produce(log, 6000)
+        copied = rlm.copy_log_segments(log)
+        assert copied.segments_copied >= 2 and copied.copy_errors == 0
+        assert copier.processes == 1 and copier.failed_to_start is None
+        children = list(copier._all)
+        highest = rlm.highest_offset_in_remote_storage(log)
+        assert highest == log.active_segment.base_offset - 1
+        manager.cleanup_logs()
+        assert log.local_log_start_offset > 9
+        info = log.read(9, 64 * KIB)  # remote: objects the child wrote
+        assert [r.value for b in info.records.batches() for r in b.records() if r.offset == 9] == [_value(9)]
+    assert all(child.proc.poll() is not None for child in children)  # close() ended the child
+    # The metadata events the child wrote are the store's: a restart finds every copy.
+    with LogManager(config, start_scheduler=False) as manager:
+        log = manager.get_or_create_log("t", 0)
+        rlm = manager.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        assert rlm.highest_offset_in_remote_storage(log) == highest
+        assert _first_offset(log, 9) <= 9
+
+
+def test_the_copier_process_reports_errors_and_replaces_a_dead_child(tmp_path: Path) -> None:
+    from tiered.copier_process import ProcessCopier
+    from tiered.errors import RemoteStorageError
+    from tiered.rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("0.log", "0.index", "0.timeindex", "1.snapshot"):
+        (src / name).write_bytes(b"x" * 10)
+    tip = TopicIdPartition(__import__("uuid").uuid4(), "t", 0)
+
+    def md() -> RemoteLogSegmentMetadata:
+        return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 0, 0, 0, 0, 10, {0: 0})
+
+    def data(log_name: str = "0.log") -> LogSegmentData:
+        return LogSegmentData(src / log_name, src / "0.index", src / "0.timeindex", None, src / "1.snapshot", b"0\n0\n")
+
+    copier = ProcessCopier("local", {"dir": str(tmp_path / "remote")}, lambda m, d: pytest.fail("no fallback"))
+    try:
+        assert copier(md(), data()) is None
+        with pytest.raises(RemoteStorageError, match="copier process failed"):
+            copier(md(), data("missing.log"))  # the plugin's error, raised here
+        assert copier(md(), data()) is None and copier.processes == 1  # the same child goes on
+        copier._all[0].proc.kill()
+        copier._all[0].proc.wait()
+        with pytest.raises(RemoteStorageError) as died:
+            copier(md(), data())
+        assert died.value.retriable
+        assert copier(md(), data()) is None and copier.processes == 1  # a new child
+    finally:
+        copier.close()
+    fallback_calls: list[Any] = []
+    broken = ProcessCopier("no.such.Plugin", {}, lambda m, d: fallback_calls.append(m))
+    try:
+        broken(md(), data())
+        broken(md(), data())
+        assert len(fallback_calls) == 2 and broken.failed_to_start is not None and broken.processes == 0
+    finally:
+        broken.close()
+
+
+def test_the_copier_process_can_be_turned_off(tmp_path: Path) -> None:
+    config = LogConfig.from_properties(_props(tmp_path, **{"remote.log.manager.copier.process.enable": "false"}))
+    rlm = RemoteLogManager.from_log_config(config)
+    try:
+        assert rlm._process_copier is None
+    finally:
+        rlm.close()
