@@ -1,21 +1,26 @@
-"""The segment copier in a child process (``remote.log.manager.copier.process.enable``, default true).
+"""The segment copier in a child process (``remote.log.manager.copier.process.enable``, ours, default true; used
+for plugins that declare ``shared_across_processes``, i.e. whose objects another process configured alike sees:
+the local-directory tier. Not an in-memory store, nor S3 mocked in-process by a test).
 
 Why a process, measured (tests/soak, ``python -m bench soak``, profiled with pyinstrument): copying one 1 MiB
 segment to the local-directory tier took ~50 ms alone and 300-450 ms with four reader threads decoding records,
 and the copy backlog (RemoteCopyLagSegments) grew without bound under a writer plus readers. The time was not the
-bytes: the profile put it in ``fsync``, ``mkstemp``, ``Path.resolve`` and ``mkdir``, i.e. in the ~100 blocking
-calls a segment's nine objects take. Each of them releases the GIL, and getting it back from a CPU-bound reader
-costs up to the interpreter's switch interval (5 ms): the copy spends its time waiting in the GIL queue, one
-hand-off per system call. Fewer calls per object would only shave that count; a bounded reader share would slow
-every reader to speed up one thread. Running ``RemoteStorageManager.copy_log_segment_data`` in a child process
-with its own GIL turns those ~100 hand-offs into about three (send the request, wait for the reply), whatever the
-backend (local directory, S3, fsspec), and leaves the readers alone.
+bytes: the profile put it in ``fsync``, ``mkstemp``, ``Path.resolve`` and ``mkdir``, the ~100 blocking calls that a
+segment's nine objects and its metadata events take. Each releases the GIL, and taking it back from CPU-bound
+readers costs up to the switch interval (5 ms) times the threads queued for it: the copy spent its time in the
+GIL queue, one hand-off per system call. Fewer calls per object would only shave that count; a bounded reader
+share cannot bound what a consumer does with its records outside the library, and slows every reader to speed up
+one thread. A child process has its own GIL: ``copy_log_segment_data`` and the metadata events' ``put_bytes`` cost
+the parent two hand-offs each (write the request, read the reply). Measured after: ~210 ms per segment with the
+same four readers, and the soak's copy lag stays at a few segments. What still runs in the parent (the segment's
+fsync before upload, the producer snapshot lookup, a temporary directory per copy) is the next cost.
 
-The parent keeps everything else of the copy (metadata STARTED/FINISHED, quotas, cleanup of a failed attempt,
-metrics). The child builds its own plugin from the same ``remote.log.storage.manager.class.name`` and
-``rsm.config.*``; a request is the (picklable) metadata and segment data, the reply the custom metadata or the
-error, re-raised in the parent as ``RemoteStorageError``. A child that dies is replaced at the next copy. One
-child serves one copy at a time; concurrent copies (several partitions) get one child each, started on demand.
+The parent keeps the copy's logic (states, quotas, cleanup of a failed attempt, metrics). The child builds its own
+plugin from the same ``remote.log.storage.manager.class.name`` and ``rsm.config.*``; a request is the (picklable)
+metadata and segment data, the reply the custom metadata or the error, raised in the parent as
+``RemoteStorageError``. A child that dies is replaced at the next call; a child that cannot start (a plugin only
+importable in this process) leaves the copies in this process. One child serves one call at a time; concurrent
+copies (several partitions) use up to ``max_processes`` children, started on demand.
 """
 
 from __future__ import annotations
@@ -115,14 +120,16 @@ class ProcessCopier:
 
     def __init__(
         self, class_name: str, props: Mapping[str, str],
-        fallback: Callable[[RemoteLogSegmentMetadata, LogSegmentData], bytes | None],
+        fallback: Callable[[RemoteLogSegmentMetadata, LogSegmentData], bytes | None], max_processes: int = 2,
     ) -> None:
         self.class_name = class_name
+        self.max_processes = max(1, max_processes)
         self.props = dict(props)
         self.fallback = fallback  # the in-process copy, used when no child can start
         self.failed_to_start: str | None = None
         self.fallback_store: Any = None  # the object store whose put_bytes :meth:`put_bytes` stands for
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+        self._starting = 0
         self._idle: list[_Child] = []
         self._all: list[_Child] = []
         self._closed = False
@@ -141,9 +148,14 @@ class ProcessCopier:
 
     def _run(self, request: tuple[Any, ...], what: str, fallback: Callable[[], Any]) -> Any:
         with self._lock:
+            # An idle child, or room for a new one (at most max_processes), or wait for one to be free.
+            self._lock.wait_for(lambda: self._closed or self.failed_to_start is not None or bool(self._idle)
+                                or len(self._all) + self._starting < self.max_processes)
             if self._closed:
                 raise RemoteStorageError("the copier process is closed", retriable=False)
             child = self._idle.pop() if self._idle else None
+            if child is None and self.failed_to_start is None:
+                self._starting += 1
         if child is None:
             if self.failed_to_start is not None:
                 return fallback()
@@ -151,9 +163,13 @@ class ProcessCopier:
                 child = _Child(self.class_name, self.props)
             except CopierStartError as exc:
                 logger.warning("%s: copying in this process instead", exc)
-                self.failed_to_start = str(exc)
+                with self._lock:
+                    self._starting -= 1
+                    self.failed_to_start = str(exc)
+                    self._lock.notify_all()
                 return fallback()
             with self._lock:
+                self._starting -= 1
                 self._all.append(child)
         try:
             result = child.call(request, what)
@@ -161,20 +177,24 @@ class ProcessCopier:
             self._discard(child)
             raise RemoteStorageError(f"{what}: the copier process failed ({exc})", retriable=True) from exc
         except BaseException:
-            with self._lock:
-                self._idle.append(child)
+            self._release(child)
             raise
+        self._release(child)
+        return result
+
+    def _release(self, child: _Child) -> None:
         with self._lock:
             if self._closed:
                 child.close()
             else:
                 self._idle.append(child)
-        return result
+            self._lock.notify_all()
 
     def _discard(self, child: _Child) -> None:
         with self._lock:
             if child in self._all:
                 self._all.remove(child)
+            self._lock.notify_all()
         child.close()
 
     @property
@@ -185,6 +205,7 @@ class ProcessCopier:
         with self._lock:
             self._closed = True
             children, self._all, self._idle = self._all, [], []
+            self._lock.notify_all()
         for child in children:
             child.close()
 
