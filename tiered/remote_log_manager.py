@@ -11,7 +11,17 @@ failed attempt deletes what it uploaded (DELETE_SEGMENT_STARTED -> DELETE_SEGMEN
 found at start (a crash mid-copy) is cleaned up the same way.
 
 Remote retention deletes segments past ``retention.ms`` (by max timestamp), past ``retention.bytes`` over the
-whole log, below the log start offset, or outside the leader-epoch lineage, then advances the log start offset.
+whole log, below the log start offset, or outside the leader-epoch lineage. Kafka's order: the log start offset
+moves first (the LogManager checkpoints it through the log's hook), then the segments below it are deleted, so a
+read racing the deletion sees the new log start and raises ``OffsetOutOfRangeError`` (see ``Log.read``).
+
+Scheduling (Kafka's RLMCopyTask / RLMExpirationTask, :mod:`tiered.rlm_tasks`): a LogManager with the remote tier
+calls :meth:`RemoteLogManager.start_tasks` when its scheduler starts; each remote-enabled partition then gets a
+copy task and an expiration task every ``remote.log.manager.task.interval.ms`` on the copier and expiration pools
+(``remote.log.manager.copier.thread.pool.size`` / ``remote.log.manager.expiration.thread.pool.size``); copy and
+expiration of one partition hold separate locks. ``tiered offload`` runs the same tasks once
+(:meth:`RemoteLogManager.run_once`). With ``remote.log.manager.copier.process.enable`` the plugin's copy runs in a
+child process (:mod:`tiered.copier_process`, which says why).
 """
 
 from __future__ import annotations
