@@ -142,6 +142,7 @@ class Log:
         # Called (under the log lock) each time the log start offset moves, before anything below it is deleted:
         # the LogManager writes its log-start-offset checkpoint there.
         self.log_start_offset_checkpointer: Callable[[Log], None] | None = None
+        self._log_start_checkpoint_failed = False
         active = segments.active_segment
         assert active is not None, "a loaded log always has an active segment"
         self._leo = LogOffsetMetadata(active.read_next_offset(), active.base_offset, active.size)
@@ -938,12 +939,21 @@ class Log:
                 self.local_log_start_offset = new_offset
             self.leader_epoch_cache.truncate_from_start(new_offset)
             self.producer_state_manager.on_log_start_offset_incremented(new_offset)
-            checkpoint = self.log_start_offset_checkpointer
-            if checkpoint is not None:
-                # Durable before the caller deletes anything below it (an OSError here stops the deletion):
-                # a crash between the two must not bring back a log start below deleted data.
-                checkpoint(self)
+            # Durable before the caller deletes anything below it (an OSError here stops the deletion): a crash
+            # between the two must not bring back a log start below deleted data.
+            self._log_start_checkpoint_failed = True
+            self.ensure_log_start_offset_checkpointed()
             return True
+
+    def ensure_log_start_offset_checkpointed(self) -> None:
+        """Write the log start checkpoint if the last attempt failed; raises ``OSError`` if it fails again. Whatever
+        deletes below the log start (local retention, remote expiration) calls it first: a pass after a failed
+        checkpoint finds the log start already moved, and must not delete on the strength of it."""
+        with self._lock:
+            checkpoint = self.log_start_offset_checkpointer
+            if self._log_start_checkpoint_failed and checkpoint is not None:
+                checkpoint(self)
+            self._log_start_checkpoint_failed = False
 
     def delete_old_segments(self) -> int:
         """One retention pass (what the scheduler runs every ``log.retention.check.interval.ms``).
@@ -1042,6 +1052,7 @@ class Log:
             self.local_log_start_offset = max(self.local_log_start_offset, new_start)
             if not self.remote_storage_enabled:
                 self.maybe_increment_log_start_offset(new_start, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+            self.ensure_log_start_offset_checkpointed()
             for seg in segments:
                 logger.info("deleting segment %d of %s: %s", seg.base_offset, self.name, reason)
                 self.segments.remove(seg.base_offset)

@@ -711,6 +711,7 @@ class RemoteLogManager:
                 # segment below it is deleted, so a reader that finds a segment gone sees it out of range.
                 new_start = doomed[-1].end_offset + 1
                 log.maybe_increment_log_start_offset(new_start, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+                log.ensure_log_start_offset_checkpointed()  # a previous pass's checkpoint may have failed
             for md in doomed:
                 self._delete_remote(md, reason="retention")
             remaining = self.finished_segments(tip)

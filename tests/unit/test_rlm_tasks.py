@@ -223,6 +223,42 @@ def test_remote_expiration_moves_and_checkpoints_the_log_start_before_deleting(t
             assert in_memory > end and checkpointed == in_memory
 
 
+def test_after_a_failed_checkpoint_no_later_pass_deletes_until_one_succeeds(tmp_path: Path) -> None:
+    """The first pass moves the log start in memory and fails to checkpoint it; a later pass finds the log start
+    already moved (nothing to increment) and must still not delete below it before the checkpoint is written."""
+    config = LogConfig.from_properties(_props(tmp_path))
+    with LogManager(config, start_scheduler=False) as manager:
+        rlm = manager.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        log = manager.get_or_create_log(
+            "t", 0, {"remote.storage.enable": "true", "local.retention.bytes": str(2 * MIB), "retention.bytes": str(3 * MIB)}
+        )
+        _produce(log, 10_000)
+        rlm.copy_log_segments(log)
+        deleted: list[int] = []
+        original = rlm.rsm.delete_log_segment_data
+
+        def delete(md: Any) -> None:
+            deleted.append(md.end_offset)
+            original(md)
+
+        rlm.rsm.delete_log_segment_data = delete  # type: ignore[method-assign]
+        working = log.log_start_offset_checkpointer
+
+        def fail(_: Log) -> None:
+            raise OSError(5, "Input/output error")
+
+        log.log_start_offset_checkpointer = fail
+        for _ in range(2):
+            with pytest.raises(OSError):
+                rlm.cleanup_remote_segments(log)
+        assert deleted == [] and log.log_start_offset > 0
+        assert _checkpointed_start(tmp_path / "data", log) == 0
+        log.log_start_offset_checkpointer = working
+        assert rlm.cleanup_remote_segments(log) > 0
+        assert deleted and _checkpointed_start(tmp_path / "data", log) == log.log_start_offset > max(deleted)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Reads racing retention
 
