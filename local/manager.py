@@ -365,8 +365,8 @@ class LogManager:
 
     def checkpoint_log_start_offset_of(self, log: Log) -> None:
         """Write the log-start-offset checkpoint of ``log``'s data dir now: a log calls it when its log start offset
-        moves, BEFORE it (or the remote tier) deletes anything below it. Raises ``OSError`` (the caller then
-        deletes nothing; the next retention pass takes the dir offline)."""
+        moves, BEFORE it (or the remote tier) deletes anything below it. Raises ``OSError``: the caller then
+        deletes nothing (and :meth:`cleanup_logs` takes the dir offline); the log retries before its next deletion."""
         data_dir = self._log_dirs_of.get((log.topic, log.partition))
         if data_dir is None or data_dir not in self.live_dirs:
             return
