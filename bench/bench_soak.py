@@ -7,7 +7,9 @@ baseline measured in the same run.
   expiration and retention of both tiers (local-directory remote tier).
 
 Printed: read latency p50/p99 under load vs the baseline (ratio), Kafka's RemoteCopyLagSegments and
-RemoteCopyLagBytes sampled every 0.5 s (mean, max, last), and the writer's and copier's throughput.
+RemoteCopyLagBytes sampled every 0.5 s (mean, max, last), and the writer's and copier's throughput; then the same
+load with the copy in this process (``remote.log.manager.copier.process.enable=false``) for the copy lag it had
+before the copier process (see tiered/copier_process.py).
 ``BENCH_SOAK_SECONDS`` sets the length of each phase (default 30).
 """
 
@@ -20,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from bench._util import report_latency
-from tests.soak.load import MIB, prefill, run_load
+from tests.soak.load import MIB, LoadResult, prefill, run_load
 
 SECONDS = float(os.environ.get("BENCH_SOAK_SECONDS", "30"))
 
@@ -46,12 +48,25 @@ def main() -> None:
             f"segments; RemoteCopyLagBytes max {max(lag_bytes) / MIB:.1f} MiB, last {lag_bytes[-1] / MIB:.1f} MiB",
             flush=True,
         )
-        written = load.records_written / SECONDS
+        _throughput(load)
+        (tmp / "inproc").mkdir()
+        inproc = run_load(tmp / "inproc", SECONDS, restart=False, props={"remote.log.manager.copier.process.enable": "false"})
+        print(f"load, copy in process: {inproc.summary()}", flush=True)
+        _throughput(inproc)
+        lag_in = inproc.copy_lag_segments or [0]
         print(
-            f"writer {written:,.0f} records/s; copier {load.remote_segments_copied / SECONDS:.2f} segments/s "
-            f"({load.remote_segments_copied} copied, {load.remote_segments_deleted} expired remotely); "
-            f"{len(load.skips)} skips, {len(load.wrong)} wrong records",
+            f"copy lag, copier process vs in process: mean {statistics.fmean(lag):.1f} vs {statistics.fmean(lag_in):.1f}, "
+            f"last {lag[-1]} vs {lag_in[-1]} segments",
             flush=True,
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _throughput(load: LoadResult) -> None:
+    print(
+        f"writer {load.records_written / SECONDS:,.0f} records/s; copier {load.remote_segments_copied / SECONDS:.2f} "
+        f"segments/s ({load.remote_segments_copied} copied, {load.remote_segments_deleted} expired remotely); "
+        f"{len(load.skips)} skips, {len(load.wrong)} wrong records",
+        flush=True,
+    )

@@ -149,12 +149,14 @@ class LoadResult:
 
 
 class _Run:
-    def __init__(self, tmp: Path, seconds: float, writer: bool, restart: bool, task_interval_ms: int) -> None:
+    def __init__(
+        self, tmp: Path, seconds: float, writer: bool, restart: bool, task_interval_ms: int, props: dict[str, str],
+    ) -> None:
         self.tmp = tmp
         self.seconds = seconds
         self.with_writer = writer
         self.with_restart = restart
-        self.config = LogConfig.from_properties(broker_props(tmp, task_interval_ms))
+        self.config = LogConfig.from_properties({**broker_props(tmp, task_interval_ms), **props})
         self.gate = Gate()
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -344,7 +346,8 @@ def prefill(tmp: Path, records: int) -> None:
 
 def run_load(
     tmp: Path, seconds: float, *, writer: bool = True, restart: bool = True, sequential: int = 2,
-    random_readers: int = 2, task_interval_ms: int = 200,
+    random_readers: int = 2, task_interval_ms: int = 200, props: dict[str, str] | None = None,
 ) -> LoadResult:
-    """Run the load for ``seconds`` in data dirs under ``tmp`` and return what it saw (see the module docstring)."""
-    return _Run(tmp, seconds, writer, restart, task_interval_ms).run(sequential, random_readers)
+    """Run the load for ``seconds`` in data dirs under ``tmp`` and return what it saw (see the module docstring);
+    ``props`` override broker keys."""
+    return _Run(tmp, seconds, writer, restart, task_interval_ms, props or {}).run(sequential, random_readers)
