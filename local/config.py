@@ -213,6 +213,8 @@ _BROKER_DEFS = [
     _Def(None, "remote.log.manager.copier.thread.pool.size", "remote_log_manager_copier_thread_pool_size", _long(1, INT_MAX), 10),
     _Def(None, "remote.log.manager.expiration.thread.pool.size", "remote_log_manager_expiration_thread_pool_size",
          _long(1, INT_MAX), 10),
+    # Ours (no Kafka equivalent): copy segments in a child process, see tiered/copier_process.py.
+    _Def(None, "remote.log.manager.copier.process.enable", "remote_log_manager_copier_process_enable", _bool, True),
     _Def(None, "remote.log.reader.threads", "remote_log_reader_threads", _long(1, INT_MAX), 10),
     _Def(None, "remote.log.reader.max.pending.tasks", "remote_log_reader_max_pending_tasks", _long(1, INT_MAX), 100),
     _Def(None, "remote.fetch.max.wait.ms", "remote_fetch_max_wait_ms", _long(1, INT_MAX), 500),
@@ -321,6 +323,7 @@ class LogConfig:
     remote_log_manager_fetch_max_bytes_per_second: int
     remote_log_manager_copier_thread_pool_size: int
     remote_log_manager_expiration_thread_pool_size: int
+    remote_log_manager_copier_process_enable: bool
     remote_log_reader_threads: int
     remote_log_reader_max_pending_tasks: int
     remote_fetch_max_wait_ms: int

@@ -19,7 +19,7 @@ import shutil
 import struct
 import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,6 +135,10 @@ class Log:
         self._closed = False
         self._leader_epoch = leader_epoch_cache.latest_epoch() or 0
         self._pending_deletes: list[LogSegment] = []
+        # Called (under the log lock) each time the log start offset moves, before anything below it is deleted:
+        # the LogManager writes its log-start-offset checkpoint there.
+        self.log_start_offset_checkpointer: Callable[[Log], None] | None = None
+        self._log_start_checkpoint_failed = False
         active = segments.active_segment
         assert active is not None, "a loaded log always has an active segment"
         self._leo = LogOffsetMetadata(active.read_next_offset(), active.base_offset, active.size)
@@ -652,6 +656,13 @@ class Log:
         ``min_one_message``). Offsets below the local log start come from the remote tier, if there is one.
 
         Raises ``OffsetOutOfRangeError`` below the log start offset or past the log end offset.
+
+        Reads racing retention (Kafka: no floor segment -> out of range): retention publishes the new log start
+        offset (and local log start offset) BEFORE it removes a segment, so a read that saw a segment go (no floor
+        segment, a file closed under it, a remote segment deleted) sees the moved start when it checks again
+        after reading, and raises ``OffsetOutOfRangeError`` naming the current log start rather than returning
+        the later data it may have found. A local read overtaken by local retention (the data now only remote)
+        goes to the remote tier instead.
         """
         leo = self._leo
         if isolation is FetchIsolation.LOG_END:
@@ -660,44 +671,75 @@ class Log:
             max_offset = self._high_watermark
         else:
             max_offset = self.last_stable_offset
+        if offset < self.log_start_offset or offset > leo.message_offset:
+            raise self._out_of_range(offset, leo.message_offset)
+        remote = self.remote_tier
+        try:
+            info = None
+            if remote is None or offset >= self.local_log_start_offset:
+                info = self._read_local(offset, max_bytes, isolation, min_one_message, max_offset, leo)
+            if info is None:
+                if remote is None and offset < self.local_log_start_offset and self.has_remote_data:
+                    raise RemoteStorageNotConfiguredError(
+                        f"offset {offset} of {self.name} is in remote storage (the local log starts at "
+                        f"{self.local_log_start_offset}) and this process has no remote tier: set "
+                        "remote.log.storage.system.enable=true and remote.log.storage.manager.class.name (with its "
+                        "rsm.config.* keys) in the broker config (tiered: pass --config FILE)",
+                        offset=offset, topic=self.topic, partition=self.partition,
+                    )
+                if remote is None:
+                    raise self._out_of_range(offset, leo.message_offset)
+                info = remote.read(self, offset, max_bytes, isolation, min_one_message)
+        except (OffsetOutOfRangeError, RemoteStorageNotConfiguredError):
+            raise
+        except Exception as exc:
+            if offset < self.log_start_offset:  # retention removed what the read was reading
+                raise self._out_of_range(offset, leo.message_offset) from exc
+            raise
+        if offset < self.log_start_offset:
+            # Retention moved the log start past the offset while we read: what we found may be later data.
+            raise self._out_of_range(offset, leo.message_offset)
+        return info
+
+    def _out_of_range(self, offset: int, log_end_offset: int) -> OffsetOutOfRangeError:
         log_start = self.log_start_offset
-        if offset < log_start or offset > leo.message_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is out of range for {self.name}: log start offset {log_start}, "
-                f"log end offset {leo.message_offset}",
-                offset=offset,
-                log_start_offset=log_start,
-                log_end_offset=leo.message_offset,
-            )
-        if offset < self.local_log_start_offset and self.remote_tier is not None:
-            return self.remote_tier.read(self, offset, max_bytes, isolation, min_one_message)
-        if offset < self.local_log_start_offset and self.has_remote_data:
-            raise RemoteStorageNotConfiguredError(
-                f"offset {offset} of {self.name} is in remote storage (the local log starts at "
-                f"{self.local_log_start_offset}) and this process has no remote tier: set "
-                "remote.log.storage.system.enable=true and remote.log.storage.manager.class.name (with its rsm.config.* "
-                "keys) in the broker config (tiered: pass --config FILE)",
-                offset=offset, topic=self.topic, partition=self.partition,
-            )
+        return OffsetOutOfRangeError(
+            f"offset {offset} is out of range for {self.name}: log start offset {log_start}, "
+            f"log end offset {log_end_offset}",
+            offset=offset,
+            log_start_offset=log_start,
+            log_end_offset=log_end_offset,
+        )
+
+    def _read_local(
+        self, offset: int, max_bytes: int, isolation: FetchIsolation, min_one_message: bool, max_offset: int,
+        leo: LogOffsetMetadata,
+    ) -> FetchDataInfo | None:
+        """The local part of :meth:`read`; None when the local segments no longer hold ``offset`` (no floor segment,
+        or local retention moved the local log start past it during the read): the caller goes remote or raises."""
         if offset >= max_offset:
             return FetchDataInfo(LogOffsetMetadata(offset, -1, -1), MemoryRecords(b""))
         segments = self.segments
         segment = segments.floor_segment(offset)
         if segment is None:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} of {self.name} is below the local log start offset {self.local_log_start_offset} "
-                "and there is no remote tier to read it from",
-                offset=offset,
-            )
-        while segment is not None:
-            max_position = self._max_position(segment, max_offset, leo)
-            info = segment.read(offset, max_bytes, max_position, min_one_message)
-            if info is not None:
-                if isolation is FetchIsolation.TXN_COMMITTED:
-                    return self._add_aborted_transactions(offset, segment, info)
-                return info
-            segment = segments.higher_segment(segment.base_offset)
-        return FetchDataInfo(LogOffsetMetadata(offset, -1, -1), MemoryRecords(b""))
+            return None
+        try:
+            info = None
+            while segment is not None:
+                max_position = self._max_position(segment, max_offset, leo)
+                info = segment.read(offset, max_bytes, max_position, min_one_message)
+                if info is not None:
+                    if isolation is FetchIsolation.TXN_COMMITTED:
+                        info = self._add_aborted_transactions(offset, segment, info)
+                    break
+                segment = segments.higher_segment(segment.base_offset)
+        except Exception:
+            if offset < self.local_log_start_offset:
+                return None  # the segment was deleted under the read (its file closed)
+            raise
+        if offset < self.local_log_start_offset:
+            return None  # local retention removed the segment meanwhile: what was read may be later data
+        return info if info is not None else FetchDataInfo(LogOffsetMetadata(offset, -1, -1), MemoryRecords(b""))
 
     def _max_position(self, segment: LogSegment, max_offset: int, leo: LogOffsetMetadata) -> int:
         if segment.base_offset == leo.segment_base_offset:
@@ -874,7 +916,21 @@ class Log:
                 self.local_log_start_offset = new_offset
             self.leader_epoch_cache.truncate_from_start(new_offset)
             self.producer_state_manager.on_log_start_offset_incremented(new_offset)
+            # Durable before the caller deletes anything below it (an OSError here stops the deletion): a crash
+            # between the two must not bring back a log start below deleted data.
+            self._log_start_checkpoint_failed = True
+            self.ensure_log_start_offset_checkpointed()
             return True
+
+    def ensure_log_start_offset_checkpointed(self) -> None:
+        """Write the log start checkpoint if the last attempt failed; raises ``OSError`` if it fails again. Whatever
+        deletes below the log start (local retention, remote expiration) calls it first: a pass after a failed
+        checkpoint finds the log start already moved, and must not delete on the strength of it."""
+        with self._lock:
+            checkpoint = self.log_start_offset_checkpointer
+            if self._log_start_checkpoint_failed and checkpoint is not None:
+                checkpoint(self)
+            self._log_start_checkpoint_failed = False
 
     def delete_old_segments(self) -> int:
         """One retention pass (what the scheduler runs every ``log.retention.check.interval.ms``).
@@ -960,18 +1016,28 @@ class Log:
         return out
 
     def _delete_segments(self, segments: list[LogSegment], reason: str) -> int:
+        """Remove ``segments`` (leading, non-active) in Kafka's order for readers: first publish the new local log
+        start offset (and, without the remote tier, the log start offset, checkpointed), then take the segments
+        out of the lookup list, then rename their files ``.deleted``. A reader that finds a segment gone therefore
+        sees the moved start (see :meth:`read`)."""
         if not segments:
             return 0
         with self._lock:
+            segments = [seg for seg in segments if self.segments.get(seg.base_offset) is seg]  # a racing pass took some
+            if not segments:
+                return 0
+            last = segments[-1]
+            following = self.segments.higher_segment(last.base_offset)
+            assert following is not None, "the active segment is never deleted"
+            new_start = following.base_offset
+            self.local_log_start_offset = max(self.local_log_start_offset, new_start)
+            if not self.remote_storage_enabled:
+                self.maybe_increment_log_start_offset(new_start, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+            self.ensure_log_start_offset_checkpointed()
             for seg in segments:
                 logger.info("deleting segment %d of %s: %s", seg.base_offset, self.name, reason)
                 self.segments.remove(seg.base_offset)
-            first = self.segments.first_segment
-            assert first is not None
-            self.local_log_start_offset = max(self.local_log_start_offset, first.base_offset)
-            if not self.remote_storage_enabled:
-                self.maybe_increment_log_start_offset(first.base_offset, LogStartOffsetIncrementReason.SEGMENT_DELETION)
-            self.producer_state_manager.delete_snapshots_before(first.base_offset)
+            self.producer_state_manager.delete_snapshots_before(new_start)
             for seg in segments:
                 self._async_delete(seg)
         return len(segments)

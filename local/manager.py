@@ -83,6 +83,7 @@ class LogManager:
         self.load_stats: dict[str, dict[str, Any]] = {}
         self._topic_configs: dict[str, Mapping[str, Any]] = {}  # topic -> overrides (persisted per partition)
         self._closed = False
+        self._checkpoint_lock = threading.Lock()  # one writer at a time per checkpoint file (same .tmp name)
         self.live_dirs: list[Path] = []
         if read_only:
             self._scratch_root = self._open_dirs_read_only([Path(d) for d in config.log_dirs])
@@ -251,6 +252,7 @@ class LogManager:
                 num_segment_loading_threads=self.config.num_segment_loading_threads_per_data_dir,
                 remaining_segments_callback=callback,
             )
+            log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
             with lock:
                 self._logs[(topic, partition)] = log
                 self._log_dirs_of[(topic, partition)] = data_dir
@@ -374,6 +376,7 @@ class LogManager:
             )
             self._logs[key] = log
             self._log_dirs_of[key] = data_dir
+            log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
             return log
 
     def get_log(self, topic: str, partition: int) -> Log | None:
@@ -417,6 +420,10 @@ class LogManager:
             "kafka-log-start-offset-checkpoint", self.checkpoint_log_start_offsets,
             cfg.log_flush_start_offset_checkpoint_interval_ms, cfg.log_flush_start_offset_checkpoint_interval_ms,
         )
+        if self.remote_tier is not None:
+            # Kafka's RemoteLogManager: per-partition copy and expiration tasks every
+            # remote.log.manager.task.interval.ms, on the remote tier's own copier and expiration pools.
+            self.remote_tier.start_tasks(self.all_logs)
 
     def cleanup_logs(self) -> int:
         """One retention pass over every log; returns the number of segments deleted."""
@@ -447,11 +454,26 @@ class LogManager:
         # Kafka writes only the logs whose start offset is above their first segment (i.e. was moved).
         self._checkpoint(filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME, lambda log: log.log_start_offset)
 
+    def checkpoint_log_start_offset_of(self, log: Log) -> None:
+        """Write the log-start-offset checkpoint of ``log``'s data dir now: a log calls it when its log start offset
+        moves, BEFORE it (or the remote tier) deletes anything below it. Raises ``OSError``: the caller then
+        deletes nothing (and :meth:`cleanup_logs` takes the dir offline); the log retries before its next deletion."""
+        data_dir = self._log_dirs_of.get((log.topic, log.partition))
+        if data_dir is None or data_dir not in self.live_dirs:
+            return
+        self._write_checkpoint(data_dir, filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME, lambda lg: lg.log_start_offset)
+
+    def _write_checkpoint(self, data_dir: Path, name: str, value: Any) -> None:
+        with self._checkpoint_lock:
+            entries = {
+                key: value(log) for key, log in list(self._logs.items()) if self._log_dirs_of.get(key) == data_dir
+            }
+            OffsetCheckpointFile(data_dir / name).write(entries)
+
     def _checkpoint(self, name: str, value: Any) -> None:
         for data_dir in list(self.live_dirs):
-            entries = {key: value(log) for key, log in self._logs.items() if self._log_dirs_of.get(key) == data_dir}
             try:
-                OffsetCheckpointFile(data_dir / name).write(entries)
+                self._write_checkpoint(data_dir, name, value)
             except OSError as exc:
                 self._mark_offline(data_dir, f"cannot write {name}: {exc}")
 
@@ -477,6 +499,8 @@ class LogManager:
             if self.read_only:
                 self._close_read_only()
                 return
+            if self.remote_tier is not None:
+                self.remote_tier.stop_tasks()  # before the logs close: no copy or expiration runs on a closed log
             self.scheduler.shutdown(run_pending=True)
             if self.remote_tier is not None and hasattr(self.remote_tier, "close"):
                 self.remote_tier.close()

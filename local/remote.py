@@ -2,11 +2,14 @@
 
 ``local`` knows nothing of object stores. A remote tier (``tiered.RemoteLogManager``) implements
 :class:`RemoteTier` and is handed to the log manager by configuration; the log consults it for offsets below
-its local log start offset and asks it what may be deleted locally.
+its local log start offset and asks it what may be deleted locally. A LogManager with a remote tier starts the
+tier's own copy and expiration tasks with :meth:`RemoteTier.start_tasks` when its scheduler starts, and stops them
+with :meth:`RemoteTier.stop_tasks` on ``close()``, before it closes the logs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -34,4 +37,13 @@ class RemoteTier(Protocol):
 
     def remote_log_size_bytes(self, log: Log) -> int:
         """Bytes held by finished remote segments not present locally (for retention.bytes over the whole log)."""
+        ...
+
+    def start_tasks(self, logs: Callable[[], Iterable[Log]]) -> None:
+        """Start copying and expiring the logs ``logs()`` returns (called again, it does nothing) on the tier's own
+        threads, every ``remote.log.manager.task.interval.ms``; ``logs`` is asked again as partitions come and go."""
+        ...
+
+    def stop_tasks(self) -> None:
+        """Stop those tasks, waiting for the runs in progress; nothing may touch the logs after it returns."""
         ...

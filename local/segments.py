@@ -1,7 +1,11 @@
 """LogSegments: a partition's segments ordered by base offset (Kafka's ``LogSegments``).
 
 Copy-on-write: mutations (under the log's lock) publish new lists, so reader threads iterate a consistent
-snapshot without locking.
+snapshot without locking. The base offsets and the segments are published together, as ONE tuple assigned in
+one step: a reader that took the bases of one version and the segments of the next would pair an offset with
+the wrong segment (a read at offset 9 served from the segment at 1024, once the first segment was removed).
+A lookup below the first segment finds no floor segment (None): the caller reports it out of range, it never
+falls through to the next segment.
 """
 
 from __future__ import annotations
@@ -16,51 +20,51 @@ from local.segment import LogSegment
 class LogSegments:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._bases: list[int] = []
-        self._segs: list[LogSegment] = []
+        # (base offsets, segments): one immutable snapshot, replaced whole by every mutation.
+        self._state: tuple[list[int], list[LogSegment]] = ([], [])
 
     def add(self, segment: LogSegment) -> None:
         """Add ``segment``, replacing any segment with the same base offset."""
         with self._lock:
-            bases, segs = list(self._bases), list(self._segs)
+            bases, segs = list(self._state[0]), list(self._state[1])
             i = bisect.bisect_left(bases, segment.base_offset)
             if i < len(bases) and bases[i] == segment.base_offset:
                 segs[i] = segment
             else:
                 bases.insert(i, segment.base_offset)
                 segs.insert(i, segment)
-            self._bases, self._segs = bases, segs
+            self._state = (bases, segs)
 
     def add_all(self, segments: Iterable[LogSegment]) -> None:
         """:meth:`add` of each segment, publishing one new list: loading 10,000 segments one :meth:`add` at a time
         copies the list 10,000 times."""
         with self._lock:
-            by_base = dict(zip(self._bases, self._segs, strict=True))
+            by_base = dict(zip(*self._state, strict=True))
             for segment in segments:
                 by_base[segment.base_offset] = segment
             bases = sorted(by_base)
-            self._bases, self._segs = bases, [by_base[base] for base in bases]
+            self._state = (bases, [by_base[base] for base in bases])
 
     def remove(self, base_offset: int) -> LogSegment | None:
         with self._lock:
-            i = bisect.bisect_left(self._bases, base_offset)
-            if i < len(self._bases) and self._bases[i] == base_offset:
-                seg = self._segs[i]
-                self._bases = self._bases[:i] + self._bases[i + 1 :]
-                self._segs = self._segs[:i] + self._segs[i + 1 :]
+            bases, segs = self._state
+            i = bisect.bisect_left(bases, base_offset)
+            if i < len(bases) and bases[i] == base_offset:
+                seg = segs[i]
+                self._state = (bases[:i] + bases[i + 1 :], segs[:i] + segs[i + 1 :])
                 return seg
             return None
 
     def clear(self) -> None:
         with self._lock:
-            self._bases, self._segs = [], []
+            self._state = ([], [])
 
     def close(self) -> None:
-        for seg in self._segs:
+        for seg in self._state[1]:
             seg.close()
 
     def get(self, base_offset: int) -> LogSegment | None:
-        bases, segs = self._bases, self._segs
+        bases, segs = self._state
         i = bisect.bisect_left(bases, base_offset)
         return segs[i] if i < len(bases) and bases[i] == base_offset else None
 
@@ -68,20 +72,20 @@ class LogSegments:
         return self.get(base_offset) is not None
 
     def is_empty(self) -> bool:
-        return not self._segs
+        return not self._state[1]
 
     def number_of_segments(self) -> int:
-        return len(self._segs)
+        return len(self._state[1])
 
     def __len__(self) -> int:
-        return len(self._segs)
+        return len(self._state[1])
 
     def base_offsets(self) -> list[int]:
-        return list(self._bases)
+        return list(self._state[0])
 
     def values(self, from_offset: int | None = None, to_offset: int | None = None) -> list[LogSegment]:
         """Segments from the floor segment of ``from_offset`` to those with base offset < ``to_offset``."""
-        bases, segs = self._bases, self._segs
+        bases, segs = self._state
         if from_offset is not None and to_offset is not None:
             if from_offset == to_offset:
                 return []
@@ -94,16 +98,16 @@ class LogSegments:
         return segs[lo:hi]
 
     def non_active_segments(self) -> list[LogSegment]:
-        return self._segs[:-1]
+        return self._state[1][:-1]
 
     @property
     def active_segment(self) -> LogSegment | None:
-        segs = self._segs
+        segs = self._state[1]
         return segs[-1] if segs else None
 
     @property
     def first_segment(self) -> LogSegment | None:
-        segs = self._segs
+        segs = self._state[1]
         return segs[0] if segs else None
 
     @property
@@ -111,26 +115,26 @@ class LogSegments:
         return self.active_segment
 
     def floor_segment(self, offset: int) -> LogSegment | None:
-        bases, segs = self._bases, self._segs
+        bases, segs = self._state
         i = bisect.bisect_right(bases, offset) - 1
         return segs[i] if i >= 0 else None
 
     def higher_segment(self, offset: int) -> LogSegment | None:
-        bases, segs = self._bases, self._segs
+        bases, segs = self._state
         i = bisect.bisect_right(bases, offset)
         return segs[i] if i < len(segs) else None
 
     def lower_segment(self, offset: int) -> LogSegment | None:
-        bases, segs = self._bases, self._segs
+        bases, segs = self._state
         i = bisect.bisect_left(bases, offset) - 1
         return segs[i] if i >= 0 else None
 
     def higher_segments(self, offset: int) -> list[LogSegment]:
-        bases, segs = self._bases, self._segs
+        bases, segs = self._state
         return segs[bisect.bisect_right(bases, offset) :]
 
     def size_in_bytes(self) -> int:
-        return sum(s.size for s in self._segs)
+        return sum(s.size for s in self._state[1])
 
     def __iter__(self) -> Iterable[LogSegment]:
-        return iter(self._segs)
+        return iter(self._state[1])

@@ -14,7 +14,17 @@ is, at the next pass, a failed attempt whose cleanup failed too (an outage): as 
 copy's data, no orphan waits for a restart.
 
 Remote retention deletes segments past ``retention.ms`` (by max timestamp), past ``retention.bytes`` over the
-whole log, below the log start offset, or outside the leader-epoch lineage, then advances the log start offset.
+whole log, below the log start offset, or outside the leader-epoch lineage. Kafka's order: the log start offset
+moves first (the LogManager checkpoints it through the log's hook), then the segments below it are deleted, so a
+read racing the deletion sees the new log start and raises ``OffsetOutOfRangeError`` (see ``Log.read``).
+
+Scheduling (Kafka's RLMCopyTask / RLMExpirationTask, :mod:`tiered.rlm_tasks`): a LogManager with the remote tier
+calls :meth:`RemoteLogManager.start_tasks` when its scheduler starts; each remote-enabled partition then gets a
+copy task and an expiration task every ``remote.log.manager.task.interval.ms`` on the copier and expiration pools
+(``remote.log.manager.copier.thread.pool.size`` / ``remote.log.manager.expiration.thread.pool.size``); copy and
+expiration of one partition hold separate locks. ``tiered offload`` runs the same tasks once
+(:meth:`RemoteLogManager.run_once`). With ``remote.log.manager.copier.process.enable`` the plugin's copy runs in a
+child process (:mod:`tiered.copier_process`, which says why).
 """
 
 from __future__ import annotations
@@ -104,6 +114,13 @@ class PassResult:
     copy_errors: int = 0
     stale_copies_cleaned: int = 0
 
+    def add(self, other: PassResult) -> None:
+        self.segments_copied += other.segments_copied
+        self.bytes_copied += other.bytes_copied
+        self.segments_deleted += other.segments_deleted
+        self.copy_errors += other.copy_errors
+        self.stale_copies_cleaned += other.stale_copies_cleaned
+
 
 class _RateLimiter:
     """Bytes-per-second quota (remote.log.manager.copy/fetch.max.bytes.per.second); None = unbounded."""
@@ -164,7 +181,9 @@ class RemoteLogManager:
         custom_metadata_max_bytes: int = 128,
         copy_max_bytes_per_second: int | None = None,
         fetch_max_bytes_per_second: int | None = None,
-        copier_threads: int = 4,
+        copier_threads: int = 10,
+        expiration_threads: int = 10,
+        task_interval_ms: int = 30_000,
         time: Time = SYSTEM_TIME,
         registry: Any = None,
         checksum_chunk_bytes: int | None = None,
@@ -179,7 +198,15 @@ class RemoteLogManager:
         self._copy_quota = _RateLimiter(copy_max_bytes_per_second, time)
         self._fetch_quota = _RateLimiter(fetch_max_bytes_per_second, time)
         self._copier_threads = max(1, copier_threads)
+        self._expiration_threads = max(1, expiration_threads)
+        self.task_interval_ms = task_interval_ms
+        self._task_scheduler: Any = None  # tiered.rlm_tasks.RLMTaskScheduler while the tasks run
+        self._tasks_lock = threading.Lock()
+        self.task_totals = PassResult()  # what the scheduled tasks did since start (tiered run reports it)
         self._partition_locks: dict[TopicIdPartition, threading.Lock] = {}
+        # Expiration has its own per-partition lock, as Kafka's RLMExpirationTask runs apart from the copy task: a
+        # remote deletion pass (seconds under load) must not hold the copy of the same partition back.
+        self._expiration_locks: dict[TopicIdPartition, threading.Lock] = {}
         self._locks_lock = threading.Lock()
         self._read_ahead: dict[TopicIdPartition, Any] = {}  # per partition: the segment whose successor was read ahead
         # Per partition: the offsets its recent readers will fetch next, each with the segment and position it
@@ -199,6 +226,17 @@ class RemoteLogManager:
             index_cache.verifier = self.checksums  # downloaded (and reopened) indexes are checked too
         self.metrics = _Metrics(registry)
         self._closed = False
+        # The plugin's copy_log_segment_data, or a child process running it (tiered.copier_process).
+        self._copy_data: Callable[[RemoteLogSegmentMetadata, LogSegmentData], bytes | None] = rsm.copy_log_segment_data
+        self._process_copier: Any = None
+
+    def copy_in_child_process(self, class_name: str, props: dict[str, str]) -> None:
+        """Run the plugin's ``copy_log_segment_data`` in a child process built from ``class_name`` and ``props``
+        (see :mod:`tiered.copier_process` for why: the copy no longer waits for the GIL once per system call)."""
+        from tiered.copier_process import ProcessCopier
+
+        self._process_copier = ProcessCopier(class_name, props, self.rsm.copy_log_segment_data)
+        self._copy_data = self._process_copier
 
     @classmethod
     def from_log_config(cls, config: LogConfig, cache_root: Path | None = None) -> RemoteLogManager:
@@ -230,7 +268,7 @@ class RemoteLogManager:
             )
         except ImportError as exc:  # diskcache is in the s3 extra
             logger.warning("remote segment cache disabled (%s): pip install 'tiered[s3]' to enable it", exc)
-        return cls(
+        rlm = cls(
             rsm,
             RemoteLogMetadataStore.for_rsm(rsm),
             index_cache,
@@ -239,9 +277,19 @@ class RemoteLogManager:
             custom_metadata_max_bytes=config.remote_log_metadata_custom_metadata_max_bytes,
             copy_max_bytes_per_second=config.remote_log_manager_copy_max_bytes_per_second,
             fetch_max_bytes_per_second=config.remote_log_manager_fetch_max_bytes_per_second,
-            copier_threads=getattr(config, "remote_log_manager_copier_thread_pool_size", 4) or 4,
+            copier_threads=config.remote_log_manager_copier_thread_pool_size,
+            expiration_threads=config.remote_log_manager_expiration_thread_pool_size,
+            task_interval_ms=config.remote_log_manager_task_interval_ms,
             checksum_chunk_bytes=checksum_chunk_bytes(config.rsm_config),
         )
+        # Only for plugins whose storage another process sees (not an in-memory or in-process mocked store).
+        if getattr(config, "remote_log_manager_copier_process_enable", False) and getattr(rsm, "shared_across_processes", False):
+            rlm.copy_in_child_process(config.remote_log_storage_manager_class_name, config.rsm_config)
+            from tiered.copier_process import ChildWritingStore
+
+            # The metadata events of a copy (STARTED, FINISHED) are written by the child too.
+            rlm.metadata.store = ChildWritingStore(rlm.metadata.store, rlm._process_copier)  # type: ignore[assignment]
+        return rlm
 
     # ------------------------------------------------------------------------------------------------------
     # Identity
@@ -255,6 +303,10 @@ class RemoteLogManager:
     def _partition_lock(self, tip: TopicIdPartition) -> threading.Lock:
         with self._locks_lock:
             return self._partition_locks.setdefault(tip, threading.Lock())
+
+    def _expiration_lock(self, tip: TopicIdPartition) -> threading.Lock:
+        with self._locks_lock:
+            return self._expiration_locks.setdefault(tip, threading.Lock())
 
     def finished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """FINISHED copies of a partition, ordered by start offset."""
@@ -588,7 +640,7 @@ class RemoteLogManager:
             with tempfile.TemporaryDirectory(prefix="tiered-copy-") as tmp:
                 data = self._segment_data(log, seg, nxt, Path(tmp))
                 checksums = compute_segment_checksums(data, self.checksum_chunk_bytes)
-                custom = self.rsm.copy_log_segment_data(md, data)
+                custom = self._copy_data(md, data)
                 if custom is not None and len(custom) > self.custom_metadata_max_bytes:
                     raise CustomMetadataSizeExceededError(
                         f"custom metadata of {len(custom)} bytes for {segment_id} exceeds "
@@ -695,7 +747,7 @@ class RemoteLogManager:
 
         tip = self.topic_id_partition(log)
         config = log.config
-        with self._partition_lock(tip):
+        with self._expiration_lock(tip):
             segs = self.finished_segments(tip)
             if not segs:
                 return 0
@@ -723,11 +775,14 @@ class RemoteLogManager:
                 doomed.append(md)
             self.metrics.delete_lag_segments.labels(log.topic, log.partition).set(len(doomed))
             self.metrics.delete_lag_bytes.labels(log.topic, log.partition).set(sum(m.segment_size_in_bytes for m in doomed))
-            for md in doomed:
-                self._delete_remote(md, reason="retention")
             if doomed:
+                # Kafka's order: the log start offset moves (and is checkpointed, by the log's hook) BEFORE any
+                # segment below it is deleted, so a reader that finds a segment gone sees it out of range.
                 new_start = doomed[-1].end_offset + 1
                 log.maybe_increment_log_start_offset(new_start, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+                log.ensure_log_start_offset_checkpointed()  # a previous pass's checkpoint may have failed
+            for md in doomed:
+                self._delete_remote(md, reason="retention")
             remaining = self.finished_segments(tip)
             self.metrics.log_size_bytes.labels(log.topic, log.partition).set(sum(m.segment_size_in_bytes for m in remaining))
             self.metrics.delete_lag_segments.labels(log.topic, log.partition).set(0)
@@ -738,28 +793,63 @@ class RemoteLogManager:
     # Passes
 
     def run_once(self, logs: Iterable[Log]) -> PassResult:
-        """One pass of the copy task then the expiration task over every remote-enabled log."""
+        """One run of the copy task then the expiration task of every remote-enabled log (``tiered offload``):
+        the same task objects the scheduled tasks run (:mod:`tiered.rlm_tasks`)."""
+        from tiered.rlm_tasks import RLMCopyTask, RLMExpirationTask, tiering_enabled
+
         total = PassResult()
-        eligible = [log for log in logs if getattr(log.config, "remote_storage_enable", False)]
+        eligible = [log for log in logs if tiering_enabled(log)]
 
         def one(log: Log) -> PassResult:
-            res = self.copy_log_segments(log)
-            res.segments_deleted += self.cleanup_remote_segments(log)
+            res = RLMCopyTask(self, log).run()
+            res.segments_deleted += RLMExpirationTask(self, log).run().segments_deleted
             return res
 
         with ThreadPoolExecutor(self._copier_threads, thread_name_prefix="remote-log-copier") as pool:
             for res in pool.map(one, eligible):
-                total.segments_copied += res.segments_copied
-                total.bytes_copied += res.bytes_copied
-                total.segments_deleted += res.segments_deleted
-                total.copy_errors += res.copy_errors
-                total.stale_copies_cleaned += res.stale_copies_cleaned
+                total.add(res)
         return total
 
+    def start_tasks(self, logs: Callable[[], Iterable[Log]]) -> None:
+        """Start the copy and expiration tasks of every remote-enabled log that ``logs()`` returns, each run every
+        ``remote.log.manager.task.interval.ms`` (the ``local.remote.RemoteTier`` hook a LogManager calls at start)."""
+        from tiered.rlm_tasks import RLMTaskScheduler
+
+        with self._tasks_lock:
+            if self._task_scheduler is not None or self._closed:
+                return
+            self._task_scheduler = RLMTaskScheduler(
+                self, logs, self.task_interval_ms, self._copier_threads, self._expiration_threads
+            )
+
+    def stop_tasks(self) -> None:
+        """Stop the scheduled tasks, waiting for the runs in progress (a LogManager calls it before closing logs)."""
+        with self._tasks_lock:
+            scheduler, self._task_scheduler = self._task_scheduler, None
+        if scheduler is not None:
+            scheduler.shutdown()
+
+    @property
+    def tasks_running(self) -> bool:
+        return self._task_scheduler is not None
+
+    def record_task_result(self, result: PassResult) -> None:
+        with self._tasks_lock:
+            self.task_totals.add(result)
+
+    def copy_lag(self, log: Log) -> tuple[int, int]:
+        """Kafka's RemoteCopyLagSegments and RemoteCopyLagBytes of ``log`` now: segments eligible for copy and not
+        yet copied, and their bytes."""
+        candidates = self.candidate_segments(log)
+        return len(candidates), sum(seg.size for seg, _ in candidates)
+
     def close(self) -> None:
+        self.stop_tasks()
         if self._closed:
             return
         self._closed = True
+        if self._process_copier is not None:
+            self._process_copier.close()
         self.index_cache.close()
         if self.chunk_cache is not None:
             self.chunk_cache.close()

@@ -19,6 +19,7 @@ from tiered.errors import RemoteStorageError
 class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
     root: Path
     CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "dir")
+    shared_across_processes = True  # another process configured alike sees the same objects (copier process)
 
     def configure(self, props: Mapping[str, str]) -> None:
         super().configure(props)

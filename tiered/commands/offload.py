@@ -1,4 +1,5 @@
-"""``tiered offload``: one pass of the remote copy and expiration tasks, then one local retention pass."""
+"""``tiered offload``: one run of each partition's remote copy and expiration tasks (the tasks a LogManager with the
+remote tier enabled schedules every ``remote.log.manager.task.interval.ms``), then one local retention pass."""
 
 from __future__ import annotations
 

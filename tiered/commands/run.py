@@ -1,7 +1,10 @@
-"""``tiered run``: keep the log manager's background work and the remote tasks going until interrupted.
+"""``tiered run``: a LogManager with its background work running, until interrupted or ``--duration`` ends.
 
-Retention, flushing and checkpoints run on the log manager's scheduler; a copy + expiration pass runs every
-``remote.log.manager.task.interval.ms``. On a terminal a progress bar shows the copy backlog.
+Retention, flushing and checkpoints run on the log manager's scheduler; with the remote tier enabled, the
+manager also starts the remote tier's own copy and expiration tasks (per partition, every
+``remote.log.manager.task.interval.ms``: the same tasks a library user's LogManager runs, and the ones
+``tiered offload`` runs once). This command only watches them: on a terminal a progress bar shows the copy
+backlog (Kafka's RemoteCopyLagSegments), and each change in what the tasks copied or deleted is printed.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import threading
 import time
 
 from tiered.commands._common import add_config_arguments, load_config
+
+_REPORT_INTERVAL_S = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,23 +38,24 @@ def run(args: argparse.Namespace) -> int:
     from local.metrics import RichLoadProgress
 
     with RichLoadProgress(console=console):  # startup of a large dir draws a progress bar on a terminal
-        manager = LogManager(config)
+        manager = LogManager(config)  # starts the scheduler, and the remote tier's tasks with it
     with manager:
         rlm = manager.remote_tier
-        interval = config.remote_log_manager_task_interval_ms / 1000
         with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
             task = progress.add_task("copying to the remote tier", total=None)
+            reported = (0, 0)
             try:
                 while not stop.is_set():
-                    if rlm is not None:
-                        backlog = sum(len(rlm.candidate_segments(log)) for log in manager.all_logs()
+                    totals = getattr(rlm, "task_totals", None)
+                    if rlm is not None and totals is not None:
+                        backlog = sum(rlm.copy_lag(log)[0] for log in manager.all_logs()
                                       if getattr(log.config, "remote_storage_enable", False))
-                        progress.update(task, total=backlog, completed=0)
-                        result = rlm.run_once(manager.all_logs())
-                        progress.update(task, completed=result.segments_copied)
-                        if result.segments_copied or result.segments_deleted:
-                            console.print(f"copied {result.segments_copied}, deleted {result.segments_deleted} remote segment(s)")
-                    wait = interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
+                        copied, deleted = totals.segments_copied, totals.segments_deleted
+                        progress.update(task, total=copied + backlog, completed=copied)
+                        if (copied, deleted) != reported:
+                            console.print(f"copied {copied}, deleted {deleted} remote segment(s) so far")
+                            reported = (copied, deleted)
+                    wait = _REPORT_INTERVAL_S if deadline is None else max(0.0, min(_REPORT_INTERVAL_S, deadline - time.monotonic()))
                     if stop.wait(wait) or (deadline is not None and time.monotonic() >= deadline):
                         break
             except KeyboardInterrupt:
