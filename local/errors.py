@@ -141,3 +141,12 @@ class FeatureNotFinalizedError(KafkaStorageError):
 
 class FeatureDowngradeError(KafkaStorageError):
     """An attempt to lower a finalized feature level."""
+
+
+# Storage faults (appended) -------------------------------------------------------------------------
+
+
+class PartitionOfflineError(KafkaStorageError):
+    """An operation on a partition that could not be loaded (a corrupt per-partition file such as
+    ``partition.metadata`` or ``leader-epoch-checkpoint``): only that partition is offline, its data dir serves on.
+    Carries ``topic``, ``partition``, ``path`` (the bad file, or the partition dir) and ``reason``."""

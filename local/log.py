@@ -28,12 +28,15 @@ from crc32c import crc32c
 
 from local import filenames
 from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile, fsync_file
+from local.dir_failure import LogDirFailureChannel
 from local.epoch import LeaderEpochFileCache
 from local.errors import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
     KafkaStorageError,
+    KafkaStorageIOError,
+    LogDirOfflineError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
@@ -123,6 +126,7 @@ class Log:
         remote_tier: RemoteTier | None = None,
         use_large_index: bool = False,
         local_log_start_offset: int | None = None,
+        log_dir_failure_channel: LogDirFailureChannel | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.topic, self.partition = _topic_partition_from_dir(self.dir)
@@ -137,6 +141,10 @@ class Log:
         self.use_large_index = use_large_index
         self._lock = threading.RLock()
         self._closed = False
+        # Where an I/O error is reported (the LogManager's channel, else a private one), and why this log is
+        # offline (None while online): see _handle_io_error.
+        self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
+        self._offline: str | None = None
         self._leader_epoch = leader_epoch_cache.latest_epoch() or 0
         self._pending_deletes: list[LogSegment] = []
         active = segments.active_segment
@@ -175,6 +183,7 @@ class Log:
         producer_id_expiration_ms: int = 86_400_000,
         max_transaction_timeout_ms: int = 900_000,
         remaining_segments_callback: Any = None,
+        log_dir_failure_channel: LogDirFailureChannel | None = None,
     ) -> Log:
         """Open (creating if needed) the partition directory ``directory`` and load it as Kafka's LogLoader does."""
         from local.loader import LogLoader  # the loader imports segment machinery only when a log opens
@@ -222,6 +231,7 @@ class Log:
             time=time,
             remote_tier=remote_tier,
             use_large_index=use_large_index,
+            log_dir_failure_channel=log_dir_failure_channel,
         )
         log.load_stats = loader.stats
         return log
@@ -374,26 +384,29 @@ class Log:
             # Producer state is validated before anything is written, so a rejected batch leaves no trace.
             updated, completed = self._analyze_producer_state(batches, origin) if has_producer_ids else ((), ())
 
-            segment = self._maybe_roll(len(buffer), first_offset, last_offset, max_ts, now)
-            segment.append(last_offset, buffer, batches)
+            try:
+                segment = self._maybe_roll(len(buffer), first_offset, last_offset, max_ts, now)
+                segment.append(last_offset, buffer, batches)
 
-            producer_state = self.producer_state_manager
-            for append_info in updated:
-                producer_state.update(append_info)
-            for txn in completed:
-                lso = producer_state.last_stable_offset(txn)
-                segment.update_txn_index(txn, lso)
-                producer_state.complete_txn(txn)
-            if assign_offsets:
-                self._appended(segment, first_offset, last_offset, leader_epoch)
-            else:
-                latest_epoch = self.leader_epoch_cache.latest_epoch()
-                for batch in batches:
-                    batch_epoch = batch.partition_leader_epoch
-                    if batch_epoch >= 0 and (latest_epoch is None or batch_epoch > latest_epoch):
-                        self.leader_epoch_cache.assign(batch_epoch, batch.base_offset)
-                        latest_epoch = batch_epoch
-                self._appended(segment, first_offset, last_offset, -1, as_leader=False)
+                producer_state = self.producer_state_manager
+                for append_info in updated:
+                    producer_state.update(append_info)
+                for txn in completed:
+                    lso = producer_state.last_stable_offset(txn)
+                    segment.update_txn_index(txn, lso)
+                    producer_state.complete_txn(txn)
+                if assign_offsets:
+                    self._appended(segment, first_offset, last_offset, leader_epoch)
+                else:
+                    latest_epoch = self.leader_epoch_cache.latest_epoch()
+                    for batch in batches:
+                        batch_epoch = batch.partition_leader_epoch
+                        if batch_epoch >= 0 and (latest_epoch is None or batch_epoch > latest_epoch):
+                            self.leader_epoch_cache.assign(batch_epoch, batch.base_offset)
+                            latest_epoch = batch_epoch
+                    self._appended(segment, first_offset, last_offset, -1, as_leader=False)
+            except OSError as exc:
+                self._handle_io_error("appending to", exc)
             return LogAppendInfo(
                 first_offset,
                 last_offset,
@@ -439,9 +452,12 @@ class Log:
             last_offset = first_offset + last_offset_delta
             # Base offset and leader epoch lie outside the CRC: patched in place, no re-checksum.
             _OFFSET_LENGTH_EPOCH.pack_into(buffer, 0, first_offset, length, leader_epoch)
-            segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now)
-            segment.append_batch(last_offset, max_timestamp, buffer)
-            self._appended(segment, first_offset, last_offset, leader_epoch)
+            try:
+                segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now)
+                segment.append_batch(last_offset, max_timestamp, buffer)
+                self._appended(segment, first_offset, last_offset, leader_epoch)
+            except OSError as exc:
+                self._handle_io_error("appending to", exc)
             return LogAppendInfo(
                 first_offset,
                 last_offset,
@@ -624,6 +640,13 @@ class Log:
         """Close the active segment and start a new one at ``max(expected_next_offset, log end offset)``."""
         with self._lock:
             self._check_open()
+            try:
+                return self._roll(expected_next_offset)
+            except OSError as exc:
+                self._handle_io_error("rolling", exc)
+
+    def _roll(self, expected_next_offset: int | None) -> LogSegment:
+        with self._lock:
             new_offset = max(expected_next_offset or 0, self.log_end_offset)
             active = self.active_segment
             if new_offset == active.base_offset and active.size == 0:
@@ -683,8 +706,11 @@ class Log:
         """The batches from the one holding ``offset``, up to ``max_bytes`` (one whole batch at least when
         ``min_one_message``). Offsets below the local log start come from the remote tier, if there is one.
 
-        Raises ``OffsetOutOfRangeError`` below the log start offset or past the log end offset.
+        Raises ``OffsetOutOfRangeError`` below the log start offset or past the log end offset, and
+        ``LogDirOfflineError`` once the log's data dir is offline.
         """
+        if self._offline is not None:
+            self._check_open()
         leo = self._leo
         if isolation is FetchIsolation.LOG_END:
             max_offset = leo.message_offset
@@ -835,6 +861,8 @@ class Log:
         """
         with self._lock:
             if self._closed:
+                if self._offline is not None:
+                    self._check_open()
                 return
             leo = self.log_end_offset
             target = leo if offset is None else min(offset, leo)
@@ -848,11 +876,13 @@ class Log:
         for seg in to_flush:
             try:
                 seg.flush()
-            except OSError:
+            except OSError as exc:
                 with self._lock:
                     if self._closed or self.segments.get(seg.base_offset) is not seg:
+                        if self._offline is not None:
+                            self._check_open()
                         continue  # deleted or replaced while we flushed: nothing of it is left to make durable
-                raise
+                    self._handle_io_error("flushing", exc)
         with self._lock:
             target = min(target, self.log_end_offset)  # a truncation may have run meanwhile
             if self._closed or target <= self.recovery_point:
@@ -1084,8 +1114,7 @@ class Log:
     def close_handlers(self) -> None:
         """Release file handles without flushing or trimming (a data dir going offline)."""
         with self._lock:
-            for seg in self.segments.values():
-                seg.close_handlers()
+            self._release_handles()
             self._closed = True
 
     def delete(self) -> None:
@@ -1103,8 +1132,58 @@ class Log:
                 seg.update_parent_dir(new_dir)
 
     def _check_open(self) -> None:
+        if self._offline is not None:
+            raise LogDirOfflineError(
+                f"log {self.name} is offline: its data dir {self.dir.parent} was taken offline ({self._offline})",
+                path=str(self.dir), log_dir=str(self.dir.parent),
+            )
         if self._closed:
             raise KafkaStorageError(f"log {self.name} in {self.dir} is closed", path=str(self.dir))
+
+    # ------------------------------------------------------------------------------------------------------
+    # Storage faults (Kafka's maybeHandleIOException and LogDirFailureChannel)
+
+    @property
+    def is_offline(self) -> bool:
+        """True once this log's data dir was taken offline: reads and writes raise ``LogDirOfflineError``."""
+        return self._offline is not None
+
+    def mark_offline(self, reason: str) -> None:
+        """Refuse every read and write from now on, and release the file handles (Kafka closes the handlers
+        of a failed dir's logs). Never waits for the log lock (the caller may hold another log's lock): when
+        another thread holds it, the handles are released by the next call that takes it."""
+        if self._offline is None:
+            self._offline = reason
+        self._closed = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._release_handles()
+            finally:
+                self._lock.release()
+
+    def _release_handles(self) -> None:
+        for seg in self.segments.values():
+            seg.close_handlers()
+
+    def _handle_io_error(self, action: str, exc: OSError) -> NoReturn:
+        """An I/O error while ``action`` this log: the log goes offline at once, the error is reported to the
+        log dir failure channel (which takes the whole data dir offline), and ``KafkaStorageIOError`` is raised
+        naming the dir, the file and the errno. The caller holds the lock."""
+        if isinstance(exc, LogDirOfflineError) or (isinstance(exc, KafkaStorageIOError) and self._offline is not None):
+            raise exc  # already handled by an inner call (a flush inside an append, a roll inside an append)
+        data_dir = self.dir.parent
+        path = exc.filename or getattr(exc, "path", None) or self.dir
+        cause = exc.__cause__ if isinstance(exc, KafkaStorageError) and isinstance(exc.__cause__, OSError) else exc
+        errno = exc.errno if exc.errno is not None else getattr(cause, "errno", None)
+        message = f"I/O error while {action} {self.name} ({path}): {cause}"
+        self.mark_offline(message)
+        self.log_dir_failure_channel.maybe_add_offline_log_dir(data_dir, message, exc)
+        error = KafkaStorageIOError(
+            f"{message}; data dir {data_dir} is now offline",
+            path=str(path), log_dir=str(data_dir), errno=errno, topic=self.topic, partition=self.partition,
+        )
+        error.strerror = getattr(cause, "strerror", None)
+        raise error from exc
 
     @property
     def is_closed(self) -> bool:

@@ -7,7 +7,10 @@ the search key of every entry (vectorised) and the value of entry n, and their s
 File life cycle (identical to Kafka):
 
 * a NEW file is preallocated, zero-filled, to ``max_index_size`` rounded down to the entry size; the index
-  starts empty and appends fill it from the front;
+  starts empty and appends fill it from the front. The space is allocated for real (``posix_fallocate``, or
+  zeros written where the file system cannot fallocate), not left sparse: a full disk is then an ENOSPC
+  ``OSError`` when the file is created or grown, never a SIGBUS (which kills the process) on a store through
+  the mapping into a page the file system cannot back;
 * an EXISTING file is taken whole: every full entry of its length counts as an entry. A closed index is
   trimmed to its entries (``close``/``trim_to_valid_size``), and the active segment's index is resized back
   to the maximum by its owner (``resize``) after loading;
@@ -25,6 +28,7 @@ below the entries a reader can see.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -54,6 +58,30 @@ WARM_SECTION_BYTES = 8192
 def round_down_to_multiple(number: int, factor: int) -> int:
     """The greatest multiple of ``factor`` not above ``number``: ``round_down_to_multiple(67, 8) == 64``."""
     return factor * (number // factor)
+
+
+_ZEROS = bytes(1 << 16)
+
+
+def allocate(fd: int, offset: int, length: int) -> None:
+    """Make bytes [offset, offset + length) of ``fd`` allocated on disk, zero-filled, extending the file.
+
+    ``posix_fallocate`` where the file system supports it; elsewhere (EOPNOTSUPP, EINVAL: some FUSE and
+    network file systems) the zeros are written, which allocates them too. A full disk raises ENOSPC here.
+    """
+    if length <= 0:
+        return
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is not None:
+        try:
+            fallocate(fd, offset, length)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+    position, end = offset, offset + length
+    while position < end:
+        position += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), end - position)], position)
 
 
 class AbstractIndex(ABC):
@@ -121,8 +149,27 @@ class AbstractIndex(ABC):
                         f"invalid max index size {self._max_index_size} for {self._path}: "
                         f"below the entry size {self._entry_size}"
                     )
-                os.ftruncate(fd, round_down_to_multiple(self._max_index_size, self._entry_size))
-            self._length = os.fstat(fd).st_size
+                try:
+                    allocate(fd, 0, round_down_to_multiple(self._max_index_size, self._entry_size))
+                except OSError as exc:
+                    # No half-allocated file left behind (a full disk): the index did not come to exist.
+                    os.close(fd)
+                    fd = -1
+                    self._path.unlink(missing_ok=True)
+                    if exc.filename is None:
+                        exc.filename = str(self._path)
+                    raise
+            stat = os.fstat(fd)
+            self._length = stat.st_size
+            if self._writable and not newly_created and stat.st_blocks * 512 < stat.st_size:
+                # A sparse file (written by Kafka, which sets the length only, or left by a crash): its holes
+                # are allocated now, so that appends through the mapping cannot hit a full disk.
+                try:
+                    allocate(fd, 0, stat.st_size)
+                except OSError as exc:
+                    if exc.filename is None:
+                        exc.filename = str(self._path)
+                    raise
             self._mmap = self._map(fd, self._length)
         finally:
             if fd >= 0:
@@ -334,7 +381,7 @@ class AbstractIndex(ABC):
 
         The caller holds the lock and has checked that they fit and keep the index ordered. The bytes go in
         with pwrite, not through the mapping (which sees them: one page cache): storing into fresh pages of
-        the sparse file through the mapping costs a page_mkwrite fault per page, which on ext4 can wait
+        the file through the mapping costs a page_mkwrite fault per page, which on ext4 can wait
         milliseconds on the journal, and a rebuilt index is all fresh pages. Single appends keep writing
         through the mapping: a pwrite per entry would release the GIL per entry and queue the writer
         behind busy reader threads.
@@ -396,6 +443,14 @@ class AbstractIndex(ABC):
                 )
             fd = os.open(self._path, os.O_RDWR)
             try:
+                if rounded > self._length:
+                    try:
+                        allocate(fd, self._length, rounded - self._length)
+                    except OSError as exc:
+                        os.ftruncate(fd, self._length)  # give back what was allocated: the length is unchanged
+                        if exc.filename is None:
+                            exc.filename = str(self._path)
+                        raise
                 os.ftruncate(fd, rounded)
                 # The old mapping is dropped, not closed: a lock-free reader may still hold it, and it stays
                 # valid over the entries that reader can see (the file never shrinks below them).
