@@ -145,6 +145,7 @@ class Log:
         # offline (None while online): see _handle_io_error.
         self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
         self._offline: str | None = None
+        self._handles_released = False
         self._leader_epoch = leader_epoch_cache.latest_epoch() or 0
         self._pending_deletes: list[LogSegment] = []
         active = segments.active_segment
@@ -1133,6 +1134,8 @@ class Log:
 
     def _check_open(self) -> None:
         if self._offline is not None:
+            if not self._handles_released:
+                self.mark_offline(self._offline)  # mark_offline found the lock taken: release them now
             raise LogDirOfflineError(
                 f"log {self.name} is offline: its data dir {self.dir.parent} was taken offline ({self._offline})",
                 path=str(self.dir), log_dir=str(self.dir.parent),
@@ -1155,9 +1158,10 @@ class Log:
         if self._offline is None:
             self._offline = reason
         self._closed = True
-        if self._lock.acquire(blocking=False):
+        if not self._handles_released and self._lock.acquire(blocking=False):
             try:
                 self._release_handles()
+                self._handles_released = True
             finally:
                 self._lock.release()
 
@@ -1178,12 +1182,10 @@ class Log:
         message = f"I/O error while {action} {self.name} ({path}): {cause}"
         self.mark_offline(message)
         self.log_dir_failure_channel.maybe_add_offline_log_dir(data_dir, message, exc)
-        error = KafkaStorageIOError(
+        raise KafkaStorageIOError(  # (no strerror attribute: OSError's str() would then drop the message)
             f"{message}; data dir {data_dir} is now offline",
             path=str(path), log_dir=str(data_dir), errno=errno, topic=self.topic, partition=self.partition,
-        )
-        error.strerror = getattr(cause, "strerror", None)
-        raise error from exc
+        ) from exc
 
     @property
     def is_closed(self) -> bool:
