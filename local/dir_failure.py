@@ -13,6 +13,10 @@ once: later reports of the same dir are ignored (the first error is the one that
 Listeners are called in the reporting thread, which may hold the lock of the log that failed: a listener must
 not wait for another log's lock (see ``Log.mark_offline``). As in Kafka, the dirs are also queued for a handler
 thread that wants to take them one at a time (:meth:`take_next_offline_log_dir`).
+
+:func:`check_partition_files` parses the per-partition files whose corruption keeps a partition from loading,
+as the loader does, without changing anything: the manager uses it to name the bad file when a parser's error
+does not, and ``tiered status`` to report offline partitions before (or without) a startup.
 """
 
 from __future__ import annotations
@@ -27,6 +31,41 @@ logger = logging.getLogger(__name__)
 
 OfflineListener = Callable[[Path, str], None]
 """Called with (data dir, reason) once, when a data dir goes offline."""
+
+
+def check_partition_files(partition_dir: Path) -> tuple[str | None, list[str]]:
+    """Parse ``partition.metadata``, ``leader-epoch-checkpoint`` and the producer snapshots of a partition dir.
+
+    Returns (why the partition cannot load, naming each bad file; None when they are sound) and notes: a
+    corrupt producer snapshot does not keep a partition offline (the loader deletes it and rebuilds the
+    producer state from the log), it is only noted. Reads only.
+    """
+    from local import filenames
+    from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile
+    from local.errors import KafkaStorageError
+    from local.producer_state import decode_snapshot
+
+    offline: list[str] = []
+    metadata = partition_dir / filenames.PARTITION_METADATA_FILENAME
+    epochs = partition_dir / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME
+    checks: list[tuple[Path, Callable[[], object]]] = [
+        (metadata, lambda: PartitionMetadataFile(metadata).read()),
+        (epochs, lambda: LeaderEpochCheckpointFile(epochs).read()),
+    ]
+    for path, parse in checks:
+        if not path.exists():
+            continue
+        try:
+            parse()
+        except (KafkaStorageError, OSError, ValueError) as exc:
+            offline.append(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
+    notes = []
+    for snapshot in sorted(partition_dir.glob("*" + filenames.PRODUCER_SNAPSHOT_FILE_SUFFIX)):
+        try:
+            decode_snapshot(snapshot.read_bytes(), str(snapshot))
+        except (KafkaStorageError, OSError, ValueError) as exc:
+            notes.append(f"corrupt producer snapshot {snapshot.name} (deleted and rebuilt at the next load): {exc}")
+    return ("; ".join(offline) or None), notes
 
 
 class LogDirFailureChannel:

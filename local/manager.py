@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from local import filenames, metrics
 from local.checkpoint import CleanShutdownFile, OffsetCheckpointFile
-from local.dir_failure import LogDirFailureChannel
+from local.dir_failure import LogDirFailureChannel, check_partition_files
 from local.errors import KafkaStorageError, KafkaStorageIOError, LogDirOfflineError, PartitionOfflineError
 from local.log import Log
 from local.scheduler import SYSTEM_TIME, Scheduler, Time
@@ -295,7 +295,12 @@ class LogManager:
     def _partition_offline(
         self, data_dir: Path, pdir: Path, topic: str, partition: int, exc: Exception
     ) -> OfflinePartition:
-        path = getattr(exc, "path", None) or getattr(exc, "filename", None) or str(pdir)
+        path = getattr(exc, "path", None) or getattr(exc, "filename", None)
+        if not path:
+            # An error that names no file (a parser's bare UnicodeDecodeError): find the bad file the way
+            # `tiered status` does, else name the partition dir.
+            bad, _ = check_partition_files(pdir)
+            path = bad.split(": ", 1)[0] if bad is not None and bad.startswith(str(pdir)) else str(pdir)
         reason = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
         failed = OfflinePartition(topic, partition, data_dir, str(path), f"{type(exc).__name__}: {reason}", False)
         logger.error("partition %s-%d of %s is offline: cannot load it (%s)", topic, partition, data_dir, failed.reason)

@@ -523,10 +523,10 @@ def test_a_corrupt_partition_file_takes_only_that_partition_offline(
         assert manager.get_log("bad", 0) is None
         failed = manager.offline_partitions[("bad", 0)]
         assert not failed.dir_offline and failed.data_dir == second
-        # Named with its file (a parser that still raises a bare UnicodeDecodeError leaves only the partition dir).
-        assert failed.path in (str(bad_path), str(bad_dir))
-        assert str(bad_dir) in failed.reason
-        with pytest.raises(PartitionOfflineError, match=str(bad_dir)) as info:
+        # Named with its file, also when the parser's error names none (a bare UnicodeDecodeError).
+        assert failed.path == str(bad_path)
+        assert str(bad_path) in failed.reason
+        with pytest.raises(PartitionOfflineError, match=str(bad_path)) as info:
             manager.get_or_create_log("bad", 0)  # not recreated empty
         assert info.value.path == failed.path  # type: ignore[attr-defined]
         with pytest.raises(PartitionOfflineError):

@@ -100,33 +100,6 @@ def dir_status(data_dir: Path, topic: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _partition_file_problems(partition_dir: Path) -> tuple[str | None, list[str]]:
-    """Parse the per-partition files as the loader does: (why the partition cannot load or None, notes)."""
-    from local import filenames
-    from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile
-    from local.errors import KafkaStorageError
-    from local.producer_state import decode_snapshot
-
-    offline: list[str] = []
-    metadata = partition_dir / filenames.PARTITION_METADATA_FILENAME
-    epochs = partition_dir / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME
-    for path, parse in ((metadata, lambda: PartitionMetadataFile(metadata).read()),
-                        (epochs, lambda: LeaderEpochCheckpointFile(epochs).read())):
-        if not path.exists():
-            continue
-        try:
-            parse()
-        except (KafkaStorageError, OSError, ValueError) as exc:
-            offline.append(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
-    notes = []
-    for snapshot in sorted(partition_dir.glob("*" + filenames.PRODUCER_SNAPSHOT_FILE_SUFFIX)):
-        try:
-            decode_snapshot(snapshot.read_bytes(), str(snapshot))
-        except (KafkaStorageError, OSError, ValueError) as exc:
-            notes.append(f"corrupt producer snapshot {snapshot.name} (deleted and rebuilt at the next load): {exc}")
-    return ("; ".join(offline) or None), notes
-
-
 def _checkpoint(path: Path, problems: list[str]) -> dict[tuple[str, int], int]:
     from local.checkpoint import OffsetCheckpointFile
     from local.errors import KafkaStorageError
@@ -169,7 +142,9 @@ def partition_status(partition_dir: Path, recovery_point: int | None, checkpoint
         "producer_snapshots": snapshots,
         "transient_files": transient,
     }
-    offline, notes = _partition_file_problems(partition_dir)
+    from local.dir_failure import check_partition_files
+
+    offline, notes = check_partition_files(partition_dir)
     if offline is not None:
         out["offline"] = offline
     out["notes"] = notes
