@@ -314,16 +314,22 @@ class Log:
         # Our own copy: offsets and the epoch are patched into it.
         buffer = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
         epoch = self._leader_epoch if leader_epoch is None else leader_epoch
-        if origin is AppendOrigin.CLIENT:
-            info = self._append_plain_batch(buffer, epoch)
-            if info is not None:
-                return info
-        return self._append(buffer, origin, True, epoch)
+        try:
+            if origin is AppendOrigin.CLIENT:
+                info = self._append_plain_batch(buffer, epoch)
+                if info is not None:
+                    return info
+            return self._append(buffer, origin, True, epoch)
+        except OSError as exc:  # a write, a roll, an index, a snapshot or a checkpoint failed: the dir goes offline
+            self._handle_io_error("appending to", exc)
 
     def append_as_follower(self, records: MemoryRecords | bytes | bytearray) -> LogAppendInfo:
         """Append batches whose offsets and epochs were assigned by a leader; out-of-order offsets are rejected."""
         buffer = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
-        return self._append(buffer, AppendOrigin.REPLICATION, False, -1)
+        try:
+            return self._append(buffer, AppendOrigin.REPLICATION, False, -1)
+        except OSError as exc:
+            self._handle_io_error("appending to", exc)
 
     def _append(self, buffer: bytearray, origin: AppendOrigin, assign_offsets: bool, leader_epoch: int) -> LogAppendInfo:
         """The general append path (any number of batches, producer state, LogAppendTime, follower appends),
@@ -385,29 +391,26 @@ class Log:
             # Producer state is validated before anything is written, so a rejected batch leaves no trace.
             updated, completed = self._analyze_producer_state(batches, origin) if has_producer_ids else ((), ())
 
-            try:
-                segment = self._maybe_roll(len(buffer), first_offset, last_offset, max_ts, now)
-                segment.append(last_offset, buffer, batches)
+            segment = self._maybe_roll(len(buffer), first_offset, last_offset, max_ts, now)
+            segment.append(last_offset, buffer, batches)
 
-                producer_state = self.producer_state_manager
-                for append_info in updated:
-                    producer_state.update(append_info)
-                for txn in completed:
-                    lso = producer_state.last_stable_offset(txn)
-                    segment.update_txn_index(txn, lso)
-                    producer_state.complete_txn(txn)
-                if assign_offsets:
-                    self._appended(segment, first_offset, last_offset, leader_epoch)
-                else:
-                    latest_epoch = self.leader_epoch_cache.latest_epoch()
-                    for batch in batches:
-                        batch_epoch = batch.partition_leader_epoch
-                        if batch_epoch >= 0 and (latest_epoch is None or batch_epoch > latest_epoch):
-                            self.leader_epoch_cache.assign(batch_epoch, batch.base_offset)
-                            latest_epoch = batch_epoch
-                    self._appended(segment, first_offset, last_offset, -1, as_leader=False)
-            except OSError as exc:
-                self._handle_io_error("appending to", exc)
+            producer_state = self.producer_state_manager
+            for append_info in updated:
+                producer_state.update(append_info)
+            for txn in completed:
+                lso = producer_state.last_stable_offset(txn)
+                segment.update_txn_index(txn, lso)
+                producer_state.complete_txn(txn)
+            if assign_offsets:
+                self._appended(segment, first_offset, last_offset, leader_epoch)
+            else:
+                latest_epoch = self.leader_epoch_cache.latest_epoch()
+                for batch in batches:
+                    batch_epoch = batch.partition_leader_epoch
+                    if batch_epoch >= 0 and (latest_epoch is None or batch_epoch > latest_epoch):
+                        self.leader_epoch_cache.assign(batch_epoch, batch.base_offset)
+                        latest_epoch = batch_epoch
+                self._appended(segment, first_offset, last_offset, -1, as_leader=False)
             return LogAppendInfo(
                 first_offset,
                 last_offset,
@@ -453,12 +456,9 @@ class Log:
             last_offset = first_offset + last_offset_delta
             # Base offset and leader epoch lie outside the CRC: patched in place, no re-checksum.
             _OFFSET_LENGTH_EPOCH.pack_into(buffer, 0, first_offset, length, leader_epoch)
-            try:
-                segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now)
-                segment.append_batch(last_offset, max_timestamp, buffer)
-                self._appended(segment, first_offset, last_offset, leader_epoch)
-            except OSError as exc:
-                self._handle_io_error("appending to", exc)
+            segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now)
+            segment.append_batch(last_offset, max_timestamp, buffer)
+            self._appended(segment, first_offset, last_offset, leader_epoch)
             return LogAppendInfo(
                 first_offset,
                 last_offset,
@@ -639,15 +639,14 @@ class Log:
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment and start a new one at ``max(expected_next_offset, log end offset)``."""
-        with self._lock:
-            self._check_open()
-            try:
-                return self._roll(expected_next_offset)
-            except OSError as exc:
-                self._handle_io_error("rolling", exc)
+        try:
+            return self._roll(expected_next_offset)
+        except OSError as exc:
+            self._handle_io_error("rolling", exc)
 
     def _roll(self, expected_next_offset: int | None) -> LogSegment:
         with self._lock:
+            self._check_open()
             new_offset = max(expected_next_offset or 0, self.log_end_offset)
             active = self.active_segment
             if new_offset == active.base_offset and active.size == 0:
@@ -1172,7 +1171,7 @@ class Log:
     def _handle_io_error(self, action: str, exc: OSError) -> NoReturn:
         """An I/O error while ``action`` this log: the log goes offline at once, the error is reported to the
         log dir failure channel (which takes the whole data dir offline), and ``KafkaStorageIOError`` is raised
-        naming the dir, the file and the errno. The caller holds the lock."""
+        naming the dir, the file and the errno."""
         if isinstance(exc, LogDirOfflineError) or (isinstance(exc, KafkaStorageIOError) and self._offline is not None):
             raise exc  # already handled by an inner call (a flush inside an append, a roll inside an append)
         data_dir = self.dir.parent
