@@ -7,10 +7,14 @@ the search key of every entry (vectorised) and the value of entry n, and their s
 File life cycle (identical to Kafka):
 
 * a NEW file is preallocated, zero-filled, to ``max_index_size`` rounded down to the entry size; the index
-  starts empty and appends fill it from the front. The space is allocated for real (``posix_fallocate``, or
-  zeros written where the file system cannot fallocate), not left sparse: a full disk is then an ENOSPC
-  ``OSError`` when the file is created or grown, never a SIGBUS (which kills the process) on a store through
-  the mapping into a page the file system cannot back;
+  starts empty and appends fill it from the front;
+* disk blocks are allocated for real (``posix_fallocate``, or zeros written where the file system cannot
+  fallocate) ahead of the entries, :data:`ALLOCATION_STEP` bytes at a time, the first step when the file is
+  created: a store through the mapping never reaches a page the file system has not backed. A full disk is then
+  an ENOSPC ``OSError`` when the index is created or an append needs the next step, never a SIGBUS (which
+  kills the process) on the store. (Allocating the whole maximum up front would reserve 10 MiB per index of
+  every active segment, 20 MiB a partition, where Kafka's sparse file reserves nothing.) A sparse file written
+  by Kafka or left by a crash is allocated the same way from its last entry on;
 * an EXISTING file is taken whole: every full entry of its length counts as an entry. A closed index is
   trimmed to its entries (``close``/``trim_to_valid_size``), and the active segment's index is resized back
   to the maximum by its owner (``resize``) after loading;
@@ -59,6 +63,9 @@ def round_down_to_multiple(number: int, factor: int) -> int:
     """The greatest multiple of ``factor`` not above ``number``: ``round_down_to_multiple(67, 8) == 64``."""
     return factor * (number // factor)
 
+
+ALLOCATION_STEP = 64 * 1024
+"""How far ahead of the entries an index file's blocks are allocated (the first step on creation)."""
 
 _ZEROS = bytes(1 << 16)
 
@@ -116,6 +123,7 @@ class AbstractIndex(ABC):
         self._closed = False
         self._mmap: mmap.mmap | None = None
         self._length = 0
+        self._allocated = 0  # bytes [0, _allocated) of the file are backed by disk blocks
         self._keys: array[int] = array("q")
         self._search: tuple[array[int], int, int] = (self._keys, 0, _NO_KEY)
         self._open_mapping()
@@ -149,8 +157,10 @@ class AbstractIndex(ABC):
                         f"invalid max index size {self._max_index_size} for {self._path}: "
                         f"below the entry size {self._entry_size}"
                     )
+                size = round_down_to_multiple(self._max_index_size, self._entry_size)
                 try:
-                    allocate(fd, 0, round_down_to_multiple(self._max_index_size, self._entry_size))
+                    os.ftruncate(fd, size)
+                    allocate(fd, 0, min(size, ALLOCATION_STEP))
                 except OSError as exc:
                     # No half-allocated file left behind (a full disk): the index did not come to exist.
                     os.close(fd)
@@ -161,15 +171,12 @@ class AbstractIndex(ABC):
                     raise
             stat = os.fstat(fd)
             self._length = stat.st_size
-            if self._writable and not newly_created and stat.st_blocks * 512 < stat.st_size:
-                # A sparse file (written by Kafka, which sets the length only, or left by a crash): its holes
-                # are allocated now, so that appends through the mapping cannot hit a full disk.
-                try:
-                    allocate(fd, 0, stat.st_size)
-                except OSError as exc:
-                    if exc.filename is None:
-                        exc.filename = str(self._path)
-                    raise
+            if newly_created:
+                self._allocated = min(self._length, ALLOCATION_STEP)
+            elif stat.st_blocks * 512 >= stat.st_size:
+                self._allocated = self._length
+            # else a sparse file (Kafka sets an active index's length without writing it; a crash leaves one
+            # too): allocated from its last entry on, by the first append that needs it.
             self._mmap = self._map(fd, self._length)
         finally:
             if fd >= 0:
@@ -369,12 +376,33 @@ class AbstractIndex(ABC):
             assert mm is not None, f"{self._path} is writable but not mapped"
         keys = self._keys
         n = len(keys)
-        self._pack_entry(mm, n * self._entry_size, first, second)
+        position = n * self._entry_size
+        if position + self._entry_size > self._allocated:
+            self._allocate_for(position + self._entry_size)
+        self._pack_entry(mm, position, first, second)
         keys.append(key)  # after the bytes: a reader that sees the key finds its entry written
         if n == 0 or (n > self._warm_entries and not n & 63):
             # The first key, or the warm section slides on. Between moves a stale warm start only makes the
             # warm section up to 64 entries longer than 8 KiB: lookups stay correct and appends stay cheap.
             self._move_warm_section()
+
+    def _allocate_for(self, end: int) -> None:
+        """Allocate the file's blocks up to ``end`` at least (a step ahead, within the file's length) before a
+        store through the mapping reaches them. From the last entry on only: zeros written by the fallback never
+        land on an entry. The caller holds the lock."""
+        start = max(self._allocated, len(self._keys) * self._entry_size)
+        stop = min(self._length, max(end, start + ALLOCATION_STEP))
+        if stop > start:
+            fd = os.open(self._path, os.O_RDWR)
+            try:
+                allocate(fd, start, stop - start)
+            except OSError as exc:
+                if exc.filename is None:
+                    exc.filename = str(self._path)
+                raise
+            finally:
+                os.close(fd)
+        self._allocated = stop
 
     def _write_entries(self, keys: np.ndarray[Any, Any], first: np.ndarray[Any, Any], second: np.ndarray[Any, Any]) -> None:
         """Append many entries in one write and one extend of the key mirror.
@@ -403,6 +431,7 @@ class AbstractIndex(ABC):
                 written += os.pwrite(fd, data[written:], position + written)
         finally:
             os.close(fd)
+        self._allocated = max(self._allocated, position + len(data))  # pwrite allocated what it wrote
         self._keys.frombytes(np.ascontiguousarray(keys, dtype=np.int64).tobytes())
         self._move_warm_section()
 
@@ -443,15 +472,8 @@ class AbstractIndex(ABC):
                 )
             fd = os.open(self._path, os.O_RDWR)
             try:
-                if rounded > self._length:
-                    try:
-                        allocate(fd, self._length, rounded - self._length)
-                    except OSError as exc:
-                        os.ftruncate(fd, self._length)  # give back what was allocated: the length is unchanged
-                        if exc.filename is None:
-                            exc.filename = str(self._path)
-                        raise
-                os.ftruncate(fd, rounded)
+                os.ftruncate(fd, rounded)  # growing leaves a hole: appends allocate it a step at a time
+                self._allocated = min(self._allocated, rounded)
                 # The old mapping is dropped, not closed: a lock-free reader may still hold it, and it stays
                 # valid over the entries that reader can see (the file never shrinks below them).
                 self._mmap = self._map(fd, rounded)

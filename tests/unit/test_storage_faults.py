@@ -38,7 +38,7 @@ from local.dir_failure import LogDirFailureChannel
 from local.errors import KafkaStorageIOError, LogDirOfflineError, PartitionOfflineError
 from local.file_records import FileRecords
 from local.index import OffsetIndex
-from local.index.base import allocate
+from local.index.base import ALLOCATION_STEP, allocate
 from local.log import Log
 from local.manager import LogManager
 from local.scheduler import MockTime
@@ -194,53 +194,101 @@ def test_a_full_disk_raises_enospc_takes_the_dir_offline_and_loses_nothing_flush
         log.close()
 
 
-def test_an_index_bigger_than_the_free_space_is_enospc_and_leaves_no_file(small_tmpfs: Path) -> None:
-    path = small_tmpfs / "00000000000000000000.index"
-    with pytest.raises(OSError) as info:
-        OffsetIndex(path, 0, 8 * 1024 * 1024)
-    assert info.value.errno == errno.ENOSPC
-    assert info.value.filename == str(path)
-    assert not path.exists()
-    index = OffsetIndex(path, 0, 1024 * 1024)  # fits: allocated for real, so the tmpfs is 1 MiB fuller
+# The child: on a full tmpfs (a ballast file takes every free page), index appends reach the end of the
+# allocated step: ENOSPC, not a SIGBUS; and an index cannot even be created.
+_INDEX_ON_FULL_DISK = textwrap.dedent(
+    """
+    import json, os, sys
+    from pathlib import Path
+    from local.index import OffsetIndex
+    from local.index.base import ALLOCATION_STEP
+
+    root = Path(sys.argv[1])
+    index = OffsetIndex(root / "00000000000000000000.index", 0, 1024 * 1024)
+    out = {"allocated_at_start": os.stat(index.path).st_blocks * 512}
+    with open(root / "ballast", "wb", buffering=0) as ballast:
+        for chunk in (65536, 4096):
+            try:
+                while True:
+                    ballast.write(bytes(chunk))
+            except OSError:
+                pass
+    error = None
+    for n in range(1, 1024 * 1024 // 8):
+        try:
+            index.append(n, n * 100)
+        except OSError as exc:
+            error = exc
+            break
+    out["entries"] = index.entries
+    out["errno"] = getattr(error, "errno", None)
+    out["filename"] = getattr(error, "filename", None)
+    last = index.lookup(index.entries)
+    out["last"] = [last.offset, last.position]
     try:
-        assert os.stat(path).st_blocks * 512 >= 1024 * 1024
-        with pytest.raises(OSError) as grown:
-            index.resize(16 * 1024 * 1024)
-        assert grown.value.errno == errno.ENOSPC
-        assert index.length == 1024 * 1024 and os.stat(path).st_size == 1024 * 1024  # unchanged
-        index.append(5, 100)
-        assert index.lookup(5).position == 100
-    finally:
-        index.close()
+        OffsetIndex(root / "00000000000000000099.index", 99, 1024 * 1024)
+        out["created"] = "yes"
+    except OSError as exc:
+        out["created"] = [exc.errno, (root / "00000000000000000099.index").exists()]
+    out["step"] = ALLOCATION_STEP
+    print(json.dumps(out))
+    """
+)
+
+
+def test_index_appends_on_a_full_disk_are_enospc_not_sigbus(small_tmpfs: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.run(
+        [sys.executable, "-c", _INDEX_ON_FULL_DISK, str(small_tmpfs)], capture_output=True, text=True, cwd=REPO,
+        env=env, timeout=120,
+    )
+    if child.returncode < 0:
+        pytest.fail(f"the index process was killed by {signal.Signals(-child.returncode).name}: {child.stderr[-2000:]}")
+    assert child.returncode == 0, child.stderr[-4000:]
+    out = json.loads(child.stdout.strip().splitlines()[-1])
+    step = out["step"]
+    assert out["allocated_at_start"] >= step  # the first step, allocated on creation
+    assert out["errno"] == errno.ENOSPC and out["filename"] == str(small_tmpfs / "00000000000000000000.index")
+    assert out["entries"] == step // 8  # every entry of the allocated step, none after
+    assert out["last"] == [out["entries"], out["entries"] * 100]  # the index still answers
+    assert out["created"] == [errno.ENOSPC, False]  # creation on a full disk: ENOSPC, no file left behind
 
 
 # ------------------------------------------------------------------------------------------------------------
 # Index allocation
 
 
-def test_a_new_index_file_is_allocated_not_sparse(tmp_path: Path) -> None:
+def test_index_blocks_are_allocated_ahead_of_the_entries(tmp_path: Path) -> None:
     path = tmp_path / "00000000000000000000.index"
-    index = OffsetIndex(path, 0, 256 * 1024)
+    index = OffsetIndex(path, 0, 1024 * 1024)
     try:
         st = os.stat(path)
-        assert st.st_size == 256 * 1024
-        assert st.st_blocks * 512 >= st.st_size, "the index file is sparse: a full disk would be a SIGBUS"
-        index.resize(128 * 1024)
-        index.resize(512 * 1024)
-        st = os.stat(path)
-        assert st.st_size == 512 * 1024 and st.st_blocks * 512 >= st.st_size
+        assert st.st_size == 1024 * 1024
+        assert ALLOCATION_STEP <= st.st_blocks * 512 < st.st_size  # the first step, not the whole maximum
+        entries = (3 * ALLOCATION_STEP) // 8 + 1  # one entry into the fourth step
+        for n in range(1, entries + 1):
+            index.append(n, n)
+        assert entries * 8 <= os.stat(path).st_blocks * 512 <= entries * 8 + ALLOCATION_STEP  # a step ahead at most
+        index.resize(index.size_in_bytes)
+        index.resize(1024 * 1024)  # grown back: a hole again, allocated by the next appends
+        index.append(entries + 1, entries + 1)
+        assert index.lookup(entries + 1).position == entries + 1
+        assert os.stat(path).st_blocks * 512 >= (entries + 1) * 8
     finally:
         index.close()
 
 
-def test_a_sparse_index_left_by_kafka_is_allocated_when_opened_for_writing(tmp_path: Path) -> None:
+def test_a_sparse_index_left_by_kafka_is_allocated_before_appends_reach_its_holes(tmp_path: Path) -> None:
     path = tmp_path / "00000000000000000000.index"
     with open(path, "wb") as f:
         f.truncate(256 * 1024)  # what Kafka's RandomAccessFile.setLength leaves: a hole
     assert os.stat(path).st_blocks * 512 < 256 * 1024
     index = OffsetIndex(path, 0, 256 * 1024)
     try:
-        assert os.stat(path).st_blocks * 512 >= 256 * 1024
+        index.truncate()  # what the loader's sanity check and recovery do with zero entries
+        index.append(1, 10)
+        assert os.stat(path).st_blocks * 512 >= ALLOCATION_STEP
+        assert index.lookup(1).position == 10
     finally:
         index.close_handler()
 
