@@ -100,6 +100,7 @@ class LogManager:
         self.offline_dirs: dict[Path, str] = {}
         self.offline_partitions: dict[tuple[str, int], OfflinePartition] = {}
         self._offline_logs: dict[tuple[str, int], Log] = {}  # dropped logs whose handles close() releases
+        self._kept_offsets: dict[str, dict[tuple[str, int], int]] = {}  # checkpoint name -> offline partition's
         # Offline bookkeeping has its own lock: a log reports its I/O error holding its own lock, so the
         # listener must never wait for the manager lock (held by delete_log while it waits for a log lock).
         self._offline_lock = threading.Lock()
@@ -246,6 +247,12 @@ class LogManager:
                 # still lets UnicodeDecodeError and the like out; the message then names the partition dir.)
                 failed = self._partition_offline(data_dir, pdir, topic, partition, exc)
                 with lock:
+                    # Its checkpointed offsets are kept (written back with the dir's checkpoints): once the file
+                    # is repaired, the partition comes back where it was, deleted records still deleted.
+                    for name, offsets in ((filenames.RECOVERY_POINT_CHECKPOINT_FILENAME, recovery_points),
+                                          (filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME, start_offsets)):
+                        if (topic, partition) in offsets:
+                            self._kept_offsets.setdefault(name, {})[(topic, partition)] = offsets[(topic, partition)]
                     offline[pdir.name] = {"path": failed.path, "reason": failed.reason}
                     remaining -= 1
                     metrics.REMAINING_LOGS_TO_LOAD.labels(label).set(remaining)
@@ -467,6 +474,10 @@ class LogManager:
     def _checkpoint(self, name: str, value: Any) -> None:
         for data_dir in list(self.live_dirs):
             entries = {key: value(log) for key, log in self._logs.items() if self._log_dirs_of.get(key) == data_dir}
+            for key, offset in self._kept_offsets.get(name, {}).items():
+                failed = self.offline_partitions.get(key)
+                if failed is not None and failed.data_dir == data_dir:
+                    entries.setdefault(key, offset)
             try:
                 OffsetCheckpointFile(data_dir / name).write(entries)
             except OSError as exc:

@@ -556,8 +556,14 @@ def test_a_corrupt_partition_file_takes_only_that_partition_offline(
         log = Log.open(directory / name, topic_config(tmp_path), time=time, scheduler=time.scheduler)
         log.append(records(name.encode()))
         log.close()
+    with LogManager(_config(first, second), start_scheduler=False) as manager:  # checkpoints for all three
+        bad = manager.get_log("bad", 0)
+        assert bad is not None
+        bad.append(records(b"kept"))
+        bad.delete_records(1)  # a log start offset that only the checkpoint remembers
     bad_dir = second / "bad-0"
     bad_path = bad_dir / bad_file
+    sound = bad_path.read_bytes()
     bad_path.write_bytes(content)
 
     manager = LogManager(_config(first, second), start_scheduler=False)  # starts: one bad file stops nothing
@@ -593,6 +599,14 @@ def test_a_corrupt_partition_file_takes_only_that_partition_offline(
     assert any("bad-0" in problem and "offline" in problem for problem in d2["problems"])
     assert d2["last_load"]["offline_partitions"]["bad-0"]["path"] == failed.path
     assert "OFFLINE" in text and bad_file in text
+
+    # Its checkpointed offsets were written back while it was offline: repaired, it comes back as it was.
+    bad_path.write_bytes(sound)
+    with LogManager(_config(first, second), start_scheduler=False) as manager:
+        assert manager.offline_partitions == {}
+        bad = manager.get_log("bad", 0)
+        assert bad is not None and bad.log_start_offset == 1
+        assert read_all_values(bad) == [(1, b"kept")]
 
 
 def test_status_notes_a_corrupt_producer_snapshot_without_failing(tmp_path: Path) -> None:
