@@ -407,9 +407,17 @@ class LogManager:
                     path=exc.filename or str(pdir), log_dir=str(data_dir), errno=exc.errno,
                     topic=topic, partition=partition,
                 ) from exc
-            self._logs[key] = log
-            self._log_dirs_of[key] = data_dir
-            return log
+            with self._offline_lock:  # the dir may have failed meanwhile (another log's I/O error)
+                dir_failure = self.offline_dirs.get(data_dir)
+                if dir_failure is None:
+                    self._logs[key] = log
+                    self._log_dirs_of[key] = data_dir
+                    return log
+                failed = OfflinePartition(topic, partition, data_dir, str(pdir), dir_failure, True)
+                self.offline_partitions[key] = failed
+                self._offline_logs[key] = log
+            log.mark_offline(dir_failure)
+            raise failed.error()
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))

@@ -517,6 +517,31 @@ def test_a_failure_in_one_log_does_not_wait_for_a_busy_log_of_the_same_dir(
         manager.close()
 
 
+def test_a_log_created_while_its_dir_fails_is_offline_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tmp_path / "data"
+    manager = LogManager(_config(data), start_scheduler=False)
+    real_open = Log.open
+    created: list[Log] = []
+
+    def open_while_the_dir_fails(*args: Any, **kwargs: Any) -> Log:
+        log = real_open(*args, **kwargs)
+        created.append(log)
+        manager.log_dir_failure_channel.maybe_add_offline_log_dir(data, "another log failed meanwhile")
+        return log
+
+    try:
+        monkeypatch.setattr(Log, "open", open_while_the_dir_fails)
+        with pytest.raises(LogDirOfflineError, match="another log failed meanwhile"):
+            manager.get_or_create_log("n", 0)
+        assert manager.get_log("n", 0) is None and manager.offline_partitions[("n", 0)].dir_offline
+        (log,) = created
+        with pytest.raises(LogDirOfflineError):
+            log.append(records(b"x"))
+    finally:
+        monkeypatch.undo()
+        manager.close()
+
+
 # ------------------------------------------------------------------------------------------------------------
 # A corrupt per-partition file takes only that partition offline
 
