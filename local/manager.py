@@ -143,7 +143,8 @@ class LogManager:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            self._mark_offline(data_dir, f"cannot be opened for writing: {exc}")
+            self._mark_offline(data_dir, f"cannot be opened for writing: {exc}", exc)
+            self._register_partitions_of_offline_dir(data_dir)
             return
         self._dir_locks[data_dir] = fd
         self.live_dirs.append(data_dir)
@@ -194,6 +195,26 @@ class LogManager:
                 self._load_dir(data_dir)
             except OSError as exc:
                 self._mark_offline(data_dir, f"I/O error while loading: {exc}", exc)
+                self._register_partitions_of_offline_dir(data_dir)
+
+    def _register_partitions_of_offline_dir(self, data_dir: Path) -> None:
+        """At startup, the partitions found in a dir that went offline before they were loaded are offline
+        too: ``get_or_create_log`` must not create an empty one in another dir in place of its data."""
+        why = self.offline_dirs.get(data_dir, "offline")
+        try:
+            names = [child.name for child in data_dir.iterdir()]
+        except OSError:
+            return  # not even listable: nothing is known of its partitions
+        for name in names:
+            try:
+                key = filenames.parse_partition_dir_name(name)
+            except ValueError:
+                continue
+            with self._offline_lock:
+                if key not in self._logs:
+                    self.offline_partitions.setdefault(
+                        key, OfflinePartition(key[0], key[1], data_dir, str(data_dir / name), why, True)
+                    )
 
     def _load_dir(self, data_dir: Path) -> None:
         started = _time.perf_counter()

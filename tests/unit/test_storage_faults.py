@@ -542,6 +542,22 @@ def test_a_log_created_while_its_dir_fails_is_offline_too(tmp_path: Path, monkey
         manager.close()
 
 
+def test_the_partitions_of_a_dir_offline_at_startup_are_not_recreated_elsewhere(tmp_path: Path) -> None:
+    first, second = tmp_path / "d1", tmp_path / "d2"
+    time = MockTime()
+    log = Log.open(second / "b-0", topic_config(tmp_path), time=time, scheduler=time.scheduler)
+    log.append(records(b"b0"))
+    log.close()
+    (second / ".lock").mkdir()  # the dir cannot be locked: an I/O error (EISDIR) when the manager opens it
+    with LogManager(_config(first, second), start_scheduler=False) as manager:
+        assert list(manager.offline_dirs) == [second]
+        with pytest.raises(LogDirOfflineError, match=str(second)):
+            manager.get_or_create_log("b", 0)  # its data is in the offline dir: not an empty b-0 in d1
+        assert not (first / "b-0").exists()
+        manager.get_or_create_log("c", 0).append(records(b"c0"))
+        assert manager.data_dir_of("c", 0) == first
+
+
 # ------------------------------------------------------------------------------------------------------------
 # A corrupt per-partition file takes only that partition offline
 
