@@ -34,7 +34,8 @@ OfflineListener = Callable[[Path, str], None]
 
 
 def check_partition_files(partition_dir: Path) -> tuple[str | None, list[str]]:
-    """Parse ``partition.metadata``, ``leader-epoch-checkpoint`` and the producer snapshots of a partition dir.
+    """Parse ``partition.metadata``, ``leader-epoch-checkpoint``, ``remote-log-state`` and the producer snapshots
+    of a partition dir.
 
     Returns (why the partition cannot load, naming each bad file; None when they are sound) and notes: a
     corrupt producer snapshot does not keep a partition offline (the loader deletes it and rebuilds the
@@ -44,6 +45,7 @@ def check_partition_files(partition_dir: Path) -> tuple[str | None, list[str]]:
     from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile
     from local.errors import KafkaStorageError
     from local.producer_state import decode_snapshot
+    from local.remote_state import RemoteLogStateFile
 
     offline: list[str] = []
     metadata = partition_dir / filenames.PARTITION_METADATA_FILENAME
@@ -51,6 +53,7 @@ def check_partition_files(partition_dir: Path) -> tuple[str | None, list[str]]:
     checks: list[tuple[Path, Callable[[], object]]] = [
         (metadata, lambda: PartitionMetadataFile(metadata).read()),
         (epochs, lambda: LeaderEpochCheckpointFile(epochs).read()),
+        (RemoteLogStateFile(partition_dir).path, lambda: RemoteLogStateFile(partition_dir).read()),
     ]
     for path, parse in checks:
         if not path.exists():

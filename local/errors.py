@@ -143,6 +143,16 @@ class FeatureDowngradeError(KafkaStorageError):
     """An attempt to lower a finalized feature level."""
 
 
+class RemoteStorageNotConfiguredError(KafkaStorageError):
+    """A partition holds data in remote storage (its ``remote-log-state`` says so, or its topic enables remote
+    storage) but this process was opened without the remote tier: reading that data or running retention
+    would return nothing or destroy it, so the operation is refused, naming the missing settings."""
+
+
+class ReadOnlyLogError(KafkaStorageError):
+    """A log opened read-only (by ``consume``, ``status``... ) was asked to change."""
+
+
 # Storage faults (appended) -------------------------------------------------------------------------
 
 

@@ -273,11 +273,12 @@ class FileRecords:
     # File operations
 
     def truncate_to(self, target_size: int) -> int:
-        """Cut the file to ``target_size`` bytes; returns the bytes removed."""
+        """Cut the file to ``target_size`` bytes; returns the bytes removed. A file opened read-only is only
+        bounded in memory (a read-only log's recovery): the file itself is never changed."""
         original = self.size_in_bytes
         if target_size > original or target_size < 0:
             raise ValueError(f"attempt to truncate {self._path} to {target_size} bytes; it has {original}")
-        if target_size < os.fstat(self._fd).st_size:
+        if self._mutable and target_size < os.fstat(self._fd).st_size:
             os.ftruncate(self._fd, target_size)
         self._size = target_size
         return original - target_size

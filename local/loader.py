@@ -120,6 +120,7 @@ class LogLoader:
         num_segment_loading_threads: int = 1,
         remote_storage_enabled: bool = False,
         remaining_segments_callback: RemainingSegmentsCallback | None = None,
+        read_only: bool = False,
     ) -> None:
         if num_segment_loading_threads < 1:
             raise ValueError(
@@ -137,6 +138,7 @@ class LogLoader:
         self.use_large_index = use_large_index
         self.num_threads = num_segment_loading_threads
         self.remote_storage_enabled = remote_storage_enabled
+        self.read_only = read_only  # .log files opened read-only (a scratch copy of links, see local.read_only)
         self.stats = LoadStats()
         self._remaining_callback = remaining_segments_callback if num_segment_loading_threads > 1 else None
         self._gauge_threads: set[str] = set()
@@ -272,6 +274,7 @@ class LogLoader:
             max_index_size=self.config.segment_index_bytes,
             use_large_index=self.use_large_index,
             time=self.time.milliseconds,
+            mutable=not self.read_only,
         )
 
     def _open_and_check(self, base: int, names: Collection[str]) -> tuple[LogSegment, str | None]:

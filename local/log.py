@@ -38,8 +38,10 @@ from local.errors import (
     KafkaStorageIOError,
     LogDirOfflineError,
     OffsetOutOfRangeError,
+    ReadOnlyLogError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
+    RemoteStorageNotConfiguredError,
 )
 from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from local.producer_state import AppendOrigin, ProducerStateManager
@@ -55,6 +57,7 @@ from local.records.batch import (
     RECORD_BATCH_OVERHEAD,
     set_max_timestamp,
 )
+from local.remote_state import RemoteLogState, RemoteLogStateFile
 from local.scheduler import SYSTEM_TIME, MockScheduler, Scheduler, Time
 from local.segment import LogSegment
 from local.segments import LogSegments
@@ -126,6 +129,8 @@ class Log:
         remote_tier: RemoteTier | None = None,
         use_large_index: bool = False,
         local_log_start_offset: int | None = None,
+        remote_log_state: RemoteLogState | None = None,
+        read_only: bool = False,
         log_dir_failure_channel: LogDirFailureChannel | None = None,
     ) -> None:
         self.dir = Path(directory)
@@ -139,6 +144,8 @@ class Log:
         self.time = time
         self.remote_tier = remote_tier
         self.use_large_index = use_large_index
+        self.remote_log_state = remote_log_state or RemoteLogState()
+        self.read_only = read_only
         self._lock = threading.RLock()
         self._closed = False
         # Where an I/O error is reported (the LogManager's channel, else a private one), and why this log is
@@ -184,15 +191,22 @@ class Log:
         producer_id_expiration_ms: int = 86_400_000,
         max_transaction_timeout_ms: int = 900_000,
         remaining_segments_callback: Any = None,
+        read_only: bool = False,
         log_dir_failure_channel: LogDirFailureChannel | None = None,
     ) -> Log:
-        """Open (creating if needed) the partition directory ``directory`` and load it as Kafka's LogLoader does."""
+        """Open (creating if needed) the partition directory ``directory`` and load it as Kafka's LogLoader does.
+
+        With ``read_only`` the directory is a private scratch copy made by the caller (see
+        :mod:`local.read_only`): its ``.log`` files are links opened read-only, recovery only bounds them in
+        memory, and the log refuses every change.
+        """
         from local.loader import LogLoader  # the loader imports segment machinery only when a log opens
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         topic, partition = _topic_partition_from_dir(directory)
         topic_id = _init_partition_metadata(directory, topic_id)
+        remote_state = RemoteLogStateFile(directory).read()
         epoch_cache = LeaderEpochFileCache(
             f"{topic}-{partition}", LeaderEpochCheckpointFile(directory / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME)
         )
@@ -215,8 +229,12 @@ class Log:
             time=time,
             use_large_index=use_large_index,
             num_segment_loading_threads=num_segment_loading_threads,
-            remote_storage_enabled=remote_tier is not None and bool(getattr(config, "remote_storage_enable", False)),
+            # A partition with remote data keeps its log start offset below the local one even when this process
+            # has no remote tier: moving it up would make the next remote pass delete the remote segments.
+            remote_storage_enabled=remote_state.has_remote_data
+            or (remote_tier is not None and bool(getattr(config, "remote_storage_enable", False))),
             remaining_segments_callback=remaining_segments_callback,
+            read_only=read_only,
         )
         loaded = loader.load()
         log = cls(
@@ -232,6 +250,8 @@ class Log:
             time=time,
             remote_tier=remote_tier,
             use_large_index=use_large_index,
+            remote_log_state=remote_state,
+            read_only=read_only,
             log_dir_failure_channel=log_dir_failure_channel,
         )
         log.load_stats = loader.stats
@@ -273,6 +293,52 @@ class Log:
         return self.remote_tier is not None and bool(getattr(self.config, "remote_storage_enable", False))
 
     @property
+    def has_remote_data(self) -> bool:
+        """Whether finished remote copies exist (as this partition dir remembers, whatever this process's config)."""
+        return self.remote_log_state.has_remote_data
+
+    def note_highest_remote_offset(self, offset: int) -> None:
+        """Remember (durably, in ``remote-log-state``) that remote copies reach ``offset``. The remote tier calls
+        this after every finished copy; a partition with remote data is then never trimmed by a process that
+        lacks the remote tier (see :mod:`local.remote_state`)."""
+        with self._lock:
+            state = self.remote_log_state
+            if offset <= state.highest_remote_offset and state.remote_storage_enabled:
+                return
+            new = RemoteLogState(True, max(offset, state.highest_remote_offset))
+            if not self.read_only:
+                RemoteLogStateFile(self.dir).write(new)
+            self.remote_log_state = new
+
+    def check_remote_tier_present(self, what: str) -> None:
+        """Refuse ``what`` on a partition whose data lives partly in remote storage when this process has no remote
+        tier, or when its topic turned remote storage off without ``remote.log.delete.on.disable`` (Kafka's rule:
+        remote storage cannot be disabled silently)."""
+        wants_remote = bool(getattr(self.config, "remote_storage_enable", False))
+        if self.remote_tier is None and (self.has_remote_data or wants_remote):
+            held = (
+                f"holds data in remote storage up to offset {self.remote_log_state.highest_remote_offset}"
+                if self.has_remote_data else "has remote.storage.enable=true"
+            )
+            raise RemoteStorageNotConfiguredError(
+                f"{what} refused for {self.name}: the partition {held}, but this process has no remote tier. Set "
+                "remote.log.storage.system.enable=true and remote.log.storage.manager.class.name (with its "
+                "rsm.config.* keys) in the broker config (tiered: pass --config FILE)",
+                topic=self.topic, partition=self.partition,
+            )
+        if self.has_remote_data and not wants_remote and not getattr(self.config, "remote_log_delete_on_disable", False):
+            raise RemoteStorageNotConfiguredError(
+                f"{what} refused for {self.name}: the partition holds data in remote storage but its topic config "
+                "has remote.storage.enable=false. Set remote.storage.enable=true again (with remote.log.copy.disable="
+                "true to stop copying), or set remote.log.delete.on.disable=true to give up the remote data",
+                topic=self.topic, partition=self.partition,
+            )
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyLogError(f"log {self.name} is open read-only", path=str(self.dir))
+
+    @property
     def active_segment(self) -> LogSegment:
         seg = self.segments.active_segment
         assert seg is not None
@@ -311,6 +377,7 @@ class Log:
         offset (a single-node ISR). Raises ``CorruptRecordError``, ``RecordTooLargeError``,
         ``InvalidTimestampError`` or a producer-state error; nothing is written when it raises.
         """
+        self._check_writable()
         # Our own copy: offsets and the epoch are patched into it.
         buffer = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
         epoch = self._leader_epoch if leader_epoch is None else leader_epoch
@@ -325,6 +392,7 @@ class Log:
 
     def append_as_follower(self, records: MemoryRecords | bytes | bytearray) -> LogAppendInfo:
         """Append batches whose offsets and epochs were assigned by a leader; out-of-order offsets are rejected."""
+        self._check_writable()
         buffer = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
         try:
             return self._append(buffer, AppendOrigin.REPLICATION, False, -1)
@@ -639,6 +707,7 @@ class Log:
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment and start a new one at ``max(expected_next_offset, log end offset)``."""
+        self._check_writable()
         try:
             return self._roll(expected_next_offset)
         except OSError as exc:
@@ -729,6 +798,14 @@ class Log:
             )
         if offset < self.local_log_start_offset and self.remote_tier is not None:
             return self.remote_tier.read(self, offset, max_bytes, isolation, min_one_message)
+        if offset < self.local_log_start_offset and self.has_remote_data:
+            raise RemoteStorageNotConfiguredError(
+                f"offset {offset} of {self.name} is in remote storage (the local log starts at "
+                f"{self.local_log_start_offset}) and this process has no remote tier: set "
+                "remote.log.storage.system.enable=true and remote.log.storage.manager.class.name (with its rsm.config.* "
+                "keys) in the broker config (tiered: pass --config FILE)",
+                offset=offset, topic=self.topic, partition=self.partition,
+            )
         if offset >= max_offset:
             return FetchDataInfo(LogOffsetMetadata(offset, -1, -1), MemoryRecords(b""))
         segments = self.segments
@@ -905,6 +982,7 @@ class Log:
 
     def delete_records(self, offset: int) -> int:
         """Move the log start offset up to ``offset`` (Kafka's DeleteRecords). Returns the new log start offset."""
+        self._check_writable()
         with self._lock:
             if offset > self._high_watermark:
                 raise OffsetOutOfRangeError(
@@ -935,8 +1013,10 @@ class Log:
         Deletes whole non-active segments breaching the log start offset, ``retention.bytes`` or ``retention.ms``
         (the ``local.*`` values when the remote tier holds a finished copy). Returns the number deleted.
         """
+        self._check_writable()
         if "delete" not in str(self.config.cleanup_policy):
             return 0
+        self.check_remote_tier_present("retention")
         return (
             self._delete_log_start_offset_breached_segments()
             + self._delete_retention_size_breached_segments()
@@ -995,6 +1075,8 @@ class Log:
         if remote:
             assert self.remote_tier is not None
             highest_remote = self.remote_tier.highest_offset_in_remote_storage(self)
+            if highest_remote >= 0:
+                self.note_highest_remote_offset(highest_remote)
         with self._lock:
             segs = list(self.segments.values())
             for i, seg in enumerate(segs[:-1]):  # the active segment is never deleted
@@ -1042,6 +1124,7 @@ class Log:
 
     def truncate_to(self, target_offset: int) -> bool:
         """Drop every offset >= ``target_offset`` (a follower truncating to its leader). True if anything went."""
+        self._check_writable()
         if target_offset < 0:
             raise ValueError(f"cannot truncate {self.name} to a negative offset {target_offset}")
         with self._lock:
@@ -1068,6 +1151,7 @@ class Log:
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start empty at ``new_offset`` (which becomes the log start offset)."""
+        self._check_writable()
         with self._lock:
             for seg in list(self.segments.values()):
                 self.segments.remove(seg.base_offset)

@@ -13,6 +13,11 @@ its partitions raises it), and the other dirs keep working. A partition that can
 other than I/O (a corrupt ``partition.metadata`` or ``leader-epoch-checkpoint``, a bad topic override file)
 takes only itself offline: ``offline_partitions`` names it, the file and why, and the load report of its dir
 (which ``tiered status`` shows) lists it. Nothing comes back online before a restart.
+
+``LogManager(config, read_only=True)`` is what the read-only commands use: it writes nothing to the data dirs
+(no lock, no checkpoints, no clean-shutdown marker, no load report, no directory created; a missing dir is an
+error), runs no background work, and opens a partition only when asked for it, from a scratch copy (see
+:mod:`local.read_only`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,15 @@ from typing import TYPE_CHECKING, Any
 from local import filenames, metrics
 from local.checkpoint import CleanShutdownFile, OffsetCheckpointFile
 from local.dir_failure import LogDirFailureChannel, check_partition_files
-from local.errors import KafkaStorageError, KafkaStorageIOError, LogDirOfflineError, PartitionOfflineError
+from local.errors import (
+    ConfigError,
+    KafkaStorageError,
+    KafkaStorageIOError,
+    LogDirOfflineError,
+    PartitionOfflineError,
+    ReadOnlyLogError,
+    RemoteStorageNotConfiguredError,
+)
 from local.log import Log
 from local.scheduler import SYSTEM_TIME, Scheduler, Time
 
@@ -88,8 +101,12 @@ class LogManager:
         remote_tier: RemoteTier | None = None,
         broker_epoch: int = 0,
         start_scheduler: bool = True,
+        read_only: bool = False,
     ) -> None:
         self.config = config
+        self.read_only = read_only
+        self._scratch_root: Path | None = None
+        self._unopened: dict[tuple[str, int], tuple[Path, Path]] = {}  # read-only: partition -> (dir, data dir)
         self.time = time
         self.broker_epoch = broker_epoch
         self.scheduler = scheduler or Scheduler("tiered-log-manager", time)
@@ -110,7 +127,9 @@ class LogManager:
         self._topic_configs: dict[str, Mapping[str, Any]] = {}  # topic -> overrides (persisted per partition)
         self._closed = False
         self.live_dirs: list[Path] = []
-        for data_dir in config.log_dirs:
+        if read_only:
+            self._scratch_root = self._open_dirs_read_only([Path(d) for d in config.log_dirs])
+        for data_dir in [] if read_only else config.log_dirs:
             self._open_dir(Path(data_dir))
         if not self.live_dirs:
             raise KafkaStorageError(
@@ -119,7 +138,10 @@ class LogManager:
             )
         self.remote_tier = remote_tier
         if self.remote_tier is None and getattr(config, "remote_log_storage_system_enable", False):
-            self.remote_tier = _load_remote_tier(config)
+            self.remote_tier = _load_remote_tier(config, cache_root=self._scratch_root)
+        if read_only:
+            self._index_read_only()
+            return
         self._load_logs()
         if start_scheduler:
             self.startup()
@@ -148,6 +170,65 @@ class LogManager:
             return
         self._dir_locks[data_dir] = fd
         self.live_dirs.append(data_dir)
+
+    def _open_dirs_read_only(self, dirs: list[Path]) -> Path:
+        missing = [str(d) for d in dirs if not d.is_dir()]
+        if missing:
+            raise KafkaStorageError(
+                f"no such data dir: {', '.join(missing)} (a read-only command never creates one)", path=missing[0]
+            )
+        self.live_dirs.extend(dirs)
+        from local.read_only import make_scratch_root
+
+        return make_scratch_root()
+
+    def _index_read_only(self) -> None:
+        """Read-only: list the partitions; each is opened (from a scratch copy) when first asked for."""
+        for data_dir in self.live_dirs:
+            for child in sorted(data_dir.iterdir()):
+                try:
+                    key = filenames.parse_partition_dir_name(child.name)
+                except ValueError:
+                    continue
+                if child.is_dir():
+                    self._unopened[key] = (child, data_dir)
+                    self._log_dirs_of[key] = data_dir
+
+    def _open_read_only(self, key: tuple[str, int]) -> Log | None:
+        from local.read_only import scratch_partition_dir
+
+        with self._lock:
+            log = self._logs.get(key)
+            if log is not None or key not in self._unopened:
+                failed = self.offline_partitions.get(key)
+                if failed is not None:
+                    raise failed.error()
+                return log
+            source, data_dir = self._unopened.pop(key)
+            assert self._scratch_root is not None
+            start_offsets = self._read_checkpoint(data_dir, filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME)
+            recovery_points = self._read_checkpoint(data_dir, filenames.RECOVERY_POINT_CHECKPOINT_FILENAME)
+            clean = CleanShutdownFile(data_dir / filenames.CLEAN_SHUTDOWN_FILENAME).exists()
+            scratch = scratch_partition_dir(source, self._scratch_root)
+            try:
+                log = Log.open(
+                    scratch,
+                    self.config.topic_config(self._topic_overrides(source)),
+                    scheduler=None,
+                    time=self.time,
+                    log_start_offset=start_offsets.get(key, 0),
+                    recovery_point=recovery_points.get(key, 0),
+                    had_clean_shutdown=clean,
+                    remote_tier=self.remote_tier,
+                    use_large_index=self._use_large_index(),
+                    read_only=True,
+                )
+            except OSError:
+                raise
+            except (KafkaStorageError, ValueError) as exc:  # a corrupt per-partition file: named, like at startup
+                raise self._partition_offline(data_dir, source, key[0], key[1], exc, scratch).error() from exc
+            self._logs[key] = log
+            return log
 
     def _mark_offline(self, data_dir: Path, why: str, exc: BaseException | None = None) -> None:
         """Report ``data_dir`` to the failure channel, which calls :meth:`_on_log_dir_failure` once."""
@@ -321,8 +402,10 @@ class LogManager:
         logger.info("loaded %d partition(s) of %s in %.0f ms", stats["partitions"], data_dir, elapsed * 1000)
 
     def _partition_offline(
-        self, data_dir: Path, pdir: Path, topic: str, partition: int, exc: Exception
+        self, data_dir: Path, pdir: Path, topic: str, partition: int, exc: Exception, scratch: Path | None = None
     ) -> OfflinePartition:
+        """Record ``topic-partition`` (dir ``pdir``) as offline because loading it raised ``exc``; ``scratch``: the
+        read-only copy it was loaded from, whose paths in the error are given back as the real files'."""
         path = getattr(exc, "path", None) or getattr(exc, "filename", None)
         if not path:
             # An error that names no file (a parser's bare UnicodeDecodeError): find the bad file the way
@@ -330,6 +413,8 @@ class LogManager:
             bad, _ = check_partition_files(pdir)
             path = bad.split(": ", 1)[0] if bad is not None and bad.startswith(str(pdir)) else str(pdir)
         reason = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+        if scratch is not None:
+            path, reason = str(path).replace(str(scratch), str(pdir)), reason.replace(str(scratch), str(pdir))
         failed = OfflinePartition(topic, partition, data_dir, str(path), f"{type(exc).__name__}: {reason}", False)
         logger.error("partition %s-%d of %s is offline: cannot load it (%s)", topic, partition, data_dir, failed.reason)
         with self._offline_lock:
@@ -383,14 +468,24 @@ class LogManager:
         ``overrides`` use topic keys (``segment.bytes``, ``retention.ms``...) and are validated here.
         """
         key = (topic, partition)
+        if self.read_only:
+            log = self.get_log(topic, partition)
+            if log is None or overrides is not None:
+                raise ReadOnlyLogError(
+                    f"cannot create or reconfigure {topic}-{partition}: the data dirs are open read-only"
+                )
+            return log
         with self._lock:
             self._check_open()
+            log = self._logs.get(key)
+            if log is not None and overrides is not None:
+                new_config = self.config.topic_config(overrides)
+                _validate_turning_off_remote_storage(log, new_config)
             if overrides is not None:
                 self._topic_configs[topic] = dict(overrides)
-            log = self._logs.get(key)
             if log is not None:
                 if overrides is not None:
-                    log.config = self.config.topic_config(overrides)
+                    log.config = new_config
                     self._persist_overrides(log.dir, overrides)
                 return log
             failed = self.offline_partitions.get(key)
@@ -441,10 +536,21 @@ class LogManager:
             raise failed.error()
 
     def get_log(self, topic: str, partition: int) -> Log | None:
+        if self.read_only:  # opened when first asked for; an offline partition raises, naming its file
+            return self._open_read_only((topic, partition))
         return self._logs.get((topic, partition))
 
     def all_logs(self) -> list[Log]:
+        for key in list(self._unopened):
+            try:
+                self._open_read_only(key)
+            except PartitionOfflineError:
+                continue  # named in offline_partitions; the others are served
         return list(self._logs.values())
+
+    def partitions(self) -> list[tuple[str, int]]:
+        """Every (topic, partition) of the live data dirs, opened or not."""
+        return sorted(set(self._logs) | set(self._unopened))
 
     def data_dir_of(self, topic: str, partition: int) -> Path | None:
         return self._log_dirs_of.get((topic, partition))
@@ -476,10 +582,13 @@ class LogManager:
 
     def cleanup_logs(self) -> int:
         """One retention pass over every log; returns the number of segments deleted."""
+        self._check_writable("run retention")
         total = 0
         for log in self.all_logs():
             try:
                 total += log.delete_old_segments()
+            except RemoteStorageNotConfiguredError as exc:
+                logger.error("%s", exc)  # that partition keeps every segment; the others go on
             except OSError as exc:
                 self._handle_io_error(log, exc)
         return total
@@ -538,6 +647,9 @@ class LogManager:
             if self._closed:
                 return
             self._closed = True
+            if self.read_only:
+                self._close_read_only()
+                return
             self.scheduler.shutdown(run_pending=True)
             if self.remote_tier is not None and hasattr(self.remote_tier, "close"):
                 self.remote_tier.close()
@@ -559,9 +671,23 @@ class LogManager:
                 os.close(fd)
             self._dir_locks.clear()
 
+    def _close_read_only(self) -> None:
+        from local.read_only import remove_scratch_root
+
+        if self.remote_tier is not None and hasattr(self.remote_tier, "close"):
+            self.remote_tier.close()
+        for log in list(self._logs.values()):
+            log.close_handlers()
+        if self._scratch_root is not None:
+            remove_scratch_root(self._scratch_root)
+
     def _check_open(self) -> None:
         if self._closed:
             raise KafkaStorageError("the log manager is closed")
+
+    def _check_writable(self, what: str) -> None:
+        if self.read_only:
+            raise ReadOnlyLogError(f"cannot {what}: the data dirs are open read-only")
 
     def __enter__(self) -> LogManager:
         return self
@@ -570,7 +696,23 @@ class LogManager:
         self.close()
 
 
-def _load_remote_tier(config: LogConfig) -> RemoteTier:
+def _validate_turning_off_remote_storage(log: Log, new_config: Any) -> None:
+    """Kafka's ``LogConfig.validateTurningOffRemoteStorageWithDelete``: remote storage cannot be turned off on a
+    partition with remote data unless the operator says the remote data goes too."""
+    if (
+        log.has_remote_data
+        and not getattr(new_config, "remote_storage_enable", False)
+        and not getattr(new_config, "remote_log_delete_on_disable", False)
+    ):
+        raise ConfigError(
+            f"It is invalid to disable remote storage of {log.name} without deleting remote data. If you want to "
+            "keep the remote data and turn to read only, please set `remote.storage.enable=true,"
+            "remote.log.copy.disable=true`. If you want to disable remote storage and delete all remote data, please "
+            "set `remote.storage.enable=false,remote.log.delete.on.disable=true`."
+        )
+
+
+def _load_remote_tier(config: LogConfig, cache_root: Path | None = None) -> RemoteTier:
     factory_path = getattr(config, "remote_tier_factory", None) or DEFAULT_REMOTE_TIER_FACTORY
     module_name, _, attr = factory_path.partition(":")
     try:
@@ -581,4 +723,6 @@ def _load_remote_tier(config: LogConfig) -> RemoteTier:
         ) from exc
     for part in attr.split("."):
         obj = getattr(obj, part)
+    if cache_root is not None:  # read-only: the remote tier's caches must not write into the data dirs
+        return obj(config, cache_root=cache_root)
     return obj(config)

@@ -138,10 +138,14 @@ class LogSegment:
         file_suffix: str = "",
         use_large_index: bool = False,
         time: Callable[[], int] = _now_ms,
+        mutable: bool = True,
     ) -> LogSegment:
+        """Open (or create) a segment. With ``mutable=False`` its ``.log`` is opened read-only: a read-only log
+        (see :mod:`local.read_only`) recovers it by bounding it in memory, never by writing."""
         d = directory if isinstance(directory, Path) else Path(directory)
         log = FileRecords.open(
             filenames.log_file(d, base_offset, file_suffix),
+            mutable=mutable,
             file_already_exists=file_already_exists,
             init_file_size=init_file_size,
             preallocate=preallocate,

@@ -16,7 +16,8 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import localstack" 2>
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     "localstack-core[runtime]==4.9.2" "cbor2<5.7" "cryptography<44" "pyopenssl<24.3" "service_identity<24.2"
 fi
-mkdir -p "$data_dir"
+mkdir -p "$data_dir/tmp"
+export TMPDIR="$data_dir/tmp"  # LocalStack keeps its S3 objects under the temp dir: keep them in the test's dir
 cd "$data_dir"  # never run from the repo root: nothing there may shadow the localstack package
 export GATEWAY_LISTEN="127.0.0.1:$port" SERVICES=s3 LOCALSTACK_VOLUME_DIR="$data_dir/volume" DATA_DIR="$data_dir/data" \
   SKIP_SSL_CERT_DOWNLOAD=1 DISABLE_EVENTS=1 SKIP_INFRA_DOWNLOADS=1 LOCALSTACK_CLI=0

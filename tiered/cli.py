@@ -2,7 +2,9 @@
 
 Each command lives in ``tiered/commands/<name>.py`` with ``add_arguments(parser)`` and ``run(args) -> int`` and is
 imported only when it runs, so ``tiered dump`` starts without loading the log engine or the remote tier.
-Exit codes: 0 ok, 1 a failure was found, 2 usage.
+The global options (``--config``, ``--log-dirs``, ``-o KEY=VALUE``, ``-v``) are accepted before or after the
+command. Exit codes: 0 ok, 1 a failure was found, 2 usage. Errors are one line on stderr; ``-v`` adds the
+traceback of an unexpected one.
 """
 
 from __future__ import annotations
@@ -44,9 +46,41 @@ def _base_parser() -> argparse.ArgumentParser:
         epilog="Run 'tiered COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"tiered {_version()}")
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="log to stderr (-vv for debug)")
-    parser.add_argument("--config", metavar="FILE", help="broker .properties file (log.dirs, remote.log.*, rsm.config.*)")
+    _add_global_options(parser, after_command=False)
     return parser
+
+
+def _add_global_options(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
+    """The options every command takes, before or after its name. After it they land in ``*_after`` dests (no
+    defaults), merged by :func:`_merge_global_options`, so one given before the command is not reset."""
+    suffix, default = ("_after", argparse.SUPPRESS) if after_command else ("", None)
+    group = parser.add_argument_group("global options (before or after the command)")
+    group.add_argument(
+        "--config", metavar="FILE", dest="config" + suffix, default=default,
+        help="broker .properties file (log.dirs, remote.log.*, rsm.config.*)",
+    )
+    group.add_argument(
+        "--log-dirs", metavar="DIR[,DIR...]", dest="log_dirs" + suffix, default=default,
+        help="comma-separated data dirs (overrides log.dirs from --config)",
+    )
+    group.add_argument(
+        "--override", "-o", action="append", metavar="KEY=VALUE", dest="override" + suffix,
+        default=argparse.SUPPRESS if after_command else [],
+        help="a broker config override, e.g. -o log.segment.bytes=1048576 (repeatable)",
+    )
+    group.add_argument(
+        "-v", "--verbose", action="count", dest="verbose" + suffix, default=argparse.SUPPRESS if after_command else 0,
+        help="log to stderr (-vv for debug); show the traceback of an unexpected error",
+    )
+
+
+def _merge_global_options(args: argparse.Namespace) -> None:
+    for name in ("config", "log_dirs"):
+        value = getattr(args, name + "_after", None)
+        if value is not None:
+            setattr(args, name, value)
+    args.override = list(args.override or []) + list(getattr(args, "override_after", []) or [])
+    args.verbose = int(args.verbose or 0) + int(getattr(args, "verbose_after", 0) or 0)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -55,6 +89,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
+        _add_global_options(p, after_command=True)
         if name == command:
             module = _load(name)
             if module is not None:
@@ -71,11 +106,18 @@ def _load(name: str) -> Any:
         raise
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
+def parse_args(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The parser and the parsed arguments, global options merged from before and after the command."""
+    args_list = list(argv)
     command = next((a for a in args_list if a in COMMANDS), None)
     parser = build_parser(command)
     args = parser.parse_args(args_list)
+    _merge_global_options(args)
+    return parser, args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
@@ -101,9 +143,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"tiered {args.command}: {exc}", file=sys.stderr)
             return 2
         if isinstance(exc, (KafkaStorageError, OSError)):
-            print(f"tiered {args.command}: {exc}", file=sys.stderr)
+            print(f"tiered {args.command}: {_one_line(exc)}", file=sys.stderr)
+            if args.verbose:
+                logging.getLogger("tiered.cli").exception("traceback")
             return 1
-        raise
+        if args.verbose:
+            raise
+        print(
+            f"tiered {args.command}: unexpected error: {type(exc).__name__}: {_one_line(exc)} "
+            "(run with -v for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -181,14 +181,17 @@ class RemoteLogManager:
         self._closed = False
 
     @classmethod
-    def from_log_config(cls, config: LogConfig) -> RemoteLogManager:
-        """Build the plugin, metadata store and caches from broker configuration (what LogManager calls)."""
+    def from_log_config(cls, config: LogConfig, cache_root: Path | None = None) -> RemoteLogManager:
+        """Build the plugin, metadata store and caches from broker configuration (what LogManager calls).
+
+        The caches live in the first data dir unless ``cache_root`` is given (a read-only manager passes its
+        scratch dir: a read-only command writes nothing into the data dirs)."""
         from tiered.backends import load_rsm
         from tiered.cache.index_cache import RemoteIndexCache
         from tiered.metadata import RemoteLogMetadataStore
 
         rsm = load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
-        log_dir = Path(config.log_dirs[0])
+        log_dir = Path(config.log_dirs[0]) if cache_root is None else cache_root
         index_cache = RemoteIndexCache(
             log_dir, rsm.fetch_index, max_size_bytes=config.remote_log_index_file_cache_total_size_bytes
         )
@@ -196,7 +199,9 @@ class RemoteLogManager:
         try:
             from tiered.cache.chunk_cache import ChunkCache
 
-            cache_dir = getattr(config, "remote_log_segment_cache_dir", None) or log_dir / "remote-log-segment-cache"
+            cache_dir = (None if cache_root is not None else getattr(config, "remote_log_segment_cache_dir", None)) or (
+                log_dir / "remote-log-segment-cache"
+            )
             chunk_cache = ChunkCache(
                 cache_dir,
                 chunk_size=config.remote_log_segment_cache_chunk_size_bytes,
@@ -537,7 +542,9 @@ class RemoteLogManager:
             segment_id,
             seg.base_offset,
             end_offset,
-            seg.max_timestamp_so_far,
+            # Kafka's segment.largestTimestamp(): the max timestamp, or the file's mtime when no record has one
+            # (-1 here would make the first remote retention pass delete the segment at once).
+            seg.largest_timestamp,
             self.broker_id,
             self.time.milliseconds(),
             seg.size,
@@ -564,6 +571,7 @@ class RemoteLogManager:
                 segment_id, self.time.milliseconds(), custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, self.broker_id
             )
         )
+        log.note_highest_remote_offset(end_offset)
         self.metrics.copy_bytes.inc(seg.size)
         logger.info("copied segment %d-%d of %s to the remote tier as %s", seg.base_offset, end_offset, log.name, segment_id)
 

@@ -80,3 +80,43 @@ def test_tiered_log_on_seaweedfs_end_to_end(seaweedfs_endpoint: S3Endpoint, tmp_
         assert got == values
         # the sequential reader was fed by streaming GETs (one per segment), not only chunk by chunk
         assert m.remote_tier.chunk_cache.streams_opened > 0  # type: ignore[union-attr]
+
+
+def test_two_seaweedfs_servers_side_by_side_and_sigterm_stops_one(seaweedfs_endpoint: S3Endpoint, tmp_path: Path) -> None:
+    """localstack/seaweedfs.sh binds only ports it is given or picks free: a second server starts beside the
+    session's, both serve, and SIGTERM ends the script itself (exit 0, not a SIGKILL from the caller)."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.integration.s3_servers import SCRIPTS, _wait_http, free_port
+
+    port = free_port()
+    log = tmp_path / "second.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(["bash", str(SCRIPTS / "seaweedfs.sh"), str(tmp_path / "second"), str(port)],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/", 90, proc, log)
+        second = S3Endpoint("seaweedfs-2", f"http://127.0.0.1:{port}")
+        for endpoint in (seaweedfs_endpoint, second):
+            client = endpoint.client()
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    client.create_bucket(Bucket="side-by-side")
+                    break
+                except Exception:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            client.put_object(Bucket="side-by-side", Key="k", Body=endpoint.url.encode())
+        for endpoint in (seaweedfs_endpoint, second):
+            body = endpoint.client().get_object(Bucket="side-by-side", Key="k")["Body"].read()
+            assert body == endpoint.url.encode()
+        os.kill(proc.pid, signal.SIGTERM)  # the script only: it must stop weed itself
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -124,3 +124,21 @@ def test_dump_auto_detects_a_12_byte_index(tmp_path: Path) -> None:
     assert run_cli("dump", str(tmp_path / "x.unknown")).returncode == 1  # no such file
     (tmp_path / "x.unknown").write_text("?")
     assert run_cli("dump", str(tmp_path / "x.unknown")).returncode == 2  # not a kind it knows: usage
+
+
+def test_global_options_work_before_and_after_the_command(tmp_path: Path) -> None:
+    from tiered.cli import parse_args
+
+    props = tmp_path / "broker.properties"
+    for argv in (["--config", str(props), "offload"], ["offload", "--config", str(props)]):
+        _, args = parse_args(argv)
+        assert args.config == str(props) and args.command == "offload"
+    _, args = parse_args(["-o", "a=1", "-v", "consume", "-t", "x", "--log-dirs", "D", "-o", "b=2", "-v"])
+    assert (args.log_dirs, args.override, args.verbose) == ("D", ["a=1", "b=2"], 2)
+    _, args = parse_args(["--log-dirs", "A", "status", "--log-dirs", "B"])
+    assert args.log_dirs == "B"  # given after the command: the later one wins
+    data = tmp_path / "data"
+    assert run_cli("produce", "-t", "g", "--log-dirs", str(data), stdin="one\ntwo\n").returncode == 0
+    for argv in (("--log-dirs", str(data), "consume", "-t", "g"), ("consume", "-t", "g", "--log-dirs", str(data))):
+        proc = run_cli(*argv)
+        assert proc.returncode == 0 and proc.stdout.split() == ["one", "two"], proc.stderr

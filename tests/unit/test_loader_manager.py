@@ -3,7 +3,6 @@ written (one goes offline, the others keep serving), plus ``tiered status`` read
 
 from __future__ import annotations
 
-import argparse
 import errno
 import json
 import logging
@@ -254,12 +253,11 @@ def test_disk_full_at_runtime_takes_only_that_dir_offline(tmp_path: Path, monkey
 
 
 def status(*dirs: Path, as_json: bool = True) -> tuple[int, dict[str, Any]]:
+    from tiered.cli import parse_args
     from tiered.commands import status as command
 
-    parser = argparse.ArgumentParser()
-    command.add_arguments(parser)
-    argv = ["--log-dirs", ",".join(map(str, dirs))] + (["--json"] if as_json else [])
-    args = parser.parse_args(argv)
+    argv = ["status", "--log-dirs", ",".join(map(str, dirs))] + (["--json"] if as_json else [])
+    _, args = parse_args(argv)
     import contextlib
     import io
 
@@ -310,7 +308,7 @@ def test_status_reports_unclean_shutdown_torn_tail_and_corrupt_checkpoint(tmp_pa
 def test_status_of_a_missing_dir_fails(tmp_path: Path) -> None:
     code, doc = status(tmp_path / "nope")
     assert code == 1
-    assert doc["data_dirs"][0]["problems"] == ["missing"]
+    assert doc["data_dirs"][0]["problems"] == ["no such data dir"]
 
 
 def test_status_of_the_golden_kafka_dir(golden_dir: Path) -> None:

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import io
@@ -41,6 +40,7 @@ from local.index import OffsetIndex
 from local.index.base import ALLOCATION_STEP, allocate
 from local.log import Log
 from local.manager import LogManager
+from local.remote_state import REMOTE_LOG_STATE_FILENAME
 from local.scheduler import MockTime
 from local.segment import LogSegment
 from tests.logutil import read_all_values, records, topic_config
@@ -563,14 +563,13 @@ def test_the_partitions_of_a_dir_offline_at_startup_are_not_recreated_elsewhere(
 
 
 def _status(*dirs: Path) -> tuple[int, dict[str, Any], str]:
+    from tiered.cli import parse_args
     from tiered.commands import status as command
 
-    parser = argparse.ArgumentParser()
-    command.add_arguments(parser)
     texts = []
     code = 0
     for as_json in (True, False):
-        args = parser.parse_args(["--log-dirs", ",".join(map(str, dirs))] + (["--json"] if as_json else []))
+        _, args = parse_args(["status", "--log-dirs", ",".join(map(str, dirs))] + (["--json"] if as_json else []))
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             code = command.run(args)
@@ -585,8 +584,9 @@ def _status(*dirs: Path) -> tuple[int, dict[str, Any], str]:
         (filenames.PARTITION_METADATA_FILENAME, b"version: 7\ntopic_id: nonsense"),
         (filenames.LEADER_EPOCH_CHECKPOINT_FILENAME, b"0\n2\n0 0\n"),
         (filenames.LEADER_EPOCH_CHECKPOINT_FILENAME, b"\x80\x81\x82"),
+        (REMOTE_LOG_STATE_FILENAME, b"version: 9\n"),
     ],
-    ids=["metadata-not-utf8", "metadata-malformed", "epochs-short", "epochs-not-utf8"],
+    ids=["metadata-not-utf8", "metadata-malformed", "epochs-short", "epochs-not-utf8", "remote-state-malformed"],
 )
 def test_a_corrupt_partition_file_takes_only_that_partition_offline(
     tmp_path: Path, bad_file: str, content: bytes
@@ -604,7 +604,7 @@ def test_a_corrupt_partition_file_takes_only_that_partition_offline(
         bad.delete_records(1)  # a log start offset that only the checkpoint remembers
     bad_dir = second / "bad-0"
     bad_path = bad_dir / bad_file
-    sound = bad_path.read_bytes()
+    sound = bad_path.read_bytes() if bad_path.exists() else None
     bad_path.write_bytes(content)
 
     manager = LogManager(_config(first, second), start_scheduler=False)  # starts: one bad file stops nothing
@@ -641,8 +641,19 @@ def test_a_corrupt_partition_file_takes_only_that_partition_offline(
     assert d2["last_load"]["offline_partitions"]["bad-0"]["path"] == failed.path
     assert "OFFLINE" in text and bad_file in text
 
+    # The read-only manager (consume, dump...) names the bad file for that partition and serves the others.
+    with LogManager(_config(first, second), read_only=True) as reader:
+        with pytest.raises(PartitionOfflineError, match=str(bad_path)):
+            reader.get_log("bad", 0)
+        assert sorted(log.name for log in reader.all_logs()) == ["fine-0", "good-0"]
+        with pytest.raises(PartitionOfflineError, match=str(bad_path)):
+            reader.get_log("bad", 0)  # still, once the others are open
+
     # Its checkpointed offsets were written back while it was offline: repaired, it comes back as it was.
-    bad_path.write_bytes(sound)
+    if sound is None:
+        bad_path.unlink()
+    else:
+        bad_path.write_bytes(sound)
     with LogManager(_config(first, second), start_scheduler=False) as manager:
         assert manager.offline_partitions == {}
         bad = manager.get_log("bad", 0)

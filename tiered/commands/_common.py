@@ -14,13 +14,8 @@ class UsageError(Exception):
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--log-dirs", help="comma-separated data dirs (overrides log.dirs from --config)", default=None
-    )
-    parser.add_argument(
-        "--override", "-o", action="append", default=[], metavar="KEY=VALUE",
-        help="a broker config override, e.g. -o log.segment.bytes=1048576 (repeatable)",
-    )
+    """Kept for commands written before the global options: ``--config``, ``--log-dirs``, ``-o`` and ``-v`` are now
+    added to every command by :mod:`tiered.cli` (before or after the command name), so this adds nothing."""
 
 
 def load_config(args: argparse.Namespace) -> LogConfig:

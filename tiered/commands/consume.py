@@ -49,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args)
     isolation = FetchIsolation[args.isolation.upper()]
     printed = 0
-    with LogManager(config, start_scheduler=False) as manager:
+    # Read-only: nothing is written to the data dirs (no lock, no checkpoint, no recovery on disk).
+    with LogManager(config, start_scheduler=False, read_only=True) as manager:
         log = manager.get_log(args.topic, args.partition)
         if log is None:
             print(f"tiered consume: no partition {args.topic}-{args.partition} in {config.log_dirs}", file=sys.stderr)

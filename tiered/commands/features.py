@@ -13,7 +13,6 @@ from tiered.commands._common import UsageError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["describe", "upgrade"])
     parser.add_argument("--release-version", default="4.4", help="release to finalize (default: 4.4)")
-    parser.add_argument("--log-dirs", help="comma-separated data dirs (instead of log.dirs from --config)")
     parser.add_argument("--json", action="store_true")
 
 
@@ -43,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise UsageError(str(exc)) from exc
     else:
+        missing = [str(d) for d in dirs if not d.is_dir()]
+        if missing:
+            raise UsageError(f"no such data dir: {', '.join(missing)}")
         levels = [read_features(d) for d in dirs]
     if args.json:
         print(json.dumps([{"data_dir": str(f.data_dir), "release_version": f.release_version,

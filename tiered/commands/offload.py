@@ -24,7 +24,14 @@ def offload_once(manager: object) -> tuple[object, int]:
 def run(args: argparse.Namespace) -> int:
     from local import LogManager
 
-    with LogManager(load_config(args), start_scheduler=False) as manager:
+    config = load_config(args)
+    # Validate before opening anything: a command that cannot run writes nothing.
+    if not config.remote_log_storage_system_enable:
+        raise UsageError(
+            "the remote tier is not enabled: set remote.log.storage.system.enable=true and "
+            "remote.log.storage.manager.class.name in the broker config (--config FILE)"
+        )
+    with LogManager(config, start_scheduler=False) as manager:
         result, deleted = offload_once(manager)
     print(
         f"copied {result.segments_copied} segment(s) ({result.bytes_copied:,} bytes), deleted "  # type: ignore[attr-defined]

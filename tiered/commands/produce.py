@@ -49,6 +49,14 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--header expects KEY=VALUE, got {item!r}")
         headers.append((k, v.encode()))
     overrides = parse_topic_overrides(args.topic_config) or None
+    # Validate before opening the data dir: a command that cannot run writes nothing.
+    from local import filenames
+
+    config.topic_config(overrides)
+    try:
+        filenames.partition_dir_name(args.topic, args.partition)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     count = 0
     first = last = -1
     with LogManager(config, start_scheduler=False) as manager:

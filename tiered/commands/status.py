@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"data_dirs": dirs}, indent=2, sort_keys=True))
     else:
         print_text(dirs)
+    for d in dirs:  # problems also go to stderr, so a script (or a person piping stdout) sees them
+        for problem in d["problems"]:
+            print(f"tiered status: data dir {d['path']}: {problem}", file=sys.stderr)
     return 1 if any(d["problems"] for d in dirs) else 0
 
 
@@ -63,7 +66,7 @@ def dir_status(data_dir: Path, topic: str | None = None) -> dict[str, Any]:
 
     out: dict[str, Any] = {"path": str(data_dir), "problems": [], "partitions": []}
     if not data_dir.is_dir():
-        out["problems"].append("missing" if not data_dir.exists() else "not a directory")
+        out["problems"].append("no such data dir" if not data_dir.exists() else "not a directory")
         return out
     if not os.access(data_dir, os.W_OK | os.X_OK):
         out["problems"].append("not writable: the broker takes it offline at startup")

@@ -1,0 +1,55 @@
+"""Opening a data dir without writing to it: the read-only view that ``consume``, ``status``... use.
+
+Loading a partition writes: a crashed log is recovered (torn batches truncated, indexes rebuilt), the active
+segment's indexes are resized, stray files are deleted, snapshots are taken. A command that only reads must do
+none of that to the data dir it was pointed at, yet see exactly what a writer would after loading it.
+
+So a read-only log is loaded from a private scratch copy of its partition dir (under the system temp dir,
+removed on close): every ``.log`` file is a symbolic link to the original, opened ``O_RDONLY`` (the kernel
+refuses any write through it; recovery bounds a torn segment in memory instead of truncating it, see
+:meth:`local.file_records.FileRecords.truncate_to`), and every other file the loader reads (indexes,
+snapshots, checkpoints, ``partition.metadata``, ``remote-log-state``, topic config) is copied, so what the
+loader writes lands in the copy. ``.deleted`` files are left out (they are gone to readers already), and so
+are the transient ``.tmp`` files of an interrupted atomic write.
+
+Nothing here takes the data dir's lock: a reader may run beside the writer that holds it. It sees the files as
+they were when it opened them (a log end offset fixed at load); segments a running writer deletes afterwards
+stay readable through the open descriptors until the reader closes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from local import filenames
+
+
+def make_scratch_root() -> Path:
+    """A fresh private directory for the scratch copies of one read-only manager."""
+    return Path(tempfile.mkdtemp(prefix="tiered-read-only-"))
+
+
+def scratch_partition_dir(source: Path, scratch_root: Path) -> Path:
+    """A scratch copy of partition dir ``source`` under ``scratch_root`` (see the module docstring)."""
+    target = scratch_root / source.parent.name.replace(os.sep, "_") / source.name
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for entry in os.scandir(source):
+        name = entry.name
+        if not entry.is_file(follow_symlinks=False):
+            continue
+        if name.endswith(filenames.DELETED_FILE_SUFFIX) or name.endswith(".tmp"):
+            continue
+        if name.endswith(filenames.LOG_FILE_SUFFIX) or filenames.LOG_FILE_SUFFIX + "." in name:
+            os.symlink(entry.path, target / name)
+        else:
+            shutil.copy2(entry.path, target / name)
+    return target
+
+
+def remove_scratch_root(scratch_root: Path) -> None:
+    shutil.rmtree(scratch_root, ignore_errors=True)

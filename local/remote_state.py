@@ -1,0 +1,94 @@
+"""``remote-log-state``: what a partition dir remembers of its remote tier, so no process can destroy it.
+
+Kafka keeps a partition's remote state in the ``__remote_log_metadata`` topic, which every broker reads at
+start. A data dir of ours may be opened by a process that was not given the remote tier's configuration (a
+``tiered consume`` without ``--config``, a ``tiered run --log-dirs``); such a process must neither move the log
+start offset up to the local log start (that makes the next remote pass delete every remote segment below it)
+nor run retention as if the partition were local-only. So the partition dir carries this small text file,
+written by the remote tier whenever it learns something new::
+
+    version: 0
+    remote_storage_enabled: true
+    highest_remote_offset: 1234
+
+``highest_remote_offset`` is the last offset of a finished remote copy (-1: none yet). The file is written
+through a temp file, fsync and rename (a crash leaves the old or the new one); a missing file means "never
+tiered"; a malformed one is an error naming the file (a partition whose remote state is unknown must not be
+trimmed). This module is the codec and the file; what the log does with it lives in :mod:`local.log`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from local.errors import KafkaStorageError
+
+REMOTE_LOG_STATE_FILENAME = "remote-log-state"
+_VERSION = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogState:
+    """A partition's remembered remote state (see the module docstring)."""
+
+    remote_storage_enabled: bool = False
+    highest_remote_offset: int = -1
+
+    @property
+    def has_remote_data(self) -> bool:
+        return self.highest_remote_offset >= 0
+
+    def encode(self) -> bytes:
+        return (
+            f"version: {_VERSION}\n"
+            f"remote_storage_enabled: {'true' if self.remote_storage_enabled else 'false'}\n"
+            f"highest_remote_offset: {self.highest_remote_offset}\n"
+        ).encode()
+
+    @classmethod
+    def decode(cls, data: bytes, source: str = REMOTE_LOG_STATE_FILENAME) -> RemoteLogState:
+        try:
+            fields = dict(_parse_line(line) for line in data.decode("utf-8").splitlines() if line.strip())
+            version = int(fields.pop("version"))
+            if version != _VERSION:
+                raise ValueError(f"unsupported version {version}")
+            enabled = fields.pop("remote_storage_enabled")
+            if enabled not in ("true", "false"):
+                raise ValueError(f"remote_storage_enabled must be true or false, got {enabled!r}")
+            highest = int(fields.pop("highest_remote_offset"))
+            if highest < -1:
+                raise ValueError(f"highest_remote_offset must be >= -1, got {highest}")
+            if fields:
+                raise ValueError(f"unknown field(s) {sorted(fields)}")
+        except (KeyError, ValueError, UnicodeDecodeError) as exc:
+            raise KafkaStorageError(f"malformed {source}: {exc}", path=source) from None
+        return cls(enabled == "true", highest)
+
+
+def _parse_line(line: str) -> tuple[str, str]:
+    key, sep, value = line.partition(":")
+    if not sep:
+        raise ValueError(f"expected 'key: value', got {line!r}")
+    return key.strip(), value.strip()
+
+
+class RemoteLogStateFile:
+    """The ``remote-log-state`` file of one partition dir."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.path = Path(directory) / REMOTE_LOG_STATE_FILENAME
+
+    def read(self) -> RemoteLogState:
+        """The stored state; the default (never tiered) when there is no file."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return RemoteLogState()
+        return RemoteLogState.decode(data, str(self.path))
+
+    def write(self, state: RemoteLogState) -> None:
+        from local.checkpoint import atomic_write
+
+        atomic_write(self.path, state.encode())

@@ -1,0 +1,314 @@
+"""Nothing a user does loses offloaded data, and read-only commands write nothing (issue 12).
+
+The CLI tests run the real ``tiered`` command line in a subprocess, as a user would; the file hashes cover the
+data dir and the remote directory, byte for byte, before and after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from local import LogConfig, LogManager
+from local.errors import ConfigError, ReadOnlyLogError, RemoteStorageNotConfiguredError
+from local.records import MemoryRecords, SimpleRecord
+from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogState, RemoteLogStateFile
+from tiered.remote_log_manager import RemoteLogManager
+
+MIB = 1024 * 1024
+TOPIC = "e"
+TOPIC_CONFIG = ["remote.storage.enable=true", "segment.bytes=1048576", "local.retention.bytes=2000000"]
+
+
+def cli(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tiered.cli", *args], input=stdin, capture_output=True, text=True, timeout=300,
+        cwd=cwd,
+    )
+
+
+def tree_hashes(*roots: Path) -> dict[str, str]:
+    """Every file (and directory) under ``roots``: content hash, size and mtime; links by target."""
+    out: dict[str, str] = {}
+    for root in roots:
+        if not root.exists():
+            out[str(root)] = "absent"
+            continue
+        for dirpath, dirnames, files in os.walk(root):
+            out[dirpath] = "dir:" + ",".join(sorted(dirnames + files))
+            for name in files:
+                path = Path(dirpath) / name
+                st = path.lstat()
+                out[str(path)] = f"{hashlib.sha256(path.read_bytes()).hexdigest()}:{st.st_size}:{st.st_mtime_ns}"
+    return out
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A broker.properties with the embedded local-directory remote tier: (properties, data dir, remote dir)."""
+    data, remote = tmp_path / "data", tmp_path / "remote"
+    props = tmp_path / "broker.properties"
+    props.write_text(
+        f"log.dirs={data}\n"
+        "remote.log.storage.system.enable=true\n"
+        "remote.log.storage.manager.class.name=local\n"
+        f"rsm.config.dir={remote}\n"
+    )
+    return props, data, remote
+
+
+def _produce_and_offload(props: Path, lines: int) -> None:
+    topic_config = [a for item in TOPIC_CONFIG for a in ("--topic-config", item)]
+    stdin = "".join(f"line-{i:06d}-{'x' * 150}\n" for i in range(lines))
+    proc = cli("--config", str(props), "produce", "-t", TOPIC, *topic_config, stdin=stdin)
+    assert proc.returncode == 0, proc.stderr
+    proc = cli("--config", str(props), "offload")
+    assert proc.returncode == 0, proc.stderr
+
+
+def _consume_all(props: Path) -> list[str]:
+    proc = cli("--config", str(props), "consume", "-t", TOPIC, "--offset", "0")
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def _remote_logs(remote: Path) -> set[Path]:
+    return set(remote.rglob("*.log"))
+
+
+def test_the_issue_repro_keeps_every_offset_and_every_remote_object(broker: tuple[Path, Path, Path]) -> None:
+    props, data, remote = broker
+    lines = 40_000
+    _produce_and_offload(props, lines)
+    objects = _remote_logs(remote)
+    assert len(objects) >= 4
+    state = RemoteLogStateFile(data / f"{TOPIC}-0").read()
+    assert state.remote_storage_enabled and state.highest_remote_offset > 0
+
+    # consume without the remote config: a clear refusal naming the setting, and nothing written
+    before = tree_hashes(data, remote)
+    proc = cli("consume", "-t", TOPIC, "--log-dirs", str(data), "--offset", "0")
+    assert proc.returncode == 1
+    assert "remote.log.storage.system.enable" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+    assert tree_hashes(data, remote) == before
+
+    # offload with a config that lacks the remote tier: refused before anything is opened
+    bare = props.with_name("bare.properties")
+    bare.write_text(f"log.dirs={data}\n")
+    proc = cli("--config", str(bare), "offload")
+    assert proc.returncode == 2 and "remote.log.storage.system.enable" in proc.stderr
+    assert tree_hashes(data, remote) == before
+
+    # run without --config: retention of the remote-backed partition is refused, the log start stays
+    proc = cli("run", "--log-dirs", str(data), "-o", "log.retention.check.interval.ms=100", "--duration", "1.5")
+    assert proc.returncode == 0, proc.stderr
+    assert "retention refused" in proc.stderr
+    assert _remote_logs(remote) == objects
+
+    # with the config everything is still there, from offset 0, and a further pass deletes nothing remote
+    values = _consume_all(props)
+    assert values == [f"line-{i:06d}-{'x' * 150}" for i in range(lines)]
+    proc = cli("--config", str(props), "offload")
+    assert proc.returncode == 0, proc.stderr
+    assert "deleted 0 remote segment(s)" in proc.stdout
+    assert _remote_logs(remote) >= objects
+    assert _consume_all(props) == values
+
+
+def test_read_only_commands_write_nothing(broker: tuple[Path, Path, Path]) -> None:
+    props, data, remote = broker
+    _produce_and_offload(props, 30_000)
+    pdir = data / f"{TOPIC}-0"
+    before = tree_hashes(data, remote)
+    commands = [
+        ("--config", str(props), "consume", "-t", TOPIC, "--offset", "0", "--max-messages", "5"),
+        ("--config", str(props), "consume", "-t", TOPIC, "--timestamp", "0", "--max-messages", "5"),
+        ("consume", "-t", TOPIC, "--log-dirs", str(data), "--max-messages", "5"),
+        ("status", "--log-dirs", str(data)),
+        ("--config", str(props), "status"),
+        ("features", "describe", "--log-dirs", str(data)),
+        *[("dump", str(p)) for p in sorted(pdir.iterdir()) if p.is_file()],
+    ]
+    for args in commands:
+        proc = cli(*args)
+        assert "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert tree_hashes(data, remote) == before, args
+
+
+def test_read_only_commands_on_a_mistyped_dir_create_nothing(tmp_path: Path) -> None:
+    typo = tmp_path / "no-such-dir"
+    for args in (
+        ("consume", "-t", TOPIC, "--log-dirs", str(typo)),
+        ("status", "--log-dirs", str(typo)),
+        ("features", "describe", "--log-dirs", str(typo)),
+    ):
+        proc = cli(*args)
+        assert proc.returncode in (1, 2), (args, proc.stdout)
+        assert str(typo) in proc.stderr and "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert not typo.exists(), args
+
+
+def test_read_only_consume_after_a_crash_recovers_in_memory_only(tmp_path: Path) -> None:
+    """An unclean shutdown and a torn last batch: the reader sees the valid prefix, the files stay as they are."""
+    data = tmp_path / "data"
+    config = LogConfig.from_properties({"log.dirs": str(data), "log.segment.bytes": str(MIB)})
+    manager = LogManager(config, start_scheduler=False)
+    log = manager.get_or_create_log(TOPIC, 0)
+    for i in range(0, 3000, 50):
+        log.append(MemoryRecords.build([SimpleRecord(value=b"v%05d" % j) for j in range(i, i + 50)]))
+    log.flush()
+    for lock in list(manager._dir_locks.values()):  # a crash: no close, no clean-shutdown marker
+        os.close(lock)
+    manager._dir_locks.clear()
+    active = log.active_segment.log.path
+    with open(active, "ab") as f:  # a torn batch: a header promising more bytes than follow
+        f.write(b"\x00" * 8 + (5000).to_bytes(4, "big") + b"\x00" * 20)
+    before = tree_hashes(data)
+    with LogManager(config, read_only=True) as ro:
+        scratch = ro._scratch_root
+        assert scratch is not None and scratch.is_dir()
+        rlog = ro.get_log(TOPIC, 0)
+        assert rlog is not None
+        assert rlog.log_end_offset == 3000
+        values = [r.value for b in rlog.read(0, 64 * MIB).records.batches() for r in b.records()]
+        assert values[0] == b"v00000" and len(values) >= 1
+        with pytest.raises(ReadOnlyLogError):
+            rlog.append(MemoryRecords.build([SimpleRecord(value=b"x")]))
+        with pytest.raises(ReadOnlyLogError):
+            ro.cleanup_logs()
+    assert tree_hashes(data) == before
+    assert not scratch.exists()
+
+
+def _props(tmp: Path, remote: bool = True) -> dict[str, str]:
+    props = {"log.dirs": str(tmp / "data"), "log.segment.bytes": str(MIB)}
+    if remote:
+        props.update({
+            "remote.log.storage.system.enable": "true",
+            "remote.log.storage.manager.class.name": "local",
+            "rsm.config.dir": str(tmp / "remote"),
+        })
+    return props
+
+
+def _fill(log: object, n: int, timestamp: int) -> None:
+    for first in range(0, n, 100):
+        batch = [SimpleRecord(timestamp, None, b"%08d" % i * 25) for i in range(first, min(first + 100, n))]
+        log.append(MemoryRecords.build(batch))  # type: ignore[attr-defined]
+
+
+def test_a_manager_without_the_remote_tier_never_moves_the_log_start_past_remote_data(tmp_path: Path) -> None:
+    overrides = {"remote.storage.enable": "true", "local.retention.bytes": str(MIB)}
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, overrides)
+        _fill(log, 20_000, int(time.time() * 1000))
+        rlm = manager.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        rlm.run_once(manager.all_logs())
+        assert manager.cleanup_logs() > 0
+        local_start = log.local_log_start_offset
+        assert local_start > 0 and log.log_start_offset == 0
+        highest = rlm.highest_offset_in_remote_storage(log)
+    assert RemoteLogStateFile(tmp_path / "data" / f"{TOPIC}-0").read() == RemoteLogState(True, highest)
+
+    with LogManager(LogConfig.from_properties(_props(tmp_path, remote=False)), start_scheduler=False) as bare:
+        log = bare.get_log(TOPIC, 0)
+        assert log is not None
+        assert log.log_start_offset == 0 and log.local_log_start_offset == local_start
+        with pytest.raises(RemoteStorageNotConfiguredError, match=r"remote.log.storage.system.enable"):
+            log.read(0)
+        with pytest.raises(RemoteStorageNotConfiguredError, match="retention refused"):
+            log.delete_old_segments()
+        assert bare.cleanup_logs() == 0  # refused for that partition, logged, no exception out of the pass
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None and log.log_start_offset == 0
+        assert manager.remote_tier.cleanup_remote_segments(log) == 0  # type: ignore[union-attr]
+        assert log.read(0).records.batches().__next__().base_offset == 0
+
+
+def test_turning_remote_storage_off_needs_delete_on_disable(tmp_path: Path) -> None:
+    overrides = {"remote.storage.enable": "true", "local.retention.bytes": str(MIB)}
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, overrides)
+        _fill(log, 20_000, int(time.time() * 1000))
+        manager.remote_tier.run_once(manager.all_logs())  # type: ignore[union-attr]
+        with pytest.raises(ConfigError, match=r"remote.log.delete.on.disable=true"):
+            manager.get_or_create_log(TOPIC, 0, {"retention.ms": "-1"})  # remote.storage.enable dropped
+        assert log.config.remote_storage_enable  # the refused change left the config as it was
+        props_file = log.dir / "tiered-topic.properties"
+        assert "remote.storage.enable=true" in props_file.read_text()
+        # read-only remote data is how Kafka keeps it: copying stops, nothing is deleted
+        log = manager.get_or_create_log(TOPIC, 0, {**overrides, "remote.log.copy.disable": "true"})
+        assert manager.remote_tier.copy_log_segments(log).segments_copied == 0  # type: ignore[union-attr]
+    # a topic config changed behind our back: retention refuses rather than trimming past remote data
+    props_file.write_text("retention.ms=-1\n")
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None
+        with pytest.raises(RemoteStorageNotConfiguredError, match=r"remote.log.delete.on.disable"):
+            log.delete_old_segments()
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.log.delete.on.disable": "true"})
+        log.delete_old_segments()  # allowed: the operator gave up the remote data
+
+
+def test_remote_retention_of_segments_without_timestamps_uses_their_file_time(tmp_path: Path) -> None:
+    """Kafka's largestTimestamp: a segment whose records carry no timestamp ages by its file's mtime."""
+    overrides = {"remote.storage.enable": "true", "local.retention.bytes": str(MIB), "retention.ms": "3600000"}
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, overrides)
+        _fill(log, 20_000, -1)
+        segments = list(log.segments.values())[:-1]
+        assert len(segments) >= 3 and all(s.max_timestamp_so_far < 0 for s in segments)
+        two_hours_ago = time.time() - 7200
+        os.utime(segments[0].log.path, (two_hours_ago, two_hours_ago))
+        rlm = manager.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        rlm.copy_log_segments(log)
+        finished = rlm.finished_segments(rlm.topic_id_partition(log))
+        assert len(finished) == len(segments)
+        assert finished[0].max_timestamp_ms == pytest.approx(two_hours_ago * 1000, abs=1000)
+        assert all(md.max_timestamp_ms > (time.time() - 60) * 1000 for md in finished[1:])
+        deleted = rlm.cleanup_remote_segments(log)
+        assert deleted == 1  # only the segment whose file time is past retention.ms
+        assert log.log_start_offset == segments[1].base_offset
+        assert len(rlm.finished_segments(rlm.topic_id_partition(log))) == len(segments) - 1
+
+
+def test_remote_state_file_is_strict(tmp_path: Path) -> None:
+    state = RemoteLogState(True, 41)
+    assert RemoteLogState.decode(state.encode()) == state
+    f = RemoteLogStateFile(tmp_path)
+    assert f.read() == RemoteLogState()
+    f.write(state)
+    assert (tmp_path / REMOTE_LOG_STATE_FILENAME).read_bytes() == b"version: 0\nremote_storage_enabled: true\nhighest_remote_offset: 41\n"
+    assert f.read() == state
+    from local.errors import KafkaStorageError
+
+    for bad in (b"", b"version: 1\n", b"\xff\xfe", b"version: 0\nremote_storage_enabled: yes\nhighest_remote_offset: 1\n",
+                b"version: 0\nremote_storage_enabled: true\nhighest_remote_offset: -5\n"):
+        (tmp_path / REMOTE_LOG_STATE_FILENAME).write_bytes(bad)
+        with pytest.raises(KafkaStorageError, match=REMOTE_LOG_STATE_FILENAME):
+            f.read()
+
+
+def test_a_produce_that_fails_validation_writes_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    for args in (
+        ("--topic-config", "segment.bytes=abc"),
+        ("--topic-config", "no.such.key=1"),
+        ("-p", "-1"),
+    ):
+        proc = cli("produce", "-t", TOPIC, "--log-dirs", str(data), *args, stdin="a\n")
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        assert not data.exists(), args
+    proc = cli("produce", "-t", "bad/topic", "--log-dirs", str(data), stdin="a\n")
+    assert proc.returncode == 2 and "bad/topic" in proc.stderr and not data.exists()
