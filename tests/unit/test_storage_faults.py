@@ -75,17 +75,21 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
 # writes. It reports what it saw as JSON on stdout.
 _FILL = textwrap.dedent(
     """
-    import json, sys
+    import dataclasses, json, sys
     from pathlib import Path
-    from local.errors import KafkaStorageIOError, LogDirOfflineError
-    from local.log import Log
-    from local.scheduler import MockTime
-    from tests.logutil import records, topic_config
+    from local.config import LogConfig
+    from local.manager import LogManager
+    from tests.logutil import read_all_values, records
 
-    data_dir = Path(sys.argv[1])
-    time = MockTime()
-    config = topic_config(data_dir, segment_bytes=256 * 1024, segment_index_bytes=64 * 1024, index_interval_bytes=0)
-    log = Log.open(data_dir / "fill-0", config, time=time, scheduler=time.scheduler)
+    data_dir, healthy_dir = Path(sys.argv[1]), Path(sys.argv[3])
+    manager = LogManager(LogConfig.from_properties({"log.dirs": f"{data_dir},{healthy_dir}"}), start_scheduler=False)
+    log = manager.get_or_create_log("fill", 0)  # the first dir: the small tmpfs
+    other = manager.get_or_create_log("other", 0)  # the second: a healthy disk
+    assert manager.data_dir_of("fill", 0) == data_dir and manager.data_dir_of("other", 0) == healthy_dir
+    other.append(records(b"o0"))
+    # Small segments and an index entry per batch (below the configs' minimums, as Kafka's internal test keys do).
+    log.config = dataclasses.replace(log.config, segment_bytes=256 * 1024, segment_index_bytes=64 * 1024,
+                                     index_interval_bytes=0)
     out = {"flushed": 0, "appended": 0}
     if sys.argv[2] == "one-page-left":
         # Some flushed data, a new active segment with one batch, then the rest of the disk taken by a ballast
@@ -132,6 +136,10 @@ _FILL = textwrap.dedent(
             after[name] = [type(exc).__name__, str(exc)]
     out["after"] = after
     out["offline"] = log.is_offline
+    out["offline_dirs"] = [str(d) for d in manager.offline_dirs]
+    other.append(records(b"o1"))  # the other dir serves on
+    out["other"] = [v.decode() for _, v in read_all_values(other)]
+    manager.close()
     print(json.dumps(out))
     """
 )
@@ -148,8 +156,8 @@ def test_a_full_disk_raises_enospc_takes_the_dir_offline_and_loses_nothing_flush
     data_dir.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.run(
-        [sys.executable, "-c", _FILL, str(data_dir), how], capture_output=True, text=True, cwd=REPO, env=env,
-        timeout=300,
+        [sys.executable, "-c", _FILL, str(data_dir), how, str(tmp_path / "healthy")], capture_output=True, text=True,
+        cwd=REPO, env=env, timeout=300,
     )
     if child.returncode < 0:
         pytest.fail(f"the filling process was killed by {signal.Signals(-child.returncode).name}: {child.stderr[-2000:]}")
@@ -167,31 +175,29 @@ def test_a_full_disk_raises_enospc_takes_the_dir_offline_and_loses_nothing_flush
     else:
         assert out["appended"] > 8, "the last free page took no append: the test proves little"
     assert out["flushed"] > 0
-    # From then on the log refuses everything, naming the dir.
+    # From then on the log refuses everything, naming the dir; the dir is offline, the other one serves on.
     assert out["offline"] is True
     for action in ("append", "read", "roll", "flush"):
         kind, message = out["after"][action]
         assert kind == "LogDirOfflineError", (action, out["after"])
         assert str(data_dir) in message
+    assert out["offline_dirs"] == [str(data_dir)]
+    assert out["other"] == ["o0", "o1"]
 
-    # Everything flushed is still there, unchanged, on a bigger disk (recovery from the flushed point on).
+    # Everything flushed is still there, unchanged, on a bigger disk: a manager opens the copy (no clean
+    # shutdown, no checkpoint: every segment is recovered) and serves every offset up to where the disk filled.
     copy = tmp_path / "big"
     shutil.copytree(data_dir, copy)
-    time = MockTime()
-    log = Log.open(
-        copy / "fill-0", topic_config(copy), time=time, scheduler=time.scheduler,
-        had_clean_shutdown=False, recovery_point=out["flushed"],
-    )
-    try:
+    with LogManager(_config(copy), start_scheduler=False) as manager:
+        log = manager.get_log("fill", 0)
+        assert log is not None
         values = read_all_values(log)
-        assert log.log_end_offset >= out["flushed"]
+        assert out["flushed"] <= log.log_end_offset <= out["appended"] + 1
         assert [offset for offset, _ in values] == list(range(log.log_end_offset))
         for offset, value in values:
             assert value == (b"%08d" % offset) * 128, f"offset {offset} came back wrong"
         log.append(records(b"after"))  # and the recovered copy takes appends again
         assert read_all_values(log, log.log_end_offset - 1) == [(log.log_end_offset - 1, b"after")]
-    finally:
-        log.close()
 
 
 # The child: on a full tmpfs (a ballast file takes every free page), index appends reach the end of the
