@@ -183,6 +183,10 @@ def test_a_full_disk_raises_enospc_takes_the_dir_offline_and_loses_nothing_flush
         assert str(data_dir) in message
     assert out["offline_dirs"] == [str(data_dir)]
     assert out["other"] == ["o0", "o1"]
+    code, doc, text = _status(data_dir)  # tiered status says why the next appends there will fail
+    assert code == 1 and doc["data_dirs"][0]["free_bytes"] < 1 << 20
+    assert any(problem.startswith("file system full") for problem in doc["data_dirs"][0]["problems"]), doc
+    assert "PROBLEM: file system full" in text
 
     # Everything flushed is still there, unchanged, on a bigger disk: a manager opens the copy (no clean
     # shutdown, no checkpoint: every segment is recovered) and serves every offset up to where the disk filled.
@@ -562,6 +566,10 @@ def test_the_partitions_of_a_dir_offline_at_startup_are_not_recreated_elsewhere(
         assert not (first / "b-0").exists()
         manager.get_or_create_log("c", 0).append(records(b"c0"))
         assert manager.data_dir_of("c", 0) == first
+    code, doc, _ = _status(first, second)
+    assert code == 1
+    assert doc["data_dirs"][0]["problems"] == []
+    assert any(".lock is not a file" in problem for problem in doc["data_dirs"][1]["problems"])
 
 
 # ------------------------------------------------------------------------------------------------------------

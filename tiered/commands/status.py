@@ -11,12 +11,15 @@ Per data dir: clean shutdown or not (recovery pending), the last load's counters
 log start offset, log end offset, recovery point, leftover ``.swap``/``.cleaned``/``.deleted`` files.
 
 Offline partitions and dirs: the per-partition files a corrupt copy of which keeps a partition from loading
-(``partition.metadata``, ``leader-epoch-checkpoint``) are parsed with the broker's own parsers; a partition whose
-file fails is reported ``offline`` with the file and why (the next startup serves the rest of the dir without
-it), and so is every partition the last load left offline (from the load report). A data dir the broker could not
-open for writing is a problem too (it goes offline at startup). A corrupt producer snapshot is only a note: the
-loader deletes it and rebuilds the producer state from the log.
-Exit codes: 0 ok, 1 a data dir is missing or unwritable, a checkpoint is corrupt or a partition is offline, 2 usage.
+(``partition.metadata``, ``leader-epoch-checkpoint``, ``remote-log-state``) are parsed with the broker's own
+parsers; a partition whose file fails is reported ``offline`` with the file and why (the next startup serves the
+rest of the dir without it), and so is every partition the last load left offline (from the load report). A data
+dir the broker cannot open for writing (not writable, its ``.lock`` not a file) is a problem too: it goes offline
+at startup; so is a full file system (less than 1 MiB free, reported in ``free_bytes``): appends there fail with
+ENOSPC and take the dir offline. A corrupt producer snapshot is only a note: the loader deletes it and rebuilds
+the producer state from the log.
+Exit codes: 0 ok, 1 a data dir is missing, unwritable or full, a checkpoint is corrupt or a partition is offline,
+2 usage.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from tiered.commands._common import add_config_arguments, load_config
 _BATCH_HEAD = struct.Struct(">qi")  # baseOffset i64, batchLength i32 (bytes after this field)
 _LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of a v2 batch
 _HEADER_BYTES = 61
+FULL_BELOW_BYTES = 1 << 20  # a data dir with less free space than this is reported full
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +74,15 @@ def dir_status(data_dir: Path, topic: str | None = None) -> dict[str, Any]:
         return out
     if not os.access(data_dir, os.W_OK | os.X_OK):
         out["problems"].append("not writable: the broker takes it offline at startup")
+    lock = data_dir / ".lock"
+    if lock.exists() and not lock.is_file():
+        out["problems"].append(f"{lock} is not a file: the broker cannot lock the dir and takes it offline at startup")
+    fs = os.statvfs(data_dir)
+    out["free_bytes"] = fs.f_bavail * fs.f_frsize
+    if out["free_bytes"] < FULL_BELOW_BYTES:
+        out["problems"].append(
+            f"file system full ({out['free_bytes']} bytes free): appends fail with ENOSPC and take the dir offline"
+        )
     marker = data_dir / filenames.CLEAN_SHUTDOWN_FILENAME
     out["clean_shutdown"] = marker.exists()
     if marker.exists():
