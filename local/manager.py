@@ -346,7 +346,7 @@ class LogManager:
                 raise  # an I/O error takes the whole dir offline (_load_logs)
             except (KafkaStorageError, ValueError) as exc:
                 # A corrupt per-partition file: only this partition goes offline. (ValueError: a parser that
-                # still lets UnicodeDecodeError and the like out; the message then names the partition dir.)
+                # still lets UnicodeDecodeError out; _partition_offline then finds the bad file itself.)
                 failed = self._partition_offline(data_dir, pdir, topic, partition, exc)
                 with lock:
                     # Its checkpointed offsets are kept (written back with the dir's checkpoints): once the file
