@@ -151,3 +151,12 @@ class RemoteStorageNotConfiguredError(KafkaStorageError):
 
 class ReadOnlyLogError(KafkaStorageError):
     """A log opened read-only (by ``consume``, ``status``... ) was asked to change."""
+
+
+# Storage faults (appended) -------------------------------------------------------------------------
+
+
+class PartitionOfflineError(KafkaStorageError):
+    """An operation on a partition that could not be loaded (a corrupt per-partition file such as
+    ``partition.metadata`` or ``leader-epoch-checkpoint``): only that partition is offline, its data dir serves on.
+    Carries ``topic``, ``partition``, ``path`` (the bad file, or the partition dir) and ``reason``."""

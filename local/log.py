@@ -22,14 +22,17 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from local import filenames
 from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile, fsync_file
+from local.dir_failure import LogDirFailureChannel
 from local.epoch import LeaderEpochFileCache
 from local.errors import (
     InvalidRecordError,
     KafkaStorageError,
+    KafkaStorageIOError,
+    LogDirOfflineError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     RemoteStorageNotConfiguredError,
@@ -117,6 +120,7 @@ class Log:
         local_log_start_offset: int | None = None,
         remote_log_state: RemoteLogState | None = None,
         read_only: bool = False,
+        log_dir_failure_channel: LogDirFailureChannel | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.topic, self.partition = _topic_partition_from_dir(self.dir)
@@ -133,6 +137,11 @@ class Log:
         self.read_only = read_only
         self._lock = threading.RLock()
         self._closed = False
+        # Where an I/O error is reported (the LogManager's channel, else a private one), and why this log is
+        # offline (None while online): see _handle_io_error.
+        self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
+        self._offline: str | None = None
+        self._handles_released = False
         self._leader_epoch = leader_epoch_cache.latest_epoch() or 0
         self._pending_deletes: list[LogSegment] = []
         # Called (under the log lock) each time the log start offset moves, before anything below it is deleted:
@@ -176,6 +185,7 @@ class Log:
         max_transaction_timeout_ms: int = 900_000,
         remaining_segments_callback: Any = None,
         read_only: bool = False,
+        log_dir_failure_channel: LogDirFailureChannel | None = None,
     ) -> Log:
         """Open (creating if needed) the partition directory ``directory`` and load it as Kafka's LogLoader does.
 
@@ -235,6 +245,7 @@ class Log:
             use_large_index=use_large_index,
             remote_log_state=remote_state,
             read_only=read_only,
+            log_dir_failure_channel=log_dir_failure_channel,
         )
         log.load_stats = loader.stats
         return log
@@ -364,17 +375,23 @@ class Log:
         # Our own copy: offsets and the epoch are patched into it.
         buffer = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
         epoch = self._leader_epoch if leader_epoch is None else leader_epoch
-        if origin is AppendOrigin.CLIENT:
-            info = self._append_plain_batch(buffer, epoch)
-            if info is not None:
-                return info
-        return self._append(buffer, origin, True, epoch)
+        try:
+            if origin is AppendOrigin.CLIENT:
+                info = self._append_plain_batch(buffer, epoch)
+                if info is not None:
+                    return info
+            return self._append(buffer, origin, True, epoch)
+        except OSError as exc:  # a write, a roll, an index, a snapshot or a checkpoint failed: the dir goes offline
+            self._handle_io_error("appending to", exc)
 
     def append_as_follower(self, records: MemoryRecords | bytes | bytearray) -> LogAppendInfo:
         """Append batches whose offsets and epochs were assigned by a leader; out-of-order offsets are rejected."""
         self._check_writable()
         buffer = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
-        return self._append(buffer, AppendOrigin.REPLICATION, False, -1)
+        try:
+            return self._append(buffer, AppendOrigin.REPLICATION, False, -1)
+        except OSError as exc:
+            self._handle_io_error("appending to", exc)
 
     def _append(self, buffer: bytearray, origin: AppendOrigin, assign_offsets: bool, leader_epoch: int) -> LogAppendInfo:
         """The general append path (any number of batches, producer state, LogAppendTime, follower appends),
@@ -594,6 +611,12 @@ class Log:
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment and start a new one at ``max(expected_next_offset, log end offset)``."""
         self._check_writable()
+        try:
+            return self._roll(expected_next_offset)
+        except OSError as exc:
+            self._handle_io_error("rolling", exc)
+
+    def _roll(self, expected_next_offset: int | None) -> LogSegment:
         with self._lock:
             self._check_open()
             new_offset = max(expected_next_offset or 0, self.log_end_offset)
@@ -655,7 +678,8 @@ class Log:
         """The batches from the one holding ``offset``, up to ``max_bytes`` (one whole batch at least when
         ``min_one_message``). Offsets below the local log start come from the remote tier, if there is one.
 
-        Raises ``OffsetOutOfRangeError`` below the log start offset or past the log end offset.
+        Raises ``OffsetOutOfRangeError`` below the log start offset or past the log end offset, and
+        ``LogDirOfflineError`` once the log's data dir is offline.
 
         Reads racing retention (Kafka: no floor segment -> out of range): retention publishes the new log start
         offset (and local log start offset) BEFORE it removes a segment, so a read that saw a segment go (no floor
@@ -664,6 +688,8 @@ class Log:
         the later data it may have found. A local read overtaken by local retention (the data now only remote)
         goes to the remote tier instead.
         """
+        if self._offline is not None:
+            self._check_open()
         leo = self._leo
         if isolation is FetchIsolation.LOG_END:
             max_offset = leo.message_offset
@@ -853,6 +879,8 @@ class Log:
         """
         with self._lock:
             if self._closed:
+                if self._offline is not None:
+                    self._check_open()
                 return
             leo = self.log_end_offset
             target = leo if offset is None else min(offset, leo)
@@ -866,11 +894,13 @@ class Log:
         for seg in to_flush:
             try:
                 seg.flush()
-            except OSError:
+            except OSError as exc:
                 with self._lock:
                     if self._closed or self.segments.get(seg.base_offset) is not seg:
+                        if self._offline is not None:
+                            self._check_open()
                         continue  # deleted or replaced while we flushed: nothing of it is left to make durable
-                raise
+                    self._handle_io_error("flushing", exc)
         with self._lock:
             target = min(target, self.log_end_offset)  # a truncation may have run meanwhile
             if self._closed or target <= self.recovery_point:
@@ -1133,8 +1163,7 @@ class Log:
     def close_handlers(self) -> None:
         """Release file handles without flushing or trimming (a data dir going offline)."""
         with self._lock:
-            for seg in self.segments.values():
-                seg.close_handlers()
+            self._release_handles()
             self._closed = True
 
     def delete(self) -> None:
@@ -1152,8 +1181,59 @@ class Log:
                 seg.update_parent_dir(new_dir)
 
     def _check_open(self) -> None:
+        if self._offline is not None:
+            if not self._handles_released:
+                self.mark_offline(self._offline)  # mark_offline found the lock taken: release them now
+            raise LogDirOfflineError(
+                f"log {self.name} is offline: its data dir {self.dir.parent} was taken offline ({self._offline})",
+                path=str(self.dir), log_dir=str(self.dir.parent),
+            )
         if self._closed:
             raise KafkaStorageError(f"log {self.name} in {self.dir} is closed", path=str(self.dir))
+
+    # ------------------------------------------------------------------------------------------------------
+    # Storage faults (Kafka's maybeHandleIOException and LogDirFailureChannel)
+
+    @property
+    def is_offline(self) -> bool:
+        """True once this log's data dir was taken offline: reads and writes raise ``LogDirOfflineError``."""
+        return self._offline is not None
+
+    def mark_offline(self, reason: str) -> None:
+        """Refuse every read and write from now on, and release the file handles (Kafka closes the handlers
+        of a failed dir's logs). Never waits for the log lock (the caller may hold another log's lock): when
+        another thread holds it, the handles are released by the next call that takes it."""
+        if self._offline is None:
+            self._offline = reason
+        self._closed = True
+        if not self._handles_released and self._lock.acquire(blocking=False):
+            try:
+                self._release_handles()
+                self._handles_released = True
+            finally:
+                self._lock.release()
+
+    def _release_handles(self) -> None:
+        for seg in self.segments.values():
+            seg.close_handlers()
+
+    def _handle_io_error(self, action: str, exc: OSError) -> NoReturn:
+        """An I/O error while ``action`` this log: the log goes offline at once, the error is reported to the
+        log dir failure channel (which takes the whole data dir offline), and ``KafkaStorageIOError`` is raised
+        naming the dir, the file and the errno."""
+        if isinstance(exc, LogDirOfflineError) or (isinstance(exc, KafkaStorageIOError) and self._offline is not None):
+            raise exc  # already handled by an inner call (a flush inside an append, a roll inside an append)
+        data_dir = self.dir.parent
+        path = exc.filename or getattr(exc, "path", None) or self.dir
+        cause = exc.__cause__ if isinstance(exc, KafkaStorageError) and isinstance(exc.__cause__, OSError) else exc
+        errno = exc.errno if exc.errno is not None else getattr(cause, "errno", None)
+        message = f"I/O error while {action} {self.name} ({path}): {cause}"
+        self.mark_offline(message)
+        self.log_dir_failure_channel.maybe_add_offline_log_dir(data_dir, message, exc)
+        raise KafkaStorageIOError(  # (no strerror attribute: OSError's str() would then drop the message)
+            f"{message}; data dir {data_dir} is now offline",
+            path=str(path), log_dir=str(data_dir), errno=errno, topic=self.topic, partition=self.partition,
+        ) from exc
 
     @property
     def is_closed(self) -> bool:

@@ -5,8 +5,14 @@ Each data dir holds partition dirs named ``<topic>-<partition>`` plus the per-di
 ``.kafka_cleanshutdown`` (present => the loader skips recovery) and our feature-level file. A ``.lock`` file,
 held with ``flock``, keeps two processes from opening one data dir.
 
-A data dir that fails with an I/O error while loading or writing checkpoints is taken offline: its logs are
-closed and dropped, the other dirs keep working.
+Storage faults, as Kafka handles them (its ``LogDirFailureChannel``): an I/O error while loading, appending,
+rolling, flushing, cleaning or writing checkpoints takes that data dir offline at once. The manager owns the
+:class:`~local.dir_failure.LogDirFailureChannel` every log reports to; on a report it drops the dir's logs
+(each refuses reads and writes with ``LogDirOfflineError`` from then on, and ``get_or_create_log`` of one of
+its partitions raises it), and the other dirs keep working. A partition that cannot be loaded for a reason
+other than I/O (a corrupt ``partition.metadata`` or ``leader-epoch-checkpoint``, a bad topic override file)
+takes only itself offline: ``offline_partitions`` names it, the file and why, and the load report of its dir
+(which ``tiered status`` shows) lists it. Nothing comes back online before a restart.
 
 ``LogManager(config, read_only=True)`` is what the read-only commands use: it writes nothing to the data dirs
 (no lock, no checkpoints, no clean-shutdown marker, no load report, no directory created; a missing dir is an
@@ -25,15 +31,19 @@ import time as _time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from local import filenames, metrics
 from local.checkpoint import CleanShutdownFile, OffsetCheckpointFile
+from local.dir_failure import LogDirFailureChannel, check_partition_files
 from local.errors import (
     ConfigError,
     KafkaStorageError,
+    KafkaStorageIOError,
     LogDirOfflineError,
+    PartitionOfflineError,
     ReadOnlyLogError,
     RemoteStorageNotConfiguredError,
 )
@@ -52,6 +62,31 @@ TOPIC_CONFIG_FILENAME = "tiered-topic.properties"
 # (log_config) and returning an object implementing local.remote.RemoteTier. Imported by name: local never
 # imports the remote tier statically.
 DEFAULT_REMOTE_TIER_FACTORY = "tiered.remote_log_manager:RemoteLogManager.from_log_config"
+
+
+@dataclass(frozen=True, slots=True)
+class OfflinePartition:
+    """A partition the manager does not serve: its data dir went offline, or it could not be loaded."""
+
+    topic: str
+    partition: int
+    data_dir: Path
+    path: str  # the file that failed to load, or the partition dir
+    reason: str
+    dir_offline: bool  # True: the whole data dir went offline (I/O error); False: only this partition
+
+    def error(self) -> KafkaStorageError:
+        """The error an operation on this partition raises."""
+        name = f"{self.topic}-{self.partition}"
+        if self.dir_offline:
+            return LogDirOfflineError(
+                f"{name} is offline: its data dir {self.data_dir} was taken offline ({self.reason})",
+                topic=self.topic, partition=self.partition, path=self.path, log_dir=str(self.data_dir),
+            )
+        return PartitionOfflineError(
+            f"{name} is offline: it could not be loaded from {self.path} ({self.reason})",
+            topic=self.topic, partition=self.partition, path=self.path, reason=self.reason,
+        )
 
 
 class LogManager:
@@ -80,6 +115,14 @@ class LogManager:
         self._log_dirs_of: dict[tuple[str, int], Path] = {}
         self._dir_locks: dict[Path, int] = {}
         self.offline_dirs: dict[Path, str] = {}
+        self.offline_partitions: dict[tuple[str, int], OfflinePartition] = {}
+        self._offline_logs: dict[tuple[str, int], Log] = {}  # dropped logs whose handles close() releases
+        self._kept_offsets: dict[str, dict[tuple[str, int], int]] = {}  # checkpoint name -> offline partition's
+        # Offline bookkeeping has its own lock: a log reports its I/O error holding its own lock, so the
+        # listener must never wait for the manager lock (held by delete_log while it waits for a log lock).
+        self._offline_lock = threading.Lock()
+        self.log_dir_failure_channel = LogDirFailureChannel()
+        self.log_dir_failure_channel.add_listener(self._on_log_dir_failure)
         self.load_stats: dict[str, dict[str, Any]] = {}
         self._topic_configs: dict[str, Mapping[str, Any]] = {}  # topic -> overrides (persisted per partition)
         self._closed = False
@@ -123,7 +166,8 @@ class LogManager:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            self._mark_offline(data_dir, f"cannot be opened for writing: {exc}")
+            self._mark_offline(data_dir, f"cannot be opened for writing: {exc}", exc)
+            self._register_partitions_of_offline_dir(data_dir)
             return
         self._dir_locks[data_dir] = fd
         self.live_dirs.append(data_dir)
@@ -157,42 +201,66 @@ class LogManager:
         with self._lock:
             log = self._logs.get(key)
             if log is not None or key not in self._unopened:
+                failed = self.offline_partitions.get(key)
+                if failed is not None:
+                    raise failed.error()
                 return log
             source, data_dir = self._unopened.pop(key)
             assert self._scratch_root is not None
             start_offsets = self._read_checkpoint(data_dir, filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME)
             recovery_points = self._read_checkpoint(data_dir, filenames.RECOVERY_POINT_CHECKPOINT_FILENAME)
             clean = CleanShutdownFile(data_dir / filenames.CLEAN_SHUTDOWN_FILENAME).exists()
-            log = Log.open(
-                scratch_partition_dir(source, self._scratch_root),
-                self.config.topic_config(self._topic_overrides(source)),
-                scheduler=None,
-                time=self.time,
-                log_start_offset=start_offsets.get(key, 0),
-                recovery_point=recovery_points.get(key, 0),
-                had_clean_shutdown=clean,
-                remote_tier=self.remote_tier,
-                use_large_index=self._use_large_index(),
-                read_only=True,
-            )
+            scratch = scratch_partition_dir(source, self._scratch_root)
+            try:
+                log = Log.open(
+                    scratch,
+                    self.config.topic_config(self._topic_overrides(source)),
+                    scheduler=None,
+                    time=self.time,
+                    log_start_offset=start_offsets.get(key, 0),
+                    recovery_point=recovery_points.get(key, 0),
+                    had_clean_shutdown=clean,
+                    remote_tier=self.remote_tier,
+                    use_large_index=self._use_large_index(),
+                    read_only=True,
+                )
+            except OSError:
+                raise
+            except (KafkaStorageError, ValueError) as exc:  # a corrupt per-partition file: named, like at startup
+                raise self._partition_offline(data_dir, source, key[0], key[1], exc, scratch).error() from exc
             self._logs[key] = log
             return log
 
-    def _mark_offline(self, data_dir: Path, why: str) -> None:
+    def _mark_offline(self, data_dir: Path, why: str, exc: BaseException | None = None) -> None:
+        """Report ``data_dir`` to the failure channel, which calls :meth:`_on_log_dir_failure` once."""
+        self.log_dir_failure_channel.maybe_add_offline_log_dir(data_dir, why, exc)
+
+    def _on_log_dir_failure(self, data_dir: Path, why: str) -> None:
+        """The channel's listener: drop every log of ``data_dir`` (each refuses reads and writes from now on).
+        Runs in the thread that hit the error, possibly holding that log's lock: never waits for a log lock."""
         logger.error("taking data dir %s offline: %s", data_dir, why)
-        self.offline_dirs[data_dir] = why
-        if data_dir in self.live_dirs:
-            self.live_dirs.remove(data_dir)
-        for key, d in list(self._log_dirs_of.items()):
-            if d == data_dir:
+        dropped: list[Log] = []
+        with self._offline_lock:
+            self.offline_dirs[data_dir] = why
+            if data_dir in self.live_dirs:
+                self.live_dirs.remove(data_dir)
+            for key, d in list(self._log_dirs_of.items()):
+                if d != data_dir:
+                    continue
                 log = self._logs.pop(key, None)
                 self._log_dirs_of.pop(key, None)
+                self.offline_partitions[key] = OfflinePartition(
+                    key[0], key[1], data_dir, str(log.dir) if log is not None else str(data_dir), why, True
+                )
                 if log is not None:
-                    try:
-                        log.close_handlers()
-                    except OSError:
-                        pass
-        fd = self._dir_locks.pop(data_dir, None)
+                    self._offline_logs[key] = log
+                    dropped.append(log)
+            fd = self._dir_locks.pop(data_dir, None)
+        for log in dropped:
+            try:
+                log.mark_offline(why)
+            except OSError:
+                pass
         if fd is not None:
             os.close(fd)
         metrics.OFFLINE_LOG_DIRS.set(len(self.offline_dirs))
@@ -208,7 +276,27 @@ class LogManager:
             try:
                 self._load_dir(data_dir)
             except OSError as exc:
-                self._mark_offline(data_dir, f"I/O error while loading: {exc}")
+                self._mark_offline(data_dir, f"I/O error while loading: {exc}", exc)
+                self._register_partitions_of_offline_dir(data_dir)
+
+    def _register_partitions_of_offline_dir(self, data_dir: Path) -> None:
+        """At startup, the partitions found in a dir that went offline before they were loaded are offline
+        too: ``get_or_create_log`` must not create an empty one in another dir in place of its data."""
+        why = self.offline_dirs.get(data_dir, "offline")
+        try:
+            names = [child.name for child in data_dir.iterdir()]
+        except OSError:
+            return  # not even listable: nothing is known of its partitions
+        for name in names:
+            try:
+                key = filenames.parse_partition_dir_name(name)
+            except ValueError:
+                continue
+            with self._offline_lock:
+                if key not in self._logs:
+                    self.offline_partitions.setdefault(
+                        key, OfflinePartition(key[0], key[1], data_dir, str(data_dir / name), why, True)
+                    )
 
     def _load_dir(self, data_dir: Path) -> None:
         started = _time.perf_counter()
@@ -234,24 +322,44 @@ class LogManager:
         remaining = len(partition_dirs)
         lock = threading.Lock()
         stats: dict[str, Any] = {"partitions": 0, "segments_loaded": 0, "segments_recovered": 0, "bytes_truncated": 0}
+        offline: dict[str, dict[str, str]] = {}  # partition dir name -> the file that failed and why
 
         def load_one(item: tuple[Path, tuple[str, int]]) -> None:
             nonlocal remaining
             pdir, (topic, partition) = item
-            topic_config = self.config.topic_config(self._topic_overrides(pdir))
-            log = Log.open(
-                pdir,
-                topic_config,
-                scheduler=self.scheduler,
-                time=self.time,
-                log_start_offset=start_offsets.get((topic, partition), 0),
-                recovery_point=recovery_points.get((topic, partition), 0),
-                had_clean_shutdown=clean,
-                remote_tier=self.remote_tier,
-                use_large_index=self._use_large_index(),
-                num_segment_loading_threads=self.config.num_segment_loading_threads_per_data_dir,
-                remaining_segments_callback=callback,
-            )
+            try:
+                topic_config = self.config.topic_config(self._topic_overrides(pdir))
+                log = Log.open(
+                    pdir,
+                    topic_config,
+                    scheduler=self.scheduler,
+                    time=self.time,
+                    log_start_offset=start_offsets.get((topic, partition), 0),
+                    recovery_point=recovery_points.get((topic, partition), 0),
+                    had_clean_shutdown=clean,
+                    remote_tier=self.remote_tier,
+                    use_large_index=self._use_large_index(),
+                    num_segment_loading_threads=self.config.num_segment_loading_threads_per_data_dir,
+                    remaining_segments_callback=callback,
+                    log_dir_failure_channel=self.log_dir_failure_channel,
+                )
+            except OSError:
+                raise  # an I/O error takes the whole dir offline (_load_logs)
+            except (KafkaStorageError, ValueError) as exc:
+                # A corrupt per-partition file: only this partition goes offline. (ValueError: a parser that
+                # still lets UnicodeDecodeError out; _partition_offline then finds the bad file itself.)
+                failed = self._partition_offline(data_dir, pdir, topic, partition, exc)
+                with lock:
+                    # Its checkpointed offsets are kept (written back with the dir's checkpoints): once the file
+                    # is repaired, the partition comes back where it was, deleted records still deleted.
+                    for name, offsets in ((filenames.RECOVERY_POINT_CHECKPOINT_FILENAME, recovery_points),
+                                          (filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME, start_offsets)):
+                        if (topic, partition) in offsets:
+                            self._kept_offsets.setdefault(name, {})[(topic, partition)] = offsets[(topic, partition)]
+                    offline[pdir.name] = {"path": failed.path, "reason": failed.reason}
+                    remaining -= 1
+                    metrics.REMAINING_LOGS_TO_LOAD.labels(label).set(remaining)
+                return
             log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
             with lock:
                 self._logs[(topic, partition)] = log
@@ -286,12 +394,34 @@ class LogManager:
         metrics.LOAD_SECONDS.labels(label).set(elapsed)
         stats["elapsed_ms"] = round(elapsed * 1000, 3)
         stats["clean_shutdown"] = clean
+        if offline:
+            stats["offline_partitions"] = offline
         self.load_stats[label] = stats
         try:
             metrics.write_load_report(data_dir, stats)
         except OSError as exc:
             logger.warning("could not write the load report of %s: %s", data_dir, exc)
         logger.info("loaded %d partition(s) of %s in %.0f ms", stats["partitions"], data_dir, elapsed * 1000)
+
+    def _partition_offline(
+        self, data_dir: Path, pdir: Path, topic: str, partition: int, exc: Exception, scratch: Path | None = None
+    ) -> OfflinePartition:
+        """Record ``topic-partition`` (dir ``pdir``) as offline because loading it raised ``exc``; ``scratch``: the
+        read-only copy it was loaded from, whose paths in the error are given back as the real files'."""
+        path = getattr(exc, "path", None) or getattr(exc, "filename", None)
+        if not path:
+            # An error that names no file (a parser's bare UnicodeDecodeError): find the bad file the way
+            # `tiered status` does, else name the partition dir.
+            bad, _ = check_partition_files(pdir)
+            path = bad.split(": ", 1)[0] if bad is not None and bad.startswith(str(pdir)) else str(pdir)
+        reason = str(exc) if str(path) in str(exc) else f"{path}: {exc}"
+        if scratch is not None:
+            path, reason = str(path).replace(str(scratch), str(pdir)), reason.replace(str(scratch), str(pdir))
+        failed = OfflinePartition(topic, partition, data_dir, str(path), f"{type(exc).__name__}: {reason}", False)
+        logger.error("partition %s-%d of %s is offline: cannot load it (%s)", topic, partition, data_dir, failed.reason)
+        with self._offline_lock:
+            self.offline_partitions[(topic, partition)] = failed
+        return failed
 
     def _read_checkpoint(self, data_dir: Path, name: str) -> dict[tuple[str, int], int]:
         path = data_dir / name
@@ -360,33 +490,65 @@ class LogManager:
                     log.config = new_config
                     self._persist_overrides(log.dir, overrides)
                 return log
+            failed = self.offline_partitions.get(key)
+            if failed is not None:
+                raise failed.error()  # never a fresh empty log in another dir in place of the offline one
+            if not self.live_dirs:
+                raise LogDirOfflineError(
+                    f"cannot create {topic}-{partition}: every data dir is offline "
+                    + "; ".join(f"{d}: {why}" for d, why in self.offline_dirs.items()),
+                    topic=topic, partition=partition,
+                )
             topic_config = self.config.topic_config(self._topic_configs.get(topic))
             data_dir = min(self.live_dirs, key=lambda d: sum(1 for v in self._log_dirs_of.values() if v == d))
             pdir = data_dir / filenames.partition_dir_name(topic, partition)
-            if overrides is not None:
-                self._persist_overrides(pdir, overrides)
-            log = Log.open(
-                pdir,
-                topic_config,
-                scheduler=self.scheduler,
-                time=self.time,
-                topic_id=topic_id,
-                remote_tier=self.remote_tier,
-                use_large_index=self._use_large_index(),
-            )
-            self._logs[key] = log
-            self._log_dirs_of[key] = data_dir
-            log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
-            return log
+            try:
+                if overrides is not None:
+                    self._persist_overrides(pdir, overrides)
+                log = Log.open(
+                    pdir,
+                    topic_config,
+                    scheduler=self.scheduler,
+                    time=self.time,
+                    topic_id=topic_id,
+                    remote_tier=self.remote_tier,
+                    use_large_index=self._use_large_index(),
+                    log_dir_failure_channel=self.log_dir_failure_channel,
+                )
+            except OSError as exc:
+                if isinstance(exc, LogDirOfflineError):
+                    raise
+                why = f"I/O error while creating {pdir}: {exc}"
+                self._mark_offline(data_dir, why, exc)
+                raise KafkaStorageIOError(
+                    f"{why}; data dir {data_dir} is now offline",
+                    path=exc.filename or str(pdir), log_dir=str(data_dir), errno=exc.errno,
+                    topic=topic, partition=partition,
+                ) from exc
+            with self._offline_lock:  # the dir may have failed meanwhile (another log's I/O error)
+                dir_failure = self.offline_dirs.get(data_dir)
+                if dir_failure is None:
+                    self._logs[key] = log
+                    self._log_dirs_of[key] = data_dir
+                    log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
+                    return log
+                failed = OfflinePartition(topic, partition, data_dir, str(pdir), dir_failure, True)
+                self.offline_partitions[key] = failed
+                self._offline_logs[key] = log
+            log.mark_offline(dir_failure)
+            raise failed.error()
 
     def get_log(self, topic: str, partition: int) -> Log | None:
-        if self._unopened:
+        if self.read_only:  # opened when first asked for; an offline partition raises, naming its file
             return self._open_read_only((topic, partition))
         return self._logs.get((topic, partition))
 
     def all_logs(self) -> list[Log]:
         for key in list(self._unopened):
-            self._open_read_only(key)
+            try:
+                self._open_read_only(key)
+            except PartitionOfflineError:
+                continue  # named in offline_partitions; the others are served
         return list(self._logs.values())
 
     def partitions(self) -> list[tuple[str, int]]:
@@ -468,6 +630,11 @@ class LogManager:
             entries = {
                 key: value(log) for key, log in list(self._logs.items()) if self._log_dirs_of.get(key) == data_dir
             }
+            # An offline partition's checkpointed offsets are kept: repaired, it comes back where it was.
+            for key, offset in self._kept_offsets.get(name, {}).items():
+                failed = self.offline_partitions.get(key)
+                if failed is not None and failed.data_dir == data_dir:
+                    entries.setdefault(key, offset)
             OffsetCheckpointFile(data_dir / name).write(entries)
 
     def _checkpoint(self, name: str, value: Any) -> None:
@@ -475,14 +642,21 @@ class LogManager:
             try:
                 self._write_checkpoint(data_dir, name, value)
             except OSError as exc:
-                self._mark_offline(data_dir, f"cannot write {name}: {exc}")
+                self._mark_offline(data_dir, f"cannot write {name}: {exc}", exc)
 
     def _handle_io_error(self, log: Log, exc: OSError) -> None:
+        if isinstance(exc, KafkaStorageIOError) and log.is_offline:
+            return  # the log reported it already (its dir is offline)
         data_dir = self._log_dirs_of.get((log.topic, log.partition))
         if data_dir is not None:
-            self._mark_offline(data_dir, f"I/O error on {log.name}: {exc}")
+            self._mark_offline(data_dir, f"I/O error on {log.name}: {exc}", exc)
 
     def check_dir_online(self, topic: str, partition: int) -> None:
+        """Raise ``LogDirOfflineError`` (``PartitionOfflineError`` for a partition that could not be loaded)
+        naming the dir, the file and why, unless ``topic-partition`` is served."""
+        failed = self.offline_partitions.get((topic, partition))
+        if failed is not None:
+            raise failed.error()
         data_dir = self._log_dirs_of.get((topic, partition))
         if data_dir is None or data_dir in self.offline_dirs:
             raise LogDirOfflineError(f"the data dir of {topic}-{partition} is offline", topic=topic, partition=partition)
@@ -509,13 +683,15 @@ class LogManager:
                     log.close()
                 except OSError as exc:
                     self._handle_io_error(log, exc)
+            for log in list(self._offline_logs.values()):
+                log.close_handlers()  # no flush, no checkpoint: the dir failed (handles may already be released)
             self.checkpoint_recovery_offsets()
             self.checkpoint_log_start_offsets()
             for data_dir in list(self.live_dirs):
                 try:
                     CleanShutdownFile(data_dir / filenames.CLEAN_SHUTDOWN_FILENAME).write(self.broker_epoch)
                 except OSError as exc:
-                    self._mark_offline(data_dir, f"cannot write the clean shutdown marker: {exc}")
+                    self._mark_offline(data_dir, f"cannot write the clean shutdown marker: {exc}", exc)
             for fd in self._dir_locks.values():
                 os.close(fd)
             self._dir_locks.clear()

@@ -94,6 +94,12 @@ def _now_ms() -> int:
     return _time.time_ns() // 1_000_000
 
 
+def _name_file(exc: OSError, path: Path) -> None:
+    """Give an OSError of a write or fsync on an fd (which names no file) the path of the file it failed on."""
+    if exc.filename is None:
+        exc.filename = str(path)
+
+
 class LogSegment:
     """See the module docstring. Open with :meth:`open`."""
 
@@ -242,7 +248,11 @@ class LogSegment:
         if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
             self._ensure_offset_in_range(largest_offset)
         position = self.log.size_in_bytes
-        self.log.append(data)
+        try:
+            self.log.append(data)
+        except OSError as exc:
+            _name_file(exc, self.log.path)
+            raise
         for batch in batches if batches is not None else MemoryRecords(data).batches():
             size = batch.size_in_bytes
             self._index_batch(batch.last_offset, batch.max_timestamp, position, size)
@@ -253,7 +263,11 @@ class LogSegment:
         if not 0 <= last_offset - self.base_offset <= INT32_MAX:
             self._ensure_offset_in_range(last_offset)
         position = self.log.size_in_bytes
-        self.log.append(batch)
+        try:
+            self.log.append(batch)
+        except OSError as exc:
+            _name_file(exc, self.log.path)
+            raise
         self._index_batch(last_offset, max_timestamp, position, len(batch))
 
     def _index_batch(self, last_offset: int, max_timestamp: int, position: int, size: int) -> None:
@@ -575,10 +589,14 @@ class LogSegment:
         self.txn_index.update_parent_dir(directory)
 
     def flush(self) -> None:
-        self.log.flush()
-        self.offset_index.flush()
-        self.time_index.flush()
-        self.txn_index.flush()
+        """fsync the log and msync the indexes; an OSError names the file that failed."""
+        for flush, path in ((self.log.flush, self.log.path), (self.offset_index.flush, self.offset_index_path),
+                            (self.time_index.flush, self.time_index_path), (self.txn_index.flush, self.txn_index.path)):
+            try:
+                flush()
+            except OSError as exc:
+                _name_file(exc, path)
+                raise
 
     def close(self) -> None:
         if self._max_ts_and_offset is not None and self._max_ts_and_offset.timestamp >= 0:

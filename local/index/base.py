@@ -8,6 +8,13 @@ File life cycle (identical to Kafka):
 
 * a NEW file is preallocated, zero-filled, to ``max_index_size`` rounded down to the entry size; the index
   starts empty and appends fill it from the front;
+* disk blocks are allocated for real (``posix_fallocate``, or zeros written where the file system cannot
+  fallocate) ahead of the entries, :data:`ALLOCATION_STEP` bytes at a time, the first step when the file is
+  created: a store through the mapping never reaches a page the file system has not backed. A full disk is then
+  an ENOSPC ``OSError`` when the index is created or an append needs the next step, never a SIGBUS (which
+  kills the process) on the store. (Allocating the whole maximum up front would reserve 10 MiB per index of
+  every active segment, 20 MiB a partition, where Kafka's sparse file reserves nothing.) A sparse file written
+  by Kafka or left by a crash is allocated the same way from its last entry on;
 * an EXISTING file is taken whole: every full entry of its length counts as an entry. A closed index is
   trimmed to its entries (``close``/``trim_to_valid_size``), and the active segment's index is resized back
   to the maximum by its owner (``resize``) after loading;
@@ -25,6 +32,7 @@ below the entries a reader can see.
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -54,6 +62,33 @@ WARM_SECTION_BYTES = 8192
 def round_down_to_multiple(number: int, factor: int) -> int:
     """The greatest multiple of ``factor`` not above ``number``: ``round_down_to_multiple(67, 8) == 64``."""
     return factor * (number // factor)
+
+
+ALLOCATION_STEP = 64 * 1024
+"""How far ahead of the entries an index file's blocks are allocated (the first step on creation)."""
+
+_ZEROS = bytes(1 << 16)
+
+
+def allocate(fd: int, offset: int, length: int) -> None:
+    """Make bytes [offset, offset + length) of ``fd`` allocated on disk, zero-filled, extending the file.
+
+    ``posix_fallocate`` where the file system supports it; elsewhere (EOPNOTSUPP, EINVAL: some FUSE and
+    network file systems) the zeros are written, which allocates them too. A full disk raises ENOSPC here.
+    """
+    if length <= 0:
+        return
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is not None:
+        try:
+            fallocate(fd, offset, length)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
+    position, end = offset, offset + length
+    while position < end:
+        position += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), end - position)], position)
 
 
 class AbstractIndex(ABC):
@@ -88,6 +123,7 @@ class AbstractIndex(ABC):
         self._closed = False
         self._mmap: mmap.mmap | None = None
         self._length = 0
+        self._allocated = 0  # bytes [0, _allocated) of the file are backed by disk blocks
         self._keys: array[int] = array("q")
         self._search: tuple[array[int], int, int] = (self._keys, 0, _NO_KEY)
         self._open_mapping()
@@ -121,8 +157,26 @@ class AbstractIndex(ABC):
                         f"invalid max index size {self._max_index_size} for {self._path}: "
                         f"below the entry size {self._entry_size}"
                     )
-                os.ftruncate(fd, round_down_to_multiple(self._max_index_size, self._entry_size))
-            self._length = os.fstat(fd).st_size
+                size = round_down_to_multiple(self._max_index_size, self._entry_size)
+                try:
+                    os.ftruncate(fd, size)
+                    allocate(fd, 0, min(size, ALLOCATION_STEP))
+                except OSError as exc:
+                    # No half-allocated file left behind (a full disk): the index did not come to exist.
+                    os.close(fd)
+                    fd = -1
+                    self._path.unlink(missing_ok=True)
+                    if exc.filename is None:
+                        exc.filename = str(self._path)
+                    raise
+            stat = os.fstat(fd)
+            self._length = stat.st_size
+            if newly_created:
+                self._allocated = min(self._length, ALLOCATION_STEP)
+            elif stat.st_blocks * 512 >= stat.st_size:
+                self._allocated = self._length
+            # else a sparse file (Kafka sets an active index's length without writing it; a crash leaves one
+            # too): allocated from its last entry on, by the first append that needs it.
             self._mmap = self._map(fd, self._length)
         finally:
             if fd >= 0:
@@ -322,19 +376,40 @@ class AbstractIndex(ABC):
             assert mm is not None, f"{self._path} is writable but not mapped"
         keys = self._keys
         n = len(keys)
-        self._pack_entry(mm, n * self._entry_size, first, second)
+        position = n * self._entry_size
+        if position + self._entry_size > self._allocated:
+            self._allocate_for(position + self._entry_size)
+        self._pack_entry(mm, position, first, second)
         keys.append(key)  # after the bytes: a reader that sees the key finds its entry written
         if n == 0 or (n > self._warm_entries and not n & 63):
             # The first key, or the warm section slides on. Between moves a stale warm start only makes the
             # warm section up to 64 entries longer than 8 KiB: lookups stay correct and appends stay cheap.
             self._move_warm_section()
 
+    def _allocate_for(self, end: int) -> None:
+        """Allocate the file's blocks up to ``end`` at least (a step ahead, within the file's length) before a
+        store through the mapping reaches them. From the last entry on only: zeros written by the fallback never
+        land on an entry. The caller holds the lock."""
+        start = max(self._allocated, len(self._keys) * self._entry_size)
+        stop = min(self._length, max(end, start + ALLOCATION_STEP))
+        if stop > start:
+            fd = os.open(self._path, os.O_RDWR)
+            try:
+                allocate(fd, start, stop - start)
+            except OSError as exc:
+                if exc.filename is None:
+                    exc.filename = str(self._path)
+                raise
+            finally:
+                os.close(fd)
+        self._allocated = stop
+
     def _write_entries(self, keys: np.ndarray[Any, Any], first: np.ndarray[Any, Any], second: np.ndarray[Any, Any]) -> None:
         """Append many entries in one write and one extend of the key mirror.
 
         The caller holds the lock and has checked that they fit and keep the index ordered. The bytes go in
         with pwrite, not through the mapping (which sees them: one page cache): storing into fresh pages of
-        the sparse file through the mapping costs a page_mkwrite fault per page, which on ext4 can wait
+        the file through the mapping costs a page_mkwrite fault per page, which on ext4 can wait
         milliseconds on the journal, and a rebuilt index is all fresh pages. Single appends keep writing
         through the mapping: a pwrite per entry would release the GIL per entry and queue the writer
         behind busy reader threads.
@@ -356,6 +431,7 @@ class AbstractIndex(ABC):
                 written += os.pwrite(fd, data[written:], position + written)
         finally:
             os.close(fd)
+        self._allocated = max(self._allocated, position + len(data))  # pwrite allocated what it wrote
         self._keys.frombytes(np.ascontiguousarray(keys, dtype=np.int64).tobytes())
         self._move_warm_section()
 
@@ -396,7 +472,8 @@ class AbstractIndex(ABC):
                 )
             fd = os.open(self._path, os.O_RDWR)
             try:
-                os.ftruncate(fd, rounded)
+                os.ftruncate(fd, rounded)  # growing leaves a hole: appends allocate it a step at a time
+                self._allocated = min(self._allocated, rounded)
                 # The old mapping is dropped, not closed: a lock-free reader may still hold it, and it stays
                 # valid over the entries that reader can see (the file never shrinks below them).
                 self._mmap = self._map(fd, rounded)

@@ -9,7 +9,17 @@ Nothing is written and no lock is taken.
 
 Per data dir: clean shutdown or not (recovery pending), the last load's counters; per partition: segments, bytes,
 log start offset, log end offset, recovery point, leftover ``.swap``/``.cleaned``/``.deleted`` files.
-Exit codes: 0 ok, 1 a data dir is missing or a checkpoint is corrupt, 2 usage.
+
+Offline partitions and dirs: the per-partition files a corrupt copy of which keeps a partition from loading
+(``partition.metadata``, ``leader-epoch-checkpoint``, ``remote-log-state``) are parsed with the broker's own
+parsers; a partition whose file fails is reported ``offline`` with the file and why (the next startup serves the
+rest of the dir without it), and so is every partition the last load left offline (from the load report). A data
+dir the broker cannot open for writing (not writable, its ``.lock`` not a file) is a problem too: it goes offline
+at startup; so is a full file system (less than 1 MiB free, reported in ``free_bytes``): appends there fail with
+ENOSPC and take the dir offline. A corrupt producer snapshot is only a note: the loader deletes it and rebuilds
+the producer state from the log.
+Exit codes: 0 ok, 1 a data dir is missing, unwritable or full, a checkpoint is corrupt or a partition is offline,
+2 usage.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from tiered.commands._common import add_config_arguments, load_config
 _BATCH_HEAD = struct.Struct(">qi")  # baseOffset i64, batchLength i32 (bytes after this field)
 _LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of a v2 batch
 _HEADER_BYTES = 61
+FULL_BELOW_BYTES = 1 << 20  # a data dir with less free space than this is reported full
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +72,17 @@ def dir_status(data_dir: Path, topic: str | None = None) -> dict[str, Any]:
     if not data_dir.is_dir():
         out["problems"].append("no such data dir" if not data_dir.exists() else "not a directory")
         return out
+    if not os.access(data_dir, os.W_OK | os.X_OK):
+        out["problems"].append("not writable: the broker takes it offline at startup")
+    lock = data_dir / ".lock"
+    if lock.exists() and not lock.is_file():
+        out["problems"].append(f"{lock} is not a file: the broker cannot lock the dir and takes it offline at startup")
+    fs = os.statvfs(data_dir)
+    out["free_bytes"] = fs.f_bavail * fs.f_frsize
+    if out["free_bytes"] < FULL_BELOW_BYTES:
+        out["problems"].append(
+            f"file system full ({out['free_bytes']} bytes free): appends fail with ENOSPC and take the dir offline"
+        )
     marker = data_dir / filenames.CLEAN_SHUTDOWN_FILENAME
     out["clean_shutdown"] = marker.exists()
     if marker.exists():
@@ -71,6 +93,7 @@ def dir_status(data_dir: Path, topic: str | None = None) -> dict[str, Any]:
     recovery_points = _checkpoint(data_dir / filenames.RECOVERY_POINT_CHECKPOINT_FILENAME, out["problems"])
     start_offsets = _checkpoint(data_dir / filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME, out["problems"])
     out["last_load"] = metrics.read_load_report(data_dir)
+    offline_at_last_load = (out["last_load"] or {}).get("offline_partitions") or {}
     for child in sorted(data_dir.iterdir()):
         try:
             name = filenames.parse_partition_dir_name(child.name)
@@ -78,9 +101,18 @@ def dir_status(data_dir: Path, topic: str | None = None) -> dict[str, Any]:
             continue
         if not child.is_dir() or (topic is not None and name[0] != topic):
             continue
-        out["partitions"].append(
-            partition_status(child, recovery_points.get(name), start_offsets.get(name, 0))
-        )
+        try:
+            status = partition_status(child, recovery_points.get(name), start_offsets.get(name, 0))
+        except OSError as exc:
+            status = {"partition": child.name, "offline": f"unreadable: {exc}", "segments": 0, "size_bytes": 0,
+                      "recovery_point": None, "producer_snapshots": 0, "transient_files": [],
+                      "log_start_offset": None, "log_end_offset": None, "notes": []}
+        last = offline_at_last_load.get(child.name)
+        if last and "offline" not in status and isinstance(last, dict):
+            status["offline"] = f"offline at the last load: {last.get('path')}: {last.get('reason')}"
+        if "offline" in status:
+            out["problems"].append(f"partition {child.name} is offline: {status['offline']}")
+        out["partitions"].append(status)
     return out
 
 
@@ -126,6 +158,12 @@ def partition_status(partition_dir: Path, recovery_point: int | None, checkpoint
         "producer_snapshots": snapshots,
         "transient_files": transient,
     }
+    from local.dir_failure import check_partition_files
+
+    offline, notes = check_partition_files(partition_dir)
+    if offline is not None:
+        out["offline"] = offline
+    out["notes"] = notes
     if segments:
         last_base = segments[-1][0]
         out["log_start_offset"] = max(checkpoint_start, segments[0][0])
@@ -219,10 +257,13 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
         rows = [header]
         for p in d["partitions"]:
             rp = p["recovery_point"]
-            notes = f"{len(p['transient_files'])} leftover .swap/.cleaned/.deleted file(s)" if p["transient_files"] else ""
+            notes = [f"{len(p['transient_files'])} leftover .swap/.cleaned/.deleted file(s)"] if p["transient_files"] else []
+            if "offline" in p:
+                notes.insert(0, f"OFFLINE: {p['offline']}")
+            notes += p.get("notes", [])
             rows.append(
                 (p["partition"], str(p["segments"]), _bytes(p["size_bytes"]), str(p["log_start_offset"]),
-                 str(p["log_end_offset"]), "-" if rp is None else str(rp), notes)
+                 str(p["log_end_offset"]), "-" if rp is None else str(rp), "; ".join(notes))
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         for row in rows:
