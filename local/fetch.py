@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from local.errors import CorruptRecordError
+
 UNKNOWN_OFFSET = -1
 
 
@@ -58,3 +60,23 @@ class TimestampAndOffset:
     timestamp: int
     offset: int
     leader_epoch: int | None = None
+
+
+def ensure_read_holds(offset: int, segment: Any, info: FetchDataInfo | None) -> None:
+    """Raise CorruptRecordError unless the answer of ``segment.read(offset)`` starts with the batch holding
+    ``offset``: a read never answers with later data than asked. For a log whose offsets are dense (not compacted)
+    a segment that has no batch at or after ``offset``, or whose batch found starts after it, is damaged (a torn
+    or altered batch header). ``info.records`` is the file slice of the answer (one header read, no decoding)."""
+    if info is None:
+        raise CorruptRecordError(
+            f"no batch holds offset {offset} in {segment.log.path} (segment {segment.base_offset}): the segment ends "
+            "before it, or a batch header is damaged", offset=offset, path=str(segment.log.path))
+    records = info.records
+    if not len(records):
+        return
+    base = records.first_batch_base_offset() if hasattr(records, "first_batch_base_offset") else None
+    if base is not None and base > offset:
+        position = info.fetch_offset_metadata.relative_position_in_segment
+        raise CorruptRecordError(
+            f"no batch holds offset {offset} in {segment.log.path}: the batch at position {position} starts at "
+            f"offset {base}", offset=offset, position=position, path=str(segment.log.path))

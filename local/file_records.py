@@ -7,6 +7,11 @@ nothing here stops at 2 GiB.
 
 After a crash the file may end in a torn batch (its declared size runs past the end): iteration stops there and
 recovery truncates it.
+
+Reads are verified where they are decoded: :meth:`FileRecords.batches` (what a consumer of ``Log.read``'s answer
+iterates) checks each batch's CRC before yielding it, as Kafka's consumer does with ``check.crcs=true``, and
+raises :class:`CorruptRecordError` naming the file, the batch's position in it and its offset. Serving a slice
+(``bytes()``, ``read``) decodes nothing. Header walks (recovery, indexes, producer state) pass ``verify=False``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from local.fetch import LogOffsetPosition, TimestampAndOffset
 from local.records import MemoryRecords
 from local.records.batch import BATCH_HEADER, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 from local.records.legacy import MIN_V0_SIZE
-from local.records.memory_records import AnyBatch, batch_from_buffer
+from local.records.memory_records import AnyBatch, batch_from_buffer, corrupt_batch_error
 
 logger = logging.getLogger(__name__)
 
@@ -189,8 +194,8 @@ class FileRecords:
             minimum = RECORD_BATCH_OVERHEAD if magic == 2 else LOG_OVERHEAD + MIN_V0_SIZE
             if size < minimum:
                 raise CorruptRecordError(
-                    f"batch at position {pos} of {self._path} declares size {size}, below the minimum {minimum}",
-                    position=pos, path=str(self._path),
+                    f"batch at position {self._start + pos} of {self._path} declares size {size}, below the minimum "
+                    f"{minimum}", position=self._start + pos, path=str(self._path),
                 )
             if pos + size > end:
                 return  # torn tail: the rest of the file is not a whole batch
@@ -205,14 +210,29 @@ class FileRecords:
             yield pos, buf[rel : rel + size]
             pos += size
 
-    def batches(self, start_position: int = 0) -> Iterator[FileChannelRecordBatch]:
-        """Every whole batch from ``start_position`` (v2 or legacy), each with its position in this view."""
+    def batches(self, start_position: int = 0, verify: bool = True) -> Iterator[FileChannelRecordBatch]:
+        """Every whole batch from ``start_position`` (v2 or legacy), each with its position in this view, its CRC
+        checked first unless ``verify=False``: a mismatch raises CorruptRecordError naming the file, the position
+        in it and the offset."""
         for pos, data in self._iter_raw(start_position):
-            yield FileChannelRecordBatch(pos, batch_from_buffer(data))
+            batch = batch_from_buffer(data)
+            if verify and not batch.is_valid():
+                raise corrupt_batch_error(batch, str(self._path), self._start + pos, {"path": str(self._path)})
+            yield FileChannelRecordBatch(pos, batch)
 
-    def records(self) -> Iterator[Any]:
-        for batch in self.batches():
+    def records(self, verify: bool = True) -> Iterator[Any]:
+        """Every record of every batch (CRC-checked unless ``verify=False``)."""
+        for batch in self.batches(verify=verify):
             yield from batch.records()
+
+    def first_batch_base_offset(self) -> int | None:
+        """The base offset of the first batch in this view, from its header alone (one small read); None when
+        the view holds no whole header or the first batch is a legacy (v0/v1) entry, whose header holds only its
+        last offset."""
+        head = self.read(0, HEADER_SIZE_UP_TO_MAGIC)
+        if len(head) < HEADER_SIZE_UP_TO_MAGIC or head[16] != 2:
+            return None
+        return int.from_bytes(head[0:8], "big", signed=True)
 
     def search_for_offset_from_position(self, target_offset: int, starting_position: int) -> LogOffsetPosition | None:
         """The first batch from ``starting_position`` whose last offset is >= ``target_offset``.
@@ -264,7 +284,7 @@ class FileRecords:
     def largest_timestamp_after(self, start_position: int) -> TimestampAndOffset:
         """The largest batch max timestamp from ``start_position`` and the last offset of its batch."""
         best = TimestampAndOffset(-1, -1)
-        for batch in self.batches(start_position):
+        for batch in self.batches(start_position, verify=False):  # headers only
             if batch.max_timestamp > best.timestamp:
                 best = TimestampAndOffset(batch.max_timestamp, batch.last_offset)
         return best

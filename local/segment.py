@@ -235,7 +235,7 @@ class LogSegment:
             self._ensure_offset_in_range(largest_offset)
         position = self.log.size_in_bytes
         self.log.append(data)
-        for batch in batches if batches is not None else MemoryRecords(data).batches():
+        for batch in batches if batches is not None else MemoryRecords(data).batches(verify=False):
             size = batch.size_in_bytes
             self._index_batch(batch.last_offset, batch.max_timestamp, position, size)
             position += size
@@ -310,7 +310,7 @@ class LogSegment:
         if info is None:
             return self.base_offset
         last = self.base_offset
-        for batch in info.records.batches():
+        for batch in info.records.batches(verify=False):
             last = batch.next_offset
         return max(last, self.base_offset)
 
@@ -468,7 +468,7 @@ class LogSegment:
 
     def _load_first_batch_timestamp(self) -> None:
         if self.rolling_based_timestamp is None:
-            for batch in self.log.batches():
+            for batch in self.log.batches(verify=False):
                 self.rolling_based_timestamp = batch.max_timestamp
                 break
 

@@ -2,6 +2,11 @@
 
 Starts at ``--offset`` (default: the log start offset) or at the first record whose timestamp is at or after
 ``--timestamp``; stops at ``--to-offset`` (exclusive), after ``--max-messages``, or at the end of the log.
+
+Every batch's CRC is checked before any of its records is printed (``--no-check-crcs`` turns that off, like a
+Kafka consumer's ``check.crcs=false``). Bad data (a corrupt batch, a damaged or missing remote object, a read
+that comes back empty before the end) stops the command with a message naming the file or remote segment, the
+position and the offset, and exit status 1: it never prints a wrong value or ends quietly early.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per record")
     parser.add_argument("--print-key", action="store_true", help="print KEY<TAB>VALUE in text mode")
+    parser.add_argument(
+        "--no-check-crcs", dest="check_crcs", action="store_false",
+        help="do not check each batch's CRC before printing its records (default: checked)",
+    )
 
 
 def _text(data: bytes | None) -> str | None:
@@ -43,10 +52,22 @@ def _text(data: bytes | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from local.errors import KafkaStorageError
+    from tiered.errors import TieredStorageError
+
+    config = load_config(args)
+    try:
+        return _consume(args, config)
+    except (KafkaStorageError, TieredStorageError) as exc:
+        sys.stdout.flush()
+        print(f"tiered consume: {exc}", file=sys.stderr)
+        return 1
+
+
+def _consume(args: argparse.Namespace, config: Any) -> int:
     from local import LogManager
     from local.fetch import FetchIsolation
 
-    config = load_config(args)
     isolation = FetchIsolation[args.isolation.upper()]
     printed = 0
     with LogManager(config, start_scheduler=False) as manager:
@@ -63,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             offset = log.log_start_offset if args.offset is None else args.offset
         if offset < 0:
             raise UsageError("--offset must be >= 0")
-        for batch, rec in _records(log, offset, isolation):
+        for batch, rec in _records(log, offset, isolation, getattr(args, "check_crcs", True)):
             if args.to_offset is not None and rec.offset >= args.to_offset:
                 break
             if args.max_messages is not None and printed >= args.max_messages:
@@ -82,9 +103,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _records(log: Any, offset: int, isolation: Any) -> Iterator[tuple[Any, Any]]:
+def _records(log: Any, offset: int, isolation: Any, check_crcs: bool = True) -> Iterator[tuple[Any, Any]]:
     """(batch, record) pairs from ``offset``; under txn_committed, aborted transactions are skipped as a
-    READ_COMMITTED consumer does (the fetch's aborted list, ended by the producer's abort marker)."""
+    READ_COMMITTED consumer does (the fetch's aborted list, ended by the producer's abort marker). Each fetch's
+    batches are all CRC-checked (unless ``check_crcs`` is False) before any of their records is yielded; a read
+    that answers nothing before the end raises CorruptRecordError."""
+    from local.errors import CorruptRecordError
     from local.fetch import FetchIsolation
 
     end = {FetchIsolation.LOG_END: log.log_end_offset, FetchIsolation.HIGH_WATERMARK: log.high_watermark}.get(
@@ -94,9 +118,11 @@ def _records(log: Any, offset: int, isolation: Any) -> Iterator[tuple[Any, Any]]
     while offset < end:
         info = log.read(offset, 1024 * 1024, isolation, True)
         pending = sorted((t.first_offset, t.producer_id) for t in (info.aborted_transactions or []))
-        batches = list(info.records.batches())
+        batches = list(info.records.batches(verify=check_crcs))
         if not batches:
-            return
+            raise CorruptRecordError(
+                f"the read of {log.name} at offset {offset} returned no whole batch ({len(info.records)} bytes) "
+                f"before the end offset {end}", offset=offset)
         for batch in batches:
             while pending and pending[0][0] <= batch.last_offset:
                 aborting.add(pending.pop(0)[1])
