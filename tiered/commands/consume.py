@@ -105,9 +105,9 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
 
 def _records(log: Any, offset: int, isolation: Any, check_crcs: bool = True) -> Iterator[tuple[Any, Any]]:
     """(batch, record) pairs from ``offset``; under txn_committed, aborted transactions are skipped as a
-    READ_COMMITTED consumer does (the fetch's aborted list, ended by the producer's abort marker). Each fetch's
-    batches are all CRC-checked (unless ``check_crcs`` is False) before any of their records is yielded; a read
-    that answers nothing before the end raises CorruptRecordError."""
+    READ_COMMITTED consumer does (the fetch's aborted list, ended by the producer's abort marker). Each batch is
+    CRC-checked (unless ``check_crcs`` is False) before any of its records is yielded; a read that answers
+    nothing before the end raises CorruptRecordError."""
     from local.errors import CorruptRecordError
     from local.fetch import FetchIsolation
 
@@ -118,12 +118,9 @@ def _records(log: Any, offset: int, isolation: Any, check_crcs: bool = True) -> 
     while offset < end:
         info = log.read(offset, 1024 * 1024, isolation, True)
         pending = sorted((t.first_offset, t.producer_id) for t in (info.aborted_transactions or []))
-        batches = list(info.records.batches(verify=check_crcs))
-        if not batches:
-            raise CorruptRecordError(
-                f"the read of {log.name} at offset {offset} returned no whole batch ({len(info.records)} bytes) "
-                f"before the end offset {end}", offset=offset)
-        for batch in batches:
+        got = False
+        for batch in info.records.batches(verify=check_crcs):  # each checked before any of its records is used
+            got = True
             while pending and pending[0][0] <= batch.last_offset:
                 aborting.add(pending.pop(0)[1])
             if batch.is_control_batch:
@@ -134,3 +131,7 @@ def _records(log: Any, offset: int, isolation: Any, check_crcs: bool = True) -> 
                     if rec.offset >= offset:
                         yield batch, rec
             offset = max(offset, batch.last_offset + 1)
+        if not got:
+            raise CorruptRecordError(
+                f"the read of {log.name} at offset {offset} returned no whole batch ({len(info.records)} bytes) "
+                f"before the end offset {end}", offset=offset)
