@@ -71,7 +71,7 @@ def test_memory_records_check_crcs_by_default_and_name_origin_position_offset() 
     with pytest.raises(CorruptRecordError):
         list(records.records())
     # the documented opt-out (check.crcs=false): the bytes are decoded as they are
-    assert [r.value for r in MemoryRecords(data).records(verify=False)][0] == b"good value"
+    assert next(r.value for r in MemoryRecords(data).records(verify=False)) == b"good value"
     assert len(list(MemoryRecords(data).batches(verify=False))) == 2
 
 
@@ -246,7 +246,7 @@ def test_a_damaged_first_batch_length_does_not_skip_to_the_next_remote_segment(t
         log.read(md.start_offset)
     assert _names(err.value, md) and err.value.position == 0  # type: ignore[attr-defined]
     # the segments around it still read
-    assert [r.offset for r in log.read(segments[0].start_offset).records.records()][0] == segments[0].start_offset
+    assert next(r.offset for r in log.read(segments[0].start_offset).records.records()) == segments[0].start_offset
     assert next(log.read(segments[2].start_offset).records.records()).offset == segments[2].start_offset
 
 
@@ -327,7 +327,7 @@ def test_a_remote_tier_whose_data_is_gone_is_an_error_in_consume_not_an_empty_an
 
 
 def test_tiered_consume_does_not_print_the_next_segment_after_a_damaged_remote_batch(tiered, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    manager, log, _, segments = tiered
+    manager, _log, _, segments = tiered
     md = segments[1]
     path = _remote_log_file(tmp_path, md)
     data = bytearray(path.read_bytes())
