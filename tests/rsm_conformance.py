@@ -181,7 +181,7 @@ class RSMConformance:
             manager.close()
 
     @staticmethod
-    def _batch_position(data: bytes, offset: int) -> int:
+    def _batch_position(data: bytes | bytearray, offset: int) -> int:
         pos = 0
         while struct.unpack_from(">q", data, pos)[0] != offset:
             pos += struct.unpack_from(">i", data, pos + 8)[0] + 12
@@ -227,9 +227,9 @@ class RSMConformance:
         data = rsm.get_range(key)
         rsm.put_bytes(key, data[: len(data) // 2])
         key = segment_key(rsm.prefix, damaged, ".log")
-        data = bytearray(rsm.get_range(key))
-        struct.pack_into(">i", data, 8, 0x0FFFFFFF)  # the first batch's length
-        rsm.put_bytes(key, bytes(data))
+        first = bytearray(rsm.get_range(key))
+        struct.pack_into(">i", first, 8, 0x0FFFFFFF)  # the first batch's length
+        rsm.put_bytes(key, bytes(first))
         rsm.delete_many([segment_key(rsm.prefix, deleted, ".log")])
         for md, offset in ((truncated, truncated.end_offset - 5), (damaged, damaged.start_offset),
                            (deleted, deleted.start_offset + 1)):

@@ -115,7 +115,7 @@ def test_a_file_slice_names_the_file_and_the_position_in_it(tmp_path: Path) -> N
 
 
 @pytest.fixture
-def local_log(tmp_path: Path):  # type: ignore[no-untyped-def]
+def local_log(tmp_path: Path):
     log = make_log(tmp_path, segment_bytes=MIB)
     _produce(log, 12_000, 1_700_000_000_000)  # the log's mock clock's time
     assert log.number_of_segments() >= 2
@@ -206,7 +206,7 @@ def _props(tmp: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def tiered(tmp_path: Path):  # type: ignore[no-untyped-def]
+def tiered(tmp_path: Path):
     manager = LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False)
     log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)
     _produce(log, 25_000)
@@ -234,7 +234,7 @@ def _names(exc: BaseException, md: RemoteLogSegmentMetadata) -> bool:
     return str(md.remote_log_segment_id.id) in text or kafka_uuid(md.remote_log_segment_id.id) in text
 
 
-def test_a_damaged_first_batch_length_does_not_skip_to_the_next_remote_segment(tiered, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_damaged_first_batch_length_does_not_skip_to_the_next_remote_segment(tiered, tmp_path: Path) -> None:
     # Regression: read(6000) answered with offset 7000 (the next segment) when 6000's batch length was damaged.
     _, log, _, segments = tiered
     md = segments[1]
@@ -251,7 +251,7 @@ def test_a_damaged_first_batch_length_does_not_skip_to_the_next_remote_segment(t
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "cut_header", "relabel"])
-def test_a_damaged_or_short_remote_object_is_an_error_never_wrong_or_later_data(tiered, tmp_path: Path, damage: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_damaged_or_short_remote_object_is_an_error_never_wrong_or_later_data(tiered, tmp_path: Path, damage: str) -> None:
     _, log, _, segments = tiered
     md = segments[1]
     path = _remote_log_file(tmp_path, md)
@@ -279,7 +279,7 @@ def test_a_damaged_or_short_remote_object_is_an_error_never_wrong_or_later_data(
     assert err.value.position == at  # type: ignore[attr-defined]
     # A consumer reading the segment from its start gets the good batches, then the error: never a value of a
     # damaged batch, never the next segment's offsets.
-    offset, values = md.start_offset, []
+    offset, values = md.start_offset, list[tuple[int, bytes | None]]()
     with pytest.raises(CorruptRecordError):
         while True:
             info = log.read(offset, 64 * 1024)
@@ -289,7 +289,7 @@ def test_a_damaged_or_short_remote_object_is_an_error_never_wrong_or_later_data(
     assert values == [(i, _value(i)) for i in range(md.start_offset, target)]
 
 
-def test_a_deleted_remote_object_is_an_error(tiered, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_deleted_remote_object_is_an_error(tiered, tmp_path: Path) -> None:
     _, log, _, segments = tiered
     md = segments[0]
     _remote_log_file(tmp_path, md).unlink()
@@ -326,7 +326,7 @@ def test_a_remote_tier_whose_data_is_gone_is_an_error_in_consume_not_an_empty_an
     assert "offset 10" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_tiered_consume_does_not_print_the_next_segment_after_a_damaged_remote_batch(tiered, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_tiered_consume_does_not_print_the_next_segment_after_a_damaged_remote_batch(tiered, tmp_path: Path) -> None:
     manager, _log, _, segments = tiered
     md = segments[1]
     path = _remote_log_file(tmp_path, md)
