@@ -46,11 +46,13 @@ class FetchDataInfo:
 
 @dataclass(frozen=True, slots=True)
 class LogOffsetPosition:
-    """A batch found in a segment file: its last offset, its position and its size."""
+    """A batch found in a segment file: its last offset, its position and its size (and its base offset, -1 when
+    unknown: a legacy entry's header holds only its last offset)."""
 
     offset: int
     position: int
     size: int
+    base_offset: int = UNKNOWN_OFFSET
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,21 +64,16 @@ class TimestampAndOffset:
     leader_epoch: int | None = None
 
 
-def ensure_read_holds(offset: int, segment: Any, info: FetchDataInfo | None) -> None:
-    """Raise CorruptRecordError unless the answer of ``segment.read(offset)`` starts with the batch holding
+def ensure_read_holds(offset: int, segment: Any, found: LogOffsetPosition | None) -> None:
+    """Raise CorruptRecordError unless ``found`` (the batch a read of ``offset`` in ``segment`` starts with) holds
     ``offset``: a read never answers with later data than asked. For a log whose offsets are dense (not compacted)
     a segment that has no batch at or after ``offset``, or whose batch found starts after it, is damaged (a torn
-    or altered batch header). ``info.records`` is the file slice of the answer (one header read, no decoding)."""
-    if info is None:
+    or altered batch header)."""
+    if found is None:
         raise CorruptRecordError(
             f"no batch holds offset {offset} in {segment.log.path} (segment {segment.base_offset}): the segment ends "
             "before it, or a batch header is damaged", offset=offset, path=str(segment.log.path))
-    records = info.records
-    if not len(records):
-        return
-    base = records.first_batch_base_offset() if hasattr(records, "first_batch_base_offset") else None
-    if base is not None and base > offset:
-        position = info.fetch_offset_metadata.relative_position_in_segment
+    if found.base_offset > offset:
         raise CorruptRecordError(
-            f"no batch holds offset {offset} in {segment.log.path}: the batch at position {position} starts at "
-            f"offset {base}", offset=offset, position=position, path=str(segment.log.path))
+            f"no batch holds offset {offset} in {segment.log.path}: the batch at position {found.position} starts at "
+            f"offset {found.base_offset}", offset=offset, position=found.position, path=str(segment.log.path))

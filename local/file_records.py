@@ -225,15 +225,6 @@ class FileRecords:
         for batch in self.batches(verify=verify):
             yield from batch.records()
 
-    def first_batch_base_offset(self) -> int | None:
-        """The base offset of the first batch in this view, from its header alone (one small read); None when
-        the view holds no whole header or the first batch is a legacy (v0/v1) entry, whose header holds only its
-        last offset."""
-        head = self.read(0, HEADER_SIZE_UP_TO_MAGIC)
-        if len(head) < HEADER_SIZE_UP_TO_MAGIC or head[16] != 2:
-            return None
-        return int.from_bytes(head[0:8], "big", signed=True)
-
     def search_for_offset_from_position(self, target_offset: int, starting_position: int) -> LogOffsetPosition | None:
         """The first batch from ``starting_position`` whose last offset is >= ``target_offset``.
 
@@ -265,9 +256,9 @@ class FileRecords:
             if magic == 2:
                 last = base + int.from_bytes(window[rel + 23 : rel + 27], "big", signed=True)
             else:
-                last = base
+                last, base = base, -1  # a legacy entry: its offset field is its last offset
             if last >= target_offset:
-                return LogOffsetPosition(last, pos, size)
+                return LogOffsetPosition(last, pos, size, base)
             pos += size
         return None
 

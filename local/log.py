@@ -38,13 +38,7 @@ from local.errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
-from local.fetch import (
-    FetchDataInfo,
-    FetchIsolation,
-    LogOffsetMetadata,
-    TimestampAndOffset,
-    ensure_read_holds,
-)
+from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from local.producer_state import AppendOrigin, ProducerStateManager
 from local.records import MemoryRecords, RecordBatch, TimestampType
 from local.records.batch import (
@@ -721,9 +715,8 @@ class Log:
             )
         while segment is not None:
             max_position = self._max_position(segment, max_offset, leo)
-            info = segment.read(offset, max_bytes, max_position, min_one_message)
-            if "compact" not in self.config.cleanup_policy:  # offsets are dense: never answer with later ones
-                ensure_read_holds(offset, segment, info)
+            # Offsets are dense unless compacted: then a read never answers with later ones than asked.
+            info = segment.read(offset, max_bytes, max_position, min_one_message, "compact" not in self.config.cleanup_policy)
             if info is not None:
                 if isolation is FetchIsolation.TXN_COMMITTED:
                     return self._add_aborted_transactions(offset, segment, info)

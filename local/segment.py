@@ -29,7 +29,13 @@ from local.errors import (
     KafkaStorageError,
     LogSegmentOffsetOverflowError,
 )
-from local.fetch import FetchDataInfo, LogOffsetMetadata, LogOffsetPosition, TimestampAndOffset
+from local.fetch import (
+    FetchDataInfo,
+    LogOffsetMetadata,
+    LogOffsetPosition,
+    TimestampAndOffset,
+    ensure_read_holds,
+)
 from local.file_records import FileRecords
 from local.index import (
     DEFAULT_MAX_INDEX_SIZE,
@@ -276,15 +282,19 @@ class LogSegment:
         return self.log.search_for_offset_from_position(offset, max(mapping.position, starting_file_position))
 
     def read(
-        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
+        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False,
+        dense: bool = False,
     ) -> FetchDataInfo | None:
         """Batches from the one holding ``start_offset``, up to ``max_size`` bytes (and ``max_position``).
 
-        None when no batch in this segment holds ``start_offset`` or a later offset.
+        None when no batch in this segment holds ``start_offset`` or a later offset. ``dense`` (the log's offsets
+        have no gaps: not compacted): CorruptRecordError instead, and when the batch found starts after it.
         """
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for a read of segment {self.base_offset}")
         found = self.translate_offset(start_offset)
+        if dense:
+            ensure_read_holds(start_offset, self, found)
         if found is None:
             return None
         start_position = found.position
