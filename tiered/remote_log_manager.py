@@ -525,17 +525,17 @@ class RemoteLogManager:
                 continue
             start = max(md.start_offset, log.log_start_offset)
             position = self.index_cache.lookup_timestamp(md, timestamp, start)
-            found = self._scan_for_timestamp(md, position, timestamp, start)
+            found = self._scan_for_timestamp(md, position, timestamp, start, _allows_gaps(log))
             if found is not None:
                 return found
         return None
 
     def _scan_for_timestamp(
-        self, md: RemoteLogSegmentMetadata, position: int, timestamp: int, starting_offset: int
+        self, md: RemoteLogSegmentMetadata, position: int, timestamp: int, starting_offset: int, gaps: bool = False
     ) -> TimestampAndOffset | None:
         offset = starting_offset
         while offset <= md.end_offset:
-            got = self._read_segment(md, offset, 1024 * 1024, True)
+            got = self._read_segment(md, offset, 1024 * 1024, True, None, gaps)
             if not got.data:
                 return None
             records = MemoryRecords(got.data, origin=f"remote segment {md.remote_log_segment_id}", position=got.start,

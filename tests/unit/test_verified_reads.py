@@ -161,6 +161,17 @@ def test_a_local_read_never_answers_with_later_offsets(local_log: Log) -> None:
     assert read_all_values(local_log, 0)[:1] == [(0, _value(0))]
 
 
+def test_a_compacted_log_may_have_gaps_and_a_read_answers_with_the_next_batch(tmp_path: Path) -> None:
+    log = make_log(tmp_path, segment_bytes=MIB, cleanup_policy="compact")
+    try:
+        _produce(log, 1000, 1_700_000_000_000)
+        _damage_local(log, 300, 0, struct.pack(">q", 350))  # as if the cleaner had left offsets 300..349 out
+        first = next(log.read(300).records.batches())
+        assert first.base_offset == 350  # Kafka's answer for an offset in a compacted gap: the next batch
+    finally:
+        log.close()
+
+
 def test_a_damaged_length_in_a_closed_segment_does_not_skip_to_the_next(local_log: Log) -> None:
     first = local_log.segments.first_segment
     assert first is not None
