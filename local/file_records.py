@@ -27,7 +27,7 @@ from local.fetch import LogOffsetPosition, TimestampAndOffset
 from local.records import MemoryRecords
 from local.records.batch import BATCH_HEADER, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 from local.records.legacy import MIN_V0_SIZE
-from local.records.memory_records import AnyBatch, batch_from_buffer, corrupt_batch_error
+from local.records.memory_records import AnyBatch, batch_from_buffer, check_offset_order, corrupt_batch_error
 
 logger = logging.getLogger(__name__)
 
@@ -212,12 +212,16 @@ class FileRecords:
 
     def batches(self, start_position: int = 0, verify: bool = True) -> Iterator[FileChannelRecordBatch]:
         """Every whole batch from ``start_position`` (v2 or legacy), each with its position in this view, its CRC
-        checked first unless ``verify=False``: a mismatch raises CorruptRecordError naming the file, the position
-        in it and the offset."""
+        checked first unless ``verify=False``: a mismatch, or offsets not after the previous batch's, raises
+        CorruptRecordError naming the file, the position in it and the offset."""
+        previous_last = -(2**63)
         for pos, data in self._iter_raw(start_position):
             batch = batch_from_buffer(data)
-            if verify and not batch.is_valid():
-                raise corrupt_batch_error(batch, str(self._path), self._start + pos, {"path": str(self._path)})
+            if verify:
+                if not batch.is_valid():
+                    raise corrupt_batch_error(batch, str(self._path), self._start + pos, {"path": str(self._path)})
+                previous_last = check_offset_order(
+                    batch, previous_last, str(self._path), self._start + pos, {"path": str(self._path)})
             yield FileChannelRecordBatch(pos, batch)
 
     def records(self, verify: bool = True) -> Iterator[Any]:
@@ -235,6 +239,7 @@ class FileRecords:
         pos = starting_position
         window = b""
         window_start = pos
+        previous_last = -1
         while end - pos >= LOG_OVERHEAD:
             rel = pos - window_start
             if rel < 0 or len(window) - rel < HEADER_SIZE_UP_TO_MAGIC + 10:
@@ -258,7 +263,8 @@ class FileRecords:
             else:
                 last, base = base, -1  # a legacy entry: its offset field is its last offset
             if last >= target_offset:
-                return LogOffsetPosition(last, pos, size, base)
+                return LogOffsetPosition(last, pos, size, base, previous_last)
+            previous_last = last
             pos += size
         return None
 

@@ -288,13 +288,13 @@ class LogSegment:
         """Batches from the one holding ``start_offset``, up to ``max_size`` bytes (and ``max_position``).
 
         None when no batch in this segment holds ``start_offset`` or a later offset. ``dense`` (the log's offsets
-        have no gaps: not compacted): CorruptRecordError instead, and when the batch found starts after it.
+        have no gaps: not compacted): CorruptRecordError instead, and when the batch found starts after it; a batch
+        found that overlaps the one before it is always an error.
         """
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for a read of segment {self.base_offset}")
         found = self.translate_offset(start_offset)
-        if dense:
-            ensure_read_holds(start_offset, self, found)
+        ensure_read_holds(start_offset, self, found, dense)
         if found is None:
             return None
         start_position = found.position

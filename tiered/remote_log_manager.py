@@ -430,6 +430,8 @@ class RemoteLogManager:
         before one is returned, is shorter than its metadata says, holds a batch length below a header's, or
         (unless ``gaps``) its first batch from ``offset`` starts after it. ``found`` is False only when the
         object ends cleanly with no batch at or after ``offset``."""
+        # A reader resumed where its last read ended: the batch there starts at ``offset`` exactly.
+        previous_last = offset - 1 if position is not None else -1
         if position is None:
             # From the start when the offset is the segment's first (or below it): no index needed.
             position = 0 if offset <= md.start_offset else self.index_cache.lookup_offset(md, offset)
@@ -457,6 +459,8 @@ class RemoteLogManager:
                 segment_id=str(segment_id), position=position + at, offset=offset)
 
         pos = 0
+        if position == 0:
+            previous_last = md.start_offset - 1  # the offset before the first batch walked
         while True:  # skip the batches that end before the offset
             if len(data) - pos < _LAST_OFFSET_DELTA_END:
                 data = extend(pos + _LAST_OFFSET_DELTA_END)
@@ -472,12 +476,18 @@ class RemoteLogManager:
                 raise damaged(f"holds a batch of length {length}", pos)
             if data[pos + MAGIC_OFFSET] >= MAGIC_V2 and len(data) - pos < _LAST_OFFSET_DELTA_END:
                 raise damaged("ends inside a batch header", pos)
-            if _last_offset(data, pos) >= offset:
+            last_offset = _last_offset(data, pos)
+            if last_offset >= offset:
                 break
+            previous_last = last_offset
             pos += length + LOG_OVERHEAD
-        if not gaps and data[pos + MAGIC_OFFSET] >= MAGIC_V2 and _base_offset(data, pos) > offset:
-            raise damaged(f"has no batch holding offset {offset}: the batch found starts at offset "
-                          f"{_base_offset(data, pos)}", pos)
+        if data[pos + MAGIC_OFFSET] >= MAGIC_V2:
+            base = _base_offset(data, pos)
+            if base <= previous_last:  # base offsets are outside the CRC: a damaged one overlaps the batch before
+                raise damaged(f"holds a batch with offsets {base}..{_last_offset(data, pos)} that overlap the "
+                              f"offset {previous_last} before it", pos)
+            if not gaps and base > offset:
+                raise damaged(f"has no batch holding offset {offset}: the batch found starts at offset {base}", pos)
         start = end = pos
         next_offset = offset
         while True:  # then whole batches up to max_bytes

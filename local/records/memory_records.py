@@ -68,6 +68,25 @@ def batch_from_buffer(buffer: bytes | bytearray | memoryview) -> AnyBatch:
     raise CorruptRecordError(f"unknown record batch magic {magic}", magic=magic)
 
 
+def check_offset_order(
+    batch: AnyBatch, previous_last: int, origin: str | None, position: int, context: dict[str, Any] | None = None
+) -> int:
+    """The last offset of ``batch``, after checking that its offsets come after ``previous_last`` (the last offset
+    of the batch before it in the same file or answer) and do not run backwards. Base offsets are outside the
+    CRC: a damaged one shows as batches that overlap, which no log (compacted or not) ever holds."""
+    if isinstance(batch, RecordBatch):
+        first, last = batch.base_offset, batch.base_offset + batch.last_offset_delta
+    else:
+        first = last = batch.offset  # a legacy wrapper's offset is its last inner offset
+    if first <= previous_last or last < first:
+        where = f" of {origin}" if origin else ""
+        raise CorruptRecordError(
+            f"batch at position {position}{where} holds offsets {first}..{last}, not after the offset {previous_last} "
+            "of the batch before it: its base offset is damaged",
+            **(context or {}), position=position, offset=first)
+    return last
+
+
 class MemoryRecords:
     """Batches in memory. ``bytes(mr)`` returns them; :meth:`batches` yields views (no copy), CRC-checked.
 
@@ -113,12 +132,13 @@ class MemoryRecords:
 
     def batches(self, strict: bool = False, verify: bool = True) -> Iterator[AnyBatch]:
         """Each batch in order, its CRC checked first unless ``verify=False`` (CorruptRecordError naming the
-        origin, position and offset). A trailing partial batch ends iteration quietly (a read clipped at
+        origin, position and offset), and its offsets after the previous batch's. A trailing partial batch ends iteration quietly (a read clipped at
         ``max_bytes`` ends so), or raises when ``strict``."""
         view = self._buf
         pos = 0
         end = len(view)
         base = self.position
+        previous_last = -(2**63)
         while pos < end:
             if end - pos < LOG_OVERHEAD:
                 if strict:
@@ -144,8 +164,10 @@ class MemoryRecords:
                         f"{end - pos} present", **(self._context or {}), position=base + pos)
                 return
             batch = batch_from_buffer(view[pos : pos + size])
-            if (verify or strict) and not batch.is_valid():
-                raise corrupt_batch_error(batch, self.origin, base + pos, self._context)
+            if verify or strict:
+                if not batch.is_valid():
+                    raise corrupt_batch_error(batch, self.origin, base + pos, self._context)
+                previous_last = check_offset_order(batch, previous_last, self.origin, base + pos, self._context)
             yield batch
             pos += size
 

@@ -158,7 +158,21 @@ def test_a_local_read_never_answers_with_later_offsets(local_log: Log) -> None:
     _damage_local(local_log, 300, 0, struct.pack(">q", 350))
     with pytest.raises(CorruptRecordError, match="no batch holds offset 300"):
         local_log.read(300)
-    assert read_all_values(local_log, 0)[:1] == [(0, _value(0))]
+    assert next(local_log.read(0).records.records()).value == _value(0)  # what is before it still reads
+    with pytest.raises(CorruptRecordError, match=r"holds offsets 400\.\.499, not after the offset 449"):
+        read_all_values(local_log, 0)  # a consumer from earlier: 350..449 then 400..499 overlap
+
+
+@pytest.mark.parametrize("relabel", [296, 200, 0])
+def test_a_batch_relabelled_to_earlier_offsets_is_an_error_not_wrong_offsets(local_log: Log, relabel: int) -> None:
+    # 300..399 relabelled 296..395 would hand out the value of 304 as offset 300: it overlaps the batch before it.
+    _damage_local(local_log, 300, 0, struct.pack(">q", relabel))
+    with pytest.raises(CorruptRecordError, match=r"(batch header|base offset) is damaged"):
+        for batch in local_log.read(300).records.batches():
+            assert all(r.value == _value(r.offset) for r in batch.records())
+    with pytest.raises(CorruptRecordError):  # a consumer reading from earlier meets the overlap in the slice
+        for batch in local_log.read(100).records.batches():
+            assert all(r.value == _value(r.offset) for r in batch.records())
 
 
 def test_a_compacted_log_may_have_gaps_and_a_read_answers_with_the_next_batch(tmp_path: Path) -> None:
@@ -179,6 +193,14 @@ def test_a_damaged_length_in_a_closed_segment_does_not_skip_to_the_next(local_lo
     _damage_local(local_log, last_base, LENGTH_OFFSET, struct.pack(">i", 0x0FFFFFFF))  # runs past the file's end
     with pytest.raises(CorruptRecordError, match=f"no batch holds offset {last_base + 5}"):
         local_log.read(last_base + 5)
+
+
+def test_a_segment_whose_first_batch_starts_below_its_base_offset_is_an_error(local_log: Log) -> None:
+    second = local_log.segments.higher_segment(0)
+    assert second is not None and second.base_offset > 0
+    _damage_local(local_log, second.base_offset, 0, struct.pack(">q", second.base_offset - 3))
+    with pytest.raises(CorruptRecordError, match="batch header is damaged"):
+        local_log.read(second.base_offset)
 
 
 def test_tiered_consume_stops_with_exit_1_on_a_corrupt_local_batch(tmp_path: Path) -> None:
@@ -261,7 +283,7 @@ def test_a_damaged_first_batch_length_does_not_skip_to_the_next_remote_segment(t
     assert next(log.read(segments[2].start_offset).records.records()).offset == segments[2].start_offset
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "cut_header", "relabel"])
+@pytest.mark.parametrize("damage", ["flip", "truncate", "cut_header", "relabel", "relabel_earlier"])
 def test_a_damaged_or_short_remote_object_is_an_error_never_wrong_or_later_data(tiered, tmp_path: Path, damage: str) -> None:
     _, log, _, segments = tiered
     md = segments[1]
@@ -280,8 +302,10 @@ def test_a_damaged_or_short_remote_object_is_an_error_never_wrong_or_later_data(
         del data[at + 100 :]
     elif damage == "cut_header":
         del data[at + 10 :]
-    else:  # the base offset is outside the CRC
+    elif damage == "relabel":  # the base offset is outside the CRC
         struct.pack_into(">q", data, at, target + 50)
+    else:  # would hand out the value of target + 4 as offset target
+        struct.pack_into(">q", data, at, target - 4)
     path.write_bytes(data)
     with pytest.raises(CorruptRecordError) as err:
         info = log.read(target + 5)

@@ -115,12 +115,19 @@ def _records(log: Any, offset: int, isolation: Any, check_crcs: bool = True) -> 
         isolation, log.last_stable_offset
     )
     aborting: set[int] = set()
+    previous_last = -1  # the last offset of the batch before (a fetch may start inside a batch, never before one)
     while offset < end:
         info = log.read(offset, 1024 * 1024, isolation, True)
         pending = sorted((t.first_offset, t.producer_id) for t in (info.aborted_transactions or []))
         got = False
         for batch in info.records.batches(verify=check_crcs):  # each checked before any of its records is used
             got = True
+            if check_crcs and previous_last >= 0 and batch.base_offset <= previous_last:
+                raise CorruptRecordError(
+                    f"the read of {log.name} at offset {offset} answered with a batch holding offsets "
+                    f"{batch.base_offset}..{batch.last_offset}, which overlap the batch before it: its base offset is "
+                    "damaged", offset=batch.base_offset)
+            previous_last = batch.last_offset
             while pending and pending[0][0] <= batch.last_offset:
                 aborting.add(pending.pop(0)[1])
             if batch.is_control_batch:
