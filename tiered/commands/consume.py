@@ -116,17 +116,15 @@ def _records(log: Any, offset: int, isolation: Any, check_crcs: bool = True) -> 
     )
     aborting: set[int] = set()
     previous_last = -1  # the last offset of the batch before (a fetch may start inside a batch, never before one)
+    dense = "compact" not in str(getattr(log.config, "cleanup_policy", ""))  # no gaps in the offsets
     while offset < end:
         info = log.read(offset, 1024 * 1024, isolation, True)
         pending = sorted((t.first_offset, t.producer_id) for t in (info.aborted_transactions or []))
         got = False
         for batch in info.records.batches(verify=check_crcs):  # each checked before any of its records is used
             got = True
-            if check_crcs and previous_last >= 0 and batch.base_offset <= previous_last:
-                raise CorruptRecordError(
-                    f"the read of {log.name} at offset {offset} answered with a batch holding offsets "
-                    f"{batch.base_offset}..{batch.last_offset}, which overlap the batch before it: its base offset is "
-                    "damaged", offset=batch.base_offset)
+            if check_crcs:
+                _check_offsets(log, offset, batch, previous_last, dense)
             previous_last = batch.last_offset
             while pending and pending[0][0] <= batch.last_offset:
                 aborting.add(pending.pop(0)[1])
@@ -142,3 +140,20 @@ def _records(log: Any, offset: int, isolation: Any, check_crcs: bool = True) -> 
             raise CorruptRecordError(
                 f"the read of {log.name} at offset {offset} returned no whole batch ({len(info.records)} bytes) "
                 f"before the end offset {end}", offset=offset)
+
+
+def _check_offsets(log: Any, offset: int, batch: Any, previous_last: int, dense: bool) -> None:
+    """Base offsets are outside the CRC: a damaged one shows as a batch that overlaps the one before it, leaves a
+    gap in a log whose offsets are dense (not compacted), or reaches past the log end offset."""
+    from local.errors import CorruptRecordError
+
+    base, last = batch.base_offset, batch.last_offset
+    if previous_last >= 0 and (base <= previous_last or (dense and base != previous_last + 1)):
+        problem = f"does not follow the batch before it, which ends at offset {previous_last}"
+    elif last >= log.log_end_offset:
+        problem = f"reaches past the log end offset {log.log_end_offset}"
+    else:
+        return
+    raise CorruptRecordError(
+        f"the read of {log.name} at offset {offset} answered with a batch holding offsets {base}..{last}, which "
+        f"{problem}: its base offset is damaged", offset=base)
