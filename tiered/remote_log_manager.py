@@ -507,7 +507,13 @@ class RemoteLogManager:
                     if end == start:  # nothing whole to return: the object is cut (the next read would be too)
                         raise damaged(f"ends inside a batch of {size} bytes ({len(data) - end} present)", end)
                     break  # the object ends inside this batch: the next read, which starts at it, raises
-            next_offset = _last_offset(data, end) + 1
+            batch_last = _last_offset(data, end)
+            if batch_last > md.end_offset:  # a base offset (outside the CRC) damaged upwards
+                if end == start:
+                    raise damaged(f"holds a batch ending at offset {batch_last}, past the segment's end offset "
+                                  f"{md.end_offset}", end)
+                break  # the batches before it are whole and good: the next read, which starts at it, raises
+            next_offset = batch_last + 1
             end += size
         return _SegmentRead(memoryview(data)[start:end], position + end, next_offset, position + start)
 

@@ -132,7 +132,8 @@ class MemoryRecords:
 
     def batches(self, strict: bool = False, verify: bool = True) -> Iterator[AnyBatch]:
         """Each batch in order, its CRC checked first unless ``verify=False`` (CorruptRecordError naming the
-        origin, position and offset), and its offsets after the previous batch's. A trailing partial batch ends iteration quietly (a read clipped at
+        origin, position and offset), and, for batches read from a log (``origin`` set), its offsets after the
+        previous batch's. A trailing partial batch ends iteration quietly (a read clipped at
         ``max_bytes`` ends so), or raises when ``strict``."""
         view = self._buf
         pos = 0
@@ -167,7 +168,8 @@ class MemoryRecords:
             if verify or strict:
                 if not batch.is_valid():
                     raise corrupt_batch_error(batch, self.origin, base + pos, self._context)
-                previous_last = check_offset_order(batch, previous_last, self.origin, base + pos, self._context)
+                if self.origin is not None:  # read from a log (a client's batches may all start at offset 0)
+                    previous_last = check_offset_order(batch, previous_last, self.origin, base + pos, self._context)
             yield batch
             pos += size
 

@@ -283,7 +283,7 @@ def test_a_damaged_first_batch_length_does_not_skip_to_the_next_remote_segment(t
     assert next(log.read(segments[2].start_offset).records.records()).offset == segments[2].start_offset
 
 
-@pytest.mark.parametrize("damage", ["flip", "truncate", "cut_header", "relabel", "relabel_earlier"])
+@pytest.mark.parametrize("damage", ["flip", "truncate", "cut_header", "relabel", "relabel_earlier", "relabel_last"])
 def test_a_damaged_or_short_remote_object_is_an_error_never_wrong_or_later_data(tiered, tmp_path: Path, damage: str) -> None:
     _, log, _, segments = tiered
     md = segments[1]
@@ -294,7 +294,7 @@ def test_a_damaged_or_short_remote_object_is_an_error_never_wrong_or_later_data(
     while pos < len(data):
         positions[struct.unpack_from(">q", data, pos)[0]] = pos
         pos += struct.unpack_from(">i", data, pos + LENGTH_OFFSET)[0] + 12
-    target = md.start_offset + 30 * PER_BATCH
+    target = md.start_offset + 30 * PER_BATCH if damage != "relabel_last" else max(positions)
     at = positions[target]
     if damage == "flip":
         _flip(data, at + RECORD_BATCH_OVERHEAD + 7)
@@ -304,8 +304,10 @@ def test_a_damaged_or_short_remote_object_is_an_error_never_wrong_or_later_data(
         del data[at + 10 :]
     elif damage == "relabel":  # the base offset is outside the CRC
         struct.pack_into(">q", data, at, target + 50)
-    else:  # would hand out the value of target + 4 as offset target
+    elif damage == "relabel_earlier":  # would hand out the value of target + 4 as offset target
         struct.pack_into(">q", data, at, target - 4)
+    else:  # the segment's last batch moved up: nothing after it in the segment to overlap
+        struct.pack_into(">q", data, at, target + 1)
     path.write_bytes(data)
     with pytest.raises(CorruptRecordError) as err:
         info = log.read(target + 5)
