@@ -335,8 +335,17 @@ def test_a_deleted_remote_object_is_an_error(tiered, tmp_path: Path) -> None:
     assert _names(err.value, md)
 
 
-def test_a_remote_tier_whose_data_is_gone_is_an_error_in_consume_not_an_empty_answer(tmp_path: Path) -> None:
-    manager = LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False)
+def _fsspec_props(tmp: Path) -> dict[str, str]:
+    props = _props(tmp)
+    del props["rsm.config.dir"]
+    return {**props, "remote.log.storage.manager.class.name": "fsspec", "rsm.config.url": f"file://{tmp / 'remote'}"}
+
+
+@pytest.mark.parametrize("backend", ["local", "fsspec"])
+def test_a_remote_tier_whose_data_is_gone_is_an_error_in_consume_not_an_empty_answer(tmp_path: Path, backend: str) -> None:
+    # The case: an fsspec remote tier whose data is gone made ``consume`` print nothing and exit 0.
+    props_of = _props if backend == "local" else _fsspec_props
+    manager = LogManager(LogConfig.from_properties(props_of(tmp_path)), start_scheduler=False)
     log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)
     _produce(log, 25_000)
     assert isinstance(manager.remote_tier, RemoteLogManager)
@@ -349,14 +358,14 @@ def test_a_remote_tier_whose_data_is_gone_is_an_error_in_consume_not_an_empty_an
 
     shutil.rmtree(tmp_path / "remote")
     (tmp_path / "remote").mkdir()
-    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as fresh:
+    with LogManager(LogConfig.from_properties(props_of(tmp_path)), start_scheduler=False) as fresh:
         log = fresh.get_log("t", 0)
         assert log is not None
         with pytest.raises((RemoteStorageError, OffsetOutOfRangeError)) as err:
             log.read(10)
         assert "offset 10" in str(err.value)
     props = tmp_path / "broker.properties"
-    props.write_text("".join(f"{k}={v}\n" for k, v in _props(tmp_path).items()))
+    props.write_text("".join(f"{k}={v}\n" for k, v in props_of(tmp_path).items()))
     proc = subprocess.run([sys.executable, "-m", "tiered.cli", "--config", str(props), "consume", "-t", "t", "--offset", "10"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and proc.stdout == "", proc.stdout[-300:] + proc.stderr
