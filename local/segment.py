@@ -283,18 +283,20 @@ class LogSegment:
 
     def read(
         self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False,
-        dense: bool = False,
+        dense: bool | None = None,
     ) -> FetchDataInfo | None:
         """Batches from the one holding ``start_offset``, up to ``max_size`` bytes (and ``max_position``).
 
-        None when no batch in this segment holds ``start_offset`` or a later offset. ``dense`` (the log's offsets
-        have no gaps: not compacted): CorruptRecordError instead, and when the batch found starts after it; a batch
-        found that overlaps the one before it is always an error.
+        None when no batch in this segment holds ``start_offset`` or a later offset. A consumer's read (``dense``
+        given: whether the log's offsets have no gaps, i.e. it is not compacted) checks the batch found: one that
+        overlaps the batch before it is a CorruptRecordError, and so, when ``dense``, are no batch at all and one
+        that starts after ``start_offset``. Internal reads (``dense`` None: loading, producer state) check nothing.
         """
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for a read of segment {self.base_offset}")
         found = self.translate_offset(start_offset)
-        ensure_read_holds(start_offset, self, found, dense)
+        if dense is not None:
+            ensure_read_holds(start_offset, self, found, dense)
         if found is None:
             return None
         start_position = found.position

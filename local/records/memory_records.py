@@ -92,7 +92,8 @@ class MemoryRecords:
 
     ``origin`` says where the bytes came from (e.g. ``"remote segment <id>"``) and ``position`` where they start
     there, so that a corrupt batch's error can name them; ``context`` adds attributes to that error (e.g.
-    ``segment_id``).
+    ``segment_id``). Records with an ``origin`` were read from a log: their batches' offsets are also checked to
+    increase (a client's batches, not yet given offsets, may all start at 0).
     """
 
     __slots__ = ("_buf", "_context", "origin", "position")
