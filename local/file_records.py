@@ -7,6 +7,11 @@ nothing here stops at 2 GiB.
 
 After a crash the file may end in a torn batch (its declared size runs past the end): iteration stops there and
 recovery truncates it.
+
+Reads are verified where they are decoded: :meth:`FileRecords.batches` (what a consumer of ``Log.read``'s answer
+iterates) checks each batch's CRC before yielding it, as Kafka's consumer does with ``check.crcs=true``, and
+raises :class:`CorruptRecordError` naming the file, the batch's position in it and its offset. Serving a slice
+(``bytes()``, ``read``) decodes nothing. Header walks (recovery, indexes, producer state) pass ``verify=False``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from local.fetch import LogOffsetPosition, TimestampAndOffset
 from local.records import MemoryRecords
 from local.records.batch import BATCH_HEADER, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 from local.records.legacy import MIN_V0_SIZE
-from local.records.memory_records import AnyBatch, batch_from_buffer
+from local.records.memory_records import AnyBatch, batch_from_buffer, check_offset_order, corrupt_batch_error
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +61,16 @@ class FileChannelRecordBatch:
 class FileRecords:
     """See the module docstring. Open with :meth:`open`; :meth:`slice` gives bounded read-only views."""
 
-    def __init__(self, path: Path, fd: int, start: int, end: int | None, is_slice: bool, mutable: bool) -> None:
+    def __init__(
+        self, path: Path, fd: int, start: int, end: int | None, is_slice: bool, mutable: bool,
+        source: Path | None = None,
+    ) -> None:
         self._path = path if isinstance(path, Path) else Path(path)
+        # The file errors name: a read-only view's .log is a link in a scratch dir (local.read_only), and an error
+        # must name the data dir's file the operator can look at.
+        self._source = source or (
+            Path(os.path.realpath(self._path)) if not mutable and not is_slice and self._path.is_symlink() else self._path
+        )
         self._fd = fd
         self._start = start
         self._end = end  # None: unbounded (the whole file)
@@ -90,6 +103,11 @@ class FileRecords:
     @property
     def path(self) -> Path:
         return self._path
+
+    @property
+    def source_path(self) -> Path:
+        """The file as the operator knows it (a read-only view's link resolved): what errors name."""
+        return self._source
 
     @property
     def fd(self) -> int:
@@ -166,7 +184,9 @@ class FileRecords:
             raise ValueError(f"invalid slice size {size}")
         available = self.size_in_bytes
         end = min(self._start + position + size, self._start + available)
-        view = FileRecords(self._path, self._fd, self._start + position, max(end, self._start + position), True, False)
+        view = FileRecords(
+            self._path, self._fd, self._start + position, max(end, self._start + position), True, False, self._source
+        )
         return view
 
     # ------------------------------------------------------------------------------------------------------
@@ -189,8 +209,8 @@ class FileRecords:
             minimum = RECORD_BATCH_OVERHEAD if magic == 2 else LOG_OVERHEAD + MIN_V0_SIZE
             if size < minimum:
                 raise CorruptRecordError(
-                    f"batch at position {pos} of {self._path} declares size {size}, below the minimum {minimum}",
-                    position=pos, path=str(self._path),
+                    f"batch at position {self._start + pos} of {self._source} declares size {size}, below the minimum "
+                    f"{minimum}", position=self._start + pos, path=str(self._source),
                 )
             if pos + size > end:
                 return  # torn tail: the rest of the file is not a whole batch
@@ -205,13 +225,23 @@ class FileRecords:
             yield pos, buf[rel : rel + size]
             pos += size
 
-    def batches(self, start_position: int = 0) -> Iterator[FileChannelRecordBatch]:
-        """Every whole batch from ``start_position`` (v2 or legacy), each with its position in this view."""
+    def batches(self, start_position: int = 0, verify: bool = True) -> Iterator[FileChannelRecordBatch]:
+        """Every whole batch from ``start_position`` (v2 or legacy), each with its position in this view, its CRC
+        checked first unless ``verify=False``: a mismatch, or offsets not after the previous batch's, raises
+        CorruptRecordError naming the file, the position in it and the offset."""
+        previous_last = -(2**63)
         for pos, data in self._iter_raw(start_position):
-            yield FileChannelRecordBatch(pos, batch_from_buffer(data))
+            batch = batch_from_buffer(data)
+            if verify:
+                if not batch.is_valid():
+                    raise corrupt_batch_error(batch, str(self._source), self._start + pos, {"path": str(self._source)})
+                previous_last = check_offset_order(
+                    batch, previous_last, str(self._source), self._start + pos, {"path": str(self._source)})
+            yield FileChannelRecordBatch(pos, batch)
 
-    def records(self) -> Iterator[Any]:
-        for batch in self.batches():
+    def records(self, verify: bool = True) -> Iterator[Any]:
+        """Every record of every batch (CRC-checked unless ``verify=False``)."""
+        for batch in self.batches(verify=verify):
             yield from batch.records()
 
     def search_for_offset_from_position(self, target_offset: int, starting_position: int) -> LogOffsetPosition | None:
@@ -224,6 +254,7 @@ class FileRecords:
         pos = starting_position
         window = b""
         window_start = pos
+        previous_last = -1
         while end - pos >= LOG_OVERHEAD:
             rel = pos - window_start
             if rel < 0 or len(window) - rel < HEADER_SIZE_UP_TO_MAGIC + 10:
@@ -237,17 +268,18 @@ class FileRecords:
             minimum = RECORD_BATCH_OVERHEAD if magic == 2 else LOG_OVERHEAD + MIN_V0_SIZE
             if size < minimum:
                 raise CorruptRecordError(
-                    f"batch at position {pos} of {self._path} declares size {size}, below the minimum {minimum}",
-                    position=pos, path=str(self._path),
+                    f"batch at position {pos} of {self._source} declares size {size}, below the minimum {minimum}",
+                    position=pos, path=str(self._source),
                 )
             if pos + size > end:
                 return None  # torn tail
             if magic == 2:
                 last = base + int.from_bytes(window[rel + 23 : rel + 27], "big", signed=True)
             else:
-                last = base
+                last, base = base, -1  # a legacy entry: its offset field is its last offset
             if last >= target_offset:
-                return LogOffsetPosition(last, pos, size)
+                return LogOffsetPosition(last, pos, size, base, previous_last)
+            previous_last = last
             pos += size
         return None
 
@@ -264,7 +296,7 @@ class FileRecords:
     def largest_timestamp_after(self, start_position: int) -> TimestampAndOffset:
         """The largest batch max timestamp from ``start_position`` and the last offset of its batch."""
         best = TimestampAndOffset(-1, -1)
-        for batch in self.batches(start_position):
+        for batch in self.batches(start_position, verify=False):  # headers only
             if batch.max_timestamp > best.timestamp:
                 best = TimestampAndOffset(batch.max_timestamp, batch.last_offset)
         return best

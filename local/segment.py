@@ -30,7 +30,13 @@ from local.errors import (
     LogSegmentOffsetOverflowError,
     UnsupportedCompressionTypeError,
 )
-from local.fetch import FetchDataInfo, LogOffsetMetadata, LogOffsetPosition, TimestampAndOffset
+from local.fetch import (
+    FetchDataInfo,
+    LogOffsetMetadata,
+    LogOffsetPosition,
+    TimestampAndOffset,
+    ensure_read_holds,
+)
 from local.file_records import FileRecords
 from local.index import (
     DEFAULT_MAX_INDEX_SIZE,
@@ -253,7 +259,7 @@ class LogSegment:
         except OSError as exc:
             _name_file(exc, self.log.path)
             raise
-        for batch in batches if batches is not None else MemoryRecords(data).batches():
+        for batch in batches if batches is not None else MemoryRecords(data).batches(verify=False):
             size = batch.size_in_bytes
             self._index_batch(batch.last_offset, batch.max_timestamp, position, size)
             position += size
@@ -298,15 +304,21 @@ class LogSegment:
         return self.log.search_for_offset_from_position(offset, max(mapping.position, starting_file_position))
 
     def read(
-        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
+        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False,
+        dense: bool | None = None,
     ) -> FetchDataInfo | None:
         """Batches from the one holding ``start_offset``, up to ``max_size`` bytes (and ``max_position``).
 
-        None when no batch in this segment holds ``start_offset`` or a later offset.
+        None when no batch in this segment holds ``start_offset`` or a later offset. A consumer's read (``dense``
+        given: whether the log's offsets have no gaps, i.e. it is not compacted) checks the batch found: one that
+        overlaps the batch before it is a CorruptRecordError, and so, when ``dense``, are no batch at all and one
+        that starts after ``start_offset``. Internal reads (``dense`` None: loading, producer state) check nothing.
         """
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for a read of segment {self.base_offset}")
         found = self.translate_offset(start_offset)
+        if dense is not None:
+            ensure_read_holds(start_offset, self, found, dense)
         if found is None:
             return None
         start_position = found.position
@@ -332,7 +344,7 @@ class LogSegment:
         if info is None:
             return self.base_offset
         last = self.base_offset
-        for batch in info.records.batches():
+        for batch in info.records.batches(verify=False):
             last = batch.next_offset
         return max(last, self.base_offset)
 
@@ -385,7 +397,7 @@ class LogSegment:
                 minimum = RECORD_BATCH_OVERHEAD if magic == MAGIC_V2 else LOG_OVERHEAD + MIN_V0_SIZE
                 if size < minimum:
                     raise CorruptRecordError(
-                        f"batch at position {valid_bytes} of {self.log.path} declares size {size}, below the "
+                        f"batch at position {valid_bytes} of {self.log.source_path} declares size {size}, below the "
                         f"minimum {minimum}", position=valid_bytes)
                 if valid_bytes + size > end:
                     break  # a torn tail: the rest of the file is not a whole batch
@@ -399,14 +411,14 @@ class LogSegment:
                         RecordBatch(view[rel : rel + size]).ensure_valid()  # raises, naming both checksums
                     if attributes & COMPRESSION_CODEC_MASK > MAX_CODEC_ID:
                         raise CorruptRecordError(
-                            f"batch at position {valid_bytes} of {self.log.path} names an unknown compression codec "
+                            f"batch at position {valid_bytes} of {self.log.source_path} names an unknown compression codec "
                             f"{attributes & COMPRESSION_CODEC_MASK}", position=valid_bytes)
                     last_offset = first_offset + last_offset_delta
                 else:  # a legacy message set entry: no leader epoch, no producer state
                     legacy = batch_from_buffer(view[rel : rel + size])
                     if not isinstance(legacy, LegacyRecordBatch):
                         raise CorruptRecordError(
-                            f"batch at position {valid_bytes} of {self.log.path} has magic {magic}", position=valid_bytes)
+                            f"batch at position {valid_bytes} of {self.log.source_path} has magic {magic}", position=valid_bytes)
                     validate_legacy_batch(legacy)  # its CRC, and a wrapper's inner messages
                     first_offset, last_offset, batch_max_ts = legacy.base_offset, legacy.last_offset, legacy.max_timestamp
                 if not 0 <= last_offset - base_offset <= INT32_MAX:
@@ -414,7 +426,7 @@ class LogSegment:
                 if first_offset <= previous_last_offset or last_offset < first_offset:
                     # An offset field (outside the CRC) was damaged: what follows cannot be indexed in order.
                     raise CorruptRecordError(
-                        f"batch at position {valid_bytes} of {self.log.path} has offsets [{first_offset}, "
+                        f"batch at position {valid_bytes} of {self.log.source_path} has offsets [{first_offset}, "
                         f"{last_offset}], not above the previous batch's last offset {previous_last_offset}",
                         position=valid_bytes)
                 previous_last_offset = last_offset
@@ -439,7 +451,7 @@ class LogSegment:
                 valid_bytes += size
         except (CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError, LogSegmentOffsetOverflowError) as exc:
             logger.warning(
-                "found invalid batch in %s at position %d: %s", self.log.path, valid_bytes, exc
+                "found invalid batch in %s at position %d: %s", self.log.source_path, valid_bytes, exc
             )
         if map_end_offset is not None and producer_state_manager is not None:
             producer_state_manager.update_map_end_offset(map_end_offset)
@@ -497,7 +509,7 @@ class LogSegment:
 
     def _load_first_batch_timestamp(self) -> None:
         if self.rolling_based_timestamp is None:
-            for batch in self.log.batches():
+            for batch in self.log.batches(verify=False):
                 self.rolling_based_timestamp = batch.max_timestamp
                 break
 

@@ -7,13 +7,19 @@ local directory, fsspec and moto in-process; integration tests use real S3 serve
 from __future__ import annotations
 
 import os
+import struct
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 import pytest
 
+from local import LogConfig, LogManager
 from local.errors import CorruptRecordError
+from local.log import Log
+from local.records import MemoryRecords, SimpleRecord
 from tiered import IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from tiered.backends.base import ObjectStoreRemoteStorageManager
 from tiered.cache.chunk_cache import ChunkCache
@@ -27,6 +33,7 @@ from tiered.checksums import (
 from tiered.errors import RemoteChecksumError, RemoteResourceNotFoundError, RemoteStorageError
 from tiered.layout import kafka_uuid, segment_key
 from tiered.metadata import RemoteLogMetadataStore
+from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 
 T0 = 1_700_000_000_000
@@ -86,6 +93,16 @@ class CopyFaultConformance:
             manager.cleanup_logs()
             assert log.local_log_start_offset > 0
             assert read_all_values(log) == expected  # through the remote tier, every value checked
+
+
+def _value(i: int) -> bytes:
+    return (b"%08d" % i) * 25
+
+
+def _names(exc: BaseException, md: RemoteLogSegmentMetadata) -> bool:
+    """Whether an error names the remote segment (its id, or the object key's Kafka-style id)."""
+    text = str(exc)
+    return str(md.remote_log_segment_id.id) in text or kafka_uuid(md.remote_log_segment_id.id) in text
 
 
 class RSMConformance(CopyFaultConformance):
@@ -310,6 +327,90 @@ class RSMConformance(CopyFaultConformance):
         assert verifier.fetch_index(md, IndexType.TIMESTAMP).read() == data.time_index.read_bytes()
         assert verify_object_checksums(rsm, md) == []
 
+
+    # -- damaged objects: the whole read path on this backend gives an error, never a wrong value or a skip ------
+
+    @pytest.fixture
+    def tiered_log(self, rsm: ObjectStoreRemoteStorageManager, tmp_path: Path) -> Iterator[tuple[Log, list[RemoteLogSegmentMetadata]]]:
+        from tiered.cache.chunk_cache import ChunkCache
+        from tiered.cache.index_cache import RemoteIndexCache
+
+        data_dir = tmp_path / "data"
+        rlm = RemoteLogManager(
+            rsm, RemoteLogMetadataStore.for_rsm(rsm), RemoteIndexCache(data_dir, rsm.fetch_index),
+            chunk_cache=ChunkCache(tmp_path / "chunks", chunk_size=256 * 1024, prefetch_chunks=1),
+        )
+        config = LogConfig.from_properties({"log.dirs": str(data_dir), "log.segment.bytes": str(1024 * 1024)})
+        manager = LogManager(config, start_scheduler=False, remote_tier=rlm)
+        try:
+            log = manager.get_or_create_log("damaged", 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+            t0 = int(time.time() * 1000) - 60_000
+            for first in range(0, 16_000, 100):
+                log.append(MemoryRecords.build([SimpleRecord(t0 + i, None, _value(i)) for i in range(first, first + 100)]))
+            rlm.run_once([log])
+            manager.cleanup_logs()
+            remote = [md for md in rlm.finished_segments(rlm.topic_id_partition(log)) if md.end_offset < log.local_log_start_offset]
+            assert len(remote) >= 3
+            yield log, remote
+        finally:
+            manager.close()
+
+    @staticmethod
+    def _batch_position(data: bytes | bytearray, offset: int) -> int:
+        pos = 0
+        while struct.unpack_from(">q", data, pos)[0] != offset:
+            pos += struct.unpack_from(">i", data, pos + 8)[0] + 12
+        return pos
+
+    @staticmethod
+    def _consume(log: Log, offset: int, until: int) -> list[tuple[int, bytes | None]]:
+        out: list[tuple[int, bytes | None]] = []
+        while offset < until:
+            for batch in log.read(offset, 64 * 1024).records.batches():
+                out.extend((r.offset, r.value) for r in batch.records())
+                offset = batch.last_offset + 1
+        return out
+
+    def test_a_flipped_byte_in_a_remote_object_is_an_error_never_a_wrong_value(
+        self, rsm: ObjectStoreRemoteStorageManager, tiered_log: tuple[Log, list[RemoteLogSegmentMetadata]]
+    ) -> None:
+        log, remote = tiered_log
+        md = remote[1]
+        key = segment_key(rsm.prefix, md, ".log")
+        data = bytearray(rsm.get_range(key))
+        bad = md.start_offset + 2000
+        data[self._batch_position(data, bad) + 61 + 50] ^= 0x01  # inside a record of the batch at ``bad``
+        rsm.put_bytes(key, bytes(data))
+        got: list[tuple[int, bytes | None]] = []
+        with pytest.raises((CorruptRecordError, RemoteStorageError)) as err:
+            got.extend(self._consume(log, md.start_offset, md.end_offset + 1))
+        assert _names(err.value, md), str(err.value)
+        assert got == [(i, _value(i)) for i in range(md.start_offset, md.start_offset + len(got))]  # never wrong
+        assert len(got) <= bad - md.start_offset
+        # the segments either side still read in full
+        assert self._consume(log, remote[0].start_offset, remote[0].end_offset + 1) == [
+            (i, _value(i)) for i in range(remote[0].start_offset, remote[0].end_offset + 1)]
+        assert self._consume(log, remote[2].start_offset, remote[2].start_offset + 1)[0] == (
+            remote[2].start_offset, _value(remote[2].start_offset))
+
+    def test_truncated_damaged_and_deleted_remote_objects_are_errors_naming_them(
+        self, rsm: ObjectStoreRemoteStorageManager, tiered_log: tuple[Log, list[RemoteLogSegmentMetadata]]
+    ) -> None:
+        log, remote = tiered_log
+        truncated, damaged, deleted = remote[:3]
+        key = segment_key(rsm.prefix, truncated, ".log")
+        data = rsm.get_range(key)
+        rsm.put_bytes(key, data[: len(data) // 2])
+        key = segment_key(rsm.prefix, damaged, ".log")
+        first = bytearray(rsm.get_range(key))
+        struct.pack_into(">i", first, 8, 0x0FFFFFFF)  # the first batch's length
+        rsm.put_bytes(key, bytes(first))
+        rsm.delete_many([segment_key(rsm.prefix, deleted, ".log")])
+        for md, offset in ((truncated, truncated.end_offset - 5), (damaged, damaged.start_offset),
+                           (deleted, deleted.start_offset + 1)):
+            with pytest.raises((CorruptRecordError, RemoteStorageError)) as err:
+                self._consume(log, offset, offset + 1)
+            assert _names(err.value, md), str(err.value)
 
 CHUNK = 1024 * 1024
 

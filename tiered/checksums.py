@@ -183,7 +183,7 @@ class ChecksumProblem:
     def error(self) -> RemoteChecksumError:
         return RemoteChecksumError(
             f"remote object {self.object} (segment {self.segment_id}) bytes {self.start}..{self.end}: {self.detail}",
-            key=self.object, start=self.start, end=self.end, segment_id=self.segment_id, kind=self.kind,
+            key=self.object, start=self.start, position=self.start, end=self.end, segment_id=self.segment_id, kind=self.kind,
         )
 
 

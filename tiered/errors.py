@@ -56,6 +56,7 @@ class RemoteChecksumError(RemoteStorageError, CorruptRecordError):
     end: int
     segment_id: str
     kind: str  # mismatch, short or long (see tiered.checksums.ChecksumProblem)
+    position: int  # = start: where in the object the damaged chunk begins
 
 
 class RemoteConfigError(RemoteStorageError, ConfigError):

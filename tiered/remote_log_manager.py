@@ -55,7 +55,7 @@ from tiered.checksums import (
     compute_segment_checksums,
     default_chunk_bytes,
 )
-from tiered.errors import CustomMetadataSizeExceededError, RemoteStorageError
+from tiered.errors import CustomMetadataSizeExceededError, RemoteResourceNotFoundError, RemoteStorageError
 from tiered.rsm import (
     LogSegmentData,
     RemoteLogSegmentId,
@@ -86,14 +86,28 @@ _READERS_PER_PARTITION = 16  # sequential readers of one partition told apart (t
 
 
 class _SegmentRead(NamedTuple):
-    """Whole batches read from a remote segment: the bytes, the position after them and the offset after them."""
+    """Whole batches read from a remote segment: the bytes, the position after them, the offset after them and
+    the position of the first (``found`` False: no batch of the segment holds the offset or a later one)."""
 
     data: bytes | memoryview
     end: int
     next_offset: int
+    start: int = 0
+    found: bool = True
 
 
-_NOTHING = _SegmentRead(b"", 0, -1)
+_NOTHING = _SegmentRead(b"", 0, -1, 0, False)
+
+
+def _allows_gaps(log: Log) -> bool:
+    """Whether offsets may be missing from the log (a compacted topic's, as Kafka's cleaner leaves them): only
+    then may a read answer with a batch after the offset asked for, or go on to the next segment."""
+    return "compact" in str(getattr(log.config, "cleanup_policy", ""))
+
+
+def _base_offset(data: bytes | memoryview, pos: int) -> int:
+    """The base offset of the v2 batch at ``pos`` (a legacy entry's header holds only its last offset: that)."""
+    return int(_OFFSET_AND_LENGTH.unpack_from(data, pos)[0])
 
 
 def _last_offset(data: bytes | memoryview, pos: int) -> int:
@@ -329,36 +343,72 @@ class RemoteLogManager:
     def read(
         self, log: Log, fetch_offset: int, max_bytes: int, isolation: FetchIsolation, min_one_message: bool
     ) -> FetchDataInfo:
-        """Batches from ``fetch_offset`` out of the remote segment holding it (or the next one that has data)."""
+        """Batches from the one holding ``fetch_offset``, out of the remote segment holding it.
+
+        Never skips: an offset no remote segment holds raises (``OffsetOutOfRangeError`` when retention removed it
+        meanwhile, else ``RemoteResourceNotFoundError``), and a short object, a damaged batch header or a batch
+        after the offset (a gap) raises ``CorruptRecordError`` naming the segment and the position. Only a
+        compacted log may have gaps: there a segment without the offset leads to the next one, as in Kafka. The
+        answer's ``records`` know their segment and position: a corrupt batch found by their ``batches()`` (CRC
+        checked) names them too.
+        """
         tip = self.topic_id_partition(log)
         self.metrics.fetch_requests.inc()
         try:
             offset = fetch_offset
             resumed = self._resume(tip, fetch_offset)  # where an earlier read of this reader ended, if any
+            gaps = _allows_gaps(log)
             while True:
                 md = self._segment_for_offset(log, tip, offset)
                 if md is None:
-                    return FetchDataInfo(LogOffsetMetadata(fetch_offset, -1, -1), MemoryRecords(b""))
+                    raise self._not_in_remote(log, tip, offset)
+                if md.start_offset > offset and not gaps:
+                    raise CorruptRecordError(
+                        f"offsets {offset}..{md.start_offset - 1} of {log.name} are in no remote segment (the next, "
+                        f"{md.remote_log_segment_id}, starts at {md.start_offset}): the remote tier has a gap",
+                        offset=offset, segment_id=str(md.remote_log_segment_id))
                 position = None
                 if resumed is not None and resumed[0] == md.remote_log_segment_id:
                     position = resumed[1]
-                got = self._read_segment(md, offset, max_bytes, min_one_message, position)
-                data = got.data
-                if data:
-                    self._remember(tip, got.next_offset, md.remote_log_segment_id, got.end)
-                    if resumed is not None and self._near_the_end(md, got.end):
-                        self._read_ahead_next_segment(log, tip, md)
-                    self.metrics.fetch_bytes.inc(len(data))
+                got = self._read_segment(md, offset, max_bytes, min_one_message, position, gaps)
+                if got.found:
+                    data = got.data
+                    if data:
+                        self._remember(tip, got.next_offset, md.remote_log_segment_id, got.end)
+                        if resumed is not None and self._near_the_end(md, got.end):
+                            self._read_ahead_next_segment(log, tip, md)
+                        self.metrics.fetch_bytes.inc(len(data))
                     aborted = None
-                    if isolation is FetchIsolation.TXN_COMMITTED:
+                    if isolation is FetchIsolation.TXN_COMMITTED and data:
                         aborted = self._aborted_transactions(log, tip, md, fetch_offset, data)
-                    return FetchDataInfo(LogOffsetMetadata(fetch_offset, -1, -1), MemoryRecords(data), False, aborted)
-                offset = md.end_offset + 1  # nothing at or after the offset here: the next segment
+                    records = MemoryRecords(
+                        data, origin=f"remote segment {md.remote_log_segment_id}", position=got.start,
+                        context={"segment_id": str(md.remote_log_segment_id)})
+                    return FetchDataInfo(LogOffsetMetadata(fetch_offset, -1, -1), records, False, aborted)
+                if not gaps and offset <= md.end_offset:
+                    raise CorruptRecordError(
+                        f"remote segment {md.remote_log_segment_id} ends before offset {offset} (its metadata says "
+                        f"it holds {md.start_offset}..{md.end_offset}): the object is short or damaged",
+                        offset=offset, segment_id=str(md.remote_log_segment_id))
+                offset = max(offset, md.end_offset + 1)  # a compacted segment without the offset: the next one
                 if offset >= log.local_log_start_offset:
                     return log.read(offset, max_bytes, isolation, min_one_message)
         except Exception:
             self.metrics.fetch_errors.inc()
             raise
+
+    def _not_in_remote(self, log: Log, tip: TopicIdPartition, offset: int) -> Exception:
+        """The error for an offset below the local log start that no remote segment holds."""
+        from local.errors import OffsetOutOfRangeError
+
+        if offset < log.log_start_offset:  # retention removed it since the read began
+            return OffsetOutOfRangeError(
+                f"offset {offset} of {log.name} is below the log start offset {log.log_start_offset}",
+                offset=offset, log_start_offset=log.log_start_offset)
+        return RemoteResourceNotFoundError(
+            f"no remote segment of {tip} holds offset {offset} (log start offset {log.log_start_offset}, local "
+            f"log start offset {log.local_log_start_offset}): the remote tier's metadata or objects are missing",
+            offset=offset)
 
     def _resume(self, tip: TopicIdPartition, fetch_offset: int) -> tuple[RemoteLogSegmentId, int] | None:
         """The segment and position where an earlier read ended, when ``fetch_offset`` is where it ended: the read
@@ -448,13 +498,20 @@ class RemoteLogManager:
 
     def _read_segment(
         self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one_message: bool,
-        position: int | None = None,
+        position: int | None = None, gaps: bool = False,
     ) -> _SegmentRead:
         """The whole batches of ``md`` from the one holding ``offset``, up to ``max_bytes`` (at least one when
         ``min_one_message``): a view into the cached chunk when they lie in one, so a sequential consumer's read
         copies nothing. Only batch headers are parsed: the index is sparse, so the batches before ``offset``
         are skipped by their offsets and lengths. ``position``, when known (where the reader's previous read
-        ended), is where to start instead of the index's answer."""
+        ended), is where to start instead of the index's answer.
+
+        Raises CorruptRecordError naming the segment and the position when the object ends inside a batch
+        before one is returned, is shorter than its metadata says, holds a batch length below a header's, or
+        (unless ``gaps``) its first batch from ``offset`` starts after it. ``found`` is False only when the
+        object ends cleanly with no batch at or after ``offset``."""
+        # A reader resumed where its last read ended: the batch there starts at ``offset`` exactly.
+        previous_last = offset - 1 if position is not None else -1
         if position is None:
             # From the start when the offset is the segment's first (or below it): no index needed.
             position = 0 if offset <= md.start_offset else self.index_cache.lookup_offset(md, offset)
@@ -465,6 +522,7 @@ class RemoteLogManager:
             # before the offset (the index is sparse) take up the slack.
             last = (last // self.chunk_cache.chunk_size + 1) * self.chunk_cache.chunk_size - 1
         data: bytes | memoryview = self._fetch_range(md, position, last)
+        segment_id = md.remote_log_segment_id
 
         def extend(upto: int) -> bytes | memoryview:
             """``data`` with at least ``upto`` bytes when the object has them (a batch straddling the read)."""
@@ -473,28 +531,51 @@ class RemoteLogManager:
             extra = self._fetch_range(md, position + len(data), position + upto + _READ_SLACK - 1)
             return b"".join((data, extra)) if extra else data
 
+        def damaged(what: str, at: int) -> CorruptRecordError:
+            size = _object_size(md)
+            known = f" of {size} bytes" if size is not None else ""
+            return CorruptRecordError(
+                f"remote segment {segment_id} (object{known}) {what} at position {position + at}",
+                segment_id=str(segment_id), position=position + at, offset=offset)
+
         pos = 0
+        if position == 0:
+            previous_last = md.start_offset - 1  # the offset before the first batch walked
         while True:  # skip the batches that end before the offset
             if len(data) - pos < _LAST_OFFSET_DELTA_END:
                 data = extend(pos + _LAST_OFFSET_DELTA_END)
-                if len(data) - pos < MAGIC_OFFSET + 1:
+                if len(data) == pos:  # the object ends here, between batches
+                    size = _object_size(md)
+                    if size is not None and position + pos < size:
+                        raise damaged(f"is short: it ends after {position + pos} bytes, its metadata says {size}", pos)
                     return _NOTHING
+                if len(data) - pos < MAGIC_OFFSET + 1:
+                    raise damaged("ends inside a batch header", pos)
             length = _I32.unpack_from(data, pos + LENGTH_OFFSET)[0]
             if length < _LAST_OFFSET_DELTA_END - LOG_OVERHEAD:
-                raise CorruptRecordError(
-                    f"remote segment {md.remote_log_segment_id} holds a batch of length {length} at position "
-                    f"{position + pos}", position=position + pos)
+                raise damaged(f"holds a batch of length {length}", pos)
             if data[pos + MAGIC_OFFSET] >= MAGIC_V2 and len(data) - pos < _LAST_OFFSET_DELTA_END:
-                return _NOTHING  # the object ends inside a batch header
-            if _last_offset(data, pos) >= offset:
+                raise damaged("ends inside a batch header", pos)
+            last_offset = _last_offset(data, pos)
+            if last_offset >= offset:
                 break
+            previous_last = last_offset
             pos += length + LOG_OVERHEAD
+        if data[pos + MAGIC_OFFSET] >= MAGIC_V2:
+            base = _base_offset(data, pos)
+            if base <= previous_last:  # base offsets are outside the CRC: a damaged one overlaps the batch before
+                raise damaged(f"holds a batch with offsets {base}..{_last_offset(data, pos)} that overlap the "
+                              f"offset {previous_last} before it", pos)
+            if not gaps and base > offset:
+                raise damaged(f"has no batch holding offset {offset}: the batch found starts at offset {base}", pos)
         start = end = pos
         next_offset = offset
         while True:  # then whole batches up to max_bytes
             if len(data) - end < LOG_OVERHEAD:
                 data = extend(end + LOG_OVERHEAD)
                 if len(data) - end < LOG_OVERHEAD:
+                    if end == start and len(data) > end:
+                        raise damaged("ends inside a batch header", end)
                     break
             size = _I32.unpack_from(data, end + LENGTH_OFFSET)[0] + LOG_OVERHEAD
             fits = end - start + size <= max_bytes or (end == start and min_one_message)
@@ -503,15 +584,23 @@ class RemoteLogManager:
             if end + size > len(data):
                 data = extend(end + size)
                 if end + size > len(data):
-                    break  # the object ends inside this batch
-            next_offset = _last_offset(data, end) + 1
+                    if end == start:  # nothing whole to return: the object is cut (the next read would be too)
+                        raise damaged(f"ends inside a batch of {size} bytes ({len(data) - end} present)", end)
+                    break  # the object ends inside this batch: the next read, which starts at it, raises
+            batch_last = _last_offset(data, end)
+            if batch_last > md.end_offset:  # a base offset (outside the CRC) damaged upwards
+                if end == start:
+                    raise damaged(f"holds a batch ending at offset {batch_last}, past the segment's end offset "
+                                  f"{md.end_offset}", end)
+                break  # the batches before it are whole and good: the next read, which starts at it, raises
+            next_offset = batch_last + 1
             end += size
-        return _SegmentRead(memoryview(data)[start:end], position + end, next_offset)
+        return _SegmentRead(memoryview(data)[start:end], position + end, next_offset, position + start)
 
     def _aborted_transactions(
         self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata, fetch_offset: int, data: bytes | memoryview
     ) -> list[Any]:
-        batches = list(MemoryRecords(data).batches())
+        batches = list(MemoryRecords(data).batches(verify=False))  # headers only: the consumer checks the CRCs
         upper = batches[-1].last_offset + 1 if batches else fetch_offset
         aborted: list[Any] = []
         for seg in self.finished_segments(tip):
@@ -532,20 +621,22 @@ class RemoteLogManager:
                 continue
             start = max(md.start_offset, log.log_start_offset)
             position = self.index_cache.lookup_timestamp(md, timestamp, start)
-            found = self._scan_for_timestamp(md, position, timestamp, start)
+            found = self._scan_for_timestamp(md, position, timestamp, start, _allows_gaps(log))
             if found is not None:
                 return found
         return None
 
     def _scan_for_timestamp(
-        self, md: RemoteLogSegmentMetadata, position: int, timestamp: int, starting_offset: int
+        self, md: RemoteLogSegmentMetadata, position: int, timestamp: int, starting_offset: int, gaps: bool = False
     ) -> TimestampAndOffset | None:
         offset = starting_offset
         while offset <= md.end_offset:
-            data = self._read_segment(md, offset, 1024 * 1024, True).data
-            if not data:
+            got = self._read_segment(md, offset, 1024 * 1024, True, None, gaps)
+            if not got.data:
                 return None
-            for batch in MemoryRecords(data).batches():
+            records = MemoryRecords(got.data, origin=f"remote segment {md.remote_log_segment_id}", position=got.start,
+                                    context={"segment_id": str(md.remote_log_segment_id)})
+            for batch in records.batches():
                 if batch.max_timestamp >= timestamp and batch.last_offset >= starting_offset:
                     for rec in batch.records():
                         if rec.timestamp >= timestamp and rec.offset >= starting_offset:

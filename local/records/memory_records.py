@@ -1,9 +1,16 @@
-"""MemoryRecords: a buffer of zero or more batches exactly as a client sends them."""
+"""MemoryRecords: a buffer of zero or more batches exactly as a client sends them (or as a read returns them).
+
+Reads are verified: :meth:`MemoryRecords.batches` (and so :meth:`MemoryRecords.records`) checks each batch's CRC
+before yielding it, as Kafka's consumer does with ``check.crcs=true``, and raises :class:`CorruptRecordError`
+naming where the bytes came from (``origin``: a file or a remote segment), the position and the offset. A caller
+that only walks headers, or has checked the CRCs already (the log's append path), passes ``verify=False``.
+"""
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from local.errors import CorruptRecordError
 from local.records.batch import (
@@ -30,6 +37,24 @@ AnyBatch = RecordBatch | LegacyRecordBatch
 _I32 = struct.Struct(">i")
 
 
+def corrupt_batch_error(
+    batch: AnyBatch, origin: str | None, position: int, context: dict[str, Any] | None = None
+) -> CorruptRecordError:
+    """The error for a batch whose CRC does not match: names ``origin`` (a file or a remote segment), the
+    position of the batch there and its offset."""
+    computed = batch.compute_checksum()
+    if isinstance(batch, RecordBatch):
+        kind, offset = "record batch", batch.base_offset
+    else:
+        kind, offset = "legacy message", batch.offset
+    where = f" of {origin}" if origin else ""
+    return CorruptRecordError(
+        f"{kind} at offset {offset} is corrupt: position {position}{where}, stored crc {batch.crc:#010x}, "
+        f"computed {computed:#010x} over {batch.size_in_bytes} bytes",
+        **(context or {}), position=position, offset=offset, crc=batch.crc, computed=computed,
+    )
+
+
 def batch_from_buffer(buffer: bytes | bytearray | memoryview) -> AnyBatch:
     """The batch in ``buffer`` (exactly one), v2 or legacy by its magic byte."""
     view = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
@@ -43,13 +68,44 @@ def batch_from_buffer(buffer: bytes | bytearray | memoryview) -> AnyBatch:
     raise CorruptRecordError(f"unknown record batch magic {magic}", magic=magic)
 
 
+def check_offset_order(
+    batch: AnyBatch, previous_last: int, origin: str | None, position: int, context: dict[str, Any] | None = None
+) -> int:
+    """The last offset of ``batch``, after checking that its offsets come after ``previous_last`` (the last offset
+    of the batch before it in the same file or answer) and do not run backwards. Base offsets are outside the
+    CRC: a damaged one shows as batches that overlap, which no log (compacted or not) ever holds."""
+    if isinstance(batch, RecordBatch):
+        first, last = batch.base_offset, batch.base_offset + batch.last_offset_delta
+    else:
+        first = last = batch.offset  # a legacy wrapper's offset is its last inner offset
+    if first <= previous_last or last < first:
+        where = f" of {origin}" if origin else ""
+        raise CorruptRecordError(
+            f"batch at position {position}{where} holds offsets {first}..{last}, not after the offset {previous_last} "
+            "of the batch before it: its base offset is damaged",
+            **(context or {}), position=position, offset=first)
+    return last
+
+
 class MemoryRecords:
-    """Batches in memory. ``bytes(mr)`` returns them; :meth:`batches` yields views (no copy)."""
+    """Batches in memory. ``bytes(mr)`` returns them; :meth:`batches` yields views (no copy), CRC-checked.
 
-    __slots__ = ("_buf",)
+    ``origin`` says where the bytes came from (e.g. ``"remote segment <id>"``) and ``position`` where they start
+    there, so that a corrupt batch's error can name them; ``context`` adds attributes to that error (e.g.
+    ``segment_id``). Records with an ``origin`` were read from a log: their batches' offsets are also checked to
+    increase (a client's batches, not yet given offsets, may all start at 0).
+    """
 
-    def __init__(self, buffer: bytes | bytearray | memoryview = b"") -> None:
+    __slots__ = ("_buf", "_context", "origin", "position")
+
+    def __init__(
+        self, buffer: bytes | bytearray | memoryview = b"", *, origin: str | None = None, position: int = 0,
+        context: dict[str, Any] | None = None,
+    ) -> None:
         self._buf = buffer if isinstance(buffer, memoryview) else memoryview(buffer)
+        self.origin = origin
+        self.position = position
+        self._context = context
 
     @property
     def buffer(self) -> memoryview:
@@ -69,17 +125,28 @@ class MemoryRecords:
         return isinstance(other, MemoryRecords) and bytes(self) == bytes(other)
 
     def __repr__(self) -> str:
-        return f"MemoryRecords({len(self._buf)} bytes)"
+        where = f" from {self.origin} at position {self.position}" if self.origin else ""
+        return f"MemoryRecords({len(self._buf)} bytes{where})"
 
-    def batches(self, strict: bool = False) -> Iterator[AnyBatch]:
-        """Each batch in order. A trailing partial batch ends iteration quietly, or raises when ``strict``."""
+    def _where(self) -> str:
+        return f" of {self.origin}" if self.origin else ""
+
+    def batches(self, strict: bool = False, verify: bool = True) -> Iterator[AnyBatch]:
+        """Each batch in order, its CRC checked first unless ``verify=False`` (CorruptRecordError naming the
+        origin, position and offset), and, for batches read from a log (``origin`` set), its offsets after the
+        previous batch's. A trailing partial batch ends iteration quietly (a read clipped at
+        ``max_bytes`` ends so), or raises when ``strict``."""
         view = self._buf
         pos = 0
         end = len(view)
+        base = self.position
+        previous_last = -(2**63)
         while pos < end:
             if end - pos < LOG_OVERHEAD:
                 if strict:
-                    raise CorruptRecordError(f"truncated batch header at position {pos}", position=pos)
+                    raise CorruptRecordError(
+                        f"truncated batch header at position {base + pos}{self._where()}", **(self._context or {}),
+                        position=base + pos)
                 return
             (length,) = _I32.unpack_from(view, pos + 8)
             size = length + LOG_OVERHEAD
@@ -90,18 +157,20 @@ class MemoryRecords:
                 minimum = LOG_OVERHEAD + MIN_V0_SIZE
             if size < minimum:
                 raise CorruptRecordError(
-                    f"batch at position {pos} declares size {size}, below the minimum {minimum}", position=pos, size=size)
+                    f"batch at position {base + pos}{self._where()} declares size {size}, below the minimum {minimum}",
+                    **(self._context or {}), position=base + pos, size=size)
             if pos + size > end:
                 if strict:
                     raise CorruptRecordError(
-                        f"truncated batch at position {pos}: declares {size} bytes, {end - pos} present", position=pos)
+                        f"truncated batch at position {base + pos}{self._where()}: declares {size} bytes, "
+                        f"{end - pos} present", **(self._context or {}), position=base + pos)
                 return
             batch = batch_from_buffer(view[pos : pos + size])
-            if strict:
-                try:
-                    batch.ensure_valid()
-                except CorruptRecordError as exc:
-                    raise CorruptRecordError(f"{exc} at position {pos}", position=pos) from exc
+            if verify or strict:
+                if not batch.is_valid():
+                    raise corrupt_batch_error(batch, self.origin, base + pos, self._context)
+                if self.origin is not None:  # read from a log (a client's batches may all start at offset 0)
+                    previous_last = check_offset_order(batch, previous_last, self.origin, base + pos, self._context)
             yield batch
             pos += size
 
@@ -130,14 +199,15 @@ class MemoryRecords:
     @property
     def valid_bytes(self) -> int:
         total = 0
-        for b in self.batches():
+        for b in self.batches(verify=False):
             if not b.is_valid():
                 break
             total += b.size_in_bytes
         return total
 
-    def records(self) -> Iterator[Record]:
-        for batch in self.batches():
+    def records(self, verify: bool = True) -> Iterator[Record]:
+        """Every record of every batch (CRC-checked unless ``verify=False``)."""
+        for batch in self.batches(verify=verify):
             yield from batch.records()
 
     # builders -----------------------------------------------------------------------------------------

@@ -2,6 +2,11 @@
 
 Starts at ``--offset`` (default: the log start offset) or at the first record whose timestamp is at or after
 ``--timestamp``; stops at ``--to-offset`` (exclusive), after ``--max-messages``, or at the end of the log.
+
+Every batch's CRC is checked before any of its records is printed (``--no-check-crcs`` turns that off, like a
+Kafka consumer's ``check.crcs=false``). Bad data (a corrupt batch, a damaged or missing remote object, a read
+that comes back empty before the end) stops the command with a message naming the file or remote segment, the
+position and the offset, and exit status 1: it never prints a wrong value or ends quietly early.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per record")
     parser.add_argument("--print-key", action="store_true", help="print KEY<TAB>VALUE in text mode")
+    parser.add_argument(
+        "--no-check-crcs", dest="check_crcs", action="store_false",
+        help="do not check each batch's CRC before printing its records (default: checked)",
+    )
 
 
 def _text(data: bytes | None) -> str | None:
@@ -43,10 +52,22 @@ def _text(data: bytes | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from local.errors import KafkaStorageError
+    from tiered.errors import TieredStorageError
+
+    config = load_config(args)
+    try:
+        return _consume(args, config)
+    except (KafkaStorageError, TieredStorageError) as exc:
+        sys.stdout.flush()
+        print(f"tiered consume: {exc}", file=sys.stderr)
+        return 1
+
+
+def _consume(args: argparse.Namespace, config: Any) -> int:
     from local import LogManager
     from local.fetch import FetchIsolation
 
-    config = load_config(args)
     isolation = FetchIsolation[args.isolation.upper()]
     printed = 0
     # Read-only: nothing is written to the data dirs (no lock, no checkpoint, no recovery on disk).
@@ -64,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             offset = log.log_start_offset if args.offset is None else args.offset
         if offset < 0:
             raise UsageError("--offset must be >= 0")
-        for batch, rec in _records(log, offset, isolation):
+        for batch, rec in _records(log, offset, isolation, getattr(args, "check_crcs", True)):
             if args.to_offset is not None and rec.offset >= args.to_offset:
                 break
             if args.max_messages is not None and printed >= args.max_messages:
@@ -83,22 +104,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _records(log: Any, offset: int, isolation: Any) -> Iterator[tuple[Any, Any]]:
+def _records(log: Any, offset: int, isolation: Any, check_crcs: bool = True) -> Iterator[tuple[Any, Any]]:
     """(batch, record) pairs from ``offset``; under txn_committed, aborted transactions are skipped as a
-    READ_COMMITTED consumer does (the fetch's aborted list, ended by the producer's abort marker)."""
+    READ_COMMITTED consumer does (the fetch's aborted list, ended by the producer's abort marker). Each batch is
+    CRC-checked (unless ``check_crcs`` is False) before any of its records is yielded; a read that answers
+    nothing before the end raises CorruptRecordError."""
+    from local.errors import CorruptRecordError
     from local.fetch import FetchIsolation
 
     end = {FetchIsolation.LOG_END: log.log_end_offset, FetchIsolation.HIGH_WATERMARK: log.high_watermark}.get(
         isolation, log.last_stable_offset
     )
     aborting: set[int] = set()
+    previous_last = -1  # the last offset of the batch before (a fetch may start inside a batch, never before one)
+    dense = "compact" not in str(getattr(log.config, "cleanup_policy", ""))  # no gaps in the offsets
     while offset < end:
         info = log.read(offset, 1024 * 1024, isolation, True)
         pending = sorted((t.first_offset, t.producer_id) for t in (info.aborted_transactions or []))
-        batches = list(info.records.batches())
-        if not batches:
-            return
-        for batch in batches:
+        got = False
+        for batch in info.records.batches(verify=check_crcs):  # each checked before any of its records is used
+            got = True
+            if check_crcs:
+                _check_offsets(log, offset, batch, previous_last, dense)
+            previous_last = batch.last_offset
             while pending and pending[0][0] <= batch.last_offset:
                 aborting.add(pending.pop(0)[1])
             if batch.is_control_batch:
@@ -109,3 +137,24 @@ def _records(log: Any, offset: int, isolation: Any) -> Iterator[tuple[Any, Any]]
                     if rec.offset >= offset:
                         yield batch, rec
             offset = max(offset, batch.last_offset + 1)
+        if not got:
+            raise CorruptRecordError(
+                f"the read of {log.name} at offset {offset} returned no whole batch ({len(info.records)} bytes) "
+                f"before the end offset {end}", offset=offset)
+
+
+def _check_offsets(log: Any, offset: int, batch: Any, previous_last: int, dense: bool) -> None:
+    """Base offsets are outside the CRC: a damaged one shows as a batch that overlaps the one before it, leaves a
+    gap in a log whose offsets are dense (not compacted), or reaches past the log end offset."""
+    from local.errors import CorruptRecordError
+
+    base, last = batch.base_offset, batch.last_offset
+    if previous_last >= 0 and (base <= previous_last or (dense and base != previous_last + 1)):
+        problem = f"does not follow the batch before it, which ends at offset {previous_last}"
+    elif last >= log.log_end_offset:
+        problem = f"reaches past the log end offset {log.log_end_offset}"
+    else:
+        return
+    raise CorruptRecordError(
+        f"the read of {log.name} at offset {offset} answered with a batch holding offsets {base}..{last}, which "
+        f"{problem}: its base offset is damaged", offset=base)
