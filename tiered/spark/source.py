@@ -8,7 +8,9 @@ the driver (:mod:`tiered.spark.planning`); ``read()`` runs on executors (:mod:`t
 Filter pushdown (with ``spark.sql.python.filterPushdown.enabled=true``): comparisons (=, <, <=, >, >=, IN) of
 ``partition``, ``offset`` and ``timestamp`` with literals are accepted. They prune partitions and segments, start
 reads at the right offset (a timestamp floor through the engine's offset-for-timestamp lookup), and are then
-applied exactly to every record, since Spark does not check an accepted filter again.
+applied exactly to every record, since Spark does not check an accepted filter again. Spark refuses a reader
+with ``pushFilters`` while that setting is false: :func:`tiered.spark.register` sets it, and the option
+``filterPushdown=false`` gives a reader without it.
 """
 
 from __future__ import annotations
@@ -61,7 +63,10 @@ class TieredDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return TieredReader(dict(self.options))
+        options = dict(self.options)
+        if str(options.get("filterPushdown", options.get("filterpushdown", "true"))).lower() == "false":
+            return TieredReader(options)
+        return TieredFilteringReader(options)
 
 
 def _literal(column: str, value: Any) -> int | None:
@@ -77,10 +82,29 @@ def _literal(column: str, value: Any) -> int | None:
 
 
 class TieredReader(DataSourceReader):
+    """The reader without filter pushdown (option ``filterPushdown=false``: Spark refuses a reader that implements
+    ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is false)."""
+
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.opts = parse_options(options)
         self.bounds = Bounds()
+
+    def partitions(self) -> Sequence[InputPartition]:
+        pieces = plan(self.opts, self.bounds)
+        if not pieces:
+            return [TieredInputPartition(_EMPTY)]
+        return [TieredInputPartition(p) for p in pieces]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        piece = partition.piece  # type: ignore[attr-defined]
+        if piece.topic == "":
+            return iter(())
+        return read_piece(piece)
+
+
+class TieredFilteringReader(TieredReader):
+    """The default reader: accepts filters on partition, offset and timestamp (module docstring)."""
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         for f in filters:
@@ -127,18 +151,6 @@ class TieredReader(DataSourceReader):
             if lo > 0:
                 ms = -(-lo // 1000)  # the first millisecond at or after the floor
                 b.timestamp_lo_ms = ms if b.timestamp_lo_ms is None else max(b.timestamp_lo_ms, ms)
-
-    def partitions(self) -> Sequence[InputPartition]:
-        pieces = plan(self.opts, self.bounds)
-        if not pieces:
-            return [TieredInputPartition(_EMPTY)]
-        return [TieredInputPartition(p) for p in pieces]
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        piece = partition.piece  # type: ignore[attr-defined]
-        if piece is _EMPTY or piece.topic == "":
-            return iter(())
-        return read_piece(piece)
 
 
 _EMPTY = Piece(topic="", partition=-1, from_offset=0, until_offset=0, start_position=0, end_position=0)
