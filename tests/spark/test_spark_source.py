@@ -9,6 +9,7 @@ transactions). A second dir holds a segment that starts with legacy v0/v1 messag
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import time
@@ -306,6 +307,11 @@ def test_pushdown_prunes_segments_and_starts_at_the_offset(root: Path) -> None:
     assert one[0].start_position > 0
     early = pieces(In(("partition",), (0,)), LessThan(("offset",), 50))
     assert len(early) == 1 and early[0].remote_metadata is not None and early[0].until_offset == 50
+    # a timestamp floor: the read starts at the first offset with a timestamp at or after it (partition 0's record
+    # i has timestamp T0 + 10 i), and segments wholly before it are not read
+    floor = datetime.datetime.fromtimestamp((T0 + 10 * (N - 100)) / 1000)
+    late = pieces(GreaterThanOrEqual(("timestamp",), floor), EqualTo(("partition",), 0))
+    assert len(late) == 1 and late[0].from_offset == N - 100 and late[0].local_path
 
 
 def test_nothing_on_executors_comes_from_driver_state(root: Path) -> None:
