@@ -240,7 +240,7 @@ class ArrowBatchBuilder:
         if base_offset < self.from_offset or last >= self.until_offset:
             self._partial = True
         codec = attributes & COMPRESSION_CODEC_MASK
-        body = view[RECORD_BATCH_OVERHEAD:]
+        body: bytes | memoryview = view[RECORD_BATCH_OVERHEAD:]
         if codec:
             body = CompressionType.from_id(codec).decompress(body)
         self._bodies.append(body)

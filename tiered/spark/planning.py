@@ -142,14 +142,14 @@ def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, b
     start, end = offset_range(log, topic, partition, opts, bounds)
     if start >= end:
         return []
-    base = {
+    base: dict[str, Any] = {
         "topic": topic, "partition": partition, "props": opts.props, "read_committed": opts.read_committed,
         "fail_on_data_loss": opts.fail_on_data_loss, "cache_dir": opts.cache_dir, "filters": bounds.filters,
         "timestamp_lo_ms": bounds.timestamp_lo_ms,
     }
     pieces: list[Piece] = []
     local_start = log.local_log_start_offset
-    rlm = log.remote_tier
+    rlm: Any = log.remote_tier  # tiered's RemoteLogManager (local only knows the RemoteTier protocol)
     aborted: list[tuple[int, int, int]] = []
     cursor = start
     if opts.tiers in ("both", "remote") and rlm is not None and getattr(rlm, "metadata", None) is not None:

@@ -143,8 +143,8 @@ def read_piece(piece: Piece) -> Iterator[pa.RecordBatch]:
             records.close_handlers()
     else:
         read, where, size = _remote_range_reader(piece)
-        end = piece.end_position if piece.end_position is not None else size
-        yield from _decode(piece, read, piece.start_position, end, where)
+        yield from _decode(piece, read, piece.start_position,
+                           piece.end_position if piece.end_position is not None else size, where)
 
 
 def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start: int, end: int | None,

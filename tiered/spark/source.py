@@ -109,7 +109,7 @@ class TieredFilteringReader(TieredReader):
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         for f in filters:
             op = _OPS.get(type(f))
-            attribute = getattr(f, "attribute", ())
+            attribute: tuple[str, ...] = getattr(f, "attribute", ())
             column = attribute[0] if len(attribute) == 1 else None
             if op is None or column not in _PUSHABLE:
                 yield f
