@@ -41,20 +41,50 @@ _managers_lock = threading.Lock()
 
 
 def remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
-    """The worker's RemoteLogManager for these properties (built once per process)."""
+    """The worker's RemoteLogManager for these properties (built once per process).
+
+    Built as ``RemoteLogManager.from_log_config`` builds it, but with the two caches placed for executors: the
+    segment chunk cache (``diskcache``, process-safe) in ``cache_dir`` itself, shared by every executor of the
+    machine; the index cache, which one process owns (it clears leftovers of its directory when it starts), in a
+    directory of this process under it, removed when the process exits."""
     key = (*sorted(props.items()), ("__cache_dir", cache_dir))
     with _managers_lock:
         rlm = _managers.get(key)
         if rlm is None:
-            from pathlib import Path
-
-            from local import LogConfig
-            from tiered.remote_log_manager import RemoteLogManager
-
-            os.makedirs(cache_dir, exist_ok=True)
-            rlm = RemoteLogManager.from_log_config(LogConfig.from_properties(props), cache_root=Path(cache_dir))
-            _managers[key] = rlm
+            rlm = _managers[key] = _build_remote_log_manager(props, cache_dir)
         return rlm
+
+
+def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from local import LogConfig
+    from tiered.backends import load_rsm
+    from tiered.cache.chunk_cache import ChunkCache
+    from tiered.cache.index_cache import RemoteIndexCache
+    from tiered.metadata import RemoteLogMetadataStore
+    from tiered.remote_log_manager import RemoteLogManager
+
+    config = LogConfig.from_properties(props)
+    root = Path(cache_dir)
+    (root / "index").mkdir(parents=True, exist_ok=True)
+    own = Path(tempfile.mkdtemp(prefix=f"worker-{os.getpid()}-", dir=root / "index"))
+    atexit.register(shutil.rmtree, own, True)
+    rsm = load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
+    index_cache = RemoteIndexCache(own, rsm.fetch_index, max_size_bytes=config.remote_log_index_file_cache_total_size_bytes)
+    chunk_cache = ChunkCache(
+        root / "remote-log-segment-cache",
+        chunk_size=config.remote_log_segment_cache_chunk_size_bytes,
+        size_limit=config.remote_log_segment_cache_total_size_bytes,
+        prefetch_chunks=config.remote_log_segment_cache_prefetch_chunks,
+    )
+    return RemoteLogManager(
+        rsm, RemoteLogMetadataStore.for_rsm(rsm), index_cache, chunk_cache=chunk_cache, broker_id=config.broker_id,
+        fetch_max_bytes_per_second=config.remote_log_manager_fetch_max_bytes_per_second,
+    )
 
 
 def _remote_range_reader(piece: Piece) -> tuple[Callable[[int, int], bytes | memoryview], str, int | None]:
