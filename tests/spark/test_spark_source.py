@@ -382,3 +382,40 @@ def test_export_to_json_lines_by_time(spark: Any, root: Path, tmp_path: Path) ->
 
 def _dt_iso(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat()
+
+
+# Streaming ------------------------------------------------------------------------------------------------------
+
+def _append(props: dict[str, str], topic: str, start: int, n: int) -> None:
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        for p in range(2):
+            log = m.get_or_create_log(topic, p)
+            for first in range(start, start + n, 50):
+                log.append(MemoryRecords.build([SimpleRecord(T0 + i, None, b"s%d-%d" % (p, i))
+                                                for i in range(first, first + 50)]))
+
+
+def test_streaming_restart_loses_and_repeats_nothing(spark: Any, tmp_path: Path) -> None:
+    props = {"log.dirs": str(tmp_path / "data")}
+    _append(props, "s", 0, 1000)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def run() -> Any:
+        stream = (spark.readStream.format("tiered").option("config.log.dirs", props["log.dirs"]).option("topics", "s")
+                  .option("maxOffsetsPerTrigger", "700").load().selectExpr("partition", "offset", "value"))
+        query = (stream.writeStream.format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(checkpoint)).trigger(processingTime="0 seconds").start())
+        try:
+            query.processAllAvailable()
+            return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        finally:
+            query.stop()
+
+    first = run()
+    assert sum(first) == 2000 and max(first) <= 700 and len(first) >= 3  # maxOffsetsPerTrigger held
+    _append(props, "s", 1000, 500)  # new records while the query is down
+    second = run()
+    assert sum(second) == 1000
+    rows = spark.read.parquet(str(out)).collect()
+    got = sorted((r["partition"], r["offset"], r["value"]) for r in rows)
+    assert got == [(p, i, b"s%d-%d" % (p, i)) for p in range(2) for i in range(1500)]

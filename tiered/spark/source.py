@@ -21,6 +21,7 @@ from typing import Any
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -30,6 +31,7 @@ from pyspark.sql.datasource import (
     LessThan,
     LessThanOrEqual,
 )
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
 from tiered.spark.arrow_records import SCHEMA_DDL
@@ -67,6 +69,9 @@ class TieredDataSource(DataSource):
         if str(options.get("filterPushdown", options.get("filterpushdown", "true"))).lower() == "false":
             return TieredReader(options)
         return TieredFilteringReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return TieredStreamReader(dict(self.options))
 
 
 def _literal(column: str, value: Any) -> int | None:
@@ -177,3 +182,101 @@ def _range(op: str, value: Any) -> tuple[int, int]:
     if op == "<":
         return -_INT_LIMIT, value
     return -_INT_LIMIT, value + 1
+
+
+# Streaming ------------------------------------------------------------------------------------------------------
+
+class TieredStreamReader(DataSourceStreamReader):
+    """``spark.readStream.format("tiered")``: tails the partitions of the topics.
+
+    Spark offsets are JSON per partition, ``{"topic": {"0": next offset, ...}}`` (exclusive ends, as Kafka's
+    source). ``latestOffset`` opens the data dirs read-only and takes each partition's high watermark (the last
+    stable offset under read_committed); a partition that appears later starts at its log start.
+    ``maxOffsetsPerTrigger`` caps the offsets of one micro-batch, shared among the partitions in proportion to
+    their lag. Each micro-batch is planned like a batch read of [start, end), so segments appended or offloaded
+    meanwhile are found; exactly-once comes from Spark's checkpoint of these offsets."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.opts = parse_options(options)
+        raw = {str(k).lower(): v for k, v in options.items()}
+        limit = raw.get("maxoffsetspertrigger")
+        self.max_offsets = int(limit) if limit is not None else None
+        if self.max_offsets is not None and self.max_offsets <= 0:
+            from tiered.spark.options import SparkSourceOptionError
+
+            raise SparkSourceOptionError(f"maxOffsetsPerTrigger={limit}: must be positive")
+
+    def _bounds(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """Per partition: (log start, end bound)."""
+        from tiered.spark.planning import open_read_only
+
+        out: dict[str, dict[str, tuple[int, int]]] = {}
+        with open_read_only(self.opts.props) as manager:
+            for topic, partition in sorted(manager.partitions()):
+                if not self.opts.topic_matches(topic):
+                    continue
+                log = manager.get_log(topic, partition)
+                if log is None:
+                    continue
+                end = log.last_stable_offset if self.opts.read_committed else log.high_watermark
+                out.setdefault(topic, {})[str(partition)] = (log.log_start_offset, end)
+        return out
+
+    def initialOffset(self) -> dict:
+        from tiered.spark.options import LATEST
+
+        out: dict[str, dict[str, int]] = {}
+        for topic, parts in self._bounds().items():
+            for p, (start, end) in parts.items():
+                spec = self.opts.starting
+                wanted = spec if isinstance(spec, int) else spec.get(topic, {}).get(int(p), -2)
+                out.setdefault(topic, {})[p] = end if wanted == LATEST else start if wanted < 0 else wanted
+        return out
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_offsets) if self.max_offsets is not None else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        bounds = self._bounds()
+        latest = {t: {p: end for p, (_s, end) in parts.items()} for t, parts in bounds.items()}
+        if not isinstance(limit, ReadMaxRows):
+            return latest
+        begin = {t: {p: (start or {}).get(t, {}).get(p, bounds[t][p][0]) for p in parts} for t, parts in latest.items()}
+        lags = {(t, p): max(0, latest[t][p] - begin[t][p]) for t in latest for p in latest[t]}
+        total = sum(lags.values())
+        if total <= limit.max_rows:
+            return latest
+        out: dict[str, dict[str, int]] = {}
+        budget = limit.max_rows
+        for (t, p), lag in sorted(lags.items()):
+            share = min(lag, max(1, lag * limit.max_rows // total)) if lag else 0
+            share = min(share, budget)
+            budget -= share
+            out.setdefault(t, {})[p] = begin[t][p] + share
+        return out
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        import copy
+
+        from tiered.spark.options import EARLIEST
+
+        opts = copy.copy(self.opts)
+        opts.starting = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in (start or {}).items()}
+        opts.ending = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in end.items()}
+        opts.starting_timestamp = opts.ending_timestamp = None
+        for t, parts in opts.ending.items():  # partitions new since the start begin at their log start
+            for p in parts:
+                opts.starting.setdefault(t, {}).setdefault(p, EARLIEST)
+        opts.topics = sorted(opts.ending)
+        opts.topic_pattern = None
+        pieces = plan(opts, Bounds())
+        return [TieredInputPartition(p) for p in pieces] or [TieredInputPartition(_EMPTY)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        piece = partition.piece  # type: ignore[attr-defined]
+        if piece.topic == "":
+            return iter(())
+        return read_piece(piece)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the source keeps no state between micro-batches."""
