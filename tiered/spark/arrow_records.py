@@ -58,14 +58,21 @@ CHUNK_RECORDS = 64 * 1024
 CHUNK_BYTES = 32 * 1024 * 1024
 
 
-def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int, strict: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Zigzag varints at every position of ``pos`` in ``arr``: (values, sizes in bytes). One longer than
-    ``max_bytes`` raises, or when not ``strict`` (a guess being checked) gets size -1."""
-    b = arr[pos].astype(np.uint64)
-    result = b & 0x7F
+def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int,
+             strict: bool = True) -> tuple[np.ndarray, np.ndarray | int]:
+    """Zigzag varints at every position of ``pos`` in ``arr``: (values, sizes in bytes; the int 1 when every one
+    is a single byte). One longer than ``max_bytes`` raises, or when not ``strict`` (a guess being checked) gets
+    size -1. 32-bit varints are assembled in int64, varlongs in uint64."""
+    b = arr[pos]
+    cont = np.flatnonzero(b & 0x80)
+    if not len(cont):
+        v = b.astype(np.int64)
+        return (v >> 1) ^ -(v & 1), 1
+    wide = max_bytes > 5
+    dtype = np.uint64 if wide else np.int64
+    result = (b & 0x7F).astype(dtype)
     size = np.ones(len(pos), np.int64)
-    cont = np.nonzero(b >= 0x80)[0]
-    shift = np.uint64(7)
+    shift = 7
     j = 1
     while len(cont):
         if j >= max_bytes:
@@ -73,13 +80,16 @@ def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int, strict: bool = Tr
                 size[cont] = -1
                 break
             raise CorruptRecordError(f"a varint of more than {max_bytes} bytes in a record at buffer position {int(pos[cont[0]])}")
-        b = arr[pos[cont] + j].astype(np.uint64)
-        result[cont] |= (b & np.uint64(0x7F)) << shift
+        bj = arr[pos[cont] + j]
+        result[cont] |= (bj & 0x7F).astype(dtype) << dtype(shift)
         size[cont] += 1
-        cont = cont[b >= 0x80]
-        shift += np.uint64(7)
+        cont = cont[bj >= 0x80]
+        shift += 7
         j += 1
-    value = (result >> np.uint64(1)).astype(np.int64) ^ -(result & np.uint64(1)).astype(np.int64)
+    if wide:
+        value = (result >> np.uint64(1)).astype(np.int64) ^ -(result & np.uint64(1)).astype(np.int64)
+    else:
+        value = (result >> 1) ^ -(result & 1)
     return value, size
 
 
