@@ -13,10 +13,13 @@ import platform
 import sys
 from pathlib import Path
 
+# Run only when named (``python -m bench spark``): they start a JVM and take minutes.
+OPT_IN = {"bench_spark"}
+
 
 def main(argv: list[str]) -> int:
     names = sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_"))
-    wanted = [n if n.startswith("bench_") else f"bench_{n}" for n in argv] or names
+    wanted = [n if n.startswith("bench_") else f"bench_{n}" for n in argv] or [n for n in names if n not in OPT_IN]
     unknown = sorted(set(wanted) - set(names))
     if unknown:
         print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(names)}", file=sys.stderr)

@@ -1,0 +1,204 @@
+"""The Spark source reading a topic's whole history from the remote tier, against Spark's own Parquet reader.
+
+``python -m bench spark`` (not part of the default ``python -m bench`` run: it starts a JVM). One partition of
+``BENCH_SPARK_RECORDS`` records (default 1,000,000) with 159-byte values is offloaded to the remote tier
+(local-directory backend, so the store costs little and the figure is the source's) and its local copies
+deleted; Spark on ``local[2]`` then reads it with ``tiers=remote`` into ``count(*), sum(length(value))`` with a
+cold cache (a new cache dir per run) and a warm one, and reads the same records from a Parquet file written by
+pyarrow into the same query. Target (issue 15): >= 0.5x Spark's Parquet reader. A third line reads the same
+number of rows of the same schema from a Python data source that builds its Arrow batches from numpy without
+decoding anything: the ceiling Spark's Python data source path sets for this schema on this machine (Spark cannot
+prune the eight columns the query does not use, while its Parquet reader reads only ``value``).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._util import best_of, report
+
+RECORDS = int(os.environ.get("BENCH_SPARK_RECORDS", "1000000"))
+VALUE_BYTES = 159
+BATCH = 500
+PARTITIONS = 2
+
+
+def _props(root: Path) -> dict[str, str]:
+    return {
+        "log.dirs": str(root / "data"),
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "local",
+        "rsm.config.dir": str(root / "remote"),
+        "log.segment.bytes": str(16 * 1024 * 1024),
+    }
+
+
+def _build(root: Path) -> int:
+    """The topic, offloaded; returns the number of records in the remote tier."""
+    from local import LogConfig, LogManager
+    from local.records import MemoryRecords, SimpleRecord
+
+    rnd = random.Random(15)
+    now = int(time.time() * 1000) - 3_600_000
+    with LogManager(LogConfig.from_properties(_props(root)), start_scheduler=False) as manager:
+        for p in range(PARTITIONS):
+            log = manager.get_or_create_log("bench", p, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+            per = RECORDS // PARTITIONS
+            for first in range(0, per, BATCH):
+                recs = [SimpleRecord(now + i, None, rnd.randbytes(VALUE_BYTES)) for i in range(first, min(first + BATCH, per))]
+                log.append(MemoryRecords.build(recs))
+            log.roll()
+        rlm = manager.remote_tier
+        assert rlm is not None
+        rlm.run_once(manager.all_logs())
+        manager.cleanup_logs()
+        remote = 0
+        for log in manager.all_logs():
+            segs = rlm.finished_segments(rlm.topic_id_partition(log))
+            remote += max(md.end_offset for md in segs) + 1
+            assert log.local_log_start_offset > 0
+    return remote
+
+
+def _parquet(root: Path, spark: Any, props: dict[str, str]) -> Path:
+    """The same records, in a Parquet file written by pyarrow (decoded by the source's own decoder on the driver)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import plan
+    from tiered.spark.reader import read_piece
+
+    opts = parse_options({**{f"config.{k}": v for k, v in props.items()}, "topics": "bench", "tiers": "remote",
+                          "cacheDir": str(root / "parquet-cache")})
+    path = root / "bench.parquet"
+    writer = None
+    for piece in plan(opts):
+        for rb in read_piece(piece):
+            table = pa.Table.from_batches([rb]).select(["key", "value", "topic", "partition", "offset", "timestamp"])
+            if writer is None:
+                writer = pq.ParquetWriter(str(path), table.schema)
+            writer.write_table(table)
+    assert writer is not None
+    writer.close()
+    return path
+
+
+def _ceiling_source(total: int) -> Any:
+    """A Python data source that yields Arrow batches of the source's schema built straight from numpy (nothing
+    decoded): what Spark's Python data source path itself allows for this schema, the ceiling of any decoder."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from tiered.spark.arrow_records import SCHEMA_DDL
+
+    class CeilingReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(12)]
+
+        def read(self, partition: InputPartition) -> Any:
+            import numpy as np
+            import pyarrow as pa
+
+            from tiered.spark.arrow_records import ARROW_SCHEMA, _empty_headers
+
+            per = total // 12 + (1 if partition.value < total % 12 else 0)
+            for k in range(0, per, 65536):
+                n = min(65536, per - k)
+                offsets = pa.py_buffer(np.arange(n + 1, dtype=np.int32) * VALUE_BYTES)
+                value = pa.Array.from_buffers(pa.binary(), n, [None, offsets, pa.py_buffer(np.random.bytes(VALUE_BYTES * n))])
+                yield pa.RecordBatch.from_arrays([
+                    pa.nulls(n, pa.binary()), value, pa.repeat(pa.scalar("bench"), n), pa.repeat(pa.scalar(0, pa.int32()), n),
+                    pa.array(np.arange(k, k + n)), pa.array(np.arange(k, k + n) * 1000).view(pa.timestamp("us", tz="UTC")),
+                    pa.repeat(pa.scalar(0, pa.int32()), n), _empty_headers(n), pa.repeat(pa.scalar(0, pa.int32()), n),
+                ], schema=ARROW_SCHEMA)
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "tiered_bench_ceiling"
+
+        def schema(self) -> str:
+            return SCHEMA_DDL
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return CeilingReader()
+
+    return CeilingSource
+
+
+def main() -> None:
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    root_path = Path(__file__).resolve().parent.parent
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(root_path), os.environ.get("PYTHONPATH", "")) if p)
+    import tiered.spark
+
+    root = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    try:
+        started = time.perf_counter()
+        total = _build(root)
+        print(f"# {total:,} records of {VALUE_BYTES} bytes in the remote tier ({time.perf_counter() - started:.1f} s to "
+              f"write and offload)", flush=True)
+        spark = tiered.spark.local_session("local[2]", "bench-spark", **{"spark.sql.session.timeZone": "UTC",
+                                                                         "spark.ui.showConsoleProgress": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            props = _props(root)
+            parquet = _parquet(root, spark, props)
+            query = ["count(*)", "sum(length(value))"]
+            expected = (total, total * VALUE_BYTES)
+
+            def source(cache: Path) -> Any:
+                return (spark.read.format("tiered").options(**{f"config.{k}": v for k, v in props.items()})
+                        .option("topics", "bench").option("tiers", "remote").option("cacheDir", str(cache)).load())
+
+            def parquet_run() -> None:
+                assert tuple(spark.read.parquet(str(parquet)).selectExpr(*query).first()) == expected
+
+            colds = iter(range(1000))
+
+            def cold_run() -> None:
+                assert tuple(source(root / f"cold-{next(colds)}").selectExpr(*query).first()) == expected
+
+            def warm_run() -> None:
+                assert tuple(source(root / "warm").selectExpr(*query).first()) == expected
+
+            def warm_count() -> None:
+                assert source(root / "warm").count() == total
+
+            parquet_run()  # JVM and Python workers warmed up
+            warm_run()  # fills the warm cache
+            parquet_s = best_of(parquet_run, 3)
+            cold_s = best_of(cold_run, 2)
+            warm_s = best_of(warm_run, 3)
+            count_s = best_of(warm_count, 2)
+            report("remote tier, cold cache, count+sum(length(value))", total / cold_s, total / parquet_s, "records/s",
+                   "Spark Parquet", 0.5)
+            report("remote tier, warm cache, count+sum(length(value))", total / warm_s, total / parquet_s, "records/s",
+                   "Spark Parquet", 0.5)
+            spark.dataSource.register(_ceiling_source(total))
+
+            def ceiling_run() -> None:
+                assert spark.read.format("tiered_bench_ceiling").load().selectExpr(*query).first()[0] == total
+
+            ceiling_run()
+            ceiling_s = best_of(ceiling_run, 3)
+            report("Python data source ceiling (same schema, Arrow built from numpy, nothing decoded)",
+                   total / ceiling_s, total / parquet_s, "records/s", "Spark Parquet", None)
+            report("remote tier, warm cache, count()", total / count_s, total / parquet_s, "records/s",
+                   "Spark Parquet count+sum", None)
+        finally:
+            spark.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

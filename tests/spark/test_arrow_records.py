@@ -1,0 +1,96 @@
+"""The Arrow decoder of the Spark source against the record codec's own ``batch.records()`` (no Spark needed)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from local.errors import CorruptRecordError
+from local.records import CompressionType, MemoryRecords, SimpleRecord
+from local.records.legacy import build_legacy_message
+from tiered.spark.arrow_records import ArrowBatchBuilder, batches_to_table
+
+T0 = 1_700_000_000_000
+
+records = st.lists(
+    st.builds(
+        lambda ts, key, value, headers: SimpleRecord(T0 + ts, key, value, headers=headers),
+        st.integers(-10**6, 10**9),
+        st.none() | st.binary(max_size=40),
+        st.none() | st.binary(max_size=300),
+        st.lists(st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=5)), max_size=2),
+    ),
+    min_size=1, max_size=40,
+)
+
+
+def _expected(bufs: list[bytes], lo: int = 0, hi: int = 2**63 - 1) -> list[tuple[object, ...]]:
+    out = []
+    for buf in bufs:
+        for batch in MemoryRecords(buf).batches():
+            if batch.is_control_batch:
+                continue
+            epoch = batch.partition_leader_epoch
+            for r in batch.records():
+                if lo <= r.offset < hi:
+                    out.append((r.offset, r.timestamp, r.key, r.value, list(r.headers), epoch if epoch >= 0 else None))
+    return out
+
+
+def _got(bufs: list[bytes], lo: int = 0, hi: int = 2**63 - 1) -> list[tuple[object, ...]]:
+    builder = ArrowBatchBuilder("t", 3, lo, hi)
+    batches = [rb for b in bufs for rb in builder.add(b)] + builder.flush()
+    out = []
+    for rb in batches:
+        for row in rb.to_pylist():
+            ts = row["timestamp"]
+            ms = None if ts is None else round(ts.timestamp() * 1000)
+            out.append((row["offset"], ms, row["key"], row["value"], [(h["key"], h["value"]) for h in row["headers"]],
+                        row["leaderEpoch"]))
+            assert row["topic"] == "t" and row["partition"] == 3
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.tuples(records, st.sampled_from(list(CompressionType))), min_size=1, max_size=5),
+       window=st.tuples(st.integers(0, 100), st.integers(0, 200)))
+def test_arrow_decoding_matches_the_record_codec(batches: list[tuple[list[SimpleRecord], CompressionType]],
+                                                 window: tuple[int, int]) -> None:
+    bufs, offset = [], 0
+    for recs, codec in batches:
+        bufs.append(bytes(MemoryRecords.build(recs, codec, base_offset=offset, partition_leader_epoch=offset % 3 - 1)))
+        offset += len(recs)
+    assert _got(bufs) == _expected(bufs)
+    lo, hi = window
+    assert _got(bufs, lo, hi) == _expected(bufs, lo, hi)
+
+
+def test_uniform_records_and_log_append_time() -> None:
+    recs = [SimpleRecord(T0 + i, None, b"%05d" % i) for i in range(1000)]
+    bufs = [bytes(MemoryRecords.build(recs, base_offset=0)),
+            bytes(MemoryRecords.build(recs[:10], base_offset=1000, log_append_time=T0 + 99))]
+    table = batches_to_table("t", 0, bufs)
+    assert table.column("offset").to_pylist() == list(range(1010))
+    assert table.column("timestampType").to_pylist() == [0] * 1000 + [1] * 10
+    assert _got(bufs) == _expected(bufs)
+
+
+def test_control_batches_are_dropped_and_legacy_messages_read() -> None:
+    bufs = [build_legacy_message(0, b"k", b"v", magic=0), build_legacy_message(1, None, None, magic=1, timestamp=T0),
+            bytes(MemoryRecords.build([SimpleRecord(T0, b"a", b"b")], base_offset=2, producer_id=7, producer_epoch=0,
+                                      base_sequence=0, is_transactional=True)),
+            bytes(MemoryRecords.end_transaction_marker(7, 0, commit=True, base_offset=3))]
+    table = batches_to_table("t", 0, bufs)
+    assert table.column("offset").to_pylist() == [0, 1, 2]
+    assert table.column("key").to_pylist() == [b"k", None, b"a"]
+    assert table.column("value").to_pylist() == [b"v", None, b"b"]
+    assert table.column("timestampType").to_pylist() == [-1, 0, 0]
+
+
+@pytest.mark.parametrize("where", [30, 61, -3])
+def test_a_damaged_batch_raises_with_its_offset(where: int) -> None:
+    buf = bytearray(bytes(MemoryRecords.build([SimpleRecord(T0, b"k%d" % i, b"v" * 50) for i in range(20)], base_offset=40)))
+    buf[where] ^= 0x01
+    with pytest.raises(CorruptRecordError, match="offset 40"):
+        batches_to_table("t", 0, [bytes(buf)])

@@ -1,0 +1,421 @@
+"""The ``tiered`` Spark source against the engine's own reads, on a real local[2] Spark.
+
+One data dir: topic ``t`` (2 partitions) spread over the remote tier (local-directory backend) and local
+segments, topic ``codecs`` (every codec, headers, null keys and values), topic ``txn`` (committed and aborted
+transactions). A second dir holds a segment that starts with legacy v0/v1 messages. The oracle is the engine:
+``Log.read`` through a read-only LogManager, with the consumer's aborted-transaction rule
+(``tiered.commands.consume._records``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from local import LogConfig, LogManager
+from local.fetch import FetchIsolation
+from local.records import CompressionType, MemoryRecords, SimpleRecord
+from local.records.legacy import build_legacy_message
+from tiered.commands.consume import _records
+
+pytestmark = pytest.mark.integration
+
+MIB = 1024 * 1024
+T0 = int(time.time() * 1000) - 3_600_000  # recent: remote retention must not expire the data
+N = 24_000  # records per partition of topic t: 3+ segments of 1 MiB each
+COLUMNS = ("partition, offset, key, value, unix_millis(timestamp) AS ts, timestampType, headers, leaderEpoch")
+
+
+def _props(root: Path) -> dict[str, str]:
+    return {
+        "log.dirs": str(root / "data"),
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "local",
+        "rsm.config.dir": str(root / "remote"),
+        "log.segment.bytes": str(MIB),
+    }
+
+
+def _value(i: int) -> bytes:
+    return b"value-%08d-" % i + b"x" * (60 + i % 97)
+
+
+def _build(root: Path) -> None:
+    with LogManager(LogConfig.from_properties(_props(root)), start_scheduler=False) as m:
+        for p in range(2):
+            log = m.get_or_create_log("t", p, {"remote.storage.enable": "true", "local.retention.bytes": str(MIB)})
+            for first in range(0, N, 200):
+                recs = [SimpleRecord(T0 + i * 10 + p, None if i % 7 == 0 else b"k%d" % i, _value(i),
+                                     headers=[("h", b"%d" % i)] if i % 13 == 0 else [])
+                        for i in range(first, first + 200)]
+                log.append(MemoryRecords.build(recs, CompressionType.LZ4 if first % 1000 == 0 else CompressionType.NONE))
+        log = m.get_or_create_log("codecs", 0)
+        i = 0
+        for codec in CompressionType:
+            for size in (1, 5, 300):
+                recs = []
+                for _ in range(size):
+                    key = None if i % 3 == 0 else b"key-%d" % i
+                    value = None if i % 5 == 0 else (b"%d" % i) * (i % 40)
+                    headers = [("a", b"1"), ("b", None), ("ü", b"\x00\xff")] if i % 4 == 0 else []
+                    recs.append(SimpleRecord(T0 + i, key, value, headers=headers))
+                    i += 1
+                log.append(MemoryRecords.build(recs, codec))
+        log = m.get_or_create_log("txn", 0)
+        for round_ in range(6):
+            pid, commit = 100 + round_, round_ % 2 == 0
+            for seq in range(3):
+                recs = [SimpleRecord(T0 + round_ * 100 + seq * 10 + j, b"p%d" % pid, b"r%d-%d-%d" % (round_, seq, j))
+                        for j in range(4)]
+                log.append(MemoryRecords.build(recs, producer_id=pid, producer_epoch=0, base_sequence=seq * 4,
+                                               is_transactional=True))
+                log.append(MemoryRecords.build([SimpleRecord(T0, None, b"plain-%d-%d" % (round_, seq))]))
+            log.append(MemoryRecords.end_transaction_marker(pid, 0, commit=commit))
+        rlm = m.remote_tier
+        assert rlm is not None
+        rlm.run_once(m.all_logs())
+        m.cleanup_logs()
+        t0 = m.get_log("t", 0)
+        assert t0 is not None and t0.log_start_offset == 0 < t0.local_log_start_offset < N
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("spark-data")
+    _build(root)
+    return root
+
+
+def _options(root: Path, **extra: str) -> dict[str, str]:
+    opts = {f"config.{k}": v for k, v in _props(root).items()}
+    opts["cacheDir"] = str(root / "cache")
+    opts.update(extra)
+    return opts
+
+
+def _load(spark: Any, root: Path, **extra: str) -> Any:
+    return spark.read.format("tiered").options(**_options(root, **extra)).load()
+
+
+def _spark_rows(df: Any, where: str | None = None) -> list[tuple[Any, ...]]:
+    df = df.selectExpr(*[c.strip() for c in COLUMNS.split(",")])
+    if where:
+        df = df.where(where)
+    out = []
+    for r in df.collect():
+        headers = tuple((h["key"], h["value"]) for h in r["headers"])
+        out.append((r["partition"], r["offset"], r["key"], r["value"], r["ts"], r["timestampType"], headers,
+                    r["leaderEpoch"]))
+    return sorted(out, key=lambda t: (t[0], t[1]))
+
+
+def _engine_rows(root: Path, topic: str, isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
+                 data_dir: str = "data", props: dict[str, str] | None = None) -> list[tuple[Any, ...]]:
+    props = props or _props(root)
+    out = []
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False, read_only=True) as m:
+        for t, p in m.partitions():
+            if t != topic:
+                continue
+            log = m.get_log(t, p)
+            assert log is not None
+            for batch, rec in _records(log, log.log_start_offset, isolation):
+                epoch = batch.partition_leader_epoch
+                ts_type = int(batch.timestamp_type) if batch.magic == 2 else (
+                    -1 if batch.magic == 0 else int(batch.timestamp_type))
+                out.append((p, rec.offset, rec.key, rec.value, rec.timestamp if rec.timestamp >= 0 else None, ts_type,
+                            tuple(rec.headers), epoch if epoch >= 0 else None))
+    return sorted(out, key=lambda t: (t[0], t[1]))
+
+
+def _remote_object(root: Path, suffix: str = ".log") -> Path:
+    return sorted(p for p in (root / "remote").rglob(f"*{suffix}") if "/t-" in p.as_posix())[0]
+
+
+# ------------------------------------------------------------------------------------------------------------
+
+def test_both_tiers_match_the_engine_and_tiers_select_each(spark: Any, root: Path) -> None:
+    expected = _engine_rows(root, "t")
+    assert len(expected) == 2 * N
+    df = _load(spark, root, topics="t")
+    assert df.schema.simpleString() == (
+        "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,timestamp:timestamp,"
+        "timestampType:int,headers:array<struct<key:string,value:binary>>,leaderEpoch:int>")
+    assert _spark_rows(df) == expected
+    with LogManager(LogConfig.from_properties(_props(root)), start_scheduler=False, read_only=True) as m:
+        log = m.get_log("t", 0)
+        assert log is not None
+        local_start = log.local_log_start_offset
+        rlm = log.remote_tier
+        assert rlm is not None
+        remote_end = max(md.end_offset for md in rlm.finished_segments(rlm.topic_id_partition(log)))
+    assert 0 < local_start <= remote_end + 1
+    counts = {r["partition"]: (r["n"], r["lo"], r["hi"]) for r in _load(spark, root, topics="t", tiers="remote")
+              .groupBy("partition").agg({"offset": "min"}).withColumnRenamed("min(offset)", "lo")
+              .join(_load(spark, root, topics="t", tiers="remote").groupBy("partition")
+                    .agg({"offset": "max", "*": "count"}).withColumnRenamed("max(offset)", "hi")
+                    .withColumnRenamed("count(1)", "n"), "partition").collect()}
+    assert counts[0] == (remote_end + 1, 0, remote_end)
+    local = _load(spark, root, topics="t", tiers="local").where("partition = 0")
+    assert local.selectExpr("min(offset)", "max(offset)", "count(*)").first() == (local_start, N - 1, N - local_start)
+
+
+def test_small_pieces_split_at_batch_boundaries_read_the_same(spark: Any, root: Path) -> None:
+    whole = _load(spark, root, topics="t")
+    split = _load(spark, root, topics="t", maxBytesPerPartition="65536")
+    assert split.rdd.getNumPartitions() > 4 * whole.rdd.getNumPartitions()
+    agg = ["count(*)", "sum(offset)", "sum(length(value))", "sum(crc32(value))", "sum(crc32(coalesce(key, X'00')))"]
+    assert split.selectExpr(*agg).first() == whole.selectExpr(*agg).first()
+    assert split.selectExpr("count(DISTINCT partition, offset)").first()[0] == 2 * N
+
+
+def test_every_codec_headers_and_nulls(spark: Any, root: Path) -> None:
+    expected = _engine_rows(root, "codecs")
+    assert len(expected) == len(CompressionType) * 306
+    assert any(r[2] is None for r in expected) and any(r[3] is None for r in expected)
+    assert any(len(r[6]) == 3 for r in expected)
+    assert _spark_rows(_load(spark, root, topics="codecs")) == expected
+
+
+def test_legacy_v0_v1_messages(spark: Any, tmp_path: Path) -> None:
+    d = tmp_path / "data" / "legacy-0"
+    d.mkdir(parents=True)
+    inner = build_legacy_message(0, b"i0", b"inner0", magic=1, timestamp=T0) + build_legacy_message(
+        1, None, b"inner1", magic=1, timestamp=T0 + 1)
+    wrapper = build_legacy_message(3, None, CompressionType.GZIP.compress(inner), magic=1, timestamp=T0 + 1,
+                                   attributes=int(CompressionType.GZIP))
+    data = (build_legacy_message(0, b"k0", b"v0", magic=0) + build_legacy_message(1, None, b"v1", magic=1, timestamp=T0)
+            + wrapper + bytes(MemoryRecords.build([SimpleRecord(T0 + 5, b"k4", None)], base_offset=4)))
+    (d / "00000000000000000000.log").write_bytes(data)
+    props = {"log.dirs": str(tmp_path / "data")}
+    expected = _engine_rows(tmp_path, "legacy", props=props)
+    assert [r[1] for r in expected] == [0, 1, 2, 3, 4]
+    df = spark.read.format("tiered").option("config.log.dirs", props["log.dirs"]).option("topics", "legacy").load()
+    assert _spark_rows(df) == expected
+
+
+def test_read_committed_drops_aborted_and_control_batches(spark: Any, root: Path) -> None:
+    committed = _engine_rows(root, "txn", FetchIsolation.TXN_COMMITTED)
+    uncommitted = _engine_rows(root, "txn")
+    values = [r[3] for r in committed]
+    assert any(v.startswith(b"r0-") for v in values) and not any(v.startswith(b"r1-") for v in values)
+    assert sum(v.startswith(b"plain") for v in values) == 18
+    assert len(uncommitted) == 6 * (12 + 3)  # every data record, no control record
+    assert _spark_rows(_load(spark, root, topics="txn", isolationLevel="read_committed")) == committed
+    assert _spark_rows(_load(spark, root, topics="txn")) == uncommitted
+
+
+def test_starting_and_ending_offsets_and_timestamps(spark: Any, root: Path) -> None:
+    expected = _engine_rows(root, "t")
+    df = _load(spark, root, topics="t", startingOffsets='{"t":{"0":100,"1":-2}}', endingOffsets='{"t":{"0":20000,"1":7}}')
+    got = _spark_rows(df)
+    assert got == [r for r in expected if (r[0] == 0 and 100 <= r[1] < 20000) or (r[0] == 1 and r[1] < 7)]
+    df = _load(spark, root, topics="t", startingTimestamp=str(T0 + 5000 * 10), endingTimestamp=str(T0 + 6000 * 10))
+    got = _spark_rows(df)
+    assert got == [r for r in expected if 5000 <= r[1] < 6000]
+    with pytest.raises(Exception, match="endingOffsets=earliest"):
+        _load(spark, root, topics="t", endingOffsets="earliest").count()
+
+
+def test_a_corrupt_remote_object_fails_the_job_with_the_projects_error(spark: Any, root: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "data", copy / "data")
+    shutil.copytree(root / "remote", copy / "remote")
+    obj = _remote_object(copy)
+    raw = bytearray(obj.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    obj.write_bytes(bytes(raw))
+    with pytest.raises(Exception, match=r"CorruptRecordError: remote segment .* is corrupt"):
+        _load(spark, copy, topics="t").count()
+
+
+def test_offsets_deleted_by_retention_are_data_loss_unless_told_otherwise(spark: Any, root: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "data", copy / "data")
+    shutil.copytree(root / "remote", copy / "remote")
+    with LogManager(LogConfig.from_properties(_props(copy)), start_scheduler=False) as m:
+        log = m.get_log("codecs", 0)
+        assert log is not None
+        log.delete_records(100)
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        _load(spark, copy, topics="codecs", startingOffsets='{"codecs":{"0":0}}').count()
+    df = _load(spark, copy, topics="codecs", startingOffsets='{"codecs":{"0":0}}', failOnDataLoss="false")
+    assert df.selectExpr("min(offset)", "count(*)").first() == (100, len(CompressionType) * 306 - 100)
+
+
+def test_a_segment_file_gone_since_planning_is_data_loss(root: Path, tmp_path: Path) -> None:
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import SparkSourceDataLossError, plan
+    from tiered.spark.reader import read_piece
+
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "data", copy / "data")
+    shutil.copytree(root / "remote", copy / "remote")
+    piece = next(p for p in plan(parse_options(_options(copy, topics="t"))) if p.local_path is not None)
+    assert sum(b.num_rows for b in read_piece(piece)) > 0
+    os.unlink(piece.local_path)  # type: ignore[arg-type]
+    with pytest.raises(SparkSourceDataLossError, match="failOnDataLoss=false"):
+        list(read_piece(piece))
+    piece.fail_on_data_loss = False
+    assert list(read_piece(piece)) == []
+
+
+# Filter pushdown ---------------------------------------------------------------------------------------------
+
+def _predicates() -> st.SearchStrategy[str]:
+    ops = st.sampled_from(["=", "<", "<=", ">", ">="])
+    partition = st.builds(lambda op, v: f"partition {op} {v}", ops, st.integers(-1, 2))
+    offset = st.builds(lambda op, v: f"offset {op} {v}", ops, st.integers(-5, N + 5))
+    offsets_in = st.builds(lambda vs: f"offset IN ({', '.join(map(str, vs))})",
+                           st.lists(st.integers(0, N), min_size=1, max_size=4))
+    stamp = st.builds(lambda op, i: f"timestamp {op} timestamp_millis({T0 + i})", ops, st.integers(-10, N * 10 + 10))
+    return st.lists(st.one_of(partition, offset, offsets_in, stamp), min_size=1, max_size=3).map(" AND ".join)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(where=_predicates())
+def test_pushdown_gives_the_same_rows_as_spark_filtering(spark: Any, root: Path, where: str) -> None:
+    agg = ["count(*)", "sum(offset)", "sum(crc32(value))", "sum(partition)"]
+    pushed = _load(spark, root, topics="t").where(where).selectExpr(*agg).first()
+    plain = _load(spark, root, topics="t", filterPushdown="false").where(where).selectExpr(*agg).first()
+    assert pushed == plain
+
+
+def test_pushdown_prunes_segments_and_starts_at_the_offset(root: Path) -> None:
+    from pyspark.sql.datasource import EqualTo, GreaterThanOrEqual, In, LessThan
+
+    from tiered.spark.source import TieredFilteringReader
+
+    def pieces(*filters: Any) -> list[Any]:
+        reader = TieredFilteringReader(_options(root, topics="t"))
+        rest = list(reader.pushFilters(list(filters)))
+        assert rest == []
+        return [p.piece for p in reader.partitions()]
+
+    everything = pieces()
+    assert {p.partition for p in everything} == {0, 1}
+    one = pieces(EqualTo(("partition",), 1), GreaterThanOrEqual(("offset",), N - 10))
+    assert len(one) == 1 and one[0].partition == 1 and one[0].from_offset == N - 10 and one[0].local_path
+    assert one[0].start_position > 0
+    early = pieces(In(("partition",), (0,)), LessThan(("offset",), 50))
+    assert len(early) == 1 and early[0].remote_metadata is not None and early[0].until_offset == 50
+    # a timestamp floor: the read starts at the first offset with a timestamp at or after it (partition 0's record
+    # i has timestamp T0 + 10 i), and segments wholly before it are not read
+    floor = datetime.datetime.fromtimestamp((T0 + 10 * (N - 100)) / 1000)
+    late = pieces(GreaterThanOrEqual(("timestamp",), floor), EqualTo(("partition",), 0))
+    assert len(late) == 1 and late[0].from_offset == N - 100 and late[0].local_path
+
+
+def test_nothing_on_executors_comes_from_driver_state(root: Path) -> None:
+    """Each piece pickles to bytes holding its properties and segment identity; reading it in a fresh process
+    (another interpreter, another cache dir) gives the records."""
+    import pickle
+    import subprocess
+    import sys
+
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import plan
+
+    pieces = plan(parse_options(_options(root, topics="t", cacheDir=str(root / "other-cache"))))
+    remote = next(p for p in pieces if p.remote_metadata is not None)
+    blob = pickle.dumps(remote)
+    code = ("import pickle, sys; from tiered.spark.reader import read_piece; "
+            "p = pickle.loads(sys.stdin.buffer.read()); print(sum(b.num_rows for b in read_piece(p)))")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, check=True, env=env)
+    assert int(out.stdout) == remote.until_offset - remote.from_offset
+
+
+# tiered export --------------------------------------------------------------------------------------------------
+
+def test_export_to_parquet_read_back_by_spark_and_pyarrow(spark: Any, root: Path, tmp_path: Path) -> None:
+    import pyarrow.dataset as ds
+
+    from tiered.cli import main
+
+    props = tmp_path / "broker.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in _props(root).items()))
+    out = tmp_path / "export"
+    assert main(["export", "--config", str(props), "--topic", "t", "--from", "10", "--to", "20010",
+                 "--format", "parquet", str(out)]) == 0
+    expected = [r for r in _engine_rows(root, "t") if 10 <= r[1] < 20010]
+    parts = sorted(p.name for p in out.iterdir() if p.is_dir())
+    assert parts == ["partition=0", "partition=1"]
+    assert all(d.name.startswith("date=") for d in (out / "partition=0").iterdir())
+    # pyarrow, reading the hive-partitioned files on its own
+    table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
+    assert table.num_rows == len(expected)
+    got = sorted(zip(table.column("partition").to_pylist(), table.column("offset").to_pylist(),
+                     table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
+    assert got == sorted((r[0], r[1], r[2], r[3]) for r in expected)
+    # Spark's own Parquet reader
+    back = spark.read.parquet(str(out))
+    assert back.count() == len(expected)
+    assert back.selectExpr("min(offset)", "max(offset)").first() == (10, 20009)
+    assert main(["export", "--config", str(props), "--topic", "t", "--format", "parquet", str(out)]) != 0  # exists
+
+
+def test_export_to_json_lines_by_time(spark: Any, root: Path, tmp_path: Path) -> None:
+    import base64
+    import json
+
+    from tiered.cli import main
+
+    out = tmp_path / "jsonl"
+    frm = _dt_iso(T0 + 10 * 100)
+    overrides = [arg for k, v in _props(root).items() if k != "log.dirs" for arg in ("-o", f"{k}={v}")]
+    assert main(["export", "--log-dirs", str(root / "data"), *overrides,
+                 "--topic", "t", "--from", frm, "--to", f"@{T0 + 10 * 200}", "--format", "jsonl", str(out)]) == 0
+    rows = [json.loads(line) for f in sorted(out.glob("part-*")) for line in f.read_text().splitlines()]
+    expected = [r for r in _engine_rows(root, "t") if T0 + 1000 <= r[4] < T0 + 2000]
+    assert sorted((r["partition"], r["offset"], base64.b64decode(r["value"])) for r in rows) == sorted(
+        (r[0], r[1], r[3]) for r in expected)
+
+
+def _dt_iso(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat()
+
+
+# Streaming ------------------------------------------------------------------------------------------------------
+
+def _append(props: dict[str, str], topic: str, start: int, n: int) -> None:
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        for p in range(2):
+            log = m.get_or_create_log(topic, p)
+            for first in range(start, start + n, 50):
+                log.append(MemoryRecords.build([SimpleRecord(T0 + i, None, b"s%d-%d" % (p, i))
+                                                for i in range(first, first + 50)]))
+
+
+def test_streaming_restart_loses_and_repeats_nothing(spark: Any, tmp_path: Path) -> None:
+    props = {"log.dirs": str(tmp_path / "data")}
+    _append(props, "s", 0, 1000)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def run() -> Any:
+        stream = (spark.readStream.format("tiered").option("config.log.dirs", props["log.dirs"]).option("topics", "s")
+                  .option("maxOffsetsPerTrigger", "700").load().selectExpr("partition", "offset", "value"))
+        query = (stream.writeStream.format("parquet").option("path", str(out))
+                 .option("checkpointLocation", str(checkpoint)).trigger(processingTime="0 seconds").start())
+        try:
+            query.processAllAvailable()
+            return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        finally:
+            query.stop()
+
+    first = run()
+    assert sum(first) == 2000 and max(first) <= 700 and len(first) >= 3  # maxOffsetsPerTrigger held
+    _append(props, "s", 1000, 500)  # new records while the query is down
+    second = run()
+    assert sum(second) == 1000
+    rows = spark.read.parquet(str(out)).collect()
+    got = sorted((r["partition"], r["offset"], r["value"]) for r in rows)
+    assert got == [(p, i, b"s%d-%d" % (p, i)) for p in range(2) for i in range(1500)]

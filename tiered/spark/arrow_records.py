@@ -1,0 +1,425 @@
+"""Record batches decoded straight into Arrow: the hot path of the Spark source.
+
+:class:`ArrowBatchBuilder` takes whole Kafka batches (v2, or legacy v0/v1 on a slower path) and returns
+``pyarrow.RecordBatch``es in the source's schema (:data:`ARROW_SCHEMA`). A v2 batch is CRC-checked and its body
+decompressed once; the bodies of many batches are concatenated into one buffer and their records are walked in
+bulk: the record starts are found by guessing a uniform record size and checking the guess with numpy (exact: the
+chain of lengths is verified), falling back to a loop that reads only each record's length. Every other field
+(timestamp and offset deltas, key and value lengths) is decoded with vectorised varint reads over all records at
+once, and keys and values are cut out of the buffer by Arrow itself (an offsets buffer over the concatenated
+bodies, then a ``take`` of every other slice): no Python object is made per record. Records with headers are the
+exception (rare): their headers are parsed record by record.
+
+Control batches never reach the output (a Kafka consumer never returns them); which transactional batches are
+aborted is the caller's business (:mod:`tiered.spark.reader`). Errors: :class:`local.errors.CorruptRecordError`
+for a bad CRC or a record that does not fit its batch, with the batch's offset; the caller adds where it was read.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import crc32c
+import numpy as np
+import pyarrow as pa
+
+from local.errors import CorruptRecordError
+from local.records.batch import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER,
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+)
+from local.records.compression import CompressionType
+from local.records.legacy import LegacyRecordBatch
+from local.records.varint import decode_varint
+
+HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+ARROW_SCHEMA = pa.schema([
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestampType", pa.int32()),
+    pa.field("headers", pa.list_(HEADER_TYPE)),
+    pa.field("leaderEpoch", pa.int32()),
+])
+SCHEMA_DDL = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int, "
+    "headers array<struct<key:string,value:binary>>, leaderEpoch int"
+)
+_PAD = bytes(16)  # a varint read near the end of the buffer never indexes past it
+CHUNK_RECORDS = 64 * 1024
+CHUNK_BYTES = 32 * 1024 * 1024
+
+
+def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int,
+             strict: bool = True) -> tuple[np.ndarray, np.ndarray | int]:
+    """Zigzag varints at every position of ``pos`` in ``arr``: (values, sizes in bytes; the int 1 when every one
+    is a single byte). One longer than ``max_bytes`` raises, or when not ``strict`` (a guess being checked) gets
+    size -1. 32-bit varints are assembled in int64, varlongs in uint64."""
+    b = arr[pos]
+    cont = np.flatnonzero(b & 0x80)
+    if not len(cont):
+        v = b.astype(np.int64)
+        return (v >> 1) ^ -(v & 1), 1
+    wide = max_bytes > 5
+    dtype = np.uint64 if wide else np.int64
+    result = (b & 0x7F).astype(dtype)
+    size = np.ones(len(pos), np.int64)
+    shift = 7
+    j = 1
+    while len(cont):
+        if j >= max_bytes:
+            if not strict:
+                size[cont] = -1
+                break
+            raise CorruptRecordError(f"a varint of more than {max_bytes} bytes in a record at buffer position {int(pos[cont[0]])}")
+        bj = arr[pos[cont] + j]
+        result[cont] |= (bj & 0x7F).astype(dtype) << dtype(shift)
+        size[cont] += 1
+        cont = cont[bj >= 0x80]
+        shift += 7
+        j += 1
+    if wide:
+        value = (result >> np.uint64(1)).astype(np.int64) ^ -(result & np.uint64(1)).astype(np.int64)
+    else:
+        value = (result >> 1) ^ -(result & 1)
+    return value, size
+
+
+def _walk_lengths(data: bytes, start: int, end: int, count: int, base_offset: int) -> list[int]:
+    """Positions of the ``count`` records of a batch body in ``data[start:end]``, by reading their lengths only
+    (one- and two-byte lengths inline: records under 8 KiB)."""
+    try:
+        return _walk(data, start, end, count, base_offset)
+    except IndexError:
+        raise CorruptRecordError(f"batch at offset {base_offset}: its records run past its end", offset=base_offset) from None
+
+
+def _walk(data: bytes, start: int, end: int, count: int, base_offset: int) -> list[int]:
+    out = [0] * count
+    pos = start
+    for i in range(count):
+        out[i] = pos
+        b = data[pos]
+        if b < 0x80:
+            pos += 1 + (b >> 1)
+            continue
+        b2 = data[pos + 1]
+        if b2 < 0x80:
+            pos += 2 + (((b & 0x7F) | (b2 << 7)) >> 1)
+            continue
+        value, nxt = decode_varint(data, pos)
+        if value < 0:
+            raise CorruptRecordError(f"record of negative length in the batch at offset {base_offset}", offset=base_offset)
+        pos = nxt + value
+        if pos > end:
+            raise CorruptRecordError(f"batch at offset {base_offset}: record {i} runs past the batch", offset=base_offset)
+    return out
+
+
+_GUESS_MIN_RUN = 8
+
+
+def _record_starts(data: bytes, arr: np.ndarray, start: int, end: int, count: int, base_offset: int,
+                   out: np.ndarray) -> None:
+    """Fill ``out`` with the positions of a batch body's ``count`` records.
+
+    Guess that the records from here on have the size of the current one, and check the guess for all of them at
+    once (the length read at each guessed start must lead to the next guessed start): the verified prefix of the
+    chain is exact. Where a guess fails early (records of varied sizes), walk the next records one by one,
+    doubling the walk each time guessing keeps failing. ``_decode`` checks the chain again in full."""
+    i = 0
+    pos = start
+    walk = 16
+    while i < count:
+        remaining = count - i
+        if remaining >= _GUESS_MIN_RUN and pos < end:
+            length, nxt = decode_varint(data, pos)
+            stride = nxt - pos + length
+            if stride > 0:
+                m = min(remaining, max(1, (end - pos) // stride))
+                cand = pos + stride * np.arange(m, dtype=np.int64)
+                lens, sizes = _varints(arr, cand, 5, strict=False)
+                ok = (sizes + lens == stride) & (sizes > 0)
+                run = m if ok.all() else int(np.argmin(ok))
+                if run >= _GUESS_MIN_RUN or run == remaining:
+                    out[i:i + run] = cand[:run]
+                    i += run
+                    pos += stride * run
+                    walk = 16
+                    continue
+        w = min(walk, remaining)
+        got = _walk_lengths(data, pos, end, w + 1 if w < remaining else w, base_offset)
+        out[i:i + w] = got[:w]
+        i += w
+        if i < count:
+            pos = got[w]
+        walk = min(walk * 2, 4096)
+
+
+_INLINE = np.arange(12, dtype=np.int64)
+
+
+def _slices(arr: np.ndarray, data_buf: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A binary array of ``data[starts[i] : starts[i] + lengths[i]]`` (null where the length is -1), cut by Arrow:
+    a binary-view array over the buffer (16 bytes per slice: the length, then either the slice itself when it
+    fits in 12 bytes or its first 4 bytes and its position), cast to a plain binary array (one memcpy each)."""
+    n = len(starts)
+    if n == 0:
+        return pa.array([], pa.binary())
+    valid = lengths >= 0
+    if not valid.any():
+        return pa.nulls(n, pa.binary())
+    lens = np.where(valid, lengths, 0)
+    views = arr[starts[:, None] + _INLINE]  # (n, 12): the first 12 bytes from each start
+    views *= lens[:, None] > _INLINE  # zero past each slice's end
+    out = np.zeros((n, 16), np.uint8)
+    out[:, 4:] = views
+    words = out.view(np.int32)
+    words[:, 0] = lens
+    long = np.nonzero(lens > 12)[0]
+    words[long, 2] = 0  # buffer index
+    words[long, 3] = starts[long]
+    validity = None
+    null_count = 0
+    if not valid.all():
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        null_count = int(n - valid.sum())
+    view = pa.Array.from_buffers(pa.binary_view(), n, [validity, pa.py_buffer(out), data_buf], null_count)
+    return view.cast(pa.binary())
+
+
+class ArrowBatchBuilder:
+    """Collects whole batches of one partition and turns them into Arrow record batches (module docstring).
+
+    ``add`` returns record batches when the collected ones reach :data:`CHUNK_RECORDS`; ``flush`` the rest. Only
+    the records with ``from_offset <= offset < until_offset`` are kept."""
+
+    def __init__(self, topic: str, partition: int, from_offset: int = 0, until_offset: int = 2**63 - 1) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.from_offset = from_offset
+        self.until_offset = until_offset
+        self._bodies: list[bytes | memoryview] = []
+        self._meta: list[tuple[int, int, int, int, int, int]] = []  # base offset, base ts, max ts, attrs, epoch, count
+        self._records = 0
+        self._bytes = 0
+        self._partial = False  # some batch straddles from/until: records need masking
+
+    # ------------------------------------------------------------------------------------------------------
+    @staticmethod
+    def check_crc(view: memoryview) -> None:
+        """CRC-check a v2 batch that is dropped without being decoded (an aborted one)."""
+        (crc,) = struct.unpack_from(">I", view, 17)
+        computed = crc32c.crc32c(view[ATTRIBUTES_OFFSET:])
+        if computed != crc:
+            (base_offset,) = struct.unpack_from(">q", view, 0)
+            raise CorruptRecordError(
+                f"record batch at offset {base_offset} is corrupt: stored crc {crc:#010x}, computed {computed:#010x}",
+                offset=base_offset, crc=crc, computed=computed)
+
+    def add(self, buf: memoryview | bytes) -> list[pa.RecordBatch]:
+        """One whole batch (its full bytes, header included). Control batches are checked and dropped."""
+        view = buf if isinstance(buf, memoryview) else memoryview(buf)
+        magic = view[16]
+        if magic != 2:
+            out = self.flush()
+            legacy = self._legacy(view)
+            if legacy is not None:
+                out.append(legacy)
+            return out
+        (base_offset, _length, epoch, _magic, crc, attributes, last_delta, base_ts, max_ts, _pid, _pepoch, _seq,
+         count) = BATCH_HEADER.unpack_from(view, 0)
+        computed = crc32c.crc32c(view[ATTRIBUTES_OFFSET:])
+        if computed != crc:
+            raise CorruptRecordError(
+                f"record batch at offset {base_offset} is corrupt: stored crc {crc:#010x}, computed {computed:#010x}",
+                offset=base_offset, crc=crc, computed=computed)
+        if attributes & CONTROL_FLAG_MASK or count <= 0:
+            return []
+        last = base_offset + last_delta
+        if last < self.from_offset or base_offset >= self.until_offset:
+            return []
+        if base_offset < self.from_offset or last >= self.until_offset:
+            self._partial = True
+        codec = attributes & COMPRESSION_CODEC_MASK
+        body: bytes | memoryview = view[RECORD_BATCH_OVERHEAD:]
+        if codec:
+            body = CompressionType.from_id(codec).decompress(body)
+        self._bodies.append(body)
+        self._meta.append((base_offset, base_ts, max_ts, attributes, epoch, count))
+        self._records += count
+        self._bytes += len(body)
+        if self._records >= CHUNK_RECORDS or self._bytes >= CHUNK_BYTES:
+            return self.flush()
+        return []
+
+    def flush(self) -> list[pa.RecordBatch]:
+        if not self._bodies:
+            return []
+        bodies, meta, partial = self._bodies, self._meta, self._partial
+        self._bodies, self._meta, self._records, self._bytes, self._partial = [], [], 0, 0, False
+        return [self._decode(bodies, meta, partial)]
+
+    # ------------------------------------------------------------------------------------------------------
+    def _decode(self, bodies: list[bytes | memoryview], meta: list[tuple[int, int, int, int, int, int]],
+                partial: bool) -> pa.RecordBatch:
+        data = b"".join([*bodies, _PAD])
+        arr = np.frombuffer(data, np.uint8)
+        total_len = len(data) - len(_PAD)
+        m = np.array(meta, dtype=np.int64).reshape(-1, 6)
+        counts = m[:, 5]
+        sizes = np.fromiter((len(b) for b in bodies), np.int64, len(bodies))
+        body_ends = np.cumsum(sizes)
+        body_starts = body_ends - sizes
+        n = int(counts.sum())
+        # 1. record starts (the position of each record's length varint)
+        starts = np.empty(n, np.int64)
+        k = 0
+        for i in range(len(bodies)):
+            c = int(counts[i])
+            _record_starts(data, arr, int(body_starts[i]), int(body_ends[i]), c, int(m[i, 0]), starts[k:k + c])
+            k += c
+        rec_len, len_size = _varints(arr, starts, 5)
+        body = starts + len_size
+        rec_end = body + rec_len
+        batch_of = np.repeat(np.arange(len(bodies)), counts)
+        expected_next = np.empty(n, np.int64)
+        expected_next[:-1] = starts[1:]
+        last_in_batch = np.cumsum(counts) - 1
+        expected_next[last_in_batch] = body_ends
+        bad = np.nonzero((rec_len < 0) | (rec_end != expected_next))[0]
+        if len(bad):
+            b = int(batch_of[bad[0]])
+            raise CorruptRecordError(
+                f"the records of the batch at offset {int(m[b, 0])} do not fill its {int(sizes[b])}-byte body",
+                offset=int(m[b, 0]))
+        # 2. fields, vectorised over every record
+        pos = body + 1  # attributes (unused)
+        ts_delta, sz = _varints(arr, pos, 10)
+        pos = pos + sz
+        off_delta, sz = _varints(arr, pos, 5)
+        pos = pos + sz
+        key_len, sz = _varints(arr, pos, 5)
+        key_start = pos + sz
+        pos = key_start + np.maximum(key_len, 0)
+        self._check_within(pos, rec_end, batch_of, m)
+        value_len, sz = _varints(arr, pos, 5)
+        value_start = pos + sz
+        pos = value_start + np.maximum(value_len, 0)
+        self._check_within(pos, rec_end, batch_of, m)
+        header_count, sz = _varints(arr, pos, 5)
+        header_start = pos + sz
+        has_headers = header_count != 0
+        plain = ~has_headers
+        if (header_start[plain] != rec_end[plain]).any() or (header_count < 0).any():
+            self._check_within(rec_end + 1, rec_end, batch_of, m)  # raises with the batch's offset
+        data_buf = pa.py_buffer(data)
+        keys = _slices(arr, data_buf, key_start, key_len)
+        values = _slices(arr, data_buf, value_start, value_len)
+        base_offsets = m[:, 0][batch_of]
+        offsets = base_offsets + off_delta
+        attrs = m[:, 3][batch_of]
+        log_append = (attrs & TIMESTAMP_TYPE_MASK) != 0
+        timestamps = np.where(log_append, m[:, 2][batch_of], m[:, 1][batch_of] + ts_delta)
+        epochs = m[:, 4][batch_of].astype(np.int32)
+        headers = self._headers(data, header_start, header_count, rec_end, n) if has_headers.any() else _empty_headers(n)
+        del total_len
+        rb = self._assemble(keys, values, offsets, timestamps, log_append.astype(np.int32), headers, epochs, n)
+        if partial:
+            keep = (offsets >= self.from_offset) & (offsets < self.until_offset)
+            if not keep.all():
+                rb = rb.filter(pa.array(keep))
+        return rb
+
+    @staticmethod
+    def _check_within(pos: np.ndarray, rec_end: np.ndarray, batch_of: np.ndarray, m: np.ndarray) -> None:
+        bad = np.nonzero(pos > rec_end)[0]
+        if len(bad):
+            b = int(batch_of[bad[0]])
+            raise CorruptRecordError(
+                f"a record of the batch at offset {int(m[b, 0])} runs past its declared length", offset=int(m[b, 0]))
+
+    @staticmethod
+    def _headers(data: bytes, start: np.ndarray, count: np.ndarray, end: np.ndarray, n: int) -> pa.Array:
+        """The slow path: headers parsed record by record (only records that have some)."""
+        list_offsets = np.zeros(n + 1, np.int32)
+        list_offsets[1:] = np.cumsum(np.maximum(count, 0))
+        hkeys: list[str] = []
+        hvalues: list[bytes | None] = []
+        for i in np.nonzero(count)[0].tolist():
+            pos = int(start[i])
+            limit = int(end[i])
+            for _ in range(int(count[i])):
+                klen, pos = decode_varint(data, pos)
+                if klen < 0 or pos + klen > limit:
+                    raise CorruptRecordError(f"a record header runs past its record (buffer position {pos})")
+                hkeys.append(data[pos:pos + klen].decode("utf-8", "replace"))
+                pos += klen
+                vlen, pos = decode_varint(data, pos)
+                if vlen < 0:
+                    hvalues.append(None)
+                else:
+                    if pos + vlen > limit:
+                        raise CorruptRecordError(f"a record header runs past its record (buffer position {pos})")
+                    hvalues.append(data[pos:pos + vlen])
+                    pos += vlen
+            if pos != limit:
+                raise CorruptRecordError(f"a record's headers do not end where the record does (buffer position {pos})")
+        items = pa.StructArray.from_arrays([pa.array(hkeys, pa.string()), pa.array(hvalues, pa.binary())],
+                                           fields=list(HEADER_TYPE))
+        return pa.ListArray.from_arrays(pa.array(list_offsets), items, type=pa.list_(HEADER_TYPE))
+
+    def _assemble(self, keys: pa.Array, values: pa.Array, offsets: np.ndarray, timestamps: np.ndarray,
+                  ts_type: np.ndarray, headers: pa.Array, epochs: np.ndarray, n: int) -> pa.RecordBatch:
+        ts = pa.array(timestamps * 1000, pa.int64()).view(pa.timestamp("us", tz="UTC"))
+        epoch_arr = pa.array(epochs, pa.int32(), mask=epochs < 0) if (epochs < 0).any() else pa.array(epochs, pa.int32())
+        return pa.RecordBatch.from_arrays([
+            keys, values, pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), n), pa.array(offsets, pa.int64()), ts,
+            pa.array(ts_type, pa.int32()), headers, epoch_arr,
+        ], schema=ARROW_SCHEMA)
+
+    # ------------------------------------------------------------------------------------------------------
+    def _legacy(self, view: memoryview) -> pa.RecordBatch | None:
+        """A v0/v1 entry (the slow path: legacy data is old and rare)."""
+        batch = LegacyRecordBatch(view)
+        batch.ensure_valid()
+        recs = [r for r in batch.records() if self.from_offset <= r.offset < self.until_offset]
+        if not recs:
+            return None
+        n = len(recs)
+        ts_type = 1 if batch.magic == 1 and batch.attributes & 0x08 else 0
+        timestamps = np.array([r.timestamp for r in recs], np.int64)
+        ts = pa.array(timestamps * 1000, pa.int64(), mask=timestamps < 0).view(pa.timestamp("us", tz="UTC"))
+        return pa.RecordBatch.from_arrays([
+            pa.array([r.key for r in recs], pa.binary()), pa.array([r.value for r in recs], pa.binary()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n), pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            pa.array([r.offset for r in recs], pa.int64()), ts,
+            pa.array([ts_type if batch.magic == 1 else -1] * n, pa.int32()), _empty_headers(n),
+            pa.nulls(n, pa.int32()),
+        ], schema=ARROW_SCHEMA)
+
+
+def _empty_headers(n: int) -> pa.Array:
+    empty = pa.StructArray.from_arrays([pa.array([], pa.string()), pa.array([], pa.binary())], fields=list(HEADER_TYPE))
+    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), empty, type=pa.list_(HEADER_TYPE))
+
+
+def batches_to_table(topic: str, partition: int, batches: list[Any]) -> pa.Table:
+    """Convenience for tests and tools: whole batch buffers -> one table."""
+    builder = ArrowBatchBuilder(topic, partition)
+    out: list[pa.RecordBatch] = []
+    for b in batches:
+        out.extend(builder.add(b))
+    out.extend(builder.flush())
+    return pa.Table.from_batches(out, schema=ARROW_SCHEMA)
+
+

@@ -1,0 +1,150 @@
+"""The Spark source's options, parsed and checked once (on the driver), without importing pyspark.
+
+Options (case-insensitive, as Spark passes them): ``config`` (a broker properties file) and ``config.<key>``
+(broker keys, overriding the file's), ``topics`` (comma list) or ``topicPattern`` (a regex matched against the
+whole topic name), ``startingOffsets``/``endingOffsets`` (``earliest``/``latest`` or JSON per partition,
+``{"t":{"0":23,"1":-2}}``, -2 earliest, -1 latest), ``startingTimestamp``/``endingTimestamp`` (ms; the first offset
+whose timestamp is at or after it), ``isolationLevel`` (``read_uncommitted``/``read_committed``), ``tiers``
+(``both``/``remote``/``local``), ``failOnDataLoss`` (``true``), and two of our own: ``maxBytesPerPartition`` (a
+segment larger than this is split into several input partitions at batch boundaries; 64 MiB) and ``cacheDir``
+(where executors keep the remote tier's caches; one per machine, shared by its executors).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tiered.errors import TieredStorageError
+
+EARLIEST = -2
+LATEST = -1
+TIERS = ("both", "remote", "local")
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+
+class SparkSourceOptionError(TieredStorageError, ValueError):
+    """An option of the Spark source that cannot work, named with its value."""
+
+
+@dataclass
+class SourceOptions:
+    props: dict[str, str]
+    topics: list[str] | None = None
+    topic_pattern: str | None = None
+    starting: int | dict[str, dict[int, int]] = EARLIEST
+    ending: int | dict[str, dict[int, int]] = LATEST
+    starting_timestamp: int | None = None
+    ending_timestamp: int | None = None
+    read_committed: bool = False
+    tiers: str = "both"
+    fail_on_data_loss: bool = True
+    max_bytes_per_partition: int = 64 * 1024 * 1024
+    cache_dir: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), f"tiered-spark-cache-{os.getuid()}"))
+
+    def topic_matches(self, topic: str) -> bool:
+        if self.topics is not None:
+            return topic in self.topics
+        assert self.topic_pattern is not None
+        return re.fullmatch(self.topic_pattern, topic) is not None
+
+
+def _offsets(name: str, value: str | None, default: int) -> int | dict[str, dict[int, int]]:
+    if value is None:
+        return default
+    text = value.strip()
+    if text.lower() == "earliest":
+        return EARLIEST
+    if text.lower() == "latest":
+        return LATEST
+    try:
+        parsed = json.loads(text)
+        out = {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise SparkSourceOptionError(
+            f"{name}={value!r}: expected earliest, latest or JSON like {{\"topic\":{{\"0\":23}}}} ({exc})") from None
+    for t, parts in out.items():
+        for p, o in parts.items():
+            if o < EARLIEST:
+                raise SparkSourceOptionError(f"{name}: offset {o} of {t}-{p} is below -2 (earliest)")
+    return out
+
+
+def _bool(name: str, value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    text = str(value).strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise SparkSourceOptionError(f"{name}={value!r}: expected true or false")
+
+
+def _int(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise SparkSourceOptionError(f"{name}={value!r}: expected an integer") from None
+
+
+def parse_options(options: Mapping[str, Any]) -> SourceOptions:
+    """Check and convert the options Spark passed (keys in any case)."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    props: dict[str, str] = {}
+    path = opts.get("config")
+    if path:
+        from local.config import read_properties
+
+        try:
+            props.update(read_properties(path))
+        except OSError as exc:
+            raise SparkSourceOptionError(f"config={path!r}: cannot read the properties file ({exc})") from exc
+    # config.<key>: Spark lower-cases option keys, and broker keys are lower case (rsm.config.* values keep case).
+    for key, value in options.items():
+        if str(key).lower().startswith("config."):
+            props[str(key)[len("config."):]] = str(value)
+    if "log.dirs" not in props and "log.dir" not in props:
+        raise SparkSourceOptionError("no broker config: set option config=<properties file> or config.log.dirs=<dirs>")
+    topics = opts.get("topics") or opts.get("subscribe")
+    pattern = opts.get("topicpattern") or opts.get("subscribepattern")
+    if (topics is None) == (pattern is None):
+        raise SparkSourceOptionError("set exactly one of the options topics (a comma list) and topicPattern")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise SparkSourceOptionError(f"topicPattern={pattern!r} is not a valid regular expression: {exc}") from None
+    tiers = opts.get("tiers", "both").lower()
+    if tiers not in TIERS:
+        raise SparkSourceOptionError(f"tiers={tiers!r}: expected one of {', '.join(TIERS)}")
+    isolation = opts.get("isolationlevel", "read_uncommitted").lower()
+    if isolation not in ISOLATION_LEVELS:
+        raise SparkSourceOptionError(f"isolationLevel={isolation!r}: expected read_uncommitted or read_committed")
+    out = SourceOptions(
+        props=props,
+        topics=[t.strip() for t in topics.split(",") if t.strip()] if topics is not None else None,
+        topic_pattern=pattern,
+        starting=_offsets("startingOffsets", opts.get("startingoffsets"), EARLIEST),
+        ending=_offsets("endingOffsets", opts.get("endingoffsets"), LATEST),
+        starting_timestamp=_int("startingTimestamp", opts.get("startingtimestamp")),
+        ending_timestamp=_int("endingTimestamp", opts.get("endingtimestamp")),
+        read_committed=isolation == "read_committed",
+        tiers=tiers,
+        fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss"), True),
+    )
+    if out.ending == EARLIEST:
+        raise SparkSourceOptionError("endingOffsets=earliest is not allowed (Spark's Kafka source refuses it too)")
+    max_bytes = _int("maxBytesPerPartition", opts.get("maxbytesperpartition"))
+    if max_bytes is not None:
+        if max_bytes < 1024:
+            raise SparkSourceOptionError(f"maxBytesPerPartition={max_bytes}: at least 1024")
+        out.max_bytes_per_partition = max_bytes
+    if opts.get("cachedir"):
+        out.cache_dir = opts["cachedir"]
+    return out

@@ -1,0 +1,245 @@
+"""Planning a read on the driver: which byte ranges of which segments, local and remote, hold the records asked for.
+
+Only metadata is read: each partition is opened read-only (``LogManager(config, read_only=True)``: nothing is
+written to the data dir) for its offsets (log start, local log start, high watermark, last stable offset) and its
+local segments (base offsets, sizes, offset indexes); the remote segments come from the remote tier's metadata
+store, which lives in the bucket. A remote segment is used for the offsets below the local log start (with
+``tiers=both``); a segment larger than ``maxBytesPerPartition`` is cut at batch boundaries taken from its offset
+index. Each :class:`Piece` carries everything an executor needs (the broker properties, the segment's file path or
+its remote metadata, the byte range and the offsets wanted, the aborted transactions that touch it, the pushed
+filters): nothing on the executor depends on the driver's state.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from local.errors import OffsetOutOfRangeError
+from tiered.spark.options import EARLIEST, LATEST, SourceOptions, SparkSourceOptionError
+
+if TYPE_CHECKING:
+    from local.log import Log
+
+FilterSpec = tuple[str, str, Any]  # (column, op, value): op in = < <= > >= in; timestamps in microseconds
+
+
+@dataclass
+class Bounds:
+    """What pushed filters allow: partitions, an offset range [lo, hi), a timestamp floor (ms), and the filters
+    themselves (applied exactly, record by record, on the executor)."""
+
+    partitions: set[int] | None = None
+    offset_lo: int = 0
+    offset_hi: int = 2**63 - 1
+    timestamp_lo_ms: int | None = None
+    filters: list[FilterSpec] = field(default_factory=list)
+
+
+@dataclass
+class Piece:
+    """One input partition: a byte range of one segment (local file or remote object)."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    start_position: int
+    end_position: int | None  # exclusive; None: to the end of the segment
+    local_path: str | None = None
+    remote_metadata: bytes | None = None  # tiered.metadata.encode_metadata
+    props: dict[str, str] = field(default_factory=dict)
+    aborted: list[tuple[int, int, int]] = field(default_factory=list)  # (producer id, first offset, last offset)
+    read_committed: bool = False
+    fail_on_data_loss: bool = True
+    cache_dir: str = ""
+    filters: list[FilterSpec] = field(default_factory=list)
+    timestamp_lo_ms: int | None = None
+
+    @property
+    def description(self) -> str:
+        where = self.local_path if self.local_path is not None else "remote segment"
+        return f"{self.topic}-{self.partition} offsets [{self.from_offset}, {self.until_offset}) in {where}"
+
+
+class SparkSourceDataLossError(OffsetOutOfRangeError):
+    """Offsets asked for are gone (retention) and failOnDataLoss is true."""
+
+
+@contextmanager
+def open_read_only(props: dict[str, str]) -> Iterator[Any]:
+    from local import LogConfig, LogManager
+
+    config = LogConfig.from_properties(props)
+    manager = LogManager(config, start_scheduler=False, read_only=True)
+    try:
+        yield manager
+    finally:
+        manager.close()
+
+
+def _resolve(spec: int | dict[str, dict[int, int]], topic: str, partition: int, default: int) -> int:
+    if isinstance(spec, int):
+        return spec
+    return spec.get(topic, {}).get(partition, default)
+
+
+def plan(opts: SourceOptions, bounds: Bounds | None = None) -> list[Piece]:
+    """Every input partition of a batch read (see the module docstring)."""
+    bounds = bounds or Bounds()
+    pieces: list[Piece] = []
+    with open_read_only(opts.props) as manager:
+        wanted = sorted(tp for tp in manager.partitions() if opts.topic_matches(tp[0]))
+        if opts.topics is not None:
+            missing = [t for t in opts.topics if not any(tp[0] == t for tp in wanted)]
+            if missing:
+                raise SparkSourceOptionError(f"no partition of topic(s) {', '.join(missing)} in {opts.props.get('log.dirs')}")
+        for topic, partition in wanted:
+            if bounds.partitions is not None and partition not in bounds.partitions:
+                continue
+            if not all(_passes(partition, op, value) for column, op, value in bounds.filters if column == "partition"):
+                continue
+            log = manager.get_log(topic, partition)
+            if log is None:
+                continue
+            pieces.extend(_plan_partition(log, topic, partition, opts, bounds))
+    return pieces
+
+
+def offset_range(log: Log, topic: str, partition: int, opts: SourceOptions, bounds: Bounds) -> tuple[int, int]:
+    """The offsets [start, end) to read from one partition."""
+    log_start = log.log_start_offset
+    bound = log.last_stable_offset if opts.read_committed else log.high_watermark
+    start = _resolve(opts.starting, topic, partition, EARLIEST)
+    start = log_start if start == EARLIEST else bound if start == LATEST else start
+    end = _resolve(opts.ending, topic, partition, LATEST)
+    end = bound if end == LATEST else min(end, bound)
+    if opts.starting_timestamp is not None:
+        found = log.offset_for_timestamp(opts.starting_timestamp)
+        start = max(start, found.offset if found is not None else bound)
+    if opts.ending_timestamp is not None:
+        found = log.offset_for_timestamp(opts.ending_timestamp)
+        if found is not None:
+            end = min(end, found.offset)
+    if start < log_start:
+        if opts.fail_on_data_loss:
+            raise SparkSourceDataLossError(
+                f"{topic}-{partition}: offset {start} was asked for, but the log starts at {log_start} (records were "
+                f"deleted by retention); set failOnDataLoss=false to read from {log_start}", offset=start)
+        start = log_start
+    start = max(start, bounds.offset_lo)
+    end = min(end, bounds.offset_hi)
+    if bounds.timestamp_lo_ms is not None and start < end:
+        found = log.offset_for_timestamp(bounds.timestamp_lo_ms)
+        start = max(start, found.offset if found is not None else end)
+    return start, end
+
+
+def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, bounds: Bounds) -> list[Piece]:
+    start, end = offset_range(log, topic, partition, opts, bounds)
+    if start >= end:
+        return []
+    base: dict[str, Any] = {
+        "topic": topic, "partition": partition, "props": opts.props, "read_committed": opts.read_committed,
+        "fail_on_data_loss": opts.fail_on_data_loss, "cache_dir": opts.cache_dir, "filters": bounds.filters,
+        "timestamp_lo_ms": bounds.timestamp_lo_ms,
+    }
+    pieces: list[Piece] = []
+    local_start = log.local_log_start_offset
+    rlm: Any = log.remote_tier  # tiered's RemoteLogManager (local only knows the RemoteTier protocol)
+    aborted: list[tuple[int, int, int]] = []
+    cursor = start
+    if opts.tiers in ("both", "remote") and rlm is not None and getattr(rlm, "metadata", None) is not None:
+        from tiered.metadata import encode_metadata
+
+        tip = rlm.topic_id_partition(log)
+        remote_end = end if opts.tiers == "remote" else min(end, local_start)
+        for md in rlm.finished_segments(tip):
+            if cursor >= remote_end:
+                break
+            if md.end_offset < cursor:
+                continue
+            if bounds.timestamp_lo_ms is not None and md.max_timestamp_ms < bounds.timestamp_lo_ms:
+                cursor = md.end_offset + 1
+                continue
+            lo, hi = max(cursor, md.start_offset), min(md.end_offset + 1, remote_end)
+            index = rlm.index_cache.get_index_entry(md).offset_index
+            size = md.segment_size_in_bytes if 0 <= md.segment_size_in_bytes < 2**31 - 1 else None
+            for a, b in _byte_ranges(index, md.start_offset, lo, size, opts.max_bytes_per_partition):
+                pieces.append(Piece(**base, from_offset=lo, until_offset=hi, start_position=a, end_position=b,
+                                    remote_metadata=encode_metadata(md)))
+            if opts.read_committed:
+                found = rlm.index_cache.collect_aborted_txns(md, lo, hi)
+                aborted.extend((t.producer_id, t.first_offset, t.last_offset) for t in found.aborted_txns)
+            cursor = md.end_offset + 1
+    if opts.tiers == "both" and cursor < min(local_start, end) and opts.fail_on_data_loss:
+        raise SparkSourceDataLossError(
+            f"{topic}-{partition}: offsets [{cursor}, {min(local_start, end)}) are neither local nor in a finished remote "
+            f"segment{'' if rlm is not None else ' (the remote tier is not configured)'}; set failOnDataLoss=false to "
+            "skip them", offset=cursor)
+    if opts.tiers in ("both", "local"):
+        segs = list(log.segments.values())
+        cursor = max(cursor, local_start)
+        for i, seg in enumerate(segs):
+            seg_end = segs[i + 1].base_offset if i + 1 < len(segs) else log.log_end_offset
+            if seg_end <= cursor or cursor >= end:
+                continue
+            if bounds.timestamp_lo_ms is not None and seg.largest_timestamp < bounds.timestamp_lo_ms:
+                continue
+            lo, hi = max(cursor, seg.base_offset), min(seg_end, end)
+            for a, b in _byte_ranges(seg.offset_index, seg.base_offset, lo, seg.size, opts.max_bytes_per_partition):
+                pieces.append(Piece(**base, from_offset=lo, until_offset=hi, start_position=a, end_position=b,
+                                    local_path=str(_original_path(log, seg))))
+        if opts.read_committed and cursor < end:
+            aborted.extend((t.producer_id, t.first_offset, t.last_offset)
+                           for t in log.collect_aborted_transactions(cursor, end))
+    if aborted:
+        unique = sorted(set(aborted))
+        for p in pieces:
+            p.aborted = [t for t in unique if t[1] < p.until_offset and t[2] >= p.from_offset]
+    return pieces
+
+
+def _passes(x: int, op: str, value: Any) -> bool:
+    if op == "in":
+        return x in value
+    return {"=": x == value, "<": x < value, "<=": x <= value, ">": x > value, ">=": x >= value}[op]
+
+
+def _original_path(log: Log, seg: Any) -> Any:
+    """The segment's file in the data dir (a read-only log's scratch dir links to it)."""
+    import os
+    from pathlib import Path
+
+    path = Path(seg.log.path)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _byte_ranges(index: Any, base_offset: int, from_offset: int, size: int | None,
+                 max_bytes: int) -> list[tuple[int, int | None]]:
+    """Byte ranges of a segment, cut at batch boundaries from its offset index, each about ``max_bytes``; the first
+    starts at the batch holding ``from_offset`` (the index's floor entry)."""
+    start = 0 if from_offset <= base_offset else index.lookup(from_offset).position
+    if size is None or size - start <= max_bytes:
+        return [(start, size)]
+    n = index.entries
+    positions = [index.entry(i).position for i in range(n)]
+    ranges: list[tuple[int, int | None]] = []
+    a = start
+    while True:
+        target = a + max_bytes
+        if target >= size:
+            break
+        j = bisect.bisect_left(positions, target)
+        if j >= n:
+            break
+        b = positions[j]
+        if b <= a:
+            break
+        ranges.append((a, b))
+        a = b
+    ranges.append((a, size))
+    return ranges

@@ -1,0 +1,254 @@
+"""Reading one planned :class:`~tiered.spark.planning.Piece` on an executor, into Arrow record batches.
+
+A local piece reads its segment file directly, read-only (``FileRecords`` opened ``mutable=False``: nothing is
+written to the data dir). A remote piece reads through the project's remote read path: a
+:class:`~tiered.remote_log_manager.RemoteLogManager` built from the piece's broker properties, with its caches
+(index cache and the ``diskcache`` segment chunk cache, which is process-safe) under the piece's ``cache_dir``,
+one per machine so that every executor there shares it; one manager per Python worker process, reused across
+tasks. Bytes are read in large ranges and cut into whole batches by their headers; every batch is CRC-checked
+while it is decoded (:mod:`tiered.spark.arrow_records`); a bad one raises ``CorruptRecordError`` naming the file or
+remote segment, the position and the offset. Aborted transactional batches are dropped under read_committed,
+control batches always; pushed filters are applied exactly.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from local.errors import CorruptRecordError
+from local.records.batch import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
+from local.records.legacy import MIN_V0_SIZE
+from tiered.spark.arrow_records import ArrowBatchBuilder
+from tiered.spark.planning import Piece, SparkSourceDataLossError
+
+READ_BYTES = 8 * 1024 * 1024
+_HEAD = struct.Struct(">qi")  # base offset, length
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+_TXN_AND_PID = (21, 43)  # attributes (i16) and producer id (i64) positions in a v2 header
+
+_managers: dict[tuple[tuple[str, str], ...], Any] = {}
+_managers_lock = threading.Lock()
+
+
+def remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
+    """The worker's RemoteLogManager for these properties (built once per process).
+
+    Built as ``RemoteLogManager.from_log_config`` builds it, but with the two caches placed for executors: the
+    segment chunk cache (``diskcache``, process-safe) in ``cache_dir`` itself, shared by every executor of the
+    machine; the index cache, which one process owns (it clears leftovers of its directory when it starts), in a
+    directory of this process under it, removed when the process exits."""
+    key = (*sorted(props.items()), ("__cache_dir", cache_dir))
+    with _managers_lock:
+        rlm = _managers.get(key)
+        if rlm is None:
+            rlm = _managers[key] = _build_remote_log_manager(props, cache_dir)
+        return rlm
+
+
+def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from local import LogConfig
+    from tiered.backends import load_rsm
+    from tiered.cache.chunk_cache import ChunkCache
+    from tiered.cache.index_cache import RemoteIndexCache
+    from tiered.metadata import RemoteLogMetadataStore
+    from tiered.remote_log_manager import RemoteLogManager
+
+    config = LogConfig.from_properties(props)
+    root = Path(cache_dir)
+    (root / "index").mkdir(parents=True, exist_ok=True)
+    own = Path(tempfile.mkdtemp(prefix=f"worker-{os.getpid()}-", dir=root / "index"))
+    atexit.register(shutil.rmtree, own, True)
+    rsm = load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
+    index_cache = RemoteIndexCache(own, rsm.fetch_index, max_size_bytes=config.remote_log_index_file_cache_total_size_bytes)
+    chunk_cache = ChunkCache(
+        root / "remote-log-segment-cache",
+        chunk_size=config.remote_log_segment_cache_chunk_size_bytes,
+        size_limit=config.remote_log_segment_cache_total_size_bytes,
+        prefetch_chunks=config.remote_log_segment_cache_prefetch_chunks,
+    )
+    return RemoteLogManager(
+        rsm, RemoteLogMetadataStore.for_rsm(rsm), index_cache, chunk_cache=chunk_cache, broker_id=config.broker_id,
+        fetch_max_bytes_per_second=config.remote_log_manager_fetch_max_bytes_per_second,
+    )
+
+
+def _remote_range_reader(piece: Piece) -> tuple[Callable[[int, int], bytes | memoryview], str, int | None]:
+    from tiered.metadata import decode_metadata
+
+    assert piece.remote_metadata is not None
+    md = decode_metadata(piece.remote_metadata)
+    rlm = remote_log_manager(piece.props, piece.cache_dir)
+    size = md.segment_size_in_bytes if 0 <= md.segment_size_in_bytes < 2**31 - 1 else None
+
+    def read(position: int, n: int) -> bytes | memoryview:
+        # The remote read path of RemoteLogManager (chunk cache, read-ahead, quotas); end inclusive.
+        return rlm._fetch_range(md, position, position + n - 1)
+
+    return read, f"remote segment {md.remote_log_segment_id} ({md.start_offset}-{md.end_offset})", size
+
+
+def iter_raw_batches(read: Callable[[int, int], bytes | memoryview], start: int, end: int | None, until_offset: int,
+                     where: str) -> Iterator[tuple[int, memoryview]]:
+    """(position, whole batch) from ``start`` to ``end`` (None: the end of the data), stopping at the first batch
+    at or past ``until_offset``. A batch cut short by the end of the range or of the data raises."""
+    pos = start
+    buf: bytes | memoryview = b""
+    buf_start = start
+    eof = False
+
+    def fill(need: int) -> int:
+        """Bytes available from ``pos``, after reading more when fewer than ``need`` are buffered."""
+        nonlocal buf, buf_start, eof
+        rel = pos - buf_start
+        have = len(buf) - rel
+        if have >= need or eof:
+            return have
+        at = buf_start + len(buf)
+        want = max(need - have, READ_BYTES)
+        if end is not None:
+            want = min(want, end - at)
+        more = read(at, want) if want > 0 else b""
+        if len(more) < want or want <= 0:
+            eof = True
+        buf = b"".join((memoryview(buf)[rel:], more))
+        buf_start = pos
+        return len(buf)
+
+    while end is None or pos < end:
+        have = fill(HEADER_SIZE_UP_TO_MAGIC)
+        if have == 0 and end is None:
+            return
+        if have < HEADER_SIZE_UP_TO_MAGIC:
+            raise CorruptRecordError(f"{where}: truncated batch header at position {pos}", position=pos)
+        rel = pos - buf_start
+        base_offset, length = _HEAD.unpack_from(buf, rel)
+        size = length + LOG_OVERHEAD
+        minimum = RECORD_BATCH_OVERHEAD if buf[rel + 16] == 2 else LOG_OVERHEAD + MIN_V0_SIZE
+        if size < minimum:
+            raise CorruptRecordError(f"{where}: batch at position {pos} declares size {size}, below the minimum {minimum}",
+                                     position=pos, offset=base_offset)
+        if base_offset >= until_offset:
+            return
+        if fill(size) < size:
+            raise CorruptRecordError(f"{where}: batch at position {pos} ({size} bytes) is cut short by the end of the "
+                                     f"{'range' if end is not None else 'segment'}", position=pos, offset=base_offset)
+        rel = pos - buf_start
+        yield pos, memoryview(buf)[rel:rel + size]
+        pos += size
+
+
+def read_piece(piece: Piece) -> Iterator[pa.RecordBatch]:
+    """The records of one piece, as Arrow record batches (see the module docstring)."""
+    if piece.local_path is not None:
+        from local.file_records import FileRecords
+
+        path = piece.local_path
+        try:
+            records = FileRecords.open(path, mutable=False)
+        except FileNotFoundError:
+            if piece.fail_on_data_loss:
+                raise SparkSourceDataLossError(
+                    f"{piece.description}: the segment file is gone (deleted by retention since the job was planned); "
+                    "set failOnDataLoss=false to skip it", path=path) from None
+            return
+        try:
+            end = piece.end_position if piece.end_position is not None else records.size_in_bytes
+            yield from _decode(piece, records.read, piece.start_position, min(end, records.size_in_bytes), path)
+        finally:
+            records.close_handlers()
+    else:
+        read, where, size = _remote_range_reader(piece)
+        yield from _decode(piece, read, piece.start_position,
+                           piece.end_position if piece.end_position is not None else size, where)
+
+
+def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start: int, end: int | None,
+            where: str) -> Iterator[pa.RecordBatch]:
+    builder = ArrowBatchBuilder(piece.topic, piece.partition, piece.from_offset, piece.until_offset)
+    aborted = piece.aborted if piece.read_committed else []
+    ts_floor = piece.timestamp_lo_ms
+    for pos, batch in iter_raw_batches(read, start, end, piece.until_offset, where):
+        if batch[16] == 2:
+            if ts_floor is not None and _I64.unpack_from(batch, 35)[0] < ts_floor:
+                continue  # no record of it reaches the pushed timestamp floor (its max timestamp is below)
+            if aborted and _I16.unpack_from(batch, 21)[0] & 0x10:
+                base = _I64.unpack_from(batch, 0)[0]
+                pid = _I64.unpack_from(batch, 43)[0]
+                if any(p == pid and first <= base <= last for p, first, last in aborted):
+                    try:
+                        builder.check_crc(batch)
+                    except CorruptRecordError as exc:
+                        raise CorruptRecordError(f"{where}: {exc} at position {pos}", position=pos) from exc
+                    continue
+        try:
+            out = builder.add(batch)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"{where}: {exc} at position {pos}", position=pos) from exc
+        for rb in out:
+            rb = apply_filters(rb, piece.filters)
+            if rb.num_rows:
+                yield rb
+    try:
+        rest = builder.flush()
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"{where}: {exc}") from exc
+    for rb in rest:
+        rb = apply_filters(rb, piece.filters)
+        if rb.num_rows:
+            yield rb
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+def timestamp_micros(value: Any) -> int:
+    """A filter's timestamp value (a datetime; naive ones are local time, as PySpark makes them) in microseconds."""
+    if isinstance(value, _dt.datetime):
+        aware = value if value.tzinfo is not None else value.astimezone()
+        return (aware - _EPOCH) // _dt.timedelta(microseconds=1)
+    raise TypeError(f"not a timestamp: {value!r}")
+
+
+def apply_filters(rb: pa.RecordBatch, filters: list[tuple[str, str, Any]]) -> pa.RecordBatch:
+    """Keep the rows that pass every pushed filter (the source promised Spark to apply them exactly)."""
+    if not filters or rb.num_rows == 0:
+        return rb
+    mask = np.ones(rb.num_rows, np.bool_)
+    for column, op, value in filters:
+        col = rb.column(column)
+        if column == "timestamp":
+            arr = col.view(pa.int64()).to_numpy(zero_copy_only=False)
+        else:
+            arr = col.to_numpy(zero_copy_only=False)
+        if op == "=":
+            mask &= arr == value
+        elif op == "<":
+            mask &= arr < value
+        elif op == "<=":
+            mask &= arr <= value
+        elif op == ">":
+            mask &= arr > value
+        elif op == ">=":
+            mask &= arr >= value
+        elif op == "in":
+            mask &= np.isin(arr, np.array(sorted(value), dtype=np.int64))
+        else:  # pragma: no cover - only the ops accepted by pushFilters get here
+            raise ValueError(f"unknown filter op {op}")
+    if mask.all():
+        return rb
+    return rb.filter(pa.array(mask))

@@ -1,0 +1,282 @@
+"""The ``tiered`` PySpark data source (``pyspark.sql.datasource``): batch reads of a topic's whole history.
+
+``spark.read.format("tiered").options(...).load()`` after :func:`tiered.spark.register`; the options are in
+:mod:`tiered.spark.options`, the schema is :data:`tiered.spark.arrow_records.SCHEMA_DDL`. ``partitions()`` plans on
+the driver (:mod:`tiered.spark.planning`); ``read()`` runs on executors (:mod:`tiered.spark.reader`) and yields
+``pyarrow.RecordBatch``es.
+
+Filter pushdown (with ``spark.sql.python.filterPushdown.enabled=true``): comparisons (=, <, <=, >, >=, IN) of
+``partition``, ``offset`` and ``timestamp`` with literals are accepted. They prune partitions and segments, start
+reads at the right offset (a timestamp floor through the engine's offset-for-timestamp lookup), and are then
+applied exactly to every record, since Spark does not check an accepted filter again. Spark refuses a reader
+with ``pushFilters`` while that setting is false: :func:`tiered.spark.register` sets it, and the option
+``filterPushdown=false`` gives a reader without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from tiered.spark.arrow_records import SCHEMA_DDL
+from tiered.spark.options import parse_options
+from tiered.spark.planning import Bounds, Piece, plan
+from tiered.spark.reader import read_piece, timestamp_micros
+
+_OPS: dict[type, str] = {
+    EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<=", In: "in",
+}
+_PUSHABLE = ("partition", "offset", "timestamp")
+_INT_LIMIT = 2**63
+
+
+class TieredInputPartition(InputPartition):
+    """One planned piece (a byte range of one segment), pickled to the executor."""
+
+    def __init__(self, piece: Piece) -> None:
+        super().__init__(piece)
+        self.piece = piece
+
+
+class TieredDataSource(DataSource):
+    """``format("tiered")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tiered"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = dict(self.options)
+        if str(options.get("filterPushdown", options.get("filterpushdown", "true"))).lower() == "false":
+            return TieredReader(options)
+        return TieredFilteringReader(options)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return TieredStreamReader(dict(self.options))
+
+
+def _literal(column: str, value: Any) -> int | None:
+    """The filter literal as the integer the executor compares with (None: not one we handle)."""
+    if column == "timestamp":
+        try:
+            return timestamp_micros(value)
+        except TypeError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, int) or not -_INT_LIMIT <= value < _INT_LIMIT:
+        return None
+    return value
+
+
+class TieredReader(DataSourceReader):
+    """The reader without filter pushdown (option ``filterPushdown=false``: Spark refuses a reader that implements
+    ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is false)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.options = options
+        self.opts = parse_options(options)
+        self.bounds = Bounds()
+
+    def partitions(self) -> Sequence[InputPartition]:
+        pieces = plan(self.opts, self.bounds)
+        if not pieces:
+            return [TieredInputPartition(_EMPTY)]
+        return [TieredInputPartition(p) for p in pieces]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        piece = partition.piece  # type: ignore[attr-defined]
+        if piece.topic == "":
+            return iter(())
+        return read_piece(piece)
+
+
+class TieredFilteringReader(TieredReader):
+    """The default reader: accepts filters on partition, offset and timestamp (module docstring)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for f in filters:
+            op = _OPS.get(type(f))
+            attribute: tuple[str, ...] = getattr(f, "attribute", ())
+            column = attribute[0] if len(attribute) == 1 else None
+            if op is None or column not in _PUSHABLE:
+                yield f
+                continue
+            if op == "in":
+                values = [_literal(column, v) for v in f.value]  # type: ignore[attr-defined]
+                if any(v is None for v in values):
+                    yield f
+                    continue
+                self._narrow(column, op, set(values))
+                self.bounds.filters.append((column, op, frozenset(values)))
+            else:
+                value = _literal(column, f.value)  # type: ignore[attr-defined]
+                if value is None:
+                    yield f
+                    continue
+                self._narrow(column, op, value)
+                self.bounds.filters.append((column, op, value))
+
+    def _narrow(self, column: str, op: str, value: Any) -> None:
+        """Tighten the pruning bounds (the filters themselves are applied exactly on the executors)."""
+        b = self.bounds
+        if column == "partition":
+            allowed = _allowed(op, value)
+            if allowed is not None:
+                b.partitions = allowed if b.partitions is None else b.partitions & allowed
+            elif op in ("<", "<="):
+                hi = value if op == "<" else value + 1
+                b.partitions = set(range(max(hi, 0))) if b.partitions is None else {p for p in b.partitions if p < hi}
+            else:
+                lo = value + 1 if op == ">" else value
+                if b.partitions is not None:
+                    b.partitions = {p for p in b.partitions if p >= lo}
+        elif column == "offset":
+            lo, hi = _range(op, value)
+            b.offset_lo, b.offset_hi = max(b.offset_lo, lo), min(b.offset_hi, hi)
+        elif column == "timestamp":
+            lo, _hi = _range(op, value)
+            if lo > 0:
+                ms = -(-lo // 1000)  # the first millisecond at or after the floor
+                b.timestamp_lo_ms = ms if b.timestamp_lo_ms is None else max(b.timestamp_lo_ms, ms)
+
+
+_EMPTY = Piece(topic="", partition=-1, from_offset=0, until_offset=0, start_position=0, end_position=0)
+
+
+def _allowed(op: str, value: Any) -> set[int] | None:
+    if op == "=":
+        return {value}
+    if op == "in":
+        return set(value)
+    return None
+
+
+def _range(op: str, value: Any) -> tuple[int, int]:
+    """[lo, hi) of integers satisfying ``x op value`` (IN: its min and max)."""
+    if op == "=":
+        return value, value + 1
+    if op == "in":
+        return (min(value), max(value) + 1) if value else (0, 0)
+    if op == ">":
+        return value + 1, _INT_LIMIT
+    if op == ">=":
+        return value, _INT_LIMIT
+    if op == "<":
+        return -_INT_LIMIT, value
+    return -_INT_LIMIT, value + 1
+
+
+# Streaming ------------------------------------------------------------------------------------------------------
+
+class TieredStreamReader(DataSourceStreamReader):
+    """``spark.readStream.format("tiered")``: tails the partitions of the topics.
+
+    Spark offsets are JSON per partition, ``{"topic": {"0": next offset, ...}}`` (exclusive ends, as Kafka's
+    source). ``latestOffset`` opens the data dirs read-only and takes each partition's high watermark (the last
+    stable offset under read_committed); a partition that appears later starts at its log start.
+    ``maxOffsetsPerTrigger`` caps the offsets of one micro-batch, shared among the partitions in proportion to
+    their lag. Each micro-batch is planned like a batch read of [start, end), so segments appended or offloaded
+    meanwhile are found; exactly-once comes from Spark's checkpoint of these offsets."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.opts = parse_options(options)
+        raw = {str(k).lower(): v for k, v in options.items()}
+        limit = raw.get("maxoffsetspertrigger")
+        self.max_offsets = int(limit) if limit is not None else None
+        if self.max_offsets is not None and self.max_offsets <= 0:
+            from tiered.spark.options import SparkSourceOptionError
+
+            raise SparkSourceOptionError(f"maxOffsetsPerTrigger={limit}: must be positive")
+
+    def _bounds(self) -> dict[str, dict[str, tuple[int, int]]]:
+        """Per partition: (log start, end bound)."""
+        from tiered.spark.planning import open_read_only
+
+        out: dict[str, dict[str, tuple[int, int]]] = {}
+        with open_read_only(self.opts.props) as manager:
+            for topic, partition in sorted(manager.partitions()):
+                if not self.opts.topic_matches(topic):
+                    continue
+                log = manager.get_log(topic, partition)
+                if log is None:
+                    continue
+                end = log.last_stable_offset if self.opts.read_committed else log.high_watermark
+                out.setdefault(topic, {})[str(partition)] = (log.log_start_offset, end)
+        return out
+
+    def initialOffset(self) -> dict:
+        from tiered.spark.options import LATEST
+
+        out: dict[str, dict[str, int]] = {}
+        for topic, parts in self._bounds().items():
+            for p, (start, end) in parts.items():
+                spec = self.opts.starting
+                wanted = spec if isinstance(spec, int) else spec.get(topic, {}).get(int(p), -2)
+                out.setdefault(topic, {})[p] = end if wanted == LATEST else start if wanted < 0 else wanted
+        return out
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(self.max_offsets) if self.max_offsets is not None else ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        bounds = self._bounds()
+        latest = {t: {p: end for p, (_s, end) in parts.items()} for t, parts in bounds.items()}
+        if not isinstance(limit, ReadMaxRows):
+            return latest
+        begin = {t: {p: (start or {}).get(t, {}).get(p, bounds[t][p][0]) for p in parts} for t, parts in latest.items()}
+        lags = {(t, p): max(0, latest[t][p] - begin[t][p]) for t in latest for p in latest[t]}
+        total = sum(lags.values())
+        if total <= limit.max_rows:
+            return latest
+        out: dict[str, dict[str, int]] = {}
+        budget = limit.max_rows
+        for (t, p), lag in sorted(lags.items()):
+            share = min(lag, max(1, lag * limit.max_rows // total)) if lag else 0
+            share = min(share, budget)
+            budget -= share
+            out.setdefault(t, {})[p] = begin[t][p] + share
+        return out
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        import copy
+
+        from tiered.spark.options import EARLIEST
+
+        opts = copy.copy(self.opts)
+        opts.starting = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in (start or {}).items()}
+        opts.ending = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in end.items()}
+        opts.starting_timestamp = opts.ending_timestamp = None
+        for t, parts in opts.ending.items():  # partitions new since the start begin at their log start
+            for p in parts:
+                opts.starting.setdefault(t, {}).setdefault(p, EARLIEST)
+        opts.topics = sorted(opts.ending)
+        opts.topic_pattern = None
+        pieces = plan(opts, Bounds())
+        return [TieredInputPartition(p) for p in pieces] or [TieredInputPartition(_EMPTY)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        piece = partition.piece  # type: ignore[attr-defined]
+        if piece.topic == "":
+            return iter(())
+        return read_piece(piece)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the source keeps no state between micro-batches."""
