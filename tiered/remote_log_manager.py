@@ -253,11 +253,20 @@ class RemoteLogManager:
         self._copy_data = self._process_copier
 
     @classmethod
-    def from_log_config(cls, config: LogConfig, cache_root: Path | None = None) -> RemoteLogManager:
+    def from_log_config(
+        cls,
+        config: LogConfig,
+        cache_root: Path | None = None,
+        *,
+        index_cache_dir: Path | None = None,
+        segment_cache_dir: Path | None = None,
+    ) -> RemoteLogManager:
         """Build the plugin, metadata store and caches from broker configuration (what LogManager calls).
 
         The caches live in the first data dir unless ``cache_root`` is given (a read-only manager passes its
-        scratch dir: a read-only command writes nothing into the data dirs)."""
+        scratch dir: a read-only command writes nothing into the data dirs). A reader with no data dir (a Spark
+        executor) names each cache's directory: ``index_cache_dir`` (holding ``remote-log-index-cache/``) and
+        ``segment_cache_dir`` (the chunk cache, shareable by the processes of one machine)."""
         from tiered.backends import load_rsm
         from tiered.cache.index_cache import RemoteIndexCache
         from tiered.metadata import RemoteLogMetadataStore
@@ -265,14 +274,15 @@ class RemoteLogManager:
         rsm = load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
         log_dir = Path(config.log_dirs[0]) if cache_root is None else cache_root
         index_cache = RemoteIndexCache(
-            log_dir, rsm.fetch_index, max_size_bytes=config.remote_log_index_file_cache_total_size_bytes
+            index_cache_dir or log_dir, rsm.fetch_index, max_size_bytes=config.remote_log_index_file_cache_total_size_bytes
         )
         chunk_cache = None
         try:
             from tiered.cache.chunk_cache import ChunkCache
 
-            cache_dir = (None if cache_root is not None else getattr(config, "remote_log_segment_cache_dir", None)) or (
-                log_dir / "remote-log-segment-cache"
+            cache_dir = segment_cache_dir or (
+                (None if cache_root is not None else getattr(config, "remote_log_segment_cache_dir", None))
+                or log_dir / "remote-log-segment-cache"
             )
             chunk_cache = ChunkCache(
                 cache_dir,
@@ -469,6 +479,12 @@ class RemoteLogManager:
     @staticmethod
     def _chunk_key(md: RemoteLogSegmentMetadata) -> str:
         return _chunk_key(md.remote_log_segment_id)
+
+    def read_range(self, md: RemoteLogSegmentMetadata, start: int, end_inclusive: int) -> bytes | memoryview:
+        """Bytes [start, end_inclusive] of the remote ``.log`` of ``md`` (shorter at the object's end), through the
+        segment cache, checked against the segment's recorded checksums: what a reader that walks batches itself
+        (the Spark source) needs, with no broker-side state."""
+        return self._fetch_range(md, start, end_inclusive)
 
     def _fetch_range(self, md: RemoteLogSegmentMetadata, start: int, end_inclusive: int) -> bytes | memoryview:
         """Bytes [start, end_inclusive] of a remote .log (shorter at the object's end), via the chunk cache."""

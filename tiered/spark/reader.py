@@ -56,16 +56,14 @@ def remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
 
 
 def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
+    """The worker process's remote reader: the chunk cache in ``cache_dir`` (shared by the executors of one
+    machine), the index cache private to the process (removed at exit)."""
     import atexit
     import shutil
     import tempfile
     from pathlib import Path
 
     from local import LogConfig
-    from tiered.backends import load_rsm
-    from tiered.cache.chunk_cache import ChunkCache
-    from tiered.cache.index_cache import RemoteIndexCache
-    from tiered.metadata import RemoteLogMetadataStore
     from tiered.remote_log_manager import RemoteLogManager
 
     config = LogConfig.from_properties(props)
@@ -73,17 +71,8 @@ def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
     (root / "index").mkdir(parents=True, exist_ok=True)
     own = Path(tempfile.mkdtemp(prefix=f"worker-{os.getpid()}-", dir=root / "index"))
     atexit.register(shutil.rmtree, own, True)
-    rsm = load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
-    index_cache = RemoteIndexCache(own, rsm.fetch_index, max_size_bytes=config.remote_log_index_file_cache_total_size_bytes)
-    chunk_cache = ChunkCache(
-        root / "remote-log-segment-cache",
-        chunk_size=config.remote_log_segment_cache_chunk_size_bytes,
-        size_limit=config.remote_log_segment_cache_total_size_bytes,
-        prefetch_chunks=config.remote_log_segment_cache_prefetch_chunks,
-    )
-    return RemoteLogManager(
-        rsm, RemoteLogMetadataStore.for_rsm(rsm), index_cache, chunk_cache=chunk_cache, broker_id=config.broker_id,
-        fetch_max_bytes_per_second=config.remote_log_manager_fetch_max_bytes_per_second,
+    return RemoteLogManager.from_log_config(
+        config, cache_root=own, index_cache_dir=own, segment_cache_dir=root / "remote-log-segment-cache"
     )
 
 
@@ -97,7 +86,7 @@ def _remote_range_reader(piece: Piece) -> tuple[Callable[[int, int], bytes | mem
 
     def read(position: int, n: int) -> bytes | memoryview:
         # The remote read path of RemoteLogManager (chunk cache, read-ahead, quotas); end inclusive.
-        return rlm._fetch_range(md, position, position + n - 1)
+        return rlm.read_range(md, position, position + n - 1)
 
     return read, f"remote segment {md.remote_log_segment_id} ({md.start_offset}-{md.end_offset})", size
 
