@@ -2,6 +2,9 @@
 
 Each ``bench/bench_*.py`` module has a ``main()`` that prints its figures against a baseline measured in
 the same run.
+
+``python -m bench mutation [MODULE...] [--jobs N] [--keep]`` runs mutation testing (mutmut) instead; it is
+never part of the default run (hours, not minutes): see ``bench/bench_mutation.py`` and TESTING.md.
 """
 
 from __future__ import annotations
@@ -13,9 +16,20 @@ import platform
 import sys
 from pathlib import Path
 
+# Run only when named, and with arguments of their own: not benchmarks.
+ON_DEMAND = {"bench_mutation"}
+
 
 def main(argv: list[str]) -> int:
-    names = sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_"))
+    if argv and argv[0] in ("mutation", "bench_mutation"):
+        from bench import bench_mutation
+
+        return bench_mutation.main(argv[1:])
+    names = sorted(
+        m.name
+        for m in pkgutil.iter_modules([str(Path(__file__).parent)])
+        if m.name.startswith("bench_") and m.name not in ON_DEMAND
+    )
     wanted = [n if n.startswith("bench_") else f"bench_{n}" for n in argv] or names
     unknown = sorted(set(wanted) - set(names))
     if unknown:
