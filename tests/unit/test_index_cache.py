@@ -1,0 +1,140 @@
+"""RemoteIndexCache eviction: the least RECENTLY USED entry goes (not the oldest loaded), its files go with it
+(renamed ``*.deleted`` at once, removed by the cleaner, which ``close()`` drains), and the entries kept are
+served without a fetch."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from pathlib import Path
+from typing import IO
+
+from local.index import OffsetIndex
+from tiered import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+from tiered.cache.index_cache import DIR_NAME, RemoteIndexCache
+from tiered.errors import RemoteResourceNotFoundError
+from tiered.layout import kafka_uuid
+
+T0 = 1_700_000_000_000
+ENTRY_BYTES = 48 * 8  # 48 legacy entries
+
+
+def _md(start: int) -> RemoteLogSegmentMetadata:
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), start, start + 999, T0, 0, T0, 10, {0: start})
+
+
+def _index_bytes(tmp: Path, base: int) -> bytes:
+    path = tmp / f"{base}.index"
+    idx = OffsetIndex(path, base, 4096)
+    for i in range(1, 49):
+        idx.append(base + i * 10, i * 4096)
+    idx.close()
+    return path.read_bytes()
+
+
+class Store:
+    def __init__(self, tmp: Path, mds: list[RemoteLogSegmentMetadata]) -> None:
+        self.blobs = {md.remote_log_segment_id.id: _index_bytes(tmp, md.start_offset) for md in mds}
+        self.fetched: list[int] = []  # start offsets of the segments whose offset index was fetched
+
+    def fetch(self, md: RemoteLogSegmentMetadata, kind: IndexType) -> IO[bytes]:
+        if kind is not IndexType.OFFSET:
+            raise RemoteResourceNotFoundError("only offset indexes here")
+        self.fetched.append(md.start_offset)
+        return io.BytesIO(self.blobs[md.remote_log_segment_id.id])
+
+
+def _files_of(cache_dir: Path, md: RemoteLogSegmentMetadata) -> list[str]:
+    sid = kafka_uuid(md.remote_log_segment_id.id)
+    return sorted(p.name for p in cache_dir.iterdir() if sid in p.name)
+
+
+def test_eviction_takes_the_least_recently_used_entry_and_its_files(tmp_path: Path) -> None:
+    a, b, c, d = (_md(i * 1000) for i in range(4))
+    store = Store(tmp_path, [a, b, c, d])
+    cache_dir = tmp_path / "log" / DIR_NAME
+    cache = RemoteIndexCache(tmp_path / "log", store.fetch, max_size_bytes=2 * ENTRY_BYTES)
+    try:
+        assert cache.lookup_offset(a, 105) == 10 * 4096
+        assert cache.lookup_offset(b, 1105) == 10 * 4096
+        entry_b = cache.get_index_entry(b)
+        assert cache.lookup_offset(a, 205) == 20 * 4096  # a is now the most recently used, b the least
+        assert store.fetched == [0, 1000]
+        assert cache.hits == 2
+        with entry_b.lock:  # holds off the cleaner: what eviction itself did to b's files is visible
+            assert cache.lookup_offset(c, 2105) == 10 * 4096  # over the bound: b goes, not a (loaded first)
+            assert entry_b.marked_for_cleanup
+            # renamed at once, so that a restart could never reload it
+            assert _files_of(cache_dir, b) == [f"1000_{kafka_uuid(b.remote_log_segment_id.id)}.index.deleted"]
+        key = {md.start_offset: kafka_uuid(md.remote_log_segment_id.id) for md in (a, b, c, d)}
+        assert key[0] in cache and key[2000] in cache and key[1000] not in cache
+        assert len(cache) == 2 and cache.evictions == 1 and cache.size_bytes == 2 * ENTRY_BYTES
+        assert cache.lookup_offset(a, 305) == 30 * 4096 and cache.lookup_offset(c, 2305) == 30 * 4096
+        assert store.fetched == [0, 1000, 2000]  # both kept entries served without a fetch
+        # now c is the least recently used after a read of a: d evicts c
+        cache.lookup_offset(a, 105)
+        cache.lookup_offset(d, 3105)
+        assert key[2000] not in cache and key[0] in cache and key[3000] in cache
+        # b comes back with a fetch, and evicts a (d was used after it)
+        assert cache.lookup_offset(b, 1105) == 10 * 4096
+        assert store.fetched == [0, 1000, 2000, 3000, 1000]
+        assert key[0] not in cache and key[1000] in cache and key[3000] in cache
+    finally:
+        cache.close()  # drains the cleaner: every evicted entry's files are gone now
+    assert _files_of(cache_dir, a) == [] and _files_of(cache_dir, c) == []
+    assert _files_of(cache_dir, b) == [f"1000_{kafka_uuid(b.remote_log_segment_id.id)}.index"]
+    assert _files_of(cache_dir, d) == [f"3000_{kafka_uuid(d.remote_log_segment_id.id)}.index"]
+    assert not list(cache_dir.glob("*.deleted")) and not list(cache_dir.glob("*.tmp"))
+    # a restart finds exactly the two entries kept, and serves them without fetching
+    store.fetched.clear()
+    with RemoteIndexCache(tmp_path / "log", store.fetch, max_size_bytes=2 * ENTRY_BYTES) as again:
+        assert len(again) == 2
+        assert again.lookup_offset(b, 1205) == 20 * 4096 and again.lookup_offset(d, 3205) == 20 * 4096
+        assert store.fetched == []
+
+
+def test_removing_an_entry_removes_its_files(tmp_path: Path) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    cache_dir = tmp_path / "log" / DIR_NAME
+    cache = RemoteIndexCache(tmp_path / "log", store.fetch)
+    try:
+        cache.lookup_offset(a, 5)
+        cache.lookup_offset(b, 1005)
+        cache.remove(a.remote_log_segment_id.id)
+        assert len(cache) == 1 and cache.size_bytes == ENTRY_BYTES
+        assert all(name.endswith(".deleted") for name in _files_of(cache_dir, a))
+        assert cache.lookup_offset(a, 5) == 0  # fetched again
+        assert store.fetched == [0, 1000, 0]
+        cache.clear()
+        assert len(cache) == 0 and cache.size_bytes == 0
+    finally:
+        cache.close()
+    assert list(cache_dir.iterdir()) == []
+
+
+def test_a_bound_of_one_entry_keeps_the_entry_just_loaded(tmp_path: Path) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    with RemoteIndexCache(tmp_path / "log", store.fetch, max_size_bytes=ENTRY_BYTES - 1) as cache:
+        assert cache.lookup_offset(a, 105) == 10 * 4096
+        assert len(cache) == 1  # over the bound, but the entry just loaded is never evicted by its own load
+        assert cache.lookup_offset(b, 1105) == 10 * 4096
+        assert len(cache) == 1 and kafka_uuid(b.remote_log_segment_id.id) in cache
+
+
+def test_an_entry_restored_at_start_loses_the_files_it_never_opened_when_evicted(tmp_path: Path) -> None:
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    cache_dir = tmp_path / "log" / DIR_NAME
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        assert cache.collect_aborted_txns(a, 0, 100).aborted_txns == []  # no txn index: cached as an empty file
+    assert sorted(p.suffix for p in cache_dir.iterdir()) == [".index", ".txnindex"]
+    cache = RemoteIndexCache(tmp_path / "log", store.fetch)  # restored: the .txnindex is not opened
+    try:
+        assert len(cache) == 1
+        cache.remove(a.remote_log_segment_id.id)
+    finally:
+        cache.close()
+    assert list(cache_dir.iterdir()) == []

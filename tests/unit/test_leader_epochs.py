@@ -1,0 +1,119 @@
+"""Truncation and the leader-epoch cache: ``Log.truncate_to`` drops the epochs that began at or past the
+truncation point (in memory and in ``leader-epoch-checkpoint``), and ``truncate_fully_and_start_at`` (also
+reached by ``truncate_to`` below the first segment) empties the log, its epochs and its producer state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from local.checkpoint import LeaderEpochCheckpointFile
+from local.epoch import EpochEntry, LeaderEpochFileCache
+from local.scheduler import MockTime
+from tests.logutil import make_log, read_all_values, records
+
+T0 = 1_700_000_000_000
+
+
+def _epochs(log: object) -> list[tuple[int, int]]:
+    return [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.epoch_entries()]  # type: ignore[attr-defined]
+
+
+def _checkpoint(log: object) -> list[tuple[int, int]]:
+    path = log.dir / "leader-epoch-checkpoint"  # type: ignore[attr-defined]
+    return [(e.epoch, e.start_offset) for e in LeaderEpochCheckpointFile(path).read()]
+
+
+def _log_with_three_epochs(tmp_path: Path, clock: MockTime):  # type: ignore[no-untyped-def]
+    """Offsets 0-4 in epoch 0, 5-9 in epoch 3, 10-14 in epoch 5 (one record a batch, small segments)."""
+    log = make_log(tmp_path, time=clock, segment_bytes=400)
+    for epoch, first in ((0, 0), (3, 5), (5, 10)):
+        if epoch:
+            log.assign_epoch_start_offset(epoch)
+        for i in range(first, first + 5):
+            log.append(records(b"%d" % i * 20, timestamp=T0 + i, producer_id=7, producer_epoch=0, base_sequence=i))
+    assert _epochs(log) == [(0, 0), (3, 5), (5, 10)]
+    assert log.number_of_segments() > 2
+    return log
+
+
+def test_truncate_to_drops_the_epochs_that_begin_at_or_after_the_truncation_point(tmp_path: Path) -> None:
+    clock = MockTime(ms=T0)
+    log = _log_with_three_epochs(tmp_path, clock)
+    assert log.truncate_to(12)
+    assert _epochs(log) == [(0, 0), (3, 5), (5, 10)] == _checkpoint(log)  # epoch 5 still has offsets 10, 11
+    assert log.truncate_to(10)  # exactly where epoch 5 began: it goes
+    assert _epochs(log) == [(0, 0), (3, 5)] == _checkpoint(log)
+    assert log.latest_epoch == 3
+    assert log.end_offset_for_epoch(3) == (3, 10)
+    assert log.end_offset_for_epoch(5) == (-1, -1)  # an epoch this log no longer knows
+    assert log.truncate_to(6)
+    assert _epochs(log) == [(0, 0), (3, 5)] == _checkpoint(log)
+    assert log.truncate_to(5)
+    assert _epochs(log) == [(0, 0)] == _checkpoint(log)
+    assert log.end_offset_for_epoch(0) == (0, 5)
+    assert [o for o, _ in read_all_values(log)] == [0, 1, 2, 3, 4]
+    # a new leader epoch starts at the new log end, and a reopened log reads the same lineage
+    log.assign_epoch_start_offset(7)
+    log.append(records(b"after", timestamp=T0 + 100))
+    assert _epochs(log) == [(0, 0), (7, 5)]
+    log.close()
+    again = make_log(tmp_path, time=clock, segment_bytes=400)
+    assert _epochs(again) == [(0, 0), (7, 5)]
+    assert again.leader_epoch_cache.epoch_for_offset(5) == 7
+    again.close()
+
+
+def test_truncate_to_the_log_end_or_beyond_changes_nothing(tmp_path: Path) -> None:
+    log = _log_with_three_epochs(tmp_path, MockTime(ms=T0))
+    assert not log.truncate_to(15) and not log.truncate_to(100)
+    assert _epochs(log) == [(0, 0), (3, 5), (5, 10)] and log.log_end_offset == 15
+
+
+def test_truncate_fully_and_start_at_empties_log_epochs_and_producer_state(tmp_path: Path) -> None:
+    log = _log_with_three_epochs(tmp_path, MockTime(ms=T0))
+    old_segments = sorted(p.name for p in log.dir.glob("*.log"))
+    log.truncate_fully_and_start_at(100)
+    assert (log.log_start_offset, log.local_log_start_offset, log.log_end_offset, log.high_watermark) == (100, 100, 100, 100)
+    assert log.recovery_point == 100
+    assert log.number_of_segments() == 1 and log.active_segment.base_offset == 100
+    assert _epochs(log) == [] == _checkpoint(log)
+    assert log.latest_epoch is None
+    assert read_all_values(log) == []
+    # the old segments are renamed .deleted at once (removed later)
+    assert not any((log.dir / name).exists() for name in old_segments)
+    # the producer's state went too: its next batch is accepted whatever its sequence
+    info = log.append(records(b"fresh", timestamp=T0 + 1, producer_id=7, producer_epoch=0, base_sequence=0))
+    assert not info.duplicate and info.first_offset == 100
+    assert read_all_values(log) == [(100, b"fresh")]
+
+
+def test_truncate_to_below_the_first_segment_truncates_fully(tmp_path: Path) -> None:
+    clock = MockTime(ms=T0)
+    log = _log_with_three_epochs(tmp_path, clock)
+    log.delete_records(9)
+    log.delete_old_segments()  # segments wholly below offset 9 go
+    first = log.segments.first_segment
+    assert first is not None and first.base_offset > 4
+    target = first.base_offset - 1
+    assert log.truncate_to(target)
+    assert (log.log_start_offset, log.log_end_offset) == (target, target)
+    assert _epochs(log) == [] == _checkpoint(log)
+    assert log.number_of_segments() == 1 and log.active_segment.base_offset == target
+
+
+def test_epoch_cache_truncation_rules() -> None:
+    cache = LeaderEpochFileCache("t-0")
+    for epoch, start in ((0, 0), (2, 10), (4, 20)):
+        cache.assign(epoch, start)
+    cache.truncate_from_end(25)  # nothing starts at or after 25
+    assert cache.epoch_entries() == [EpochEntry(0, 0), EpochEntry(2, 10), EpochEntry(4, 20)]
+    cache.truncate_from_end(20)
+    assert cache.epoch_entries() == [EpochEntry(0, 0), EpochEntry(2, 10)]
+    cache.assign(4, 20)
+    cache.truncate_from_start(15)  # epoch 2 now starts at 15; epoch 0 is gone
+    assert cache.epoch_entries() == [EpochEntry(2, 15), EpochEntry(4, 20)]
+    cache.truncate_from_start(20)  # exactly where epoch 4 starts
+    assert cache.epoch_entries() == [EpochEntry(4, 20)]
+    cache.truncate_from_start(5)  # below everything: no change
+    assert cache.epoch_entries() == [EpochEntry(4, 20)]
+    assert cache.epoch_for_offset(19) is None and cache.epoch_for_offset(20) == 4 and cache.epoch_for_offset(99) == 4
