@@ -39,7 +39,7 @@ MODULES: dict[str, list[str]] = {
     # index lookup and entry-size detection
     "local/index/offset_index.py": ["tests/unit/test_offset_index.py", "tests/property/test_index_props.py"],
     "local/index/time_index.py": ["tests/unit/test_time_index.py", "tests/property/test_index_props.py"],
-    "local/index/detect.py": ["tests/unit/test_detect_entry_size.py"],
+    "local/index/detect.py": ["tests/unit/test_detect_entry_size.py", "tests/unit/test_detect_boundaries.py"],
     # segment recovery
     "local/segment.py": ["tests/unit/test_segment.py", "tests/property/test_segment_recovery.py"],
     # leader epochs
