@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from local.checkpoint import LeaderEpochCheckpointFile
 from local.epoch import EpochEntry, LeaderEpochFileCache
 from local.scheduler import MockTime
@@ -117,3 +119,103 @@ def test_epoch_cache_truncation_rules() -> None:
     cache.truncate_from_start(5)  # below everything: no change
     assert cache.epoch_entries() == [EpochEntry(4, 20)]
     assert cache.epoch_for_offset(19) is None and cache.epoch_for_offset(20) == 4 and cache.epoch_for_offset(99) == 4
+
+
+class _CountingCheckpoint:
+    """A checkpoint that keeps what it was last given and counts the writes."""
+
+    def __init__(self, entries: list[EpochEntry] | None = None) -> None:
+        self.entries = list(entries or [])
+        self.writes = 0
+
+    def read(self) -> list[EpochEntry]:
+        return list(self.entries)
+
+    def write(self, entries: list[EpochEntry]) -> None:
+        self.entries = list(entries)
+        self.writes += 1
+
+
+def _cache(*entries: tuple[int, int]) -> tuple[LeaderEpochFileCache, _CountingCheckpoint]:
+    checkpoint = _CountingCheckpoint([EpochEntry(e, s) for e, s in entries])
+    return LeaderEpochFileCache("t-0", checkpoint), checkpoint  # type: ignore[arg-type]
+
+
+def _pairs(cache: LeaderEpochFileCache) -> list[tuple[int, int]]:
+    return [(e.epoch, e.start_offset) for e in cache.epoch_entries()]
+
+
+def test_assign_rejects_a_negative_epoch_or_start_offset() -> None:
+    cache, _ = _cache()
+    for epoch, start in ((-1, 0), (0, -1), (-1, -1)):
+        with pytest.raises(ValueError, match=r"invalid epoch entry .* for t-0"):
+            cache.assign(epoch, start)
+    assert cache.is_empty()
+
+
+def test_assign_of_the_latest_epoch_again_changes_and_writes_nothing() -> None:
+    cache, checkpoint = _cache((0, 0), (3, 5))
+    cache.assign(3, 5)  # the same entry
+    cache.assign(3, 9)  # the latest epoch, later: it began at 5 already
+    assert _pairs(cache) == [(0, 0), (3, 5)] and checkpoint.writes == 0
+    cache.assign(3, 4)  # the latest epoch, earlier: it now begins at 4
+    assert _pairs(cache) == [(0, 0), (3, 4)] == [(e.epoch, e.start_offset) for e in checkpoint.entries]
+    assert checkpoint.writes == 1
+
+
+def test_assign_keeps_only_entries_below_both_the_new_epoch_and_its_start() -> None:
+    cache, _ = _cache((0, 0), (2, 10), (4, 20))
+    cache.assign(5, 15)  # epoch 4 starts past 15: it goes, though its epoch is lower
+    assert _pairs(cache) == [(0, 0), (2, 10), (5, 15)]
+    cache, _ = _cache((0, 0), (2, 10), (4, 20))
+    cache.assign(2, 15)  # epoch 2 again, later than it began: the old epoch-2 entry goes too
+    assert _pairs(cache) == [(0, 0), (2, 15)]
+    cache, _ = _cache((0, 0), (2, 10))
+    cache.assign(3, 10)  # a new epoch starting where the last began: the last goes
+    assert _pairs(cache) == [(0, 0), (3, 10)]
+    assert cache.previous_epoch() == 0 and cache.latest_epoch() == 3
+
+
+def test_end_offset_for_every_kind_of_requested_epoch() -> None:
+    cache, _ = _cache((2, 10), (4, 20), (6, 30))
+    assert cache.end_offset_for(6, 40) == (6, 40)  # the latest: the log end
+    assert cache.end_offset_for(4, 40) == (4, 30)  # a known epoch: where the next begins
+    assert cache.end_offset_for(5, 40) == (4, 30)  # unknown, between two: the floor epoch
+    assert cache.end_offset_for(1, 40) == (1, 10)  # below every epoch: the first start
+    assert cache.end_offset_for(7, 40) == (-1, -1)  # above every epoch
+    assert cache.end_offset_for(-1, 40) == (-1, -1)  # UNDEFINED_EPOCH
+    empty, _ = _cache()
+    assert empty.end_offset_for(0, 5) == (-1, -1)
+
+
+def test_truncate_from_end_at_zero_empties_and_a_negative_offset_is_ignored() -> None:
+    cache, checkpoint = _cache((0, 0), (2, 10))
+    cache.truncate_from_end(-1)
+    assert _pairs(cache) == [(0, 0), (2, 10)] and checkpoint.writes == 0
+    cache.truncate_from_end(0)
+    assert cache.is_empty() and checkpoint.entries == [] and checkpoint.writes == 1
+    cache.truncate_from_end(0)  # nothing left: no write
+    assert checkpoint.writes == 1
+
+
+def test_epoch_entries_in_range_clip_the_first_and_stop_before_the_end() -> None:
+    cache, _ = _cache((0, 0), (2, 10), (4, 20))
+    assert cache.epoch_entries_in_range(0, 100) == [EpochEntry(0, 0), EpochEntry(2, 10), EpochEntry(4, 20)]
+    assert cache.epoch_entries_in_range(12, 20) == [EpochEntry(2, 12)]  # [12, 20): epoch 4 begins at the end
+    assert cache.epoch_entries_in_range(10, 21) == [EpochEntry(2, 10), EpochEntry(4, 20)]
+    assert cache.epoch_entries_in_range(5, 11) == [EpochEntry(0, 5), EpochEntry(2, 10)]
+    assert cache.epoch_entries_in_range(25, 30) == [EpochEntry(4, 25)]  # the last epoch runs on
+    assert cache.epoch_entries_in_range(20, 20) == []
+    assert _cache()[0].epoch_entries_in_range(0, 10) == []
+
+
+def test_small_queries() -> None:
+    cache, _ = _cache((1, 0), (5, 7))
+    assert not cache.is_empty() and cache.previous_epoch() == 1 and cache.latest_epoch() == 5
+    assert cache.earliest_entry == EpochEntry(1, 0) and cache.latest_entry == EpochEntry(5, 7)
+    one, _ = _cache((1, 0))
+    assert one.previous_epoch() is None
+    none, _ = _cache()
+    assert none.is_empty() and none.latest_epoch() is None and none.previous_epoch() is None
+    assert none.latest_entry is None and none.earliest_entry is None and none.epoch_for_offset(3) is None
+    assert [cache.epoch_for_offset(o) for o in (0, 6, 7, 100)] == [1, 1, 5, 5]
