@@ -111,3 +111,12 @@ def test_the_errors_carry_their_context(tmp_path: Path, monkeypatch: pytest.Monk
         f"Offset index {path} changed length during format detection (8 -> 16)",
         f"Offset index {path} changed length during format detection (16 -> 24)",
     ]
+
+
+def test_positions_are_compared_as_64_bit_integers(tmp_path: Path) -> None:
+    # 12-byte: (3 -> 2**60), (4 -> 2**60 + 1): valid (one apart, exact only as integers, not as doubles).
+    # 8-byte: (3 -> 2**28), (0 -> 4), (2**28 -> 1): offsets go back, invalid.
+    path = tmp_path / INDEX_NAME
+    path.write_bytes(struct.pack(">iqiq", 3, 2**60, 4, 2**60 + 1))
+    assert _readings(path)[1] == [(3, 2**60), (4, 2**60 + 1)]
+    assert detect_entry_size(path, 8) == 12

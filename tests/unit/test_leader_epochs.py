@@ -219,3 +219,12 @@ def test_small_queries() -> None:
     assert none.is_empty() and none.latest_epoch() is None and none.previous_epoch() is None
     assert none.latest_entry is None and none.earliest_entry is None and none.epoch_for_offset(3) is None
     assert [cache.epoch_for_offset(o) for o in (0, 6, 7, 100)] == [1, 1, 5, 5]
+
+
+def test_write_to_hands_the_writer_a_copy_of_the_entries() -> None:
+    cache, _ = _cache((1, 0), (5, 7))
+    got: list[list[EpochEntry]] = []
+    cache.write_to(got.append)
+    assert got == [[EpochEntry(1, 0), EpochEntry(5, 7)]]
+    got[0].clear()  # the writer's list is its own
+    assert _pairs(cache) == [(1, 0), (5, 7)]
