@@ -51,6 +51,7 @@ MODULES: dict[str, list[str]] = {
     # the RSM bounds (and the metadata rules beside them)
     "tiered/rsm.py": [
         "tests/unit/test_rsm_bounds.py",
+        "tests/unit/test_rsm_types.py",
         RT + "test_state_transitions_and_idempotent_repeats",
         RT + "test_segment_size_clamped_to_int32_with_a_warning",
         RT + "test_plugin_with_neither_fetch_variant_is_refused",
