@@ -39,6 +39,8 @@ class Store:
         self.fetched: list[int] = []  # start offsets of the segments whose offset index was fetched
 
     def fetch(self, md: RemoteLogSegmentMetadata, kind: IndexType) -> IO[bytes]:
+        if kind is IndexType.TIMESTAMP:
+            return io.BytesIO(b"")  # an empty time index
         if kind is not IndexType.OFFSET:
             raise RemoteResourceNotFoundError("only offset indexes here")
         self.fetched.append(md.start_offset)
@@ -134,7 +136,64 @@ def test_an_entry_restored_at_start_loses_the_files_it_never_opened_when_evicted
     cache = RemoteIndexCache(tmp_path / "log", store.fetch)  # restored: the .txnindex is not opened
     try:
         assert len(cache) == 1
-        cache.remove(a.remote_log_segment_id.id)
+        entry = cache.get_index_entry(a)
+        with entry.lock:  # holds off the cleaner
+            cache.remove(a.remote_log_segment_id.id)
+            prefix = f"0_{kafka_uuid(a.remote_log_segment_id.id)}"
+            assert sorted(p.name for p in cache_dir.iterdir()) == [f"{prefix}.index.deleted", f"{prefix}.txnindex.deleted"]
     finally:
         cache.close()
     assert list(cache_dir.iterdir()) == []
+
+
+def test_evicted_entries_and_the_entries_left_at_close_close_their_indexes(tmp_path: Path) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    cache = RemoteIndexCache(tmp_path / "log", store.fetch)
+    try:
+        assert cache.lookup_timestamp(a, T0, 0) == 0  # a's offset and time indexes are open
+        assert cache.lookup_timestamp(b, T0, 1000) == 0
+        entry_a, entry_b = cache.get_index_entry(a), cache.get_index_entry(b)
+        cache.remove(a.remote_log_segment_id.id)
+    finally:
+        cache.close()
+    for entry in (entry_a, entry_b):
+        assert entry.offset_index.is_closed and entry.time_index.is_closed
+
+
+def test_a_restart_over_the_bound_keeps_the_most_recent_entries_but_never_the_last_one(tmp_path: Path) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        cache.lookup_offset(a, 5)
+        cache.lookup_offset(b, 1005)
+    with RemoteIndexCache(tmp_path / "log", store.fetch, max_size_bytes=ENTRY_BYTES) as cache:
+        assert len(cache) == 1 and cache.evictions == 1 and cache.size_bytes == ENTRY_BYTES
+    with RemoteIndexCache(tmp_path / "log", store.fetch, max_size_bytes=1) as cache:
+        assert len(cache) == 1 and cache.evictions == 0  # one entry over the bound is still kept
+
+
+def test_metrics_count_hits_misses_evictions_and_track_the_size(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    a, b, c = _md(0), _md(1000), _md(2000)
+    store = Store(tmp_path, [a, b, c])
+    registry = CollectorRegistry()
+
+    def value(name: str) -> float:
+        got = registry.get_sample_value(name)
+        assert got is not None, name
+        return got
+
+    with RemoteIndexCache(tmp_path / "log", store.fetch, max_size_bytes=2 * ENTRY_BYTES, registry=registry) as cache:
+        cache.lookup_offset(a, 5)
+        cache.lookup_offset(a, 6)
+        cache.lookup_offset(b, 1005)
+        cache.lookup_offset(c, 2005)
+        assert (value("RemoteLogIndexCacheHits_total"), value("RemoteLogIndexCacheMisses_total")) == (1, 3)
+        assert value("RemoteLogIndexCacheEvictions_total") == 1
+        assert (value("RemoteLogIndexCacheSizeBytes"), value("RemoteLogIndexCacheEntries")) == (2 * ENTRY_BYTES, 2)
+    restarted = CollectorRegistry()
+    with RemoteIndexCache(tmp_path / "log", store.fetch, registry=restarted) as cache:
+        assert restarted.get_sample_value("RemoteLogIndexCacheSizeBytes") == 2 * ENTRY_BYTES
+        assert restarted.get_sample_value("RemoteLogIndexCacheEntries") == 2
