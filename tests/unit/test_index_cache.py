@@ -5,9 +5,12 @@ served without a fetch."""
 from __future__ import annotations
 
 import io
+import logging
 import uuid
 from pathlib import Path
 from typing import IO
+
+import pytest
 
 from local.index import OffsetIndex
 from tiered import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
@@ -197,3 +200,69 @@ def test_metrics_count_hits_misses_evictions_and_track_the_size(tmp_path: Path) 
     with RemoteIndexCache(tmp_path / "log", store.fetch, registry=restarted) as cache:
         assert restarted.get_sample_value("RemoteLogIndexCacheSizeBytes") == 2 * ENTRY_BYTES
         assert restarted.get_sample_value("RemoteLogIndexCacheEntries") == 2
+
+
+def test_a_restart_sweeps_crash_leftovers_and_drops_broken_entries_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    mds = [_md(0), _md(1000), _md(2000)]
+    store = Store(tmp_path, mds)
+    cache_dir = tmp_path / "log" / DIR_NAME
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        for md in mds:
+            cache.lookup_offset(md, md.start_offset + 5)
+    # What a crash leaves, named to sort before the good entries (a drop must not end the scan):
+    (cache_dir / "0000_corrupt.index").write_bytes(b"\x01" * 5)  # not whole entries
+    (cache_dir / "00_noindex.timeindex").write_bytes(b"")  # no offset index
+    (cache_dir / "abc_notanoffset.index").write_bytes(b"")  # no start offset in the name
+    (cache_dir / "0_half.index.tmp").write_bytes(b"\x00" * 8)  # a download cut short
+    (cache_dir / "0_gone.index.deleted").write_bytes(b"\x00" * 8)  # evicted, not yet removed
+    store.fetched.clear()
+    with caplog.at_level(logging.WARNING, logger="tiered.cache.index_cache"), \
+            RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        assert len(cache) == 3 and cache.size_bytes == 3 * ENTRY_BYTES
+        for md in mds:
+            assert cache.lookup_offset(md, md.start_offset + 105) == 10 * 4096
+        assert store.fetched == []
+    assert sorted(p.name for p in cache_dir.iterdir()) == sorted(
+        f"{md.start_offset}_{kafka_uuid(md.remote_log_segment_id.id)}.index" for md in mds
+    )
+    assert any(r.getMessage().startswith("dropping cached remote indexes 0000_corrupt at start") for r in caplog.records)
+
+
+def test_the_size_bound_must_not_be_negative(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^remote\.log\.index\.file\.cache\.total\.size\.bytes must be >= 0, got -1$"):
+        RemoteIndexCache(tmp_path, Store(tmp_path, []).fetch, max_size_bytes=-1)
+    with RemoteIndexCache(tmp_path, Store(tmp_path, []).fetch, max_size_bytes=0) as cache:
+        assert cache.max_size_bytes == 0
+
+
+def test_only_a_non_empty_transaction_index_is_synced_before_it_takes_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tiered.cache import index_cache
+
+    synced: list[int] = []
+    real_fsync = index_cache.os.fsync
+    monkeypatch.setattr(index_cache.os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        cache.lookup_offset(a, 5)
+        cache.lookup_timestamp(a, T0, 0)
+        assert cache.collect_aborted_txns(a, 0, 10).aborted_txns == []  # missing: cached empty, nothing to sync
+        assert synced == []
+    from local.index import TransactionIndex
+    from local.index.entries import AbortedTxn
+
+    txn = TransactionIndex(0, tmp_path / "t.txnindex")
+    txn.append(AbortedTxn(producer_id=7, first_offset=20, last_offset=40, last_stable_offset=20))
+    txn.close()
+    data = (tmp_path / "t.txnindex").read_bytes()
+    b = _md(0)
+    (tmp_path / "s2").mkdir()
+    store2 = Store(tmp_path / "s2", [b])
+    store2.fetch = lambda md, kind: io.BytesIO(data) if kind is IndexType.TRANSACTION else Store.fetch(store2, md, kind)  # type: ignore[method-assign]
+    with RemoteIndexCache(tmp_path / "log2", store2.fetch) as cache:
+        assert [t.producer_id for t in cache.collect_aborted_txns(b, 0, 100).aborted_txns] == [7]
+        assert len(synced) == 1
