@@ -150,3 +150,13 @@ def test_the_default_fetches_pass_the_metadata_on_and_warn_the_callers_of_the_de
     if "MUTANT_UNDER_TEST" not in os.environ:
         assert caught[0].filename == __file__
     assert seen == [md, md]
+
+
+def test_the_default_64_bit_fetch_silences_only_deprecation_warnings() -> None:
+    class Noisy(RemoteStorageManager):
+        def fetch_log_segment_int32(self, metadata, start_position, end_position=None) -> IO[bytes]:  # type: ignore[no-untyped-def]
+            warnings.warn("something the operator should see", UserWarning, stacklevel=1)
+            return io.BytesIO(b"x")
+
+    with pytest.warns(UserWarning, match="something the operator should see"):
+        assert Noisy().fetch_log_segment(_md(), 0).read() == b"x"
