@@ -266,3 +266,64 @@ def test_only_a_non_empty_transaction_index_is_synced_before_it_takes_its_name(
     with RemoteIndexCache(tmp_path / "log2", store2.fetch) as cache:
         assert [t.producer_id for t in cache.collect_aborted_txns(b, 0, 100).aborted_txns] == [7]
         assert len(synced) == 1
+
+
+def test_concurrent_readers_of_a_missing_entry_share_one_download(tmp_path: Path) -> None:
+    import threading
+
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    gate, called = threading.Event(), threading.Event()
+
+    def slow_fetch(md: RemoteLogSegmentMetadata, kind: IndexType) -> IO[bytes]:
+        called.set()
+        assert gate.wait(30)
+        return store.fetch(md, kind)
+
+    with RemoteIndexCache(tmp_path / "log", slow_fetch) as cache:
+        results: list[int] = []
+        threads = [threading.Thread(target=lambda: results.append(cache.lookup_offset(a, 105))) for _ in range(4)]
+        threads[0].start()
+        assert called.wait(30)  # the first reader owns the download and is inside it
+        for t in threads[1:]:
+            t.start()
+        # the others find the download in flight and wait for it (it cannot finish before the gate opens)
+        gate.set()
+        for t in threads:
+            t.join(30)
+        assert results == [10 * 4096] * 4
+        assert store.fetched == [0] and cache.loads == 1 and cache.misses == 1 and cache.hits == 3
+
+
+def test_counters_and_the_size_of_an_entry_whose_other_indexes_were_loaded(tmp_path: Path) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        cache.lookup_offset(a, 5)
+        cache.lookup_offset(b, 1005)
+        cache.lookup_offset(b, 1006)
+        assert (cache.loads, cache.misses, cache.hits) == (2, 2, 1)
+        cache.collect_aborted_txns(a, 0, 10)  # a's (empty) txn index: no bytes
+        cache.lookup_timestamp(a, T0, 0)  # a's (empty) time index: no bytes
+        assert cache.size_bytes == 2 * ENTRY_BYTES
+    # a time index with entries makes the entry grow, and removing the entry gives all of it back
+    c = _md(2000)
+    from local.index import TimeIndex
+
+    times = TimeIndex(tmp_path / "c.timeindex", 2000)
+    for i in range(1, 6):
+        times.maybe_append(T0 + i, 2000 + i * 10)
+    times.close()
+    blob = (tmp_path / "c.timeindex").read_bytes()
+    (tmp_path / "s3").mkdir()
+    store3 = Store(tmp_path / "s3", [c])
+
+    def fetch(md: RemoteLogSegmentMetadata, kind: IndexType) -> IO[bytes]:
+        return io.BytesIO(blob) if kind is IndexType.TIMESTAMP else store3.fetch(md, kind)
+
+    with RemoteIndexCache(tmp_path / "log3", fetch) as cache:
+        cache.lookup_offset(c, 2005)
+        assert cache.lookup_timestamp(c, T0 + 3, 2000) == 3 * 4096
+        assert cache.size_bytes == ENTRY_BYTES + len(blob)
+        cache.remove(c.remote_log_segment_id.id)
+        assert cache.size_bytes == 0 and len(cache) == 0
