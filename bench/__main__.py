@@ -2,6 +2,9 @@
 
 Each ``bench/bench_*.py`` module has a ``main()`` that prints its figures against a baseline measured in
 the same run.
+
+``python -m bench mutation [MODULE...] [--jobs N] [--keep]`` runs mutation testing (mutmut) instead; it is
+never part of the default run (hours, not minutes): see ``bench/bench_mutation.py`` and TESTING.md.
 """
 
 from __future__ import annotations
@@ -15,10 +18,20 @@ from pathlib import Path
 
 # Run only when named (``python -m bench spark``): they start a JVM and take minutes.
 OPT_IN = {"bench_spark"}
+# Run only when named, and with arguments of their own: not benchmarks.
+ON_DEMAND = {"bench_mutation"}
 
 
 def main(argv: list[str]) -> int:
-    names = sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_"))
+    if argv and argv[0] in ("mutation", "bench_mutation"):
+        from bench import bench_mutation
+
+        return bench_mutation.main(argv[1:])
+    names = sorted(
+        m.name
+        for m in pkgutil.iter_modules([str(Path(__file__).parent)])
+        if m.name.startswith("bench_") and m.name not in ON_DEMAND
+    )
     wanted = [n if n.startswith("bench_") else f"bench_{n}" for n in argv] or [n for n in names if n not in OPT_IN]
     unknown = sorted(set(wanted) - set(names))
     if unknown:

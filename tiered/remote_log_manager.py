@@ -871,7 +871,8 @@ class RemoteLogManager:
                     reason = "below the log start offset"
                 elif lineage and not set(md.segment_leader_epochs) & lineage:
                     reason = "outside the leader-epoch lineage"
-                elif retention_ms >= 0 and now - md.max_timestamp_ms > retention_ms:
+                elif retention_ms >= 0 and now - md.max_timestamp_ms >= retention_ms:
+                    # Kafka's rule for the remote tier: maxTimestampMs <= now - retention.ms (local is a strict >)
                     reason = "retention.ms breach"
                 elif breach_bytes >= 0 and breach_bytes - md.segment_size_in_bytes >= 0:
                     reason = "retention.bytes breach"

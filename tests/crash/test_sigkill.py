@@ -14,6 +14,10 @@ What is checked after each kill, on the log reopened as a broker would (unclean,
 
 The reopened log is dropped without a clean close (``close_handlers``), so the next writer starts unclean too.
 Set ``CRASH_SEED`` to replay a run's random choices (the kill timing still varies).
+
+Timing is scaled to the machine, not written in seconds: the first kill is a calibration (a writer's time to
+READY, the time of one append-and-flush round measured over its first ACKs, and the time of the check after
+the kill), and the kill points and the run's time budget are multiples of what it measured.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -47,7 +52,21 @@ WRITER = Path(__file__).with_name("writer.py")
 REPO = Path(__file__).resolve().parents[2]
 KILLS = 60
 MIN_KILLS = 25
-BUDGET_S = 70.0
+CALIBRATION_ACKS = 20  # flush rounds timed by the calibration kill
+POST_READY_ACKS = 30  # a kill after READY comes within this many flush rounds (as measured)
+BUDGET_FACTOR = 2.0  # the run may take this many times what KILLS calibrated kills would
+LIMIT = 120.0  # seconds: a failure bound for waits that end at once on any machine
+
+
+@dataclass(frozen=True)
+class Calibration:
+    ready_s: float  # from starting a writer to its READY (interpreter start, imports, log recovery)
+    ack_s: float  # one round of appends and a flush
+    check_s: float  # reopening and checking the log after a kill
+
+    def budget_s(self) -> float:
+        mean_cycle = self.ready_s + self.ack_s * POST_READY_ACKS / 2 + self.check_s
+        return KILLS * mean_cycle * BUDGET_FACTOR
 
 
 class Writer:
@@ -63,6 +82,9 @@ class Writer:
         )
         self.lines: list[str] = []
         self.ready = threading.Event()
+        self._acks = 0
+        self._printed = threading.Condition()
+        self._ended = False
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -70,16 +92,28 @@ class Writer:
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
             line = raw.decode().strip()
-            self.lines.append(line)
+            with self._printed:
+                self.lines.append(line)
+                if line.startswith("ACK "):
+                    self._acks += 1
+                self._printed.notify_all()
             if line.startswith("READY"):
                 self.ready.set()
+        with self._printed:
+            self._ended = True
+            self._printed.notify_all()
         self.ready.set()  # the process ended: nobody waits forever
+
+    def wait_for_acks(self, n: int) -> bool:
+        """Wait until it has printed ``n`` ACKs (False if it ended first or took LIMIT)."""
+        with self._printed:
+            return self._printed.wait_for(lambda: self._acks >= n or self._ended, LIMIT) and self._acks >= n
 
     def kill(self) -> str:
         """SIGKILL it; returns its stderr. A writer that died by itself is a failure."""
         self.proc.send_signal(signal.SIGKILL)
-        _, err = self.proc.communicate(timeout=30)
-        self._reader.join(timeout=30)
+        _, err = self.proc.communicate(timeout=LIMIT)
+        self._reader.join(timeout=LIMIT)
         stderr = err.decode(errors="replace")
         if self.proc.returncode != -signal.SIGKILL:
             pytest.fail(f"writer exited with {self.proc.returncode} before it was killed:\n{stderr}")
@@ -90,27 +124,46 @@ class Writer:
         return max(acks, default=-1)
 
 
+def calibrate(partition_dir: Path, t0: int, seed: int, rng: random.Random) -> tuple[Calibration, int]:
+    """The first kill, timed: returns the machine's calibration and the highest offset acknowledged."""
+    started = time.monotonic()
+    writer = Writer(partition_dir, rng.randrange(2**32), t0)
+    assert writer.ready.wait(timeout=LIMIT), "the writer never opened the log"
+    ready = time.monotonic()
+    assert writer.wait_for_acks(CALIBRATION_ACKS), f"the writer did not flush {CALIBRATION_ACKS} times: {writer.lines}"
+    acked = time.monotonic()
+    writer.kill()
+    max_acked = writer.max_ack()
+    killed = time.monotonic()
+    check_log(partition_dir, t0, max_acked, 1, f"seed {seed}, calibration kill, highest ack {max_acked}")
+    checked = time.monotonic()
+    return Calibration(ready - started, (acked - ready) / CALIBRATION_ACKS, checked - killed), max_acked
+
+
 def test_sigkill_at_random_points_loses_no_acknowledged_batch(tmp_path: Path) -> None:
     seed = int(os.environ.get("CRASH_SEED", random.randrange(2**32)))
     rng = random.Random(seed)
     partition_dir = tmp_path / "data" / "crash-0"
     t0 = time.time_ns() // 1_000_000
-    max_acked = -1
-    kills = 0
     started = time.monotonic()
-    while kills < KILLS and time.monotonic() - started < BUDGET_S:
+    calibration, max_acked = calibrate(partition_dir, t0, seed, rng)
+    budget = calibration.budget_s()
+    kills = 1
+    context = f"seed {seed}, {calibration}"
+    while kills < KILLS and time.monotonic() - started < budget:
         writer = Writer(partition_dir, rng.randrange(2**32), t0)
         if rng.random() < 0.15:
-            time.sleep(rng.uniform(0.0, 0.5))  # often while the writer is still loading (recovering) the log
+            # late in its start, often while the writer is still loading (recovering) the log
+            time.sleep(rng.uniform(0.5, 1.0) * calibration.ready_s)
         else:
-            assert writer.ready.wait(timeout=30), "the writer never opened the log"
-            time.sleep(rng.uniform(0.0, 0.25))
+            assert writer.ready.wait(timeout=LIMIT), "the writer never opened the log"
+            time.sleep(rng.uniform(0.0, POST_READY_ACKS) * calibration.ack_s)
         writer.kill()
         kills += 1
         max_acked = max(max_acked, writer.max_ack())
-        context = f"seed {seed}, kill {kills}, highest ack {max_acked}"
+        context = f"seed {seed}, kill {kills}, highest ack {max_acked}, {calibration}"
         check_log(partition_dir, t0, max_acked, rng.choice((1, 4)), context)
-    assert kills >= MIN_KILLS, f"only {kills} kills fit in {BUDGET_S} s"
+    assert kills >= MIN_KILLS, f"only {kills} kills fit in {budget:.1f} s ({context})"
     assert max_acked > 100, f"the writer barely wrote anything ({context})"
 
 

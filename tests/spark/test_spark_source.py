@@ -233,7 +233,9 @@ def test_a_corrupt_remote_object_fails_the_job_with_the_projects_error(spark: An
     raw = bytearray(obj.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     obj.write_bytes(bytes(raw))
-    with pytest.raises(Exception, match=r"CorruptRecordError: remote segment .* is corrupt"):
+    # The segment's recorded chunk checksums catch the damage first (a RemoteChecksumError is a CorruptRecordError);
+    # a segment copied without checksums fails at the batch's CRC instead.
+    with pytest.raises(Exception, match=r"RemoteChecksumError: remote object .*\.log \(segment .*: crc32c"):
         _load(spark, copy, topics="t").count()
 
 

@@ -1,4 +1,9 @@
-"""The remote segment chunk cache, tested with a fetcher and no store (STYLE rule 9)."""
+"""The remote segment chunk cache, tested with a fetcher and no store (STYLE rule 9).
+
+Background work is waited for by events and conditions, never by sleeping: a fetcher that says when it has
+been called (and can hold its callers at a gate), the futures of the fetches in flight, and the streams'
+own completion futures. Time bounds appear only as generous failure limits (a wait that should end at once).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import os
 import subprocess
 import sys
 import threading
-import time
+from concurrent.futures import wait
 from pathlib import Path
 
 import pytest
@@ -19,22 +24,44 @@ from tiered.cache import chunk_cache
 from tiered.cache.chunk_cache import ChunkCache
 
 OBJ = os.urandom(10_000)
+LIMIT = 30.0  # seconds: a failure bound for waits that end at once when the code is right
 
 
 class CountingFetcher:
-    def __init__(self, data: bytes = OBJ, delay: float = 0.0, fail: bool = False) -> None:
-        self.data, self.delay, self.fail = data, delay, fail
+    """Records its calls and notifies waiters; with a ``gate``, each call waits for it to open first."""
+
+    def __init__(self, data: bytes = OBJ, fail: bool = False, gate: threading.Event | None = None) -> None:
+        self.data, self.fail, self.gate = data, fail, gate
         self.calls: list[tuple[int, int]] = []
-        self._lock = threading.Lock()
+        self._called = threading.Condition()
 
     def __call__(self, start: int, end: int) -> bytes:
-        with self._lock:
+        with self._called:
             self.calls.append((start, end))
-        if self.delay:
-            time.sleep(self.delay)
+            self._called.notify_all()
+        if self.gate is not None:
+            assert self.gate.wait(LIMIT), "the test never opened the gate"
         if self.fail:
             raise OSError("store down")
         return self.data[start : end + 1]
+
+    def wait_for_calls(self, n: int) -> None:
+        with self._called:
+            assert self._called.wait_for(lambda: len(self.calls) >= n, LIMIT), f"{len(self.calls)} calls, not {n}"
+
+
+def settle(cache: ChunkCache) -> None:
+    """Wait for every chunk load in flight (read-ahead included): once it is done, its chunk is held."""
+    pending = list(cache._inflight.values())
+    _, not_done = wait(pending, LIMIT)
+    assert not not_done, "chunk loads still running"
+
+
+def join_streams(cache: ChunkCache) -> None:
+    """Wait for every stream of the cache to end (each ends at its object's end, when stopped, or idle)."""
+    streams = list(cache._streams.values())
+    _, not_done = wait([s._done for s in streams if s._done is not None], LIMIT)
+    assert not not_done, "a stream did not end"
 
 
 def test_hits_misses_and_ranges(tmp_path: Path) -> None:
@@ -54,25 +81,44 @@ def test_read_ahead_fetches_next_chunks(tmp_path: Path) -> None:
     f = CountingFetcher()
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
         cache.read("o", len(OBJ), 0, 10, f)
-        deadline = time.time() + 5
-        while len(f.calls) < 3 and time.time() < deadline:
-            time.sleep(0.01)
+        f.wait_for_calls(3)
+        settle(cache)
         assert sorted(f.calls) == [(0, 999), (1000, 1999), (2000, 2999)]
         assert cache.prefetches == 2
-        time.sleep(0.05)
         cache.read("o", len(OBJ), 1000, 1010, f)
-        assert cache.hits == 1
+        assert cache.hits == 1 and (1000, 1999) not in f.calls[3:]
 
 
-def test_single_flight_under_concurrency(tmp_path: Path) -> None:
-    f = CountingFetcher(delay=0.2)
+def test_single_flight_under_concurrency(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = threading.Event()
+    f = CountingFetcher(gate=gate)
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        # Count the readers that asked for the chunk: the fetch is held until all eight have, so that seven of
+        # them find it in flight (not yet in memory).
+        asked = threading.Condition()
+        readers = 0
+        chunk = cache._chunk
+
+        def counting_chunk(*args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal readers
+            fut = chunk(*args, **kwargs)
+            with asked:
+                readers += 1
+                asked.notify_all()
+            return fut
+
+        monkeypatch.setattr(cache, "_chunk", counting_chunk)
         results: list[bytes] = []
-        threads = [threading.Thread(target=lambda: results.append(cache.read("o", len(OBJ), 0, 999, f))) for _ in range(8)]
+        threads = [threading.Thread(target=lambda: results.append(bytes(cache.read("o", len(OBJ), 0, 999, f))))
+                   for _ in range(8)]
         for t in threads:
             t.start()
+        with asked:
+            assert asked.wait_for(lambda: readers == 8, LIMIT)
+        assert f.calls == [(0, 999)]  # one fetch started, seven readers waiting on it
+        gate.set()
         for t in threads:
-            t.join()
+            t.join(LIMIT)
         assert results == [OBJ[:1000]] * 8
         assert f.calls == [(0, 999)]
 
@@ -92,9 +138,9 @@ def test_bounded_and_survives_restart(tmp_path: Path) -> None:
     with ChunkCache(tmp_path, chunk_size=10_000, size_limit=150_000, prefetch_chunks=0) as cache:
         for i in range(40):
             cache.read("big", len(big), i * 10_000, i * 10_000 + 9_999, f)
-        cache.flush()
-        cache._cache.cull()
-        assert cache.size_bytes <= 150_000 + 10_000
+            cache.flush()
+            assert cache.size_bytes <= 150_000, f"over the disk bound after chunk {i}"
+        assert len(cache) < 15  # 40 chunks read, the oldest evicted as the store filled
     f2 = CountingFetcher(big)
     with ChunkCache(tmp_path, chunk_size=10_000, size_limit=150_000, prefetch_chunks=0) as cache:
         assert cache.read("big", len(big), 390_000, 399_999, f2) == big[390_000:]
@@ -102,6 +148,50 @@ def test_bounded_and_survives_restart(tmp_path: Path) -> None:
         assert cache.invalidate("big") > 0
         cache.read("big", len(big), 390_000, 390_001, f2)
         assert f2.calls == [(390_000, 399_999)]
+
+
+def test_memory_holds_at_most_memory_bytes_of_the_most_recently_used_chunks(tmp_path: Path) -> None:
+    """What memory holds is seen from outside: once the disk store is emptied (by another cache on the same
+    directory, as another process would), a chunk still in memory is served without a fetch and any other
+    chunk is fetched again."""
+    data = os.urandom(10_000)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0, memory_bytes=2000) as cache:
+        first = CountingFetcher(data)
+        for i in range(10):
+            assert bytes(cache.read("o", len(data), i * 1000, i * 1000 + 999, first)) == data[i * 1000 : (i + 1) * 1000]
+        cache.flush()
+        assert len(first.calls) == 10 and len(cache) == 10
+        with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as other:
+            other.clear()
+        assert len(cache) == 0
+        again = CountingFetcher(data)
+        for i in reversed(range(10)):  # the two most recent first: both in memory (2000 bytes), the rest not
+            assert bytes(cache.read("o", len(data), i * 1000, i * 1000 + 999, again)) == data[i * 1000 : (i + 1) * 1000]
+        assert again.calls == [(i * 1000, i * 1000 + 999) for i in reversed(range(8))]
+        # a chunk larger than the whole memory bound is never held in memory
+    with ChunkCache(tmp_path / "tiny", chunk_size=1000, prefetch_chunks=0, memory_bytes=999) as cache:
+        f = CountingFetcher(data)
+        cache.read("o", len(data), 0, 999, f)
+        cache.flush()
+        with ChunkCache(tmp_path / "tiny", chunk_size=1000, prefetch_chunks=0) as other:
+            other.clear()
+        cache.read("o", len(data), 0, 999, f)
+        assert f.calls == [(0, 999), (0, 999)]
+
+
+def test_memory_evicts_the_least_recently_used_chunk(tmp_path: Path) -> None:
+    data = os.urandom(10_000)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0, memory_bytes=2000) as cache:
+        f = CountingFetcher(data)
+        for i in (0, 1, 0, 5):  # chunk 0 used again after chunk 1: reading chunk 5 evicts 1, not 0
+            cache.read("o", len(data), i * 1000 + 10, i * 1000 + 20, f)
+        cache.flush()
+        with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as other:
+            other.clear()
+        f.calls.clear()
+        for i in (0, 5, 1):
+            assert bytes(cache.read("o", len(data), i * 1000, i * 1000 + 99, f)) == data[i * 1000 : i * 1000 + 100]
+        assert f.calls == [(1000, 1999)]
 
 
 def _child(path: str, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
@@ -163,20 +253,31 @@ def test_a_chunk_on_disk_is_read_from_disk_not_fetched(tmp_path: Path) -> None:
 
 
 def test_prefetch_of_another_object_and_cancelled_read_ahead_on_close(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    slow = CountingFetcher(delay=0.2)
+    gate = threading.Event()
+    slow = CountingFetcher(gate=gate)
     cache = ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=3, max_workers=1)
     cache.prefetch("next", 0, slow, len(OBJ))
-    cache.close()  # read-ahead still queued: cancelled quietly
-    assert len(slow.calls) <= 1
+    slow.wait_for_calls(1)  # the one worker holds chunk 0's fetch; chunks 1 and 2 wait in the queue
+    queued = [fut for ckey, fut in cache._inflight.items() if not ckey.endswith("#0")]
+    assert len(queued) == 2
+    cancelled = threading.Semaphore(0)
+    for fut in queued:
+        fut.add_done_callback(lambda _: cancelled.release())
+    closing = threading.Thread(target=cache.close)
+    closing.start()
+    for _ in queued:  # close() cancels the queued read-ahead before it waits for the running fetch
+        assert cancelled.acquire(timeout=LIMIT)
+    gate.set()
+    closing.join(LIMIT)
+    assert not closing.is_alive()
+    assert all(fut.cancelled() for fut in queued) and slow.calls == [(0, 999)]
     assert "exception calling callback" not in caplog.text
     f = CountingFetcher()
     with ChunkCache(tmp_path / "fresh", chunk_size=1000, prefetch_chunks=2) as cache:
         cache.prefetch("next", 0, f, len(OBJ))
-        deadline = time.time() + 5
-        while len(f.calls) < 2 and time.time() < deadline:
-            time.sleep(0.01)
+        f.wait_for_calls(2)
+        settle(cache)
         assert sorted(f.calls) == [(0, 999), (1000, 1999)]
-        time.sleep(0.05)
         assert cache.read("next", len(OBJ), 0, 1999, f) == OBJ[:2000]
         assert len(f.calls) == 2
 
@@ -225,7 +326,8 @@ def _read_sequentially(cache: ChunkCache, key: str, data: bytes, fetcher: Counti
 
 
 @pytest.mark.parametrize("size", [10_000, 9_500])  # the last chunk full, or short
-def test_a_sequential_reader_is_fed_from_one_stream(tmp_path: Path, size: int) -> None:
+def test_a_sequential_reader_is_fed_from_one_stream(tmp_path: Path, size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunk_cache, "_STREAM_IDLE_SECONDS", 600)
     data = OBJ[:size]
     f, o = CountingFetcher(data), CountingOpener(data)
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
@@ -233,10 +335,8 @@ def test_a_sequential_reader_is_fed_from_one_stream(tmp_path: Path, size: int) -
         assert o.opens == [(0, None)] and f.calls == []  # one fetch to the end, no ranged fetches
         assert cache.streams_opened == 1 and cache.fetches == 10
         # The stream ended at the object's end, and the reads of its last chunks, held already, start none that
-        # would idle on a stream thread for seconds.
-        deadline = time.time() + 1
-        while cache._streams and time.time() < deadline:
-            time.sleep(0.01)
+        # would idle on a stream thread (idling is 600 s here: a stream still waiting fails the join).
+        join_streams(cache)
         assert not cache._streams
         cache.flush()
         assert len(cache) == 10  # every chunk stored on disk too
@@ -253,9 +353,7 @@ def test_a_stream_keeps_only_its_window_ahead_of_the_reader_and_closes_when_it_s
     f, o = CountingFetcher(), CountingOpener()
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
         assert bytes(cache.read("o", len(OBJ), 0, 99, f, o)) == OBJ[:100]
-        deadline = time.time() + 5
-        while cache._streams and time.time() < deadline:
-            time.sleep(0.02)
+        join_streams(cache)  # it idles out (0.2 s): the reader never came back
         assert not cache._streams, "the stream outlived its idle timeout"
         assert o.streams[0].served == 3000  # chunk 0 and the two read ahead, not the whole object
         assert o.streams[0].closed
@@ -314,13 +412,16 @@ def test_concurrent_sequential_readers_of_one_object_get_the_same_bytes(tmp_path
     assert not errors
 
 
-def test_close_stops_a_stream_that_waits_for_its_reader(tmp_path: Path) -> None:
+def test_close_stops_a_stream_that_waits_for_its_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunk_cache, "_STREAM_IDLE_SECONDS", 600)  # only close() can end it within the test
     o = CountingOpener()
     cache = ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1)
     cache.read("o", len(OBJ), 0, 10, CountingFetcher(), o)
-    started = time.monotonic()
-    cache.close()
-    assert time.monotonic() - started < 2 and o.streams[0].closed
+    assert cache._streams  # waiting for its reader
+    closing = threading.Thread(target=cache.close)
+    closing.start()
+    closing.join(LIMIT)
+    assert not closing.is_alive() and o.streams[0].closed
 
 
 _EXIT_WITHOUT_CLOSE = """
@@ -335,7 +436,6 @@ assert cache._streams  # a stream waits for its reader to come back
 
 
 def test_a_waiting_stream_does_not_hold_up_the_exit_of_a_program_that_never_closed_the_cache(tmp_path: Path) -> None:
-    started = time.monotonic()
+    # A program held up by the stream would take its 600 s idle timeout to exit: far past the bound here.
     done = subprocess.run([sys.executable, "-c", _EXIT_WITHOUT_CLOSE, str(tmp_path)], capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()
-    assert time.monotonic() - started < 60  # not the stream's 600 s idle timeout

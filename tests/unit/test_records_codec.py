@@ -1,4 +1,11 @@
-"""The v2 record batch codec against kafka-python (an oracle nobody here wrote) and real Kafka files."""
+"""The v2 record batch codec against kafka-python (an oracle nobody here wrote) and real Kafka files.
+
+kafka-python decodes what we encode wherever it can: every hypothesis example of the batch round trip is also
+parsed by kafka-python's DefaultRecordBatch, batches kafka-python builds from hypothesis records are parsed
+by ours, and our varints are compared byte for byte with ``kafka.record.util``. (kafka-python has no reader
+for the broker's producer-state snapshots; those are checked against Kafka's own files in
+test_producer_state.py.)
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kafka.record import util as kp_util
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from local.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionTypeError
@@ -25,7 +33,7 @@ from local.records import (
     set_partition_leader_epoch,
 )
 from local.records.legacy import build_legacy_message
-from local.records.varint import decode_varint, decode_varlong, encode_varint
+from local.records.varint import decode_varint, decode_varlong, encode_varint, size_of_varint
 
 CODECS = list(CompressionType)
 
@@ -206,20 +214,87 @@ def test_round_trip_property(recs: list[SimpleRecord], codec: CompressionType, p
     assert [(r.timestamp, r.key, r.value, r.headers) for r in got] == [(r.timestamp, r.key, r.value, r.headers) for r in recs]
     assert batch.max_timestamp == max(r.timestamp for r in recs)
     assert batch.records_count == len(recs)
+    # the oracle: kafka-python reads the same batch
+    kp = DefaultRecordBatch(bytearray(bytes(mr)))
+    assert kp.validate_crc()
+    assert (kp.base_offset, kp.producer_id, kp.producer_epoch, kp.base_sequence) == (
+        0, pid, 0 if pid >= 0 else -1, seq if pid >= 0 else -1)
+    assert kp.is_transactional == (txn and pid >= 0) and kp.compression_type == int(codec)
+    assert kp.max_timestamp == batch.max_timestamp and kp.last_offset_delta == len(recs) - 1
+    assert [(r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers]) for r in kp] == [
+        (i, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers]) for i, r in enumerate(recs)
+    ]
 
 
-@given(st.integers(-(2**31), 2**31 - 1))
-def test_varint_round_trip(value: int) -> None:
+@settings(max_examples=100, deadline=None)
+@given(simple_records, st.sampled_from(CODECS), st.integers(0, 2**40), st.integers(0, 2**31 - 1))
+def test_kafka_python_built_batches_parse_in_ours_property(
+    recs: list[SimpleRecord], codec: CompressionType, base_offset: int, seq: int
+) -> None:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=int(codec), is_transactional=False,
+                                        producer_id=5, producer_epoch=1, base_sequence=seq, batch_size=1 << 24)
+    for i, r in enumerate(recs):
+        assert builder.append(i, timestamp=r.timestamp, key=r.key, value=r.value, headers=list(r.headers)) is not None
+    data = bytearray(builder.build())
+    set_base_offset(data, 0, base_offset)
+    chosen = DefaultRecordBatch(bytearray(data)).compression_type  # none when compressing would not shrink it
+    assert chosen in (int(codec), 0)
+    batch = RecordBatch(bytes(data))
+    batch.ensure_valid()
+    assert (batch.base_offset, batch.last_offset, batch.records_count) == (base_offset, base_offset + len(recs) - 1, len(recs))
+    assert (batch.producer_id, batch.producer_epoch, batch.base_sequence) == (5, 1, seq)
+    assert batch.compression_type is CompressionType(chosen)
+    assert batch.max_timestamp == max(r.timestamp for r in recs)
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch.records()] == [
+        (base_offset + i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(recs)
+    ]
+
+
+def _kp_varint(value: int) -> bytes:
+    out = bytearray()
+    kp_util.encode_varint(value, out.append)
+    return bytes(out)
+
+
+INT32_EDGES = [0, 1, -1, 63, -64, 64, -65, 2**31 - 1, -(2**31), 2**13, -(2**13) - 1, 2**20, -(2**27)]
+INT64_EDGES = [*INT32_EDGES, 2**31, -(2**31) - 1, 2**34, -(2**34) - 1, 2**63 - 1, -(2**63), 2**62, -(2**62) - 1]
+
+
+@given(st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from(INT32_EDGES)))
+def test_varint_matches_kafka_python(value: int) -> None:
+    out = bytearray(b"\x07")  # appended to what is there
+    encode_varint(value, out)
+    assert bytes(out[1:]) == _kp_varint(value)
+    assert size_of_varint(value) == len(out) - 1 == kp_util.size_of_varint(value) <= 5
+    assert decode_varint(bytes(out), 1) == (value, len(out)) == kp_util.decode_varint(bytearray(out), 1)
+
+
+@given(st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from(INT64_EDGES)))
+def test_varlong_matches_kafka_python(value: int) -> None:
     out = bytearray()
     encode_varint(value, out)
-    assert decode_varint(bytes(out), 0) == (value, len(out))
+    assert bytes(out) == _kp_varint(value)
+    assert size_of_varint(value) == len(out) == kp_util.size_of_varint(value) <= 10
+    assert decode_varlong(bytes(out) + b"\xff", 0) == (value, len(out)) == kp_util.decode_varint(bytearray(out), 0)
 
 
-@given(st.integers(-(2**63), 2**63 - 1))
-def test_varlong_round_trip(value: int) -> None:
-    out = bytearray()
-    encode_varint(value, out)
-    assert decode_varlong(bytes(out), 0) == (value, len(out))
+def test_varint_length_limits_and_errors() -> None:
+    longest = _kp_varint(-(2**31))
+    assert len(longest) == 5 and decode_varint(longest, 0) == (-(2**31), 5)
+    six = _kp_varint(2**34)
+    assert len(six) == 6
+    with pytest.raises(InvalidRecordError, match=r"^varint at position 2 is longer than 5 bytes$") as info:
+        decode_varint(b"\x00\x00" + six, 2)
+    assert info.value.context == {"position": 2}
+    assert decode_varlong(b"\x00\x00" + six, 2) == (2**34, 8)
+    longest64 = _kp_varint(-(2**63))
+    assert len(longest64) == 10 and decode_varlong(longest64, 0) == (-(2**63), 10)
+    with pytest.raises(InvalidRecordError, match=r"^varlong at position 1 is longer than 10 bytes$") as info:
+        decode_varlong(b"\x00" + b"\xff" * 11, 1)
+    assert info.value.context == {"position": 1}
+    with pytest.raises(InvalidRecordError, match=r"^truncated varint at position 3$") as info:
+        decode_varint(b"\x00\x00\x00\x80\x80", 3)
+    assert info.value.context == {"position": 3}
 
 
 @settings(max_examples=60, deadline=None)

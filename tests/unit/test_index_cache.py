@@ -1,0 +1,329 @@
+"""RemoteIndexCache eviction: the least RECENTLY USED entry goes (not the oldest loaded), its files go with it
+(renamed ``*.deleted`` at once, removed by the cleaner, which ``close()`` drains), and the entries kept are
+served without a fetch."""
+
+from __future__ import annotations
+
+import io
+import logging
+import uuid
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from local.index import OffsetIndex
+from tiered import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+from tiered.cache.index_cache import DIR_NAME, RemoteIndexCache
+from tiered.errors import RemoteResourceNotFoundError
+from tiered.layout import kafka_uuid
+
+T0 = 1_700_000_000_000
+ENTRY_BYTES = 48 * 8  # 48 legacy entries
+
+
+def _md(start: int) -> RemoteLogSegmentMetadata:
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), start, start + 999, T0, 0, T0, 10, {0: start})
+
+
+def _index_bytes(tmp: Path, base: int) -> bytes:
+    path = tmp / f"{base}.index"
+    idx = OffsetIndex(path, base, 4096)
+    for i in range(1, 49):
+        idx.append(base + i * 10, i * 4096)
+    idx.close()
+    return path.read_bytes()
+
+
+class Store:
+    def __init__(self, tmp: Path, mds: list[RemoteLogSegmentMetadata]) -> None:
+        self.blobs = {md.remote_log_segment_id.id: _index_bytes(tmp, md.start_offset) for md in mds}
+        self.fetched: list[int] = []  # start offsets of the segments whose offset index was fetched
+
+    def fetch(self, md: RemoteLogSegmentMetadata, kind: IndexType) -> IO[bytes]:
+        if kind is IndexType.TIMESTAMP:
+            return io.BytesIO(b"")  # an empty time index
+        if kind is not IndexType.OFFSET:
+            raise RemoteResourceNotFoundError("only offset indexes here")
+        self.fetched.append(md.start_offset)
+        return io.BytesIO(self.blobs[md.remote_log_segment_id.id])
+
+
+def _files_of(cache_dir: Path, md: RemoteLogSegmentMetadata) -> list[str]:
+    sid = kafka_uuid(md.remote_log_segment_id.id)
+    return sorted(p.name for p in cache_dir.iterdir() if sid in p.name)
+
+
+def test_eviction_takes_the_least_recently_used_entry_and_its_files(tmp_path: Path) -> None:
+    a, b, c, d = (_md(i * 1000) for i in range(4))
+    store = Store(tmp_path, [a, b, c, d])
+    cache_dir = tmp_path / "log" / DIR_NAME
+    cache = RemoteIndexCache(tmp_path / "log", store.fetch, max_size_bytes=2 * ENTRY_BYTES)
+    try:
+        assert cache.lookup_offset(a, 105) == 10 * 4096
+        assert cache.lookup_offset(b, 1105) == 10 * 4096
+        entry_b = cache.get_index_entry(b)
+        assert cache.lookup_offset(a, 205) == 20 * 4096  # a is now the most recently used, b the least
+        assert store.fetched == [0, 1000]
+        assert cache.hits == 2
+        with entry_b.lock:  # holds off the cleaner: what eviction itself did to b's files is visible
+            assert cache.lookup_offset(c, 2105) == 10 * 4096  # over the bound: b goes, not a (loaded first)
+            assert entry_b.marked_for_cleanup
+            # renamed at once, so that a restart could never reload it
+            assert _files_of(cache_dir, b) == [f"1000_{kafka_uuid(b.remote_log_segment_id.id)}.index.deleted"]
+        key = {md.start_offset: kafka_uuid(md.remote_log_segment_id.id) for md in (a, b, c, d)}
+        assert key[0] in cache and key[2000] in cache and key[1000] not in cache
+        assert len(cache) == 2 and cache.evictions == 1 and cache.size_bytes == 2 * ENTRY_BYTES
+        assert cache.lookup_offset(a, 305) == 30 * 4096 and cache.lookup_offset(c, 2305) == 30 * 4096
+        assert store.fetched == [0, 1000, 2000]  # both kept entries served without a fetch
+        # now c is the least recently used after a read of a: d evicts c
+        cache.lookup_offset(a, 105)
+        cache.lookup_offset(d, 3105)
+        assert key[2000] not in cache and key[0] in cache and key[3000] in cache
+        # b comes back with a fetch, and evicts a (d was used after it)
+        assert cache.lookup_offset(b, 1105) == 10 * 4096
+        assert store.fetched == [0, 1000, 2000, 3000, 1000]
+        assert key[0] not in cache and key[1000] in cache and key[3000] in cache
+    finally:
+        cache.close()  # drains the cleaner: every evicted entry's files are gone now
+    assert _files_of(cache_dir, a) == [] and _files_of(cache_dir, c) == []
+    assert _files_of(cache_dir, b) == [f"1000_{kafka_uuid(b.remote_log_segment_id.id)}.index"]
+    assert _files_of(cache_dir, d) == [f"3000_{kafka_uuid(d.remote_log_segment_id.id)}.index"]
+    assert not list(cache_dir.glob("*.deleted")) and not list(cache_dir.glob("*.tmp"))
+    # a restart finds exactly the two entries kept, and serves them without fetching
+    store.fetched.clear()
+    with RemoteIndexCache(tmp_path / "log", store.fetch, max_size_bytes=2 * ENTRY_BYTES) as again:
+        assert len(again) == 2
+        assert again.lookup_offset(b, 1205) == 20 * 4096 and again.lookup_offset(d, 3205) == 20 * 4096
+        assert store.fetched == []
+
+
+def test_removing_an_entry_removes_its_files(tmp_path: Path) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    cache_dir = tmp_path / "log" / DIR_NAME
+    cache = RemoteIndexCache(tmp_path / "log", store.fetch)
+    try:
+        cache.lookup_offset(a, 5)
+        cache.lookup_offset(b, 1005)
+        cache.remove(a.remote_log_segment_id.id)
+        assert len(cache) == 1 and cache.size_bytes == ENTRY_BYTES
+        assert all(name.endswith(".deleted") for name in _files_of(cache_dir, a))
+        assert cache.lookup_offset(a, 5) == 0  # fetched again
+        assert store.fetched == [0, 1000, 0]
+        cache.clear()
+        assert len(cache) == 0 and cache.size_bytes == 0
+    finally:
+        cache.close()
+    assert list(cache_dir.iterdir()) == []
+
+
+def test_a_bound_of_one_entry_keeps_the_entry_just_loaded(tmp_path: Path) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    with RemoteIndexCache(tmp_path / "log", store.fetch, max_size_bytes=ENTRY_BYTES - 1) as cache:
+        assert cache.lookup_offset(a, 105) == 10 * 4096
+        assert len(cache) == 1  # over the bound, but the entry just loaded is never evicted by its own load
+        assert cache.lookup_offset(b, 1105) == 10 * 4096
+        assert len(cache) == 1 and kafka_uuid(b.remote_log_segment_id.id) in cache
+
+
+def test_an_entry_restored_at_start_loses_the_files_it_never_opened_when_evicted(tmp_path: Path) -> None:
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    cache_dir = tmp_path / "log" / DIR_NAME
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        assert cache.collect_aborted_txns(a, 0, 100).aborted_txns == []  # no txn index: cached as an empty file
+    assert sorted(p.suffix for p in cache_dir.iterdir()) == [".index", ".txnindex"]
+    cache = RemoteIndexCache(tmp_path / "log", store.fetch)  # restored: the .txnindex is not opened
+    try:
+        assert len(cache) == 1
+        entry = cache.get_index_entry(a)
+        with entry.lock:  # holds off the cleaner
+            cache.remove(a.remote_log_segment_id.id)
+            prefix = f"0_{kafka_uuid(a.remote_log_segment_id.id)}"
+            assert sorted(p.name for p in cache_dir.iterdir()) == [f"{prefix}.index.deleted", f"{prefix}.txnindex.deleted"]
+    finally:
+        cache.close()
+    assert list(cache_dir.iterdir()) == []
+
+
+def test_evicted_entries_and_the_entries_left_at_close_close_their_indexes(tmp_path: Path) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    cache = RemoteIndexCache(tmp_path / "log", store.fetch)
+    try:
+        assert cache.lookup_timestamp(a, T0, 0) == 0  # a's offset and time indexes are open
+        assert cache.lookup_timestamp(b, T0, 1000) == 0
+        entry_a, entry_b = cache.get_index_entry(a), cache.get_index_entry(b)
+        cache.remove(a.remote_log_segment_id.id)
+    finally:
+        cache.close()
+    for entry in (entry_a, entry_b):
+        assert entry.offset_index.is_closed and entry.time_index.is_closed
+
+
+def test_a_restart_over_the_bound_keeps_the_most_recent_entries_but_never_the_last_one(tmp_path: Path) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        cache.lookup_offset(a, 5)
+        cache.lookup_offset(b, 1005)
+    with RemoteIndexCache(tmp_path / "log", store.fetch, max_size_bytes=ENTRY_BYTES) as cache:
+        assert len(cache) == 1 and cache.evictions == 1 and cache.size_bytes == ENTRY_BYTES
+    with RemoteIndexCache(tmp_path / "log", store.fetch, max_size_bytes=1) as cache:
+        assert len(cache) == 1 and cache.evictions == 0  # one entry over the bound is still kept
+
+
+def test_metrics_count_hits_misses_evictions_and_track_the_size(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    a, b, c = _md(0), _md(1000), _md(2000)
+    store = Store(tmp_path, [a, b, c])
+    registry = CollectorRegistry()
+
+    def value(name: str) -> float:
+        got = registry.get_sample_value(name)
+        assert got is not None, name
+        return got
+
+    with RemoteIndexCache(tmp_path / "log", store.fetch, max_size_bytes=2 * ENTRY_BYTES, registry=registry) as cache:
+        cache.lookup_offset(a, 5)
+        cache.lookup_offset(a, 6)
+        cache.lookup_offset(b, 1005)
+        cache.lookup_offset(c, 2005)
+        assert (value("RemoteLogIndexCacheHits_total"), value("RemoteLogIndexCacheMisses_total")) == (1, 3)
+        assert value("RemoteLogIndexCacheEvictions_total") == 1
+        assert (value("RemoteLogIndexCacheSizeBytes"), value("RemoteLogIndexCacheEntries")) == (2 * ENTRY_BYTES, 2)
+    restarted = CollectorRegistry()
+    with RemoteIndexCache(tmp_path / "log", store.fetch, registry=restarted) as cache:
+        assert restarted.get_sample_value("RemoteLogIndexCacheSizeBytes") == 2 * ENTRY_BYTES
+        assert restarted.get_sample_value("RemoteLogIndexCacheEntries") == 2
+
+
+def test_a_restart_sweeps_crash_leftovers_and_drops_broken_entries_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    mds = [_md(0), _md(1000), _md(2000)]
+    store = Store(tmp_path, mds)
+    cache_dir = tmp_path / "log" / DIR_NAME
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        for md in mds:
+            cache.lookup_offset(md, md.start_offset + 5)
+    # What a crash leaves, named to sort before the good entries (a drop must not end the scan):
+    (cache_dir / "0000_corrupt.index").write_bytes(b"\x01" * 5)  # not whole entries
+    (cache_dir / "00_noindex.timeindex").write_bytes(b"")  # no offset index
+    (cache_dir / "abc_notanoffset.index").write_bytes(b"")  # no start offset in the name
+    (cache_dir / "0_half.index.tmp").write_bytes(b"\x00" * 8)  # a download cut short
+    (cache_dir / "0_gone.index.deleted").write_bytes(b"\x00" * 8)  # evicted, not yet removed
+    store.fetched.clear()
+    with caplog.at_level(logging.WARNING, logger="tiered.cache.index_cache"), \
+            RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        assert len(cache) == 3 and cache.size_bytes == 3 * ENTRY_BYTES
+        for md in mds:
+            assert cache.lookup_offset(md, md.start_offset + 105) == 10 * 4096
+        assert store.fetched == []
+    assert sorted(p.name for p in cache_dir.iterdir()) == sorted(
+        f"{md.start_offset}_{kafka_uuid(md.remote_log_segment_id.id)}.index" for md in mds
+    )
+    assert any(r.getMessage().startswith("dropping cached remote indexes 0000_corrupt at start") for r in caplog.records)
+
+
+def test_the_size_bound_must_not_be_negative(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^remote\.log\.index\.file\.cache\.total\.size\.bytes must be >= 0, got -1$"):
+        RemoteIndexCache(tmp_path, Store(tmp_path, []).fetch, max_size_bytes=-1)
+    with RemoteIndexCache(tmp_path, Store(tmp_path, []).fetch, max_size_bytes=0) as cache:
+        assert cache.max_size_bytes == 0
+
+
+def test_only_a_non_empty_transaction_index_is_synced_before_it_takes_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tiered.cache import index_cache
+
+    synced: list[int] = []
+    real_fsync = index_cache.os.fsync
+    monkeypatch.setattr(index_cache.os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        cache.lookup_offset(a, 5)
+        cache.lookup_timestamp(a, T0, 0)
+        assert cache.collect_aborted_txns(a, 0, 10).aborted_txns == []  # missing: cached empty, nothing to sync
+        assert synced == []
+    from local.index import TransactionIndex
+    from local.index.entries import AbortedTxn
+
+    txn = TransactionIndex(0, tmp_path / "t.txnindex")
+    txn.append(AbortedTxn(producer_id=7, first_offset=20, last_offset=40, last_stable_offset=20))
+    txn.close()
+    data = (tmp_path / "t.txnindex").read_bytes()
+    b = _md(0)
+    (tmp_path / "s2").mkdir()
+    store2 = Store(tmp_path / "s2", [b])
+    store2.fetch = lambda md, kind: io.BytesIO(data) if kind is IndexType.TRANSACTION else Store.fetch(store2, md, kind)  # type: ignore[method-assign]
+    with RemoteIndexCache(tmp_path / "log2", store2.fetch) as cache:
+        assert [t.producer_id for t in cache.collect_aborted_txns(b, 0, 100).aborted_txns] == [7]
+        assert len(synced) == 1
+
+
+def test_concurrent_readers_of_a_missing_entry_share_one_download(tmp_path: Path) -> None:
+    import threading
+
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    gate, called = threading.Event(), threading.Event()
+
+    def slow_fetch(md: RemoteLogSegmentMetadata, kind: IndexType) -> IO[bytes]:
+        called.set()
+        assert gate.wait(30)
+        return store.fetch(md, kind)
+
+    with RemoteIndexCache(tmp_path / "log", slow_fetch) as cache:
+        results: list[int] = []
+        threads = [threading.Thread(target=lambda: results.append(cache.lookup_offset(a, 105))) for _ in range(4)]
+        threads[0].start()
+        assert called.wait(30)  # the first reader owns the download and is inside it
+        for t in threads[1:]:
+            t.start()
+        # the others find the download in flight and wait for it (it cannot finish before the gate opens)
+        gate.set()
+        for t in threads:
+            t.join(30)
+        assert results == [10 * 4096] * 4
+        assert store.fetched == [0] and cache.loads == 1 and cache.misses == 1 and cache.hits == 3
+
+
+def test_counters_and_the_size_of_an_entry_whose_other_indexes_were_loaded(tmp_path: Path) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        cache.lookup_offset(a, 5)
+        cache.lookup_offset(b, 1005)
+        cache.lookup_offset(b, 1006)
+        assert (cache.loads, cache.misses, cache.hits) == (2, 2, 1)
+        cache.collect_aborted_txns(a, 0, 10)  # a's (empty) txn index: no bytes
+        cache.lookup_timestamp(a, T0, 0)  # a's (empty) time index: no bytes
+        assert cache.size_bytes == 2 * ENTRY_BYTES
+    # a time index with entries makes the entry grow, and removing the entry gives all of it back
+    c = _md(2000)
+    from local.index import TimeIndex
+
+    times = TimeIndex(tmp_path / "c.timeindex", 2000)
+    for i in range(1, 6):
+        times.maybe_append(T0 + i, 2000 + i * 10)
+    times.close()
+    blob = (tmp_path / "c.timeindex").read_bytes()
+    (tmp_path / "s3").mkdir()
+    store3 = Store(tmp_path / "s3", [c])
+
+    def fetch(md: RemoteLogSegmentMetadata, kind: IndexType) -> IO[bytes]:
+        return io.BytesIO(blob) if kind is IndexType.TIMESTAMP else store3.fetch(md, kind)
+
+    with RemoteIndexCache(tmp_path / "log3", fetch) as cache:
+        cache.lookup_offset(c, 2005)
+        assert cache.lookup_timestamp(c, T0 + 3, 2000) == 3 * 4096
+        assert cache.size_bytes == ENTRY_BYTES + len(blob)
+        cache.remove(c.remote_log_segment_id.id)
+        assert cache.size_bytes == 0 and len(cache) == 0

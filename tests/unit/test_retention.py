@@ -1,0 +1,236 @@
+"""Retention of both tiers at its boundaries, on an injected clock (MockTime), never by sleeping.
+
+- Local time retention keeps a segment whose newest record is exactly ``retention.ms`` old and deletes it one
+  millisecond later (Kafka's ``UnifiedLog.deleteRetentionMsBreachedSegments``: ``now - largestTimestamp >
+  retentionMs``).
+- Remote time retention deletes a remote segment whose ``max_timestamp_ms`` is exactly ``retention.ms`` old
+  (Kafka's ``RemoteLogManager``: ``maxTimestampMs <= now - retentionMs``) and keeps a younger one.
+- A remote segment wholly below the log start offset goes, and so does one outside the leader-epoch lineage,
+  with retention by time and size both off, so no other rule can be what deleted it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from local import LogConfig, LogManager
+from local.scheduler import MockTime
+from tests.logutil import make_log, read_all_values, records
+from tiered import RemoteLogSegmentMetadata
+from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.cache.index_cache import RemoteIndexCache
+from tiered.metadata import RemoteLogMetadataStore
+from tiered.remote_log_manager import RemoteLogManager
+
+T0 = 1_700_000_000_000
+MIB = 1024 * 1024
+HOUR = 3_600_000
+
+
+# Local -------------------------------------------------------------------------------------------------------
+
+
+def test_local_time_retention_keeps_a_segment_exactly_retention_ms_old_and_deletes_it_a_ms_later(tmp_path: Path) -> None:
+    clock = MockTime(ms=T0)
+    log = make_log(tmp_path, time=clock, segment_bytes=200, retention_ms=10_000, file_delete_delay_ms=0)
+    for i in range(4):
+        log.append(records(b"v" * 100, timestamp=T0 + 1000 * i))  # one batch per segment: segment i's newest is T0+1000i
+    assert log.number_of_segments() == 4
+    clock.sleep(10_000)  # segment 0's newest record is exactly retention.ms old
+    assert log.delete_old_segments() == 0
+    assert log.log_start_offset == 0
+    clock.sleep(1)  # now one millisecond past it
+    assert log.delete_old_segments() == 1
+    assert log.log_start_offset == 1 and [o for o, _ in read_all_values(log)] == [1, 2, 3]
+    clock.sleep(999)  # segment 1 exactly at the limit: kept
+    assert log.delete_old_segments() == 0
+    clock.sleep(1_000_000)  # everything old: all but the active segment go
+    assert log.delete_old_segments() == 2
+    assert log.log_start_offset == log.active_segment.base_offset == 3
+
+
+def test_local_time_retention_off_and_size_retention_boundary(tmp_path: Path) -> None:
+    clock = MockTime(ms=T0)
+    log = make_log(tmp_path, time=clock, segment_bytes=200, retention_ms=-1, file_delete_delay_ms=0)
+    for i in range(3):
+        log.append(records(b"v" * 100, timestamp=T0 + i))
+    clock.sleep(100 * 365 * 24 * HOUR)
+    assert log.delete_old_segments() == 0  # retention.ms = -1: time never deletes
+    one = log.segments.first_segment.size  # type: ignore[union-attr]
+    log2 = make_log(tmp_path, "topic-1", time=clock, segment_bytes=200, retention_bytes=log.size_in_bytes - one, retention_ms=-1,
+                    file_delete_delay_ms=0)
+    for i in range(3):
+        log2.append(records(b"v" * 100, timestamp=T0 + i))
+    # over retention.bytes by exactly one segment: exactly that one goes, not the next
+    assert log2.delete_old_segments() == 1 and log2.log_start_offset == 1
+    assert log2.delete_old_segments() == 0
+
+
+# Remote ------------------------------------------------------------------------------------------------------
+
+
+def _value(i: int) -> bytes:
+    return (b"%08d" % i) * 25
+
+
+def _produce(log: object, n: int, start: int = 0, ts: int = T0) -> None:
+    from local.records import MemoryRecords, SimpleRecord
+
+    for first in range(start, start + n, 100):
+        batch = [SimpleRecord(ts + i, b"k%d" % i, _value(i)) for i in range(first, min(first + 100, start + n))]
+        log.append(MemoryRecords.build(batch))  # type: ignore[attr-defined]
+
+
+class _Tier:
+    """A LogManager with a remote tier on the local-directory backend, both on one MockTime."""
+
+    def __init__(self, tmp: Path, clock: MockTime) -> None:
+        self.remote_dir = tmp / "remote"
+        self.rsm = LocalDirRemoteStorageManager()
+        self.rsm.configure({"dir": str(self.remote_dir)})
+        self.store = RemoteLogMetadataStore(self.rsm)
+        self.rlm = RemoteLogManager(
+            self.rsm, self.store, RemoteIndexCache(tmp / "data", self.rsm.fetch_index), time=clock
+        )
+        props = {
+            "log.dirs": str(tmp / "data"),
+            "remote.log.storage.system.enable": "true",
+            "log.segment.bytes": str(MIB),
+        }
+        self.manager = LogManager(LogConfig.from_properties(props), remote_tier=self.rlm, time=clock, start_scheduler=False)
+
+    def log(self, **overrides: str):  # type: ignore[no-untyped-def]
+        return self.manager.get_or_create_log("t", 0, {"remote.storage.enable": "true", **overrides})
+
+    def finished(self, log: object) -> list[RemoteLogSegmentMetadata]:
+        return self.rlm.finished_segments(self.rlm.topic_id_partition(log))  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        self.manager.close()
+
+
+def _objects_of(tier: _Tier, md: RemoteLogSegmentMetadata) -> list[Path]:
+    sid = str(md.remote_log_segment_id.id)
+    from tiered.layout import kafka_uuid
+
+    names = (sid, kafka_uuid(md.remote_log_segment_id.id))
+    return [p for p in tier.remote_dir.rglob("*") if p.is_file() and any(n in p.name for n in names)
+            and not p.name.endswith(".json")]
+
+
+def test_remote_time_retention_deletes_a_segment_exactly_retention_ms_old_and_keeps_a_younger_one(tmp_path: Path) -> None:
+    clock = MockTime(ms=T0 + 1_000_000)
+    tier = _Tier(tmp_path, clock)
+    try:
+        log = tier.log(**{"retention.ms": str(HOUR), "retention.bytes": "-1"})
+        _produce(log, 20_000)  # timestamps T0 .. T0+19999: four 1 MiB segments and the active one
+        assert tier.rlm.copy_log_segments(log).segments_copied >= 3
+        segs = tier.finished(log)
+        assert all(_objects_of(tier, md) for md in segs)
+        # the oldest segment's newest record is one ms short of retention.ms: nothing goes
+        clock.sleep(segs[0].max_timestamp_ms + HOUR - 1 - clock.milliseconds())
+        assert tier.rlm.cleanup_remote_segments(log) == 0
+        assert log.log_start_offset == 0
+        # exactly retention.ms old: it goes (Kafka: maxTimestampMs <= now - retention.ms); the next, younger
+        # by its own records' span, stays
+        clock.sleep(1)
+        assert segs[1].max_timestamp_ms > segs[0].max_timestamp_ms
+        assert tier.rlm.cleanup_remote_segments(log) == 1
+        remaining = tier.finished(log)
+        assert [md.remote_log_segment_id for md in remaining] == [md.remote_log_segment_id for md in segs[1:]]
+        assert log.log_start_offset == segs[0].end_offset + 1 == remaining[0].start_offset
+        assert _objects_of(tier, segs[0]) == [] and all(_objects_of(tier, md) for md in segs[1:])
+        assert read_all_values(log)[0][0] == log.log_start_offset
+        # much later: every remote segment is past retention.ms and goes
+        clock.sleep(10 * HOUR)
+        assert tier.rlm.cleanup_remote_segments(log) == len(segs) - 1
+        assert tier.finished(log) == []
+        assert log.log_start_offset == segs[-1].end_offset + 1
+    finally:
+        tier.close()
+
+
+def test_remote_time_retention_off_keeps_every_segment(tmp_path: Path) -> None:
+    clock = MockTime(ms=T0 + 1_000_000)
+    tier = _Tier(tmp_path, clock)
+    try:
+        log = tier.log(**{"retention.ms": "-1", "retention.bytes": "-1"})
+        _produce(log, 12_000)
+        tier.rlm.copy_log_segments(log)
+        n = len(tier.finished(log))
+        assert n >= 1
+        clock.sleep(100 * 365 * 24 * HOUR)
+        assert tier.rlm.cleanup_remote_segments(log) == 0
+        assert len(tier.finished(log)) == n and log.log_start_offset == 0
+    finally:
+        tier.close()
+
+
+def test_remote_segments_below_the_log_start_offset_are_deleted(tmp_path: Path) -> None:
+    clock = MockTime(ms=T0 + 1_000_000)
+    tier = _Tier(tmp_path, clock)
+    try:
+        log = tier.log(**{"retention.ms": "-1", "retention.bytes": "-1"})
+        _produce(log, 20_000)
+        tier.rlm.copy_log_segments(log)
+        segs = tier.finished(log)
+        assert len(segs) >= 3
+        assert tier.rlm.cleanup_remote_segments(log) == 0  # no rule applies yet
+        # DeleteRecords up to just past the second segment's start: the first is wholly below the log start
+        # offset, the second holds it and stays.
+        log.delete_records(segs[1].start_offset + 10)
+        assert tier.rlm.cleanup_remote_segments(log) == 1
+        remaining = tier.finished(log)
+        assert [md.start_offset for md in remaining] == [md.start_offset for md in segs[1:]]
+        assert _objects_of(tier, segs[0]) == [] and _objects_of(tier, segs[1])
+        assert log.log_start_offset == segs[1].start_offset + 10  # not moved back, not moved on
+        # up to exactly the second segment's end + 1: it goes too
+        log.delete_records(segs[1].end_offset + 1)
+        assert tier.rlm.cleanup_remote_segments(log) == 1
+        assert tier.finished(log)[0].start_offset == segs[2].start_offset
+        assert read_all_values(log)[0][0] == segs[1].end_offset + 1
+    finally:
+        tier.close()
+
+
+def test_remote_segments_outside_the_leader_epoch_lineage_are_deleted(tmp_path: Path) -> None:
+    clock = MockTime(ms=T0 + 1_000_000)
+    tier = _Tier(tmp_path, clock)
+    try:
+        log = tier.log(**{"retention.ms": "-1", "retention.bytes": "-1"})
+        _produce(log, 12_000)  # epoch 0: two whole segments
+        log.assign_epoch_start_offset(1)
+        epoch1_start = log.log_end_offset
+        _produce(log, 12_000, start=12_000)  # epoch 1
+        tier.rlm.copy_log_segments(log)
+        segs = tier.finished(log)
+        only_epoch0 = [md for md in segs if set(md.segment_leader_epochs) == {0}]
+        assert len(only_epoch0) >= 2 and any(1 in md.segment_leader_epochs for md in segs)
+        assert tier.rlm.cleanup_remote_segments(log) == 0  # every segment is in the lineage
+        # The lineage now says epoch 1 began at offset 0 (the leader's history replaced ours): the segments
+        # written only in epoch 0 are outside it; the one where epoch 1 begins is not.
+        log.leader_epoch_cache.assign(1, 0)
+        assert [e.epoch for e in log.leader_epoch_cache.epoch_entries()] == [1]
+        assert tier.rlm.cleanup_remote_segments(log) == len(only_epoch0)
+        remaining = tier.finished(log)
+        assert remaining[0].start_offset == only_epoch0[-1].end_offset + 1
+        assert 1 in remaining[0].segment_leader_epochs and remaining[0].start_offset <= epoch1_start
+        assert all(_objects_of(tier, md) == [] for md in only_epoch0)
+        assert log.log_start_offset == remaining[0].start_offset
+    finally:
+        tier.close()
+
+
+def test_remote_lineage_check_is_skipped_for_a_log_without_epochs(tmp_path: Path) -> None:
+    clock = MockTime(ms=T0 + 1_000_000)
+    tier = _Tier(tmp_path, clock)
+    try:
+        log = tier.log(**{"retention.ms": "-1", "retention.bytes": "-1"})
+        _produce(log, 12_000)
+        tier.rlm.copy_log_segments(log)
+        n = len(tier.finished(log))
+        log.leader_epoch_cache.clear_and_flush()  # no lineage to compare with: nothing is "outside" it
+        assert tier.rlm.cleanup_remote_segments(log) == 0 and len(tier.finished(log)) == n
+    finally:
+        tier.close()
+
