@@ -24,11 +24,6 @@ def partition_number(text: str) -> int:
     return value
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """Kept for commands written before the global options: ``--config``, ``--log-dirs``, ``-o`` and ``-v`` are now
-    added to every command by :mod:`tiered.cli` (before or after the command name), so this adds nothing."""
-
-
 def load_config(args: argparse.Namespace) -> LogConfig:
     from local.config import LogConfig
 

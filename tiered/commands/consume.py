@@ -18,11 +18,10 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from tiered.commands._common import UsageError, add_config_arguments, load_config, partition_number
+from tiered.commands._common import UsageError, load_config, partition_number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
     parser.add_argument("--topic", "-t", required=True)
     parser.add_argument("--partition", "-p", type=partition_number, default=0)
     start = parser.add_mutually_exclusive_group()

@@ -18,13 +18,10 @@ import sys
 import time
 from typing import Any
 
-from tiered.commands._common import UsageError, add_config_arguments
+from tiered.commands._common import UsageError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
-                        help="broker .properties file (log.dirs, remote.log.*, rsm.config.*)")
-    add_config_arguments(parser)
     parser.add_argument("--topic", "-t", required=True, help="topic name (or a comma list)")
     parser.add_argument("--from", dest="from_", metavar="OFFSET|TIME",
                         help="first offset, or @epoch-ms / ISO date-time of the first record")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tiered.commands._common import UsageError, add_config_arguments, load_config
+from tiered.commands._common import UsageError, load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
+    """No options of its own: ``--config``, ``--log-dirs`` and ``-o`` are the global ones."""
 
 
 def offload_once(manager: object) -> tuple[object, int]:

@@ -14,7 +14,6 @@ import time
 
 from tiered.commands._common import (
     UsageError,
-    add_config_arguments,
     load_config,
     parse_topic_overrides,
     partition_number,
@@ -22,7 +21,6 @@ from tiered.commands._common import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
     parser.add_argument("--topic", "-t", required=True)
     parser.add_argument("--partition", "-p", type=partition_number, default=0)
     parser.add_argument("--key-separator", help="split each line into key and value at the first SEP")

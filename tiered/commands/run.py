@@ -14,13 +14,12 @@ import signal
 import threading
 import time
 
-from tiered.commands._common import add_config_arguments, load_config
+from tiered.commands._common import load_config
 
 _REPORT_INTERVAL_S = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
     parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until interrupted)")
 
 

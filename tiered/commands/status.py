@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from tiered.commands._common import add_config_arguments, load_config
+from tiered.commands._common import load_config
 
 _BATCH_HEAD = struct.Struct(">qi")  # baseOffset i64, batchLength i32 (bytes after this field)
 _LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of a v2 batch
@@ -43,7 +43,6 @@ FULL_BELOW_BYTES = 1 << 20  # a data dir with less free space than this is repor
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--topic", "-t", help="only the partitions of this topic")
 
