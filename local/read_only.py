@@ -45,7 +45,7 @@ def scratch_partition_dir(source: Path, scratch_root: Path) -> Path:
         if name.endswith(filenames.DELETED_FILE_SUFFIX) or name.endswith(".tmp"):
             continue
         if name.endswith(filenames.LOG_FILE_SUFFIX) or filenames.LOG_FILE_SUFFIX + "." in name:
-            os.symlink(entry.path, target / name)
+            os.symlink(os.path.abspath(entry.path), target / name)  # a relative data dir must not break it
         else:
             shutil.copy2(entry.path, target / name)
     return target

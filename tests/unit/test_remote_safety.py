@@ -142,6 +142,20 @@ def test_read_only_commands_write_nothing(broker: tuple[Path, Path, Path]) -> No
         assert tree_hashes(data, remote) == before, args
 
 
+def test_read_only_consume_of_a_relative_data_dir_reads_everything(broker: tuple[Path, Path, Path]) -> None:
+    """The scratch view links the segment files by absolute path: a relative --log-dirs once gave dangling links,
+    an empty log and no output with exit 0."""
+    props, data, _remote = broker
+    _produce_and_offload(props, 20_000)
+    rel = props.with_name("relative.properties")
+    rel.write_text(props.read_text().replace(f"log.dirs={data}", f"log.dirs={data.name}"))
+    proc = cli("--config", rel.name, "consume", "-t", TOPIC, "--offset", "0", cwd=data.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stdout.splitlines()) == 20_000 and "orphaned" not in proc.stderr
+    proc = cli("consume", "-t", TOPIC, "--log-dirs", data.name, "--offset", "19999", cwd=data.parent)
+    assert proc.returncode == 0 and proc.stdout.split() == [f"line-019999-{'x' * 150}"], proc.stderr
+
+
 def test_read_only_commands_on_a_mistyped_dir_create_nothing(tmp_path: Path) -> None:
     typo = tmp_path / "no-such-dir"
     for args in (
