@@ -142,3 +142,16 @@ def test_global_options_work_before_and_after_the_command(tmp_path: Path) -> Non
     for argv in (("--log-dirs", str(data), "consume", "-t", "g"), ("consume", "-t", "g", "--log-dirs", str(data))):
         proc = run_cli(*argv)
         assert proc.returncode == 0 and proc.stdout.split() == ["one", "two"], proc.stderr
+
+
+def test_consume_says_so_on_stderr_when_there_is_nothing_to_print(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    assert run_cli("produce", "-t", "h", "--log-dirs", data, stdin="a\nb\nc\n").returncode == 0
+    past = run_cli("consume", "-t", "h", "--log-dirs", data, "--offset", "99")
+    assert past.returncode == 1 and past.stdout == ""
+    assert "offset 99 is out of range for h-0" in past.stderr and "log end offset 3" in past.stderr
+    at_end = run_cli("consume", "-t", "h", "--log-dirs", data, "--offset", "3")
+    assert at_end.returncode == 0 and at_end.stdout == "" and "it is the log end offset" in at_end.stderr
+    future = run_cli("consume", "-t", "h", "--log-dirs", data, "--timestamp", str(2**62))
+    assert future.returncode == 0 and future.stdout == "" and "no record of h-0 has a timestamp" in future.stderr
+    assert run_cli("consume", "-t", "h", "--log-dirs", data, "--offset", "2").stdout.split() == ["c"]

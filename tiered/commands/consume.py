@@ -77,13 +77,23 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
             return 1
         if args.timestamp is not None:
             found = log.offset_for_timestamp(args.timestamp)
-            if found is None:
+            if found is None:  # a range that exists and is empty: exit 0, said on stderr
+                print(f"tiered consume: no record of {log.name} has a timestamp at or after {args.timestamp} "
+                      f"(offsets {log.log_start_offset}..{log.log_end_offset - 1})", file=sys.stderr)
                 return 0
             offset = found.offset
         else:
             offset = log.log_start_offset if args.offset is None else args.offset
         if offset < 0:
             raise UsageError("--offset must be >= 0")
+        if offset > log.log_end_offset:
+            print(f"tiered consume: offset {offset} is out of range for {log.name}: log start offset "
+                  f"{log.log_start_offset}, log end offset {log.log_end_offset}", file=sys.stderr)
+            return 1
+        if offset == log.log_end_offset:
+            print(f"tiered consume: no records of {log.name} from offset {offset}: it is the log end offset",
+                  file=sys.stderr)
+            return 0
         for batch, rec in _records(log, offset, isolation, getattr(args, "check_crcs", True)):
             if args.to_offset is not None and rec.offset >= args.to_offset:
                 break
