@@ -197,7 +197,7 @@ def test_memory_evicts_the_least_recently_used_chunk(tmp_path: Path) -> None:
 def _child(path: str, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     data = bytes(range(256)) * 40
     with ChunkCache(path, chunk_size=1000, prefetch_chunks=0) as cache:
-        queue.put(cache.read("shared", len(data), 0, len(data) - 1, lambda a, b: data[a : b + 1]) == data)
+        queue.put(cache.read("one-key", len(data), 0, len(data) - 1, lambda a, b: data[a : b + 1]) == data)
 
 
 def test_two_processes_share_the_cache(tmp_path: Path) -> None:
@@ -212,7 +212,7 @@ def test_two_processes_share_the_cache(tmp_path: Path) -> None:
     data = bytes(range(256)) * 40
     f = CountingFetcher(data)
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
-        assert cache.read("shared", len(data), 0, len(data) - 1, f) == data
+        assert cache.read("one-key", len(data), 0, len(data) - 1, f) == data
         assert f.calls == []
 
 
