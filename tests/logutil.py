@@ -58,3 +58,16 @@ def read_all_values(log: Log, start: int | None = None) -> list[tuple[int, bytes
         if not got:
             break
     return out
+
+
+def local_tier_props(root: Path, **extra: str) -> dict[str, str]:
+    """Broker properties for a data dir ``root/data`` with the embedded local-directory remote tier in
+    ``root/remote`` and 1 MiB segments (so a few thousand records roll), plus ``extra``."""
+    return {
+        "log.dirs": str(root / "data"),
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "local",
+        "rsm.config.dir": str(root / "remote"),
+        "log.segment.bytes": str(1024 * 1024),
+        **extra,
+    }

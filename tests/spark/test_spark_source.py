@@ -24,6 +24,7 @@ from local import LogConfig, LogManager
 from local.fetch import FetchIsolation
 from local.records import CompressionType, MemoryRecords, SimpleRecord
 from local.records.legacy import build_legacy_message
+from tests.logutil import local_tier_props
 from tiered.commands.consume import _records
 
 pytestmark = pytest.mark.integration
@@ -34,14 +35,7 @@ N = 24_000  # records per partition of topic t: 3+ segments of 1 MiB each
 COLUMNS = ("partition, offset, key, value, unix_millis(timestamp) AS ts, timestampType, headers, leaderEpoch")
 
 
-def _props(root: Path) -> dict[str, str]:
-    return {
-        "log.dirs": str(root / "data"),
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "local",
-        "rsm.config.dir": str(root / "remote"),
-        "log.segment.bytes": str(MIB),
-    }
+_props = local_tier_props  # the embedded local-directory tier, 1 MiB segments
 
 
 def _value(i: int) -> bytes:

@@ -22,7 +22,7 @@ from local import LogConfig, LogManager
 from local.errors import ConfigError, CorruptRecordError
 from local.filenames import parse_partition_dir_name
 from local.records import MemoryRecords, SimpleRecord
-from tests.logutil import read_all_values
+from tests.logutil import local_tier_props, read_all_values
 from tiered import TopicIdPartition
 from tiered.backends import load_rsm
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
@@ -41,15 +41,7 @@ T0 = int(time.time() * 1000) - 60_000
 TOPIC_OVERRIDES = {"remote.storage.enable": "true", "local.retention.bytes": "1"}
 
 
-def _props(tmp: Path, **extra: str) -> dict[str, str]:
-    return {
-        "log.dirs": str(tmp / "data"),
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "local",
-        "rsm.config.dir": str(tmp / "remote"),
-        "log.segment.bytes": str(MIB),
-        **extra,
-    }
+_props = local_tier_props  # the embedded local-directory tier, 1 MiB segments
 
 
 def _produce(log: Any, n: int) -> None:

@@ -19,7 +19,7 @@ from local.fetch import FetchIsolation
 from local.index import OffsetIndex, TimeIndex, TransactionIndex
 from local.index.entries import AbortedTxn
 from local.records import MemoryRecords, SimpleRecord
-from tests.logutil import read_all_values
+from tests.logutil import local_tier_props, read_all_values
 from tiered import (
     IndexType,
     LogSegmentData,
@@ -41,14 +41,7 @@ MIB = 1024 * 1024
 TOPIC_OVERRIDES = {"remote.storage.enable": "true", "local.retention.bytes": str(MIB)}
 
 
-def _props(tmp: Path) -> dict[str, str]:
-    return {
-        "log.dirs": str(tmp / "data"),
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "local",
-        "rsm.config.dir": str(tmp / "remote"),
-        "log.segment.bytes": str(MIB),
-    }
+_props = local_tier_props  # the embedded local-directory tier, 1 MiB segments
 
 
 def _value(i: int) -> bytes:

@@ -20,6 +20,7 @@ from local.filenames import LOG_START_OFFSET_CHECKPOINT_FILENAME
 from local.log import Log
 from local.records import MemoryRecords, SimpleRecord
 from local.segment import LogSegment
+from tests.logutil import local_tier_props
 from tiered.remote_log_manager import PassResult, RemoteLogManager
 
 T0 = int(time.time() * 1000) - 60_000
@@ -28,16 +29,7 @@ MIB = 1024 * KIB
 TIMEOUT = 60.0
 
 
-def _props(tmp: Path, **extra: str) -> dict[str, str]:
-    props = {
-        "log.dirs": str(tmp / "data"),
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "local",
-        "rsm.config.dir": str(tmp / "remote"),
-        "log.segment.bytes": str(MIB),
-    }
-    props.update(extra)
-    return props
+_props = local_tier_props  # the embedded local-directory tier, 1 MiB segments
 
 
 def _value(i: int) -> bytes:

@@ -18,7 +18,7 @@ from local.log import Log
 from local.records import MemoryRecords, SimpleRecord
 from local.records.batch import ATTRIBUTES_OFFSET, LENGTH_OFFSET, RECORD_BATCH_OVERHEAD
 from local.records.legacy import build_legacy_message
-from tests.logutil import make_log, read_all_values
+from tests.logutil import local_tier_props, make_log, read_all_values
 from tiered.errors import RemoteChecksumError, RemoteResourceNotFoundError, RemoteStorageError
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteLogSegmentMetadata
@@ -228,14 +228,7 @@ def test_tiered_consume_stops_with_exit_1_on_a_corrupt_local_batch(tmp_path: Pat
 # Remote tier (local-directory backend; the conformance suite repeats the core of this on every backend)
 
 
-def _props(tmp: Path) -> dict[str, str]:
-    return {
-        "log.dirs": str(tmp / "data"),
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "local",
-        "rsm.config.dir": str(tmp / "remote"),
-        "log.segment.bytes": str(MIB),
-    }
+_props = local_tier_props  # the embedded local-directory tier, 1 MiB segments
 
 
 @pytest.fixture

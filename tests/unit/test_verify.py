@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.logutil import local_tier_props
 from tiered.cli import main
 
 MIB = 1024 * 1024
@@ -27,14 +28,7 @@ T0 = int(time.time() * 1000) - 60_000
 RECORDS = 25_000
 
 
-def _props(root: Path) -> dict[str, str]:
-    return {
-        "log.dirs": str(root / "data"),
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "local",
-        "rsm.config.dir": str(root / "remote"),
-        "log.segment.bytes": str(MIB),
-    }
+_props = local_tier_props  # the embedded local-directory tier, 1 MiB segments
 
 
 def _build(root: Path) -> None:
