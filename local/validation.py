@@ -3,7 +3,9 @@
 Both append paths of :class:`local.log.Log` ask this module: the fast path (one plain batch from a client) calls
 :func:`plain_client_batch`, a yes/no over the same rules without building a message; anything else, and anything the
 fast path declines, goes through :func:`analyze_and_validate`, which raises the error that says what is wrong.
-A batch that breaks a rule raises before anything is written, so a rejected append leaves no trace.
+A batch that breaks a rule raises before anything is written, so a rejected append leaves no trace. The fast
+path's walk over the records of a plain batch runs in C where the build had a compiler (``local/records/_fastwalk.c``,
+held to the same answers as :func:`_walk_simple_records` by ``tests/property/test_fastwalk.py``).
 
 Every appended buffer (leader and follower appends):
   * whole v2 batches only: magic 2 (legacy v0/v1 is read, never appended), a length of at least the 61-byte header
@@ -74,6 +76,11 @@ from local.records.compression import (
 from local.records.legacy import LegacyRecordBatch
 from local.records.memory_records import MemoryRecords
 from local.records.varint import decode_varint
+
+try:  # the same walk in C (local/records/_fastwalk.c), built where a compiler exists; the Python walk otherwise
+    from local.records import _fastwalk
+except ImportError:  # pragma: no cover - a machine without a C compiler
+    _fastwalk = None  # type: ignore[assignment]
 
 DECOMPRESSED_SIZE_MULTIPLE = 32
 """A compressed batch may inflate to this many times ``max.message.bytes``..."""
@@ -289,7 +296,7 @@ def plain_records_ok(buf: bytes | bytearray | memoryview, pos: int, end: int, co
     """True when ``buf[pos:end]`` is exactly ``count`` well-formed records, offset deltas 0..n-1 (the fast walk;
     records with headers, or anything odd, answer False and are left to :func:`check_records`, which accepts what
     this accepts and says why it refuses the rest)."""
-    checked, pos = _walk_simple_records(buf, pos, end, 0, count, require_key)
+    checked, pos = walk_simple_records(buf, pos, end, 0, count, require_key)
     return checked == count and pos == end
 
 
@@ -370,6 +377,10 @@ def _walk_simple_records(buf: bytes | bytearray | memoryview, pos: int, end: int
     return i, pos
 
 
+walk_simple_records = _walk_simple_records if _fastwalk is None else _fastwalk.walk_simple_records
+"""The record walk the validator uses: the C build when it was built, else :func:`_walk_simple_records`."""
+
+
 class _Records:
     """Bytes arriving in chunks, consumed record by record: at most one record plus one chunk is held."""
 
@@ -409,7 +420,7 @@ def check_records(chunks: Iterable[bytes | memoryview], count: int, limit: int, 
     src = _Records(chunks)
     index = 0
     while index < count:
-        index, src.pos = _walk_simple_records(src.buf, src.pos, len(src.buf), index, count, require_key)
+        index, src.pos = walk_simple_records(src.buf, src.pos, len(src.buf), index, count, require_key)
         if index == count:
             break
         if not src.need(1):

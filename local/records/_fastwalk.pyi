@@ -1,0 +1,3 @@
+def walk_simple_records(
+    buf: bytes | bytearray | memoryview, pos: int, end: int, index: int, count: int, require_key: bool, /
+) -> tuple[int, int]: ...

@@ -1,0 +1,119 @@
+"""The append fast path's record walk in C (``local/records/_fastwalk.c``) answers exactly as the Python walk.
+
+The Python walk (``local.validation._walk_simple_records``) is the definition; the C build is the same walk at
+native speed, used where it was built. Both are run on valid batches (ours and kafka-python's), damaged ones and
+records assembled field by field with odd varints (long, non-canonical, negative, truncated), and must return the
+same (next record index, position) for every input, every start and every bound.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sysconfig
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from local import validation
+from local.records.varint import encode_varint
+from tests.property.test_fuzz_parsers import FUZZ, damaged, valid_batches
+
+try:
+    from local.records import _fastwalk
+except ImportError:  # no C compiler where this was installed: the validator runs the Python walk alone
+    _fastwalk = None  # type: ignore[assignment]
+
+python_walk = validation._walk_simple_records
+WALKS = [python_walk] + ([_fastwalk.walk_simple_records] if _fastwalk is not None else [])
+
+
+def test_the_c_walk_is_built_and_used_where_a_compiler_exists() -> None:
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        assert validation.walk_simple_records is python_walk
+        return
+    assert _fastwalk is not None, f"{compiler} exists but local.records._fastwalk was not built (pip install -e .)"
+    assert validation.walk_simple_records is _fastwalk.walk_simple_records
+
+
+def _varint(value: int, pad: int = 0) -> bytes:
+    """The zigzag varint of ``value``, made ``pad`` bytes longer with non-canonical continuation groups."""
+    out = bytearray()
+    encode_varint(value, out)
+    if pad:
+        out[-1] |= 0x80
+        out += b"\x80" * (pad - 1) + b"\x00"
+    return bytes(out)
+
+
+@st.composite
+def field_records(draw: st.DrawFn) -> bytes:
+    """Records built field by field: mostly well formed, with each field sometimes odd."""
+    out = bytearray()
+    for i in range(draw(st.integers(0, 5))):
+        body = bytearray([draw(st.sampled_from([0, 0, 1]))])
+        body += _varint(draw(st.integers(-(1 << 40), 1 << 40)), draw(st.sampled_from([0, 0, 0, 0, *range(1, 11)])))
+        body += _varint(draw(st.sampled_from([i, i, i, i + 1, -1, 1 << 20])), draw(st.sampled_from([0, 0, 0, 1, 4])))
+        key_len = draw(st.sampled_from([-1, -1, 0, 3, -2, 70]))
+        body += _varint(key_len, draw(st.sampled_from([0, 0, 0, 1])))
+        body += bytes(max(key_len, 0))
+        value = draw(st.binary(max_size=150))
+        value_len = draw(st.sampled_from([len(value)] * 6 + [-1, len(value) + 1]))
+        body += _varint(value_len, draw(st.sampled_from([0, 0, 0, 1, 3])))
+        body += value if value_len >= 0 else b""
+        body += _varint(draw(st.sampled_from([0, 0, 0, 0, 1, -1])))
+        length = draw(st.sampled_from([len(body)] * 8 + [len(body) - 1, len(body) + 1, 0, -3]))
+        out += _varint(length, draw(st.sampled_from([0, 0, 0, 0, 1, 4]))) + body
+    return bytes(out)
+
+
+def _agree(data: bytes, pos: int, end: int, index: int, count: int, require_key: bool) -> None:
+    answers = {walk.__name__: walk(data, pos, end, index, count, require_key) for walk in WALKS}
+    assert len(set(answers.values())) == 1, answers
+    for view in (bytearray(data), memoryview(data)):
+        assert WALKS[-1](view, pos, end, index, count, require_key) == answers["_walk_simple_records"]
+
+
+@FUZZ
+@given(st.one_of(field_records(), damaged(field_records())), st.integers(0, 8), st.booleans(), st.data())
+def test_the_walks_agree_on_records_built_field_by_field(data: bytes, count: int, require_key: bool,
+                                                         more: st.DataObject) -> None:
+    end = more.draw(st.sampled_from([len(data), max(len(data) - 1, 0), len(data) + 5]))
+    _agree(data, 0, end, 0, count, require_key)
+
+
+@FUZZ
+@given(st.one_of(valid_batches(), damaged(valid_batches())), st.booleans())
+def test_the_walks_agree_on_whole_batches(data: bytes, require_key: bool) -> None:
+    for count in (0, 1, 3, 6, 1 << 20):
+        _agree(data, 61, len(data), 0, count, require_key)
+
+
+@pytest.mark.parametrize("walk", WALKS, ids=lambda w: w.__module__)
+def test_a_walk_resumes_from_a_record_index(walk) -> None:  # type: ignore[no-untyped-def]
+    records = b"".join(
+        _varint(len(body)) + body
+        for body in (b"\x00\x00" + _varint(i) + _varint(-1) + _varint(1) + b"v" + b"\x00" for i in range(4)))
+    first, mid = walk(records, 0, len(records), 0, 2, False)
+    assert first == 2
+    assert walk(records, mid, len(records), 2, 4, False) == (4, len(records))
+    assert walk(records, mid, len(records), 1, 4, False) == (1, mid)  # record 2 does not have offset delta 1
+    assert walk(records, 0, len(records), 0, 4, True) == (0, 0)  # a compacted topic needs keys
+
+
+def _record(ts_pad: int = 0, delta_pad: int = 0, key_pad: int = 0, value_pad: int = 0, length_pad: int = 0) -> bytes:
+    """One record (offset delta 0, null key, value b"v", no headers) with its varints made longer."""
+    body = (b"\x00" + _varint(5, ts_pad) + _varint(0, delta_pad) + _varint(-1, key_pad) + _varint(1, value_pad)
+            + b"v" + b"\x00")
+    return _varint(len(body), length_pad) + body
+
+
+@pytest.mark.parametrize("walk", WALKS, ids=lambda w: w.__module__)
+@pytest.mark.parametrize(("field", "longest"), [("ts_pad", 10), ("delta_pad", 5), ("key_pad", 5), ("value_pad", 5),
+                                                ("length_pad", 5)])
+def test_varints_of_the_longest_allowed_size_pass_and_one_byte_more_stops(walk, field: str, longest: int) -> None:  # type: ignore[no-untyped-def]
+    ok = _record(**{field: longest - 1})  # a one-byte varint made `longest` bytes long
+    assert walk(ok, 0, len(ok), 0, 1, False) == (1, len(ok))
+    too_long = _record(**{field: longest})
+    assert walk(too_long, 0, len(too_long), 0, 1, False) == (0, 0)
