@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -142,3 +143,9 @@ def test_a_failed_copy_of_the_example_leaves_nothing(tmp_path: Path, example_on_
     with pytest.raises(RemoteStorageError, match="failed"):
         rsm.copy_log_segment_data(md, data)
     assert not any(p.is_file() for p in (tmp_path / "remote").rglob("*"))
+
+
+def test_the_guide_shows_the_tested_example_unchanged() -> None:
+    guide = (EXAMPLES.parent / "custom-rsm.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", guide, flags=re.DOTALL)
+    assert (EXAMPLES / "directory_rsm.py").read_text() in blocks
