@@ -24,13 +24,14 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable, Iterable
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from local.errors import ConfigError
 
 if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
     from local.config import LogConfig
     from local.fetch import FetchDataInfo, FetchIsolation, TimestampAndOffset
     from local.log import Log
@@ -103,6 +104,8 @@ def find_remote_tier_factory(config: LogConfig) -> RemoteTierFactory:
 
 @functools.lru_cache(maxsize=1)
 def _installed_factories() -> tuple[EntryPoint, ...]:
+    from importlib.metadata import entry_points
+
     # Deduplicated by value: an editable install seen twice on sys.path is one factory.
     unique = {ep.value: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     return tuple(unique.values())
