@@ -200,6 +200,8 @@ _BROKER_DEFS = [
          "tiered.backends.local_dir.LocalDirRemoteStorageManager"),
     _Def(None, "remote.log.storage.manager.class.path", "remote_log_storage_manager_class_path", _string, ""),
     _Def(None, "remote.log.storage.manager.impl.prefix", "remote_log_storage_manager_impl_prefix", _string, "rsm.config."),
+    # "" = chosen by the plugin: "bucket" (beside the segments) for an object-store backend, else "local" (tiered.rlmm)
+    _Def(None, "remote.log.metadata.manager.class.name", "remote_log_metadata_manager_class_name", _string, ""),
     _Def(None, "remote.log.metadata.manager.impl.prefix", "remote_log_metadata_manager_impl_prefix", _string, "rlmm.config."),
     _Def(None, "remote.log.metadata.custom.metadata.max.bytes", "remote_log_metadata_custom_metadata_max_bytes",
          _long(0, INT_MAX), 128),

@@ -14,6 +14,11 @@ other than I/O (a corrupt ``partition.metadata`` or ``leader-epoch-checkpoint``,
 takes only itself offline: ``offline_partitions`` names it, the file and why, and the load report of its dir
 (which ``tiered status`` shows) lists it. Nothing comes back online before a restart.
 
+The remote tier (``remote.log.storage.system.enable=true``) is handed in: built (``remote_tier=``) or as a factory
+(``remote_tier_factory=``), both from ``tiered``'s composition root (``tiered.open_log_manager(config)`` does it);
+given neither, the manager finds the installed one (:mod:`local.remote` says how) and fails with a ``ConfigError``
+saying what to do when there is none.
+
 ``LogManager(config, read_only=True)`` is what the read-only commands use: it writes nothing to the data dirs
 (no lock, no checkpoints, no clean-shutdown marker, no load report, no directory created; a missing dir is an
 error), runs no background work, and opens a partition only when asked for it, from a scratch copy (see
@@ -23,7 +28,6 @@ error), runs no background work, and opens a partition only when asked for it, f
 from __future__ import annotations
 
 import fcntl
-import importlib
 import logging
 import os
 import threading
@@ -52,16 +56,12 @@ from local.scheduler import SYSTEM_TIME, Scheduler, Time
 
 if TYPE_CHECKING:
     from local.config import LogConfig
-    from local.remote import RemoteTier
+    from local.remote import RemoteTier, RemoteTierFactory
 
 logger = logging.getLogger(__name__)
 
 LOCK_FILENAME = ".lock"
 TOPIC_CONFIG_FILENAME = "tiered-topic.properties"
-# How a remote tier is built when ``remote.log.storage.system.enable`` is true: a dotted factory taking
-# (log_config) and returning an object implementing local.remote.RemoteTier. Imported by name: local never
-# imports the remote tier statically.
-DEFAULT_REMOTE_TIER_FACTORY = "tiered.remote_log_manager:RemoteLogManager.from_log_config"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +99,7 @@ class LogManager:
         time: Time = SYSTEM_TIME,
         scheduler: Scheduler | None = None,
         remote_tier: RemoteTier | None = None,
+        remote_tier_factory: RemoteTierFactory | None = None,
         broker_epoch: int = 0,
         start_scheduler: bool = True,
         read_only: bool = False,
@@ -139,7 +140,11 @@ class LogManager:
             )
         self.remote_tier = remote_tier
         if self.remote_tier is None and getattr(config, "remote_log_storage_system_enable", False):
-            self.remote_tier = _load_remote_tier(config, cache_root=self._scratch_root)
+            try:
+                self.remote_tier = _build_remote_tier(config, remote_tier_factory, self._scratch_root)
+            except BaseException:
+                self._release_dirs()  # a caller may fix the config and open the dirs again in this process
+                raise
         if read_only:
             self._index_read_only()
             return
@@ -171,6 +176,16 @@ class LogManager:
             return
         self._dir_locks[data_dir] = fd
         self.live_dirs.append(data_dir)
+
+    def _release_dirs(self) -> None:
+        """Unlock the data dirs and drop a read-only manager's scratch dir (a constructor that failed)."""
+        for fd in self._dir_locks.values():
+            os.close(fd)
+        self._dir_locks.clear()
+        if self._scratch_root is not None:
+            from local.read_only import remove_scratch_root
+
+            remove_scratch_root(self._scratch_root)
 
     def _open_dirs_read_only(self, dirs: list[Path]) -> Path:
         missing = [str(d) for d in dirs if not d.is_dir()]
@@ -737,17 +752,12 @@ def _validate_turning_off_remote_storage(log: Log, new_config: Any) -> None:
         )
 
 
-def _load_remote_tier(config: LogConfig, cache_root: Path | None = None) -> RemoteTier:
-    factory_path = getattr(config, "remote_tier_factory", None) or DEFAULT_REMOTE_TIER_FACTORY
-    module_name, _, attr = factory_path.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise KafkaStorageError(
-            f"remote.log.storage.system.enable is true but the remote tier {module_name!r} cannot be imported: {exc}"
-        ) from exc
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    if cache_root is not None:  # read-only: the remote tier's caches must not write into the data dirs
-        return obj(config, cache_root=cache_root)
-    return obj(config)
+def _build_remote_tier(
+    config: LogConfig, factory: RemoteTierFactory | None, cache_root: Path | None
+) -> RemoteTier:
+    """The remote tier of a manager that was not handed one (see :mod:`local.remote` for where the factory comes
+    from). A read-only manager passes its scratch dir: the tier's caches must not write into the data dirs."""
+    from local.remote import find_remote_tier_factory
+
+    build = factory if factory is not None else find_remote_tier_factory(config)
+    return build(config) if cache_root is None else build(config, cache_root)

@@ -337,7 +337,7 @@ class RSMConformance(CopyFaultConformance):
 
         data_dir = tmp_path / "data"
         rlm = RemoteLogManager(
-            rsm, RemoteLogMetadataStore.for_rsm(rsm), RemoteIndexCache(data_dir, rsm.fetch_index),
+            rsm, RemoteLogMetadataStore.in_bucket(rsm), RemoteIndexCache(data_dir, rsm.fetch_index),
             chunk_cache=ChunkCache(tmp_path / "chunks", chunk_size=256 * 1024, prefetch_chunks=1),
         )
         config = LogConfig.from_properties({"log.dirs": str(data_dir), "log.segment.bytes": str(1024 * 1024)})

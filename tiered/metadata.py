@@ -9,6 +9,12 @@ at worst a COPY_SEGMENT_STARTED without its FINISHED event, which :meth:`find_st
 The COPY_SEGMENT_FINISHED event of a segment copied with checksums also holds them (field ``checksums``, see
 :mod:`tiered.checksums`): :meth:`RemoteLogMetadataStore.segment_checksums` gives them to readers. Events written
 before checksums existed have no such field and decode as before.
+
+The store implements :class:`tiered.rlmm.RemoteLogMetadataManager` on any :class:`MetadataObjects`: the object
+store of the RemoteStorageManager itself (:meth:`RemoteLogMetadataStore.in_bucket`, the ``bucket`` implementation)
+or a directory of this machine (:meth:`RemoteLogMetadataStore.in_directory`, the ``local`` implementation, which
+serves any RemoteStorageManager: the event objects are files there, written through a temp file, fsync and
+rename).
 """
 
 from __future__ import annotations
@@ -20,20 +26,24 @@ import json
 import logging
 import threading
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from local.checkpoint import atomic_write
 from tiered import layout
-from tiered.backends.base import ObjectStoreRemoteStorageManager
 from tiered.checksums import SegmentChecksums
+from tiered.errors import RemoteResourceNotFoundError
 from tiered.rsm import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
-    RemoteStorageManager,
     TopicIdPartition,
 )
+
+if TYPE_CHECKING:
+    from tiered.backends.base import ObjectStoreRemoteStorageManager
 
 logger = logging.getLogger(__name__)
 S = RemoteLogSegmentState
@@ -88,10 +98,74 @@ def _decode_metadata(d: dict[str, Any]) -> RemoteLogSegmentMetadata:
     )
 
 
-class RemoteLogMetadataStore:
-    """See the module docstring. ``store`` is any backend with the object API."""
+class MetadataObjects(Protocol):
+    """The part of the object API the store needs (an object-store backend has it; so has :class:`DirectoryObjects`)."""
 
-    def __init__(self, store: ObjectStoreRemoteStorageManager, prefix: str | None = None) -> None:
+    prefix: str
+
+    def put_bytes(self, key: str, data: bytes) -> None: ...
+
+    def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes: ...
+
+    def list_keys(self, prefix: str) -> list[str]: ...
+
+    def delete_many(self, keys: Iterable[str]) -> None: ...
+
+
+class DirectoryObjects:
+    """Metadata event objects as files under ``root`` (key = relative path). ``read_only``: never creates anything
+    (a missing ``root`` holds no objects; a write raises ``PermissionError``)."""
+
+    prefix = ""
+
+    def __init__(self, root: Path, *, read_only: bool = False) -> None:
+        self.root = root
+        self.read_only = read_only
+        if not read_only:
+            root.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__qualname__}({str(self.root)!r})"
+
+    def _path(self, key: str) -> Path:
+        if Path(key).is_absolute() or ".." in Path(key).parts:
+            raise ValueError(f"remote log metadata key {key!r} escapes {self.root}")
+        return self.root / key
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        if self.read_only:
+            raise PermissionError(f"remote log metadata dir {self.root} is open read-only: cannot write {key}")
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, data)
+
+    def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
+        try:
+            data = self._path(key).read_bytes()
+        except FileNotFoundError:
+            raise RemoteResourceNotFoundError(f"no remote log metadata file {self.root / key}", key=key) from None
+        return data[start:] if end_inclusive is None else data[start : end_inclusive + 1]
+
+    def list_keys(self, prefix: str) -> list[str]:
+        base = self._path(prefix.rstrip("/")) if prefix.strip("/") else self.root
+        search = base if base.is_dir() else base.parent
+        if not search.is_dir():
+            return []
+        keys = (p.relative_to(self.root).as_posix() for p in search.rglob("*") if p.is_file())
+        return sorted(k for k in keys if k.startswith(prefix) and not k.endswith(".tmp"))
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        if self.read_only:
+            raise PermissionError(f"remote log metadata dir {self.root} is open read-only: cannot delete")
+        for key in keys:
+            self._path(key).unlink(missing_ok=True)
+
+
+class RemoteLogMetadataStore:
+    """See the module docstring. ``store``: where the event objects live (an object-store backend, or
+    :class:`DirectoryObjects`); ``prefix``: the key prefix (by default the backend's own)."""
+
+    def __init__(self, store: MetadataObjects, prefix: str | None = None) -> None:
         self.store = store
         self.prefix = store.prefix if prefix is None else prefix
         self._lock = threading.RLock()
@@ -103,16 +177,20 @@ class RemoteLogMetadataStore:
         self._checksums: dict[uuid.UUID, SegmentChecksums] = {}  # per segment id, from its FINISHED event
 
     @classmethod
-    def for_rsm(cls, rsm: RemoteStorageManager, fallback_dir: Path | None = None) -> RemoteLogMetadataStore:
-        if isinstance(rsm, ObjectStoreRemoteStorageManager):
-            return cls(rsm)
-        if fallback_dir is None:
-            raise TypeError(f"{type(rsm).__qualname__} has no object API: give a fallback_dir for remote metadata")
-        from tiered.backends.local_dir import LocalDirRemoteStorageManager
+    def in_bucket(cls, rsm: ObjectStoreRemoteStorageManager) -> RemoteLogMetadataStore:
+        """The ``bucket`` implementation: events beside the segments, in ``rsm``'s object store."""
+        return cls(rsm)
 
-        local = LocalDirRemoteStorageManager()
-        local.configure({"dir": str(fallback_dir)})
-        return cls(local)
+    @classmethod
+    def in_directory(cls, directory: Path, *, read_only: bool = False) -> RemoteLogMetadataStore:
+        """The ``local`` implementation: events as files under ``directory`` (created unless ``read_only``)."""
+        return cls(DirectoryObjects(directory, read_only=read_only))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__qualname__}({self.store!r})"
+
+    def close(self) -> None:
+        """Nothing to release: every event is written through when recorded."""
 
     # Loading ----------------------------------------------------------------------------------------------
     def load(self, tip: TopicIdPartition) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:

@@ -51,7 +51,6 @@ from local.records.batch import LAST_OFFSET_DELTA_OFFSET, LENGTH_OFFSET, LOG_OVE
 from local.scheduler import SYSTEM_TIME, Time
 from tiered.checksums import (
     ChecksumVerifier,
-    checksum_chunk_bytes,
     compute_segment_checksums,
     default_chunk_bytes,
 )
@@ -72,7 +71,8 @@ if TYPE_CHECKING:
     from local.segment import LogSegment
     from tiered.cache.chunk_cache import ChunkCache
     from tiered.cache.index_cache import RemoteIndexCache
-    from tiered.metadata import RemoteLogMetadataStore
+    from tiered.copier_process import ProcessCopier
+    from tiered.rlmm import RemoteLogMetadataManager
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class RemoteLogManager:
     def __init__(
         self,
         rsm: RemoteStorageManager,
-        metadata_store: RemoteLogMetadataStore,
+        metadata_store: RemoteLogMetadataManager,
         index_cache: RemoteIndexCache,
         *,
         chunk_cache: ChunkCache | None = None,
@@ -244,13 +244,15 @@ class RemoteLogManager:
         self._copy_data: Callable[[RemoteLogSegmentMetadata, LogSegmentData], bytes | None] = rsm.copy_log_segment_data
         self._process_copier: Any = None
 
-    def copy_in_child_process(self, class_name: str, props: dict[str, str]) -> None:
+    def copy_in_child_process(self, class_name: str, props: dict[str, str]) -> ProcessCopier:
         """Run the plugin's ``copy_log_segment_data`` in a child process built from ``class_name`` and ``props``
-        (see :mod:`tiered.copier_process` for why: the copy no longer waits for the GIL once per system call)."""
+        (see :mod:`tiered.copier_process` for why: the copy no longer waits for the GIL once per system call).
+        Returns the copier, which can write the copy's metadata events too (``ChildWritingStore``)."""
         from tiered.copier_process import ProcessCopier
 
         self._process_copier = ProcessCopier(class_name, props, self.rsm.copy_log_segment_data)
         self._copy_data = self._process_copier
+        return self._process_copier
 
     @classmethod
     def from_log_config(
@@ -261,59 +263,11 @@ class RemoteLogManager:
         index_cache_dir: Path | None = None,
         segment_cache_dir: Path | None = None,
     ) -> RemoteLogManager:
-        """Build the plugin, metadata store and caches from broker configuration (what LogManager calls).
+        """Build the plugin, metadata manager and caches from broker configuration: the composition root's
+        :func:`tiered.composition.build_remote_tier`, which says where each part comes from."""
+        from tiered.composition import build_remote_tier
 
-        The caches live in the first data dir unless ``cache_root`` is given (a read-only manager passes its
-        scratch dir: a read-only command writes nothing into the data dirs). A reader with no data dir (a Spark
-        executor) names each cache's directory: ``index_cache_dir`` (holding ``remote-log-index-cache/``) and
-        ``segment_cache_dir`` (the chunk cache, shareable by the processes of one machine)."""
-        from tiered.backends import load_rsm
-        from tiered.cache.index_cache import RemoteIndexCache
-        from tiered.metadata import RemoteLogMetadataStore
-
-        rsm = load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
-        log_dir = Path(config.log_dirs[0]) if cache_root is None else cache_root
-        index_cache = RemoteIndexCache(
-            index_cache_dir or log_dir, rsm.fetch_index, max_size_bytes=config.remote_log_index_file_cache_total_size_bytes
-        )
-        chunk_cache = None
-        try:
-            from tiered.cache.chunk_cache import ChunkCache
-
-            cache_dir = segment_cache_dir or (
-                (None if cache_root is not None else getattr(config, "remote_log_segment_cache_dir", None))
-                or log_dir / "remote-log-segment-cache"
-            )
-            chunk_cache = ChunkCache(
-                cache_dir,
-                chunk_size=config.remote_log_segment_cache_chunk_size_bytes,
-                size_limit=config.remote_log_segment_cache_total_size_bytes,
-                prefetch_chunks=config.remote_log_segment_cache_prefetch_chunks,
-            )
-        except ImportError as exc:  # diskcache is in the s3 extra
-            logger.warning("remote segment cache disabled (%s): pip install 'tiered[s3]' to enable it", exc)
-        rlm = cls(
-            rsm,
-            RemoteLogMetadataStore.for_rsm(rsm),
-            index_cache,
-            chunk_cache=chunk_cache,
-            broker_id=config.broker_id,
-            custom_metadata_max_bytes=config.remote_log_metadata_custom_metadata_max_bytes,
-            copy_max_bytes_per_second=config.remote_log_manager_copy_max_bytes_per_second,
-            fetch_max_bytes_per_second=config.remote_log_manager_fetch_max_bytes_per_second,
-            copier_threads=config.remote_log_manager_copier_thread_pool_size,
-            expiration_threads=config.remote_log_manager_expiration_thread_pool_size,
-            task_interval_ms=config.remote_log_manager_task_interval_ms,
-            checksum_chunk_bytes=checksum_chunk_bytes(config.rsm_config),
-        )
-        # Only for plugins whose storage another process sees (not an in-memory or in-process mocked store).
-        if getattr(config, "remote_log_manager_copier_process_enable", False) and getattr(rsm, "shared_across_processes", False):
-            rlm.copy_in_child_process(config.remote_log_storage_manager_class_name, config.rsm_config)
-            from tiered.copier_process import ChildWritingStore
-
-            # The metadata events of a copy (STARTED, FINISHED) are written by the child too.
-            rlm.metadata.store = ChildWritingStore(rlm.metadata.store, rlm._process_copier)  # type: ignore[assignment]
-        return rlm
+        return build_remote_tier(config, cache_root, index_cache_dir=index_cache_dir, segment_cache_dir=segment_cache_dir)
 
     # ------------------------------------------------------------------------------------------------------
     # Identity

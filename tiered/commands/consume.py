@@ -64,13 +64,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _consume(args: argparse.Namespace, config: Any) -> int:
-    from local import LogManager
     from local.fetch import FetchIsolation
+    from tiered.composition import open_log_manager
 
     isolation = FetchIsolation[args.isolation.upper()]
     printed = 0
     # Read-only: nothing is written to the data dirs (no lock, no checkpoint, no recovery on disk).
-    with LogManager(config, start_scheduler=False, read_only=True) as manager:
+    with open_log_manager(config, start_scheduler=False, read_only=True) as manager:
         log = manager.get_log(args.topic, args.partition)
         if log is None:
             print(f"tiered consume: no partition {args.topic}-{args.partition} in {config.log_dirs}", file=sys.stderr)

@@ -5,25 +5,32 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from tiered.commands._common import UsageError, load_config
+
+if TYPE_CHECKING:
+    from local.manager import LogManager
+    from tiered.remote_log_manager import PassResult
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """No options of its own: ``--config``, ``--log-dirs`` and ``-o`` are the global ones."""
 
 
-def offload_once(manager: object) -> tuple[object, int]:
-    rlm = getattr(manager, "remote_tier", None)
+def offload_once(manager: LogManager) -> tuple[PassResult, int]:
+    from tiered.composition import remote_log_manager_of
+
+    rlm = remote_log_manager_of(manager)
     if rlm is None:
         raise UsageError("the remote tier is not enabled: set remote.log.storage.system.enable=true")
-    result = rlm.run_once(manager.all_logs())  # type: ignore[attr-defined]
-    deleted = manager.cleanup_logs()  # type: ignore[attr-defined]
+    result = rlm.run_once(manager.all_logs())
+    deleted = manager.cleanup_logs()
     return result, deleted
 
 
 def run(args: argparse.Namespace) -> int:
-    from local import LogManager
+    from tiered.composition import open_log_manager
 
     config = load_config(args)
     # Validate before opening anything: a command that cannot run writes nothing.
@@ -32,13 +39,13 @@ def run(args: argparse.Namespace) -> int:
             "the remote tier is not enabled: set remote.log.storage.system.enable=true and "
             "remote.log.storage.manager.class.name in the broker config (--config FILE)"
         )
-    with LogManager(config, start_scheduler=False) as manager:
+    with open_log_manager(config, start_scheduler=False) as manager:
         result, deleted = offload_once(manager)
     print(
-        f"copied {result.segments_copied} segment(s) ({result.bytes_copied:,} bytes), deleted "  # type: ignore[attr-defined]
-        f"{result.segments_deleted} remote segment(s), local retention deleted {deleted} segment(s)"  # type: ignore[attr-defined]
+        f"copied {result.segments_copied} segment(s) ({result.bytes_copied:,} bytes), deleted "
+        f"{result.segments_deleted} remote segment(s), local retention deleted {deleted} segment(s)"
     )
-    if result.copy_errors:  # type: ignore[attr-defined]
-        print(f"tiered offload: {result.copy_errors} copy error(s); see the log (-v)", file=sys.stderr)  # type: ignore[attr-defined]
+    if result.copy_errors:
+        print(f"tiered offload: {result.copy_errors} copy error(s); see the log (-v)", file=sys.stderr)
         return 1
     return 0

@@ -40,8 +40,8 @@ def _encode(value: object) -> bytes | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from local import LogManager
     from local.records import MemoryRecords, SimpleRecord
+    from tiered.composition import open_log_manager
 
     if args.batch_size < 1:
         raise UsageError("--batch-size must be >= 1")
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     count = 0
     first = last = -1
-    with LogManager(config, start_scheduler=False) as manager:
+    with open_log_manager(config, start_scheduler=False) as manager:
         log = manager.get_or_create_log(args.topic, args.partition, overrides)
         pending: list[SimpleRecord] = []
 

@@ -34,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from local import LogConfig, LogManager
+    from local import LogConfig
     from local.records import MemoryRecords, SimpleRecord
+    from tiered.composition import open_log_manager, remote_log_manager_of
 
     console = Console()
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="tiered-quickstart-"))
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = LogConfig.from_properties(props)
         console.print(f"[bold]tiered quickstart[/] in {work}")
-        with LogManager(config, start_scheduler=False) as manager:
+        with open_log_manager(config, start_scheduler=False) as manager:
             log = manager.get_or_create_log("quickstart", 0, topic_overrides)
             t0 = int(time.time() * 1000)
             for first in range(0, args.records, args.batch_size):
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             produced_segments = log.number_of_segments()
             console.print(f"produced {args.records} records in {produced_segments} segments, log end offset {log.log_end_offset}")
 
-            rlm = manager.remote_tier
+            rlm = remote_log_manager_of(manager)
             assert rlm is not None, "the remote tier is enabled in this configuration"
             result = rlm.run_once(manager.all_logs())
             console.print(f"offloaded {result.segments_copied} segments ({result.bytes_copied:,} bytes) to {remote_dir}")
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             )
             ok &= _verify(console, log, args)
         # Restart: everything must still be there, remote segments found from the bucket alone.
-        with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+        with open_log_manager(LogConfig.from_properties(props), start_scheduler=False) as manager:
             log = manager.get_or_create_log("quickstart", 0, topic_overrides)
             console.print(f"restarted: {log}")
             ok &= _verify(console, log, args)

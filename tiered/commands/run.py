@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from local import LogManager
+    from tiered.composition import open_log_manager, remote_log_manager_of
 
     config = load_config(args)
     stop = threading.Event()
@@ -37,16 +37,16 @@ def run(args: argparse.Namespace) -> int:
     from local.metrics import RichLoadProgress
 
     with RichLoadProgress(console=console):  # startup of a large dir draws a progress bar on a terminal
-        manager = LogManager(config)  # starts the scheduler, and the remote tier's tasks with it
+        manager = open_log_manager(config)  # starts the scheduler, and the remote tier's tasks with it
     with manager:
-        rlm = manager.remote_tier
+        rlm = remote_log_manager_of(manager)
         with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
             task = progress.add_task("copying to the remote tier", total=None)
             reported = (0, 0)
             try:
                 while not stop.is_set():
-                    totals = getattr(rlm, "task_totals", None)
-                    if rlm is not None and totals is not None:
+                    if rlm is not None:
+                        totals = rlm.task_totals
                         backlog = sum(rlm.copy_lag(log)[0] for log in manager.all_logs()
                                       if getattr(log.config, "remote_storage_enable", False))
                         copied, deleted = totals.segments_copied, totals.segments_deleted

@@ -83,18 +83,18 @@ def run(args: argparse.Namespace) -> int:
 def _remote_tier(config: Any) -> Any:
     """The configured plugin, loaded without creating anything (a local-directory tier's missing dir is an error,
     not a directory to make)."""
-    from tiered.backends import load_rsm
     from tiered.backends.base import ObjectStoreRemoteStorageManager
+    from tiered.composition import build_remote_storage_manager
     from tiered.errors import TieredStorageError
 
     if not config.remote_log_storage_system_enable:
         raise UsageError("--remote needs the remote tier's configuration: remote.log.storage.system.enable=true, "
                          "remote.log.storage.manager.class.name and rsm.config.* (pass --config FILE)")
-    props = dict(config.rsm_config)
-    if props.get("dir") and not Path(props["dir"]).is_dir():
-        raise UsageError(f"the remote tier's directory {props['dir']} (rsm.config.dir) does not exist")
+    directory = config.rsm_config.get("dir")
+    if directory and not Path(directory).is_dir():
+        raise UsageError(f"the remote tier's directory {directory} (rsm.config.dir) does not exist")
     try:
-        rsm = load_rsm(config.remote_log_storage_manager_class_name, props)
+        rsm = build_remote_storage_manager(config)
     except (TieredStorageError, ValueError) as exc:
         raise UsageError(f"cannot load the remote tier: {exc}") from exc
     if not isinstance(rsm, ObjectStoreRemoteStorageManager):

@@ -71,10 +71,11 @@ class SparkSourceDataLossError(OffsetOutOfRangeError):
 
 @contextmanager
 def open_read_only(props: dict[str, str]) -> Iterator[Any]:
-    from local import LogConfig, LogManager
+    from local import LogConfig
+    from tiered.composition import open_log_manager
 
     config = LogConfig.from_properties(props)
-    manager = LogManager(config, start_scheduler=False, read_only=True)
+    manager = open_log_manager(config, start_scheduler=False, read_only=True)
     try:
         yield manager
     finally:

@@ -43,7 +43,7 @@ _managers_lock = threading.Lock()
 def remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
     """The worker's RemoteLogManager for these properties (built once per process).
 
-    Built as ``RemoteLogManager.from_log_config`` builds it, but with the two caches placed for executors: the
+    Built by the composition root (:func:`tiered.composition.build_remote_tier`), but with the two caches placed for executors: the
     segment chunk cache (``diskcache``, process-safe) in ``cache_dir`` itself, shared by every executor of the
     machine; the index cache, which one process owns (it clears leftovers of its directory when it starts), in a
     directory of this process under it, removed when the process exits."""
@@ -64,14 +64,14 @@ def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
     from pathlib import Path
 
     from local import LogConfig
-    from tiered.remote_log_manager import RemoteLogManager
+    from tiered.composition import build_remote_tier
 
     config = LogConfig.from_properties(props)
     root = Path(cache_dir)
     (root / "index").mkdir(parents=True, exist_ok=True)
     own = Path(tempfile.mkdtemp(prefix=f"worker-{os.getpid()}-", dir=root / "index"))
     atexit.register(shutil.rmtree, own, True)
-    return RemoteLogManager.from_log_config(
+    return build_remote_tier(
         config, cache_root=own, index_cache_dir=own, segment_cache_dir=root / "remote-log-segment-cache"
     )
 
