@@ -26,6 +26,8 @@ COMMANDS: dict[str, str] = {
     "run": "run the log manager and remote tasks until interrupted",
     "verify": "scrub data dirs (and the remote tier with --remote) for damage, changing nothing",
     "features": "describe or finalize feature levels (KIP-1333 large indexes)",
+    "topics": "create, describe, alter or list topics and their configs (kafka-topics / kafka-configs)",
+    "attach": "adopt a topic's partitions from the remote store alone (a new machine with only the bucket)",
     "export": "export a topic's whole history with Spark",
 }
 
@@ -138,11 +140,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:
         from local.errors import ConfigError, KafkaStorageError
+        from tiered.errors import TieredStorageError
 
         if isinstance(exc, ConfigError):
-            print(f"tiered {args.command}: {exc}", file=sys.stderr)
+            print(f"tiered {args.command}: {_one_line(exc)}", file=sys.stderr)
+            if args.verbose:
+                logging.getLogger("tiered.cli").exception("traceback")
             return 2
-        if isinstance(exc, (KafkaStorageError, OSError)):
+        if isinstance(exc, (KafkaStorageError, TieredStorageError, OSError)):
             print(f"tiered {args.command}: {_one_line(exc)}", file=sys.stderr)
             if args.verbose:
                 logging.getLogger("tiered.cli").exception("traceback")
