@@ -147,7 +147,12 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         try:
             client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
         except Exception as exc:
-            _reraise(self._error(exc, "list", self.prefix))
+            err = self._error(exc, "list", self.prefix)
+            if isinstance(err, FileNotFoundError):  # a 404 listing a bucket: no such bucket (or not an S3 server)
+                raise self._failure(f"the bucket {self.bucket!r} does not exist at {self.endpoint} (HTTP 404 listing "
+                                    "it): create it first or fix rsm.config.bucket and rsm.config.endpoint_url",
+                                    None) from None
+            _reraise(err)
         finally:
             client.close()
 
