@@ -141,7 +141,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
 
         probe_config = self._config.merge(Config(
             connect_timeout=min(float(self._config.connect_timeout), _PROBE_CONNECT_TIMEOUT_S),
-            retries={"max_attempts": 1, "mode": "standard"},
+            retries={"total_max_attempts": 1, "mode": "standard"},  # the first try only
         ))
         client = boto3.session.Session().client("s3", config=probe_config, **self._client_args)
         try:
