@@ -13,7 +13,7 @@ import pytest
 from local import LogConfig, LogManager
 from local.checkpoint import LeaderEpochCheckpointFile
 from local.records import MemoryRecords, SimpleRecord
-from local.remote_state import RemoteLogStateFile
+from local.remote_state import RemoteLogState, RemoteLogStateFile
 from tests.logutil import local_tier_props
 from tiered.cli import main
 
@@ -85,6 +85,13 @@ def test_attach_reads_every_remote_offset_of_the_first_from_the_bucket_alone(
         assert (pdir / "partition.metadata").read_bytes() == (tmp_path / "a" / "data" / f"ev-{p}" / "partition.metadata").read_bytes()
         assert [(e.epoch, e.start_offset) for e in LeaderEpochCheckpointFile(pdir / "leader-epoch-checkpoint").read()] == [
             (0, 0), (3, RECORDS // 2)]
+        assert RemoteLogStateFile(pdir).read() == RemoteLogState(True, highest)
+    # A process without the remote tier's config knows the partitions hold remote data (from remote-log-state): the
+    # log starts at the remote log start, and reading there asks for the remote tier instead of printing nothing.
+    rc, out, err = cli(capsys, "status", "--json", "--log-dirs", str(tmp_path / "b" / "data"))
+    assert [p["log_start_offset"] for p in json.loads(out)["data_dirs"][0]["partitions"]] == [0, 0]
+    rc, out, err = cli(capsys, "consume", "-t", "ev", "--log-dirs", str(tmp_path / "b" / "data"))
+    assert rc == 1 and out == "" and "is in remote storage" in err
     # New records append after the remote log end, in the adopted topic id.
     with LogManager(LogConfig.from_properties(str(second)), start_scheduler=False) as manager:
         log = manager.get_log("ev", 0)

@@ -165,3 +165,22 @@ def test_attach_and_offload_without_the_remote_tier_say_how_to_enable_it(tmp_pat
         rc, line = run(capsys, *command, "--log-dirs", str(tmp_path / "data"))
         assert rc == 2, command
         assert "remote.log.storage.system.enable=true" in line
+
+
+def test_the_backend_names_a_missing_bucket_beyond_the_first_contact(stub: StubS3) -> None:
+    """A reader that never ran the check (a Spark executor) hears of the bucket, not of a missing object."""
+    from tiered.backends.s3 import S3RemoteStorageManager
+    from tiered.errors import RemoteResourceNotFoundError, RemoteStorageError
+
+    rsm = S3RemoteStorageManager()
+    rsm.configure({"bucket": "bkt", "region": "us-east-1", "endpoint_url": stub.url, "path_style": "true",
+                   "aws_access_key_id": "AKIDEXAMPLE", "aws_secret_access_key": "s3cr3t-value", "max_attempts": "1"})
+    try:
+        with pytest.raises(RemoteStorageError, match=f"the bucket 'bkt' does not exist at {stub.url}") as info:
+            rsm.list_keys("topic-x/0/")
+        assert not isinstance(info.value, RemoteResourceNotFoundError)
+        stub.status, stub.code = 403, "InvalidAccessKeyId"
+        with pytest.raises(RemoteStorageError, match="the S3 credentials were rejected"):
+            rsm.get_range("topic-x/0/00000000000000000000-x.log")
+    finally:
+        rsm.close()
