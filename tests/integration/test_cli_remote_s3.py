@@ -52,7 +52,7 @@ def test_attach_from_an_s3_bucket_reads_every_remote_offset(
 def test_a_missing_bucket_is_named(moto_server_endpoint: S3Endpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write_config(tmp_path / "a.properties", s3_props(tmp_path / "a", moto_server_endpoint, "no-such-bucket-here"))
     for command in (["offload"], ["attach", "-t", "ev"], ["consume", "-t", "ev"]):
-        rc, out, err = cli(capsys, "--config", str(config), *command)
+        rc, _, err = cli(capsys, "--config", str(config), *command)
         assert rc == 1, command
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
         assert f"the bucket 'no-such-bucket-here' does not exist at {moto_server_endpoint.url}" in err

@@ -61,7 +61,7 @@ def tiered_topic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Pa
                      "--topic-config", "remote.storage.enable=true", "--topic-config", "local.retention.bytes=1")
     assert rc == 0, err
     produce(first, "ev", 2)
-    rc, out, err = cli(capsys, "--config", str(first), "offload")
+    rc, _, err = cli(capsys, "--config", str(first), "offload")
     assert rc == 0, err
     second = write_config(tmp_path / "b.properties", local_tier_props(tmp_path / "b", **{"rsm.config.dir": str(tmp_path / "bucket")}))
     return first, second
@@ -132,7 +132,7 @@ def test_status_copy_lag_counts_closed_segments_not_yet_copied(tmp_path: Path, c
     config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path))
     assert cli(capsys, "--config", str(config), "topics", "create", "-t", "ev", "--topic-config", "remote.storage.enable=true")[0] == 0
     produce(config, "ev", 1)
-    rc, out, _ = cli(capsys, "--config", str(config), "status", "--json")
+    _, out, _ = cli(capsys, "--config", str(config), "status", "--json")
     [p] = json.loads(out)["data_dirs"][0]["partitions"]
     closed = sorted((tmp_path / "data" / "ev-0").glob("*.log"))[:-1]
     assert p["remote"]["segments"] == 0 and len(closed) > 1

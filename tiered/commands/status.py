@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import struct
@@ -265,7 +266,7 @@ def remote_status(partition_dir: Path, status: dict[str, Any], store: Any) -> di
     local = status.get("_segments") or []
     # A local segment is copied when every offset of it (up to the next segment's base) is remote; the active one
     # never is. What is left is the copy lag (none when the topic is not tiered: nothing is copied).
-    lag = [(base, size) for (base, size), (nxt, _) in zip(local, local[1:]) if nxt - 1 > highest]
+    lag = [(base, size) for (base, size), (nxt, _) in itertools.pairwise(local) if nxt - 1 > highest]
     remote["copy_lag_segments"] = len(lag) if tiered else None
     remote["copy_lag_bytes"] = sum(size for _, size in lag) if tiered else None
     out: dict[str, Any] = {"remote": remote}
@@ -351,7 +352,7 @@ def _write_pass(out: Any, report: dict[str, Any] | None) -> None:
         return
     import datetime
 
-    when = datetime.datetime.fromtimestamp(int(report.get("finished_ms", 0)) / 1000, datetime.timezone.utc)
+    when = datetime.datetime.fromtimestamp(int(report.get("finished_ms", 0)) / 1000, datetime.UTC)
     out.write(
         f"  last remote pass: {when:%Y-%m-%d %H:%M:%S} UTC, copied {report.get('segments_copied', 0)} segment(s) "
         f"({_bytes(int(report.get('bytes_copied', 0)))}), deleted {report.get('segments_deleted', 0)} remote "
