@@ -90,8 +90,8 @@ def attach(config: Any, topic: str, topic_id_text: str | None = None) -> list[st
         topic_id = _pick_topic_id(store, topic, topic_id_text)
         remote = [_remote_partition(store, topic, topic_id, p) for p in sorted(_partitions(store, topic, topic_id))]
         snapshots = {r.partition: _snapshot(store, r) for r in remote if r.last_segment is not None}
-    placed = _check_existing(config, topic, topic_id, [r.partition for r in remote])
     with _locked(config.log_dirs):
+        placed = _check_existing(config, topic, topic_id, [r.partition for r in remote])
         written = _write_partitions(config, topic, topic_id, remote, placed, snapshots)
     lines = []
     # Load them as the engine does: proves the loader takes what was written (and writes its checkpoints back).
