@@ -184,3 +184,14 @@ def test_the_backend_names_a_missing_bucket_beyond_the_first_contact(stub: StubS
             rsm.get_range("topic-x/0/00000000000000000000-x.log")
     finally:
         rsm.close()
+
+
+def test_readers_do_not_create_a_missing_local_tier_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    opts = ["-o", "remote.log.storage.system.enable=true", "-o", "remote.log.storage.manager.class.name=local",
+            "-o", f"rsm.config.dir={tmp_path / 'no-bucket'}"]
+    (tmp_path / "data").mkdir()
+    rc, line = run(capsys, "attach", "-t", "ev", "--log-dirs", str(tmp_path / "data"), *opts)
+    assert rc == 1 and f"the remote tier's directory {tmp_path / 'no-bucket'} (rsm.config.dir) does not exist" in line
+    rc = main(["status", "--log-dirs", str(tmp_path / "data"), *opts])
+    assert rc == 1 and "(rsm.config.dir) does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "no-bucket").exists()

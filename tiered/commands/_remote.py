@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tiered.commands._common import UsageError
@@ -40,15 +41,24 @@ def check_remote_access(config: LogConfig) -> None:
 
 
 @contextlib.contextmanager
-def remote_store(config: LogConfig, *, check: bool = True) -> Iterator[RemoteLogMetadataStore]:
-    """The remote metadata store of the configured plugin (which must have the object API), closed on exit."""
-    from tiered.backends import load_rsm
+def remote_store(config: LogConfig, *, check: bool = True, reader: bool = False) -> Iterator[RemoteLogMetadataStore]:
+    """The remote metadata store of the configured plugin (which must have the object API), closed on exit.
+    ``check``: let the plugin check its store first. ``reader``: the caller only reads (status, attach), so the
+    local-directory tier's missing directory is an error rather than a directory to create."""
+    from tiered.backends import ALIASES, load_rsm
     from tiered.backends.base import ObjectStoreRemoteStorageManager
+    from tiered.errors import RemoteStorageError
     from tiered.metadata import RemoteLogMetadataStore
 
     if not remote_tier_enabled(config):
         raise UsageError(f"the remote tier is not enabled: {REMOTE_TIER_HINT}")
-    rsm = load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
+    class_name = config.remote_log_storage_manager_class_name
+    directory = config.rsm_config.get("dir")
+    is_local = ALIASES.get(class_name, class_name) == ALIASES["local"]
+    if reader and is_local and directory and not Path(directory).is_dir():
+        # Configuring the local-directory tier creates its directory: a reader must not (nothing to read there).
+        raise RemoteStorageError(f"the remote tier's directory {directory} (rsm.config.dir) does not exist")
+    rsm = load_rsm(class_name, config.rsm_config)
     try:
         probe = getattr(rsm, "check_access", None)
         if check and callable(probe):

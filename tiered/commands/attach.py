@@ -86,7 +86,7 @@ def attach(config: Any, topic: str, topic_id_text: str | None = None) -> list[st
     from local import LogManager
     from tiered.commands._remote import remote_store
 
-    with remote_store(config) as store:
+    with remote_store(config, reader=True) as store:
         topic_id = _pick_topic_id(store, topic, topic_id_text)
         remote = [_remote_partition(store, topic, topic_id, p) for p in sorted(_partitions(store, topic, topic_id))]
         snapshots = {r.partition: _snapshot(store, r) for r in remote if r.last_segment is not None}

@@ -85,7 +85,7 @@ def _open_remote_view(config: Any, stack: contextlib.ExitStack) -> tuple[Any, st
     if not remote_tier_enabled(config):
         return None, None
     try:
-        return stack.enter_context(remote_store(config)), None
+        return stack.enter_context(remote_store(config, reader=True)), None
     except TieredStorageError as exc:
         if isinstance(exc, ConfigError):
             raise
