@@ -21,7 +21,7 @@ COMMANDS: dict[str, str] = {
     "produce": "append records read from stdin to a topic-partition",
     "consume": "print a topic-partition's records, local and remote",
     "dump": "print any .log/.index/.timeindex/.txnindex/.snapshot/checkpoint file (DumpLogSegments)",
-    "status": "show data dirs, partitions, offsets and load metrics",
+    "status": "show both tiers per partition (offsets, local and remote segments, copy lag), the last load and remote pass",
     "offload": "run one pass of the remote copy and expiration tasks",
     "run": "run the log manager and remote tasks until interrupted",
     "verify": "scrub data dirs (and the remote tier with --remote) for damage, changing nothing",
