@@ -6,6 +6,8 @@ server's missing bucket is in tests/integration/test_cli_remote_s3.py)."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -195,3 +197,13 @@ def test_readers_do_not_create_a_missing_local_tier_directory(tmp_path: Path, ca
     rc = main(["status", "--log-dirs", str(tmp_path / "data"), *opts])
     assert rc == 1 and "(rsm.config.dir) does not exist" in capsys.readouterr().err
     assert not (tmp_path / "no-bucket").exists()
+
+
+def test_verbose_adds_the_traceback(stub: StubS3, tmp_path: Path) -> None:
+    """In a process of its own: -v sets up logging to that process's stderr."""
+    proc = subprocess.run([sys.executable, "-m", "tiered.cli", "offload", "-v", "--log-dirs", str(tmp_path / "data"),
+                           *s3_options(stub.url)], capture_output=True, text=True, timeout=120)
+    err = proc.stderr
+    assert proc.returncode == 1, err
+    assert "tiered offload: the bucket 'bkt' does not exist" in err and "Traceback" in err
+    assert "s3cr3t-value" not in err
