@@ -411,3 +411,9 @@ class LogConfig:
 
 def replace_topic(cfg: TopicConfig, **fields: Any) -> TopicConfig:
     return dataclasses.replace(cfg, **fields)
+
+
+def topic_config_keys() -> dict[str, str | None]:
+    """Every topic-level key with its broker-level synonym (None when the key has none), in definition order:
+    what ``tiered topics describe`` lists and where each default comes from."""
+    return {d.topic_key: d.broker_key for d in _TOPIC_DEFS if d.topic_key}

@@ -21,11 +21,13 @@ COMMANDS: dict[str, str] = {
     "produce": "append records read from stdin to a topic-partition",
     "consume": "print a topic-partition's records, local and remote",
     "dump": "print any .log/.index/.timeindex/.txnindex/.snapshot/checkpoint file (DumpLogSegments)",
-    "status": "show data dirs, partitions, offsets and load metrics",
+    "status": "show both tiers per partition (offsets, local and remote segments, copy lag), the last load and remote pass",
     "offload": "run one pass of the remote copy and expiration tasks",
     "run": "run the log manager and remote tasks until interrupted",
     "verify": "scrub data dirs (and the remote tier with --remote) for damage, changing nothing",
     "features": "describe or finalize feature levels (KIP-1333 large indexes)",
+    "topics": "create, describe, alter or list topics and their configs (kafka-topics / kafka-configs)",
+    "attach": "adopt a topic's partitions from the remote store alone (a new machine with only the bucket)",
     "export": "export a topic's whole history with Spark",
 }
 
@@ -138,11 +140,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:
         from local.errors import ConfigError, KafkaStorageError
+        from tiered.errors import TieredStorageError
 
         if isinstance(exc, ConfigError):
-            print(f"tiered {args.command}: {exc}", file=sys.stderr)
+            print(f"tiered {args.command}: {_one_line(exc)}", file=sys.stderr)
+            if args.verbose:
+                logging.getLogger("tiered.cli").exception("traceback")
             return 2
-        if isinstance(exc, (KafkaStorageError, OSError)):
+        if isinstance(exc, (KafkaStorageError, TieredStorageError, OSError)):
             print(f"tiered {args.command}: {_one_line(exc)}", file=sys.stderr)
             if args.verbose:
                 logging.getLogger("tiered.cli").exception("traceback")

@@ -98,7 +98,7 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
             self._path(key).unlink(missing_ok=True)
 
     def list_keys(self, prefix: str) -> list[str]:
-        base = self.root
+        base = self.root.resolve()  # as _path's: a relative rsm.config.dir lists too
         start = self._path(prefix.rstrip("/")) if prefix.strip("/") else base
         search = start if start.is_dir() else start.parent
         if not search.exists():

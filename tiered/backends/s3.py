@@ -14,7 +14,10 @@ never appear in errors, logs or reprs.
 Uploads go through boto3's transfer manager (multipart parts streamed from the file, never the whole segment in
 memory); reads are ranged GETs. Throttling, 5xx and timeouts are retried with backoff by botocore; what still
 fails is mapped: missing keys -> RemoteResourceNotFoundError, everything else -> RemoteStorageError saying
-whether a retry may help.
+whether a retry may help. A missing bucket, missing or rejected credentials and an unreachable endpoint are named
+as such (never "no object ..."). :meth:`S3RemoteStorageManager.check_access` asks once, without retries and with a
+connect timeout of at most 5 s, whether the bucket can be listed: the CLI calls it before it works, so a wrong
+endpoint, bucket or key fails in seconds with one line naming it.
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ from typing import IO, Any, NoReturn, cast
 
 from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
 from tiered.backends.options import LIBRARY_LOG_REDACTION
-from tiered.errors import RemoteStorageError, RemoteStorageTimeoutError
+from tiered.errors import RemoteConfigError, RemoteStorageError, RemoteStorageTimeoutError
 
 logger = logging.getLogger(__name__)
 
+_CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken",
+                     "InvalidClientTokenId", "AuthorizationHeaderMalformed"}
+_PROBE_CONNECT_TIMEOUT_S = 5.0
 _RETRIABLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError",
                     "ServiceUnavailable", "503", "500", "502", "504"}
 
@@ -99,18 +105,15 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
                 raise o.bad("sse_kms_key_id", kms_key, "needs rsm.config.sse=aws:kms")
             self.extra_args["SSEKMSKeyId"] = kms_key
         self._endpoint = endpoint
+        self._config = config
         LIBRARY_LOG_REDACTION.redactor.add(access_key, secret_key, o.secret("aws_session_token"), password)
         LIBRARY_LOG_REDACTION.attach(*_LIBRARY_LOGGERS)
+        self._client_args: dict[str, Any] = {
+            "endpoint_url": endpoint, "aws_access_key_id": access_key, "aws_secret_access_key": secret_key,
+            "aws_session_token": o.secret("aws_session_token"), "region_name": region,
+        }
         try:
-            self.client = boto3.session.Session().client(
-                "s3",
-                endpoint_url=endpoint,
-                aws_access_key_id=access_key,
-                aws_secret_access_key=secret_key,
-                aws_session_token=o.secret("aws_session_token"),
-                region_name=region,
-                config=config,
-            )
+            self.client = boto3.session.Session().client("s3", config=config, **self._client_args)
         except ValueError as exc:  # botocore refuses the endpoint or region
             raise o.bad("endpoint_url" if endpoint else "region", endpoint or region, self.redact(exc)) from None
         self.transfer_config = TransferConfig(
@@ -124,12 +127,71 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         return (f"{type(self).__qualname__}(bucket={getattr(self, 'bucket', None)!r}, prefix={self.prefix!r}, "
                 f"endpoint_url={getattr(self, '_endpoint', None)!r})")
 
-    def _error(self, exc: Exception, action: str, key: str) -> RemoteStorageError:
-        from botocore.exceptions import ClientError, ConnectionError, HTTPClientError, ReadTimeoutError
+    @property
+    def endpoint(self) -> str:
+        """The endpoint this backend talks to (no credentials in it)."""
+        return self._endpoint or f"AWS S3 ({self._client_args.get('region_name') or 'default region'})"
 
+    def check_access(self) -> None:
+        """List at most one key of the bucket under the prefix, once (no retries), with a connect timeout of at
+        most 5 s. Raises RemoteStorageError naming an unreachable endpoint, a missing bucket or rejected
+        credentials; RemoteConfigError when no credentials are found at all."""
+        import boto3
+        from botocore.config import Config
+
+        probe_config = self._config.merge(Config(
+            connect_timeout=min(float(self._config.connect_timeout), _PROBE_CONNECT_TIMEOUT_S),
+            retries={"total_max_attempts": 1, "mode": "standard"},  # the first try only
+        ))
+        client = boto3.session.Session().client("s3", config=probe_config, **self._client_args)
+        try:
+            client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        except Exception as exc:
+            err = self._error(exc, "list", self.prefix)
+            if isinstance(err, FileNotFoundError):  # a 404 listing a bucket: no such bucket (or not an S3 server)
+                raise self._failure(f"the bucket {self.bucket!r} does not exist at {self.endpoint} (HTTP 404 listing "
+                                    "it): create it first or fix rsm.config.bucket and rsm.config.endpoint_url",
+                                    None) from None
+            _reraise(err)
+        finally:
+            client.close()
+
+    def _error(self, exc: Exception, action: str, key: str) -> RemoteStorageError:
+        from botocore.exceptions import (
+            ClientError,
+            ConnectionError,
+            ConnectTimeoutError,
+            EndpointConnectionError,
+            HTTPClientError,
+            NoCredentialsError,
+            ReadTimeoutError,
+        )
+
+        if isinstance(exc, NoCredentialsError):
+            return RemoteConfigError(
+                f"no S3 credentials found for bucket {self.bucket!r}: set rsm.config.aws_access_key_id and "
+                "rsm.config.aws_secret_access_key (or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws/credentials, "
+                "an instance role)", key="rsm.config.aws_access_key_id")
+        if isinstance(exc, ConnectTimeoutError | EndpointConnectionError):
+            why = "connect timed out" if isinstance(exc, ConnectTimeoutError) else "connection failed"
+            reason = getattr(exc, "kwargs", {}).get("error")
+            detail = f" ({_first_line(reason)})" if reason else ""
+            return self._failure(f"cannot reach the S3 endpoint {self.endpoint}: {why}{detail}; check "
+                                 "rsm.config.endpoint_url and that the server is up", None, retriable=True, key=key)
         if isinstance(exc, ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code == "NoSuchBucket":
+                return self._failure(f"the bucket {self.bucket!r} does not exist at {self.endpoint}: create it first "
+                                     "(the remote tier never creates buckets) or fix rsm.config.bucket", None, key=key)
+            if code in _CREDENTIAL_CODES:
+                return self._failure(f"the S3 credentials were rejected by {self.endpoint} ({code}) for bucket "
+                                     f"{self.bucket!r}: check rsm.config.aws_access_key_id and "
+                                     "rsm.config.aws_secret_access_key", None, key=key)
+            if code in ("AccessDenied", "403") or status == 403:
+                return self._failure(f"access denied to s3://{self.bucket}/{key} at {self.endpoint} ({code}): the "
+                                     f"credentials may not {action} there; check them and the bucket policy",
+                                     None, key=key)
             if code in ("NoSuchKey", "404", "NotFound") or status == 404:
                 return not_found(f"{self.bucket}/{key}")
             retriable = code in _RETRIABLE_CODES or (status is not None and status >= 500)
@@ -208,6 +270,10 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
 
     def close(self) -> None:
         self.client.close()
+
+
+def _first_line(value: object) -> str:
+    return " ".join(str(value).split())
 
 
 def _reraise(err: RemoteStorageError) -> NoReturn:

@@ -51,12 +51,16 @@ def _text(data: bytes | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from local.errors import KafkaStorageError
+    from local.errors import ConfigError, KafkaStorageError
+    from tiered.commands._remote import check_remote_access
     from tiered.errors import TieredStorageError
 
     config = load_config(args)
     try:
+        check_remote_access(config)  # an unreachable store, missing bucket or bad credentials: one line, at once
         return _consume(args, config)
+    except ConfigError:
+        raise  # a usage error (exit 2), whatever tier it names
     except (KafkaStorageError, TieredStorageError) as exc:
         sys.stdout.flush()
         print(f"tiered consume: {exc}", file=sys.stderr)

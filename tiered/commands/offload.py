@@ -1,15 +1,23 @@
 """``tiered offload``: one run of each partition's remote copy and expiration tasks (the tasks a LogManager with the
-remote tier enabled schedules every ``remote.log.manager.task.interval.ms``), then one local retention pass."""
+remote tier enabled schedules every ``remote.log.manager.task.interval.ms``), then one local retention pass.
+
+Only partitions whose topic has ``remote.storage.enable=true`` are copied: the others are named on stderr with how
+to enable it (``tiered topics alter --topic T --add-config remote.storage.enable=true``). The store is asked once
+before anything opens (an unreachable endpoint, a missing bucket or rejected credentials fail in seconds). What the
+pass did, with the warnings and errors the remote tier logged, is recorded in each data dir for ``tiered status``
+(:mod:`tiered.pass_report`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from tiered.commands._common import UsageError, load_config
 
 if TYPE_CHECKING:
+    from local.log import Log
     from local.manager import LogManager
     from tiered.remote_log_manager import PassResult
 
@@ -29,6 +37,21 @@ def offload_once(manager: LogManager) -> tuple[PassResult, int]:
     return result, deleted
 
 
+def _say_untiered(logs: Iterable[Log]) -> None:
+    """Name, on stderr, the topics whose partitions this pass leaves alone for lack of remote.storage.enable=true."""
+    from tiered.rlm_tasks import tiering_enabled
+
+    untiered: dict[str, int] = {}
+    for log in logs:
+        if not tiering_enabled(log):
+            topic = log.topic
+            untiered[topic] = untiered.get(topic, 0) + 1
+    for topic, count in sorted(untiered.items()):
+        print(f"tiered offload: topic {topic} ({count} partition(s)) is not tiered: it lacks remote.storage.enable=true"
+              f"; enable it with: tiered topics alter --topic {topic} --add-config remote.storage.enable=true",
+              file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     from tiered.composition import open_log_manager
 
@@ -39,8 +62,16 @@ def run(args: argparse.Namespace) -> int:
             "the remote tier is not enabled: set remote.log.storage.system.enable=true and "
             "remote.log.storage.manager.class.name in the broker config (--config FILE)"
         )
+    from tiered.commands._remote import check_remote_access
+    from tiered.pass_report import collecting_remote_errors, write_pass_report
+
+    check_remote_access(config)
     with open_log_manager(config, start_scheduler=False) as manager:
-        result, deleted = offload_once(manager)
+        _say_untiered(manager.all_logs())
+        with collecting_remote_errors() as errors:
+            result, deleted = offload_once(manager)
+        for data_dir in manager.live_dirs:
+            write_pass_report(data_dir, result, errors)
     print(
         f"copied {result.segments_copied} segment(s) ({result.bytes_copied:,} bytes), deleted "
         f"{result.segments_deleted} remote segment(s), local retention deleted {deleted} segment(s)"

@@ -7,8 +7,14 @@ partition the segment files' names and sizes. The log end offset comes from the 
 offset index entry of the newest segment (CRCs are not checked: an unclean start may still truncate there).
 Nothing is written and no lock is taken.
 
-Per data dir: clean shutdown or not (recovery pending), the last load's counters; per partition: segments, bytes,
-log start offset, log end offset, recovery point, leftover ``.swap``/``.cleaned``/``.deleted`` files.
+Per data dir: clean shutdown or not (recovery pending), the last load's counters, the last remote pass (when, what it
+copied and deleted, its errors: :mod:`tiered.pass_report`); per partition, both tiers: the log start offset (the
+earliest remote offset when the partition has remote data, as the engine keeps it), the local log start offset, the
+log end offset, the recovery point, local segments and bytes, leftover ``.swap``/``.cleaned``/``.deleted`` files,
+the highest remote offset its ``remote-log-state`` remembers, and, when the broker config enables the remote tier,
+the remote segments and bytes read from the store's metadata and the copy lag (local segments below the active
+one not yet wholly in the remote tier, and their bytes: Kafka's RemoteCopyLagSegments/RemoteCopyLagBytes). The
+store is only read; one that cannot be reached is a problem, and the local part is still shown.
 
 Offline partitions and dirs: the per-partition files a corrupt copy of which keeps a partition from loading
 (``partition.metadata``, ``leader-epoch-checkpoint``, ``remote-log-state``) are parsed with the broker's own
@@ -25,6 +31,8 @@ Exit codes: 0 ok, 1 a data dir is missing, unwritable or full, a checkpoint is c
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import os
 import struct
@@ -49,7 +57,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(args)
-    dirs = [dir_status(Path(d), args.topic) for d in config.log_dirs]
+    with contextlib.ExitStack() as stack:
+        store, remote_problem = _open_remote_view(config, stack)
+        dirs = [dir_status(Path(d), args.topic, store) for d in config.log_dirs]
+    for d in dirs:
+        if remote_problem is not None:
+            d["problems"].append(remote_problem)
+        for p in d["partitions"]:
+            p.pop("_segments", None)
     if args.json:
         print(json.dumps({"data_dirs": dirs}, indent=2, sort_keys=True))
     else:
@@ -60,12 +75,36 @@ def run(args: argparse.Namespace) -> int:
     return 1 if any(d["problems"] for d in dirs) else 0
 
 
+def _open_remote_view(config: Any, stack: contextlib.ExitStack) -> tuple[Any, str | None]:
+    """The remote metadata store when the config enables the remote tier (None otherwise), closed with ``stack``,
+    and the one-line problem when the store cannot be reached (a bad rsm.config.* value is a usage error)."""
+    from local.errors import ConfigError
+    from tiered.commands._remote import remote_store, remote_tier_enabled
+    from tiered.errors import TieredStorageError
+
+    if not remote_tier_enabled(config):
+        return None, None
+    try:
+        return stack.enter_context(remote_store(config, reader=True)), None
+    except TieredStorageError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        return None, f"remote tier: {_one_line(exc)}"
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 # ------------------------------------------------------------------------------------------------------------
 
 
-def dir_status(data_dir: Path, topic: str | None = None) -> dict[str, Any]:
-    """The status of one data dir, as a JSON-ready dict (see the module docstring)."""
+def dir_status(data_dir: Path, topic: str | None = None, store: Any = None) -> dict[str, Any]:
+    """The status of one data dir, as a JSON-ready dict (see the module docstring). ``store``: the remote metadata
+    store (a :class:`tiered.metadata.RemoteLogMetadataStore`), when the remote tier is configured."""
     from local import filenames, metrics
+    from tiered.errors import TieredStorageError
+    from tiered.pass_report import read_pass_report
 
     out: dict[str, Any] = {"path": str(data_dir), "problems": [], "partitions": []}
     if not data_dir.is_dir():
@@ -92,6 +131,7 @@ def dir_status(data_dir: Path, topic: str | None = None) -> dict[str, Any]:
     recovery_points = _checkpoint(data_dir / filenames.RECOVERY_POINT_CHECKPOINT_FILENAME, out["problems"])
     start_offsets = _checkpoint(data_dir / filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME, out["problems"])
     out["last_load"] = metrics.read_load_report(data_dir)
+    out["last_remote_pass"] = read_pass_report(data_dir)
     offline_at_last_load = (out["last_load"] or {}).get("offline_partitions") or {}
     for child in sorted(data_dir.iterdir()):
         try:
@@ -102,10 +142,16 @@ def dir_status(data_dir: Path, topic: str | None = None) -> dict[str, Any]:
             continue
         try:
             status = partition_status(child, recovery_points.get(name), start_offsets.get(name, 0))
+            if store is not None and "offline" not in status:
+                try:
+                    status.update(remote_status(child, status, store))
+                except TieredStorageError as exc:
+                    out["problems"].append(f"partition {child.name}: remote tier: {_one_line(exc)}")
         except OSError as exc:
             status = {"partition": child.name, "offline": f"unreadable: {exc}", "segments": 0, "size_bytes": 0,
                       "recovery_point": None, "producer_snapshots": 0, "transient_files": [],
-                      "log_start_offset": None, "log_end_offset": None, "notes": []}
+                      "log_start_offset": None, "local_log_start_offset": None, "log_end_offset": None,
+                      "highest_remote_offset": None, "notes": []}
         last = offline_at_last_load.get(child.name)
         if last and "offline" not in status and isinstance(last, dict):
             status["offline"] = f"offline at the last load: {last.get('path')}: {last.get('reason')}"
@@ -163,13 +209,69 @@ def partition_status(partition_dir: Path, recovery_point: int | None, checkpoint
     if offline is not None:
         out["offline"] = offline
     out["notes"] = notes
+    highest_remote = _highest_remote_offset(partition_dir)
+    out["highest_remote_offset"] = highest_remote
     if segments:
         last_base = segments[-1][0]
-        out["log_start_offset"] = max(checkpoint_start, segments[0][0])
+        local_start = max(checkpoint_start, segments[0][0])
+        # As the loader does: a partition with remote data keeps its log start below the local one.
+        out["log_start_offset"] = checkpoint_start if highest_remote is not None and highest_remote >= 0 else local_start
+        out["local_log_start_offset"] = local_start
         out["log_end_offset"] = log_end_from_files(partition_dir, last_base)
         out["active_segment"] = last_base
+        out["_segments"] = segments  # for remote_status; dropped before printing
     else:
-        out["log_start_offset"] = out["log_end_offset"] = checkpoint_start
+        out["log_start_offset"] = out["local_log_start_offset"] = out["log_end_offset"] = checkpoint_start
+    return out
+
+
+def _highest_remote_offset(partition_dir: Path) -> int | None:
+    """The highest remote offset ``remote-log-state`` remembers (-1: tiered, nothing copied yet; None: no file or
+    unreadable, which check_partition_files reports)."""
+    from local.errors import KafkaStorageError
+    from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogStateFile
+
+    if not (partition_dir / REMOTE_LOG_STATE_FILENAME).exists():
+        return None
+    try:
+        return RemoteLogStateFile(partition_dir).read().highest_remote_offset
+    except KafkaStorageError:
+        return None
+
+
+def remote_status(partition_dir: Path, status: dict[str, Any], store: Any) -> dict[str, Any]:
+    """The remote tier of one partition from the store's metadata: segments, bytes, offsets, and the copy lag."""
+    from local import filenames
+    from local.checkpoint import PartitionMetadataFile
+    from tiered.rsm import TopicIdPartition
+
+    meta = PartitionMetadataFile(partition_dir / filenames.PARTITION_METADATA_FILENAME)
+    if not meta.exists():
+        return {"remote": None}
+    topic, partition = filenames.parse_partition_dir_name(partition_dir.name)
+    segs = store.readable_segments(TopicIdPartition(meta.read(), topic, partition))
+    highest = max((m.end_offset for m in segs), default=-1)
+    remote: dict[str, Any] = {
+        "segments": len(segs),
+        "size_bytes": sum(m.segment_size_in_bytes for m in segs),
+        "log_start_offset": min((m.start_offset for m in segs), default=None),
+        "highest_offset": highest,
+    }
+    from local.config import read_properties
+    from local.manager import TOPIC_CONFIG_FILENAME
+
+    overrides = partition_dir / TOPIC_CONFIG_FILENAME
+    tiered = overrides.exists() and read_properties(overrides).get("remote.storage.enable", "").lower() == "true"
+    remote["tiered"] = tiered
+    local = status.get("_segments") or []
+    # A local segment is copied when every offset of it (up to the next segment's base) is remote; the active one
+    # never is. What is left is the copy lag (none when the topic is not tiered: nothing is copied).
+    lag = [(base, size) for (base, size), (nxt, _) in itertools.pairwise(local) if nxt - 1 > highest]
+    remote["copy_lag_segments"] = len(lag) if tiered else None
+    remote["copy_lag_bytes"] = sum(size for _, size in lag) if tiered else None
+    out: dict[str, Any] = {"remote": remote}
+    if segs and remote["log_start_offset"] is not None:
+        out["log_start_offset"] = min(status["log_start_offset"], remote["log_start_offset"])
     return out
 
 
@@ -233,6 +335,33 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _lag(remote: dict[str, Any] | None) -> str:
+    if not remote:
+        return "-"
+    if not remote.get("tiered"):
+        return "not tiered"
+    return f"{remote['copy_lag_segments']} seg, {_bytes(remote['copy_lag_bytes'])}"
+
+
+def _offset(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _write_pass(out: Any, report: dict[str, Any] | None) -> None:
+    if not report:
+        return
+    import datetime
+
+    when = datetime.datetime.fromtimestamp(int(report.get("finished_ms", 0)) / 1000, datetime.UTC)
+    out.write(
+        f"  last remote pass: {when:%Y-%m-%d %H:%M:%S} UTC, copied {report.get('segments_copied', 0)} segment(s) "
+        f"({_bytes(int(report.get('bytes_copied', 0)))}), deleted {report.get('segments_deleted', 0)} remote "
+        f"segment(s), {report.get('copy_errors', 0)} copy error(s)\n"
+    )
+    for message in report.get("errors") or []:
+        out.write(f"    {message}\n")
+
+
 def print_text(dirs: list[dict[str, Any]]) -> None:
     out = sys.stdout
     for d in dirs:
@@ -252,7 +381,9 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
                 f"  last load: {len(parts)} partition(s) in {load.get('elapsed_ms', '?')} ms, {recovered} segment(s) "
                 f"recovered, {truncated} byte(s) truncated\n"
             )
-        header = ("PARTITION", "SEGMENTS", "SIZE", "LOG START", "LOG END", "RECOVERY POINT", "NOTES")
+        _write_pass(out, d.get("last_remote_pass"))
+        header = ("PARTITION", "LOG START", "LOCAL LOG START", "LOG END", "RECOVERY POINT", "LOCAL SEGMENTS",
+                  "LOCAL SIZE", "REMOTE SEGMENTS", "REMOTE SIZE", "REMOTE UP TO", "COPY LAG", "NOTES")
         rows = [header]
         for p in d["partitions"]:
             rp = p["recovery_point"]
@@ -260,9 +391,15 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
             if "offline" in p:
                 notes.insert(0, f"OFFLINE: {p['offline']}")
             notes += p.get("notes", [])
+            remote = p.get("remote")
+            highest = remote["highest_offset"] if remote else p.get("highest_remote_offset")
             rows.append(
-                (p["partition"], str(p["segments"]), _bytes(p["size_bytes"]), str(p["log_start_offset"]),
-                 str(p["log_end_offset"]), "-" if rp is None else str(rp), "; ".join(notes))
+                (p["partition"], _offset(p["log_start_offset"]), _offset(p.get("local_log_start_offset")),
+                 _offset(p["log_end_offset"]), _offset(rp), str(p["segments"]), _bytes(p["size_bytes"]),
+                 str(remote["segments"]) if remote else "-", _bytes(remote["size_bytes"]) if remote else "-",
+                 "-" if highest is None or highest < 0 else str(highest),
+                 _lag(remote),
+                 "; ".join(notes))
             )
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         for row in rows:

@@ -68,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
     rsm = _remote_tier(config) if args.remote or args.remote_only else None
     remote_by_default = bool(config.topic_config().remote_storage_enable)
     try:
+        probe = getattr(rsm, "check_access", None)
+        if callable(probe):  # an unreachable endpoint, a missing bucket or bad credentials: one line, at once
+            probe()
         with _progress(enabled=not args.json and sys.stdout.isatty()) as progress:
             result = scrub(dirs, rsm, topic=args.topic, progress=progress, remote_by_default=remote_by_default)
     finally:

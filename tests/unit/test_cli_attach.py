@@ -1,0 +1,166 @@
+"""``tiered attach`` (a fresh data dir adopts a topic from the bucket alone), ``tiered status`` showing both tiers,
+and ``tiered offload`` naming the topics it leaves alone. Local-directory remote tier; the S3 version is in
+tests/integration/test_cli_remote_s3.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from local import LogConfig, LogManager
+from local.checkpoint import LeaderEpochCheckpointFile
+from local.records import MemoryRecords, SimpleRecord
+from local.remote_state import RemoteLogState, RemoteLogStateFile
+from tests.logutil import local_tier_props
+from tiered.cli import main
+
+RECORDS = 10000
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def write_config(path: Path, props: dict[str, str]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+def produce(config: Path, topic: str, partitions: int, epochs: tuple[int, ...] = (0, 3)) -> None:
+    """RECORDS records per partition, the second half in a later leader epoch, 1 MiB segments."""
+    now = int(time.time() * 1000)  # within retention.ms: nothing expires
+    with LogManager(LogConfig.from_properties(str(config)), start_scheduler=False) as manager:
+        for p in range(partitions):
+            log = manager.get_or_create_log(topic, p)
+            for i in range(RECORDS // 100):
+                if i * 100 in (0, RECORDS // 2):
+                    log.assign_epoch_start_offset(epochs[0] if i == 0 else epochs[1])
+                batch = [SimpleRecord(now + i, f"k{i}".encode(), f"{p}-{i}-{j}".encode() + b"x" * 300)
+                         for j in range(100)]
+                log.append(MemoryRecords.build(batch), leader_epoch=log.latest_epoch or 0)
+
+
+def consume_all(capsys: pytest.CaptureFixture[str], config: Path, topic: str, partition: int) -> list[dict[str, object]]:
+    rc, out, err = cli(capsys, "--config", str(config), "consume", "-t", topic, "-p", str(partition), "--json")
+    assert rc == 0, err
+    assert out, err
+    return [json.loads(line) for line in out.splitlines()]
+
+
+@pytest.fixture
+def tiered_topic(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, Path]:
+    """A first data dir whose topic 'ev' (2 partitions) was offloaded, and the broker config of a second, empty one
+    sharing its bucket."""
+    first = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{"rsm.config.dir": str(tmp_path / "bucket")}))
+    rc, _, err = cli(capsys, "--config", str(first), "topics", "create", "-t", "ev", "--partitions", "2",
+                     "--topic-config", "remote.storage.enable=true", "--topic-config", "local.retention.bytes=1")
+    assert rc == 0, err
+    produce(first, "ev", 2)
+    rc, _, err = cli(capsys, "--config", str(first), "offload")
+    assert rc == 0, err
+    second = write_config(tmp_path / "b.properties", local_tier_props(tmp_path / "b", **{"rsm.config.dir": str(tmp_path / "bucket")}))
+    return first, second
+
+
+def test_attach_reads_every_remote_offset_of_the_first_from_the_bucket_alone(
+    tiered_topic: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = tiered_topic
+    rc, out, err = cli(capsys, "--config", str(second), "attach", "-t", "ev")
+    assert rc == 0, err
+    assert out.count("attached ev-") == 2
+    for p in range(2):
+        original = consume_all(capsys, first, "ev", p)
+        highest = RemoteLogStateFile(tmp_path / "a" / "data" / f"ev-{p}").read().highest_remote_offset
+        assert highest > RECORDS // 2  # most of the log is remote (the rest is the first's active segment)
+        adopted = consume_all(capsys, second, "ev", p)
+        assert [r["offset"] for r in adopted] == list(range(highest + 1))
+        assert adopted == original[: highest + 1]  # keys, values, timestamps, headers and leader epochs alike
+        pdir = tmp_path / "b" / "data" / f"ev-{p}"
+        assert (pdir / "partition.metadata").read_bytes() == (tmp_path / "a" / "data" / f"ev-{p}" / "partition.metadata").read_bytes()
+        assert [(e.epoch, e.start_offset) for e in LeaderEpochCheckpointFile(pdir / "leader-epoch-checkpoint").read()] == [
+            (0, 0), (3, RECORDS // 2)]
+        assert RemoteLogStateFile(pdir).read() == RemoteLogState(True, highest)
+    # A process without the remote tier's config knows the partitions hold remote data (from remote-log-state): the
+    # log starts at the remote log start, and reading there asks for the remote tier instead of printing nothing.
+    rc, out, err = cli(capsys, "status", "--json", "--log-dirs", str(tmp_path / "b" / "data"))
+    assert [p["log_start_offset"] for p in json.loads(out)["data_dirs"][0]["partitions"]] == [0, 0]
+    rc, out, err = cli(capsys, "consume", "-t", "ev", "--log-dirs", str(tmp_path / "b" / "data"))
+    assert rc == 1 and out == "" and "is in remote storage" in err
+    # New records append after the remote log end, in the adopted topic id.
+    with LogManager(LogConfig.from_properties(str(second)), start_scheduler=False) as manager:
+        log = manager.get_log("ev", 0)
+        assert log is not None
+        end = log.log_end_offset
+        assert log.log_start_offset == 0 and log.local_log_start_offset == end
+        assert log.append(MemoryRecords.build([SimpleRecord(0, None, b"new")])).first_offset == end
+    # Attaching again changes nothing.
+    rc, out, err = cli(capsys, "--config", str(second), "attach", "-t", "ev")
+    assert rc == 0, err
+    assert out.count("already attached ev-") == 2
+
+
+def test_status_shows_both_tiers(tiered_topic: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first, _ = tiered_topic
+    rc, out, err = cli(capsys, "--config", str(first), "status", "--json")
+    assert rc == 0, err
+    [d] = json.loads(out)["data_dirs"]
+    p = {part["partition"]: part for part in d["partitions"]}["ev-0"]
+    highest = RemoteLogStateFile(tmp_path / "a" / "data" / "ev-0").read().highest_remote_offset
+    assert p["log_start_offset"] == 0  # the remote log start, not the local one
+    assert p["local_log_start_offset"] == highest + 1  # local retention deleted everything copied
+    assert p["remote"]["log_start_offset"] == 0 and p["remote"]["highest_offset"] == highest
+    bucket_logs = sorted((tmp_path / "bucket").rglob("*.log"))
+    ev0_logs = [f for f in bucket_logs if f.parent.name == "0"]
+    assert p["remote"]["segments"] == len(ev0_logs) > 1
+    assert p["remote"]["size_bytes"] == sum(f.stat().st_size for f in ev0_logs)
+    assert (p["remote"]["copy_lag_segments"], p["remote"]["copy_lag_bytes"]) == (0, 0)
+    assert d["last_remote_pass"]["segments_copied"] == len(bucket_logs)
+    assert d["last_remote_pass"]["errors"] == []
+    rc, text, _ = cli(capsys, "--config", str(first), "status")
+    header = next(line for line in text.splitlines() if "PARTITION" in line)
+    assert "LOCAL LOG START" in header and "REMOTE SEGMENTS" in header and "COPY LAG" in header
+    assert "last remote pass:" in text
+
+
+def test_status_copy_lag_counts_closed_segments_not_yet_copied(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path))
+    assert cli(capsys, "--config", str(config), "topics", "create", "-t", "ev", "--topic-config", "remote.storage.enable=true")[0] == 0
+    produce(config, "ev", 1)
+    _, out, _ = cli(capsys, "--config", str(config), "status", "--json")
+    [p] = json.loads(out)["data_dirs"][0]["partitions"]
+    closed = sorted((tmp_path / "data" / "ev-0").glob("*.log"))[:-1]
+    assert p["remote"]["segments"] == 0 and len(closed) > 1
+    assert p["remote"]["copy_lag_segments"] == len(closed)
+    assert p["remote"]["copy_lag_bytes"] == sum(f.stat().st_size for f in closed)
+
+
+def test_attach_over_another_topic_id_is_refused(tiered_topic: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, second = tiered_topic
+    assert cli(capsys, "--config", str(second), "topics", "create", "-t", "ev", "--topic-config", "remote.storage.enable=true")[0] == 0
+    before = sorted(p.name for p in (tmp_path / "b" / "data").iterdir())
+    rc, out, err = cli(capsys, "--config", str(second), "attach", "-t", "ev")
+    assert rc == 1 and out == ""
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "already holds ev-0 with topic id" in err and "refusing to attach over another topic" in err
+    assert sorted(p.name for p in (tmp_path / "b" / "data").iterdir()) == before  # ev-1 was not written either
+    rc, _, err = cli(capsys, "--config", str(second), "attach", "-t", "nothere")
+    assert rc == 1 and "no remote metadata of topic 'nothere'" in err
+
+
+def test_offload_names_topics_without_remote_storage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path))
+    produce(config, "plain", 1)
+    rc, out, err = cli(capsys, "--config", str(config), "offload")
+    assert rc == 0
+    assert "copied 0 segment(s)" in out
+    assert ("topic plain (1 partition(s)) is not tiered: it lacks remote.storage.enable=true; enable it with: "
+            "tiered topics alter --topic plain --add-config remote.storage.enable=true") in err
+    assert cli(capsys, "--config", str(config), "topics", "alter", "-t", "plain", "--add-config", "remote.storage.enable=true")[0] == 0
+    rc, out, err = cli(capsys, "--config", str(config), "offload")
+    assert rc == 0 and "copied 0 segment(s)" not in out and "not tiered" not in err

@@ -1,0 +1,141 @@
+"""``tiered topics create|describe|alter|list``: Kafka's kafka-topics/kafka-configs semantics on the data dirs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from local import LogConfig, LogManager
+from local.manager import TOPIC_CONFIG_FILENAME
+from local.remote_state import RemoteLogState, RemoteLogStateFile
+from tests.logutil import local_tier_props
+from tiered.cli import main
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_line(err: str) -> str:
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("WARNING ")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def overrides(pdir: Path) -> str:
+    return (pdir / TOPIC_CONFIG_FILENAME).read_text()
+
+
+def test_create_makes_every_partition_with_one_topic_id_and_the_overrides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    rc, _, err = cli(capsys, "topics", "create", "--topic", "ev", "--partitions", "3",
+                     "--topic-config", "retention.ms=1000", "--log-dirs", str(data))
+    assert rc == 0, err
+    ids = {(data / f"ev-{p}" / "partition.metadata").read_text() for p in range(3)}
+    assert len(ids) == 1
+    assert all(overrides(data / f"ev-{p}") == "retention.ms=1000\n" for p in range(3))
+    rc, out, _ = cli(capsys, "topics", "list", "--log-dirs", str(data))
+    assert (rc, out) == (0, "ev\n")
+
+
+def test_create_refuses_an_existing_topic_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(tmp_path / "data")
+    assert cli(capsys, "topics", "create", "-t", "ev", "--log-dirs", data)[0] == 0
+    rc, _, err = cli(capsys, "topics", "create", "-t", "ev", "--log-dirs", data)
+    assert rc == 1 and "already exists" in one_line(err)
+    cases = [
+        (["-t", "bad name"], "invalid topic name"),
+        (["-t", "x", "--partitions", "0"], "--partitions must be >= 1"),
+        (["-t", "x", "--topic-config", "segment.bytes=5"], "segment.bytes"),
+        (["-t", "x", "--topic-config", "nope=1"], "Unknown topic configuration 'nope'"),
+        (["-t", "x", "--topic-config", "retention.ms"], "expects KEY=VALUE"),
+        (["-t", "x", "--add-config", "retention.ms=1"], "does not apply to 'topics create'"),
+        # Kafka: remote storage needs the broker's remote storage system first.
+        (["-t", "x", "--topic-config", "remote.storage.enable=true"], "remote.log.storage.system.enable=true"),
+    ]
+    for extra, expected in cases:
+        rc, _, err = cli(capsys, "topics", "create", *extra, "--log-dirs", data)
+        assert rc == 2, (extra, err)
+        assert expected in one_line(err), (extra, err)
+    assert not (tmp_path / "data" / "x-0").exists()  # nothing written by a refused create
+
+
+def test_alter_changes_only_the_keys_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(tmp_path / "data")
+    assert cli(capsys, "topics", "create", "-t", "ev", "--partitions", "2", "--topic-config", "retention.ms=1000",
+               "--topic-config", "segment.bytes=2097152", "--log-dirs", data)[0] == 0
+    rc, _, err = cli(capsys, "topics", "alter", "-t", "ev", "--add-config", "max.message.bytes=5000,retention.bytes=77",
+                     "--log-dirs", data)
+    assert rc == 0, err
+    for p in range(2):
+        assert overrides(tmp_path / "data" / f"ev-{p}") == (
+            "max.message.bytes=5000\nretention.bytes=77\nretention.ms=1000\nsegment.bytes=2097152\n")
+    rc, _, err = cli(capsys, "topics", "alter", "-t", "ev", "--delete-config", "retention.ms", "--log-dirs", data)
+    assert rc == 0, err
+    assert overrides(tmp_path / "data" / "ev-1") == "max.message.bytes=5000\nretention.bytes=77\nsegment.bytes=2097152\n"
+    # The engine opens the partitions with the altered config.
+    with LogManager(LogConfig.from_properties({"log.dirs": data}), start_scheduler=False) as manager:
+        log = manager.get_log("ev", 1)
+        assert log is not None
+        assert (log.config.max_message_bytes, log.config.retention_bytes, log.config.segment_bytes) == (5000, 77, 2097152)
+        assert log.config.retention_ms == 7 * 24 * 3600 * 1000  # back to the default
+
+
+def test_alter_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(tmp_path / "data")
+    assert cli(capsys, "topics", "create", "-t", "ev", "--log-dirs", data)[0] == 0
+    before = overrides(tmp_path / "data" / "ev-0")
+    for extra, rc_wanted, expected in [
+        (["-t", "nope", "--add-config", "retention.ms=1"], 1, "no topic 'nope'"),
+        (["-t", "ev", "--add-config", "retention.ms=-9"], 2, "retention.ms"),
+        (["-t", "ev", "--add-config", "retention.ms=1", "--delete-config", "bogus"], 2, "'bogus'"),
+        (["-t", "ev"], 2, "needs --add-config"),
+        (["-t", "ev", "--add-config", "cleanup.policy=[compact"], 2, "unbalanced"),
+    ]:
+        rc, _, err = cli(capsys, "topics", "alter", *extra, "--log-dirs", data)
+        assert rc == rc_wanted, (extra, err)
+        assert expected in one_line(err), (extra, err)
+    assert overrides(tmp_path / "data" / "ev-0") == before
+
+
+def test_turning_remote_storage_off_with_remote_data_is_refused_as_kafka_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    props = local_tier_props(tmp_path)
+    config = tmp_path / "broker.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    assert cli(capsys, "--config", str(config), "topics", "create", "-t", "ev", "--partitions", "2",
+               "--topic-config", "remote.storage.enable=true")[0] == 0
+    RemoteLogStateFile(tmp_path / "data" / "ev-1").write(RemoteLogState(True, 41))  # ev-1 holds remote data
+    rc, _, err = cli(capsys, "--config", str(config), "topics", "alter", "-t", "ev", "--add-config",
+                     "remote.storage.enable=false")
+    assert rc == 2 and "It is invalid to disable remote storage of ev-1" in one_line(err)
+    assert all("remote.storage.enable=true" in overrides(tmp_path / "data" / f"ev-{p}") for p in range(2))  # neither
+    rc, _, err = cli(capsys, "--config", str(config), "topics", "alter", "-t", "ev", "--add-config",
+                     "remote.storage.enable=false,remote.log.delete.on.disable=true")
+    assert rc == 0, err
+    assert "remote.storage.enable=false" in overrides(tmp_path / "data" / "ev-0")
+
+
+def test_describe_shows_every_config_with_its_source(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(tmp_path / "data")
+    assert cli(capsys, "topics", "create", "-t", "ev", "--topic-config", "retention.ms=1000", "--log-dirs", data)[0] == 0
+    rc, out, _ = cli(capsys, "topics", "describe", "-t", "ev", "--log-dirs", data, "-o", "log.segment.bytes=2097152")
+    assert rc == 0
+    assert "Topic: ev\tTopicId: " in out and "PartitionCount: 1\tConfigs: retention.ms=1000" in out
+    assert "  retention.ms=1000  (topic)" in out
+    assert "  segment.bytes=2097152  (broker log.segment.bytes)" in out
+    assert "  remote.storage.enable=false  (default)" in out
+    rc, out, _ = cli(capsys, "topics", "describe", "--json", "--log-dirs", data)
+    [doc] = json.loads(out)
+    from local.config import topic_config_keys
+
+    assert [c["name"] for c in doc["configs"]] == list(topic_config_keys())
+    assert doc["topic_id"] == (tmp_path / "data" / "ev-0" / "partition.metadata").read_text().split("topic_id: ")[1]
+    rc, _, err = cli(capsys, "topics", "describe", "-t", "nope", "--log-dirs", data)
+    assert rc == 1 and "no topic 'nope'" in one_line(err)
+    rc, _, err = cli(capsys, "topics", "list", "--log-dirs", str(tmp_path / "missing"))
+    assert rc == 2 and "no such data dir" in one_line(err)

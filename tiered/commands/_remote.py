@@ -1,0 +1,94 @@
+"""What the commands that talk to the remote tier share: a first contact that fails fast and names what is wrong,
+the remote metadata of a partition read from the store alone, and the topics the store holds.
+
+:func:`check_remote_access` builds the configured plugin and, when it offers ``check_access()`` (the S3 backend
+does), asks it once whether the bucket can be listed: an unreachable endpoint, a missing bucket or rejected
+credentials fail in seconds with one line, before any data dir is opened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tiered.commands._common import UsageError
+
+if TYPE_CHECKING:
+    from local.config import LogConfig
+    from tiered.backends.base import ObjectStoreRemoteStorageManager
+    from tiered.metadata import RemoteLogMetadataStore
+
+REMOTE_TIER_HINT = (
+    "set remote.log.storage.system.enable=true and remote.log.storage.manager.class.name (with its rsm.config.* "
+    "keys) in the broker config (--config FILE or -o KEY=VALUE)"
+)
+
+
+def remote_tier_enabled(config: LogConfig) -> bool:
+    return bool(getattr(config, "remote_log_storage_system_enable", False))
+
+
+def check_remote_access(config: LogConfig) -> None:
+    """When the remote tier is enabled: build its plugin (a bad ``rsm.config.*`` is a ConfigError) and let it check
+    that its store answers (see the module docstring). Nothing is written."""
+    if not remote_tier_enabled(config):
+        return
+    with remote_store(config, check=True):
+        pass
+
+
+@contextlib.contextmanager
+def remote_store(config: LogConfig, *, check: bool = True, reader: bool = False) -> Iterator[RemoteLogMetadataStore]:
+    """The remote metadata store of the configured plugin (which must have the object API), closed on exit.
+    ``check``: let the plugin check its store first. ``reader``: the caller only reads (status, attach), so the
+    local-directory tier's missing directory is an error rather than a directory to create."""
+    from tiered.backends import ALIASES, load_rsm
+    from tiered.backends.base import ObjectStoreRemoteStorageManager
+    from tiered.errors import RemoteStorageError
+    from tiered.metadata import RemoteLogMetadataStore
+
+    if not remote_tier_enabled(config):
+        raise UsageError(f"the remote tier is not enabled: {REMOTE_TIER_HINT}")
+    class_name = config.remote_log_storage_manager_class_name
+    directory = config.rsm_config.get("dir")
+    is_local = ALIASES.get(class_name, class_name) == ALIASES["local"]
+    if reader and is_local and directory and not Path(directory).is_dir():
+        # Configuring the local-directory tier creates its directory: a reader must not (nothing to read there).
+        raise RemoteStorageError(f"the remote tier's directory {directory} (rsm.config.dir) does not exist")
+    rsm = load_rsm(class_name, config.rsm_config)
+    try:
+        probe = getattr(rsm, "check_access", None)
+        if check and callable(probe):
+            probe()
+        if not isinstance(rsm, ObjectStoreRemoteStorageManager):
+            raise UsageError(f"the remote storage manager {type(rsm).__qualname__} has no object API: its remote "
+                             "metadata cannot be read from the store")
+        yield RemoteLogMetadataStore.in_bucket(rsm)
+    finally:
+        rsm.close()
+
+
+def topic_ids_in_store(store: ObjectStoreRemoteStorageManager, prefix: str, topic: str) -> dict[uuid.UUID, set[int]]:
+    """Every topic id the store holds remote metadata of for ``topic``, with the partitions of each: keys
+    ``<prefix>/<topic>-<22-char id>/<partition>/__remote_log_metadata/...`` (a topic named ``<topic>-x`` is not
+    mistaken for it: the id must be the whole rest of the name)."""
+    from tiered import layout
+
+    head = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+    found: dict[uuid.UUID, set[int]] = {}
+    for key in store.list_keys(f"{head}{topic}-"):
+        parts = key[len(head):].split("/")
+        if len(parts) < 4 or parts[2] != layout.METADATA_DIR:
+            continue
+        id_text = parts[0][len(topic) + 1:]
+        if len(id_text) != 22 or not parts[1].isdigit():
+            continue
+        try:
+            topic_id = layout.parse_kafka_uuid(id_text)
+        except ValueError:
+            continue
+        found.setdefault(topic_id, set()).add(int(parts[1]))
+    return found
