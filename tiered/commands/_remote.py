@@ -34,10 +34,17 @@ def remote_tier_enabled(config: LogConfig) -> bool:
 def check_remote_access(config: LogConfig) -> None:
     """When the remote tier is enabled: build its plugin (a bad ``rsm.config.*`` is a ConfigError) and let it check
     that its store answers (see the module docstring). Nothing is written."""
+    from tiered.backends import load_rsm
+
     if not remote_tier_enabled(config):
         return
-    with remote_store(config, check=True):
-        pass
+    rsm = load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
+    try:  # any plugin (a custom one need not have the object API): only those with a check are asked
+        probe = getattr(rsm, "check_access", None)
+        if callable(probe):
+            probe()
+    finally:
+        rsm.close()
 
 
 @contextlib.contextmanager
