@@ -27,7 +27,9 @@ COMMANDS: dict[str, str] = {
     "verify": "scrub data dirs (and the remote tier with --remote) for damage, changing nothing",
     "features": "describe or finalize feature levels (KIP-1333 large indexes)",
     "export": "export a topic's whole history with Spark",
+    "import": "append Parquet or JSON lines written by 'tiered export' to a topic, with Spark",
 }
+_MODULES = {"import": "import_"}  # a command whose name is a Python keyword
 
 
 def _version() -> str:
@@ -99,9 +101,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _load(name: str) -> Any:
     try:
-        return importlib.import_module(f"tiered.commands.{name}")
+        return importlib.import_module(f"tiered.commands.{_MODULES.get(name, name)}")
     except ModuleNotFoundError as exc:
-        if exc.name == f"tiered.commands.{name}":
+        if exc.name == f"tiered.commands.{_MODULES.get(name, name)}":
             return None
         raise
 
