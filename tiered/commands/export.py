@@ -160,6 +160,18 @@ def _write_state(args: argparse.Namespace, ends: dict[str, dict[str, int]]) -> N
     os.replace(tmp, path)
 
 
+def write_output(df: Any, fmt: str, out: str, mode: str) -> None:
+    """Write the source's rows as ``tiered export`` does: Parquet partitioned by ``partition`` and ``date``, or JSON
+    lines."""
+    from pyspark.sql import functions as F
+
+    if fmt == "parquet":
+        dated = df.withColumn("date", F.to_date(F.col("timestamp")).cast("string"))
+        dated.write.mode(mode).partitionBy("partition", "date").parquet(out)
+    else:
+        df.write.mode(mode).json(out)
+
+
 def run(args: argparse.Namespace) -> int:
     opts = _options(args)
     ends = _incremental(args, opts) if args.incremental else None
@@ -184,11 +196,7 @@ def run(args: argparse.Namespace) -> int:
         if end is not None and end[0] == "offset":
             df = df.where(F.col("offset") < end[1])
         mode = "append" if ends is not None else "overwrite" if args.overwrite else "errorifexists"
-        if args.format == "parquet":
-            out = df.withColumn("date", F.to_date(F.col("timestamp")).cast("string"))
-            out.write.mode(mode).partitionBy("partition", "date").parquet(args.out)
-        else:
-            df.write.mode(mode).json(args.out)
+        write_output(df, args.format, args.out, mode)
         if ends is not None:
             _write_state(args, ends)
         written = spark.read.parquet(args.out).count() if args.format == "parquet" else spark.read.json(args.out).count()
