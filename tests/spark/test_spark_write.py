@@ -101,23 +101,18 @@ def test_write_then_read_back(spark: Any, tmp_path: Path) -> None:
 
 
 def test_an_aborted_job_leaves_nothing_visible(spark: Any, tmp_path: Path) -> None:
-    from pyspark.sql import functions as F
-
     props = {"log.dirs": str(tmp_path / "data")}
     _write(spark.createDataFrame(_rows(100, "a"), SCHEMA), props, topic="x", numPartitions="2")
     before = _log_end_offsets(props, "x")
     assert sum(before.values()) == 100
 
-    @F.udf("binary")
-    def fail_late(value: bytes | None, i: int) -> bytes | None:
-        if i == 3999:
-            raise RuntimeError("planted task failure")
-        return value
-
-    df = (spark.range(4000).repartition(4, "id").withColumn("value", F.expr("CAST(CAST(id AS STRING) AS BINARY)"))
-          .withColumn("value", fail_late("value", "id")).select("value"))
+    # four tasks on two cores: the last (ids 3000-3999) starts once another has staged its batches, and fails at
+    # its last row, after staging batches of its own (batchSize 256)
+    df = spark.range(0, 4000, numPartitions=4).selectExpr(
+        "CASE WHEN id = 3999 THEN raise_error('planted task failure') ELSE CAST(CAST(id AS STRING) AS BINARY) END "
+        "AS value")
     with pytest.raises(Exception, match="planted task failure"):
-        _write(df, props, topic="x")
+        _write(df, props, topic="x", batchSize="256")
     assert _log_end_offsets(props, "x") == before
     staging = tmp_path / "data.spark-staging"
     assert not staging.exists()
