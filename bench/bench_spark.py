@@ -9,6 +9,13 @@ pyarrow into the same query. Target (issue 15): >= 0.5x Spark's Parquet reader. 
 number of rows of the same schema from a Python data source that builds its Arrow batches from numpy without
 decoding anything: the ceiling Spark's Python data source path sets for this schema on this machine (Spark cannot
 prune the eight columns the query does not use, while its Parquet reader reads only ``value``).
+
+Two more comparisons in the same run: scaling, the warm read on ``local[2]`` against the same read on a
+``local[1]`` session started after it (two executor cores against one; on a machine whose cores other work shares,
+the ratio is what that work leaves); and export, the write of ``tiered export`` (the source read from a warm cache
+into Parquet partitioned by ``partition`` and ``date``, :func:`tiered.commands.export.write_output`) against
+pyarrow writing the same rows, already decoded in memory, to the same partitioned layout
+(``pyarrow.dataset.write_dataset``).
 """
 
 from __future__ import annotations
@@ -67,8 +74,9 @@ def _build(root: Path) -> int:
     return remote
 
 
-def _parquet(root: Path, spark: Any, props: dict[str, str]) -> Path:
-    """The same records, in a Parquet file written by pyarrow (decoded by the source's own decoder on the driver)."""
+def _parquet(root: Path, props: dict[str, str]) -> tuple[Path, Any]:
+    """The same records, in a Parquet file written by pyarrow (decoded by the source's own decoder on the driver),
+    and the whole decoded table (every column), for the export baseline."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -79,16 +87,20 @@ def _parquet(root: Path, spark: Any, props: dict[str, str]) -> Path:
     opts = parse_options({**{f"config.{k}": v for k, v in props.items()}, "topics": "bench", "tiers": "remote",
                           "cacheDir": str(root / "parquet-cache")})
     path = root / "bench.parquet"
-    writer = None
-    for piece in plan(opts):
-        for rb in read_piece(piece):
-            table = pa.Table.from_batches([rb]).select(["key", "value", "topic", "partition", "offset", "timestamp"])
-            if writer is None:
-                writer = pq.ParquetWriter(str(path), table.schema)
-            writer.write_table(table)
-    assert writer is not None
-    writer.close()
-    return path
+    batches = [rb for piece in plan(opts) for rb in read_piece(piece)]
+    table = pa.Table.from_batches(batches)
+    pq.write_table(table.select(["key", "value", "topic", "partition", "offset", "timestamp"]), str(path))
+    return path, table
+
+
+def _pyarrow_export(table: Any, out: Path) -> None:
+    """pyarrow writing the rows to the layout of ``tiered export``: hive directories partition=N/date=YYYY-MM-DD."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    dated = table.append_column("date", pc.strftime(table.column("timestamp"), "%Y-%m-%d"))
+    ds.write_dataset(dated, str(out), format="parquet", partitioning=["partition", "date"],
+                     partitioning_flavor="hive", existing_data_behavior="delete_matching")
 
 
 def _ceiling_source(total: int) -> Any:
@@ -151,7 +163,7 @@ def main() -> None:
         spark.sparkContext.setLogLevel("ERROR")
         try:
             props = _props(root)
-            parquet = _parquet(root, spark, props)
+            parquet, table = _parquet(root, props)
             query = ["count(*)", "sum(length(value))"]
             expected = (total, total * VALUE_BYTES)
 
@@ -194,6 +206,30 @@ def main() -> None:
                    total / ceiling_s, total / parquet_s, "records/s", "Spark Parquet", None)
             report("remote tier, warm cache, count()", total / count_s, total / parquet_s, "records/s",
                    "Spark Parquet count+sum", None)
+            from tiered.commands.export import write_output
+
+            def export_run() -> None:
+                write_output(source(root / "warm"), "parquet", str(root / "export-spark"), "overwrite")
+
+            def pyarrow_export_run() -> None:
+                _pyarrow_export(table, root / "export-pyarrow")
+
+            export_run()
+            export_s = best_of(export_run, 2)
+            pyarrow_export_s = best_of(pyarrow_export_run, 2)
+            assert spark.read.parquet(str(root / "export-spark")).count() == total
+            report("export to Parquet by partition and date (Spark, warm cache)", total / export_s,
+                   total / pyarrow_export_s, "records/s", "pyarrow write_dataset of the decoded rows", None)
+        finally:
+            spark.stop()
+        spark = tiered.spark.local_session("local[1]", "bench-spark-1", **{"spark.sql.session.timeZone": "UTC",
+                                                                           "spark.ui.showConsoleProgress": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            warm_run()
+            warm1_s = best_of(warm_run, 3)
+            report("scaling: remote tier, warm cache, local[2] (2 executor cores)", total / warm_s, total / warm1_s,
+                   "records/s", "local[1]", None)
         finally:
             spark.stop()
     finally:

@@ -29,7 +29,9 @@ COMMANDS: dict[str, str] = {
     "topics": "create, describe, alter or list topics and their configs (kafka-topics / kafka-configs)",
     "attach": "adopt a topic's partitions from the remote store alone (a new machine with only the bucket)",
     "export": "export a topic's whole history with Spark",
+    "import": "append Parquet or JSON lines written by 'tiered export' to a topic, with Spark",
 }
+_MODULES = {"import": "import_"}  # a command whose name is a Python keyword
 
 
 def _version() -> str:
@@ -101,9 +103,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _load(name: str) -> Any:
     try:
-        return importlib.import_module(f"tiered.commands.{name}")
+        return importlib.import_module(f"tiered.commands.{_MODULES.get(name, name)}")
     except ModuleNotFoundError as exc:
-        if exc.name == f"tiered.commands.{name}":
+        if exc.name == f"tiered.commands.{_MODULES.get(name, name)}":
             return None
         raise
 

@@ -7,12 +7,20 @@ of each record's timestamp, in directories ``partition=N/date=YYYY-MM-DD``); JSO
 ones in base64 (Spark's JSON writer). The job runs on ``local[*]`` unless ``--master`` names a cluster; with a
 local master Spark stays on loopback (``SPARK_LOCAL_IP`` and the driver's host and bind address 127.0.0.1).
 pyspark is imported only when this command runs (``pip install "tiered[spark]"``).
+
+``--incremental`` exports only what earlier incremental runs did not: a state file beside the output,
+``OUT.export-state.json``, holds per partition the offset the last run stopped at, ``{"topic": ..., "format": ...,
+"next_offsets": {"t": {"0": 1234}}}``. A run reads each partition from there (a new partition from its log start)
+up to the high watermark (last stable offset with ``--isolation-level read_committed``) taken before the job starts,
+so segments wholly exported before are not read, and appends to OUT; the state is replaced (atomically) only once
+the job succeeded. ``--from``/``--to``/``--overwrite`` do not combine with it. ``tiered import`` is the reverse.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 import sys
 import time
@@ -30,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"], default="read_uncommitted")
     parser.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    parser.add_argument("--incremental", action="store_true",
+                        help="export only what earlier --incremental runs did not (state in OUT.export-state.json)")
     parser.add_argument("out", metavar="OUT", help="output directory")
 
 
@@ -102,9 +112,70 @@ def session(master: str) -> tuple[Any, bool]:
     return spark, True
 
 
+def state_path(out: str) -> str:
+    """The incremental state file of an output directory (beside it)."""
+    return os.path.abspath(out).rstrip(os.sep) + ".export-state.json"
+
+
+def _incremental(args: argparse.Namespace, opts: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Set the options' offsets from the state file; the next offsets this run exports up to."""
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import open_read_only
+
+    if args.from_ is not None or args.to is not None or args.overwrite:
+        raise UsageError("--incremental does not combine with --from, --to or --overwrite")
+    path = state_path(args.out)
+    done: dict[str, dict[str, int]] = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            state = json.load(f)
+        if state.get("format") != args.format or state.get("topic") != args.topic:
+            raise UsageError(f"{path} is the state of an export of {state.get('topic')} as {state.get('format')}, "
+                             f"not {args.topic} as {args.format}")
+        done = state["next_offsets"]
+    elif os.path.exists(args.out):
+        raise UsageError(f"{args.out} exists but {path} does not: not an incremental export's output")
+    source = parse_options(opts)
+    ends: dict[str, dict[str, int]] = {}
+    with open_read_only(source.props) as manager:
+        for topic, partition in sorted(manager.partitions()):
+            log = manager.get_log(topic, partition)
+            if log is None or not source.topic_matches(topic):
+                continue
+            end = log.last_stable_offset if source.read_committed else log.high_watermark
+            ends.setdefault(topic, {})[str(partition)] = end
+    starts = {t: {p: done.get(t, {}).get(p, -2) for p in parts} for t, parts in ends.items()}
+    opts["startingOffsets"] = json.dumps(starts)
+    opts["endingOffsets"] = json.dumps(ends)
+    return ends
+
+
+def _write_state(args: argparse.Namespace, ends: dict[str, dict[str, int]]) -> None:
+    path = state_path(args.out)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"topic": args.topic, "format": args.format, "next_offsets": ends}, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_output(df: Any, fmt: str, out: str, mode: str) -> None:
+    """Write the source's rows as ``tiered export`` does: Parquet partitioned by ``partition`` and ``date``, or JSON
+    lines."""
+    from pyspark.sql import functions as F
+
+    if fmt == "parquet":
+        dated = df.withColumn("date", F.to_date(F.col("timestamp")).cast("string"))
+        dated.write.mode(mode).partitionBy("partition", "date").parquet(out)
+    else:
+        df.write.mode(mode).json(out)
+
+
 def run(args: argparse.Namespace) -> int:
     opts = _options(args)
-    if os.path.exists(args.out) and not args.overwrite:
+    ends = _incremental(args, opts) if args.incremental else None
+    if os.path.exists(args.out) and not args.overwrite and ends is None:
         print(f"tiered export: {args.out} exists (--overwrite replaces it)", file=sys.stderr)
         return 1
     start = parse_position(args.from_, "--from")
@@ -124,14 +195,12 @@ def run(args: argparse.Namespace) -> int:
             df = df.where(F.col("offset") >= start[1])
         if end is not None and end[0] == "offset":
             df = df.where(F.col("offset") < end[1])
-        mode = "overwrite" if args.overwrite else "errorifexists"
-        if args.format == "parquet":
-            out = df.withColumn("date", F.to_date(F.col("timestamp")).cast("string"))
-            out.write.mode(mode).partitionBy("partition", "date").parquet(args.out)
-        else:
-            df.write.mode(mode).json(args.out)
+        mode = "append" if ends is not None else "overwrite" if args.overwrite else "errorifexists"
+        write_output(df, args.format, args.out, mode)
+        if ends is not None:
+            _write_state(args, ends)
         written = spark.read.parquet(args.out).count() if args.format == "parquet" else spark.read.json(args.out).count()
-        print(f"tiered export: {written} records of {args.topic} written to {args.out} ({args.format}) in "
+        print(f"tiered export: {args.topic} exported to {args.out} ({args.format}, {written} records there) in "
               f"{time.monotonic() - began:.1f} s", file=sys.stderr)
     finally:
         if created:

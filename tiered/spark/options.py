@@ -93,11 +93,10 @@ def _int(name: str, value: str | None) -> int | None:
         raise SparkSourceOptionError(f"{name}={value!r}: expected an integer") from None
 
 
-def parse_options(options: Mapping[str, Any]) -> SourceOptions:
-    """Check and convert the options Spark passed (keys in any case)."""
-    opts = {str(k).lower(): str(v) for k, v in options.items()}
+def broker_props(options: Mapping[str, Any]) -> dict[str, str]:
+    """The broker properties named by the options ``config`` (a file) and ``config.<key>`` (overriding the file's)."""
     props: dict[str, str] = {}
-    path = opts.get("config")
+    path = next((str(v) for k, v in options.items() if str(k).lower() == "config"), None)
     if path:
         from local.config import read_properties
 
@@ -111,6 +110,13 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
             props[str(key)[len("config."):]] = str(value)
     if "log.dirs" not in props and "log.dir" not in props:
         raise SparkSourceOptionError("no broker config: set option config=<properties file> or config.log.dirs=<dirs>")
+    return props
+
+
+def parse_options(options: Mapping[str, Any]) -> SourceOptions:
+    """Check and convert the options Spark passed (keys in any case)."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    props = broker_props(options)
     topics = opts.get("topics") or opts.get("subscribe")
     pattern = opts.get("topicpattern") or opts.get("subscribepattern")
     if (topics is None) == (pattern is None):

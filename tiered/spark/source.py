@@ -1,4 +1,5 @@
-"""The ``tiered`` PySpark data source (``pyspark.sql.datasource``): batch reads of a topic's whole history.
+"""The ``tiered`` PySpark data source (``pyspark.sql.datasource``): batch and streaming reads of a topic's whole
+history, and appends (:mod:`tiered.spark.writer`).
 
 ``spark.read.format("tiered").options(...).load()`` after :func:`tiered.spark.register`; the options are in
 :mod:`tiered.spark.options`, the schema is :data:`tiered.spark.arrow_records.SCHEMA_DDL`. ``partitions()`` plans on
@@ -22,6 +23,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceWriter,
     EqualTo,
     Filter,
     GreaterThan,
@@ -72,6 +74,11 @@ class TieredDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return TieredStreamReader(dict(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from tiered.spark.writer import TieredWriter
+
+        return TieredWriter(dict(self.options), schema, overwrite)
 
 
 def _literal(column: str, value: Any) -> int | None:

@@ -1,0 +1,72 @@
+"""``tiered import``: append the Parquet or JSON lines written by ``tiered export`` to a topic, with Spark.
+
+``tiered import --config F --topic T [--format parquet|jsonl] [--partitions N] [--compression C] [--batch-size B]
+IN``. Each record goes to the partition it was exported from (the ``partition`` column, or the ``partition=N``
+directories of a Parquet export), with its key, value, headers and timestamp; its offset is assigned anew by the
+log. Within a partition the records are appended in the order of their exported offsets. A topic that does not
+exist is created with ``--partitions`` partitions (default: one more than the highest exported partition). The
+write goes through the source's writer (:mod:`tiered.spark.writer`): all or nothing, committed by the driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from tiered.commands._common import UsageError
+from tiered.commands.export import _options as _source_options
+from tiered.commands.export import session
+
+JSON_SCHEMA = ("key binary, value binary, partition int, offset bigint, timestamp timestamp, "
+               "headers array<struct<key:string,value:binary>>")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topic", "-t", required=True, help="the topic to append to")
+    parser.add_argument("--format", choices=["parquet", "jsonl"], default="parquet")
+    parser.add_argument("--partitions", type=int, help="partitions of the topic if it is created")
+    parser.add_argument("--compression", default="none", help="none, gzip, snappy, lz4 or zstd (default: none)")
+    parser.add_argument("--batch-size", type=int, default=1024 * 1024, help="bytes per record batch (default 1 MiB)")
+    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("input", metavar="IN", help="a directory written by tiered export")
+
+
+def run(args: argparse.Namespace) -> int:
+    args.from_ = args.to = None
+    args.isolation_level = "read_uncommitted"
+    opts = {k: v for k, v in _source_options(args).items() if k.startswith("config")}
+    opts.update({"topic": args.topic, "compression": args.compression, "batchSize": str(args.batch_size)})
+    if args.partitions is not None:
+        if args.partitions < 1:
+            raise UsageError("--partitions must be >= 1")
+        opts["numPartitions"] = str(args.partitions)
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print('tiered import: pyspark is not installed (pip install "tiered[spark]")', file=sys.stderr)
+        return 1
+    from pyspark.sql import functions as F
+
+    began = time.monotonic()
+    spark, created = session(args.master)
+    try:
+        if args.format == "parquet":
+            df = spark.read.parquet(args.input)
+        else:
+            df = spark.read.schema(JSON_SCHEMA).json(args.input)
+        if "value" not in df.columns or "partition" not in df.columns:
+            raise UsageError(f"{args.input} has columns {', '.join(df.columns)}: not the output of tiered export")
+        columns = [c for c in ("key", "value", "headers", "partition", "timestamp") if c in df.columns]
+        if "numPartitions" not in opts:
+            top = df.agg(F.max("partition")).first()[0]
+            opts["numPartitions"] = str((top if top is not None else 0) + 1)
+        order = ["partition", "offset"] if "offset" in df.columns else ["partition"]
+        rows = df.repartition("partition").sortWithinPartitions(*order).select(*columns)
+        rows.write.format("tiered").mode("append").options(**opts).save()
+        print(f"tiered import: {args.input} appended to {args.topic} in {time.monotonic() - began:.1f} s",
+              file=sys.stderr)
+    finally:
+        if created:
+            spark.stop()
+    return 0
