@@ -318,7 +318,8 @@ def stage_task(plan: WritePlan, batches: Iterator[pa.RecordBatch], task: int, at
 def commit_staged(plan: WritePlan, messages: list[TaskStaged]) -> dict[int, int]:
     """Append the committed tasks' staged batches (task order) and remove the staging directory; records per
     partition."""
-    from local import LogConfig, LogManager
+    from local import LogConfig
+    from tiered.composition import open_log_manager
 
     staged = [s for m in sorted(messages, key=lambda m: m.task) for s in m.files]
     for s in staged:
@@ -331,7 +332,7 @@ def commit_staged(plan: WritePlan, messages: list[TaskStaged]) -> dict[int, int]
             raise SparkSinkError(f"staged file {s.path} has {size} bytes, its task wrote {s.size}")
     written: dict[int, int] = {}
     try:
-        manager = LogManager(LogConfig.from_properties(plan.props), start_scheduler=False)
+        manager = open_log_manager(LogConfig.from_properties(plan.props), start_scheduler=False)
     except Exception as exc:
         raise SparkSinkError(f"cannot open {plan.props.get('log.dirs', plan.props.get('log.dir'))} for writing to "
                              f"{plan.topic} ({type(exc).__name__}: {exc}); is a broker running on them?") from exc
