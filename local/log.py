@@ -19,7 +19,7 @@ import shutil
 import struct
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -38,6 +38,8 @@ from local.errors import (
     RemoteStorageNotConfiguredError,
 )
 from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
+from local.loader import LogLoader
+from local.producer_rebuild import analyze_producer_state, rebuild_producer_state
 from local.producer_state import AppendOrigin, ProducerStateManager
 from local.records import MemoryRecords, RecordBatch, TimestampType
 from local.records.batch import (
@@ -193,8 +195,6 @@ class Log:
         :mod:`local.read_only`): its ``.log`` files are links opened read-only, recovery only bounds them in
         memory, and the log refuses every change.
         """
-        from local.loader import LogLoader  # the loader imports segment machinery only when a log opens
-
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         topic, partition = _topic_partition_from_dir(directory)
@@ -451,7 +451,9 @@ class Log:
                     max_ts, offset_of_max = batch.max_timestamp, batch.base_offset + batch.last_offset_delta
 
             # Producer state is validated before anything is written, so a rejected batch leaves no trace.
-            updated, completed = self._analyze_producer_state(batches, origin) if has_producer_ids else ((), ())
+            updated, completed = (
+                analyze_producer_state(self.producer_state_manager, batches, origin) if has_producer_ids else ((), ())
+            )
 
             segment = self._maybe_roll(len(buffer), first_offset, last_offset, max_ts, now)
             segment.append(last_offset, buffer, batches)
@@ -574,24 +576,6 @@ class Log:
                     -1, self.log_start_offset, 1, batch.size_in_bytes, duplicate=True,
                 )
         return None
-
-    def _analyze_producer_state(
-        self, batches: list[RecordBatch], origin: AppendOrigin
-    ) -> tuple[list[Any], list[Any]]:
-        updated: dict[int, Any] = {}
-        completed: list[Any] = []
-        for batch in batches:
-            if not batch.has_producer_id:
-                continue
-            info = updated.get(batch.producer_id)
-            if info is None:
-                info = self.producer_state_manager.prepare_update(batch.producer_id, origin)
-                updated[batch.producer_id] = info
-            offset_meta = LogOffsetMetadata(batch.base_offset, -1, -1)
-            txn = info.append_batch(batch, offset_meta)
-            if txn is not None:
-                completed.append(txn)
-        return list(updated.values()), completed
 
     # ------------------------------------------------------------------------------------------------------
     # Roll
@@ -1275,48 +1259,3 @@ def _init_partition_metadata(directory: Path, topic_id: uuid.UUID | None) -> uui
     topic_id = topic_id or uuid.uuid4()
     meta.write(topic_id)
     return topic_id
-
-
-def rebuild_producer_state(
-    psm: ProducerStateManager,
-    segments: LogSegments,
-    log_start_offset: int,
-    last_offset: int,
-    time: Time,
-    reload_from_clean_shutdown: bool = False,
-) -> None:
-    """Kafka's ``rebuildProducerState``: reload the latest snapshot at or below ``last_offset``, then replay."""
-    segs = list(segments.values())
-    offsets_to_snapshot: list[int] = [last_offset]
-    if segs:
-        offsets_to_snapshot = [s.base_offset for s in segs[-2:]] + [last_offset]
-    if psm.latest_snapshot_offset() is None and reload_from_clean_shutdown:
-        # A clean shutdown without snapshots (an old broker): empty snapshots instead of a full scan.
-        for offset in offsets_to_snapshot:
-            psm.update_map_end_offset(offset)
-            psm.take_snapshot()
-        return
-    psm.truncate_and_reload(log_start_offset, last_offset, time.milliseconds())
-    if last_offset > psm.map_end_offset:
-        for seg in segments.values(psm.map_end_offset, last_offset):
-            start = max(seg.base_offset, psm.map_end_offset, log_start_offset)
-            psm.update_map_end_offset(start)
-            if seg.base_offset in offsets_to_snapshot[:-1]:
-                psm.take_snapshot()
-            info = seg.read(start, 2**62, None, False)
-            if info is None:
-                continue
-            for batch in _iter_batches(info.records.batches(verify=False)):
-                if batch.base_offset >= last_offset:
-                    break
-                if batch.has_producer_id:
-                    txn = psm.apply_batch(batch)
-                    if txn is not None:
-                        psm.complete_txn(txn)
-    psm.update_map_end_offset(last_offset)
-    psm.take_snapshot()
-
-
-def _iter_batches(batches: Iterable[Any]) -> Iterator[Any]:
-    for batch in batches:
-        yield batch.load() if hasattr(batch, "load") else batch
