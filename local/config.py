@@ -20,11 +20,12 @@ from local.errors import ConfigError
 from local.features import large_index_finalized
 from local.properties import parse_properties as parse_properties  # re-exported: its home was here
 from local.properties import read_properties
+from local.records.constants import INT32_MAX
 
 logger = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1
+INT_MAX = INT32_MAX
 MIB = 1024 * 1024
 LARGE_INDEX_HINT = "tiered features upgrade --release-version 4.4 --config <file>"
 

@@ -47,6 +47,7 @@ from local.records.batch import (
     LOG_OVERHEAD,
     set_max_timestamp,
 )
+from local.records.constants import INT32_MAX
 from local.remote_state import RemoteLogState, RemoteLogStateFile
 from local.scheduler import SYSTEM_TIME, MockScheduler, Scheduler, Time
 from local.segment import LogSegment
@@ -59,8 +60,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
-_I32 = struct.Struct(">i")
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: outside the CRC
 
 # Special timestamps of ListOffsets (Kafka's ListOffsetsRequest constants).
