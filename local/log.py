@@ -664,8 +664,8 @@ class Log:
         Raises ``OffsetOutOfRangeError`` below the log start offset or past the log end offset, and
         ``LogDirOfflineError`` once the log's data dir is offline.
 
-        Reads racing retention (Kafka: no floor segment -> out of range): retention publishes the new log start
-        offset (and local log start offset) BEFORE it removes a segment, so a read that saw a segment go (no floor
+        Reads racing retention (Kafka: no floor segment -> out of range): retention and truncation publish the new
+        log start offset, then the local log start offset, BEFORE they remove a segment, so a read that saw a segment go (no floor
         segment, a file closed under it, a remote segment deleted) sees the moved start when it checks again
         after reading, and raises ``OffsetOutOfRangeError`` naming the current log start rather than returning
         the later data it may have found. A local read overtaken by local retention (the data now only remote)
@@ -1046,9 +1046,12 @@ class Log:
             following = self.segments.higher_segment(last.base_offset)
             assert following is not None, "the active segment is never deleted"
             new_start = following.base_offset
-            self.local_log_start_offset = max(self.local_log_start_offset, new_start)
+            # The log start before the local start (maybe_increment_log_start_offset moves both, in that order): a
+            # reader that finds the local start past its offset then finds the log start there too, and its
+            # out-of-range answer names the moved start.
             if not self.remote_storage_enabled:
                 self.maybe_increment_log_start_offset(new_start, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+            self.local_log_start_offset = max(self.local_log_start_offset, new_start)
             self.ensure_log_start_offset_checkpointed()
             for seg in segments:
                 logger.info("deleting segment %d of %s: %s", seg.base_offset, self.name, reason)
@@ -1104,6 +1107,10 @@ class Log:
         """Delete every segment and start empty at ``new_offset`` (which becomes the log start offset)."""
         self._check_writable()
         with self._lock:
+            # The new start first, then the segments go (the order of a retention pass): a reader that finds no
+            # segment for its offset finds it below the log start, and answers out of range naming it.
+            self.log_start_offset = new_offset
+            self.local_log_start_offset = new_offset
             for seg in list(self.segments.values()):
                 self.segments.remove(seg.base_offset)
                 self._async_delete(seg)
@@ -1112,7 +1119,6 @@ class Log:
             self._leo = LogOffsetMetadata(new_offset, new_offset, 0)
             self.leader_epoch_cache.clear_and_flush()
             self.producer_state_manager.truncate_full_and_start_at(new_offset)
-            self.log_start_offset = self.local_log_start_offset = new_offset
             self.recovery_point = new_offset
             self._high_watermark = new_offset
 
