@@ -288,3 +288,87 @@ def test_a_read_inside_a_truncation_finds_the_new_start(tmp_path: Path, monkeypa
         assert answers == [None]
     finally:
         log.close()
+
+
+# LogManager: its partition maps change (creation, deletion, a data dir failing) while other threads walk them.
+# The interleaving is forced: the map's own method starts the racing change in another thread and waits for it
+# (up to HOOK_WAIT_SECONDS, a failure bound): code that holds the maps' lock makes that thread wait instead.
+
+HOOK_WAIT_SECONDS = 0.5
+
+
+class _RacingDict(dict[Any, Any]):
+    """A dict whose first call of ``method`` first runs ``race`` in another thread (waiting for it, bounded)."""
+
+    def __init__(self, data: dict[Any, Any], method: str, race: Callable[[], None]) -> None:
+        super().__init__(data)
+        self._method, self._race, self._raced = method, race, False
+
+    def _maybe_race(self, method: str) -> None:
+        if method != self._method or self._raced:
+            return
+        self._raced = True
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                self._race()
+            finally:
+                done.set()
+
+        threading.Thread(target=run, daemon=True).start()
+        done.wait(HOOK_WAIT_SECONDS)
+
+    def values(self) -> Any:
+        if self._method != "values" or self._raced:
+            return super().values()
+        view = super().values()
+
+        def racing() -> Iterator[Any]:
+            for n, value in enumerate(view):
+                if n == 0:
+                    self._maybe_race("values")
+                yield value
+
+        return racing()
+
+    def pop(self, *args: Any) -> Any:
+        self._maybe_race("pop")
+        return super().pop(*args)
+
+
+def _manager(tmp_path: Path) -> tuple[Any, Path, Path]:
+    from local import LogConfig, LogManager
+
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    manager = LogManager(LogConfig.from_properties({"log.dirs": f"{d1},{d2}"}), start_scheduler=False)
+    for partition in range(4):
+        manager.get_or_create_log("t", partition)
+    return manager, d1, d2
+
+
+def test_creating_a_log_while_a_data_dir_fails(tmp_path: Path) -> None:
+    manager, _, d2 = _manager(tmp_path)
+    fail = lambda: manager.log_dir_failure_channel.maybe_add_offline_log_dir(d2, "disk gone")  # noqa: E731
+    manager._log_dirs_of = _RacingDict(manager._log_dirs_of, "values", fail)
+    try:
+        log = manager.get_or_create_log("t", 9)  # picks the dir with the fewest logs, walking the map
+        assert manager.data_dir_of("t", 9) == log.dir.parent
+        assert d2 in manager.offline_dirs
+    finally:
+        manager.close()
+
+
+def test_deleting_a_log_while_its_data_dir_fails_leaves_no_offline_ghost(tmp_path: Path) -> None:
+    manager, d1, d2 = _manager(tmp_path)
+    victim = next(p for p in range(4) if manager.data_dir_of("t", p) == d2)
+    fail = lambda: manager.log_dir_failure_channel.maybe_add_offline_log_dir(d2, "disk gone")  # noqa: E731
+    manager._log_dirs_of = _RacingDict(manager._log_dirs_of, "pop", fail)
+    try:
+        manager.delete_log("t", victim)
+        assert d2 in manager.offline_dirs
+        # Deleted before its dir failed: gone, not an offline partition that blocks creating it again.
+        assert ("t", victim) not in manager.offline_partitions
+        assert manager.get_or_create_log("t", victim).dir.parent == d1
+    finally:
+        manager.close()
