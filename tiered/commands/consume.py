@@ -60,6 +60,7 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
 
     isolation = FetchIsolation[args.isolation.upper()]
     printed = 0
+    from tiered.dump import payload_text  # the one text form of a payload (dump's too)
     # Read-only: nothing is written to the data dirs (no lock, no checkpoint, no recovery on disk).
     with LogManager(config, start_scheduler=False, read_only=True) as manager:
         log = manager.get_log(args.topic, args.partition)
