@@ -56,7 +56,6 @@ def run(args: argparse.Namespace) -> int:
 def _consume(args: argparse.Namespace, config: Any) -> int:
     from local import LogManager
     from local.fetch import FetchIsolation
-    from tiered.dump import payload_text
 
     isolation = FetchIsolation[args.isolation.upper()]
     printed = 0
