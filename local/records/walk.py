@@ -105,21 +105,36 @@ def walk_batches(
     """
     where = (origin, base_position, context)
     if isinstance(source, bytes | bytearray | memoryview):
-        yield from _walk_buffer(memoryview(source), len(source) if end is None else end, start, where)
-        return
+        return _walk_buffer(memoryview(source), len(source) if end is None else end, start, where)
     if end is None:
         raise ValueError("a file walk needs the end position")
-    yield from _walk_file(source, end, start, whole, reuse, window, where)
+    return _walk_file(source, end, start, whole, reuse, window, where)
 
 
 _Where = tuple[str | None, int, Mapping[str, Any] | None]
 
 
+# Both walks first try the common case inline: a v2 batch of at least RECORD_BATCH_OVERHEAD bytes that fits passes
+# every rule of batch_size (it is at least the v0 minimum, holds its magic byte, knows its magic and is whole), so
+# only the rest is sized by batch_size; a call per batch of it would cost recovery a third of its time on small
+# batches.
+
+
 def _walk_buffer(view: memoryview, end: int, pos: int, where: _Where) -> Iterator[tuple[int, int, memoryview, int]]:
     origin, base, context = where
-    while (size := batch_size(view, pos, end - pos, base + pos, origin, context)) is not None:
-        yield pos, size, view, pos
-        pos += size
+    while True:
+        remaining = end - pos
+        if remaining >= RECORD_BATCH_OVERHEAD:
+            size = _unpack_size(view, pos + SIZE_OFFSET)[0] + LOG_OVERHEAD
+            if RECORD_BATCH_OVERHEAD <= size <= remaining and view[pos + MAGIC_OFFSET] == MAGIC_V2:
+                yield pos, size, view, pos
+                pos += size
+                continue
+        checked = batch_size(view, pos, remaining, base + pos, origin, context)
+        if checked is None:
+            return
+        yield pos, checked, view, pos
+        pos += checked
 
 
 def _walk_file(
@@ -129,18 +144,22 @@ def _walk_file(
     buffer = bytearray()
     view = memoryview(buffer)
     view_start = pos
-    while end - pos >= LOG_OVERHEAD:
+    while (remaining := end - pos) >= LOG_OVERHEAD:
         at = pos - view_start
-        if len(view) - at < min(RECORD_BATCH_OVERHEAD, end - pos):
+        if len(view) - at < (RECORD_BATCH_OVERHEAD if remaining > RECORD_BATCH_OVERHEAD else remaining):
             buffer, view = _fill(read_into, pos, buffer, window, end - pos, reuse)
             view_start, at = pos, 0
-            if len(view) < min(HEADER_SIZE_UP_TO_MAGIC, end - pos):
+            if len(view) < min(HEADER_SIZE_UP_TO_MAGIC, remaining):
                 return  # the file shrank under the walk
-        size = batch_size(view, at, end - pos, base + pos, origin, context)
-        if size is None:
-            return
+        size = _unpack_size(view, at + SIZE_OFFSET)[0] + LOG_OVERHEAD
+        # (size <= remaining and size >= RECORD_BATCH_OVERHEAD: the view holds the magic byte, see the refill above)
+        if not (RECORD_BATCH_OVERHEAD <= size <= remaining and view[at + MAGIC_OFFSET] == MAGIC_V2):
+            checked = batch_size(view, at, remaining, base + pos, origin, context)
+            if checked is None:
+                return
+            size = checked
         if whole and len(view) - at < size:
-            buffer, view = _fill(read_into, pos, buffer, max(window, size), end - pos, reuse)
+            buffer, view = _fill(read_into, pos, buffer, max(window, size), remaining, reuse)
             view_start, at = pos, 0
             if len(view) < size:
                 return

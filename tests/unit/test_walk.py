@@ -6,8 +6,11 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from local.errors import CorruptRecordError
 from local.file_records import FileRecords
@@ -157,5 +160,44 @@ def test_file_walk_stops_when_the_file_shrinks(tmp_path: Path) -> None:
         assert next(walk)[0] == 0
         os.truncate(records.path, len(_batch(0)) + 10)  # cut under the walk: not a whole header any more
         assert list(walk) == []
+    finally:
+        records.close()
+
+
+def _outcome(walk: Any) -> tuple[list[tuple[int, int]], str | None]:
+    seen: list[tuple[int, int]] = []
+    try:
+        for position, size, _, _ in walk:
+            seen.append((position, size))
+    except CorruptRecordError as exc:
+        return seen, str(exc)
+    return seen, None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    parts=st.lists(st.sampled_from(["v2", "legacy0", "legacy1"]), max_size=6),
+    cut=st.integers(0, 40),
+    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
+    window=st.sampled_from([20, 61, 100, 4096]),
+)
+def test_buffer_and_file_walks_agree_on_any_bytes(
+    tmp_path: Path, parts: list[str], cut: int, flips: list[tuple[int, int]], window: int
+) -> None:
+    # The rule's fast path (a sound v2 batch) and batch_size must answer alike: batches, then the same error.
+    data = bytearray()
+    for n, kind in enumerate(parts):
+        data += _batch(n * 3, n=1 + n % 2) if kind == "v2" else build_legacy_message(n * 3, b"k", b"v" * n, magic=int(kind[-1]))
+    for at, value in flips:
+        if data:
+            data[at % len(data)] = value
+    data = data[: max(0, len(data) - cut)]
+    path = tmp_path / f"walk-{window}.log"
+    path.write_bytes(bytes(data))
+    records = FileRecords.open(path)
+    try:
+        in_buffer = _outcome(walk_batches(bytes(data)))
+        assert _outcome(walk_batches(records.read_into, len(data), window=window)) == in_buffer
+        assert _outcome(walk_batches(records.read_into, len(data), whole=False, window=window)) == in_buffer
     finally:
         records.close()
