@@ -11,82 +11,23 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from local.errors import ConfigError
+from local.features import large_index_finalized
+from local.properties import parse_properties as parse_properties  # re-exported: its home was here
+from local.properties import read_properties
+from local.records.constants import INT32_MAX
 
 logger = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1
+INT_MAX = INT32_MAX
 MIB = 1024 * 1024
 LARGE_INDEX_HINT = "tiered features upgrade --release-version 4.4 --config <file>"
-
-
-# Properties files ----------------------------------------------------------------------------------------
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java ``Properties.load`` semantics: comments (#, !), ``=``/``:``/whitespace separators, continuations,
-    escapes."""
-    out: dict[str, str] = {}
-    logical: list[str] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        line = lines[i].lstrip()
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while _continues(line) and i < len(lines):
-            line = line[:-1] + lines[i].lstrip()
-            i += 1
-        if _continues(line):
-            line = line[:-1]
-        logical.append(line)
-    for line in logical:
-        key_chars: list[str] = []
-        j = 0
-        while j < len(line):
-            c = line[j]
-            if c == "\\" and j + 1 < len(line):
-                key_chars.append(c + line[j + 1])
-                j += 2
-                continue
-            if c in "=: \t\f":
-                break
-            key_chars.append(c)
-            j += 1
-        rest = line[j:].lstrip(" \t\f")
-        if rest[:1] in ("=", ":"):
-            rest = rest[1:].lstrip(" \t\f")
-        out[_unescape("".join(key_chars))] = _unescape(rest)
-    return out
-
-
-def _continues(line: str) -> bool:
-    n = len(line) - len(line.rstrip("\\"))
-    return n % 2 == 1
-
-
-def _unescape(s: str) -> str:
-    def repl(m: re.Match[str]) -> str:
-        c = m.group(1)
-        if c.startswith("u"):
-            return chr(int(c[1:], 16))
-        return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(c, c)
-
-    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", repl, s)
-
-
-def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:
-    try:
-        return parse_properties(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read configuration file {path}: {exc}", path=str(path)) from exc
 
 
 # Value parsing -------------------------------------------------------------------------------------------
@@ -362,8 +303,6 @@ class LogConfig:
             setattr(self, d.attr, d.default if raw is None else d.conv(d.broker_key or d.attr, raw))
         self.remote_tier_factory: str | None = props.get("remote.log.tier.factory")
         if large_index_enabled is None:
-            from local.features import large_index_finalized
-
             large_index_enabled = large_index_finalized(self.log_dirs)
         self.large_index_enabled = large_index_enabled
         self._default_topic = TopicConfig(**self._topic_defaults)

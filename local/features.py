@@ -14,6 +14,7 @@ from pathlib import Path
 
 from local.errors import ConfigError, FeatureDowngradeError
 from local.filenames import FEATURES_FILENAME
+from local.properties import parse_properties
 
 RELEASE_LEVELS = {"4.0": 0, "4.4": 1}
 
@@ -33,8 +34,6 @@ def read_features(data_dir: str | os.PathLike[str]) -> FeatureLevels:
     path = Path(data_dir) / FEATURES_FILENAME
     if not path.exists():
         return FeatureLevels(Path(data_dir), 0, "4.0")
-    from local.config import parse_properties
-
     props = parse_properties(path.read_text())
     try:
         level = int(props.get("large.index.level", "0"))

@@ -18,21 +18,21 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from local.errors import CorruptRecordError
 from local.fetch import LogOffsetPosition, TimestampAndOffset
 from local.records import MemoryRecords
-from local.records.batch import BATCH_HEADER, HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
-from local.records.legacy import MIN_V0_SIZE
+from local.records.constants import MAGIC_OFFSET, MAGIC_V2
 from local.records.memory_records import AnyBatch, batch_from_buffer, check_offset_order, corrupt_batch_error
+from local.records.walk import last_offset, walk_batches
 
 logger = logging.getLogger(__name__)
 
 READ_CHUNK = 1024 * 1024
-_HEAD = BATCH_HEADER
+_unpack_offset = struct.Struct(">q").unpack_from
 
 
 class FileChannelRecordBatch:
@@ -193,37 +193,13 @@ class FileRecords:
     # Iteration
 
     def _iter_raw(self, start_position: int = 0, chunk: int = READ_CHUNK) -> Iterator[tuple[int, memoryview]]:
-        """(position, batch bytes) of every whole batch from ``start_position``; stops at a torn tail."""
-        end = self.size_in_bytes
-        pos = start_position
-        buf = memoryview(b"")
-        buf_start = pos
-        while end - pos >= LOG_OVERHEAD:
-            rel = pos - buf_start
-            if len(buf) - rel < HEADER_SIZE_UP_TO_MAGIC and len(buf) - rel < end - pos:
-                buf = memoryview(self.read(pos, chunk))
-                buf_start, rel = pos, 0
-            length = int.from_bytes(buf[rel + 8 : rel + 12], "big", signed=True)
-            size = length + LOG_OVERHEAD
-            magic = buf[rel + 16] if len(buf) - rel > 16 else 2
-            minimum = RECORD_BATCH_OVERHEAD if magic == 2 else LOG_OVERHEAD + MIN_V0_SIZE
-            if size < minimum:
-                raise CorruptRecordError(
-                    f"batch at position {self._start + pos} of {self._source} declares size {size}, below the minimum "
-                    f"{minimum}", position=self._start + pos, path=str(self._source),
-                )
-            if pos + size > end:
-                return  # torn tail: the rest of the file is not a whole batch
-            if rel + size > len(buf):
-                if size > chunk:
-                    yield pos, memoryview(self.read(pos, size))
-                    pos += size
-                    buf, buf_start = memoryview(b""), pos
-                    continue
-                buf = memoryview(self.read(pos, chunk))
-                buf_start, rel = pos, 0
-            yield pos, buf[rel : rel + size]
-            pos += size
+        """(position, batch bytes) of every whole batch from ``start_position``; stops at a torn tail. Each batch
+        is a view of a buffer of its own read (batches handed out outlive the walk)."""
+        for pos, size, view, at in walk_batches(
+            self.read_into, self.size_in_bytes, start_position, window=chunk, origin=str(self._source),
+            base_position=self._start, context={"path": str(self._source)},
+        ):
+            yield pos, view[at : at + size]
 
     def batches(self, start_position: int = 0, verify: bool = True) -> Iterator[FileChannelRecordBatch]:
         """Every whole batch from ``start_position`` (v2 or legacy), each with its position in this view, its CRC
@@ -250,37 +226,16 @@ class FileRecords:
         Walks batch headers only: a small window is read and refilled at the next header, so large batches are
         skipped without being read (a fetch reads them once, as a slice).
         """
-        end = self.size_in_bytes
-        pos = starting_position
-        window = b""
-        window_start = pos
         previous_last = -1
-        while end - pos >= LOG_OVERHEAD:
-            rel = pos - window_start
-            if rel < 0 or len(window) - rel < HEADER_SIZE_UP_TO_MAGIC + 10:
-                window = self.read(pos, 8192)
-                window_start, rel = pos, 0
-            if len(window) - rel < LOG_OVERHEAD:
-                return None
-            base = int.from_bytes(window[rel : rel + 8], "big", signed=True)
-            size = int.from_bytes(window[rel + 8 : rel + 12], "big", signed=True) + LOG_OVERHEAD
-            magic = window[rel + 16] if len(window) - rel > 16 else 2
-            minimum = RECORD_BATCH_OVERHEAD if magic == 2 else LOG_OVERHEAD + MIN_V0_SIZE
-            if size < minimum:
-                raise CorruptRecordError(
-                    f"batch at position {pos} of {self._source} declares size {size}, below the minimum {minimum}",
-                    position=pos, path=str(self._source),
-                )
-            if pos + size > end:
-                return None  # torn tail
-            if magic == 2:
-                last = base + int.from_bytes(window[rel + 23 : rel + 27], "big", signed=True)
-            else:
-                last, base = base, -1  # a legacy entry: its offset field is its last offset
+        for pos, size, view, at in walk_batches(
+            self.read_into, self.size_in_bytes, starting_position, whole=False, window=8192, origin=str(self._source),
+            base_position=self._start, context={"path": str(self._source)},
+        ):
+            last = last_offset(view, at)
+            base = _unpack_offset(view, at)[0] if view[at + MAGIC_OFFSET] == MAGIC_V2 else -1  # legacy: last only
             if last >= target_offset:
                 return LogOffsetPosition(last, pos, size, base, previous_last)
             previous_last = last
-            pos += size
         return None
 
     def search_for_timestamp(self, target_timestamp: int, starting_position: int, starting_offset: int) -> TimestampAndOffset | None:

@@ -33,9 +33,9 @@ Chunk = list[tuple[int, bool, bool]]
 
 
 def check_chunk(directory: str, chunk: Chunk, requested_entry_size: int) -> list[str | None]:
-    """:func:`local.loader.check_segment_index_files` for each segment of ``chunk``, the log's size from a stat."""
+    """:func:`local.index.sanity.check_segment_index_files` for each segment of ``chunk``, the log's size from a stat."""
     from local import filenames
-    from local.loader import check_segment_index_files
+    from local.index.sanity import check_segment_index_files
 
     problems = []
     for base, has_offset_index, has_txn_index in chunk:

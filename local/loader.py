@@ -38,20 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from local import filenames, load_worker, metrics
-from local.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageIOError
-from local.index import TransactionIndex
-from local.index.detect import SAMPLE_ENTRIES, reading_is_valid
-from local.index.entries import (
-    LARGE_OFFSET_DTYPE,
-    LARGE_OFFSET_ENTRY_SIZE,
-    LEGACY_OFFSET_DTYPE,
-    LEGACY_OFFSET_ENTRY_SIZE,
-    TIME_DTYPE,
-    TIME_ENTRY_SIZE,
-)
+from local.errors import InvalidOffsetError, KafkaStorageIOError
+from local.index.entries import LARGE_OFFSET_ENTRY_SIZE, LEGACY_OFFSET_ENTRY_SIZE
+
+# The byte-level index checks live with the indexes; re-exported here, where they used to be.
+from local.index.offset_index import check_offset_index as check_offset_index
+from local.index.sanity import check_segment_index_files as check_segment_index_files
+from local.index.time_index import check_time_index as check_time_index
+from local.producer_rebuild import rebuild_producer_state
+from local.producer_state import ProducerStateManager
 from local.scheduler import SYSTEM_TIME, Time
 from local.segment import LogSegment
 from local.segments import LogSegments
@@ -59,7 +55,6 @@ from local.segments import LogSegments
 if TYPE_CHECKING:
     from local.config import TopicConfig
     from local.epoch import LeaderEpochFileCache
-    from local.producer_state import ProducerStateManager
 
 logger = logging.getLogger(__name__)
 
@@ -150,8 +145,6 @@ class LogLoader:
     def load(self) -> LoadedLogOffsets:
         """Run every step; returns the loaded offsets. OSError (an unreadable file, a full disk) propagates:
         the caller takes the data dir offline."""
-        from local.log import rebuild_producer_state
-
         started = _time.perf_counter()
         try:
             swap_files = self._remove_temp_files_and_collect_swap_files()
@@ -411,8 +404,6 @@ class LogLoader:
     def _recover_segment(self, segment: LogSegment) -> tuple[LogSegment, int]:
         """Rebuild a segment's indexes from its log, truncating at the first invalid batch. Returns the segment
         (a new object when its offset index was reopened in the 12-byte format) and the bytes truncated."""
-        from local.log import rebuild_producer_state
-
         if self.use_large_index and not segment.offset_index.is_large_format:
             segment = self._reopen_with_large_index(segment)
         # A throwaway producer state, as Kafka does: the log's own one is rebuilt from scratch at the end.
@@ -426,8 +417,6 @@ class LogLoader:
         return segment, truncated
 
     def _new_producer_state_manager(self) -> ProducerStateManager:
-        from local.producer_state import ProducerStateManager
-
         main = self.producer_state_manager
         kwargs: dict[str, Any] = {"time": self.time.milliseconds}
         for name in ("max_transaction_timeout_ms", "producer_id_expiration_ms"):
@@ -531,122 +520,6 @@ class LogLoader:
         logger.warning("%s: %s", self.dir.name, message)
         self.stats.warnings.append(message)
 
-
-_FIRST_READ_BYTES = 64 << 10
-
-
-def _read(path: str) -> bytes:
-    """The whole file in one descriptor's lifetime (b"" when missing)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return b""
-    try:
-        # A first read sized for a closed segment's trimmed index: asking for megabytes up front makes the
-        # allocator map (and then unmap) that much memory on every call.
-        data = os.read(fd, _FIRST_READ_BYTES)
-        if len(data) < _FIRST_READ_BYTES:
-            return data
-        chunks = [data]
-        while chunk := os.read(fd, 1 << 24):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def check_segment_index_files(
-    directory: str, base: int, log_size: int, has_offset_index: bool, has_txn_index: bool, requested_entry_size: int
-) -> str | None:
-    """Phase 1's sanity check of one segment's index files, from their bytes: None when they are sound,
-    "missing" when there is no offset index, else what is wrong, naming the file.
-
-    The indexes are not opened as index objects: mapping every index of a partition at startup would cost two
-    descriptors a segment (an mmap holds one) and exhaust the limit at a few thousand segments; they stay
-    unloaded until first used, as in Kafka. A pure function of the files, so a worker process can run it.
-    """
-    if not has_offset_index:
-        return "missing"
-    prefix = filenames.filename_prefix_from_offset(base)
-    offset_index = prefix + filenames.INDEX_FILE_SUFFIX
-    problem = check_offset_index(_read(os.path.join(directory, offset_index)), base, log_size, requested_entry_size)
-    if problem is not None:
-        return f"{offset_index}: {problem}"
-    time_index = prefix + filenames.TIME_INDEX_FILE_SUFFIX
-    if (problem := check_time_index(_read(os.path.join(directory, time_index)))) is not None:
-        return f"{time_index}: {problem}"
-    if has_txn_index:
-        try:
-            TransactionIndex(base, os.path.join(directory, prefix + filenames.TXN_INDEX_FILE_SUFFIX)).sanity_check()
-        except CorruptIndexError as exc:
-            return str(exc)
-    return None
-
-
-def check_offset_index(data: bytes, base_offset: int, log_size: int, requested_entry_size: int) -> str | None:
-    """What is wrong with the bytes of an offset index (None when nothing): ``OffsetIndex.sanity_check`` plus
-    the segment's check that the last entry points inside the log, without mapping the file. The entry size is
-    the one ``detect_entry_size`` picks from the same bytes."""
-    length = len(data)
-    if length == 0:
-        return None
-    by_large, by_legacy = length % LARGE_OFFSET_ENTRY_SIZE == 0, length % LEGACY_OFFSET_ENTRY_SIZE == 0
-    if not (by_large or by_legacy):
-        return f"{length} bytes is not a whole number of 8- or 12-byte entries"
-    if by_large != by_legacy:
-        return _offset_entries_problem(data, base_offset, log_size, LARGE_OFFSET_ENTRY_SIZE if by_large else LEGACY_OFFSET_ENTRY_SIZE)
-    # Ambiguous length: the size detect_entry_size picks, by its rules, from the same leading entries. Reading
-    # them in the requested size passes those rules when the full check passes and the leading positions
-    # strictly increase (the full check allows equal ones); detection then picks the requested size.
-    problem, sample_strict = _offset_entries_check(data, base_offset, log_size, requested_entry_size)
-    if problem is None and sample_strict:
-        return None
-    sample = data[: SAMPLE_ENTRIES * LARGE_OFFSET_ENTRY_SIZE]
-    legacy_ok = reading_is_valid(sample, LEGACY_OFFSET_ENTRY_SIZE, log_size)
-    large_ok = reading_is_valid(sample, LARGE_OFFSET_ENTRY_SIZE, log_size)
-    if not (legacy_ok or large_ok):
-        return f"{length} bytes read validly neither as 8-byte nor as 12-byte entries"
-    entry_size = requested_entry_size if legacy_ok and large_ok else LEGACY_OFFSET_ENTRY_SIZE if legacy_ok else LARGE_OFFSET_ENTRY_SIZE
-    return _offset_entries_problem(data, base_offset, log_size, entry_size)
-
-
-def _offset_entries_problem(data: bytes, base_offset: int, log_size: int, entry_size: int) -> str | None:
-    return _offset_entries_check(data, base_offset, log_size, entry_size)[0]
-
-
-def _offset_entries_check(data: bytes, base_offset: int, log_size: int, entry_size: int) -> tuple[str | None, bool]:
-    """What is wrong with ``data`` read as ``entry_size``-byte entries, and whether the positions of the first
-    ``SAMPLE_ENTRIES`` entries strictly increase."""
-    entries = np.frombuffer(data, LARGE_OFFSET_DTYPE if entry_size == LARGE_OFFSET_ENTRY_SIZE else LEGACY_OFFSET_DTYPE)
-    rel, pos = entries["rel"].astype(np.int64), entries["pos"].astype(np.int64)
-    bad = (rel < 0) | (pos < 0)
-    steps = pos[1:] - pos[:-1]
-    bad[1:] |= (rel[1:] <= rel[:-1]) | (steps < 0)
-    if bad.any():
-        n = int(bad.argmax())
-        return (
-            f"{entry_size}-byte entry {n} ({base_offset + int(rel[n])} -> {int(pos[n])}) is negative or not above "
-            "the entry before it"
-        ), False
-    if int(pos[-1]) >= log_size:
-        return f"the last entry points at position {int(pos[-1])}, past the log's {log_size} bytes", False
-    return None, bool(steps[: SAMPLE_ENTRIES - 1].all())
-
-
-def check_time_index(data: bytes) -> str | None:
-    """What is wrong with the bytes of a time index (None when nothing), as ``TimeIndex.sanity_check`` sees it."""
-    if len(data) % TIME_ENTRY_SIZE:
-        return f"time index of {len(data)} bytes is not a whole number of {TIME_ENTRY_SIZE}-byte entries"
-    if not data:
-        return None
-    entries = np.frombuffer(data, TIME_DTYPE)
-    ts, rel = entries["ts"].astype(np.int64), entries["rel"].astype(np.int64)
-    bad = rel < 0
-    bad[1:] |= (ts[1:] <= ts[:-1]) | (rel[1:] < rel[:-1])
-    if bad.any():
-        n = int(bad.argmax())
-        return f"time index entry {n} ({int(ts[n])} -> +{int(rel[n])}) is negative or goes backwards"
-    return None
 
 
 def _base_offset(name: str) -> int | None:

@@ -19,7 +19,7 @@ import shutil
 import struct
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -38,6 +38,8 @@ from local.errors import (
     RemoteStorageNotConfiguredError,
 )
 from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
+from local.loader import LogLoader
+from local.producer_rebuild import analyze_producer_state, rebuild_producer_state
 from local.producer_state import AppendOrigin, ProducerStateManager
 from local.records import MemoryRecords, RecordBatch, TimestampType
 from local.records.batch import (
@@ -45,6 +47,7 @@ from local.records.batch import (
     LOG_OVERHEAD,
     set_max_timestamp,
 )
+from local.records.constants import INT32_MAX
 from local.remote_state import RemoteLogState, RemoteLogStateFile
 from local.scheduler import SYSTEM_TIME, MockScheduler, Scheduler, Time
 from local.segment import LogSegment
@@ -57,8 +60,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
-_I32 = struct.Struct(">i")
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch: outside the CRC
 
 # Special timestamps of ListOffsets (Kafka's ListOffsetsRequest constants).
@@ -193,8 +194,6 @@ class Log:
         :mod:`local.read_only`): its ``.log`` files are links opened read-only, recovery only bounds them in
         memory, and the log refuses every change.
         """
-        from local.loader import LogLoader  # the loader imports segment machinery only when a log opens
-
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         topic, partition = _topic_partition_from_dir(directory)
@@ -451,7 +450,9 @@ class Log:
                     max_ts, offset_of_max = batch.max_timestamp, batch.base_offset + batch.last_offset_delta
 
             # Producer state is validated before anything is written, so a rejected batch leaves no trace.
-            updated, completed = self._analyze_producer_state(batches, origin) if has_producer_ids else ((), ())
+            updated, completed = (
+                analyze_producer_state(self.producer_state_manager, batches, origin) if has_producer_ids else ((), ())
+            )
 
             segment = self._maybe_roll(len(buffer), first_offset, last_offset, max_ts, now)
             segment.append(last_offset, buffer, batches)
@@ -575,24 +576,6 @@ class Log:
                 )
         return None
 
-    def _analyze_producer_state(
-        self, batches: list[RecordBatch], origin: AppendOrigin
-    ) -> tuple[list[Any], list[Any]]:
-        updated: dict[int, Any] = {}
-        completed: list[Any] = []
-        for batch in batches:
-            if not batch.has_producer_id:
-                continue
-            info = updated.get(batch.producer_id)
-            if info is None:
-                info = self.producer_state_manager.prepare_update(batch.producer_id, origin)
-                updated[batch.producer_id] = info
-            offset_meta = LogOffsetMetadata(batch.base_offset, -1, -1)
-            txn = info.append_batch(batch, offset_meta)
-            if txn is not None:
-                completed.append(txn)
-        return list(updated.values()), completed
-
     # ------------------------------------------------------------------------------------------------------
     # Roll
 
@@ -681,8 +664,8 @@ class Log:
         Raises ``OffsetOutOfRangeError`` below the log start offset or past the log end offset, and
         ``LogDirOfflineError`` once the log's data dir is offline.
 
-        Reads racing retention (Kafka: no floor segment -> out of range): retention publishes the new log start
-        offset (and local log start offset) BEFORE it removes a segment, so a read that saw a segment go (no floor
+        Reads racing retention (Kafka: no floor segment -> out of range): retention and truncation publish the new
+        log start offset, then the local log start offset, BEFORE they remove a segment, so a read that saw a segment go (no floor
         segment, a file closed under it, a remote segment deleted) sees the moved start when it checks again
         after reading, and raises ``OffsetOutOfRangeError`` naming the current log start rather than returning
         the later data it may have found. A local read overtaken by local retention (the data now only remote)
@@ -1063,9 +1046,12 @@ class Log:
             following = self.segments.higher_segment(last.base_offset)
             assert following is not None, "the active segment is never deleted"
             new_start = following.base_offset
-            self.local_log_start_offset = max(self.local_log_start_offset, new_start)
+            # The log start before the local start (maybe_increment_log_start_offset moves both, in that order): a
+            # reader that finds the local start past its offset then finds the log start there too, and its
+            # out-of-range answer names the moved start.
             if not self.remote_storage_enabled:
                 self.maybe_increment_log_start_offset(new_start, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+            self.local_log_start_offset = max(self.local_log_start_offset, new_start)
             self.ensure_log_start_offset_checkpointed()
             for seg in segments:
                 logger.info("deleting segment %d of %s: %s", seg.base_offset, self.name, reason)
@@ -1121,6 +1107,10 @@ class Log:
         """Delete every segment and start empty at ``new_offset`` (which becomes the log start offset)."""
         self._check_writable()
         with self._lock:
+            # The new start first, then the segments go (the order of a retention pass): a reader that finds no
+            # segment for its offset finds it below the log start, and answers out of range naming it.
+            self.log_start_offset = new_offset
+            self.local_log_start_offset = new_offset
             for seg in list(self.segments.values()):
                 self.segments.remove(seg.base_offset)
                 self._async_delete(seg)
@@ -1129,7 +1119,6 @@ class Log:
             self._leo = LogOffsetMetadata(new_offset, new_offset, 0)
             self.leader_epoch_cache.clear_and_flush()
             self.producer_state_manager.truncate_full_and_start_at(new_offset)
-            self.log_start_offset = self.local_log_start_offset = new_offset
             self.recovery_point = new_offset
             self._high_watermark = new_offset
 
@@ -1275,48 +1264,3 @@ def _init_partition_metadata(directory: Path, topic_id: uuid.UUID | None) -> uui
     topic_id = topic_id or uuid.uuid4()
     meta.write(topic_id)
     return topic_id
-
-
-def rebuild_producer_state(
-    psm: ProducerStateManager,
-    segments: LogSegments,
-    log_start_offset: int,
-    last_offset: int,
-    time: Time,
-    reload_from_clean_shutdown: bool = False,
-) -> None:
-    """Kafka's ``rebuildProducerState``: reload the latest snapshot at or below ``last_offset``, then replay."""
-    segs = list(segments.values())
-    offsets_to_snapshot: list[int] = [last_offset]
-    if segs:
-        offsets_to_snapshot = [s.base_offset for s in segs[-2:]] + [last_offset]
-    if psm.latest_snapshot_offset() is None and reload_from_clean_shutdown:
-        # A clean shutdown without snapshots (an old broker): empty snapshots instead of a full scan.
-        for offset in offsets_to_snapshot:
-            psm.update_map_end_offset(offset)
-            psm.take_snapshot()
-        return
-    psm.truncate_and_reload(log_start_offset, last_offset, time.milliseconds())
-    if last_offset > psm.map_end_offset:
-        for seg in segments.values(psm.map_end_offset, last_offset):
-            start = max(seg.base_offset, psm.map_end_offset, log_start_offset)
-            psm.update_map_end_offset(start)
-            if seg.base_offset in offsets_to_snapshot[:-1]:
-                psm.take_snapshot()
-            info = seg.read(start, 2**62, None, False)
-            if info is None:
-                continue
-            for batch in _iter_batches(info.records.batches(verify=False)):
-                if batch.base_offset >= last_offset:
-                    break
-                if batch.has_producer_id:
-                    txn = psm.apply_batch(batch)
-                    if txn is not None:
-                        psm.complete_txn(txn)
-    psm.update_map_end_offset(last_offset)
-    psm.take_snapshot()
-
-
-def _iter_batches(batches: Iterable[Any]) -> Iterator[Any]:
-    for batch in batches:
-        yield batch.load() if hasattr(batch, "load") else batch

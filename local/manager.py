@@ -33,6 +33,7 @@ import os
 import threading
 import time as _time
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -119,8 +120,10 @@ class LogManager:
         self.offline_partitions: dict[tuple[str, int], OfflinePartition] = {}
         self._offline_logs: dict[tuple[str, int], Log] = {}  # dropped logs whose handles close() releases
         self._kept_offsets: dict[str, dict[tuple[str, int], int]] = {}  # checkpoint name -> offline partition's
-        # Offline bookkeeping has its own lock: a log reports its I/O error holding its own lock, so the
-        # listener must never wait for the manager lock (held by delete_log while it waits for a log lock).
+        # The partition maps (_logs, _log_dirs_of) and the offline bookkeeping have their own lock, held only for
+        # the map operations themselves (never while calling into a log): a log reports its I/O error holding its
+        # own lock, so the listener must never wait for the manager lock (held by delete_log while it waits for a
+        # log lock). Every walk of a map is of a copy taken under it.
         self._offline_lock = threading.Lock()
         self.log_dir_failure_channel = LogDirFailureChannel()
         self.log_dir_failure_channel.add_listener(self._on_log_dir_failure)
@@ -243,7 +246,8 @@ class LogManager:
                 raise
             except (KafkaStorageError, ValueError) as exc:  # a corrupt per-partition file: named, like at startup
                 raise self._partition_offline(data_dir, source, key[0], key[1], exc, scratch).error() from exc
-            self._logs[key] = log
+            with self._offline_lock:
+                self._logs[key] = log
             return log
 
     def _mark_offline(self, data_dir: Path, why: str, exc: BaseException | None = None) -> None:
@@ -376,9 +380,10 @@ class LogManager:
                     metrics.REMAINING_LOGS_TO_LOAD.labels(label).set(remaining)
                 return
             log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
-            with lock:
+            with self._offline_lock:
                 self._logs[(topic, partition)] = log
                 self._log_dirs_of[(topic, partition)] = data_dir
+            with lock:
                 remaining -= 1
                 metrics.REMAINING_LOGS_TO_LOAD.labels(label).set(remaining)
                 st = log.load_stats
@@ -515,7 +520,9 @@ class LogManager:
                     topic=topic, partition=partition,
                 )
             topic_config = self.config.topic_config(self._topic_configs.get(topic))
-            data_dir = min(self.live_dirs, key=lambda d: sum(1 for v in self._log_dirs_of.values() if v == d))
+            with self._offline_lock:
+                logs_in = Counter(self._log_dirs_of.values())
+                data_dir = min(self.live_dirs, key=lambda d: logs_in[d])
             pdir = data_dir / filenames.partition_dir_name(topic, partition)
             try:
                 if overrides is not None:
@@ -564,19 +571,22 @@ class LogManager:
                 self._open_read_only(key)
             except PartitionOfflineError:
                 continue  # named in offline_partitions; the others are served
-        return list(self._logs.values())
+        with self._offline_lock:
+            return list(self._logs.values())
 
     def partitions(self) -> list[tuple[str, int]]:
         """Every (topic, partition) of the live data dirs, opened or not."""
-        return sorted(set(self._logs) | set(self._unopened))
+        with self._offline_lock:
+            return sorted(set(self._logs) | set(self._unopened))
 
     def data_dir_of(self, topic: str, partition: int) -> Path | None:
         return self._log_dirs_of.get((topic, partition))
 
     def delete_log(self, topic: str, partition: int) -> None:
         with self._lock:
-            log = self._logs.pop((topic, partition), None)
-            self._log_dirs_of.pop((topic, partition), None)
+            with self._offline_lock:  # both maps in one step: a dir failure sees the partition in both or neither
+                log = self._logs.pop((topic, partition), None)
+                self._log_dirs_of.pop((topic, partition), None)
             if log is not None:
                 log.delete()
 
@@ -642,9 +652,9 @@ class LogManager:
 
     def _write_checkpoint(self, data_dir: Path, name: str, value: Any) -> None:
         with self._checkpoint_lock:
-            entries = {
-                key: value(log) for key, log in list(self._logs.items()) if self._log_dirs_of.get(key) == data_dir
-            }
+            with self._offline_lock:
+                logs = [(key, log) for key, log in self._logs.items() if self._log_dirs_of.get(key) == data_dir]
+            entries = {key: value(log) for key, log in logs}
             # An offline partition's checkpointed offsets are kept: repaired, it comes back where it was.
             for key, offset in self._kept_offsets.get(name, {}).items():
                 failed = self.offline_partitions.get(key)
@@ -716,7 +726,9 @@ class LogManager:
 
         if self.remote_tier is not None and hasattr(self.remote_tier, "close"):
             self.remote_tier.close()
-        for log in list(self._logs.values()):
+        with self._offline_lock:
+            logs = list(self._logs.values())
+        for log in logs:
             log.close_handlers()
         if self._scratch_root is not None:
             remove_scratch_root(self._scratch_root)

@@ -35,6 +35,7 @@ from local.errors import (
     OutOfOrderSequenceError,
 )
 from local.records.batch import ControlRecordType, EndTransactionMarker
+from local.records.constants import INT32_MAX
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,6 @@ _ENTRY = struct.Struct(">qhiqiqiq")  # 46 bytes, see the module docstring
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
-INT32_MAX = 2**31 - 1
 
 
 class AppendOrigin(enum.Enum):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,23 +52,20 @@ from local.records.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER,
     COMPRESSION_CODEC_MASK,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
     MAGIC_OFFSET,
     MAGIC_V2,
     NO_TIMESTAMP,
-    RECORD_BATCH_OVERHEAD,
 )
 from local.records.compression import MAX_CODEC_ID
-from local.records.legacy import MIN_V0_SIZE, LegacyRecordBatch
+from local.records.constants import INT32_MAX
+from local.records.legacy import LegacyRecordBatch
 from local.records.memory_records import batch_from_buffer
+from local.records.walk import walk_batches
 from local.validation import validate_legacy_batch
 
 logger = logging.getLogger(__name__)
 
-INT32_MAX = 2**31 - 1
 RECOVERY_READ_BYTES = 8 << 20  # recovery reads the log in blocks of this size
-_I32 = struct.Struct(">i")
 
 
 class ProducerStateLike(Protocol):
@@ -374,39 +370,17 @@ class LogSegment:
         last_index_entry = 0
         valid_bytes = 0
         unpack_header = BATCH_HEADER.unpack_from
-        buffer = bytearray(min(RECOVERY_READ_BYTES, end))  # one buffer, refilled: batch views do not outlive a read
-        view = memoryview(buffer)[:0]
-        view_start = view_end = 0  # the file range ``view`` holds
         previous_last_offset = -1  # none yet (a legacy segment's first batch may start below the base offset)
         latest_epoch = -1  # the highest epoch seen (the cache is asked only when a batch's epoch goes above it)
         map_end_offset: int | None = None  # past the last v2 batch, given to the producer state once at the end
+        # One buffer, refilled (reuse): batch views do not outlive the next step of the walk.
+        walk = walk_batches(self.log.read_into, end, reuse=True, window=RECOVERY_READ_BYTES, origin=str(self.log.source_path))
         try:
-            while end - valid_bytes >= LOG_OVERHEAD:
-                if view_end - valid_bytes < RECORD_BATCH_OVERHEAD and view_end < end:
-                    view = memoryview(buffer)[: self.log.read_into(valid_bytes, buffer)]
-                    view_start, view_end = valid_bytes, valid_bytes + len(view)
-                rel = valid_bytes - view_start
-                if view_end - valid_bytes >= RECORD_BATCH_OVERHEAD:
-                    # One unpack of the v2 header; for another magic only its length and magic fields count.
-                    (first_offset, length, epoch, magic, crc, attributes, last_offset_delta, _, batch_max_ts, producer_id,
-                     _, _, _) = unpack_header(view, rel)
-                else:  # the file ends within a v2 header's size: a short legacy entry, or a torn or corrupt tail
-                    length = _I32.unpack_from(view, rel + LENGTH_OFFSET)[0]
-                    magic = view[rel + MAGIC_OFFSET] if view_end - valid_bytes > MAGIC_OFFSET else MAGIC_V2
-                size = length + LOG_OVERHEAD
-                minimum = RECORD_BATCH_OVERHEAD if magic == MAGIC_V2 else LOG_OVERHEAD + MIN_V0_SIZE
-                if size < minimum:
-                    raise CorruptRecordError(
-                        f"batch at position {valid_bytes} of {self.log.source_path} declares size {size}, below the "
-                        f"minimum {minimum}", position=valid_bytes)
-                if valid_bytes + size > end:
-                    break  # a torn tail: the rest of the file is not a whole batch
-                if valid_bytes + size > view_end:  # (a v2 batch here had its whole header in the old view)
-                    if size > len(buffer):
-                        buffer = bytearray(size)
-                    view = memoryview(buffer)[: self.log.read_into(valid_bytes, buffer)]
-                    view_start, view_end, rel = valid_bytes, valid_bytes + len(view), 0
+            for _position, size, view, rel in walk:  # contiguous from 0: the batch is at ``valid_bytes``
+                magic = view[rel + MAGIC_OFFSET]
                 if magic == MAGIC_V2:
+                    (first_offset, _, epoch, _, crc, attributes, last_offset_delta, _, batch_max_ts, producer_id, _, _,
+                     _) = unpack_header(view, rel)
                     if crc32c(view[rel + ATTRIBUTES_OFFSET : rel + size]) != crc:
                         RecordBatch(view[rel : rel + size]).ensure_valid()  # raises, naming both checksums
                     if attributes & COMPRESSION_CODEC_MASK > MAX_CODEC_ID:

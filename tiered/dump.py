@@ -7,6 +7,7 @@ The offset index format (8- or 12-byte entries) is auto-detected: a file has no 
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,8 +141,8 @@ def _dump_log(path: Path, result: DumpResult, deep: bool, max_batches: int | Non
                         else:
                             r["controlType"] = kind.name
                     else:
-                        r["key"] = _text(rec.key)
-                        r["payload"] = _text(rec.value)
+                        r["key"] = payload_text(rec.key)
+                        r["payload"] = payload_text(rec.value)
                     recs.append(r)
                 item["records"] = recs
             result.items.append(item)
@@ -177,13 +178,15 @@ def _verify_offset_index(path: Path, entries: list[Any], result: DumpResult) -> 
         records.close_handlers()
 
 
-def _text(data: bytes | None) -> str | None:
+def payload_text(data: bytes | None) -> str | None:
+    """A key, value or header value as text, the one rule of ``dump`` and ``consume``: None stays None, UTF-8 is
+    itself, anything else ``base64:`` and its standard base64 (self-describing: a hex string is also valid UTF-8)."""
     if data is None:
         return None
     try:
         return data.decode()
     except UnicodeDecodeError:
-        return data.hex()
+        return "base64:" + base64.b64encode(data).decode()
 
 
 def dump_file(path: str | Path, *, deep: bool = False, max_batches: int | None = None) -> Iterator[str]:

@@ -48,6 +48,9 @@ from local.errors import CorruptRecordError
 from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from local.records import MemoryRecords
 from local.records.batch import LAST_OFFSET_DELTA_OFFSET, LENGTH_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
+from local.records.constants import INT32_MAX
+from local.records.walk import checked_batch_size
+from local.records.walk import last_offset as _last_offset
 from local.scheduler import SYSTEM_TIME, Time
 from tiered.checksums import (
     ChecksumVerifier,
@@ -77,7 +80,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 EMPTY_PRODUCER_SNAPSHOT = bytes.fromhex("000148674bc700000000")
-INT32_MAX = 2**31 - 1
 _READ_SLACK = 64 * 1024  # read past max_bytes a little so a batch straddling the limit can be completed
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _I32 = struct.Struct(">i")
@@ -108,14 +110,6 @@ def _allows_gaps(log: Log) -> bool:
 def _base_offset(data: bytes | memoryview, pos: int) -> int:
     """The base offset of the v2 batch at ``pos`` (a legacy entry's header holds only its last offset: that)."""
     return int(_OFFSET_AND_LENGTH.unpack_from(data, pos)[0])
-
-
-def _last_offset(data: bytes | memoryview, pos: int) -> int:
-    """The last offset of the batch at ``pos`` (whose header is in ``data``)."""
-    base_offset = _OFFSET_AND_LENGTH.unpack_from(data, pos)[0]
-    if data[pos + MAGIC_OFFSET] >= MAGIC_V2:
-        return int(base_offset + _I32.unpack_from(data, pos + LAST_OFFSET_DELTA_OFFSET)[0])
-    return int(base_offset)  # a legacy entry's offset field holds its last offset
 
 
 @dataclass
@@ -521,9 +515,8 @@ class RemoteLogManager:
                     return _NOTHING
                 if len(data) - pos < MAGIC_OFFSET + 1:
                     raise damaged("ends inside a batch header", pos)
-            length = _I32.unpack_from(data, pos + LENGTH_OFFSET)[0]
-            if length < _LAST_OFFSET_DELTA_END - LOG_OVERHEAD:
-                raise damaged(f"holds a batch of length {length}", pos)
+            length = checked_batch_size(data, pos, position + pos, f"remote segment {segment_id}",
+                                        {"segment_id": str(segment_id), "offset": offset}) - LOG_OVERHEAD
             if data[pos + MAGIC_OFFSET] >= MAGIC_V2 and len(data) - pos < _LAST_OFFSET_DELTA_END:
                 raise damaged("ends inside a batch header", pos)
             last_offset = _last_offset(data, pos)

@@ -17,11 +17,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
+from local.records.constants import INT32_MAX
 from tiered.errors import InvalidStateTransitionError, RemoteStorageError
 
 logger = logging.getLogger(__name__)
-
-INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from typing import Final
 import numpy as np
 
 from local.errors import CorruptIndexError
+from local.records.constants import INT32_MAX as INT32_MAX  # re-exported: its home is the records' constants
 
 DEFAULT_MAX_INDEX_SIZE: Final = 10 * 1024 * 1024
 """Kafka's ``segment.index.bytes`` default."""
@@ -44,7 +45,6 @@ TIME_ENTRY_SIZE: Final = 12
 ABORTED_TXN_SIZE: Final = 34
 ABORTED_TXN_CURRENT_VERSION: Final = 0
 
-INT32_MAX: Final = 2**31 - 1
 NO_TIMESTAMP: Final = -1
 
 # --- offset index -------------------------------------------------------------------------------------

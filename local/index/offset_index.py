@@ -31,7 +31,7 @@ from local.errors import (
     LegacyIndexPositionOverflowError,
 )
 from local.index.base import AbstractIndex
-from local.index.detect import detect_entry_size
+from local.index.detect import SAMPLE_ENTRIES, detect_entry_size, reading_is_valid
 from local.index.entries import (
     DEFAULT_MAX_INDEX_SIZE,
     INT32_MAX,
@@ -273,7 +273,7 @@ class OffsetIndex(AbstractIndex):
                 offset=last,
                 base_offset=self._base_offset,
             )
-        bad = _first_bad_entry(self._entry_array(count))
+        bad = first_bad_offset_entry(self._entry_array(count))
         if bad is not None:
             entry = self.entry(bad)
             previous = self.entry(bad - 1) if bad > 0 else None
@@ -287,11 +287,57 @@ class OffsetIndex(AbstractIndex):
             )
 
 
-def _first_bad_entry(entries: np.ndarray[Any, np.dtype[Any]]) -> int | None:
-    """The first entry with a negative field, an offset not above its predecessor's or a position below it."""
+# Byte-level checks (no mapping): the rules of ``sanity_check``, run on a file's bytes at startup -------------
+
+def first_bad_offset_entry(entries: np.ndarray[Any, np.dtype[Any]]) -> int | None:
+    """The first entry with a negative field, an offset not above its predecessor's or a position below it
+    (the rule :meth:`OffsetIndex.sanity_check` applies; a last offset below the base offset is a negative one)."""
     rel = entries["rel"].astype(np.int64)
     pos = entries["pos"].astype(np.int64)
     bad = (rel < 0) | (pos < 0)
     bad[1:] |= (rel[1:] <= rel[:-1]) | (pos[1:] < pos[:-1])
     hits = np.flatnonzero(bad)
     return int(hits[0]) if hits.size else None
+
+
+def check_offset_index(data: bytes, base_offset: int, log_size: int, requested_entry_size: int) -> str | None:
+    """What is wrong with the bytes of an offset index (None when nothing): :meth:`OffsetIndex.sanity_check` plus
+    the segment's check that the last entry points inside its ``log_size``-byte log, without mapping the file.
+    The entry size is the one :func:`detect_entry_size` picks from the same bytes."""
+    length = len(data)
+    if length == 0:
+        return None
+    by_large, by_legacy = length % LARGE_OFFSET_ENTRY_SIZE == 0, length % LEGACY_OFFSET_ENTRY_SIZE == 0
+    if not (by_large or by_legacy):
+        return f"{length} bytes is not a whole number of 8- or 12-byte entries"
+    if by_large != by_legacy:
+        return _entries_problem(data, base_offset, log_size, LARGE_OFFSET_ENTRY_SIZE if by_large else LEGACY_OFFSET_ENTRY_SIZE)[0]
+    # Ambiguous length: the size detect_entry_size picks, by its rules, from the same leading entries. Reading
+    # them in the requested size passes those rules when the full check passes and the leading positions
+    # strictly increase (the full check allows equal ones); detection then picks the requested size.
+    problem, sample_strict = _entries_problem(data, base_offset, log_size, requested_entry_size)
+    if problem is None and sample_strict:
+        return None
+    sample = data[: SAMPLE_ENTRIES * LARGE_OFFSET_ENTRY_SIZE]
+    legacy_ok = reading_is_valid(sample, LEGACY_OFFSET_ENTRY_SIZE, log_size)
+    large_ok = reading_is_valid(sample, LARGE_OFFSET_ENTRY_SIZE, log_size)
+    if not (legacy_ok or large_ok):
+        return f"{length} bytes read validly neither as 8-byte nor as 12-byte entries"
+    entry_size = requested_entry_size if legacy_ok and large_ok else LEGACY_OFFSET_ENTRY_SIZE if legacy_ok else LARGE_OFFSET_ENTRY_SIZE
+    return _entries_problem(data, base_offset, log_size, entry_size)[0]
+
+
+def _entries_problem(data: bytes, base_offset: int, log_size: int, entry_size: int) -> tuple[str | None, bool]:
+    """What is wrong with ``data`` read as ``entry_size``-byte entries, and whether the positions of the first
+    ``SAMPLE_ENTRIES`` entries strictly increase."""
+    entries = np.frombuffer(data, LARGE_OFFSET_DTYPE if entry_size == LARGE_OFFSET_ENTRY_SIZE else LEGACY_OFFSET_DTYPE)
+    n = first_bad_offset_entry(entries)
+    if n is not None:
+        return (
+            f"{entry_size}-byte entry {n} ({base_offset + int(entries['rel'][n])} -> {int(entries['pos'][n])}) is "
+            "negative or not above the entry before it"
+        ), False
+    pos = entries["pos"].astype(np.int64)
+    if int(pos[-1]) >= log_size:
+        return f"the last entry points at position {int(pos[-1])}, past the log's {log_size} bytes", False
+    return None, bool((np.diff(pos[:SAMPLE_ENTRIES]) > 0).all())

@@ -251,14 +251,8 @@ class TimeIndex(AbstractIndex):
                 length=self._length,
             )
         if count:
-            entries = self._entry_array(count)
-            ts = entries["ts"].astype(np.int64)
-            rel = entries["rel"].astype(np.int64)
-            bad = rel < 0
-            bad[1:] |= (ts[1:] <= ts[:-1]) | (rel[1:] < rel[:-1])
-            hits = np.flatnonzero(bad)
-            if hits.size:
-                n = int(hits[0])
+            n = first_bad_time_entry(self._entry_array(count))
+            if n is not None:
                 entry = self.entry(n)
                 raise CorruptIndexError(
                     f"corrupt time index {self._path}: entry {n} ({entry.timestamp} -> {entry.offset}) has a "
@@ -268,3 +262,30 @@ class TimeIndex(AbstractIndex):
                     timestamp=entry.timestamp,
                     offset=entry.offset,
                 )
+
+
+# Byte-level check (no mapping): the rule of ``sanity_check``, run on a file's bytes at startup ---------------
+
+def first_bad_time_entry(entries: np.ndarray[Any, np.dtype[Any]]) -> int | None:
+    """The first entry with a negative relative offset, a timestamp not above its predecessor's or an offset
+    below it (the rule :meth:`TimeIndex.sanity_check` applies)."""
+    ts = entries["ts"].astype(np.int64)
+    rel = entries["rel"].astype(np.int64)
+    bad = rel < 0
+    bad[1:] |= (ts[1:] <= ts[:-1]) | (rel[1:] < rel[:-1])
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if hits.size else None
+
+
+def check_time_index(data: bytes) -> str | None:
+    """What is wrong with the bytes of a time index (None when nothing), as :meth:`TimeIndex.sanity_check` sees
+    it, without mapping the file."""
+    if len(data) % TIME_ENTRY_SIZE:
+        return f"time index of {len(data)} bytes is not a whole number of {TIME_ENTRY_SIZE}-byte entries"
+    if not data:
+        return None
+    entries = np.frombuffer(data, TIME_DTYPE)
+    n = first_bad_time_entry(entries)
+    if n is not None:
+        return f"time index entry {n} ({int(entries['ts'][n])} -> +{int(entries['rel'][n])}) is negative or goes backwards"
+    return None

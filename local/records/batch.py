@@ -29,6 +29,22 @@ import crc32c
 
 from local.errors import CorruptRecordError, InvalidRecordError
 from local.records.compression import CompressionType
+
+# The layout's constants are defined once, in local.records.constants; the ``X as X`` ones are re-exported here.
+from local.records.constants import CURRENT_MAGIC as CURRENT_MAGIC
+from local.records.constants import HEADER_SIZE_UP_TO_MAGIC as HEADER_SIZE_UP_TO_MAGIC
+from local.records.constants import (
+    INT32_MAX,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    OFFSET_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    SIZE_OFFSET,
+)
+from local.records.constants import LAST_OFFSET_DELTA_OFFSET as LAST_OFFSET_DELTA_OFFSET
+from local.records.constants import MAGIC_OFFSET as MAGIC_OFFSET
+from local.records.constants import MAGIC_V0 as MAGIC_V0
+from local.records.constants import MAGIC_V1 as MAGIC_V1
 from local.records.record import Record, SimpleRecord, decode_records, encode_record
 
 BATCH_HEADER = struct.Struct(
@@ -46,19 +62,13 @@ BATCH_HEADER = struct.Struct(
     "i"  # baseSequence
     "i"  # recordsCount
 )
-LOG_OVERHEAD = 12
-RECORD_BATCH_OVERHEAD = BATCH_HEADER.size  # 61
-HEADER_SIZE_UP_TO_MAGIC = 17
-MAGIC_V0, MAGIC_V1, MAGIC_V2 = 0, 1, 2
-CURRENT_MAGIC = MAGIC_V2
+assert BATCH_HEADER.size == RECORD_BATCH_OVERHEAD
 
-BASE_OFFSET_OFFSET = 0
-LENGTH_OFFSET = 8
+BASE_OFFSET_OFFSET = OFFSET_OFFSET
+LENGTH_OFFSET = SIZE_OFFSET
 PARTITION_LEADER_EPOCH_OFFSET = 12
-MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
-LAST_OFFSET_DELTA_OFFSET = 23
 BASE_TIMESTAMP_OFFSET = 27
 MAX_TIMESTAMP_OFFSET = 35
 RECORDS_COUNT_OFFSET = 57
@@ -98,8 +108,8 @@ class TimestampType(enum.IntEnum):
 
 def increment_sequence(sequence: int, increment: int) -> int:
     """Kafka's DefaultRecordBatch.incrementSequence: wraps at Integer.MAX_VALUE."""
-    if sequence > 0x7FFFFFFF - increment:
-        return increment - (0x7FFFFFFF - sequence) - 1
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
     return sequence + increment
 
 

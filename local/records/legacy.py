@@ -19,13 +19,15 @@ from collections.abc import Iterator
 from local.errors import CorruptRecordError, InvalidRecordError
 from local.records.batch import LOG_OVERHEAD, NO_TIMESTAMP, TimestampType
 from local.records.compression import MAX_DECOMPRESSED_BATCH_BYTES, CompressionType
+from local.records.constants import RECORD_OVERHEAD_V0, RECORD_OVERHEAD_V1
 from local.records.record import Record
+from local.records.walk import walk_batches
 
 _HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-MIN_V0_SIZE = 14  # crc + magic + attributes + key len + value len
-MIN_V1_SIZE = 22
+MIN_V0_SIZE = RECORD_OVERHEAD_V0  # crc + magic + attributes + key len + value len
+MIN_V1_SIZE = RECORD_OVERHEAD_V1
 
 
 class LegacyRecordBatch:
@@ -184,16 +186,12 @@ class LegacyRecordBatch:
 
 def iter_legacy(view: memoryview, strict: bool = False) -> Iterator[LegacyRecordBatch]:
     """The entries of a message set; a partial entry at the end ends it quietly, or raises when ``strict``."""
-    pos = 0
-    while pos + LOG_OVERHEAD <= len(view):
-        (size,) = _I32.unpack_from(view, pos + 8)
-        end = pos + LOG_OVERHEAD + size
-        if size < 0 or end > len(view):
-            break
+    end = 0
+    for pos, size, _, _ in walk_batches(view):
+        end = pos + size
         yield LegacyRecordBatch(view[pos:end])
-        pos = end
-    if strict and pos != len(view):
-        raise CorruptRecordError(f"partial legacy message at position {pos} of a message set", position=pos)
+    if strict and end != len(view):
+        raise CorruptRecordError(f"partial legacy message at position {end} of a message set", position=end)
 
 
 def build_legacy_message(offset: int, key: bytes | None, value: bytes | None, *, magic: int = 1,

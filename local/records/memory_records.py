@@ -22,7 +22,6 @@ from local.records.batch import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
-    RECORD_BATCH_OVERHEAD,
     ControlRecordType,
     EndTransactionMarker,
     RecordBatch,
@@ -30,8 +29,9 @@ from local.records.batch import (
     build_batch,
 )
 from local.records.compression import CompressionType
-from local.records.legacy import MIN_V0_SIZE, LegacyRecordBatch
+from local.records.legacy import LegacyRecordBatch
 from local.records.record import Record, SimpleRecord
+from local.records.walk import walk_batches
 
 AnyBatch = RecordBatch | LegacyRecordBatch
 _I32 = struct.Struct(">i")
@@ -137,34 +137,11 @@ class MemoryRecords:
         previous batch's. A trailing partial batch ends iteration quietly (a read clipped at
         ``max_bytes`` ends so), or raises when ``strict``."""
         view = self._buf
-        pos = 0
         end = len(view)
         base = self.position
         previous_last = -(2**63)
-        while pos < end:
-            if end - pos < LOG_OVERHEAD:
-                if strict:
-                    raise CorruptRecordError(
-                        f"truncated batch header at position {base + pos}{self._where()}", **(self._context or {}),
-                        position=base + pos)
-                return
-            (length,) = _I32.unpack_from(view, pos + 8)
-            size = length + LOG_OVERHEAD
-            if end - pos >= HEADER_SIZE_UP_TO_MAGIC:
-                magic = view[pos + MAGIC_OFFSET]
-                minimum = RECORD_BATCH_OVERHEAD if magic == MAGIC_V2 else LOG_OVERHEAD + MIN_V0_SIZE
-            else:
-                minimum = LOG_OVERHEAD + MIN_V0_SIZE
-            if size < minimum:
-                raise CorruptRecordError(
-                    f"batch at position {base + pos}{self._where()} declares size {size}, below the minimum {minimum}",
-                    **(self._context or {}), position=base + pos, size=size)
-            if pos + size > end:
-                if strict:
-                    raise CorruptRecordError(
-                        f"truncated batch at position {base + pos}{self._where()}: declares {size} bytes, "
-                        f"{end - pos} present", **(self._context or {}), position=base + pos)
-                return
+        done = 0
+        for pos, size, _, _ in walk_batches(view, origin=self.origin, base_position=base, context=self._context):
             batch = batch_from_buffer(view[pos : pos + size])
             if verify or strict:
                 if not batch.is_valid():
@@ -172,24 +149,28 @@ class MemoryRecords:
                 if self.origin is not None:  # read from a log (a client's batches may all start at offset 0)
                     previous_last = check_offset_order(batch, previous_last, self.origin, base + pos, self._context)
             yield batch
-            pos += size
+            done = pos + size
+        if strict and done < end:
+            raise self._truncated(done)
+
+    def _truncated(self, pos: int) -> CorruptRecordError:
+        view, position = self._buf, self.position + pos
+        if len(view) - pos < LOG_OVERHEAD:
+            what = f"truncated batch header at position {position}{self._where()}"
+        else:
+            what = (f"truncated batch at position {position}{self._where()}: declares "
+                    f"{_I32.unpack_from(view, pos + 8)[0] + LOG_OVERHEAD} bytes, {len(view) - pos} present")
+        return CorruptRecordError(what, **(self._context or {}), position=position)
 
     def next_offset(self) -> int | None:
         """The offset after the last whole batch (what a sequential reader fetches next); None when there is no
         whole batch. Walks the batch lengths only: no batch is parsed or checked."""
-        view = self._buf
-        end = len(view)
-        pos, last = 0, -1
-        unpack_length = _I32.unpack_from
-        while end - pos >= LOG_OVERHEAD:
-            size = unpack_length(view, pos + 8)[0] + LOG_OVERHEAD
-            if size <= LOG_OVERHEAD or pos + size > end:
-                break
-            last = pos
-            pos += size
-        if last < 0:
+        last = None
+        for pos, size, _, _ in walk_batches(self._buf):
+            last = (pos, size)
+        if last is None:
             return None
-        return batch_from_buffer(view[last:pos]).next_offset
+        return batch_from_buffer(self._buf[last[0] : last[0] + last[1]]).next_offset
 
     def validate(self) -> None:
         """Raise CorruptRecordError naming the position of the first bad or truncated batch."""

@@ -19,13 +19,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
+from local.records.constants import INT32_MAX
 from tiered.errors import RemoteConfigError
 
 logger = logging.getLogger(__name__)
 
 PREFIX = "rsm.config."
 HIDDEN = "[hidden]"
-INT32_MAX = 2**31 - 1
 _SECRET_WORDS = ("secret", "password", "passwd", "pwd", "token", "credential", "access_key", "accesskey", "key_id",
                  "private", "passphrase", "sas", "api_key", "apikey", "auth")
 _USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/?#@\s]*)@")

@@ -12,7 +12,6 @@ position and the offset, and exit status 1: it never prints a wrong value or end
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import sys
 from collections.abc import Iterator
@@ -41,15 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _text(data: bytes | None) -> str | None:
-    if data is None:
-        return None
-    try:
-        return data.decode()
-    except UnicodeDecodeError:
-        return "base64:" + base64.b64encode(data).decode()
-
-
 def run(args: argparse.Namespace) -> int:
     from local.errors import ConfigError, KafkaStorageError
     from tiered.commands._remote import check_remote_access
@@ -73,6 +63,7 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
 
     isolation = FetchIsolation[args.isolation.upper()]
     printed = 0
+    from tiered.dump import payload_text  # the one text form of a payload (dump's too)
     # Read-only: nothing is written to the data dirs (no lock, no checkpoint, no recovery on disk).
     with open_log_manager(config, start_scheduler=False, read_only=True) as manager:
         log = manager.get_log(args.topic, args.partition)
@@ -105,14 +96,14 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
                 break
             if args.json:
                 print(json.dumps({
-                    "offset": rec.offset, "timestamp": rec.timestamp, "key": _text(rec.key),
-                    "value": _text(rec.value), "headers": {k: _text(v) for k, v in rec.headers},
+                    "offset": rec.offset, "timestamp": rec.timestamp, "key": payload_text(rec.key),
+                    "value": payload_text(rec.value), "headers": {k: payload_text(v) for k, v in rec.headers},
                     "partition_leader_epoch": batch.partition_leader_epoch,
                 }))
             elif args.print_key:
-                print(f"{_text(rec.key)}\t{_text(rec.value)}")
+                print(f"{payload_text(rec.key)}\t{payload_text(rec.value)}")
             else:
-                print(_text(rec.value))
+                print(payload_text(rec.value))
             printed += 1
     return 0
 

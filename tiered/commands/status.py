@@ -44,9 +44,7 @@ import numpy as np
 
 from tiered.commands._common import load_config
 
-_BATCH_HEAD = struct.Struct(">qi")  # baseOffset i64, batchLength i32 (bytes after this field)
-_LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of a v2 batch
-_HEADER_BYTES = 61
+_BATCH_BASE = struct.Struct(">q")  # baseOffset i64 (a legacy entry: its last offset)
 FULL_BELOW_BYTES = 1 << 20  # a data dir with less free space than this is reported full
 
 
@@ -277,8 +275,10 @@ def remote_status(partition_dir: Path, status: dict[str, Any], store: Any) -> di
 
 def log_end_from_files(partition_dir: Path, base_offset: int) -> int:
     """The offset after the last whole batch of segment ``base_offset``: start at the last sane offset index
-    entry and walk the batch headers with ``os.pread`` (no CRC checks)."""
+    entry and walk the batch headers (``local.records.walk``, no CRC checks); a corrupt or torn tail ends it."""
     from local import filenames
+    from local.errors import CorruptRecordError
+    from local.records.walk import last_offset, walk_batches
 
     log_path = filenames.log_file(partition_dir, base_offset)
     size = log_path.stat().st_size
@@ -286,15 +286,14 @@ def log_end_from_files(partition_dir: Path, base_offset: int) -> int:
     end = base_offset
     fd = os.open(log_path, os.O_RDONLY)
     try:
-        while position + _HEADER_BYTES <= size:
-            head = os.pread(fd, 27, position)
-            batch_base, length = _BATCH_HEAD.unpack_from(head)
-            (delta,) = _LAST_OFFSET_DELTA.unpack_from(head, 23)
-            batch_size = 12 + length
-            if length < _HEADER_BYTES - 12 or position + batch_size > size or batch_base < end or delta < 0:
-                break  # a torn or corrupt tail: recovery will cut it
-            end = batch_base + delta + 1
-            position += batch_size
+        for _, _, view, at in walk_batches(lambda at, buf: os.preadv(fd, [buf], at), size, position, whole=False,
+                                           window=4096):
+            batch_base, last = _BATCH_BASE.unpack_from(view, at)[0], last_offset(view, at)
+            if batch_base < end or last < batch_base:
+                break  # offsets out of order: recovery will cut the tail
+            end = last + 1
+    except CorruptRecordError:
+        pass  # a corrupt tail: recovery will cut it
     finally:
         os.close(fd)
     return end

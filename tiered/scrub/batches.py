@@ -19,7 +19,7 @@ from typing import Any
 import crc32c
 import numpy as np
 
-from local.index.entries import INT32_MAX
+from local.errors import CorruptRecordError
 from local.records.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER,
@@ -28,14 +28,14 @@ from local.records.batch import (
     MAGIC_V2,
     RECORD_BATCH_OVERHEAD,
 )
-from local.records.legacy import MIN_V0_SIZE, MIN_V1_SIZE
+from local.records.constants import INT32_MAX
+from local.records.walk import checked_batch_size
 from tiered.scrub.report import MAX_LISTED_PER_FILE, Problem, problem_at
 
 CHUNK_BYTES = 8 * 1024 * 1024
 """How much of a segment is read at a time (local ``pread`` or one remote ranged GET)."""
 
 _LEGACY_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
-_OFFSET_AND_LENGTH = struct.Struct(">qi")  # baseOffset (a legacy entry: its offset), length after this field
 _I64 = struct.Struct(">q")
 _LEGACY_CRC_START = LOG_OVERHEAD + 4  # a legacy CRC covers magic..end
 _MAX_CODEC = 4  # zstd
@@ -145,21 +145,13 @@ class BatchScanner:
         if n - p < LOG_OVERHEAD + 5:  # offset, length, epoch and magic: enough to size the batch
             return -1
         position = start + p
-        base, length = _OFFSET_AND_LENGTH.unpack_from(view, p)
+        base = _I64.unpack_from(view, p)[0]
         magic = view[p + MAGIC_OFFSET]
-        size = LOG_OVERHEAD + length
-        if magic == MAGIC_V2:
-            minimum = RECORD_BATCH_OVERHEAD
-        elif magic in (0, 1):
-            minimum = LOG_OVERHEAD + (MIN_V0_SIZE if magic == 0 else MIN_V1_SIZE)
-        else:
-            self.report("corrupt_batch", f"unknown magic {magic} in the batch header (or a damaged batch length "
-                        "before it): the rest of the segment cannot be walked", position, base)
-            self._stop(position)
-            return -1
-        if size < minimum:
-            self.report("corrupt_batch", f"batch length {length} is too small for a magic v{magic} batch "
-                        f"({minimum} bytes at least): the rest of the segment cannot be walked", position, base)
+        try:  # the walk's rule (local.records.walk): a bad length or magic
+            size = checked_batch_size(view, p, position)
+        except CorruptRecordError as exc:
+            self.report("corrupt_batch", f"{exc} (or a damaged batch length before it): the rest of the segment "
+                        "cannot be walked", position, base)
             self._stop(position)
             return -1
         if total is not None and position + size > total:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from local.index.entries import INT32_MAX
+from local.records.constants import INT32_MAX
 from tiered import layout
 from tiered.errors import RemoteResourceNotFoundError, TieredStorageError
 from tiered.rsm import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition

@@ -24,8 +24,8 @@ import numpy as np
 import pyarrow as pa
 
 from local.errors import CorruptRecordError
-from local.records.batch import HEADER_SIZE_UP_TO_MAGIC, LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
-from local.records.legacy import MIN_V0_SIZE
+from local.records.batch import HEADER_SIZE_UP_TO_MAGIC
+from local.records.walk import checked_batch_size
 from tiered.spark.arrow_records import ArrowBatchBuilder
 from tiered.spark.planning import Piece, SparkSourceDataLossError
 
@@ -125,12 +125,8 @@ def iter_raw_batches(read: Callable[[int, int], bytes | memoryview], start: int,
         if have < HEADER_SIZE_UP_TO_MAGIC:
             raise CorruptRecordError(f"{where}: truncated batch header at position {pos}", position=pos)
         rel = pos - buf_start
-        base_offset, length = _HEAD.unpack_from(buf, rel)
-        size = length + LOG_OVERHEAD
-        minimum = RECORD_BATCH_OVERHEAD if buf[rel + 16] == 2 else LOG_OVERHEAD + MIN_V0_SIZE
-        if size < minimum:
-            raise CorruptRecordError(f"{where}: batch at position {pos} declares size {size}, below the minimum {minimum}",
-                                     position=pos, offset=base_offset)
+        base_offset, _ = _HEAD.unpack_from(buf, rel)
+        size = checked_batch_size(buf, rel, pos, where, {"offset": base_offset})
         if base_offset >= until_offset:
             return
         if fill(size) < size:
