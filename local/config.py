@@ -109,6 +109,7 @@ def _long(lo: int | None = None, hi: int = LONG_MAX) -> Callable[[str, Any], int
             raise _bad(key, value, f"must be at most {hi}")
         return v
 
+    conv.valid = f"[{'...' if lo is None else lo}, {hi}]"  # type: ignore[attr-defined]  # for docs/configuration.md
     return conv
 
 
@@ -128,10 +129,35 @@ def _choice(*choices: str) -> Callable[[str, Any], str]:
             raise _bad(key, value, f"must be one of {', '.join(choices)}")
         return text
 
+    conv.valid = ", ".join(choices)  # type: ignore[attr-defined]
     return conv
 
 
 def _string(key: str, value: Any) -> str:
+    return str(value).strip()
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6; port 0 picks a free one) as (host, port); ValueError when malformed."""
+    host, sep, port_text = str(text).strip().rpartition(":")
+    if not sep or not host:
+        raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:8080")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ValueError("the port must be a number in 0..65535 (0 picks a free one)")
+    return host, port
+
+
+def _host_port(key: str, value: Any) -> str:
+    try:
+        parse_host_port(str(value))
+    except ValueError as exc:
+        raise _bad(key, value, str(exc)) from None
     return str(value).strip()
 
 
@@ -142,6 +168,12 @@ def _cleanup_policy(key: str, value: Any) -> str:
     if "compact" in parts:
         logger.warning("%s=%s: compaction is not implemented; only deletion applies", key, value)
     return ",".join(parts)
+
+
+_bool.valid = "true, false"  # type: ignore[attr-defined]
+_string.valid = "a string"  # type: ignore[attr-defined]
+_host_port.valid = "HOST:PORT (port 0: a free one)"  # type: ignore[attr-defined]
+_cleanup_policy.valid = "a list of delete, compact (compaction is not implemented)"  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -223,6 +255,8 @@ _BROKER_DEFS = [
     _Def(None, "remote.log.segment.cache.chunk.size.bytes", "remote_log_segment_cache_chunk_size_bytes",
          _long(4096, INT_MAX), 4 * MIB),
     _Def(None, "remote.log.segment.cache.prefetch.chunks", "remote_log_segment_cache_prefetch_chunks", _long(0, 64), 2),
+    # Ours: where `tiered run` serves /metrics, produce, consume and /health (tiered/http_server.py).
+    _Def(None, "tiered.http.listen", "tiered_http_listen", _host_port, "127.0.0.1:8080"),
 ]
 
 # Broker keys Kafka spells in hours/minutes too: (key, factor to ms, the ms key it feeds)
@@ -331,6 +365,7 @@ class LogConfig:
     remote_log_segment_cache_total_size_bytes: int
     remote_log_segment_cache_chunk_size_bytes: int
     remote_log_segment_cache_prefetch_chunks: int
+    tiered_http_listen: str
 
     def __init__(self, originals: Mapping[str, Any], large_index_enabled: bool | None = None) -> None:
         props = {str(k).strip(): v for k, v in originals.items()}

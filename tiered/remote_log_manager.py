@@ -215,6 +215,9 @@ class RemoteLogManager:
         self._expiration_threads = max(1, expiration_threads)
         self.task_interval_ms = task_interval_ms
         self._task_scheduler: Any = None  # tiered.rlm_tasks.RLMTaskScheduler while the tasks run
+        # Set by request_stop/stop_tasks: a copy task ends after the segment in flight (Kafka's isCancelled() check
+        # between segments), so a stop waits for one segment copy per partition, not for the whole backlog.
+        self._stopping = threading.Event()
         self._tasks_lock = threading.Lock()
         self.task_totals = PassResult()  # what the scheduled tasks did since start (tiered run reports it)
         self._partition_locks: dict[TopicIdPartition, threading.Lock] = {}
@@ -267,14 +270,18 @@ class RemoteLogManager:
         scratch dir: a read-only command writes nothing into the data dirs). A reader with no data dir (a Spark
         executor) names each cache's directory: ``index_cache_dir`` (holding ``remote-log-index-cache/``) and
         ``segment_cache_dir`` (the chunk cache, shareable by the processes of one machine)."""
+        from prometheus_client import CollectorRegistry
+
         from tiered.backends import load_rsm
         from tiered.cache.index_cache import RemoteIndexCache
         from tiered.metadata import RemoteLogMetadataStore
 
         rsm = load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
         log_dir = Path(config.log_dirs[0]) if cache_root is None else cache_root
+        registry = CollectorRegistry()  # the remote tier's metrics and its caches' (tiered run serves them)
         index_cache = RemoteIndexCache(
-            index_cache_dir or log_dir, rsm.fetch_index, max_size_bytes=config.remote_log_index_file_cache_total_size_bytes
+            index_cache_dir or log_dir, rsm.fetch_index, max_size_bytes=config.remote_log_index_file_cache_total_size_bytes,
+            registry=registry,
         )
         chunk_cache = None
         try:
@@ -289,6 +296,7 @@ class RemoteLogManager:
                 chunk_size=config.remote_log_segment_cache_chunk_size_bytes,
                 size_limit=config.remote_log_segment_cache_total_size_bytes,
                 prefetch_chunks=config.remote_log_segment_cache_prefetch_chunks,
+                registry=registry,
             )
         except ImportError as exc:  # diskcache is in the s3 extra
             logger.warning("remote segment cache disabled (%s): pip install 'tiered[s3]' to enable it", exc)
@@ -305,6 +313,7 @@ class RemoteLogManager:
             expiration_threads=config.remote_log_manager_expiration_thread_pool_size,
             task_interval_ms=config.remote_log_manager_task_interval_ms,
             checksum_chunk_bytes=checksum_chunk_bytes(config.rsm_config),
+            registry=registry,
         )
         # Only for plugins whose storage another process sees (not an in-memory or in-process mocked store).
         if getattr(config, "remote_log_manager_copier_process_enable", False) and getattr(rsm, "shared_across_processes", False):
@@ -695,6 +704,9 @@ class RemoteLogManager:
             self.metrics.copy_lag_segments.labels(log.topic, log.partition).set(len(candidates))
             self.metrics.copy_lag_bytes.labels(log.topic, log.partition).set(sum(s.size for s, _ in candidates))
             for seg, nxt in candidates:
+                if self._stopping.is_set():
+                    logger.info("stopping: the copy of %s ends before segment %d", log.name, seg.base_offset)
+                    break
                 try:
                     self._copy_segment(log, tip, seg, nxt)
                 except Exception:
@@ -926,12 +938,20 @@ class RemoteLogManager:
         with self._tasks_lock:
             if self._task_scheduler is not None or self._closed:
                 return
+            self._stopping.clear()
             self._task_scheduler = RLMTaskScheduler(
                 self, logs, self.task_interval_ms, self._copier_threads, self._expiration_threads
             )
 
+    def request_stop(self) -> None:
+        """Tell the copy tasks to end after the segment each is copying, without waiting (``tiered run`` calls it
+        when signalled, then closes the LogManager, whose :meth:`stop_tasks` waits for them)."""
+        self._stopping.set()
+
     def stop_tasks(self) -> None:
-        """Stop the scheduled tasks, waiting for the runs in progress (a LogManager calls it before closing logs)."""
+        """Stop the scheduled tasks, waiting for the runs in progress (a LogManager calls it before closing logs):
+        a copy task finishes the segment it is copying and copies no more."""
+        self._stopping.set()
         with self._tasks_lock:
             scheduler, self._task_scheduler = self._task_scheduler, None
         if scheduler is not None:
