@@ -103,3 +103,19 @@ def test_a_new_command_and_its_subcommands_appear_without_a_change_to_the_genera
     assert "\n## tiered frobnicate\n" in text and "frobnicate the log" in text
     assert "\n## tiered frobnicate twiddle\n" in text and "--knob KNOB" in text
     assert "- [`tiered frobnicate twiddle`](#tiered-frobnicate-twiddle)" in text
+
+
+def test_every_key_the_operations_guide_names_is_one_the_code_defines() -> None:
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`([a-z_]+(?:\.[a-z_]+)+)(?:=[^`]*)?`", text))
+    defined = {d.key for d in key_definitions()} | set(OTHER_BROKER_KEYS)
+    defined |= {f"rsm.config.{key}" for keys in docsgen.rsm_config_keys().values() for key in keys}
+    assert {"remote.storage.enable", "local.retention.ms", "retention.bytes", "tiered.http.listen"} <= named
+    assert named - defined == set()
+
+
+def test_the_readme_links_to_every_guide_and_each_link_resolves() -> None:
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\((docs/[^)#]+)", readme))
+    assert {"docs/configuration.md", "docs/cli.md", "docs/operations.md"} <= linked
+    assert [path for path in linked if not (DOCS.parent / path).is_file()] == []
