@@ -137,3 +137,34 @@ def test_bad_listen_addresses_are_refused_by_the_config(tmp_path: Path, text: st
 
     with pytest.raises(ConfigError, match=r"Invalid value .* for configuration tiered\.http\.listen"):
         LogConfig.from_properties({"log.dirs": str(tmp_path), "tiered.http.listen": text})
+
+
+def _run_cli(tmp_path: Path, *args: str) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    return subprocess.run([sys.executable, "-m", "tiered.cli", "run", "--log-dirs", str(tmp_path / "data"), *args],
+                          cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+
+
+def test_run_on_a_busy_port_says_so_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = _run_cli(tmp_path, "--listen", f"127.0.0.1:{port}", "--duration", "0")
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"tiered run: cannot listen on 127.0.0.1:{port}: ") and "port 0" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_run_with_a_malformed_listen_address_exits_2_before_opening_anything(tmp_path: Path) -> None:
+    proc = _run_cli(tmp_path, "--listen", "localhost", "--duration", "0")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr == "tiered run: invalid --listen 'localhost': expected HOST:PORT, e.g. 127.0.0.1:8080\n"
+    assert not (tmp_path / "data").exists()
