@@ -119,8 +119,9 @@ def _class_name(obj: object) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def build_chunk_cache(config: LogConfig, cache_dir: Path) -> ChunkCache | None:
-    """The remote segment cache in ``cache_dir``; None (with a warning) when ``diskcache`` is not installed."""
+def build_chunk_cache(config: LogConfig, cache_dir: Path, registry: Any = None) -> ChunkCache | None:
+    """The remote segment cache in ``cache_dir``; None (with a warning) when ``diskcache`` is not installed.
+    ``registry``: where its metrics go (the remote tier's, which ``tiered run`` serves)."""
     try:
         from tiered.cache.chunk_cache import ChunkCache
     except ImportError as exc:  # diskcache is in the s3 extra
@@ -131,6 +132,7 @@ def build_chunk_cache(config: LogConfig, cache_dir: Path) -> ChunkCache | None:
         chunk_size=config.remote_log_segment_cache_chunk_size_bytes,
         size_limit=config.remote_log_segment_cache_total_size_bytes,
         prefetch_chunks=config.remote_log_segment_cache_prefetch_chunks,
+        registry=registry,
     )
 
 
@@ -148,9 +150,12 @@ def build_remote_tier(
     store is opened read-only too. A reader with no data dir (a Spark executor) names each cache's directory:
     ``index_cache_dir`` (holding ``remote-log-index-cache/``) and ``segment_cache_dir`` (the chunk cache, shareable
     by the processes of one machine). On any error, what was built is closed again."""
+    from prometheus_client import CollectorRegistry
+
     from tiered.cache.index_cache import RemoteIndexCache
     from tiered.remote_log_manager import RemoteLogManager
 
+    registry = CollectorRegistry()  # the remote tier's metrics and its caches' (what `tiered run` serves)
     rsm = build_remote_storage_manager(config)
     built: list[Any] = [rsm]
     try:
@@ -158,10 +163,12 @@ def build_remote_tier(
         built.append(metadata)
         log_dir = Path(config.log_dirs[0]) if cache_root is None else cache_root
         index_cache = RemoteIndexCache(
-            index_cache_dir or log_dir, rsm.fetch_index, max_size_bytes=config.remote_log_index_file_cache_total_size_bytes
+            index_cache_dir or log_dir, rsm.fetch_index, max_size_bytes=config.remote_log_index_file_cache_total_size_bytes,
+            registry=registry,
         )
         built.append(index_cache)
-        chunk_cache = build_chunk_cache(config, segment_cache_dir or _segment_cache_dir(config, cache_root, log_dir))
+        chunk_cache = build_chunk_cache(config, segment_cache_dir or _segment_cache_dir(config, cache_root, log_dir),
+                                        registry)
         rlm = RemoteLogManager(
             rsm,
             metadata,
@@ -175,6 +182,7 @@ def build_remote_tier(
             expiration_threads=config.remote_log_manager_expiration_thread_pool_size,
             task_interval_ms=config.remote_log_manager_task_interval_ms,
             checksum_chunk_bytes=_checksum_chunk_bytes(config),
+            registry=registry,
         )
     except BaseException:
         for part in reversed(built):

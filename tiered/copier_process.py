@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -214,6 +215,10 @@ def main() -> int:
     """The child: configure the plugin, then copy segments until the parent closes the pipe."""
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but replies may reach the pipe
+    # The parent decides when copying stops: a Ctrl-C (SIGINT to the whole foreground process group) or a SIGTERM
+    # to the group must not kill a copy half way. The child ends when the parent closes the pipe (or dies).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     from tiered.backends import load_rsm
 
     class_name, props = _recv(inp)

@@ -209,6 +209,9 @@ class RemoteLogManager:
         self._expiration_threads = max(1, expiration_threads)
         self.task_interval_ms = task_interval_ms
         self._task_scheduler: Any = None  # tiered.rlm_tasks.RLMTaskScheduler while the tasks run
+        # Set by request_stop/stop_tasks: a copy task ends after the segment in flight (Kafka's isCancelled() check
+        # between segments), so a stop waits for one segment copy per partition, not for the whole backlog.
+        self._stopping = threading.Event()
         self._tasks_lock = threading.Lock()
         self.task_totals = PassResult()  # what the scheduled tasks did since start (tiered run reports it)
         self._partition_locks: dict[TopicIdPartition, threading.Lock] = {}
@@ -642,6 +645,9 @@ class RemoteLogManager:
             self.metrics.copy_lag_segments.labels(log.topic, log.partition).set(len(candidates))
             self.metrics.copy_lag_bytes.labels(log.topic, log.partition).set(sum(s.size for s, _ in candidates))
             for seg, nxt in candidates:
+                if self._stopping.is_set():
+                    logger.info("stopping: the copy of %s ends before segment %d", log.name, seg.base_offset)
+                    break
                 try:
                     self._copy_segment(log, tip, seg, nxt)
                 except Exception:
@@ -873,12 +879,20 @@ class RemoteLogManager:
         with self._tasks_lock:
             if self._task_scheduler is not None or self._closed:
                 return
+            self._stopping.clear()
             self._task_scheduler = RLMTaskScheduler(
                 self, logs, self.task_interval_ms, self._copier_threads, self._expiration_threads
             )
 
+    def request_stop(self) -> None:
+        """Tell the copy tasks to end after the segment each is copying, without waiting (``tiered run`` calls it
+        when signalled, then closes the LogManager, whose :meth:`stop_tasks` waits for them)."""
+        self._stopping.set()
+
     def stop_tasks(self) -> None:
-        """Stop the scheduled tasks, waiting for the runs in progress (a LogManager calls it before closing logs)."""
+        """Stop the scheduled tasks, waiting for the runs in progress (a LogManager calls it before closing logs):
+        a copy task finishes the segment it is copying and copies no more."""
+        self._stopping.set()
         with self._tasks_lock:
             scheduler, self._task_scheduler = self._task_scheduler, None
         if scheduler is not None:

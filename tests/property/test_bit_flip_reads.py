@@ -18,7 +18,7 @@ from local.fetch import FetchIsolation
 from local.log import Log
 from local.records import MemoryRecords, SimpleRecord
 from tests.logutil import make_log
-from tiered.commands.consume import _records
+from tiered.commands.consume import records_from
 
 T0 = 1_700_000_000_000
 RECORDS = 600
@@ -62,7 +62,7 @@ def test_a_flipped_bit_is_an_error_or_changes_nothing_read(log: Log, data: st.Da
     try:
         got = []
         try:
-            for _, rec in _records(log, start, FetchIsolation.LOG_END):
+            for _, rec in records_from(log, start, FetchIsolation.LOG_END):
                 got.append((rec.offset, rec.value))
         except KafkaStorageError:
             return  # found, and said so

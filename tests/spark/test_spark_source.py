@@ -4,7 +4,7 @@ One data dir: topic ``t`` (2 partitions) spread over the remote tier (local-dire
 segments, topic ``codecs`` (every codec, headers, null keys and values), topic ``txn`` (committed and aborted
 transactions). A second dir holds a segment that starts with legacy v0/v1 messages. The oracle is the engine:
 ``Log.read`` through a read-only LogManager, with the consumer's aborted-transaction rule
-(``tiered.commands.consume._records``).
+(``tiered.commands.consume.records_from``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from local.fetch import FetchIsolation
 from local.records import CompressionType, MemoryRecords, SimpleRecord
 from local.records.legacy import build_legacy_message
 from tests.logutil import local_tier_props
-from tiered.commands.consume import _records
+from tiered.commands.consume import records_from
 
 pytestmark = pytest.mark.integration
 
@@ -121,7 +121,7 @@ def _engine_rows(root: Path, topic: str, isolation: FetchIsolation = FetchIsolat
                 continue
             log = m.get_log(t, p)
             assert log is not None
-            for batch, rec in _records(log, log.log_start_offset, isolation):
+            for batch, rec in records_from(log, log.log_start_offset, isolation):
                 epoch = batch.partition_leader_epoch
                 ts_type = int(batch.timestamp_type) if batch.magic == 2 else (
                     -1 if batch.magic == 0 else int(batch.timestamp_type))

@@ -102,7 +102,7 @@ def test_offload_and_run_with_a_config_file(tmp_path: Path) -> None:
     proc = run_cli("--config", str(props), "offload")
     assert proc.returncode == 0, proc.stderr
     assert "copied 2 segment(s)" in proc.stdout and "local retention deleted 1 segment(s)" in proc.stdout
-    assert run_cli("--config", str(props), "run", "--duration", "0.5").returncode == 0
+    assert run_cli("--config", str(props), "run", "--listen", "127.0.0.1:0", "--duration", "0.5").returncode == 0
     consumed = run_cli("--config", str(props), "consume", "-t", "t")
     assert consumed.stdout.splitlines() == [line for line in lines.splitlines()]
     no_remote = run_cli("offload", "--log-dirs", str(tmp_path / "other"))

@@ -107,7 +107,8 @@ def test_the_issue_repro_keeps_every_offset_and_every_remote_object(broker: tupl
     assert tree_hashes(data, remote) == before
 
     # run without --config: retention of the remote-backed partition is refused, the log start stays
-    proc = cli("run", "--log-dirs", str(data), "-o", "log.retention.check.interval.ms=100", "--duration", "1.5")
+    proc = cli("run", "--log-dirs", str(data), "-o", "log.retention.check.interval.ms=100", "--listen", "127.0.0.1:0",
+               "--duration", "1.5")
     assert proc.returncode == 0, proc.stderr
     assert "retention refused" in proc.stderr
     assert _remote_logs(remote) == objects

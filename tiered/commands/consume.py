@@ -40,6 +40,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def record_json(batch: Any, rec: Any) -> dict[str, Any]:
+    """A record as ``--json`` prints it (and ``tiered run``'s HTTP consume answers): text as UTF-8, other bytes as
+    ``base64:...``."""
+    from tiered.dump import payload_text
+
+    return {
+        "offset": rec.offset, "timestamp": rec.timestamp, "key": payload_text(rec.key), "value": payload_text(rec.value),
+        "headers": {k: payload_text(v) for k, v in rec.headers}, "partition_leader_epoch": batch.partition_leader_epoch,
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     from local.errors import ConfigError, KafkaStorageError
     from tiered.commands._remote import check_remote_access
@@ -89,17 +100,13 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
             print(f"tiered consume: no records of {log.name} from offset {offset}: it is the log end offset",
                   file=sys.stderr)
             return 0
-        for batch, rec in _records(log, offset, isolation, getattr(args, "check_crcs", True)):
+        for batch, rec in records_from(log, offset, isolation, getattr(args, "check_crcs", True)):
             if args.to_offset is not None and rec.offset >= args.to_offset:
                 break
             if args.max_messages is not None and printed >= args.max_messages:
                 break
             if args.json:
-                print(json.dumps({
-                    "offset": rec.offset, "timestamp": rec.timestamp, "key": payload_text(rec.key),
-                    "value": payload_text(rec.value), "headers": {k: payload_text(v) for k, v in rec.headers},
-                    "partition_leader_epoch": batch.partition_leader_epoch,
-                }))
+                print(json.dumps(record_json(batch, rec)))
             elif args.print_key:
                 print(f"{payload_text(rec.key)}\t{payload_text(rec.value)}")
             else:
@@ -108,7 +115,7 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
     return 0
 
 
-def _records(log: Any, offset: int, isolation: Any, check_crcs: bool = True) -> Iterator[tuple[Any, Any]]:
+def records_from(log: Any, offset: int, isolation: Any, check_crcs: bool = True) -> Iterator[tuple[Any, Any]]:
     """(batch, record) pairs from ``offset``; under txn_committed, aborted transactions are skipped as a
     READ_COMMITTED consumer does (the fetch's aborted list, ended by the producer's abort marker). Each batch is
     CRC-checked (unless ``check_crcs`` is False) before any of its records is yielded; a read that answers

@@ -2,7 +2,9 @@
 
 Each input line is one record. Plain lines are values; with ``--key-separator`` the part before the first
 separator is the key; with ``--json`` each line is an object ``{"key":..., "value":..., "headers": {...},
-"timestamp": ...}`` (strings are UTF-8 encoded, null stays null). Records are batched ``--batch-size`` at a time.
+"timestamp": ...}`` (strings are UTF-8 encoded, null stays null, other values are stored as their JSON text;
+``timestamp`` is milliseconds since the epoch, default now; other fields, such as ``consume --json``'s ``offset``,
+are ignored, so ``consume --json`` output produces again). Records are batched ``--batch-size`` at a time.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from tiered.commands._common import (
     UsageError,
@@ -18,6 +21,9 @@ from tiered.commands._common import (
     parse_topic_overrides,
     partition_number,
 )
+
+if TYPE_CHECKING:
+    from local.records import SimpleRecord
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +43,23 @@ def _encode(value: object) -> bytes | None:
     if isinstance(value, str):
         return value.encode()
     return json.dumps(value, separators=(",", ":")).encode()
+
+
+def json_record(obj: object, now_ms: int, headers: list[tuple[str, bytes | None]] | None = None) -> SimpleRecord:
+    """One ``--json`` record object (the format of the module docstring; ``tiered run``'s HTTP produce takes the
+    same) as a record stamped ``now_ms`` unless it has a ``timestamp``. Raises ValueError naming what is wrong."""
+    from local.records import SimpleRecord
+
+    if not isinstance(obj, dict):
+        raise ValueError(f"a record must be a JSON object, got {type(obj).__name__}")
+    timestamp = obj.get("timestamp", now_ms)
+    if isinstance(timestamp, bool) or not isinstance(timestamp, int) or not -1 <= timestamp <= 2**63 - 1:
+        raise ValueError(f"invalid timestamp {timestamp!r}: expected milliseconds since the epoch (a whole number)")
+    rec_headers = obj.get("headers") or {}
+    if not isinstance(rec_headers, dict):
+        raise ValueError("headers must be a JSON object of name: value")
+    all_headers = list(headers or []) + [(str(k), _encode(v)) for k, v in rec_headers.items()]
+    return SimpleRecord(timestamp, _encode(obj.get("key")), _encode(obj.get("value")), all_headers)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,10 +110,11 @@ def run(args: argparse.Namespace) -> int:
                 if not isinstance(obj, dict):
                     print(f"tiered produce: line {lineno} must be a JSON object", file=sys.stderr)
                     return 1
-                rec_headers = headers + [(k, _encode(v)) for k, v in (obj.get("headers") or {}).items()]
-                pending.append(
-                    SimpleRecord(int(obj.get("timestamp", now)), _encode(obj.get("key")), _encode(obj.get("value")), rec_headers)
-                )
+                try:
+                    pending.append(json_record(obj, now, headers))
+                except ValueError as exc:
+                    print(f"tiered produce: line {lineno}: {exc}", file=sys.stderr)
+                    return 1
             elif args.key_separator and args.key_separator in line:
                 key, _, value = line.partition(args.key_separator)
                 pending.append(SimpleRecord(now, key.encode(), value.encode(), headers))

@@ -1,62 +1,155 @@
-"""``tiered run``: a LogManager with its background work running, until interrupted or ``--duration`` ends.
+"""``tiered run``: a LogManager with its background work running and an HTTP endpoint, until stopped.
 
 Retention, flushing and checkpoints run on the log manager's scheduler; with the remote tier enabled, the
 manager also starts the remote tier's own copy and expiration tasks (per partition, every
 ``remote.log.manager.task.interval.ms``: the same tasks a library user's LogManager runs, and the ones
-``tiered offload`` runs once). This command only watches them: on a terminal a progress bar shows the copy
-backlog (Kafka's RemoteCopyLagSegments), and each change in what the tasks copied or deleted is printed.
+``tiered offload`` runs once). On a terminal a progress bar shows the copy backlog (Kafka's
+RemoteCopyLagSegments), and each change in what the tasks copied or deleted is printed on stderr.
+
+The endpoint (:mod:`tiered.http_server`: ``/metrics``, produce and consume on
+``/topics/<t>/partitions/<p>/records``, ``/health``) listens on ``--listen HOST:PORT`` or the broker key
+``tiered.http.listen`` (default ``127.0.0.1:8080``; port 0 picks a free one). Once it listens, the first line on
+stdout is ``listening on http://HOST:PORT`` (the port actually bound), so a script can wait for it.
+
+Stopping: SIGINT (Ctrl-C) or SIGTERM, or the end of ``--duration``. The endpoint stops taking requests, each copy
+task finishes the segment it is copying and copies no more (a copy the remote store fails is rolled back as
+always), the logs are closed cleanly (checkpoints, clean-shutdown marker), and the command exits 0. If that takes
+longer than ``--stop-timeout`` seconds (default 30) it exits 1 without the clean-shutdown marker: the next start
+recovers the logs, and its first remote pass deletes the copy that was cut short. A second signal does the same
+at once.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import sys
 import threading
 import time
+from typing import Any
 
-from tiered.commands._common import load_config
+from tiered.commands._common import UsageError, load_config
 
 _REPORT_INTERVAL_S = 1.0
+DEFAULT_STOP_TIMEOUT_S = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until interrupted)")
+    parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until signalled)")
+    parser.add_argument(
+        "--listen", metavar="HOST:PORT",
+        help="where the HTTP endpoint listens (default: tiered.http.listen, 127.0.0.1:8080; port 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S, metavar="SECONDS",
+        help=f"how long a stop may wait for the copies in progress (default: {DEFAULT_STOP_TIMEOUT_S:g})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import Progress
 
-    from tiered.composition import open_log_manager, remote_log_manager_of
-
-    config = load_config(args)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    console = Console(stderr=True)
-    deadline = None if args.duration is None else time.monotonic() + args.duration
+    from local.config import parse_host_port
     from local.metrics import RichLoadProgress
+    from tiered.composition import open_log_manager
+    from tiered.http_server import Endpoint, Server
 
+    if args.stop_timeout is not None and args.stop_timeout <= 0:
+        raise UsageError("--stop-timeout must be > 0")
+    config = load_config(args)
+    listen = args.listen or config.tiered_http_listen
+    try:
+        host, port = parse_host_port(listen)
+    except ValueError as exc:
+        raise UsageError(f"invalid --listen {listen!r}: {exc}") from None
+    stop = threading.Event()
+    signals = _install_signal_handlers(stop)
+    console = Console(stderr=True)
     with RichLoadProgress(console=console):  # startup of a large dir draws a progress bar on a terminal
         manager = open_log_manager(config)  # starts the scheduler, and the remote tier's tasks with it
-    with manager:
-        rlm = remote_log_manager_of(manager)
-        with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
-            task = progress.add_task("copying to the remote tier", total=None)
-            reported = (0, 0)
-            try:
-                while not stop.is_set():
-                    if rlm is not None:
-                        totals = rlm.task_totals
-                        backlog = sum(rlm.copy_lag(log)[0] for log in manager.all_logs()
-                                      if getattr(log.config, "remote_storage_enable", False))
-                        copied, deleted = totals.segments_copied, totals.segments_deleted
-                        progress.update(task, total=copied + backlog, completed=copied)
-                        if (copied, deleted) != reported:
-                            console.print(f"copied {copied}, deleted {deleted} remote segment(s) so far")
-                            reported = (copied, deleted)
-                    wait = _REPORT_INTERVAL_S if deadline is None else max(0.0, min(_REPORT_INTERVAL_S, deadline - time.monotonic()))
-                    if stop.wait(wait) or (deadline is not None and time.monotonic() >= deadline):
-                        break
-            except KeyboardInterrupt:
-                pass
+    try:
+        server = Server(Endpoint(manager), host, port)
+    except OSError as exc:
+        manager.close()
+        raise UsageError(f"cannot listen on {listen}: {exc.strerror or exc}; pass --listen HOST:PORT "
+                         "(port 0 picks a free one)") from None
+    server.start()
+    print(f"listening on {server.url}", flush=True)
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    try:
+        _watch(manager, console, stop, deadline)
+    except KeyboardInterrupt:
+        pass
+    return _stop(manager, server, console, signals, args.stop_timeout)
+
+
+def _install_signal_handlers(stop: threading.Event) -> list[int]:
+    """SIGINT and SIGTERM set ``stop``; a second one while stopping ends the process at once (exit 1)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            print(f"tiered run: {signal.Signals(signum).name} again: exiting without waiting", file=sys.stderr, flush=True)
+            os._exit(1)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return [signal.SIGTERM, signal.SIGINT]
+
+
+def _watch(manager: Any, console: Any, stop: threading.Event, deadline: float | None) -> None:
+    """Report the remote tier's progress until ``stop`` is set or ``deadline`` passes."""
+    from rich.progress import Progress
+
+    from tiered.composition import remote_log_manager_of
+
+    rlm = remote_log_manager_of(manager)
+    with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
+        task = progress.add_task("copying to the remote tier", total=None)
+        reported = (0, 0)
+        while not stop.is_set():
+            totals = getattr(rlm, "task_totals", None)
+            if rlm is not None and totals is not None:
+                backlog = sum(rlm.copy_lag(log)[0] for log in manager.all_logs()
+                              if getattr(log.config, "remote_storage_enable", False))
+                copied, deleted = totals.segments_copied, totals.segments_deleted
+                progress.update(task, total=copied + backlog, completed=copied)
+                if (copied, deleted) != reported:
+                    console.print(f"copied {copied}, deleted {deleted} remote segment(s) so far")
+                    reported = (copied, deleted)
+            wait = _REPORT_INTERVAL_S if deadline is None else min(_REPORT_INTERVAL_S, deadline - time.monotonic())
+            if wait <= 0 or stop.wait(wait):
+                return
+
+
+def _stop(manager: Any, server: Any, console: Any, signals: list[int], timeout: float) -> int:
+    """Stop taking requests, let each copy task end after its segment, close the manager within ``timeout``."""
+    server.stop()
+    rlm = manager.remote_tier
+    if rlm is not None and hasattr(rlm, "request_stop"):
+        rlm.request_stop()
+    console.print(f"stopping: finishing the segment copies in progress (at most {timeout:g} s)")
+    failure: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            manager.close()
+        except BaseException as exc:
+            failure.append(exc)
+
+    closer = threading.Thread(target=close, name="tiered-run-close", daemon=True)
+    closer.start()
+    closer.join(timeout)
+    if closer.is_alive():
+        print(f"tiered run: the copies in progress did not finish within {timeout:g} s (--stop-timeout): exiting "
+              "without a clean shutdown; the next start recovers the logs and deletes the unfinished copy",
+              file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
+    for signum in signals:
+        signal.signal(signum, signal.SIG_DFL)
+    if failure:
+        raise failure[0]
+    console.print("stopped")
     return 0

@@ -1,0 +1,320 @@
+"""``tiered run`` as an operator meets it: a real subprocess, scraped and called over HTTP, stopped by a signal.
+
+- ``/metrics`` is scraped while records produced over HTTP roll segments: the remote tier's copy metrics move
+  (Kafka's ``RemoteCopyRequestsPerSec``/``RemoteCopyBytesPerSec``), and after local retention a consume from
+  offset 0 over HTTP reads the remote tier (``RemoteFetchRequestsPerSec`` moves) and gives back every record
+  produced, key, value, headers and timestamp alike.
+- SIGTERM to the process group in the middle of a segment copy: the copy in flight finishes (in the copier child,
+  which the signal reaches too), no other starts, the process exits 0
+  within its stop bound, and the bucket holds no orphan (every data object belongs to a FINISHED segment, no
+  STARTED-only attempt, no temporary file), nor is the copier child process left running.
+- A copy that cannot finish within ``--stop-timeout``: exit 1 within the bound, and the next start's pass deletes
+  the attempt (no orphan).
+
+Synchronisation is by what the process says (``listening on``, ``GATE``, ``stopping:``) and by polling the
+endpoint; time appears only as a generous failure bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local import LogConfig, LogManager
+from local.records import MemoryRecords, SimpleRecord
+from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.layout import kafka_uuid
+from tiered.metadata import RemoteLogMetadataStore
+from tiered.remote_log_manager import RemoteLogManager
+from tiered.rsm import TopicIdPartition
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+LIMIT = 120.0  # seconds: a failure bound on waits that end at once when the code is right
+TOPIC_OVERRIDES = {"remote.storage.enable": "true", "local.retention.bytes": "1"}
+
+
+def _props(root: Path, **extra: str) -> dict[str, str]:
+    return {
+        "log.dirs": str(root / "data"),
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "local",
+        "rsm.config.dir": str(root / "remote"),
+        "log.segment.bytes": str(1024 * 1024),
+        "remote.log.manager.task.interval.ms": "100",
+        "log.retention.check.interval.ms": "100",
+        **extra,
+    }
+
+
+def _write_config(root: Path, props: dict[str, str]) -> Path:
+    path = root / "broker.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+class RunProcess:
+    """``tiered run`` in a child process; its stdout and stderr lines are collected on threads."""
+
+    def __init__(self, config: Path, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tiered.cli", "--config", str(config), "run", "--listen", "127.0.0.1:0", *extra],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group, signalled as a whole as systemd or a terminal does
+        )
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._changed = threading.Condition()
+        self._readers = [threading.Thread(target=self._read, args=(s, lines), daemon=True)
+                         for s, lines in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, stream: Any, lines: list[str]) -> None:
+        for raw in stream:
+            with self._changed:
+                lines.append(raw.decode().rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            lines.append("<EOF>")
+            self._changed.notify_all()
+
+    def wait_line(self, lines: list[str], prefix: str) -> str:
+        """The first line starting with ``prefix``; fails after LIMIT or when the stream ends without one."""
+        with self._changed:
+            found = self._changed.wait_for(
+                lambda: any(line.startswith(prefix) for line in lines) or "<EOF>" in lines, timeout=LIMIT)
+        line = next((line for line in lines if line.startswith(prefix)), None)
+        if not found or line is None:
+            pytest.fail(f"tiered run never printed {prefix!r}; stdout {self.out}, stderr {self.err}")
+        return line
+
+    @property
+    def url(self) -> str:
+        return self.wait_line(self.out, "listening on ").split()[-1]
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=LIMIT)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=LIMIT)
+
+
+def _http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=LIMIT) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _metrics(url: str) -> dict[str, float]:
+    """The samples of a scrape without labels (name -> value), labelled ones summed by name."""
+    status, text = _http("GET", url + "/metrics")
+    assert status == 200
+    out: dict[str, float] = {}
+    for line in text.decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            name = name.split("{", 1)[0]
+            out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+def _poll(what: str, check: Callable[[], bool]) -> None:
+    """Poll ``check`` (an HTTP scrape) until it holds; LIMIT is only the failure bound."""
+    deadline = time.monotonic() + LIMIT
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {LIMIT} s")
+        time.sleep(0.05)
+
+
+def _create_partition(root: Path, topic: str, records: int = 0) -> int:
+    """The partition with remote storage enabled (and ``records`` records), written before ``run`` holds the lock;
+    returns its number of segments."""
+    with LogManager(LogConfig.from_properties(_props(root)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(topic, 0, TOPIC_OVERRIDES)
+        now = int(time.time() * 1000)
+        for first in range(0, records, 100):
+            log.append(MemoryRecords.build([SimpleRecord(now, None, b"%06d" % i * 33) for i in range(first, first + 100)]))
+        return log.number_of_segments()
+
+
+def test_metrics_move_while_records_produced_over_http_are_copied_and_read_back(tmp_path: Path) -> None:
+    _create_partition(tmp_path, "events")
+    run = RunProcess(_write_config(tmp_path, _props(tmp_path)))
+    try:
+        url = run.url
+        before = _metrics(url)
+        assert before["RemoteCopyBytesPerSec_total"] == 0 and before["RemoteCopyRequestsPerSec_total"] == 0
+        assert "offline_log_directory_count" in before and "RemoteLogIndexCacheHits_total" in before
+        assert _http("GET", url + "/health") == (200, b'{"status": "serving", "offline_log_dirs": {}, '
+                                                 b'"offline_partitions": [], "remote_tier": true}\n')
+
+        sent = []
+        now = int(time.time() * 1000)  # recent: retention.ms (7 days) keeps them in the remote tier
+        for n in range(40):  # 40 x 100 records of ~1 KiB: four 1 MiB segments roll
+            batch = [{"key": f"k{n}-{i}", "value": "v" * 1000 + str(i), "headers": {"n": str(n)},
+                      "timestamp": now + n} for i in range(100)]
+            status, body = _http("POST", url + "/topics/events/partitions/0/records", batch)
+            assert status == 200, body
+            reply = json.loads(body)
+            assert (reply["first_offset"], reply["last_offset"], reply["count"]) == (100 * n, 100 * n + 99, 100)
+            sent.extend(batch)
+
+        _poll("three segment copies", lambda: _metrics(url)["RemoteCopyBytesPerSec_total"] >= 3 * 1024 * 1024 * 0.9)
+        copied = _metrics(url)
+        assert copied["RemoteCopyRequestsPerSec_total"] >= 3
+        assert copied["RemoteCopyErrorsPerSec_total"] == 0
+
+        def consumed_from_remote() -> bool:  # local retention deletes what was copied; offset 0 then reads remotely
+            _, body = _http("GET", url + "/topics/events/partitions/0/records?offset=0&max_bytes=1000")
+            assert json.loads(body)["records"][0]["key"] == "k0-0"
+            return _metrics(url)["RemoteFetchRequestsPerSec_total"] > 0
+
+        _poll("a read from the remote tier", consumed_from_remote)
+        got: list[dict[str, Any]] = []
+        offset = 0
+        while offset < len(sent):
+            status, body = _http("GET", url + f"/topics/events/partitions/0/records?offset={offset}&max_bytes=300000")
+            assert status == 200, body
+            reply = json.loads(body)
+            assert reply["records"] and reply["next_offset"] == reply["records"][-1]["offset"] + 1
+            assert sum(len(r["value"]) + len(r["key"]) + 3 for r in reply["records"][1:]) <= 300000
+            got.extend(reply["records"])
+            offset = reply["next_offset"]
+        assert [r["offset"] for r in got] == list(range(len(sent)))
+        assert [{k: r[k] for k in ("key", "value", "headers", "timestamp")} for r in got] == sent
+        assert _http("GET", url + f"/topics/events/partitions/0/records?offset={len(sent) + 1}")[0] == 416
+
+        assert run.stop() == 0
+        assert "stopped" in run.err
+    finally:
+        run.kill()
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _bucket(root: Path, topic: str) -> tuple[RemoteLogMetadataStore, TopicIdPartition]:
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(root / "remote")})
+    with LogManager(LogConfig.from_properties({"log.dirs": str(root / "data")}), start_scheduler=False) as plain:
+        log = plain.get_log(topic, 0)
+        assert log is not None and log.topic_id is not None
+        return RemoteLogMetadataStore(rsm), TopicIdPartition(log.topic_id, topic, 0)
+
+
+def _orphans(root: Path, store: RemoteLogMetadataStore, tip: TopicIdPartition) -> list[str]:
+    finished = {kafka_uuid(md.remote_log_segment_id.id) for md in store.readable_segments(tip)}
+    data = [p.name for p in (root / "remote").rglob("*") if p.is_file() and not p.name.endswith(".json")]
+    return [name for name in data if not any(i in name for i in finished)]
+
+
+def _gated_run(root: Path, *extra: str) -> tuple[RunProcess, Path]:
+    gate = root / "gate"
+    os.mkfifo(gate)
+    props = _props(root, **{"remote.log.storage.manager.class.name": "tests.gated_rsm.GatedDir",
+                            "rsm.config.gate": str(gate)})
+    return RunProcess(_write_config(root, props), *extra), gate
+
+
+def test_sigterm_during_a_copy_finishes_that_copy_starts_no_other_and_leaves_no_orphan(tmp_path: Path) -> None:
+    segments = _create_partition(tmp_path, "c", records=12_000)
+    assert segments >= 3  # two copy candidates: one in flight when signalled, one never started
+    run, gate = _gated_run(tmp_path, "--stop-timeout", str(LIMIT))
+    try:
+        run.wait_line(run.err, "GATE ")  # the first copy has uploaded its .log and waits
+        copiers = _children(run.proc.pid)
+        assert copiers, "the copy runs in a copier child process"
+        os.killpg(run.proc.pid, signal.SIGTERM)  # the whole group: the copier child must finish its copy too
+        run.wait_line(run.err, "stopping:")  # the copy tasks were told to stop after the segment in flight
+        _poll("the copy's wait at the gate", lambda: _open_gate(gate))  # let the copy go on
+        assert run.proc.wait(timeout=LIMIT) == 0, run.err
+        assert "stopped" in run.err
+    finally:
+        run.kill()
+    assert not [pid for pid in copiers if _alive(pid)], "a copier process outlived tiered run"
+
+    store, tip = _bucket(tmp_path, "c")
+    finished = store.readable_segments(tip)
+    assert [md.start_offset for md in finished] == [0], "the copy in flight finished and no other started"
+    assert store.find_stale_copies(tip) == []
+    assert _orphans(tmp_path, store, tip) == []
+    assert not [p for p in (tmp_path / "remote").rglob("*.tmp")]
+
+
+def test_a_copy_that_cannot_finish_within_the_stop_timeout_exits_1_and_is_deleted_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    segments = _create_partition(tmp_path, "c", records=12_000)
+    run, gate = _gated_run(tmp_path, "--stop-timeout", "1")
+    try:
+        run.wait_line(run.err, "GATE ")
+        copiers = _children(run.proc.pid)
+        started = time.monotonic()
+        run.proc.send_signal(signal.SIGTERM)
+        assert run.proc.wait(timeout=LIMIT) == 1
+        assert time.monotonic() - started < LIMIT / 2
+        run.wait_line(run.err, "tiered run: the copies in progress did not finish within 1 s")
+    finally:
+        run.kill()
+        _open_gate(gate)
+    # The copier child, let go, ends on its closed pipe (it never outlives its copy).
+    _poll("the copier child's exit", lambda: not [pid for pid in copiers if _alive(pid)])
+
+    store, tip = _bucket(tmp_path, "c")
+    assert store.readable_segments(tip) == [] and len(store.find_stale_copies(tip)) == 1
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        rlm = manager.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        result = rlm.run_once(manager.all_logs())
+        assert result.stale_copies_cleaned == 1 and result.copy_errors == 0 and result.segments_copied == segments - 1
+    store, tip = _bucket(tmp_path, "c")
+    assert store.find_stale_copies(tip) == []
+    assert _orphans(tmp_path, store, tip) == []
+
+
+def _open_gate(fifo: Path) -> bool:
+    """Let a reader blocked on the gate go on; False when there is none (yet, or any more)."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:  # ENXIO: nobody has it open for reading
+        return False
+    return True

@@ -1,0 +1,327 @@
+"""Generate the reference docs from the code: ``python -m tiered.docsgen`` writes ``docs/configuration.md`` and
+``docs/cli.md``; ``--check`` writes nothing and exits 1 naming each file that differs from what it would write.
+
+- ``docs/configuration.md``: every broker and topic key of :func:`local.config.key_definitions` (default and valid
+  values come from the definitions themselves), the other broker keys (:data:`local.config.OTHER_BROKER_KEYS`),
+  and the ``rsm.config.*`` keys of each bundled backend (its ``CONFIG_KEYS``). The one-line descriptions are
+  below; a key the code defines without a description here (or a description of a key the code no longer
+  defines) is an error, so the reference cannot fall behind the code.
+- ``docs/cli.md``: the ``--help`` of ``tiered`` and of every command in :data:`tiered.cli.COMMANDS` and its
+  subcommands (found in the parsers, so a new command appears without a change here), at a fixed width.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+WIDTH = 110
+MIB = 1024 * 1024
+LONG_MAX = 2**63 - 1
+
+# ---------------------------------------------------------------------------------------------------------------
+# One line per key. Kafka's meaning unless marked "ours".
+
+DESCRIPTIONS: dict[str, str] = {
+    # topic keys
+    "segment.bytes": "Roll a new segment when the active one would grow past this size. Above 2 GiB needs the "
+                     "large-index feature (`tiered features upgrade --release-version 4.4`).",
+    "segment.ms": "Roll a new segment when the active one's first record is older than this, even if not full.",
+    "segment.jitter.ms": "A random amount up to this is subtracted from `segment.ms`, so partitions do not roll at once.",
+    "segment.index.bytes": "Maximum size of a segment's offset and time index files; a full index rolls the segment.",
+    "index.interval.bytes": "Bytes of records between two offset/time index entries.",
+    "flush.messages": "fsync the log after this many appended messages (default: leave it to the OS and checkpoints).",
+    "flush.ms": "fsync the log when its oldest unflushed data is this old.",
+    "retention.ms": "Delete segments whose newest record is older than this, from both tiers; -1: no time limit.",
+    "retention.bytes": "Delete the oldest segments while the partition (both tiers together) is larger; -1: no size limit.",
+    "file.delete.delay.ms": "How long a deleted segment's files stay (renamed `.deleted`) before they are removed.",
+    "max.message.bytes": "Largest record batch accepted (after compression).",
+    "message.timestamp.type": "CreateTime keeps the producer's timestamps; LogAppendTime stamps the append time.",
+    "message.timestamp.before.max.ms": "Refuse batches whose timestamp is further in the past than this (CreateTime).",
+    "message.timestamp.after.max.ms": "Refuse batches whose timestamp is further in the future than this (CreateTime).",
+    "preallocate": "Preallocate the segment file when it is created.",
+    "cleanup.policy": "delete (retention by time and size); compact is accepted but not implemented (a warning).",
+    "min.insync.replicas": "Accepted for compatibility; there is one replica.",
+    "compression.type": "Recompress appended batches with this codec; producer keeps the producer's.",
+    "remote.storage.enable": "Tier this topic: closed segments are copied to the remote tier. Needs "
+                             "`remote.log.storage.system.enable=true` on the broker.",
+    "local.retention.ms": "How long segments stay on local disk once copied to the remote tier; -2: `retention.ms`.",
+    "local.retention.bytes": "How much of the partition stays on local disk once copied; -2: `retention.bytes`.",
+    "remote.log.copy.disable": "Stop copying new segments of a tiered topic; remote data stays readable and expires.",
+    "remote.log.delete.on.disable": "Allow `remote.storage.enable=false` on a topic with remote data, deleting it.",
+    # broker keys
+    "broker.id": "The broker id recorded in remote segment metadata.",
+    "num.recovery.threads.per.data.dir": "Threads per data dir loading (and recovering) partitions at startup.",
+    "num.segment.loading.threads.per.data.dir": "Ours: threads per data dir opening the segments of one partition "
+                                                "at startup.",
+    "log.retention.check.interval.ms": "How often local retention runs.",
+    "log.flush.scheduler.interval.ms": "How often the flusher checks `flush.ms`.",
+    "log.flush.offset.checkpoint.interval.ms": "How often the recovery-point checkpoint is written.",
+    "log.flush.start.offset.checkpoint.interval.ms": "How often the log-start-offset checkpoint is written.",
+    "producer.id.expiration.ms": "Forget an idempotent producer's state after this long without a write.",
+    "transaction.max.timeout.ms": "Longest transaction timeout accepted.",
+    "remote.log.storage.system.enable": "Enable the remote tier on this broker (topics opt in with "
+                                        "`remote.storage.enable`).",
+    "remote.log.storage.manager.class.name": "The RemoteStorageManager: `local`, `s3`, `fsspec` or the dotted path "
+                                             "of your own subclass (docs/custom-rsm.md).",
+    "remote.log.storage.manager.class.path": "Accepted for compatibility (Java class path); unused.",
+    "remote.log.storage.manager.impl.prefix": "Prefix of the keys passed to the RemoteStorageManager (prefix removed).",
+    "remote.log.metadata.manager.class.name": "Where remote segment metadata lives: `bucket` (beside the segments, "
+    "in the plugin's object store), `local` (a directory, `rlmm.config.dir`) or the dotted path of a "
+    "RemoteLogMetadataManager; default: `bucket` for object-store plugins, `local` for any other.",
+    "remote.log.metadata.manager.impl.prefix": "Prefix of the keys passed to the remote log metadata manager.",
+    "remote.log.metadata.custom.metadata.max.bytes": "Largest custom metadata a plugin may return for a copy; "
+                                                     "a larger one fails the copy.",
+    "remote.log.index.file.cache.total.size.bytes": "Disk space of the cache of remote segments' indexes.",
+    "remote.log.manager.task.interval.ms": "How often each partition's copy and expiration tasks run.",
+    "remote.log.manager.copy.max.bytes.per.second": "Quota on bytes copied to the remote tier per second.",
+    "remote.log.manager.fetch.max.bytes.per.second": "Quota on bytes read from the remote tier per second.",
+    "remote.log.manager.copier.thread.pool.size": "Threads running the copy tasks.",
+    "remote.log.manager.expiration.thread.pool.size": "Threads running the expiration tasks.",
+    "remote.log.manager.copier.process.enable": "Ours: run each copy in a child process (for plugins that share "
+                                                "their store across processes; see tiered/copier_process.py).",
+    "remote.log.reader.threads": "Threads reading from the remote tier.",
+    "remote.log.reader.max.pending.tasks": "Remote reads queued at most before new ones are refused.",
+    "remote.fetch.max.wait.ms": "Longest a fetch waits for a remote read.",
+    "remote.log.segment.cache.dir": "Ours: directory of the remote segment chunk cache (default: in the first data "
+                                    "dir).",
+    "remote.log.segment.cache.total.size.bytes": "Ours: disk space of the remote segment chunk cache.",
+    "remote.log.segment.cache.chunk.size.bytes": "Ours: size of one cached chunk of a remote segment.",
+    "remote.log.segment.cache.prefetch.chunks": "Ours: chunks read ahead of a sequential reader.",
+    "tiered.http.listen": "Ours: where `tiered run` serves /metrics, produce, consume and /health (`--listen`).",
+}
+
+# rsm.config.* of the bundled backends: key -> (default, valid values, description).
+_COMMON_RSM = {
+    "prefix": ("\"\"", "a path", "Object key prefix of everything the tier writes."),
+    "checksum.chunk.bytes": ("1 MiB", "[4096, 1 GiB]", "Bytes per crc32c of each uploaded object; every fetch is "
+                                                         "checked against them."),
+}
+RSM_DESCRIPTIONS: dict[str, dict[str, tuple[str, str, str]]] = {
+    "local": {**_COMMON_RSM, "dir": ("required", "a directory", "The directory holding the remote tier (created if "
+                                                                 "missing).")},
+    "s3": {
+        **_COMMON_RSM,
+        "bucket": ("required", "3..63 of a-z 0-9 . - _", "The bucket. It must exist: nothing creates it."),
+        "region": ("the SDK's", "a region name", "The bucket's region."),
+        "endpoint_url": ("AWS", "http(s)://host[:port]", "An S3-compatible endpoint (MinIO, SeaweedFS, LocalStack)."
+                                                          " `http://ACCESS:SECRET@host` gives credentials too."),
+        "aws_access_key_id": ("the SDK's chain", "a string", "Access key id (else environment, profile, instance "
+                                                               "role). Never logged."),
+        "aws_secret_access_key": ("the SDK's chain", "a string", "Secret access key. Never logged."),
+        "aws_session_token": ("none", "a string", "Session token of temporary credentials. Never logged."),
+        "path_style": ("false", "true, false", "Path-style addressing (`host/bucket/key`), for most S3-compatible "
+                                               "servers."),
+        "sse": ("none", "AES256, aws:kms", "Server-side encryption of uploads."),
+        "sse_kms_key_id": ("none", "a KMS key id", "The KMS key (needs `sse=aws:kms`)."),
+        "multipart_threshold_bytes": ("8 MiB", "[5 MiB, 5 GiB]", "Objects from this size are uploaded in parts."),
+        "multipart_chunk_size_bytes": ("8 MiB", "[5 MiB, 5 GiB]", "Size of one part."),
+        "max_concurrency": ("4", "[1, 256]", "Parallel part uploads of one object."),
+        "connect_timeout_ms": ("10000", "[1, 3600000]", "Connection timeout."),
+        "read_timeout_ms": ("30000", "[1, 3600000]", "Read timeout."),
+        "max_attempts": ("5", "[1, 100]", "Attempts per request (botocore retries)."),
+        "retry_mode": ("standard", "standard, legacy, adaptive", "botocore's retry mode."),
+    },
+    "fsspec": {
+        **_COMMON_RSM,
+        "url": ("required", "an fsspec URL", "Where the tier lives: `s3://bucket/prefix`, `gs://...`, `file:///...`, "
+                                             "`memory://...`."),
+        "storage_options.*": ("none", "per filesystem", "Passed to the filesystem, e.g. "
+                                                        "`storage_options.endpoint_url`, `storage_options.key`."),
+    },
+}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# configuration.md
+
+
+def _human(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f"`{value}`" if value else '""'
+    if value == LONG_MAX:
+        return "2^63-1 (none)"
+    text = str(value)
+    if key.endswith(".ms") and value >= 60_000 and value % 60_000 == 0:
+        minutes = value // 60_000
+        hint = f"{minutes // 1440} days" if minutes % 1440 == 0 else f"{minutes // 60} h" if minutes % 60 == 0 else f"{minutes} min"
+        return f"{text} ({hint})"
+    if key.endswith("bytes") and value >= MIB and value % MIB == 0:
+        mib = value // MIB
+        return f"{text} ({mib // 1024} GiB)" if mib % 1024 == 0 else f"{text} ({mib} MiB)"
+    return text
+
+
+def _valid(valid: str) -> str:
+    return valid.replace(str(LONG_MAX), "2^63-1").replace(str(2**31 - 1), "2^31-1")
+
+
+def _description(key: str) -> str:
+    try:
+        return DESCRIPTIONS[key]
+    except KeyError:
+        raise SystemExit(f"tiered.docsgen: configuration key {key} has no description: add one to DESCRIPTIONS") from None
+
+
+def rsm_config_keys() -> dict[str, tuple[str, ...]]:
+    """Each bundled backend's ``rsm.config.*`` keys as the code declares them (``CONFIG_KEYS`` and prefixes)."""
+    from tiered.backends.fsspec_backend import FsspecRemoteStorageManager
+    from tiered.backends.local_dir import LocalDirRemoteStorageManager
+    from tiered.backends.s3 import S3RemoteStorageManager
+
+    out = {}
+    for alias, cls in (("local", LocalDirRemoteStorageManager), ("s3", S3RemoteStorageManager),
+                       ("fsspec", FsspecRemoteStorageManager)):
+        out[alias] = (*cls.CONFIG_KEYS, *(p + "*" for p in cls.CONFIG_KEY_PREFIXES))
+    return out
+
+
+def configuration_md() -> str:
+    from local.config import OTHER_BROKER_KEYS, key_definitions
+
+    defs = key_definitions()
+    defined = {d.key for d in defs}
+    stale = sorted(set(DESCRIPTIONS) - defined)
+    if stale:
+        raise SystemExit(f"tiered.docsgen: DESCRIPTIONS has keys the code does not define: {', '.join(stale)}")
+    lines = [
+        "# Configuration reference",
+        "",
+        "<!-- Generated by `python -m tiered.docsgen` from local/config.py and the backends' CONFIG_KEYS; do not "
+        "edit. -->",
+        "",
+        "Broker keys go in the `--config` properties file (or `-o KEY=VALUE`); topic keys are set per topic with "
+        "`tiered topics create|alter` (or `produce --topic-config`), and their broker synonym sets the default for "
+        "every topic. An invalid value fails at load naming the key, the value and the valid range; an unknown "
+        "broker key is logged as a warning and ignored. Keys marked *ours* have no Kafka equivalent.",
+        "",
+        "## Topic keys",
+        "",
+        "| key | broker synonym (default for all topics) | default | valid values | description |",
+        "|---|---|---|---|---|",
+    ]
+    for d in defs:
+        if d.scope == "topic":
+            synonym = f"`{d.synonym}`" if d.synonym and d.synonym != d.key else ("same key" if d.synonym else "none")
+            lines.append(f"| `{d.key}` | {synonym} | {_human(d.key, d.default)} | {_valid(d.valid)} | "
+                         f"{_description(d.key)} |")
+    lines += ["", "## Broker keys", "", "| key | default | valid values | description |", "|---|---|---|---|"]
+    for key, what in OTHER_BROKER_KEYS.items():
+        lines.append(f"| `{key}` | | | {what} |")
+    for d in defs:
+        if d.scope == "broker":
+            lines.append(f"| `{d.key}` | {_human(d.key, d.default)} | {_valid(d.valid)} | {_description(d.key)} |")
+    lines += [
+        "",
+        "## Remote storage keys (`rsm.config.*`)",
+        "",
+        "Passed to the RemoteStorageManager chosen by `remote.log.storage.manager.class.name`, with the prefix "
+        "removed. Secret values (keys, secrets, tokens, passwords, URL userinfo) never appear in errors or logs. "
+        "An unknown key is logged as a warning.",
+    ]
+    declared = rsm_config_keys()
+    for alias, keys in declared.items():
+        described = RSM_DESCRIPTIONS.get(alias, {})
+        missing = [k for k in keys if k not in described]
+        extra = [k for k in described if k not in keys]
+        if missing or extra:
+            raise SystemExit(f"tiered.docsgen: rsm.config keys of the {alias} backend: undescribed {missing}, "
+                             f"described but not declared {extra}: update RSM_DESCRIPTIONS")
+        lines += ["", f"### `remote.log.storage.manager.class.name={alias}`", "",
+                  "| key | default | valid values | description |", "|---|---|---|---|"]
+        for key in keys:
+            default, valid, text = described[key]
+            lines.append(f"| `rsm.config.{key}` | {default} | {valid} | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# cli.md
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield from action.choices.items()
+
+
+def _parsers() -> Iterator[argparse.ArgumentParser]:
+    """``tiered``'s parser, then each command's (built with its arguments) and their subcommands, depth first."""
+    from tiered.cli import COMMANDS, build_parser
+
+    yield build_parser()
+    for name in COMMANDS:
+        command = dict(_subparsers(build_parser(name)))[name]
+        stack = [command]
+        while stack:
+            parser = stack.pop(0)
+            yield parser
+            stack[0:0] = [sub for _, sub in _subparsers(parser)]
+
+
+def cli_md() -> str:
+    previous = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(WIDTH)  # argparse wraps help at the terminal width: fix it
+    try:
+        sections = [(parser.prog, parser.format_help()) for parser in _parsers()]
+    finally:
+        if previous is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = previous
+    lines = [
+        "# Command line reference",
+        "",
+        "<!-- Generated by `python -m tiered.docsgen` from the argparse parsers (tiered/cli.py, "
+        "tiered/commands/); do not edit. -->",
+        "",
+        "Global options (`--config`, `--log-dirs`, `-o KEY=VALUE`, `-v`) go before or after the command. Exit "
+        "codes: 0 ok, 1 a failure, 2 usage. Errors are one line on stderr; `-v` adds the traceback. Commands:",
+        "",
+    ]
+    lines += [f"- [`{prog}`](#{_anchor(prog)})" for prog, _ in sections[1:]]
+    for prog, text in sections:
+        lines += ["", f"## {prog}", "", "```text", text.rstrip(), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _anchor(title: str) -> str:
+    return "".join(c for c in title.lower().replace(" ", "-") if c.isalnum() or c in "-_")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def generated() -> dict[Path, str]:
+    return {DOCS / "configuration.md": configuration_md(), DOCS / "cli.md": cli_md()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tiered.docsgen", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
+    args = parser.parse_args(argv)
+    stale = []
+    for path, text in generated().items():
+        current = path.read_text(encoding="utf-8") if path.exists() else None
+        if current == text:
+            continue
+        if args.check:
+            stale.append(path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
+    for path in stale:
+        print(f"{path} is stale: run python -m tiered.docsgen", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,334 @@
+"""The HTTP endpoint of ``tiered run``: Prometheus metrics, produce, consume and health, on one port.
+
+``tiered run`` holds the data dirs' locks, so while it runs this endpoint is how data gets in and out:
+
+- ``GET /metrics``: every metric the process registers, in Prometheus' text format (or OpenMetrics when the
+  scraper asks for it): the log manager's (``local.metrics``: ``remaining_logs_to_load``,
+  ``offline_log_directory_count``...) and the remote tier's (Kafka's ``RemoteCopyBytesPerSec``,
+  ``RemoteCopyLagSegments``..., the index and segment caches').
+- ``POST /topics/<topic>/partitions/<p>/records``: append records, one batch per request. The body is the record
+  format of ``tiered produce --json`` (``{"key":..., "value":..., "headers": {...}, "timestamp": ...}``): a JSON
+  array of such objects, one object, or one object per line. Optional query ``compression`` (none, gzip, snappy,
+  lz4, zstd). Answers ``{"topic", "partition", "count", "first_offset", "last_offset"}``. The partition is created
+  when it does not exist (with the topic's stored config, as ``tiered produce`` creates it).
+- ``GET /topics/<topic>/partitions/<p>/records?offset=&max_bytes=&isolation=``: read from ``offset`` (default:
+  the log start offset), local and remote tiers alike, records of ``max_bytes`` at most (default 1 MiB; at least
+  one record, as a Kafka fetch returns at least one batch). ``isolation``: ``high_watermark`` (default),
+  ``log_end`` or ``txn_committed``. Answers ``{"records": [...], "next_offset", "log_start_offset",
+  "log_end_offset", "high_watermark"}``, each record as ``tiered consume --json`` prints it. An offset outside
+  ``log start..log end`` is ``416`` naming the range; an unknown partition ``404``.
+- ``GET /health``: ``200`` with ``{"status": "serving", "offline_log_dirs": {dir: why}, "offline_partitions":
+  [...], "remote_tier": bool}`` while serving (offline dirs are reported, not fatal, as in Kafka); ``503`` with
+  ``"status": "stopping"`` once a stop began.
+
+Errors are JSON ``{"error": "..."}`` with ``400`` for a request that cannot work (bad JSON, a bad timestamp, an
+invalid topic name), ``404`` for an unknown path or partition, ``413`` for a body larger than
+``MAX_BODY_BYTES``, ``500`` for a storage failure (its one-line message). Requests are served on threads
+(``ThreadingHTTPServer``); the log's own locks order concurrent appends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+logger = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_BYTES = 1024 * 1024
+_RECORDS_PATH = re.compile(r"^/topics/(?P<topic>[^/]+)/partitions/(?P<partition>[^/]+)/records/?$")
+
+
+class HttpError(Exception):
+    """A request answered with ``status`` and ``{"error": message}``."""
+
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Union(Collector):
+    """The metrics of several registries, collected as one (each is read at scrape time)."""
+
+    def __init__(self, registries: Iterable[CollectorRegistry]) -> None:
+        self.registries = list(registries)
+
+    def collect(self) -> Iterator[Any]:
+        for registry in self.registries:
+            yield from registry.collect()
+
+
+def metrics_registry(manager: Any) -> CollectorRegistry:
+    """One registry serving the log manager's metrics and, when enabled, the remote tier's."""
+    from local import metrics
+
+    registries = [metrics.REGISTRY]
+    remote = getattr(getattr(manager, "remote_tier", None), "metrics", None)
+    if remote is not None:
+        registries.append(remote.registry)
+    union = CollectorRegistry(auto_describe=False)
+    union.register(_Union(registries))
+    return union
+
+
+class Endpoint:
+    """What the handler calls, on a running :class:`local.LogManager` (see the module docstring)."""
+
+    def __init__(self, manager: Any) -> None:
+        self.manager = manager
+        self.registry = metrics_registry(manager)
+        self.stopping = threading.Event()
+
+    # /health ------------------------------------------------------------------------------------------------
+
+    def health(self) -> tuple[HTTPStatus, dict[str, Any]]:
+        m = self.manager
+        body = {
+            "status": "stopping" if self.stopping.is_set() else "serving",
+            "offline_log_dirs": {str(d): why for d, why in dict(m.offline_dirs).items()},
+            "offline_partitions": sorted(f"{t}-{p}" for t, p in dict(m.offline_partitions)),
+            "remote_tier": m.remote_tier is not None,
+        }
+        return (HTTPStatus.SERVICE_UNAVAILABLE if self.stopping.is_set() else HTTPStatus.OK), body
+
+    # produce --------------------------------------------------------------------------------------------------
+
+    def produce(self, topic: str, partition: int, body: bytes, compression: str) -> dict[str, Any]:
+        from local import filenames
+        from local.records import MemoryRecords
+        from tiered.commands.produce import json_record
+
+        try:
+            filenames.partition_dir_name(topic, partition)
+        except ValueError as exc:
+            raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        now = int(time.time() * 1000)
+        objects = _json_objects(body)
+        if not objects:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "no records in the request body")
+        try:
+            records = [json_record(obj, now) for obj in objects]
+        except ValueError as exc:
+            raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        try:
+            batch = MemoryRecords.build(records, compression=compression)
+        except (ValueError, KeyError) as exc:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"cannot build the batch: {exc}") from None
+        log = self.manager.get_or_create_log(topic, partition)
+        info = log.append(batch)
+        return {"topic": topic, "partition": partition, "count": len(records),
+                "first_offset": info.first_offset, "last_offset": info.last_offset}
+
+    # consume ---------------------------------------------------------------------------------------------------
+
+    def consume(self, topic: str, partition: int, query: dict[str, list[str]]) -> dict[str, Any]:
+        from local.fetch import FetchIsolation
+        from tiered.commands.consume import record_json, records_from
+
+        log = self.manager.get_log(topic, partition)
+        if log is None:
+            raise HttpError(HTTPStatus.NOT_FOUND, f"no partition {topic}-{partition}")
+        isolation_name = _param(query, "isolation", "high_watermark")
+        try:
+            isolation = FetchIsolation[isolation_name.upper()]
+        except KeyError:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"invalid isolation {isolation_name!r}: expected high_watermark, "
+                            "log_end or txn_committed") from None
+        offset = _int_param(query, "offset", log.log_start_offset, 0)
+        max_bytes = _int_param(query, "max_bytes", DEFAULT_MAX_BYTES, 1)
+        start, end = log.log_start_offset, log.log_end_offset
+        if not start <= offset <= end:
+            raise HttpError(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
+                            f"offset {offset} is out of range for {log.name}: log start offset {start}, log end offset {end}")
+        records: list[dict[str, Any]] = []
+        size = 0
+        next_offset = offset
+        for batch, rec in records_from(log, offset, isolation):
+            rec_size = len(rec.key or b"") + len(rec.value or b"") + sum(len(k) + len(v or b"") for k, v in rec.headers)
+            if records and size + rec_size > max_bytes:
+                break
+            records.append(record_json(batch, rec))
+            size += rec_size
+            next_offset = rec.offset + 1
+        return {"records": records, "next_offset": next_offset, "log_start_offset": log.log_start_offset,
+                "log_end_offset": log.log_end_offset, "high_watermark": log.high_watermark}
+
+
+def _json_objects(body: bytes) -> list[Any]:
+    """A JSON array of records, one record, or one record per line."""
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        raise HttpError(HTTPStatus.BAD_REQUEST, "the request body is not UTF-8") from None
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError:
+        out = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise HttpError(HTTPStatus.BAD_REQUEST, f"line {lineno} of the body is not JSON: {exc}") from None
+        return out
+    return parsed if isinstance(parsed, list) else [parsed]
+
+
+def _param(query: dict[str, list[str]], name: str, default: str) -> str:
+    values = query.get(name)
+    return values[-1] if values else default
+
+
+def _int_param(query: dict[str, list[str]], name: str, default: int, lo: int) -> int:
+    text = _param(query, name, "")
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"invalid {name} {text!r}: expected a whole number >= {lo}") from None
+    if value < lo:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"invalid {name} {value}: must be >= {lo}")
+    return value
+
+
+def _partition(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 2**31 - 1:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"invalid partition {text!r}: expected a whole number in 0..{2**31 - 1}")
+    return value
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Server
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def _serve(self, method: str) -> None:
+        endpoint = self.server.endpoint
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        try:
+            if method == "GET" and url.path == "/metrics":
+                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+                self._send(HTTPStatus.OK, encoder(endpoint.registry), content_type)
+                return
+            if method == "GET" and url.path == "/health":
+                status, body = endpoint.health()
+                self._json(status, body)
+                return
+            match = _RECORDS_PATH.match(url.path)
+            if match is None:
+                raise HttpError(HTTPStatus.NOT_FOUND, f"no endpoint {method} {url.path}: expected GET /metrics, "
+                                "GET /health, GET or POST /topics/<topic>/partitions/<p>/records")
+            topic, partition = unquote(match["topic"]), _partition(unquote(match["partition"]))
+            if method == "POST":
+                self._json(HTTPStatus.OK, endpoint.produce(topic, partition, self._body(), _param(query, "compression", "none")))
+            else:
+                self._json(HTTPStatus.OK, endpoint.consume(topic, partition, query))
+        except HttpError as exc:
+            self._json(exc.status, {"error": str(exc)})
+        except Exception as exc:
+            self._json(*_error_status(exc))
+
+    def _body(self) -> bytes:
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            raise HttpError(HTTPStatus.LENGTH_REQUIRED, "a POST needs a Content-Length") from None
+        if length > MAX_BODY_BYTES:
+            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                            f"the body is {length} bytes, more than {MAX_BODY_BYTES}: send fewer records per request")
+        return self.rfile.read(length)
+
+    def _json(self, status: HTTPStatus, body: dict[str, Any]) -> None:
+        self._send(status, (json.dumps(body) + "\n").encode(), "application/json")
+
+    def _send(self, status: HTTPStatus, payload: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("%s %s", self.address_string(), format % args)
+
+
+def _error_status(exc: Exception) -> tuple[HTTPStatus, dict[str, Any]]:
+    from local.errors import (
+        ConfigError,
+        InvalidRecordError,
+        InvalidTimestampError,
+        KafkaStorageError,
+        OffsetOutOfRangeError,
+        RecordTooLargeError,
+        UnsupportedCompressionTypeError,
+    )
+    from tiered.errors import TieredStorageError
+
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OffsetOutOfRangeError):
+        return HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, {"error": message}
+    if isinstance(exc, (ConfigError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError,
+                        UnsupportedCompressionTypeError)):
+        return HTTPStatus.BAD_REQUEST, {"error": message}
+    if isinstance(exc, (KafkaStorageError, TieredStorageError, OSError)):
+        logger.warning("request failed: %s", message)
+        return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": message}
+    logger.exception("unexpected error serving a request")
+    return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"unexpected error: {type(exc).__name__}: {message}"}
+
+
+class Server(ThreadingHTTPServer):
+    """The endpoint on ``(host, port)``; port 0 picks a free one (read it back from :attr:`port`)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, endpoint: Endpoint, host: str, port: int) -> None:
+        self.endpoint = endpoint
+        super().__init__((host, port), _Handler)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = str(self.server_address[0])
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.serve_forever, name="tiered-http", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop taking requests (those being served finish on their threads) and release the port."""
+        self.endpoint.stopping.set()
+        if self._thread is not None:
+            self.shutdown()
+            self._thread.join()
+        self.server_close()
+
