@@ -223,7 +223,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         found = self.__dict__.get("_manifests")
         if found is None:
             found = self.__dict__.setdefault("_manifests", (OrderedDict(), threading.Lock()))
-        return found  # type: ignore[no-any-return]
+        return found
 
     def _remember(self, metadata: RemoteLogSegmentMetadata, manifest: Any) -> None:
         cache, lock = self._manifest_cache()
