@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "verify": "scrub data dirs (and the remote tier with --remote) for damage, changing nothing",
     "features": "describe or finalize feature levels (KIP-1333 large indexes)",
     "export": "export a topic's whole history with Spark",
+    "keys": "rotate: re-wrap encrypted remote segments' data keys under another key pair (manifests only)",
 }
 
 
