@@ -10,7 +10,11 @@ decodes each and hands out exactly the requested bytes.
 from __future__ import annotations
 
 import io
+import os
+import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,7 +27,23 @@ from tiered.format.transforms import LOG_OBJECT, ChunkCodec
 #: a non-streaming backend fetches at most this many stored bytes per GET (or one chunk, when chunks are larger)
 WINDOW_BYTES = 16 * 1024 * 1024
 
+#: chunks decoded ahead of the reader when a read spans several (zstd and AES-GCM release the GIL, so they run on
+#: other cores while the reader hands out the current chunk): memory is this many chunks more
+DECODE_AHEAD = 2
+
 Opener = Callable[[int, int], IO[bytes]]  # (stored start, stored end inclusive) -> stream
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _decoders() -> ThreadPoolExecutor:
+    """One small pool for every reader in the process (threads are made once, not per read)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max(2, min(4, os.cpu_count() or 2)), thread_name_prefix="tiered-decode")
+        return _pool
 
 
 def log_chunks(path: Path, chunk_size: int, codec: ChunkCodec, offsets: list[int], crcs: list[int]) -> Iterator[bytes]:
@@ -67,7 +87,8 @@ def unpack_index(packed: bytes, suffix: str, entry: IndexEntry, codec: ChunkCode
 
 class ChunkRangeReader(io.BufferedIOBase):
     """Original bytes ``[start, end_inclusive]`` of a segment stored as ``manifest`` says (see the module
-    docstring). Chunks are fetched and decoded as the reader advances."""
+    docstring). Stored chunks are fetched in order as the reader advances; when the range spans more than one,
+    up to :data:`DECODE_AHEAD` of them are decoded ahead on the decoder pool."""
 
     def __init__(self, manifest: SegmentManifest, codec: ChunkCodec, key: str, opener: Opener, start: int,
                  end_inclusive: int, *, streams: bool) -> None:
@@ -80,6 +101,8 @@ class ChunkRangeReader(io.BufferedIOBase):
         self._source: IO[bytes] | None = None
         self._window_end = self._next  # the chunk after the last one the open source covers
         self._buffer = memoryview(b"")
+        self._ahead = DECODE_AHEAD if len(self._chunks) > 1 else 0
+        self._pending: deque[Future[bytes]] = deque()
 
     def readable(self) -> bool:
         return True
@@ -96,7 +119,20 @@ class ChunkRangeReader(io.BufferedIOBase):
         self._source = self._open(offsets[self._next], offsets[last] - 1)
         self._window_end = last
 
-    def _read_chunk(self) -> bytes:
+    def _next_chunk(self) -> bytes:
+        """The next decoded chunk: decoded here, or taken from those decoded ahead (and more sent ahead)."""
+        if not self._ahead:
+            i, stored = self._read_stored()
+            return self._decode(i, stored)
+        while len(self._pending) <= self._ahead and self._next < self._chunks.stop:
+            i, stored = self._read_stored()
+            self._pending.append(_decoders().submit(self._decode, i, stored))
+        return self._pending.popleft().result()
+
+    def _decode(self, i: int, stored: bytes) -> bytes:
+        return self._codec.decode(LOG_OBJECT, i, stored, self._m.chunk_size_of(i), self._m.crcs[i], key=self._key)
+
+    def _read_stored(self) -> tuple[int, bytes]:
         i = self._next
         if self._source is None or i >= self._window_end:
             self._open_window()
@@ -112,14 +148,14 @@ class ChunkRangeReader(io.BufferedIOBase):
             parts.append(data)
             got += len(data)
         self._next += 1
-        return self._codec.decode(LOG_OBJECT, i, b"".join(parts), self._m.chunk_size_of(i), self._m.crcs[i], key=self._key)
+        return i, parts[0] if len(parts) == 1 else b"".join(parts)
 
     def read(self, size: int | None = -1) -> bytes:
         out: list[bytes] = []
         want = self._remaining if size is None or size < 0 else min(size, self._remaining)
         while want > 0:
             if not self._buffer:
-                plain = self._read_chunk()
+                plain = self._next_chunk()
                 self._buffer = memoryview(plain)[self._skip :]
                 self._skip = 0
             take = self._buffer[:want]
@@ -137,6 +173,9 @@ class ChunkRangeReader(io.BufferedIOBase):
         return len(data)
 
     def close(self) -> None:
+        for future in self._pending:
+            future.cancel()
+        self._pending.clear()
         if self._source is not None:
             self._source.close()
             self._source = None
