@@ -51,6 +51,8 @@ def test_a_tiered_log_offloads_reads_and_verifies_in_the_manifest_format(
     assert main(args) == 0, capsys.readouterr()
     assert json.loads(capsys.readouterr().out)["ok"] is True
 
+    _dump_understands_the_manifest_format(manifests[0], tmp_path / "broker.properties", capsys)
+
     manifest = SegmentManifest.decode(manifests[0].read_bytes())
     stored = manifests[0].with_name(manifests[0].name.replace(".rsm-manifest", ".log"))
     data = bytearray(stored.read_bytes())
@@ -61,3 +63,31 @@ def test_a_tiered_log_offloads_reads_and_verifies_in_the_manifest_format(
     found = [p for part in doc["partitions"] for p in part["problems"]]
     assert any(p["kind"] == "unreadable" and "chunk 1 of remote object" in p["message"] and
                p["object"].endswith(stored.name) for p in found), found
+
+
+def _dump_understands_the_manifest_format(manifest_path: Path, config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = SegmentManifest.decode(manifest_path.read_bytes())
+    stored_log = manifest_path.with_name(manifest_path.name.replace(".rsm-manifest", ".log"))
+    packed = manifest_path.with_name(manifest_path.name.replace(".rsm-manifest", ".indexes"))
+    start = int(manifest_path.name.split("-", 1)[0])
+
+    assert main(["dump", "--json", str(manifest_path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["type"] == "segment-manifest"
+    assert doc["items"][0]["transforms"] == "zstd,aes-256-gcm" and doc["items"][0]["key_id"] == "k1"
+    assert sum(1 for item in doc["items"] if "chunk" in item) == manifest.chunk_count
+
+    assert main(["dump", "--json", "--config", str(config), str(stored_log)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["problems"] == [] and doc["items"][0]["baseOffset"] == start
+    assert all(item["isvalid"] for item in doc["items"])
+    assert sum(item["size"] for item in doc["items"]) == manifest.size
+
+    assert main(["dump", "--json", str(stored_log)]) == 1  # no ring given: the key id is named
+    assert "key pair 'k1' is needed" in capsys.readouterr().out
+
+    assert main(["dump", "--json", "--config", str(config), str(packed)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    files = [item["file"] for item in doc["items"] if "file" in item]
+    assert f"{start:020d}.index" in files and f"{start:020d}.timeindex" in files
+    assert any(item.get("offset", -1) > start for item in doc["items"] if "position" in item)
