@@ -322,3 +322,33 @@ def test_the_manifest_upload_comes_last_and_a_failed_copy_leaves_nothing(pairs: 
         rsm.copy_log_segment_data(md, segment_files(tmp_path / "seg", text_like(4000)))
     assert order == [PACKED_INDEXES_SUFFIX[1:], MANIFEST_SUFFIX[1:]]
     assert rsm.list_keys("") == []
+
+
+def test_a_segment_costs_one_manifest_get_one_index_get_and_one_unwrap(pairs: list[KeyPairPaths], tmp_path: Path) -> None:
+    writer = load_rsm("local", {"dir": str(tmp_path / "r"), **combo_config("zstd+aes", pairs, 1024)})
+    md, log = metadata(), text_like(6000)
+    writer.copy_log_segment_data(md, segment_files(tmp_path / "seg", log))
+    rsm: ObjectStoreRemoteStorageManager = _fresh(writer)  # type: ignore[arg-type]
+    gets: list[str] = []
+    real_get = rsm.get_range
+
+    def counting_get(key: str, start: int = 0, end: int | None = None) -> bytes:
+        gets.append(key.rsplit(".", 1)[-1])
+        return real_get(key, start, end)
+
+    rsm.get_range = counting_get  # type: ignore[method-assign]
+    assert rsm.key_provider is not None
+    unwraps: list[str] = []
+    real_unwrap = rsm.key_provider.unwrap
+
+    def counting_unwrap(key_id: str, algorithm: str, wrapped: bytes) -> bytes:
+        unwraps.append(key_id)
+        return real_unwrap(key_id, algorithm, wrapped)
+
+    rsm.key_provider.unwrap = counting_unwrap  # type: ignore[method-assign]
+    for kind in (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.TRANSACTION, IndexType.PRODUCER_SNAPSHOT):
+        rsm.fetch_index(md, kind).read()
+    for start in range(0, 6000, 1000):
+        assert _read(rsm, md, start, start + 999) == log[start : start + 1000]
+    assert [g for g in gets if g != "log"] == ["rsm-manifest", "indexes"]
+    assert unwraps == ["k1"]

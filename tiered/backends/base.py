@@ -22,7 +22,6 @@ a change of settings never strands what was written before.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import logging
 import tempfile
@@ -52,6 +51,7 @@ if TYPE_CHECKING:
 MANIFEST_SUFFIX = ".rsm-manifest"
 PACKED_INDEXES_SUFFIX = ".indexes"
 _MANIFEST_CACHE_ENTRIES = 4096
+_PACKED_CACHE_ENTRIES = 4
 _NO_MANIFEST = object()
 
 logger = logging.getLogger(__name__)
@@ -257,15 +257,44 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         return manifest
 
     def codec(self, metadata: RemoteLogSegmentMetadata, manifest: SegmentManifest) -> ChunkCodec:
-        """The codec that decodes the segment's chunks (its data key unwrapped by the key provider)."""
+        """The codec that decodes the segment's chunks, its data key unwrapped by the key provider once and kept
+        with the cached manifest (a rotation re-wraps the same data key, so it stays valid)."""
         from tiered.format.keyring import NoKeyRing
         from tiered.format.transforms import ChunkCodec
 
+        sid = metadata.remote_log_segment_id.id
+        cache, lock = self._manifest_cache()
+        with lock:
+            found = self.__dict__.setdefault("_codecs", {}).get(sid)
+        if found is not None and found[0] is manifest:
+            return found[1]
         data_key = None
         if manifest.envelope is not None:
             env = manifest.envelope
             data_key = (self.key_provider or NoKeyRing()).unwrap(env.key_id, env.key_wrap, env.wrapped_key)
-        return ChunkCodec(metadata.remote_log_segment_id.id, level=manifest.compression_level, data_key=data_key)
+        codec = ChunkCodec(sid, level=manifest.compression_level, data_key=data_key)
+        with lock:
+            codecs = self.__dict__["_codecs"]
+            codecs[sid] = (manifest, codec)
+            for stale in [k for k in codecs if k not in cache]:
+                del codecs[stale]  # only segments whose manifest is still cached keep a codec
+        return codec
+
+    def _packed_indexes(self, metadata: RemoteLogSegmentMetadata, key: str) -> bytes:
+        """The segment's ``.indexes`` object: one GET serves the index fetches of a segment that come together
+        (the last few segments' objects are kept)."""
+        sid = metadata.remote_log_segment_id.id
+        _, lock = self._manifest_cache()
+        with lock:
+            packed: OrderedDict[Any, bytes] = self.__dict__.setdefault("_packed", OrderedDict())
+            data = packed.get(sid)
+        if data is None:
+            data = self.get_range(key)
+            with lock:
+                packed[sid] = data
+                while len(packed) > _PACKED_CACHE_ENTRIES:
+                    packed.popitem(last=False)
+        return data
 
     # Reads -----------------------------------------------------------------------------------------------
     def fetch_log_segment(
@@ -297,14 +326,15 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             raise not_found(f"{key} ({index_type.suffix})")
         from tiered.format.segment import unpack_index
 
-        stored = self.get_range(key, entry.offset, entry.offset + entry.stored_size - 1) if entry.stored_size else b""
-        return io.BytesIO(unpack_index(stored, index_type.suffix, dataclasses.replace(entry, offset=0), self.codec(metadata, manifest), key))
+        packed = self._packed_indexes(metadata, key)
+        return io.BytesIO(unpack_index(packed, index_type.suffix, entry, self.codec(metadata, manifest), key))
 
     def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
         self.delete_many(self._all_keys(metadata))
         cache, lock = self._manifest_cache()
         with lock:
-            cache.pop(metadata.remote_log_segment_id.id, None)
+            for held in (cache, self.__dict__.get("_codecs", {}), self.__dict__.get("_packed", {})):
+                held.pop(metadata.remote_log_segment_id.id, None)
 
 
 def not_found(key: str) -> RemoteResourceNotFoundError:
