@@ -73,3 +73,24 @@ def test_any_range_read_through_the_manifest_is_the_original_slice(tmp_path_fact
     sizes = data.draw(st.lists(st.integers(1, 3000), max_size=5))
     got = b"".join(reader.read(n) for n in sizes) + reader.read()
     assert got == original[start : end + 1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.binary(min_size=1, max_size=3000), st.booleans(), st.booleans(), st.data())
+def test_any_flipped_bit_of_a_stored_chunk_is_refused(data: bytes, compress: bool, check_crc: bool,
+                                                     draw: st.DataObject) -> None:
+    """With the manifest's crc (any change is caught by it) and with a crc fixed up by whoever changed the bytes
+    (then the AES-GCM tag catches it)."""
+    import pytest
+    from crc32c import crc32c
+
+    from tiered.errors import RemoteChunkError
+
+    codec = ChunkCodec(uuid.uuid4(), level=3 if compress else None, data_key=_KEY)
+    stored = bytearray(codec.encode("log", 4, data))
+    crc = crc32c(bytes(stored))
+    bit = draw.draw(st.integers(0, len(stored) * 8 - 1))
+    stored[bit // 8] ^= 1 << (bit % 8)
+    with pytest.raises(RemoteChunkError, match="chunk 4 of remote object obj") as info:
+        codec.decode("log", 4, bytes(stored), len(data), crc if check_crc else crc32c(bytes(stored)), key="obj")
+    assert info.value.chunk == 4 and info.value.key == "obj"
