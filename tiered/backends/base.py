@@ -198,11 +198,12 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         codec = ChunkCodec(sid, level=level, data_key=data_key)
         offsets: list[int] = [0]
         crcs: list[int] = []
+        size = data.log_segment.stat().st_size
         self.put_stream(layout.segment_key(self.prefix, metadata, layout.LOG_SUFFIX),
                         log_chunks(data.log_segment, settings.chunk_size, codec, offsets, crcs))
-        size = data.log_segment.stat().st_size
-        if offsets[-1] and len(crcs) != -(-size // settings.chunk_size):
-            raise RemoteStorageError(f"{data.log_segment} changed size while it was being copied")
+        if len(crcs) != -(-size // settings.chunk_size) or data.log_segment.stat().st_size != size:
+            raise RemoteStorageError(f"{data.log_segment} changed size while it was being copied (a rolled segment "
+                                     "never does)")
         indexes = {IndexType.OFFSET.suffix: data.offset_index.read_bytes(),
                    IndexType.TIMESTAMP.suffix: data.time_index.read_bytes()}
         if data.transaction_index is not None:
