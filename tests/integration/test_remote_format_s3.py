@@ -22,6 +22,7 @@ from tests.formatutil import (
 )
 from tests.integration.s3_servers import S3Endpoint
 from tests.integration.test_real_s3 import _bucket
+from tests.rsm_conformance_manifest import ManifestConformance
 from tiered import IndexType, RemoteLogSegmentMetadata
 from tiered.backends import load_rsm
 from tiered.backends.base import ObjectStoreRemoteStorageManager
@@ -117,3 +118,11 @@ def test_old_plain_segments_in_the_same_bucket_and_a_tampered_chunk(s3_config: d
         assert _read(fresh, new_md, 0, 3 * 4096 - 1) == new_log[: 3 * 4096]
         with pytest.raises(RemoteChunkError, match=rf"chunk 3 of remote object {key}"):
             _read(fresh, new_md, 3 * 4096, 3 * 4096 + 10)
+
+
+class TestManifestConformanceRealS3(ManifestConformance):
+    """The conformance suite, zstd+aes, on each real server."""
+
+    @pytest.fixture
+    def rsm(self, s3_config: dict[str, str], pairs: list[KeyPairPaths]) -> Iterator[ObjectStoreRemoteStorageManager]:
+        yield from _rsm(s3_config, **combo_config("zstd+aes", pairs, 256 * 1024 + 3))
