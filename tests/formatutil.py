@@ -76,3 +76,40 @@ def text_like(size: int) -> bytes:
         out += b"order %08d customer=%05d status=shipped amount=%d.%02d\n" % (i, i % 9973, i % 1000, i % 100)
         i += 1
     return bytes(out[:size])
+
+
+class ToyKms:
+    """A key provider standing in for a KMS: AES key wrap (RFC 3394) under named 256-bit keys from its settings,
+    ``keys=ID:HEX,ID:HEX`` and ``active=ID`` (``rsm.config.encryption.key.provider.keys`` / ``.active``)."""
+
+    ALGORITHM = "AES-KW-256"
+
+    def __init__(self) -> None:
+        self.keys: dict[str, bytes] = {}
+        self.active_key_id: str | None = None
+
+    def configure(self, props: dict[str, str]) -> None:
+        for item in props.get("keys", "").split(","):
+            if item:
+                kid, _, hex_key = item.partition(":")
+                self.keys[kid] = bytes.fromhex(hex_key)
+        self.active_key_id = props.get("active")
+
+    def wrap(self, data_key: bytes, key_id: str | None = None) -> tuple[str, str, bytes]:
+        from cryptography.hazmat.primitives.keywrap import aes_key_wrap
+
+        kid = key_id or self.active_key_id
+        assert kid is not None
+        return kid, self.ALGORITHM, aes_key_wrap(self._key(kid), data_key)
+
+    def unwrap(self, key_id: str, algorithm: str, wrapped: bytes) -> bytes:
+        from cryptography.hazmat.primitives.keywrap import aes_key_unwrap
+
+        return aes_key_unwrap(self._key(key_id), wrapped)
+
+    def _key(self, kid: str) -> bytes:
+        from tiered.errors import EncryptionKeyNotFoundError
+
+        if kid not in self.keys:
+            raise EncryptionKeyNotFoundError(f"the toy KMS has no key {kid!r}", key_id=kid)
+        return self.keys[kid]

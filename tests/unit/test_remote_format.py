@@ -352,3 +352,46 @@ def test_a_segment_costs_one_manifest_get_one_index_get_and_one_unwrap(pairs: li
         assert _read(rsm, md, start, start + 999) == log[start : start + 1000]
     assert [g for g in gets if g != "log"] == ["rsm-manifest", "indexes"]
     assert unwraps == ["k1"]
+
+
+def test_a_key_provider_class_stands_in_for_the_ring(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A KMS behind the KeyProvider interface: configured by class name, wraps new segments, rotates, and a key it
+    no longer holds is named."""
+    a, b = os.urandom(32).hex(), os.urandom(32).hex()
+    kms = {"encryption.key.provider.class": "tests.formatutil.ToyKms", "encryption.key.provider.keys": f"a:{a},b:{b}",
+           "encryption.key.provider.active": "a"}
+    config = {"dir": str(tmp_path / "r"), "encryption.enabled": "true", "compression.enabled": "true",
+              "chunk.size": "1024", **kms}
+    rsm: ObjectStoreRemoteStorageManager = load_rsm("local", config)  # type: ignore[assignment]
+    md, log = metadata(), text_like(5000)
+    rsm.copy_log_segment_data(md, segment_files(tmp_path / "seg", log))
+    m = rsm.manifest(md)
+    assert m is not None and m.envelope is not None and (m.envelope.key_id, m.envelope.key_wrap) == ("a", "AES-KW-256")
+    assert _read(rsm, md, 1000, 3000) == log[1000:3001]
+
+    from tiered.cli import main
+
+    props = tmp_path / "server.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in {
+        "log.dirs": str(tmp_path / "data"), "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": "local", **{f"rsm.config.{k}": v for k, v in config.items()}}.items()))
+    assert main(["keys", "rotate", "--config", str(props), "--new-key-pair-id", "b"]) == 0
+    assert "re-wrapped 1 segment data key(s) under key pair b" in capsys.readouterr().out
+    only_b = load_rsm("local", {**config, "encryption.key.provider.keys": f"b:{b}", "encryption.key.provider.active": "b"})
+    assert _read(only_b, md, 0, None) == log  # type: ignore[arg-type]
+    only_a = load_rsm("local", {**config, "encryption.key.provider.keys": f"a:{a}"})
+    with pytest.raises(EncryptionKeyNotFoundError, match="no key 'b'"):
+        _read(only_a, md, 0, 10)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"encryption.key.provider.class": "tests.formatutil.Nope"}, "cannot load it"),
+    ({"encryption.key.provider.class": "tests.formatutil.KeyPairPaths"}, "cannot make and configure it"),
+    ({"encryption.key.provider.class": "pathlib.PurePath"}, "not a key provider"),
+    ({"encryption.key.provider.class": "tests.formatutil.ToyKms", "encryption.enabled": "true"}, "no active key"),
+    ({"encryption.key.provider.class": "tests.formatutil.ToyKms", "encryption.key.pairs": "k1",
+      "encryption.key.pairs.k1.public.key.file": "/p", "encryption.key.pairs.k1.private.key.file": "/q"}, "not both"),
+])
+def test_a_bad_key_provider_class_fails_at_configure(extra: dict[str, str], message: str, tmp_path: Path) -> None:
+    with pytest.raises(RemoteConfigError, match=rf"rsm.config.encryption.key.provider.class: .*{message}"):
+        load_rsm("local", {"dir": str(tmp_path), **extra})

@@ -36,6 +36,7 @@ from tiered import layout
 from tiered.backends.options import (
     FORMAT_KEYS,
     KEY_PAIRS_PREFIX,
+    KEY_PROVIDER_PREFIX,
     FormatSettings,
     Options,
     Redactor,
@@ -63,7 +64,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     #: the ``rsm.config.*`` keys (prefix stripped) a backend reads; others are warned about. ``checksum.chunk.bytes``
     #: is the copy task's (tiered.checksums), passed to every plugin with the rest.
     CONFIG_KEYS: tuple[str, ...] = ("prefix", "checksum.chunk.bytes", *FORMAT_KEYS)
-    CONFIG_KEY_PREFIXES: tuple[str, ...] = (KEY_PAIRS_PREFIX,)
+    CONFIG_KEY_PREFIXES: tuple[str, ...] = (KEY_PAIRS_PREFIX, KEY_PROVIDER_PREFIX)
     redact: Redactor = Redactor()
     format: FormatSettings = FormatSettings()
     #: wraps and unwraps data keys; the RSA key ring of ``rsm.config.encryption.key.pairs`` unless replaced (a KMS)
@@ -77,7 +78,11 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
 
         checksum_chunk_bytes(props)  # validated here too, so a bad value fails at configure
         self.format = format_settings(self.options)
-        if self.format.key_pairs:
+        if self.format.key_provider_class:
+            from tiered.format.keyring import load_key_provider
+
+            self.key_provider = load_key_provider(self.format, self.options.prefix)
+        elif self.format.key_pairs:
             from tiered.format.keyring import RsaKeyRing
 
             self.key_provider = RsaKeyRing.from_settings(self.format)

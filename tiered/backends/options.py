@@ -214,8 +214,9 @@ class Options:
 # The remote object format (tiered.format) -------------------------------------------------------------------
 
 FORMAT_KEYS = ("chunk.size", "compression.enabled", "compression.heuristic.enabled", "compression.level",
-               "encryption.enabled", "encryption.key.pair.id", "encryption.key.pairs")
+               "encryption.enabled", "encryption.key.pair.id", "encryption.key.pairs", "encryption.key.provider.class")
 KEY_PAIRS_PREFIX = "encryption.key.pairs."
+KEY_PROVIDER_PREFIX = "encryption.key.provider."  # the settings of a key provider class (a KMS), prefix stripped
 DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 MIN_CHUNK_SIZE = 1024
 MAX_CHUNK_SIZE = 1024 * 1024 * 1024
@@ -245,6 +246,8 @@ class FormatSettings:
     encryption: bool = False
     key_pair_id: str | None = None
     key_pairs: Mapping[str, KeyPairFiles] = field(default_factory=dict)
+    key_provider_class: str | None = None
+    key_provider_config: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def transformed(self) -> bool:
@@ -278,6 +281,18 @@ def format_settings(o: Options) -> FormatSettings:
                     f"listed in {o.prefix}encryption.key.pairs ({ids_text or 'empty'})")
     encryption = o.boolean("encryption.enabled", False)
     key_pair_id = o.string("encryption.key.pair.id")
+    provider = o.string("encryption.key.provider.class")
+    provider_config = {k[len(KEY_PROVIDER_PREFIX):]: str(v) for k, v in o.props.items()
+                       if k.startswith(KEY_PROVIDER_PREFIX) and k != "encryption.key.provider.class" and v is not None}
+    if provider is not None:
+        if pairs:
+            raise o.bad("encryption.key.provider.class", provider, f"set either it or {o.prefix}encryption.key.pairs, "
+                        "not both")
+        chunk_size = o.integer("chunk.size", DEFAULT_CHUNK_SIZE, MIN_CHUNK_SIZE, MAX_CHUNK_SIZE)
+        level = o.integer("compression.level", 3, -7, 22)
+        assert chunk_size is not None and level is not None
+        return FormatSettings(chunk_size, compression, heuristic, level, encryption, key_pair_id, {}, provider,
+                              provider_config)
     if encryption and key_pair_id is None:
         raise o.missing("encryption.key.pair.id", "the id of the key pair that wraps new segments' data keys "
                         "(rsm.config.encryption.enabled=true)")

@@ -24,16 +24,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _key_provider(args: argparse.Namespace) -> object:
-    """The key ring of ``--config``'s ``rsm.config.encryption.*`` settings, or None."""
+    """The key ring (or key provider class) of ``--config``'s ``rsm.config.encryption.*`` settings, or None."""
     if not getattr(args, "config", None):
         return None
     from tiered.backends.options import PREFIX, Options, format_settings
     from tiered.commands._common import _read
-    from tiered.format.keyring import RsaKeyRing
+    from tiered.format.keyring import RsaKeyRing, load_key_provider
 
     props = _read(args.config)
-    rsm = {k[len(PREFIX):]: v for k, v in props.items() if k.startswith(PREFIX)}
-    return RsaKeyRing.from_settings(format_settings(Options(rsm)))
+    settings = format_settings(Options({k[len(PREFIX):]: v for k, v in props.items() if k.startswith(PREFIX)}))
+    return load_key_provider(settings) if settings.key_provider_class else RsaKeyRing.from_settings(settings)
 
 
 def run(args: argparse.Namespace) -> int:

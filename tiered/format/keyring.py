@@ -7,6 +7,11 @@ under. :class:`RsaKeyRing` is the leading plugin's scheme: RSA key pairs read fr
 RSA-OAEP with SHA-512 and MGF1-SHA-512 (the plugin uses SHA3-512, which the ``cryptography`` package does not offer
 for OAEP; the manifest names the wrap algorithm, ``RSA-OAEP-SHA512``, so another one can be added beside it). A key
 id the ring does not hold is :class:`tiered.errors.EncryptionKeyNotFoundError` naming it.
+
+Another provider (a KMS client) is named by ``rsm.config.encryption.key.provider.class`` (a dotted path to a class
+with a no-argument constructor, the three members of :class:`KeyProvider` and optionally ``configure(props)``,
+which receives the ``rsm.config.encryption.key.provider.*`` settings with that prefix stripped); new segments are
+then wrapped under its ``active_key_id`` unless ``encryption.key.pair.id`` names another of its keys.
 """
 
 from __future__ import annotations
@@ -117,6 +122,53 @@ class NoKeyRing:
     def unwrap(self, key_id: str, algorithm: str, wrapped: bytes) -> bytes:
         raise EncryptionKeyNotFoundError(f"key pair {key_id!r} is needed to read this segment but no key ring is "
                                          "configured (rsm.config.encryption.key.pairs)", key_id=key_id)
+
+
+def load_key_provider(settings: FormatSettings, prefix: str = "rsm.config.") -> KeyProvider:
+    """The provider class of ``encryption.key.provider.class``, made and configured; a RemoteConfigError naming the
+    key when it cannot be loaded, is not a KeyProvider, or has no key to wrap new segments under."""
+    import importlib
+
+    key = f"{prefix}encryption.key.provider.class"
+    path = str(settings.key_provider_class)
+    module_name, _, attr = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr) if module_name else None
+    except (ImportError, AttributeError) as exc:
+        raise RemoteConfigError(f"Invalid value {path} for configuration {key}: cannot load it: {exc}", key=key) from None
+    if cls is None:
+        raise RemoteConfigError(f"Invalid value {path} for configuration {key}: expected a dotted path "
+                                "(package.module.Class)", key=key)
+    try:
+        provider = cls()
+        configure = getattr(provider, "configure", None)
+        if callable(configure):
+            configure(dict(settings.key_provider_config))
+    except (TypeError, ValueError) as exc:
+        raise RemoteConfigError(f"Invalid value {path} for configuration {key}: cannot make and configure it: "
+                                f"{exc}", key=key) from None
+    if not isinstance(provider, KeyProvider):
+        raise RemoteConfigError(f"Invalid value {path} for configuration {key}: not a key provider (it needs "
+                                "active_key_id, wrap and unwrap)", key=key)
+    if settings.key_pair_id is not None:
+        provider = _Pinned(provider, settings.key_pair_id)
+    if settings.encryption and provider.active_key_id is None:
+        raise RemoteConfigError(f"Invalid value {path} for configuration {key}: it has no active key to wrap new "
+                                f"segments' data keys under (set {prefix}encryption.key.pair.id)", key=key)
+    return provider
+
+
+class _Pinned:
+    """A provider whose active key is the one ``encryption.key.pair.id`` names."""
+
+    def __init__(self, inner: KeyProvider, key_id: str) -> None:
+        self.inner, self.active_key_id = inner, key_id
+
+    def wrap(self, data_key: bytes, key_id: str | None = None) -> tuple[str, str, bytes]:
+        return self.inner.wrap(data_key, key_id or self.active_key_id)
+
+    def unwrap(self, key_id: str, algorithm: str, wrapped: bytes) -> bytes:
+        return self.inner.unwrap(key_id, algorithm, wrapped)
 
 
 def _load(path: object, config_key: str, *, private: bool) -> object:
