@@ -395,3 +395,16 @@ def test_a_key_provider_class_stands_in_for_the_ring(tmp_path: Path, capsys: pyt
 def test_a_bad_key_provider_class_fails_at_configure(extra: dict[str, str], message: str, tmp_path: Path) -> None:
     with pytest.raises(RemoteConfigError, match=rf"rsm.config.encryption.key.provider.class: .*{message}"):
         load_rsm("local", {"dir": str(tmp_path), **extra})
+
+
+def test_a_manifest_of_another_segment_is_refused(pairs: list[KeyPairPaths], tmp_path: Path) -> None:
+    rsm: ObjectStoreRemoteStorageManager = load_rsm("local", {"dir": str(tmp_path / "r"), **combo_config("zstd", pairs, 1024)})  # type: ignore[assignment]
+    a, b = metadata(0, 99), metadata(100, 199)
+    rsm.copy_log_segment_data(a, segment_files(tmp_path / "a", text_like(3000)))
+    rsm.copy_log_segment_data(b, segment_files(tmp_path / "b", text_like(4000)))
+    for suffix in (".log", PACKED_INDEXES_SUFFIX, MANIFEST_SUFFIX):  # compression only: no AAD to catch it
+        rsm.put_bytes(segment_key(rsm.prefix, b, suffix), rsm.get_range(segment_key(rsm.prefix, a, suffix)))
+    from tiered.errors import RemoteStorageError
+
+    with pytest.raises(RemoteStorageError, match=r"describes segment .*, not .*: refused"):
+        _read(_fresh(rsm), b, 0, 10)

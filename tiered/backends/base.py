@@ -259,6 +259,9 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             manifest = SegmentManifest.decode(raw)
         except ValueError as exc:
             raise RemoteStorageError(f"segment manifest {key} cannot be read: {exc}", key=key) from exc
+        if manifest.segment_id != layout.kafka_uuid(sid):
+            raise RemoteStorageError(f"segment manifest {key} describes segment {manifest.segment_id}, not "
+                                     f"{layout.kafka_uuid(sid)}: refused", key=key)
         self._remember(metadata, manifest)
         return manifest
 
