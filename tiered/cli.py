@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "attach": "adopt a topic's partitions from the remote store alone (a new machine with only the bucket)",
     "export": "export a topic's whole history with Spark",
     "import": "append Parquet or JSON lines written by 'tiered export' to a topic, with Spark",
+    "keys": "rotate: re-wrap encrypted remote segments' data keys under another key pair (manifests only)",
 }
 _MODULES = {"import": "import_"}  # a command whose name is a Python keyword
 

@@ -27,6 +27,10 @@ class DumpResult:
 
 def file_kind(path: Path) -> str:
     name = filenames.strip_transient_suffix(path.name)
+    if name.endswith(".rsm-manifest"):
+        return "segment-manifest"
+    if name.endswith(".indexes"):
+        return "packed-indexes"
     for suffix, kind in ((".log", "log"), (".index", "offset-index"), (".timeindex", "time-index"),
                          (".txnindex", "txn-index"), (".snapshot", "producer-snapshot")):
         if name.endswith(suffix):
@@ -38,12 +42,27 @@ def file_kind(path: Path) -> str:
     if name.endswith("-checkpoint"):
         return "offset-checkpoint"
     raise ValueError(f"don't know how to dump {path.name}: expected .log, .index, .timeindex, .txnindex, .snapshot, "
-                     "leader-epoch-checkpoint, partition.metadata or an offset checkpoint")
+                     "leader-epoch-checkpoint, partition.metadata, an offset checkpoint, or a remote segment's "
+                     ".rsm-manifest or .indexes")
 
 
-def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batches: int | None = None) -> DumpResult:
+def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batches: int | None = None,
+         key_provider: Any = None) -> DumpResult:
+    """Dump one file. A remote segment stored in the manifest format (``docs/remote-format.md``) is understood: its
+    ``.rsm-manifest`` is listed, and its stored ``.log`` or ``.indexes`` (the manifest beside it) is decoded first,
+    with ``key_provider`` when it is encrypted."""
     path = Path(path)
     kind = file_kind(path)
+    if kind == "segment-manifest":
+        return _dump_manifest(path)
+    if kind in ("log", "packed-indexes"):
+        from tiered.format.inspect import manifest_beside
+
+        manifest = manifest_beside(path)
+        if manifest is not None:
+            return _dump_stored(path, manifest, key_provider, deep=deep, verify=verify, max_batches=max_batches)
+        if kind == "packed-indexes":
+            raise ValueError(f"{path.name}: a packed .indexes object needs its .rsm-manifest beside it")
     result = DumpResult(str(path), kind)
     base = filenames.offset_from_file_name(path.name) if kind in ("log", "offset-index", "time-index", "txn-index") else 0
     if kind == "log":
@@ -99,6 +118,41 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
 
         for (topic, partition), offset in sorted(OffsetCheckpointFile(path).read().items()):
             result.items.append({"topic": topic, "partition": partition, "offset": offset})
+    return result
+
+
+def _dump_manifest(path: Path) -> DumpResult:
+    from tiered.format.inspect import manifest_items
+    from tiered.format.manifest import SegmentManifest
+
+    result = DumpResult(str(path), "segment-manifest")
+    try:
+        result.items.extend(manifest_items(SegmentManifest.decode(path.read_bytes())))
+    except ValueError as exc:
+        result.problems.append(str(exc))
+    return result
+
+
+def _dump_stored(path: Path, manifest: Path, key_provider: Any, **options: Any) -> DumpResult:
+    """A stored object decoded through its manifest into a temporary directory, then each file dumped."""
+    import tempfile
+
+    from tiered.errors import TieredStorageError
+    from tiered.format.inspect import decode_beside
+
+    result = DumpResult(str(path), "log" if path.name.endswith(".log") else "packed-indexes")
+    with tempfile.TemporaryDirectory(prefix="tiered-dump-") as tmp:
+        try:
+            decoded = decode_beside(path, manifest, Path(tmp), key_provider)
+        except (TieredStorageError, ValueError) as exc:
+            result.problems.append(f"cannot decode {path.name} through {manifest.name}: {exc}")
+            return result
+        for file in decoded:
+            inner = dump(file, **options)
+            if len(decoded) > 1:
+                result.items.append({"file": file.name, "type": inner.kind})
+            result.items.extend(inner.items)
+            result.problems.extend(f"{file.name}: {p}" if len(decoded) > 1 else p for p in inner.problems)
     return result
 
 

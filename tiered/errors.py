@@ -69,3 +69,21 @@ class RemoteConfigError(RemoteStorageError, ConfigError):
 class PluginConfigError(PluginLoadError, ConfigError):
     """``remote.log.storage.manager.class.name`` names no loadable plugin: a configuration error (the CLI reports it
     as a usage error, exit 2) naming the key and the value."""
+
+
+class RemoteChunkError(RemoteStorageError, CorruptRecordError):
+    """A stored chunk of a remote object (see :mod:`tiered.format`) fails its check: its crc32c does not match the
+    manifest's, its AES-GCM tag does not verify (a flipped byte, a chunk moved from another position or segment, a
+    wrong key) or it does not decompress to its recorded size. Names the object (``key``), the chunk (``chunk``,
+    counted from 0) and the segment (``segment_id``)."""
+
+    key: str
+    chunk: int
+    segment_id: str
+
+
+class EncryptionKeyNotFoundError(RemoteStorageError):
+    """A segment's data key is wrapped under a key pair (``key_id``) that the configured key ring does not hold; the
+    message names it and the ring's ids."""
+
+    key_id: str

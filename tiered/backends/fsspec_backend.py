@@ -84,6 +84,17 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
         except Exception as exc:
             self._fail(f"put of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
 
+    def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
+        """Written through the filesystem's file object (s3fs uploads it in multipart blocks as it fills)."""
+        try:
+            with self.fs.open(self._prepare(self._path(key)), "wb") as out:
+                for chunk in chunks:
+                    out.write(chunk)
+        except RemoteStorageError:
+            raise
+        except Exception as exc:
+            self._fail(f"upload of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
+
     def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
         try:
             return bytes(self.fs.cat_file(self._path(key), start=start, end=None if end_inclusive is None else end_inclusive + 1))

@@ -65,6 +65,13 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
     def put_bytes(self, key: str, data: bytes) -> None:
         self._write(key, lambda out: out.write(data))
 
+    def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
+        def write(out: object) -> None:
+            for chunk in chunks:
+                out.write(chunk)  # type: ignore[attr-defined]
+
+        self._write(key, write)
+
     def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
         try:
             fd = os.open(self._path(key), os.O_RDONLY)

@@ -218,6 +218,60 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         except Exception as exc:
             _reraise(self._error(exc, "put", key))
 
+    def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
+        """A multipart upload of parts of ``multipart_chunk_size_bytes`` filled from ``chunks`` (one PUT when it all
+        fits in one part), up to ``max_concurrency`` parts in flight: memory is bounded by those parts whatever the
+        object's size. A failure aborts the upload."""
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        part_size = self.transfer_config.multipart_chunksize
+        in_flight = max(1, min(self.transfer_config.max_request_concurrency, 4))
+        buffer = bytearray()
+        upload_id: str | None = None
+        futures: list[Future[dict[str, Any]]] = []
+        action = "upload"
+
+        def part(number: int, body: bytes) -> dict[str, Any]:
+            response = self.client.upload_part(Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number,
+                                               Body=body)
+            return {"PartNumber": number, "ETag": response["ETag"]}
+
+        with ThreadPoolExecutor(in_flight, thread_name_prefix="s3-part") as pool:
+            try:
+                for chunk in chunks:
+                    buffer += chunk
+                    while len(buffer) >= part_size:
+                        if upload_id is None:
+                            action = "multipart upload"
+                            upload_id = self.client.create_multipart_upload(Bucket=self.bucket, Key=key,
+                                                                            **self.extra_args)["UploadId"]
+                        pending = [f for f in futures if not f.done()]
+                        if len(pending) >= in_flight:
+                            pending[0].result()
+                        futures.append(pool.submit(part, len(futures) + 1, bytes(buffer[:part_size])))
+                        del buffer[:part_size]
+                for f in futures:
+                    f.result()  # a failed part fails the upload before anything else is sent
+                if upload_id is None:
+                    self.client.put_object(Bucket=self.bucket, Key=key, Body=bytes(buffer), **self.extra_args)
+                    return
+                if buffer:
+                    futures.append(pool.submit(part, len(futures) + 1, bytes(buffer)))
+                parts = [f.result() for f in futures]
+                self.client.complete_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id,
+                                                      MultipartUpload={"Parts": parts})
+            except Exception as exc:
+                for f in futures:
+                    f.cancel()
+                if upload_id is not None:
+                    try:
+                        self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+                    except Exception:
+                        logger.warning("aborting the multipart upload of s3://%s/%s failed", self.bucket, key)
+                if isinstance(exc, RemoteStorageError):
+                    raise
+                _reraise(self._error(exc, action, key))
+
     def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
         with self.open_range(key, start, end_inclusive) as stream:
             return stream.read()

@@ -1,4 +1,7 @@
-"""``tiered dump FILE...``: Kafka's DumpLogSegments for .log/.index/.timeindex/.txnindex/.snapshot/checkpoints."""
+"""``tiered dump FILE...``: Kafka's DumpLogSegments for .log/.index/.timeindex/.txnindex/.snapshot/checkpoints.
+
+A remote segment's ``.rsm-manifest`` is listed; its stored ``.log``/``.indexes`` (manifest beside it) is decoded and
+dumped, decrypted with the key ring of ``--config`` (``rsm.config.encryption.key.pairs...``) when encrypted."""
 
 from __future__ import annotations
 
@@ -20,9 +23,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON document per file")
 
 
+def _key_provider(args: argparse.Namespace) -> object:
+    """The key ring (or key provider class) of ``--config``'s ``rsm.config.encryption.*`` settings, or None."""
+    if not getattr(args, "config", None):
+        return None
+    from tiered.backends.options import PREFIX, Options, format_settings
+    from tiered.commands._common import _read
+    from tiered.format.keyring import RsaKeyRing, load_key_provider
+
+    props = _read(args.config)
+    settings = format_settings(Options({k[len(PREFIX):]: v for k, v in props.items() if k.startswith(PREFIX)}))
+    return load_key_provider(settings) if settings.key_provider_class else RsaKeyRing.from_settings(settings)
+
+
 def run(args: argparse.Namespace) -> int:
     from tiered.dump import dump
 
+    provider = _key_provider(args)
     failed = False
     for path in args.files:
         if not path.exists():
@@ -30,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             failed = True
             continue
         try:
-            result = dump(path, deep=args.deep, verify=args.verify, max_batches=args.max_batches)
+            result = dump(path, deep=args.deep, verify=args.verify, max_batches=args.max_batches, key_provider=provider)
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
         if args.json:

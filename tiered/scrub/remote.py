@@ -9,7 +9,9 @@ Per partition found in the store (``<prefix>/<topic>-<topicId>/<partition>/``):
 * every metadata event parses and agrees with its key (segment id, start offset, state); the highest state of a
   segment is its state;
 * a COPY_SEGMENT_FINISHED segment has its ``.log``, ``.index``, ``.timeindex``, ``.snapshot`` and
-  ``leader-epoch-checkpoint`` (``.txnindex`` is optional); its ``.log`` is streamed in chunks and every batch's
+  ``leader-epoch-checkpoint`` (``.txnindex`` is optional) - in the manifest layout (``docs/remote-format.md``) its
+  ``.log``, ``.indexes`` and ``.rsm-manifest``, the manifest readable and listing those indexes, every stored chunk
+  checked (crc32c, AES-GCM tag, size: a bad one is an ``unreadable`` problem naming the chunk) as it is read; its ``.log`` is streamed in chunks and every batch's
   header and CRC checked (:class:`tiered.scrub.batches.BatchScanner`), its size compared with ``segment_size_in_bytes``
   (which is clamped at 2^31-1), its last offset with ``end_offset``; its indexes are checked against those
   batches as local ones are; the producer snapshot and epoch checkpoint parse; the recorded per-chunk checksums
@@ -50,7 +52,10 @@ _ID = r"[A-Za-z0-9_-]{22}"
 _SEGMENT_OBJECT = re.compile(rf"^(\d{{20}})-({_ID})\.(.+)$")
 _METADATA_OBJECT = re.compile(rf"^(\d{{20}})-({_ID})\.(\d+)\.json$")
 _REQUIRED = (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.PRODUCER_SNAPSHOT, IndexType.LEADER_EPOCH)
-_SUFFIX_NAMES = {layout.LOG_SUFFIX.lstrip("."): layout.LOG_SUFFIX, **{t.suffix.lstrip("."): t.suffix for t in IndexType}}
+_MANIFEST = ".rsm-manifest"  # tiered.backends.base.MANIFEST_SUFFIX / PACKED_INDEXES_SUFFIX
+_PACKED = ".indexes"
+_SUFFIX_NAMES = {layout.LOG_SUFFIX.lstrip("."): layout.LOG_SUFFIX, **{t.suffix.lstrip("."): t.suffix for t in IndexType},
+                 _MANIFEST[1:]: _MANIFEST, _PACKED[1:]: _PACKED}
 
 
 def _check_remote_checksums(rsm: Any, metadata: RemoteLogSegmentMetadata, keys: dict[str, str]) -> list[Problem]:
@@ -210,9 +215,36 @@ class RemoteScrub:
         out.remote_end_offset = max((md.end_offset for md in finished), default=out.remote_end_offset)
         self.report.segments += len(finished)
 
+    def _manifest_layout(self, md: RemoteLogSegmentMetadata, present: dict[str, str], keys: dict[str, str],
+                         out: PartitionReport) -> dict[str, str] | None:
+        """For a segment in the manifest layout: the objects that hold its parts (each index present maps to the
+        packed ``.indexes`` object), or None when its manifest cannot be read (reported)."""
+        manifest_key = present[_MANIFEST]
+        try:
+            manifest = self.rsm.manifest(md)
+        except (TieredStorageError, OSError) as exc:
+            out.problems.append(Problem("unreadable", f"cannot read the segment manifest: {exc}", object=manifest_key))
+            return None
+        if manifest is None:
+            out.problems.append(Problem("missing_object", "the segment manifest vanished while being read",
+                                        object=manifest_key))
+            return None
+        packed = layout.segment_key(self.prefix, md, _PACKED)
+        for suffix in manifest.indexes:
+            keys[suffix] = packed
+        listed = {s: packed for s in manifest.indexes} if _PACKED in present else {}  # else: each index is missing
+        if layout.LOG_SUFFIX in present:
+            listed[layout.LOG_SUFFIX] = present[layout.LOG_SUFFIX]
+        return listed
+
     def _scrub_segment(self, md: RemoteLogSegmentMetadata, present: dict[str, str], out: PartitionReport) -> None:
         keys = {s: layout.segment_key(self.prefix, md, s) for s in layout.SEGMENT_SUFFIXES}
         sid = layout.kafka_uuid(md.remote_log_segment_id.id)
+        if _MANIFEST in present and hasattr(self.rsm, "manifest"):
+            found = self._manifest_layout(md, present, keys, out)
+            if found is None:
+                return
+            present = found
         for suffix in (layout.LOG_SUFFIX, *(t.suffix for t in _REQUIRED)):
             if suffix not in present:
                 out.problems.append(Problem("missing_object", f"segment {sid} ({md.start_offset}..{md.end_offset}) is "

@@ -1,0 +1,123 @@
+"""Per-chunk transforms: zstd, then AES-256-GCM; undone in reverse, each step checked.
+
+A stored chunk is ``zstd(plain)`` when compressed, then, when encrypted, ``nonce (12 bytes) || AES-256-GCM
+ciphertext || tag (16 bytes)`` under the segment's data key with a fresh random nonce. The additional
+authenticated data binds the chunk to its place (:func:`chunk_aad`): the segment id, the object (``log`` or an
+index suffix), the chunk's number and its original length; so a flipped byte, a chunk swapped with another of
+the same or another segment, a truncated object or a wrong key all fail the tag, and decoding raises
+:class:`tiered.errors.RemoteChunkError` naming the object and the chunk.
+
+Before any of that the crc32c of the stored bytes is checked against the manifest's (so damage is found, and
+named as such, without a key), and a decompressed chunk must have exactly its recorded size.
+
+:func:`batches_are_compressed` is the compression heuristic (``compression.heuristic.enabled``): a segment whose
+first batch is already compressed by the producer is stored uncompressed.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import uuid
+from pathlib import Path
+
+import zstandard
+from crc32c import crc32c
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from tiered.errors import RemoteChunkError
+
+NONCE_BYTES = 12
+TAG_BYTES = 16
+DATA_KEY_BYTES = 32
+LOG_OBJECT = "log"
+_AAD_MAGIC = b"tiered-chunk-v1"
+
+
+def chunk_aad(segment_id: uuid.UUID, obj: str, index: int, size: int) -> bytes:
+    """The AAD of chunk ``index`` (original length ``size``) of object ``obj`` of segment ``segment_id``."""
+    name = obj.encode("utf-8")
+    return _AAD_MAGIC + segment_id.bytes + struct.pack(">H", len(name)) + name + struct.pack(">QI", index, size)
+
+
+def new_data_key() -> bytes:
+    return os.urandom(DATA_KEY_BYTES)
+
+
+class ChunkCodec:
+    """Transforms the chunks of one segment: zstd at ``level`` when it is not None, AES-256-GCM under ``data_key``
+    when it is not None. Safe to share between threads."""
+
+    def __init__(self, segment_id: uuid.UUID, *, level: int | None = None, data_key: bytes | None = None) -> None:
+        if data_key is not None and len(data_key) != DATA_KEY_BYTES:
+            raise ValueError(f"an AES-256 data key has {DATA_KEY_BYTES} bytes, got {len(data_key)}")
+        self.segment_id = segment_id
+        self.level = level
+        self._aead = AESGCM(data_key) if data_key is not None else None
+        self._local = threading.local()
+
+    @property
+    def identity(self) -> bool:
+        return self.level is None and self._aead is None
+
+    def _compressor(self) -> zstandard.ZstdCompressor:
+        c = getattr(self._local, "compressor", None)
+        if c is None:
+            c = self._local.compressor = zstandard.ZstdCompressor(level=self.level or 3)
+        return c
+
+    def _decompressor(self) -> zstandard.ZstdDecompressor:
+        d = getattr(self._local, "decompressor", None)
+        if d is None:
+            d = self._local.decompressor = zstandard.ZstdDecompressor()
+        return d
+
+    def encode(self, obj: str, index: int, plain: bytes) -> bytes:
+        data = self._compressor().compress(plain) if self.level is not None else plain
+        if self._aead is not None:
+            nonce = os.urandom(NONCE_BYTES)
+            data = nonce + self._aead.encrypt(nonce, data, chunk_aad(self.segment_id, obj, index, len(plain)))
+        return data
+
+    def decode(self, obj: str, index: int, stored: bytes, size: int, crc: int, *, key: str) -> bytes:
+        """The original bytes of a stored chunk, or RemoteChunkError naming object ``key`` and the chunk."""
+        def fail(why: str) -> RemoteChunkError:
+            where = f"chunk {index}" if obj == LOG_OBJECT else f"the {obj} index"
+            return RemoteChunkError(f"{where} of remote object {key} (segment {self.segment_id}) is refused: {why}",
+                                    key=key, chunk=index, segment_id=str(self.segment_id))
+
+        actual = crc32c(stored)
+        if actual != crc:
+            raise fail(f"crc32c {actual:#010x} of its {len(stored)} stored bytes, the manifest says {crc:#010x}")
+        data = stored
+        if self._aead is not None:
+            if len(data) < NONCE_BYTES + TAG_BYTES:
+                raise fail(f"{len(data)} bytes cannot hold a nonce and a tag")
+            try:
+                data = self._aead.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:],
+                                          chunk_aad(self.segment_id, obj, index, size))
+            except InvalidTag:
+                raise fail("AES-GCM authentication failed (altered, moved from another position or segment, or "
+                           "the data key is wrong)") from None
+        if self.level is not None:
+            try:
+                data = self._decompressor().decompress(data, max_output_size=size)
+            except zstandard.ZstdError as exc:
+                raise fail(f"zstd cannot decompress it: {exc}") from None
+        if len(data) != size:
+            raise fail(f"it decodes to {len(data)} bytes, the manifest says {size}")
+        return data
+
+
+def batches_are_compressed(log_file: Path) -> bool:
+    """Whether the first record batch of a ``.log`` file is compressed (its attributes' codec bits are not 0):
+    the heuristic's view of the whole segment, as the leading plugin's. An empty file counts as not compressed."""
+    with open(log_file, "rb") as f:
+        head = f.read(23)
+    if len(head) < 18:
+        return False
+    if head[16] >= 2:  # v2 batch: baseOffset 8, length 4, leaderEpoch 4, magic 1, crc 4, attributes int16
+        return len(head) == 23 and (struct.unpack_from(">h", head, 21)[0] & 0x07) != 0
+    return (head[17] & 0x07) != 0  # v0/v1 message: offset 8, size 4, crc 4, magic 1, attributes int8
