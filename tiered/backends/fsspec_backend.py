@@ -19,7 +19,7 @@ _OPTION_PREFIX = "storage_options."
 
 class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
     CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "url")
-    CONFIG_KEY_PREFIXES = (_OPTION_PREFIX,)
+    CONFIG_KEY_PREFIXES = (*ObjectStoreRemoteStorageManager.CONFIG_KEY_PREFIXES, _OPTION_PREFIX)
 
     def configure(self, props: Mapping[str, str]) -> None:
         super().configure(props)
