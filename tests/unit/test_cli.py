@@ -155,3 +155,25 @@ def test_consume_says_so_on_stderr_when_there_is_nothing_to_print(tmp_path: Path
     future = run_cli("consume", "-t", "h", "--log-dirs", data, "--timestamp", str(2**62))
     assert future.returncode == 0 and future.stdout == "" and "no record of h-0 has a timestamp" in future.stderr
     assert run_cli("consume", "-t", "h", "--log-dirs", data, "--offset", "2").stdout.split() == ["c"]
+
+
+@pytest.mark.parametrize(("argv", "option"), [
+    (["quickstart", "--records", "-5"], "--records"),
+    (["quickstart", "--batch-size", "0"], "--batch-size"),
+    (["quickstart", "--record-size", "-1"], "--record-size"),
+    (["produce", "-t", "t", "--batch-size", "0"], "--batch-size"),
+    (["consume", "-t", "t", "--offset", "-3"], "--offset"),
+    (["consume", "-t", "t", "--max-messages", "x"], "--max-messages"),
+    (["dump", "--max-batches", "-1", "f.log"], "--max-batches"),
+    (["topics", "create", "-t", "t", "--partitions", "0"], "--partitions"),
+])
+def test_counts_and_offsets_out_of_range_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], option: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--log-dirs", str(tmp_path / "data")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: invalid value" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "data").exists()  # refused before anything was opened

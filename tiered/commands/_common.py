@@ -24,6 +24,26 @@ def partition_number(text: str) -> int:
     return value
 
 
+def _whole_number(text: str, least: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a whole number >= {least}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"invalid value {value}: {what}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (a count of records, batch sizes, partitions)."""
+    return _whole_number(text, 1, "must be >= 1")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number >= 0 (offsets, sizes that may be empty)."""
+    return _whole_number(text, 0, "must be >= 0")
+
+
 def load_config(args: argparse.Namespace) -> LogConfig:
     from local.config import LogConfig
 

@@ -17,17 +17,17 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from tiered.commands._common import UsageError, load_config, partition_number
+from tiered.commands._common import UsageError, load_config, non_negative_int, partition_number
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", "-t", required=True)
     parser.add_argument("--partition", "-p", type=partition_number, default=0)
     start = parser.add_mutually_exclusive_group()
-    start.add_argument("--offset", type=int, help="first offset to print (default: the log start offset)")
+    start.add_argument("--offset", type=non_negative_int, help="first offset to print (default: the log start offset)")
     start.add_argument("--timestamp", type=int, help="start at the first record with timestamp >= this (ms)")
-    parser.add_argument("--to-offset", type=int, help="stop before this offset")
-    parser.add_argument("--max-messages", type=int, help="stop after this many records")
+    parser.add_argument("--to-offset", type=non_negative_int, help="stop before this offset")
+    parser.add_argument("--max-messages", type=non_negative_int, help="stop after this many records")
     parser.add_argument(
         "--isolation", choices=["log_end", "high_watermark", "txn_committed"], default="high_watermark",
         help="how far to read (default: high_watermark)",

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from tiered.commands._common import UsageError
+from tiered.commands._common import UsageError, non_negative_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print every record, not only batches")
     parser.add_argument("--verify-index-only", "--verify", dest="verify", action="store_true",
                         help="check that every offset index entry points at the start of a batch holding it")
-    parser.add_argument("--max-batches", type=int, help="stop after this many batches of a .log")
+    parser.add_argument("--max-batches", type=non_negative_int, help="stop after this many batches of a .log")
     parser.add_argument("--json", action="store_true", help="one JSON document per file")
 
 

@@ -14,7 +14,7 @@ import argparse
 import sys
 import time
 
-from tiered.commands._common import UsageError
+from tiered.commands._common import UsageError, positive_int
 from tiered.commands.export import _options as _source_options
 from tiered.commands.export import session
 
@@ -25,9 +25,9 @@ JSON_SCHEMA = ("key binary, value binary, partition int, offset bigint, timestam
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", "-t", required=True, help="the topic to append to")
     parser.add_argument("--format", choices=["parquet", "jsonl"], default="parquet")
-    parser.add_argument("--partitions", type=int, help="partitions of the topic if it is created")
+    parser.add_argument("--partitions", type=positive_int, help="partitions of the topic if it is created")
     parser.add_argument("--compression", default="none", help="none, gzip, snappy, lz4 or zstd (default: none)")
-    parser.add_argument("--batch-size", type=int, default=1024 * 1024, help="bytes per record batch (default 1 MiB)")
+    parser.add_argument("--batch-size", type=positive_int, default=1024 * 1024, help="bytes per record batch (default 1 MiB)")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("input", metavar="IN", help="a directory written by tiered export")
 

@@ -20,6 +20,7 @@ from tiered.commands._common import (
     load_config,
     parse_topic_overrides,
     partition_number,
+    positive_int,
 )
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="each line is a JSON record object")
     parser.add_argument("--header", action="append", default=[], metavar="KEY=VALUE", help="a header on every record")
     parser.add_argument("--compression", default="none", help="none, gzip, snappy, lz4 or zstd (default: none)")
-    parser.add_argument("--batch-size", type=int, default=500, help="records per batch (default: 500)")
+    parser.add_argument("--batch-size", type=positive_int, default=500, help="records per batch (default: 500)")
     parser.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE", help="topic config override")
 
 

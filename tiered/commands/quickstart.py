@@ -15,12 +15,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from tiered.commands._common import non_negative_int, positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dir", type=Path, help="working directory (default: a fresh temp dir, removed afterwards)")
-    parser.add_argument("--records", type=int, default=30_000, help="records to produce (default: 30000)")
-    parser.add_argument("--record-size", type=int, default=200, help="value size in bytes (default: 200)")
-    parser.add_argument("--batch-size", type=int, default=100, help="records per batch (default: 100)")
+    parser.add_argument("--records", type=positive_int, default=30_000, help="records to produce (default: 30000)")
+    parser.add_argument("--record-size", type=non_negative_int, default=200, help="value size in bytes (default: 200)")
+    parser.add_argument("--batch-size", type=positive_int, default=100, help="records per batch (default: 100)")
     parser.add_argument("--compression", default="none", help="batch compression: none, gzip, snappy, lz4, zstd")
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
 

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tiered.commands._common import UsageError, load_config
+from tiered.commands._common import UsageError, load_config, positive_int
 
 ACTIONS = ("create", "describe", "alter", "list")
 
@@ -37,7 +37,7 @@ ACTIONS = ("create", "describe", "alter", "list")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=ACTIONS, help="create, describe, alter or list topics")
     parser.add_argument("--topic", "-t", help="the topic (required by create and alter; describe: only this one)")
-    parser.add_argument("--partitions", type=int, default=1, metavar="N",
+    parser.add_argument("--partitions", type=positive_int, default=1, metavar="N",
                         help="create: the number of partitions (default: 1)")
     parser.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
                         help="create: a topic config override, e.g. remote.storage.enable=true (repeatable)")
