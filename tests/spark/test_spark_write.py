@@ -17,7 +17,7 @@ import pytest
 from local import LogConfig, LogManager
 from local.fetch import FetchIsolation
 from local.records import CompressionType, MemoryRecords, SimpleRecord
-from tiered.commands.consume import _records
+from tiered.commands.consume import records_from
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,7 @@ def _engine(props: dict[str, str], topic: str) -> dict[int, list[tuple[Any, ...]
             if t != topic or log is None:
                 continue
             out[p] = [(r.offset, r.key, r.value, tuple(r.headers), r.timestamp)
-                      for _b, r in _records(log, log.log_start_offset, FetchIsolation.HIGH_WATERMARK)]
+                      for _b, r in records_from(log, log.log_start_offset, FetchIsolation.HIGH_WATERMARK)]
     return out
 
 
