@@ -67,11 +67,12 @@ def _write_config(root: Path, props: dict[str, str]) -> Path:
 
 
 class RunProcess:
-    """``tiered run`` in a child process; its stdout and stderr lines are collected on threads."""
+    """``tiered run`` (or another ``command``) in a child process; its stdout and stderr lines are collected on
+    threads."""
 
-    def __init__(self, config: Path, *extra: str) -> None:
+    def __init__(self, config: Path, *extra: str, command: tuple[str, ...] = ("run", "--listen", "127.0.0.1:0")) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tiered.cli", "--config", str(config), "run", "--listen", "127.0.0.1:0", *extra],
+            [sys.executable, "-m", "tiered.cli", "--config", str(config), *command, *extra],
             cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, signalled as a whole as systemd or a terminal does
         )
@@ -318,3 +319,29 @@ def _open_gate(fifo: Path) -> bool:
     except OSError:  # ENXIO: nobody has it open for reading
         return False
     return True
+
+
+def test_ctrl_c_during_offload_finishes_the_copy_in_flight_starts_no_other_and_exits_130(tmp_path: Path) -> None:
+    segments = _create_partition(tmp_path, "c", records=12_000)
+    assert segments >= 3
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    config = _write_config(tmp_path, _props(tmp_path, **{
+        "remote.log.storage.manager.class.name": "tests.gated_rsm.GatedDir", "rsm.config.gate": str(gate)}))
+    offload = RunProcess(config, command=("offload",))
+    try:
+        offload.wait_line(offload.err, "GATE ")  # the first copy has uploaded its .log and waits at the gate
+        os.killpg(offload.proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole foreground group
+        offload.wait_line(offload.err, "tiered offload: stopping after the segment copies in progress")
+        _poll("the copy's wait at the gate", lambda: _open_gate(gate))
+        assert offload.proc.wait(timeout=LIMIT) == 130, offload.err
+        offload.wait_line(offload.err, "<EOF>")
+    finally:
+        offload.kill()
+        _open_gate(gate)
+    assert any(line.startswith("tiered offload: interrupted: copied 1 segment(s)") for line in offload.err)
+    assert not any("Traceback" in line for line in offload.err)
+    store, tip = _bucket(tmp_path, "c")
+    assert [md.start_offset for md in store.readable_segments(tip)] == [0]
+    assert store.find_stale_copies(tip) == []
+    assert _orphans(tmp_path, store, tip) == []

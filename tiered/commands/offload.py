@@ -10,9 +10,11 @@ pass did, with the warnings and errors the remote tier logged, is recorded in ea
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tiered.commands._common import UsageError, load_config
 
@@ -26,15 +28,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """No options of its own: ``--config``, ``--log-dirs`` and ``-o`` are the global ones."""
 
 
-def offload_once(manager: LogManager) -> tuple[PassResult, int]:
+def offload_once(manager: LogManager, interruptible: bool = False) -> tuple[PassResult, int]:
+    """One remote pass, then local retention. ``interruptible``: the first SIGINT (Ctrl-C) lets each copy task
+    finish the segment it is copying and start no other (nothing half-copied is left), and local retention is
+    skipped; a second one interrupts at once (the next pass deletes an unfinished copy)."""
     from tiered.composition import remote_log_manager_of
 
     rlm = remote_log_manager_of(manager)
     if rlm is None:
         raise UsageError("the remote tier is not enabled: set remote.log.storage.system.enable=true")
-    result = rlm.run_once(manager.all_logs())
-    deleted = manager.cleanup_logs()
-    return result, deleted
+    if not interruptible:
+        return rlm.run_once(manager.all_logs()), manager.cleanup_logs()
+    stopping = threading.Event()
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if stopping.is_set():
+            raise KeyboardInterrupt
+        stopping.set()
+        rlm.request_stop()
+        print("tiered offload: stopping after the segment copies in progress (Ctrl-C again to stop at once)",
+              file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        result = rlm.run_once(manager.all_logs())
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if stopping.is_set():
+        raise OffloadInterrupted(result)
+    return result, manager.cleanup_logs()
+
+
+class OffloadInterrupted(Exception):
+    """The pass was stopped by SIGINT after the copies in flight finished: ``result`` says what it did."""
+
+    def __init__(self, result: PassResult) -> None:
+        super().__init__("interrupted")
+        self.result = result
 
 
 def _say_untiered(logs: Iterable[Log]) -> None:
@@ -69,7 +99,13 @@ def run(args: argparse.Namespace) -> int:
     with open_log_manager(config, start_scheduler=False) as manager:
         _say_untiered(manager.all_logs())
         with collecting_remote_errors() as errors:
-            result, deleted = offload_once(manager)
+            try:
+                result, deleted = offload_once(manager, interruptible=True)
+            except OffloadInterrupted as stopped:
+                result = stopped.result
+                print(f"tiered offload: interrupted: copied {result.segments_copied} segment(s) "
+                      f"({result.bytes_copied:,} bytes); local retention not run", file=sys.stderr)
+                return 130
         for data_dir in manager.live_dirs:
             write_pass_report(data_dir, result, errors)
     print(
