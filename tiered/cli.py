@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -141,6 +143,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`tiered consume ... | head`): stop quietly, as a tool killed by SIGPIPE does.
+        # stdout now points at /dev/null so the interpreter's last flush does not complain either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except Exception as exc:
         from local.errors import ConfigError, KafkaStorageError
         from tiered.errors import TieredStorageError

@@ -177,3 +177,18 @@ def test_counts_and_offsets_out_of_range_are_usage_errors(
     assert f"argument {option}: invalid value" in err
     assert "Traceback" not in err
     assert not (tmp_path / "data").exists()  # refused before anything was opened
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly_as_sigpipe_does(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    produced = run_cli("produce", "--log-dirs", str(data), "-t", "t", stdin="".join(f"{i}\n" for i in range(100_000)))
+    assert produced.returncode == 0, produced.stderr
+    for argv in (["consume", "--log-dirs", str(data), "-t", "t"],
+                 ["dump", "--deep", str(data / "t-0" / "00000000000000000000.log")]):
+        proc = subprocess.Popen([sys.executable, "-m", "tiered.cli", *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline()  # `| head -1`
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 141, (argv, err)
+        assert err == "", (argv, err)
