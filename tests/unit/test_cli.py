@@ -64,8 +64,11 @@ def test_dump_reports_corruption_with_position_and_exit_1(golden_dir: Path) -> N
     assert "baseOffset: 0" in proc.stdout  # what came before is still printed
     assert "corrupt batch at position 80" in proc.stdout
     index = golden_dir / "__cluster_metadata-0" / "00000000000000000000.index"
+    clean = run_cli("dump", "--verify", str(index))
+    assert clean.returncode == 0 and clean.stdout.splitlines()[-1] == f"Verified {index}: no problems"
     index.write_bytes((56).to_bytes(4, "big") + (4000).to_bytes(4, "big"))
-    assert run_cli("dump", "--verify", str(index)).returncode == 1
+    damaged = run_cli("dump", "--verify", str(index))
+    assert damaged.returncode == 1 and damaged.stdout.splitlines()[-1] == f"Verified {index}: 1 problem(s)"
 
 
 def test_produce_then_consume(tmp_path: Path) -> None:

@@ -61,5 +61,8 @@ def run(args: argparse.Namespace) -> int:
                     print("| " + " ".join(f"{k}: {v}" for k, v in r.items()))
             for problem in result.problems:
                 print(f"ERROR: {problem}")
+            if args.verify:  # a verdict a reader of the text output need not infer from the absence of ERROR lines
+                verdict = f"{len(result.problems)} problem(s)" if result.problems else "no problems"
+                print(f"Verified {result.file}: {verdict}")
         failed |= bool(result.problems)
     return 1 if failed else 0
