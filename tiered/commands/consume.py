@@ -79,7 +79,7 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
     with open_log_manager(config, start_scheduler=False, read_only=True) as manager:
         log = manager.get_log(args.topic, args.partition)
         if log is None:
-            print(f"tiered consume: no partition {args.topic}-{args.partition} in {", ".join(str(d) for d in config.log_dirs)}", file=sys.stderr)
+            print(f"tiered consume: no partition {args.topic}-{args.partition} in {', '.join(str(d) for d in config.log_dirs)}", file=sys.stderr)
             return 1
         if args.timestamp is not None:
             found = log.offset_for_timestamp(args.timestamp)
