@@ -166,6 +166,17 @@ class ChunkCache:
             return b""
         return out[0] if len(out) == 1 else b"".join(out)
 
+    def end_of_chunk(self, start: int, end: int) -> int:
+        """``end``, moved on to the end of its chunk when ``[start, end)`` lies in one (a view costs nothing more)."""
+        cs = self.chunk_size
+        if (end - 1) // cs == start // cs:
+            return ((end - 1) // cs + 1) * cs
+        return end
+
+    def read_ahead_reaches(self, position: int, object_size: int) -> bool:
+        """Whether a sequential reader's read-ahead from ``position`` reaches the end of an object of that size."""
+        return position + self.chunk_size * max(1, self.prefetch_chunks) >= object_size
+
     def _remember(self, ckey: str, data: Chunk) -> None:
         if len(data) > self._memory_limit:
             return
