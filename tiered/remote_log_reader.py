@@ -187,7 +187,7 @@ class RemoteLogReader:
         self._quota = fetch_quota or RateLimiter(None)
         self.metrics = metrics or remote_log_metrics()
         self.readers = SequentialReaders()
-        self._read_ahead: dict[TopicIdPartition, RemoteLogSegmentId] = {}  # per partition: the segment read ahead
+        self._read_past: dict[TopicIdPartition, RemoteLogSegmentId] = {}  # per partition: the segment read past
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------------------------
@@ -204,12 +204,11 @@ class RemoteLogReader:
         batches itself (the Spark source). A read starting where the previous one of the segment ended is a
         sequential reader's, and gets the segment read ahead."""
         sid = md.remote_log_segment_id
-        sequential = start == 0 or self.readers.take(sid, start) is not None
+        if start == 0 or self.readers.take(sid, start) is not None:
+            self.segments.prefetch(md, start)
         data = self.read_bytes(md, start, end)
         if data:
             self.readers.note(sid, start + len(data), True)
-            if sequential:
-                self.segments.prefetch(md, start + len(data))
         return data
 
     def read_segment(
@@ -356,9 +355,11 @@ class RemoteLogReader:
                     f"{sid}, starts at {md.start_offset}): the remote tier has a gap",
                     offset=offset, segment_id=str(sid))
             position = resumed[1] if resumed is not None and resumed[0] == sid else None
+            if position is not None or offset <= md.start_offset:
+                self._read_ahead(log, tip, md, position or 0, resumed is not None)
             got = self.read_segment(md, offset, max_bytes, min_one_message, position, gaps)
             if got.found:
-                return self._answer(log, tip, md, fetch_offset, got, isolation, sequential=resumed is not None)
+                return self._answer(md, tip, fetch_offset, got, isolation, log)
             if not gaps and offset <= md.end_offset:
                 raise CorruptRecordError(
                     f"remote segment {sid} ends before offset {offset} (its metadata says it holds "
@@ -368,16 +369,22 @@ class RemoteLogReader:
             if offset >= log.local_log_start_offset:
                 return log.read(offset, max_bytes, isolation, min_one_message)
 
-    def _answer(self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata, fetch_offset: int,
-                got: SegmentRead, isolation: FetchIsolation, sequential: bool) -> FetchDataInfo:
-        """The fetch answer for batches read from ``md``; the reader noted, and read ahead when sequential."""
+    def _read_ahead(self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata, position: int,
+                    resumed: bool) -> None:
+        """A sequential reader (it resumed its previous read, or starts at the segment's start) is about to read
+        ``md`` from ``position``: the segment is read ahead, and once that reaches the segment's end, a resumed
+        reader gets the next segment's start read ahead too."""
+        if self.segments.prefetch(md, position) and resumed:
+            self._read_ahead_next_segment(log, tip, md)
+
+    def _answer(self, md: RemoteLogSegmentMetadata, tip: TopicIdPartition, fetch_offset: int, got: SegmentRead,
+                isolation: FetchIsolation, log: Log) -> FetchDataInfo:
+        """The fetch answer for batches read from ``md`` (the reader noted where it ended)."""
         data = got.data
         sid = md.remote_log_segment_id
         aborted = None
         if data:
             self.readers.note(tip, got.next_offset, (sid, got.end))
-            if sequential and self.segments.prefetch(md, got.end):
-                self._read_ahead_next_segment(log, tip, md)
             self.metrics.fetch_bytes.inc(len(data))
             if isolation is FetchIsolation.TXN_COMMITTED:
                 aborted = self.aborted_transactions(log, tip, md, fetch_offset, data)
@@ -402,9 +409,9 @@ class RemoteLogReader:
         every segment boundary on a download; started any earlier, it competes with the segment being read."""
         segment_id = md.remote_log_segment_id
         with self._lock:
-            if self._read_ahead.get(tip) == segment_id:
+            if self._read_past.get(tip) == segment_id:
                 return
-            self._read_ahead[tip] = segment_id
+            self._read_past[tip] = segment_id
         following = self.segment_for_offset(log, tip, md.end_offset + 1)
         if following is not None and following.remote_log_segment_id != segment_id:
             self.segments.prefetch(following, 0)

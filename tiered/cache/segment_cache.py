@@ -43,8 +43,9 @@ class SegmentCache(Protocol):
         ...
 
     def prefetch(self, segment: RemoteLogSegmentMetadata, position: int) -> bool:
-        """A reader will read the segment on from ``position``: fetch ahead of it in the background (failures are
-        only logged; the reader's own read fetches again). True when that read-ahead reaches the segment's end."""
+        """A reader is about to read the segment on from ``position``: fetch from there and ahead in the background
+        (failures are only logged; the reader's own read fetches again). True when that read-ahead reaches the
+        segment's end."""
         ...
 
     def invalidate(self, segment: RemoteLogSegmentMetadata) -> None:
@@ -126,17 +127,14 @@ class RemoteSegmentCache:
             return source.fetch(start, end - 1)
         if spare:
             end = chunks.end_of_chunk(start, end)
-        return chunks.read(source.key, source.size, start, end - 1, source.fetch, source.open)
+        return chunks.read(source.key, source.size, start, end - 1, source.fetch)
 
     def prefetch(self, segment: RemoteLogSegmentMetadata, position: int) -> bool:
         chunks = self.chunks
         if chunks is None:
             return False
         source = self._source(segment)
-        if position == 0:
-            # (Read-ahead within a segment is still the chunk cache's own, from its reads: only a segment's start
-            # is asked for here.)
-            chunks.prefetch(source.key, 0, source.fetch, source.size, source.open)
+        chunks.prefetch(source.key, position, source.fetch, source.size, source.open)
         return source.size is not None and chunks.read_ahead_reaches(position, source.size)
 
     def invalidate(self, segment: RemoteLogSegmentMetadata) -> None:
