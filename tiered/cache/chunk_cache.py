@@ -183,8 +183,10 @@ class ChunkCache:
         return end
 
     def read_ahead_reaches(self, position: int, object_size: int) -> bool:
-        """Whether read-ahead from ``position`` (:meth:`prefetch`) reaches the end of an object of that size."""
-        return (position // self.chunk_size + self.prefetch_chunks + 1) * self.chunk_size >= object_size
+        """Whether a reader at ``position`` is within the read-ahead distance (``prefetch_chunks`` chunks, one at
+        least) of the end of an object of that size: its caller may start on the next object. (Earlier, the next
+        object's fetch competes with the chunks of the one being read.)"""
+        return position + self.chunk_size * max(1, self.prefetch_chunks) >= object_size
 
     def read(
         self, obj: str, object_size: int | None, start: int, end_inclusive: int, fetcher: Fetcher
