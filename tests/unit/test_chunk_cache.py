@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from tiered.cache import chunk_stream, locks
 from tiered.cache.chunk_cache import ChunkCache
+from tiered.cache.disk_store import DiskChunkStore
 from tiered.cache.locks import RankedLock
 from tiered.cache.single_flight import SingleFlight
 
@@ -471,3 +472,24 @@ def test_the_lock_order_is_checked_not_only_documented() -> None:
     cond = threading.Condition(state)  # type: ignore[arg-type]
     with cond:
         assert not cond.wait(0)  # gives the lock back and takes it again in order
+
+
+def test_a_chunk_damaged_on_disk_does_not_make_its_objects_other_chunks_skip_the_disk(tmp_path: Path) -> None:
+    # A damaged chunk once marked its object cold, so the object's sound chunks looked up after it (on other
+    # workers, in any order) were fetched again: a race between the parallel lookups of one read.
+    store = DiskChunkStore(tmp_path, 10**6)
+    try:
+        store.store("o#0", OBJ[:1000], "o")
+        store.store("o#1", OBJ[1000:2000], "o")
+        [first] = [p for p in tmp_path.rglob("*.val") if p.read_bytes()[:1000] == OBJ[:1000]]
+        raw = bytearray(first.read_bytes())
+        raw[10] ^= 0x01
+        first.write_bytes(bytes(raw))
+        assert store.lookup("o#0", "o") is None and store.mismatches == 1
+        got = store.lookup("o#1", "o")
+        assert got is not None and bytes(got) == OBJ[1000:2000]
+        assert store.lookup("o#2", "o") is None  # absent: now the object is cold...
+        store.store("o#3", OBJ[3000:4000], "o")
+        assert store.lookup("o#3", "o") is None  # ...and its next chunks are not looked up for a while
+    finally:
+        store.close()

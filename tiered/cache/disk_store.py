@@ -7,7 +7,7 @@ the trailer) is dropped from the store and the caller fetches it again. A chunk 
 cache file (no copy; a map outlives the file's eviction: the inode goes when the last map does).
 
 Cold objects: chunks are stored as they are read, so when one chunk of an object is missing the next are missing
-too; for ``COLD_SECONDS`` after a miss, lookups of that object's chunks answer "missing" without asking SQLite
+too; for ``COLD_SECONDS`` after a miss (a chunk absent, not one dropped as damaged), lookups of that object's chunks answer "missing" without asking SQLite
 (whose queries wait behind the writer's transactions). The worst case is a chunk another process stored in that
 window fetched again. Thread-safe: diskcache is, and the cold list has its own lock.
 """
@@ -52,7 +52,11 @@ class DiskChunkStore:
         now = _time.monotonic()
         with self._cold_lock:
             cold = self._cold.get(obj, 0.0) >= now
-        data = None if cold or name not in self._cache else self.mapped(name, verify=True)
+        if cold:
+            return None
+        data, damaged = self._checked(name, verify=True) if name in self._cache else (None, False)
+        if damaged:
+            return None  # the object's other chunks may well be sound: they are still looked up
         if data is None:
             with self._cold_lock:
                 self._cold[obj] = now + COLD_SECONDS
@@ -64,12 +68,16 @@ class DiskChunkStore:
     def mapped(self, name: str, verify: bool = False) -> Chunk | None:
         """The chunk's cache file mapped read-only without its trailer, or None when it is not on disk (or, with
         ``verify``, does not match its trailer: it is then dropped)."""
+        return self._checked(name, verify)[0]
+
+    def _checked(self, name: str, verify: bool) -> tuple[Chunk | None, bool]:
+        """:meth:`mapped`, and whether the chunk was damaged (and dropped) rather than absent."""
         try:
             handle = self._cache.get(name, read=True)
         except OSError:
-            return None
+            return None, False
         if handle is None:
-            return None
+            return None, False
         stored: Chunk
         if isinstance(handle, bytes | bytearray):  # stored inline by another writer
             stored = bytes(handle)
@@ -90,7 +98,7 @@ class DiskChunkStore:
             elif verify and crc32c(chunk) != crc:
                 problem = f"crc32c {crc32c(chunk):#010x} does not match the {crc:#010x} stored with it"
             else:
-                return chunk.toreadonly()
+                return chunk.toreadonly(), False
         level = logging.INFO if problem.startswith("no crc32c") else logging.WARNING  # an upgrade makes many
         logger.log(level, "chunk %s of the segment cache is damaged on disk (%s): fetching it again", name, problem)
         self.mismatches += 1
@@ -98,7 +106,7 @@ class DiskChunkStore:
             self._cache.delete(name)
         except Exception:
             logger.debug("could not drop chunk %s from the segment cache", name, exc_info=True)
-        return None
+        return None, True
 
     def store(self, name: str, data: Chunk, obj: str) -> None:
         """Write the chunk and its trailer (tagged with its object, for :meth:`evict`)."""
