@@ -279,9 +279,11 @@ class RSMConformance(CopyFaultConformance):
                 pass
         # Through the segment cache (a sequential reader: on S3 the chunks come off one streaming GET).
         with ChunkCache(tmp_path / "cache", chunk_size=CHUNK, prefetch_chunks=1) as cache:
-            assert cache.read(key, len(log), 0, 100, fetch, verifier.opener(md, raw.open)) == log[:101]
+            cache.prefetch(key, 0, fetch, len(log), verifier.opener(md, raw.open))
+            assert cache.read(key, len(log), 0, 100, fetch) == log[:101]
+            cache.prefetch(key, CHUNK, fetch, len(log), verifier.opener(md, raw.open))
             with pytest.raises(RemoteChecksumError):
-                cache.read(key, len(log), CHUNK, CHUNK + 100, fetch, verifier.opener(md, raw.open))
+                cache.read(key, len(log), CHUNK, CHUNK + 100, fetch)
         [problem] = verify_object_checksums(rsm, md)
         assert (problem.kind, problem.object, problem.start, problem.end) == ("mismatch", key, CHUNK, 2 * CHUNK - 1)
 

@@ -315,10 +315,6 @@ class RemoteLogMetadataStore:
             i -= 1
         return found
 
-    def highest_offset_for_epoch(self, tip: TopicIdPartition, epoch: int) -> int | None:
-        ends = [m.end_offset for m in self.readable_segments(tip) if epoch in m.segment_leader_epochs]
-        return max(ends) if ends else None
-
     def find_stale_copies(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """Copies left STARTED (or DELETE_STARTED) by a crash: their objects must be deleted. Reloads the partition
         from the store."""

@@ -1,7 +1,7 @@
-"""The RemoteLogManager's scheduled tasks: Kafka's ``RLMCopyTask`` and ``RLMExpirationTask``, one of each per
-partition, run with a fixed delay of ``remote.log.manager.task.interval.ms`` on two thread pools
-(``remote.log.manager.copier.thread.pool.size`` and ``remote.log.manager.expiration.thread.pool.size``, 10 each
-as in Kafka).
+"""The schedule of the RemoteLogManager's tasks: Kafka's ``RLMCopyTask`` and ``RLMExpirationTask``
+(:mod:`tiered.rlm_copy`, :mod:`tiered.rlm_expiration`), one of each per partition, run with a fixed delay of
+``remote.log.manager.task.interval.ms`` on two thread pools (``remote.log.manager.copier.thread.pool.size`` and
+``remote.log.manager.expiration.thread.pool.size``, 10 each as in Kafka).
 
 The pools are :class:`ScheduledPool`: N worker threads sharing one queue of due tasks, a task never running twice
 at once (the next run is scheduled when the previous one ends: Kafka's ``scheduleWithFixedDelay``). A watcher
@@ -15,6 +15,7 @@ them on ``close()`` (via :meth:`RemoteLogManager.stop_tasks`); ``tiered run`` is
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from local.log import Log
-    from tiered.remote_log_manager import PassResult, RemoteLogManager
+    from tiered.remote_log_manager import RemoteLogManager
 
 logger = logging.getLogger(__name__)
 
@@ -118,35 +119,6 @@ class ScheduledPool:
                 worker.join(max(0.0, deadline - _time.monotonic()))
 
 
-class RLMCopyTask:
-    """Copies a partition's eligible segments (Kafka's ``RLMCopyTask``), updating the copy lag gauges."""
-
-    def __init__(self, rlm: RemoteLogManager, log: Log) -> None:
-        self.rlm = rlm
-        self.log = log
-
-    def run(self) -> PassResult:
-        result = self.rlm.copy_log_segments(self.log)
-        self.rlm.record_task_result(result)
-        return result
-
-
-class RLMExpirationTask:
-    """Deletes a partition's remote segments past retention (Kafka's ``RLMExpirationTask``), moving the log start
-    offset first (see :meth:`RemoteLogManager.cleanup_remote_segments`)."""
-
-    def __init__(self, rlm: RemoteLogManager, log: Log) -> None:
-        self.rlm = rlm
-        self.log = log
-
-    def run(self) -> PassResult:
-        from tiered.remote_log_manager import PassResult
-
-        result = PassResult(segments_deleted=self.rlm.cleanup_remote_segments(self.log))
-        self.rlm.record_task_result(result)
-        return result
-
-
 def tiering_enabled(log: Log) -> bool:
     return not log.is_closed and bool(getattr(log.config, "remote_storage_enable", False))
 
@@ -180,12 +152,12 @@ class RLMTaskScheduler:
             for key, log in current.items():
                 if key in self._tasks:
                     continue
-                copy_task = RLMCopyTask(self.rlm, log)
-                expiration_task = RLMExpirationTask(self.rlm, log)
+                copy_run = functools.partial(self.rlm.copy_task(log).run, log)
+                expiration_run = functools.partial(self.rlm.expiration_task(log).run, log)
                 self._tasks[key] = (
                     log,
-                    self.copier_pool.schedule(f"RLMCopyTask[{log.name}]", copy_task.run, self.interval_ms),
-                    self.expiration_pool.schedule(f"RLMExpirationTask[{log.name}]", expiration_task.run, self.interval_ms),
+                    self.copier_pool.schedule(f"RLMCopyTask[{log.name}]", copy_run, self.interval_ms),
+                    self.expiration_pool.schedule(f"RLMExpirationTask[{log.name}]", expiration_run, self.interval_ms),
                 )
 
     def partitions(self) -> list[str]:

@@ -13,15 +13,18 @@ import os
 import subprocess
 import sys
 import threading
-from concurrent.futures import wait
+from concurrent.futures import Future, wait
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiered.cache import chunk_cache
+from tiered.cache import chunk_stream, locks
 from tiered.cache.chunk_cache import ChunkCache
+from tiered.cache.disk_store import DiskChunkStore
+from tiered.cache.locks import RankedLock
+from tiered.cache.single_flight import SingleFlight
 
 OBJ = os.urandom(10_000)
 LIMIT = 30.0  # seconds: a failure bound for waits that end at once when the code is right
@@ -52,15 +55,13 @@ class CountingFetcher:
 
 def settle(cache: ChunkCache) -> None:
     """Wait for every chunk load in flight (read-ahead included): once it is done, its chunk is held."""
-    pending = list(cache._inflight.values())
-    _, not_done = wait(pending, LIMIT)
+    _, not_done = wait(cache.loads_in_flight(), LIMIT)
     assert not not_done, "chunk loads still running"
 
 
 def join_streams(cache: ChunkCache) -> None:
     """Wait for every stream of the cache to end (each ends at its object's end, when stopped, or idle)."""
-    streams = list(cache._streams.values())
-    _, not_done = wait([s._done for s in streams if s._done is not None], LIMIT)
+    _, not_done = wait([s.done for s in cache.streams() if s.done is not None], LIMIT)
     assert not not_done, "a stream did not end"
 
 
@@ -81,6 +82,7 @@ def test_read_ahead_fetches_next_chunks(tmp_path: Path) -> None:
     f = CountingFetcher()
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
         cache.read("o", len(OBJ), 0, 10, f)
+        cache.prefetch("o", 11, f, len(OBJ))  # the reader goes on (its caller knows, the cache does not guess)
         f.wait_for_calls(3)
         settle(cache)
         assert sorted(f.calls) == [(0, 999), (1000, 1999), (2000, 2999)]
@@ -89,33 +91,43 @@ def test_read_ahead_fetches_next_chunks(tmp_path: Path) -> None:
         assert cache.hits == 1 and (1000, 1999) not in f.calls[3:]
 
 
-def test_single_flight_under_concurrency(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_single_flight_joins_a_load_in_flight_and_forgets_a_landed_one() -> None:
+    flights: SingleFlight[bytes] = SingleFlight()
+    started = []
+
+    def start() -> Future[bytes]:
+        fut: Future[bytes] = Future()
+        started.append(fut)
+        return fut
+
+    first = flights.join_or_start("c#0", start)
+    assert flights.join_or_start("c#0", start) is first and len(started) == 1  # joined, not started again
+    assert flights.claim("c#0") is None  # a stream cannot claim a chunk being loaded
+    flights.land("c#0", Future())  # another load's landing leaves this one in flight
+    assert "c#0" in flights
+    flights.land("c#0", first)
+    assert "c#0" not in flights and flights.join_or_start("c#0", start) is not first
+
+
+def test_single_flight_under_concurrency(tmp_path: Path) -> None:
     gate = threading.Event()
     f = CountingFetcher(gate=gate)
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
-        # Count the readers that asked for the chunk: the fetch is held until all eight have, so that seven of
-        # them find it in flight (not yet in memory).
-        asked = threading.Condition()
-        readers = 0
-        chunk = cache._chunk
-
-        def counting_chunk(*args, **kwargs):  # type: ignore[no-untyped-def]
-            nonlocal readers
-            fut = chunk(*args, **kwargs)
-            with asked:
-                readers += 1
-                asked.notify_all()
-            return fut
-
-        monkeypatch.setattr(cache, "_chunk", counting_chunk)
+        # Eight readers of one missing chunk, the fetch held until all have started: those that find it in flight
+        # wait on it, none starts a second fetch.
+        started = threading.Barrier(9)
         results: list[bytes] = []
-        threads = [threading.Thread(target=lambda: results.append(bytes(cache.read("o", len(OBJ), 0, 999, f))))
-                   for _ in range(8)]
+
+        def reader() -> None:
+            started.wait(LIMIT)
+            results.append(bytes(cache.read("o", len(OBJ), 0, 999, f)))
+
+        threads = [threading.Thread(target=reader) for _ in range(8)]
         for t in threads:
             t.start()
-        with asked:
-            assert asked.wait_for(lambda: readers == 8, LIMIT)
-        assert f.calls == [(0, 999)]  # one fetch started, seven readers waiting on it
+        started.wait(LIMIT)
+        f.wait_for_calls(1)
+        assert len(cache.loads_in_flight()) == 1
         gate.set()
         for t in threads:
             t.join(LIMIT)
@@ -255,10 +267,10 @@ def test_a_chunk_on_disk_is_read_from_disk_not_fetched(tmp_path: Path) -> None:
 def test_prefetch_of_another_object_and_cancelled_read_ahead_on_close(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     gate = threading.Event()
     slow = CountingFetcher(gate=gate)
-    cache = ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=3, max_workers=1)
-    cache.prefetch("next", 0, slow, len(OBJ))
+    cache = ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2, max_workers=1)
+    cache.prefetch("next", 0, slow, len(OBJ))  # chunk 0 and the two after it
     slow.wait_for_calls(1)  # the one worker holds chunk 0's fetch; chunks 1 and 2 wait in the queue
-    queued = [fut for ckey, fut in cache._inflight.items() if not ckey.endswith("#0")]
+    queued = [fut for fut in cache.loads_in_flight() if not fut.running()]
     assert len(queued) == 2
     cancelled = threading.Semaphore(0)
     for fut in queued:
@@ -273,7 +285,7 @@ def test_prefetch_of_another_object_and_cancelled_read_ahead_on_close(tmp_path: 
     assert all(fut.cancelled() for fut in queued) and slow.calls == [(0, 999)]
     assert "exception calling callback" not in caplog.text
     f = CountingFetcher()
-    with ChunkCache(tmp_path / "fresh", chunk_size=1000, prefetch_chunks=2) as cache:
+    with ChunkCache(tmp_path / "fresh", chunk_size=1000, prefetch_chunks=1) as cache:
         cache.prefetch("next", 0, f, len(OBJ))
         f.wait_for_calls(2)
         settle(cache)
@@ -317,9 +329,11 @@ class _TrackedStream(io.BufferedIOBase):
 
 def _read_sequentially(cache: ChunkCache, key: str, data: bytes, fetcher: CountingFetcher, opener: CountingOpener,
                        step: int = 300) -> list[memoryview | bytes]:
+    """Reads as a sequential reader's caller does: each read announced first (``prefetch``), then made."""
     views = []
     for pos in range(0, len(data), step):
-        got = cache.read(key, len(data), pos, pos + step - 1, fetcher, opener)
+        cache.prefetch(key, pos, fetcher, len(data), opener)
+        got = cache.read(key, len(data), pos, pos + step - 1, fetcher)
         assert bytes(got) == data[pos : pos + step]
         views.append(got)
     return views
@@ -327,7 +341,7 @@ def _read_sequentially(cache: ChunkCache, key: str, data: bytes, fetcher: Counti
 
 @pytest.mark.parametrize("size", [10_000, 9_500])  # the last chunk full, or short
 def test_a_sequential_reader_is_fed_from_one_stream(tmp_path: Path, size: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(chunk_cache, "_STREAM_IDLE_SECONDS", 600)
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 600)
     data = OBJ[:size]
     f, o = CountingFetcher(data), CountingOpener(data)
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
@@ -337,7 +351,7 @@ def test_a_sequential_reader_is_fed_from_one_stream(tmp_path: Path, size: int, m
         # The stream ended at the object's end, and the reads of its last chunks, held already, start none that
         # would idle on a stream thread (idling is 600 s here: a stream still waiting fails the join).
         join_streams(cache)
-        assert not cache._streams
+        assert not cache.streams()
         cache.flush()
         assert len(cache) == 10  # every chunk stored on disk too
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:  # a new process: from disk
@@ -349,12 +363,13 @@ def test_a_sequential_reader_is_fed_from_one_stream(tmp_path: Path, size: int, m
 def test_a_stream_keeps_only_its_window_ahead_of_the_reader_and_closes_when_it_stops(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(chunk_cache, "_STREAM_IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 0.2)
     f, o = CountingFetcher(), CountingOpener()
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
-        assert bytes(cache.read("o", len(OBJ), 0, 99, f, o)) == OBJ[:100]
+        cache.prefetch("o", 0, f, len(OBJ), o)
+        assert bytes(cache.read("o", len(OBJ), 0, 99, f)) == OBJ[:100]
         join_streams(cache)  # it idles out (0.2 s): the reader never came back
-        assert not cache._streams, "the stream outlived its idle timeout"
+        assert not cache.streams(), "the stream outlived its idle timeout"
         assert o.streams[0].served == 3000  # chunk 0 and the two read ahead, not the whole object
         assert o.streams[0].closed
         # The reader comes back later: a new stream picks up after what is held.
@@ -373,8 +388,9 @@ def test_a_broken_stream_falls_back_to_ranged_fetches(tmp_path: Path) -> None:
 def test_a_failing_store_fails_the_readers_waiting_on_it_and_is_not_cached(tmp_path: Path) -> None:
     f, o = CountingFetcher(fail=True), CountingOpener(fail_after=0)
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
+        cache.prefetch("o", 0, f, len(OBJ), o)
         with pytest.raises(OSError, match="store down"):
-            cache.read("o", len(OBJ), 0, 99, f, o)
+            cache.read("o", len(OBJ), 0, 99, f)
         ok = CountingFetcher()
         assert bytes(cache.read("o", len(OBJ), 0, 99, ok)) == OBJ[:100]
 
@@ -413,11 +429,12 @@ def test_concurrent_sequential_readers_of_one_object_get_the_same_bytes(tmp_path
 
 
 def test_close_stops_a_stream_that_waits_for_its_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(chunk_cache, "_STREAM_IDLE_SECONDS", 600)  # only close() can end it within the test
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 600)  # only close() can end it within the test
     o = CountingOpener()
     cache = ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1)
-    cache.read("o", len(OBJ), 0, 10, CountingFetcher(), o)
-    assert cache._streams  # waiting for its reader
+    cache.prefetch("o", 0, CountingFetcher(), len(OBJ), o)
+    cache.read("o", len(OBJ), 0, 10, CountingFetcher())
+    assert cache.streams()  # waiting for its reader
     closing = threading.Thread(target=cache.close)
     closing.start()
     closing.join(LIMIT)
@@ -426,12 +443,14 @@ def test_close_stops_a_stream_that_waits_for_its_reader(tmp_path: Path, monkeypa
 
 _EXIT_WITHOUT_CLOSE = """
 import io, os, sys, tempfile
-from tiered.cache import chunk_cache
-chunk_cache._STREAM_IDLE_SECONDS = 600
+from tiered.cache import chunk_cache, chunk_stream
+chunk_stream.STREAM_IDLE_SECONDS = 600
 data = os.urandom(100_000)
 cache = chunk_cache.ChunkCache(sys.argv[1], chunk_size=1000, prefetch_chunks=2)
-assert bytes(cache.read("o", len(data), 0, 10, lambda a, b: data[a:b + 1], lambda a, b: io.BytesIO(data[a:]))) == data[:11]
-assert cache._streams  # a stream waits for its reader to come back
+fetch = lambda a, b: data[a:b + 1]
+cache.prefetch("o", 0, fetch, len(data), lambda a, b: io.BytesIO(data[a:]))
+assert bytes(cache.read("o", len(data), 0, 10, fetch)) == data[:11]
+assert cache.streams()  # a stream waits for its reader to come back
 """
 
 
@@ -439,3 +458,38 @@ def test_a_waiting_stream_does_not_hold_up_the_exit_of_a_program_that_never_clos
     # A program held up by the stream would take its 600 s idle timeout to exit: far past the bound here.
     done = subprocess.run([sys.executable, "-c", _EXIT_WITHOUT_CLOSE, str(tmp_path)], capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()
+
+
+def test_the_lock_order_is_checked_not_only_documented() -> None:
+    stream = RankedLock("stream", locks.STREAM)
+    state = RankedLock("state", locks.CACHE_STATE)
+    with stream, state:  # the documented order
+        pass
+    with state, pytest.raises(RuntimeError, match=r"stream \(rank 1\) taken while holding state \(rank 2\)"):
+        stream.acquire()
+    assert stream.acquire(blocking=False)  # the refused attempt left nothing behind
+    stream.release()
+    cond = threading.Condition(state)  # type: ignore[arg-type]
+    with cond:
+        assert not cond.wait(0)  # gives the lock back and takes it again in order
+
+
+def test_a_chunk_damaged_on_disk_does_not_make_its_objects_other_chunks_skip_the_disk(tmp_path: Path) -> None:
+    # A damaged chunk once marked its object cold, so the object's sound chunks looked up after it (on other
+    # workers, in any order) were fetched again: a race between the parallel lookups of one read.
+    store = DiskChunkStore(tmp_path, 10**6)
+    try:
+        store.store("o#0", OBJ[:1000], "o")
+        store.store("o#1", OBJ[1000:2000], "o")
+        [first] = [p for p in tmp_path.rglob("*.val") if p.read_bytes()[:1000] == OBJ[:1000]]
+        raw = bytearray(first.read_bytes())
+        raw[10] ^= 0x01
+        first.write_bytes(bytes(raw))
+        assert store.lookup("o#0", "o") is None and store.mismatches == 1
+        got = store.lookup("o#1", "o")
+        assert got is not None and bytes(got) == OBJ[1000:2000]
+        assert store.lookup("o#2", "o") is None  # absent: now the object is cold...
+        store.store("o#3", OBJ[3000:4000], "o")
+        assert store.lookup("o#3", "o") is None  # ...and its next chunks are not looked up for a while
+    finally:
+        store.close()

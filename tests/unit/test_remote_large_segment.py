@@ -47,11 +47,11 @@ def test_remote_segment_past_2_gib(tmp_path: Path) -> None:
     (seg / "0.log").unlink()
     assert rsm.fetch_log_segment(md, FAR, FAR + len(far) - 1).read() == far
     rlm = RemoteLogManager(rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp_path / "cache", rsm.fetch_index))  # type: ignore[arg-type]
-    got = rlm._read_segment(md, 1, 1024, True)
+    got = rlm.reader.read_segment(md, 1, 1024, True)
     batch = next(MemoryRecords(got.data).batches())
     assert batch.base_offset == 1 and next(batch.records()).value == b"far past 2 GiB"
     assert (got.end, got.next_offset) == (FAR + len(far), 2)  # 64-bit positions all the way
-    assert rlm._read_segment(md, 0, 1024, True).data[: len(near)] == near
+    assert rlm.reader.read_segment(md, 0, 1024, True).data[: len(near)] == near
 
     class Legacy(RemoteStorageManager):
         def fetch_log_segment_int32(self, metadata, start_position, end_position=None):  # type: ignore[no-untyped-def]

@@ -101,10 +101,16 @@ def test_a_sequential_reader_needs_no_offset_index_and_only_it_gets_the_next_seg
     index_fetches: list[IndexType] = []
     fetch_index = rlm.index_cache._fetch
     monkeypatch.setattr(rlm.index_cache, "_fetch", lambda md, kind: index_fetches.append(kind) or fetch_index(md, kind))
-    read_ahead: list[str] = []
-    prefetch = rlm.chunk_cache.prefetch
-    monkeypatch.setattr(rlm.chunk_cache, "prefetch", lambda key, *a, **k: read_ahead.append(key) or prefetch(key, *a, **k))
-    keys = [rlm._chunk_key(md) for md in remote]
+    read_ahead: list[RemoteLogSegmentId] = []  # segments read ahead from their start
+    prefetch = rlm.segments.prefetch
+
+    def record(md: RemoteLogSegmentMetadata, position: int) -> bool:
+        if position == 0:
+            read_ahead.append(md.remote_log_segment_id)
+        return prefetch(md, position)
+
+    monkeypatch.setattr(rlm.segments, "prefetch", record)
+    keys = [md.remote_log_segment_id for md in remote]
 
     # A consumer: each fetch from where the last one ended. It starts every segment at its first batch and goes
     # on from where it stopped, so it never looks at an offset index; the next segment is read ahead before it

@@ -97,7 +97,7 @@ def test_a_manager_with_the_remote_tier_copies_and_expires_by_itself(running_man
     # the copy task's totals too are recorded when its run ends, which may come after the expiration's
     progress.wait_for(lambda: rlm.task_totals.segments_copied >= 8)
     assert log.log_start_offset > 0
-    assert rlm._task_scheduler.partitions() == ["t-0"]
+    assert rlm.scheduled_partitions() == ["t-0"]
     # A partition created after start is picked up by the watcher.
     other = running_manager.get_or_create_log("u", 0, {"remote.storage.enable": "true"})
     _produce(other, 3000)
@@ -149,7 +149,7 @@ def test_thread_pool_configs_have_kafkas_names_and_defaults(tmp_path: Path) -> N
     }))
     rlm = RemoteLogManager.from_log_config(config)
     try:
-        assert (rlm._copier_threads, rlm._expiration_threads, rlm.task_interval_ms) == (3, 2, 1234)
+        assert (rlm.copier_threads, rlm.expiration_threads, rlm.task_interval_ms) == (3, 2, 1234)
     finally:
         rlm.close()
 
@@ -328,7 +328,7 @@ def test_a_remote_read_racing_remote_expiration_never_returns_later_data(tmp_pat
         assert _first_offset(log, 9) <= 9  # from the remote tier, before the race
         # The reader stops after Log.read checked the log start, just before it looks the remote segment up.
         pause = _Pause()
-        rlm._segment_for_offset = pause.wrap(rlm._segment_for_offset, before=True)  # type: ignore[method-assign]
+        rlm.reader.segment_for_offset = pause.wrap(rlm.reader.segment_for_offset, before=True)  # type: ignore[method-assign]
         outcome = _race(lambda: log.read(9, 64 * KIB), pause, lambda: rlm.cleanup_remote_segments(log))
         assert log.log_start_offset > 9
         error = outcome.get("error")
@@ -364,7 +364,7 @@ def test_the_copy_runs_in_a_child_process_and_its_objects_are_the_tiers(tmp_path
     with LogManager(config, start_scheduler=False) as manager:
         rlm = manager.remote_tier
         assert isinstance(rlm, RemoteLogManager)
-        copier = rlm._process_copier
+        copier = rlm.process_copier
         assert copier is not None
         log = manager.get_or_create_log("t", 0, {"remote.storage.enable": "true", "local.retention.bytes": str(2 * MIB)})
         _produce(log, 6000)
@@ -433,6 +433,6 @@ def test_the_copier_process_can_be_turned_off(tmp_path: Path) -> None:
     config = LogConfig.from_properties(_props(tmp_path, **{"remote.log.manager.copier.process.enable": "false"}))
     rlm = RemoteLogManager.from_log_config(config)
     try:
-        assert rlm._process_copier is None
+        assert rlm.process_copier is None
     finally:
         rlm.close()

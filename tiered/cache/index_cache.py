@@ -35,7 +35,6 @@ import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
@@ -112,17 +111,24 @@ class Entry:
 
     def lookup_offset(self, offset: int) -> int:
         with self.lock:
-            self._check()
+            self.check()
             return self.offset_index.lookup(offset).position
 
     def lookup_timestamp(self, timestamp: int, starting_offset: int) -> int:
         time_index = self.time_index
         with self.lock:
-            self._check()
+            self.check()
             found = time_index.lookup(timestamp)
             return self.offset_index.lookup(max(found.offset, starting_offset)).position
 
-    def _check(self) -> None:
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+        txn_index = self.txn_index
+        with self.lock:
+            self.check()
+            return txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
+
+    def check(self) -> None:
+        """Raise when the entry was evicted (its files are going): the caller loads the segment's entry again."""
         if self.marked_for_cleanup:
             raise _EntryEvicted(self.key)
 
@@ -193,8 +199,6 @@ class RemoteIndexCache:
         self._cleaner = threading.Thread(target=self._clean_loop, name="remote-log-index-cleaner", daemon=True)
         self._closed = False
         self._metrics = _Metrics(registry)
-        # Read-ahead loads the next segment's entry on its own thread.
-        self._prefetch_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="remote-index-prefetch")
         self._init_from_disk()
         self._cleaner.start()
 
@@ -225,24 +229,7 @@ class RemoteIndexCache:
         """The aborted transactions of the segment overlapping ``[fetch_offset, upper_bound_offset)`` (the
         segment's transaction index is fetched on first use)."""
 
-        def collect(entry: Entry) -> TxnIndexSearchResult:
-            txn_index = entry.txn_index
-            with entry.lock:
-                entry._check()
-                return txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
-
-        return self._with_entry(metadata, collect)
-
-    def prefetch(self, metadata: RemoteLogSegmentMetadata) -> None:
-        """Load ``metadata``'s entry in the background (a sequential reader is about to need it); a failure is
-        only logged, and the reader's own load tries again."""
-        if self._closed or _entry_key(metadata.remote_log_segment_id.id) in self._entries:
-            return
-        try:
-            future = self._prefetch_pool.submit(self.get_index_entry, metadata)
-        except RuntimeError:  # closed meanwhile
-            return
-        future.add_done_callback(_log_prefetch_failure)
+        return self._with_entry(metadata, lambda e: e.collect_aborted_txns(fetch_offset, upper_bound_offset))
 
     def get_index_entry(self, metadata: RemoteLogSegmentMetadata) -> Entry:
         key = _entry_key(metadata.remote_log_segment_id.id)
@@ -322,7 +309,6 @@ class RemoteIndexCache:
         if self._closed:
             return
         self._closed = True
-        self._prefetch_pool.shutdown(wait=True, cancel_futures=True)
         self._cleanup_queue.put(None)
         self._cleaner.join(timeout=10)
         with self._lock:
@@ -388,7 +374,7 @@ class RemoteIndexCache:
             index = entry.loaded(index_type)
             if index is not None:
                 return index
-            entry._check()
+            entry.check()
             metadata = entry.metadata
             if metadata is None:
                 raise RuntimeError(f"remote index entry {entry.key} has no segment metadata: get it with get_index_entry")
@@ -558,8 +544,3 @@ class _Metrics:
 def _entry_key(segment_uuid: Any) -> str:
     """The cache key of a segment: its id in Kafka's base64 form (memoized: every read of a segment asks)."""
     return kafka_uuid(segment_uuid)
-
-
-def _log_prefetch_failure(future: Future[Any]) -> None:
-    if not future.cancelled() and (exc := future.exception()) is not None:
-        logger.debug("read-ahead of a remote index entry failed: %s", exc)

@@ -1,8 +1,9 @@
 """Reading one planned :class:`~tiered.spark.planning.Piece` on an executor, into Arrow record batches.
 
 A local piece reads its segment file directly, read-only (``FileRecords`` opened ``mutable=False``: nothing is
-written to the data dir). A remote piece reads through the project's remote read path: a
-:class:`~tiered.remote_log_manager.RemoteLogManager` built from the piece's broker properties, with its caches
+written to the data dir). A remote piece reads through the project's remote read path, the
+:class:`~tiered.remote_log_reader.RemoteLogReader` of a :class:`~tiered.remote_log_manager.RemoteLogManager` built
+from the piece's broker properties, with its caches
 (index cache and the ``diskcache`` segment chunk cache, which is process-safe) under the piece's ``cache_dir``,
 one per machine so that every executor there shares it; one manager per Python worker process, reused across
 tasks. Bytes are read in large ranges and cut into whole batches by their headers; every batch is CRC-checked
@@ -77,18 +78,18 @@ def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
 
 
 def _remote_range_reader(piece: Piece) -> tuple[Callable[[int, int], bytes | memoryview], str, int | None]:
+    from tiered.cache.segment_cache import object_size
     from tiered.metadata import decode_metadata
 
     assert piece.remote_metadata is not None
     md = decode_metadata(piece.remote_metadata)
-    rlm = remote_log_manager(piece.props, piece.cache_dir)
-    size = md.segment_size_in_bytes if 0 <= md.segment_size_in_bytes < 2**31 - 1 else None
+    reader = remote_log_manager(piece.props, piece.cache_dir).reader
 
     def read(position: int, n: int) -> bytes | memoryview:
-        # The remote read path of RemoteLogManager (chunk cache, read-ahead, quotas); end inclusive.
-        return rlm.read_range(md, position, position + n - 1)
+        # The remote read path (RemoteLogReader: segment cache, read-ahead, quota, checksums).
+        return reader.read_range(md, position, position + n)
 
-    return read, f"remote segment {md.remote_log_segment_id} ({md.start_offset}-{md.end_offset})", size
+    return read, f"remote segment {md.remote_log_segment_id} ({md.start_offset}-{md.end_offset})", object_size(md)
 
 
 def iter_raw_batches(read: Callable[[int, int], bytes | memoryview], start: int, end: int | None, until_offset: int,

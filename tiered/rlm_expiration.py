@@ -1,0 +1,97 @@
+"""RLMExpirationTask: deletes one partition's remote segments past retention (Kafka's ``RLMExpirationTask``).
+
+A remote segment goes when it breaches ``retention.ms`` (by max timestamp: ``max_timestamp_ms <= now -
+retention.ms``, Kafka's remote rule), ``retention.bytes`` over the whole log (remote plus local-only bytes), lies
+below the log start offset, or outside the leader-epoch lineage; the oldest first, stopping at the first that
+stays. Kafka's order: the log start offset moves first (the LogManager checkpoints it through the log's hook), then
+the segments below it are deleted, so a read racing the deletion sees the new log start and raises
+``OffsetOutOfRangeError`` (see ``Log.read``).
+
+One task per partition; its runs are serialised by its own lock, so a deletion pass (seconds under load) never
+holds back the copy task of the same partition.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tiered.rlm_parts import PassResult, RemoteTierParts
+from tiered.rsm import RemoteLogSegmentMetadata, TopicIdPartition
+
+if TYPE_CHECKING:
+    from local.log import Log
+
+
+class RLMExpirationTask:
+    """See the module docstring."""
+
+    def __init__(self, parts: RemoteTierParts, tip: TopicIdPartition, *, record: Callable[[PassResult], None]) -> None:
+        self.parts = parts
+        self.tip = tip
+        self._record = record
+        self.lock = threading.Lock()
+
+    def run(self, log: Log) -> PassResult:
+        """One scheduled run: :meth:`cleanup_remote_segments`, added to the manager's task totals."""
+        result = PassResult(segments_deleted=self.cleanup_remote_segments(log))
+        self._record(result)
+        return result
+
+    def cleanup_remote_segments(self, log: Log) -> int:
+        """Delete remote segments breaching retention, the log start offset or the epoch lineage; how many."""
+        from local.log import LogStartOffsetIncrementReason
+
+        parts = self.parts
+        with self.lock:
+            segs = parts.finished_segments(self.tip)
+            if not segs:
+                return 0
+            doomed = self._doomed(log, segs)
+            self._set_lag(log, len(doomed), sum(m.segment_size_in_bytes for m in doomed))
+            if doomed:
+                # Kafka's order: the log start offset moves (and is checkpointed, by the log's hook) BEFORE any
+                # segment below it is deleted, so a reader that finds a segment gone sees it out of range.
+                log.maybe_increment_log_start_offset(doomed[-1].end_offset + 1, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+                log.ensure_log_start_offset_checkpointed()  # a previous pass's checkpoint may have failed
+            for md in doomed:
+                parts.delete_remote_segment(md, reason="retention")
+            remaining = parts.finished_segments(self.tip)
+            parts.metrics.log_size_bytes.labels(log.topic, log.partition).set(sum(m.segment_size_in_bytes for m in remaining))
+            self._set_lag(log, 0, 0)
+            return len(doomed)
+
+    def _doomed(self, log: Log, segs: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+        """The oldest segments of ``segs`` that breach a rule, up to the first that breaches none."""
+        config = log.config
+        now = self.parts.time.milliseconds()
+        lineage = {e.epoch for e in log.leader_epoch_cache.epoch_entries()}
+        retention_ms = int(config.retention_ms)
+        retention_bytes = int(config.retention_bytes)
+        local_only = sum(s.size for s in log.segments.values() if s.base_offset > segs[-1].end_offset)
+        breach_bytes = (
+            (sum(md.segment_size_in_bytes for md in segs) + local_only - retention_bytes) if retention_bytes >= 0 else -1
+        )
+        doomed: list[RemoteLogSegmentMetadata] = []
+        for md in segs:
+            reason = None
+            if md.end_offset < log.log_start_offset:
+                reason = "below the log start offset"
+            elif lineage and not set(md.segment_leader_epochs) & lineage:
+                reason = "outside the leader-epoch lineage"
+            elif retention_ms >= 0 and now - md.max_timestamp_ms >= retention_ms:
+                reason = "retention.ms breach"
+            elif breach_bytes >= 0 and breach_bytes - md.segment_size_in_bytes >= 0:
+                reason = "retention.bytes breach"
+            if reason is None:
+                break
+            if breach_bytes >= 0:
+                breach_bytes -= md.segment_size_in_bytes
+            doomed.append(md)
+        return doomed
+
+    def _set_lag(self, log: Log, segments: int, size: int) -> None:
+        metrics = self.parts.metrics
+        metrics.delete_lag_segments.labels(log.topic, log.partition).set(segments)
+        metrics.delete_lag_bytes.labels(log.topic, log.partition).set(size)
