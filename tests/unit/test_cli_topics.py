@@ -50,7 +50,6 @@ def test_create_refuses_an_existing_topic_and_bad_input(tmp_path: Path, capsys: 
     assert rc == 1 and "already exists" in one_line(err)
     cases = [
         (["-t", "bad name"], "invalid topic name"),
-        (["-t", "x", "--partitions", "0"], "--partitions must be >= 1"),
         (["-t", "x", "--topic-config", "segment.bytes=5"], "segment.bytes"),
         (["-t", "x", "--topic-config", "nope=1"], "Unknown topic configuration 'nope'"),
         (["-t", "x", "--topic-config", "retention.ms"], "expects KEY=VALUE"),
@@ -62,6 +61,10 @@ def test_create_refuses_an_existing_topic_and_bad_input(tmp_path: Path, capsys: 
         rc, _, err = cli(capsys, "topics", "create", *extra, "--log-dirs", data)
         assert rc == 2, (extra, err)
         assert expected in one_line(err), (extra, err)
+    with pytest.raises(SystemExit) as usage:  # argparse's own refusal
+        cli(capsys, "topics", "create", "-t", "x", "--partitions", "0", "--log-dirs", data)
+    assert usage.value.code == 2
+    assert "argument --partitions: invalid value 0: must be >= 1" in capsys.readouterr().err
     assert not (tmp_path / "data" / "x-0").exists()  # nothing written by a refused create
 
 

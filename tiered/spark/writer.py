@@ -158,6 +158,7 @@ def plan_write(options: Mapping[str, Any], schema: StructType, overwrite: bool) 
     first_dir = (props.get("log.dirs") or props["log.dir"]).split(",")[0].rstrip("/")
     staging = opts.get("stagingdir") or f"{first_dir}.spark-staging"
     job_dir = os.path.join(os.path.abspath(staging), f"job-{uuid.uuid4().hex}")
+    os.makedirs(job_dir)  # here, on the driver: tasks write into it but never create it (see _TaskStager.flush)
     return WritePlan(props=props, topic=topic, partitions=partitions, create=create,
                      max_message_bytes=max_message_bytes, compression=compression, batch_size=batch_size,
                      job_dir=job_dir, columns=tuple(schema.fieldNames()))
@@ -242,7 +243,12 @@ class _TaskStager:
                 f"topic's max.message.bytes {self.plan.max_message_bytes} (lower batchSize or compress)")
         out = self.files.get(partition)
         if out is None:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            try:  # the job's directory is made by the driver when it plans the job; a task never remakes it, so a
+                # task still running after the job's abort removed it fails here instead of leaving files behind
+                self.dir.mkdir(exist_ok=True)
+            except FileNotFoundError:
+                raise SparkSinkError(f"the job's staging directory {self.dir.parent} is gone: the job was aborted, "
+                                     "or stagingDir is not shared by the executors and the driver") from None
             path = self.dir / f"{self.plan.topic}-{partition}.log"
             out = self.files[partition] = open(path, "wb")  # noqa: SIM115 - closed in close()
             self.staged[partition] = Staged(self.plan.topic, partition, str(path), 0, 0, 0)
