@@ -198,6 +198,8 @@ _BROKER_DEFS = [
     _Def(None, "remote.log.segment.cache.chunk.size.bytes", "remote_log_segment_cache_chunk_size_bytes",
          _long(4096, INT_MAX), 4 * MIB),
     _Def(None, "remote.log.segment.cache.prefetch.chunks", "remote_log_segment_cache_prefetch_chunks", _long(0, 64), 2),
+    _Def(None, "remote.log.segment.cache.plaintext.disk.enable", "remote_log_segment_cache_plaintext_disk_enable",
+         _bool, False),
     # Ours: where `tiered run` serves /metrics, produce, consume and /health (tiered/http_server.py).
     _Def(None, "tiered.http.listen", "tiered_http_listen", _host_port, "127.0.0.1:8080"),
 ]
@@ -339,6 +341,7 @@ class LogConfig:
     remote_log_segment_cache_total_size_bytes: int
     remote_log_segment_cache_chunk_size_bytes: int
     remote_log_segment_cache_prefetch_chunks: int
+    remote_log_segment_cache_plaintext_disk_enable: bool
     tiered_http_listen: str
 
     def __init__(self, originals: Mapping[str, Any], large_index_enabled: bool | None = None) -> None:

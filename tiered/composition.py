@@ -133,7 +133,15 @@ def build_chunk_cache(config: LogConfig, cache_dir: Path, registry: Any = None) 
         size_limit=config.remote_log_segment_cache_total_size_bytes,
         prefetch_chunks=config.remote_log_segment_cache_prefetch_chunks,
         registry=registry,
+        disk=not _plaintext_kept_off_disk(config),
     )
+
+
+def _plaintext_kept_off_disk(config: LogConfig) -> bool:
+    """Whether the segment cache stays in memory: the plugin encrypts its segments (the cache holds their
+    plaintext) and ``remote.log.segment.cache.plaintext.disk.enable`` does not allow plaintext on local disk."""
+    encrypts = str(config.rsm_config.get("encryption.enabled", "false")).strip().lower() == "true"
+    return encrypts and not config.remote_log_segment_cache_plaintext_disk_enable
 
 
 def build_remote_tier(

@@ -91,3 +91,31 @@ def _dump_understands_the_manifest_format(manifest_path: Path, config: Path, cap
     files = [item["file"] for item in doc["items"] if "file" in item]
     assert f"{start:020d}.index" in files and f"{start:020d}.timeindex" in files
     assert any(item.get("offset", -1) > start for item in doc["items"] if "position" in item)
+
+
+@pytest.mark.parametrize("plaintext_on_disk", [False, True])
+def test_the_plaintext_of_encrypted_segments_stays_off_the_local_disk_unless_allowed(
+    pairs: list[KeyPairPaths], tmp_path: Path, plaintext_on_disk: bool
+) -> None:
+    from local import LogConfig, LogManager
+    from local.records import MemoryRecords, SimpleRecord
+
+    props = local_tier_props(tmp_path, **{f"rsm.config.{k}": v for k, v in combo_config("aes", pairs, 64 * 1024).items()},
+                             **{"remote.log.segment.cache.plaintext.disk.enable": str(plaintext_on_disk).lower()})
+    marker = b"plaintext-marker-%06d"
+    now = int(time.time() * 1000)
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+        log = manager.get_or_create_log("t", 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+        for first in range(0, 6_000, 100):
+            log.append(MemoryRecords.build([SimpleRecord(now, None, marker % i * 8) for i in range(first, first + 100)]))
+        expected = read_all_values(log)
+        assert manager.remote_tier.run_once(manager.all_logs()).segments_copied >= 1  # type: ignore[union-attr]
+        assert manager.cleanup_logs() > 0
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+        log = manager.get_log("t", 0)
+        assert log is not None and log.local_log_start_offset > 0
+        assert read_all_values(log) == expected  # served from the remote tier, through the segment cache
+        assert manager.remote_tier.chunk_cache.fetches > 0  # type: ignore[union-attr]
+    cache_dir = tmp_path / "data" / "remote-log-segment-cache"
+    on_disk = b"".join(p.read_bytes() for p in cache_dir.rglob("*") if p.is_file()) if cache_dir.exists() else b""
+    assert (marker % 0 in on_disk) is plaintext_on_disk

@@ -4,6 +4,8 @@
 - Tiers: :class:`tiered.cache.chunk_memory.MemoryChunks` (hot chunks, bounded by bytes) over
   :class:`tiered.cache.disk_store.DiskChunkStore` (``diskcache``: bounded, process-safe so Spark executors on
   one machine share it, kept across restarts, each chunk checked against its crc32c trailer when read back).
+  ``disk=False`` leaves the disk tier out (:class:`tiered.cache.disk_store.NoDiskStore`): the chunks of an
+  encrypting plugin's segments are plaintext, and stay in memory unless the operator allows them on disk.
 - Concurrent readers of one missing chunk in this process trigger one load
   (:class:`tiered.cache.single_flight.SingleFlight`); a failed load is not cached. A read spanning several chunks
   loads the missing ones in parallel (ranged GETs) on the cache's workers, which also do the disk lookups (a
@@ -37,7 +39,7 @@ from typing import Any
 
 from tiered.cache.chunk_memory import Chunk, MemoryChunks
 from tiered.cache.chunk_stream import ChunkStream, DaemonThreads, Fetcher, Opener
-from tiered.cache.disk_store import DiskChunkStore
+from tiered.cache.disk_store import DiskChunkStore, NoDiskStore
 from tiered.cache.locks import CACHE_STATE, COUNTERS, RankedLock
 from tiered.cache.single_flight import SingleFlight
 
@@ -117,13 +119,15 @@ class ChunkCache:
         max_workers: int = 4,
         memory_bytes: int = 128 * 1024 * 1024,
         registry: Any = None,
+        disk: bool = True,
     ) -> None:
         if chunk_size <= 0:
             raise ValueError(f"chunk size must be > 0, got {chunk_size}")
         self.chunk_size = chunk_size
         self.prefetch_chunks = max(0, prefetch_chunks)
         self.metrics = ChunkCacheMetrics(registry)
-        self._disk = DiskChunkStore(directory, size_limit)
+        # disk=False: memory only (the plaintext chunks of encrypted segments stay off the local disk).
+        self._disk: DiskChunkStore | NoDiskStore = DiskChunkStore(directory, size_limit) if disk else NoDiskStore()
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chunk-cache")
         # Writing a chunk to disk is off the reader's path: memory serves it until the write lands.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chunk-cache-writer")

@@ -156,3 +156,37 @@ class _TrailedReader:
         view = self._view[self._pos : end]
         self._pos = end
         return view
+
+
+class NoDiskStore:
+    """The disk tier switched off: nothing is written, nothing is found (the chunk cache is memory only).
+
+    Used for the segments of a plugin that encrypts them (``rsm.config.encryption.enabled=true``): the cache holds
+    plaintext chunks, and plaintext on local disk would undo the encryption at rest, so by default it stays in
+    memory (see ``remote.log.segment.cache.plaintext.disk.enable`` in docs/configuration.md)."""
+
+    mismatches = 0
+
+    def lookup(self, name: str, obj: str) -> Chunk | None:
+        return None
+
+    def mapped(self, name: str, verify: bool = False) -> Chunk | None:
+        return None
+
+    def store(self, name: str, data: Chunk, obj: str) -> None:
+        pass
+
+    def evict(self, obj: str) -> int:
+        return 0
+
+    def clear(self) -> None:
+        pass
+
+    def volume(self) -> int:
+        return 0
+
+    def __len__(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
