@@ -52,7 +52,12 @@ from local.remote_state import RemoteLogState, RemoteLogStateFile
 from local.scheduler import SYSTEM_TIME, MockScheduler, Scheduler, Time
 from local.segment import LogSegment
 from local.segments import LogSegments
-from local.validation import analyze_and_validate, plain_client_batch, validate_timestamps
+from local.validation import (
+    analyze_and_validate,
+    plain_client_batch,
+    timestamps_within_bounds,
+    validate_timestamps,
+)
 
 if TYPE_CHECKING:
     from local.config import TopicConfig
@@ -428,10 +433,8 @@ class Log:
                         batch.max_timestamp = now
                         batch.attributes |= 0x08
                         log_append_time = now
-                    elif (
-                        (batch.max_timestamp >= 0 and batch.max_timestamp - now > after_max_ms)
-                        or (batch.base_timestamp >= 0 and now - batch.base_timestamp > before_max_ms)
-                    ) and not batch.attributes & CONTROL_FLAG_MASK:
+                    elif not timestamps_within_bounds(batch.base_timestamp, batch.max_timestamp, now, before_max_ms,
+                                                      after_max_ms) and not batch.attributes & CONTROL_FLAG_MASK:
                         self._validate_timestamp(batch, now)  # raises, saying which bound was broken
                     next_offset += batch.last_offset_delta + 1
                     position += batch.batch_length + LOG_OVERHEAD
@@ -502,10 +505,9 @@ class Log:
             if self._closed:
                 self._check_open()
             now = self.time.milliseconds()
-            if (max_timestamp >= 0 and max_timestamp - now > config.message_timestamp_after_max_ms) or (
-                base_timestamp >= 0 and now - base_timestamp > config.message_timestamp_before_max_ms
-            ):
-                return None
+            if not timestamps_within_bounds(base_timestamp, max_timestamp, now, config.message_timestamp_before_max_ms,
+                                            config.message_timestamp_after_max_ms):
+                return None  # the general path raises the error that says which bound
             first_offset = self._leo.message_offset
             last_offset = first_offset + last_offset_delta
             # Base offset and leader epoch lie outside the CRC: patched in place, no re-checksum.

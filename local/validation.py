@@ -273,20 +273,30 @@ def validate_legacy_batch(batch: LegacyRecordBatch) -> None:
         pass
 
 
+def timestamps_within_bounds(base_timestamp: int, max_timestamp: int, now: int, before_max_ms: int,
+                             after_max_ms: int) -> bool:
+    """Kafka's CreateTime bounds, the one home of the rule: the batch's max timestamp at most
+    ``message.timestamp.after.max.ms`` ahead of the broker's time, its base timestamp at most
+    ``message.timestamp.before.max.ms`` behind (a negative timestamp means none and passes)."""
+    return not ((max_timestamp >= 0 and max_timestamp - now > after_max_ms)
+                or (base_timestamp >= 0 and now - base_timestamp > before_max_ms))
+
+
 def validate_timestamps(batch: RecordBatch, now: int, before_max_ms: int, after_max_ms: int, log_name: str) -> None:
-    """CreateTime bounds, per batch: the max timestamp against ``after.max.ms``; the base one against ``before``."""
-    if batch.is_control_batch:
+    """:func:`timestamps_within_bounds` for a batch (control batches are exempt), raising the error that says which
+    bound was broken."""
+    if batch.is_control_batch or timestamps_within_bounds(batch.base_timestamp, batch.max_timestamp, now,
+                                                          before_max_ms, after_max_ms):
         return
     if batch.max_timestamp >= 0 and batch.max_timestamp - now > after_max_ms:
         raise InvalidTimestampError(
             f"timestamp {batch.max_timestamp} of a batch appended to {log_name} is more than "
             f"message.timestamp.after.max.ms={after_max_ms} ahead of the broker time {now}",
             timestamp=batch.max_timestamp)
-    if batch.base_timestamp >= 0 and now - batch.base_timestamp > before_max_ms:
-        raise InvalidTimestampError(
-            f"timestamp {batch.base_timestamp} of a batch appended to {log_name} is more than "
-            f"message.timestamp.before.max.ms={before_max_ms} behind the broker time {now}",
-            timestamp=batch.base_timestamp)
+    raise InvalidTimestampError(
+        f"timestamp {batch.base_timestamp} of a batch appended to {log_name} is more than "
+        f"message.timestamp.before.max.ms={before_max_ms} behind the broker time {now}",
+        timestamp=batch.base_timestamp)
 
 
 # Records ------------------------------------------------------------------------------------------------------
@@ -503,6 +513,6 @@ def _check_record(buf: bytearray, pos: int, end: int, index: int, require_key: b
 
 __all__ = [
     "DECOMPRESSED_SIZE_FLOOR", "DECOMPRESSED_SIZE_MULTIPLE", "analyze_and_validate",
-    "check_records", "max_decompressed_bytes", "plain_batch_ok", "plain_client_batch", "plain_records_ok", "reject_partial",
+    "check_records", "max_decompressed_bytes", "plain_batch_ok", "plain_client_batch", "plain_records_ok", "reject_partial", "timestamps_within_bounds",
     "validate_batch", "validate_legacy_batch", "validate_timestamps",
 ]
