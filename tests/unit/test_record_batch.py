@@ -293,5 +293,6 @@ def test_control_record_errors_name_the_batch_offset() -> None:
     assert str(error) == "control batch at offset 70 holds no record"
     assert error.context == {"offset": 70}
     marker = next(MemoryRecords.end_transaction_marker(1, 0, commit=False, coordinator_epoch=4, timestamp=9).batches())
+    assert isinstance(marker, RecordBatch)
     kind, value = marker.control_record()
     assert kind is ControlRecordType.ABORT and EndTransactionMarker.decode(kind, value).coordinator_epoch == 4
