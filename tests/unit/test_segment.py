@@ -372,3 +372,31 @@ def test_recovery_truncates_an_overlapping_batch_a_stray_byte_and_an_unknown_cod
     unknown[17:21] = crc32c.crc32c(bytes(unknown[21:])).to_bytes(4, "big")
     cut = _recovered_copy(tmp_path, "unknown", first + bytes(unknown))
     assert cut.recover() == len(unknown) and cut.read_next_offset() == 42
+
+
+def test_truncation_reloads_the_max_timestamp_from_the_log_past_the_last_time_index_entry(tmp_path: Path) -> None:
+    s = seg(tmp_path, interval=10**6)  # no index entries: the max timestamp comes from the log alone
+    for off, ts in zip(range(40, 44), (5, 9, 9, 2), strict=True):
+        s.append(off, batch(off, b"v", ts=T0 + ts))
+    s.truncate_to(43)
+    assert s.time_index.entries == 0
+    assert (s.max_timestamp_so_far, s.offset_of_max_timestamp_so_far) == (T0 + 9, 41)
+
+
+def test_a_failed_write_or_flush_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    s = seg(tmp_path)
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(s.log, "append", full)
+    for write in (lambda: s.append(40, batch(40, b"x")), lambda: s.append_batch(40, T0, bytes(batch(40, b"x")))):
+        with pytest.raises(OSError) as info:
+            write()
+        assert info.value.filename == str(s.log.path)
+    monkeypatch.setattr(s.log, "flush", full)
+    with pytest.raises(OSError) as flushed:
+        s.flush()
+    assert flushed.value.filename == str(s.log.path)

@@ -419,3 +419,40 @@ def test_sanity_check_errors_carry_their_context(path: Path) -> None:
         "above the previous one or an offset below it"
     )
     assert error.context == {"path": path, "entry": 2, "timestamp": 20, "offset": BASE_OFFSET + 2}
+
+
+def test_the_roll_entry_rules_for_timestamps_0_and_negative(path: Path, idx: TimeIndex) -> None:
+    idx.maybe_append(0, BASE_OFFSET + 1, skip_full_check=True)  # 0 is a timestamp: recorded
+    assert idx.last_entry == TimestampOffset(0, BASE_OFFSET + 1) and idx.entries == 1
+    with pytest.raises(InvalidIndexTimestampError):
+        idx.maybe_append(-1, BASE_OFFSET + 2, skip_full_check=True)  # only an EMPTY index skips a -1
+    assert idx.entries == 1
+
+
+def test_maybe_append_errors_carry_their_context(path: Path) -> None:
+    index = TimeIndex(path, BASE_OFFSET, 3 * 12)
+    index.maybe_append(10, 50)
+    with pytest.raises(InvalidOffsetError) as info:
+        index.maybe_append(20, 49)
+    assert str(info.value) == (
+        f"attempt to append offset 49 to slot 1 of time index {path}, below the last offset appended (50)"
+    )
+    assert info.value.context == {"offset": 49, "last_offset": 50, "path": path}
+    with pytest.raises(InvalidIndexTimestampError) as stamp:
+        index.maybe_append(9, 51)
+    assert str(stamp.value) == (
+        f"attempt to append timestamp 9 to slot 1 of time index {path}, below the last timestamp appended (10)"
+    )
+    assert stamp.value.context == {"timestamp": 9, "offset": 51, "last_timestamp": 10, "path": path}
+    index.maybe_append(20, 52)
+    with pytest.raises(IndexFullError) as full:
+        index.maybe_append(30, 53)
+    assert str(full.value) == f"attempt to append to a full time index {path} (2 entries)"
+    assert full.value.context == {"timestamp": 30, "offset": 53, "path": path, "entries": 2}
+    index.close()
+
+
+def test_entry_out_of_range_names_the_index_and_its_count(path: Path, idx: TimeIndex) -> None:
+    idx.maybe_append(10, 50)
+    with pytest.raises(IndexError, match=f"^attempt to fetch entry 1 from time index {path}, which has 1 entries$"):
+        idx.entry(1)
