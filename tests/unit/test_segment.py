@@ -400,3 +400,45 @@ def test_a_failed_write_or_flush_names_the_file(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(OSError) as flushed:
         s.flush()
     assert flushed.value.filename == str(s.log.path)
+
+
+def test_read_returns_where_it_starts_and_checks_what_a_consumer_read_finds(tmp_path: Path) -> None:
+    s = seg(tmp_path)
+    s.append(41, bytes(batch(40, b"a", b"b")))  # raw bytes are appended as they are
+    s.append(44, batch(42, b"c", b"d", b"e"))
+    second = s.translate_offset(42)
+    assert second is not None and second.position > 0
+    info = s.read(43, 1000)
+    assert info is not None and info.fetch_offset_metadata == (43, 40, second.position)
+    assert [b.base_offset for b in info.records.batches()] == [42]
+    assert s.offset_index.entries == 1 and s.offset_index.entry(0).position == second.position
+    empty = s.read(40, 0)
+    assert empty is not None and empty.records.size_in_bytes == 0, "max_size 0 is an empty read, not an error"
+    with pytest.raises(ValueError, match="invalid max size -1"):
+        s.read(40, -1)
+    partial = s.read(40, 10)
+    assert partial is not None and partial.records.size_in_bytes == 10, "min_one_message is off by default"
+    # a consumer's read of a dense log past the segment's end: no batch holds it
+    assert s.read(50, 1000) is None
+    with pytest.raises(CorruptRecordError, match="no batch holds offset 50"):
+        s.read(50, 1000, dense=True)
+    assert s.read(50, 1000, dense=False) is None
+    held = s.read(43, 1000, dense=True)
+    assert held is not None and [b.base_offset for b in held.records.batches()] == [42]
+
+
+def test_find_offset_by_timestamp_starts_at_the_segment_start_by_default(tmp_path: Path) -> None:
+    s = seg(tmp_path, base=0)
+    s.append(0, batch(0, b"a", ts=T0))
+    s.append(1, batch(1, b"b", ts=T0 + 5))
+    found = s.find_offset_by_timestamp(T0)
+    assert found is not None and found.offset == 0
+
+
+def test_one_append_of_several_batches_indexes_each_at_its_own_position(tmp_path: Path) -> None:
+    s = seg(tmp_path, interval=0)
+    parts = [bytes(batch(off, b"v" * off)) for off in range(40, 44)]
+    s.append(43, b"".join(parts))
+    starts = [sum(len(p) for p in parts[:i]) for i in range(4)]
+    entries = [s.offset_index.entry(i) for i in range(s.offset_index.entries)]
+    assert [(e.offset, e.position) for e in entries] == [(41, starts[1]), (42, starts[2]), (43, starts[3])]
