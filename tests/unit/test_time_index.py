@@ -456,3 +456,34 @@ def test_entry_out_of_range_names_the_index_and_its_count(path: Path, idx: TimeI
     idx.maybe_append(10, 50)
     with pytest.raises(IndexError, match=f"^attempt to fetch entry 1 from time index {path}, which has 1 entries$"):
         idx.entry(1)
+
+
+@pytest.mark.parametrize(
+    ("entries", "bad"),
+    [
+        ([(10, 1), (10, 2), (30, 3)], 1),  # a repeated timestamp
+        ([(10, 1), (20, 5), (30, 3), (40, 6)], 2),  # an offset below the one before, above the first
+        ([(10, 0)], None),  # the last entry at the base offset itself
+        ([(2**60 + 1, 1), (2**60 + 2, 2)], None),  # int64 timestamps 1 apart past 2^53
+    ],
+)
+def test_sanity_check_compares_each_entry_with_the_one_before_as_int64(
+    path: Path, entries: list[tuple[int, int]], bad: int | None
+) -> None:
+    path.write_bytes(b"".join(struct.pack(">qi", ts, rel) for ts, rel in entries))
+    index = TimeIndex(path, BASE_OFFSET)
+    if bad is None:
+        index.sanity_check()
+    else:
+        with pytest.raises(CorruptIndexError) as info:
+            index.sanity_check()
+        assert info.value.context["entry"] == bad
+    index.close_handler()
+
+
+def test_the_roll_entry_repeating_the_last_one_is_a_no_op_on_a_trimmed_index(path: Path, idx: TimeIndex) -> None:
+    idx.maybe_append(10, 50)
+    idx.trim_to_valid_size()
+    assert idx.max_entries == 1
+    idx.maybe_append(10, 50, skip_full_check=True)
+    assert idx.entries == 1 and idx.last_entry == TimestampOffset(10, 50)
