@@ -36,9 +36,16 @@ RT = "tests/unit/test_remote_tier.py::"
 MODULES: dict[str, list[str]] = {
     # record validation and CRC
     "local/records/varint.py": ["tests/unit/test_records_codec.py"],
-    "local/records/batch.py": ["tests/unit/test_records_codec.py"],
+    "local/records/batch.py": ["tests/unit/test_records_codec.py", "tests/unit/test_record_batch.py"],
     # index lookup and entry-size detection
-    "local/index/offset_index.py": ["tests/unit/test_offset_index.py", "tests/property/test_index_props.py"],
+    "local/index/offset_index.py": [
+        "tests/unit/test_offset_index.py",
+        "tests/property/test_index_props.py",
+        # a race of lock-free lookups with truncation (see TESTING.md) makes it fail now and then: a flaky
+        # test breaks mutmut's clean run and kills mutants at random
+        "--deselect",
+        "tests/unit/test_offset_index.py::test_concurrent_lookups_see_only_written_entries",
+    ],
     "local/index/time_index.py": ["tests/unit/test_time_index.py", "tests/property/test_index_props.py"],
     "local/index/detect.py": ["tests/unit/test_detect_entry_size.py", "tests/unit/test_detect_boundaries.py"],
     # segment recovery
@@ -106,7 +113,7 @@ def _scratch_copy(module: str, tests: list[str]) -> Path:
 
 def run_module(module: str, tests: list[str], jobs: int, keep: bool) -> tuple[int, int, list[str]]:
     """Mutate ``module`` against ``tests``; returns (killed, tested, survivors)."""
-    tests = [t for t in tests if (ROOT / t.split("::")[0]).exists()]
+    tests = [t for t in tests if t.startswith("-") or (ROOT / t.split("::")[0]).exists()]
     work = _scratch_copy(module, tests)
     try:
         print(f"### {module} against {' '.join(tests)} (in {work})", flush=True)

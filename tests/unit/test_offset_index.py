@@ -668,3 +668,234 @@ def test_golden_empty_offset_index(golden_dir: Path) -> None:
     index.sanity_check()
     index.close()
     assert path.stat().st_size == 0
+
+
+# --- what mutation testing found unchecked (TESTING.md) -------------------------------------------------
+
+
+def _unambiguous(layout: struct.Struct, entries: list[tuple[int, int]]) -> bytes:
+    """``entries`` packed, padded with valid entries to a length that is not a multiple of 24 (detection is
+    tested elsewhere; these files must keep the format they are written in)."""
+    while len(entries) * layout.size % 24 == 0:
+        entries = [*entries, (10**6 + len(entries), 10**8 + len(entries))]
+    return b"".join(layout.pack(rel, pos) for rel, pos in entries)
+
+
+@FORMATS
+def test_truncate_to_between_the_first_two_entries_keeps_the_first(path: Path, large: bool) -> None:
+    index = new_index(path, large)
+    index.append(50, 0)
+    index.append(60, 100)
+    index.truncate_to(55)
+    assert [index.entry(i) for i in range(index.entries)] == [OffsetPosition(50, 0)]
+    index.truncate_to(50)
+    assert index.entries == 0
+    index.close()
+
+
+@FORMATS
+def test_append_many_of_unequal_lengths_is_refused_after_the_common_prefix(path: Path, large: bool) -> None:
+    index = new_index(path, large)
+    with pytest.raises(ValueError, match="zip"):
+        index.append_many([BASE_OFFSET + 1, BASE_OFFSET + 2, BASE_OFFSET + 3], [10, 20])
+    assert [index.entry(i) for i in range(index.entries)] == [
+        OffsetPosition(BASE_OFFSET + 1, 10), OffsetPosition(BASE_OFFSET + 2, 20)
+    ]
+    index.close()
+
+
+@FORMATS
+def test_append_many_refuses_a_first_offset_not_above_the_last_entry(path: Path, large: bool) -> None:
+    for first in (BASE_OFFSET + 5, BASE_OFFSET + 4):  # equal to the last entry, and below it
+        path.unlink(missing_ok=True)
+        index = new_index(path, large)
+        index.append(BASE_OFFSET + 5, 10)
+        with pytest.raises(InvalidOffsetError) as info:
+            index.append_many([first, BASE_OFFSET + 9], [20, 30])
+        assert info.value.context["offset"] == first and info.value.context["last_offset"] == BASE_OFFSET + 5
+        assert index.entries == 1 and index.lookup(BASE_OFFSET + 9) == OffsetPosition(BASE_OFFSET + 5, 10)
+        index.close()
+
+
+def test_append_many_on_a_legacy_index_refuses_a_position_past_int32(path: Path) -> None:
+    index = OffsetIndex(path, 0, 80)
+    with pytest.raises(LegacyIndexPositionOverflowError):
+        index.append_many([1, 2], [2**31 - 1, 2**31])
+    assert [index.entry(i) for i in range(index.entries)] == [OffsetPosition(1, 2**31 - 1)]
+    assert index.lookup(2) == OffsetPosition(1, 2**31 - 1), "never a silent cast"
+    index.close()
+
+
+@FORMATS
+def test_append_many_writes_a_valid_run_in_bulk_up_to_every_limit(
+    path: Path, large: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that fits is one bulk write, never pair by pair (recovery rebuilds whole indexes this way): at
+    relative offsets 0 and 2^31-1, position 0 and the format's largest position, consecutive offsets, and a run
+    that fills the index exactly."""
+
+    def refuse(*args: object) -> None:
+        raise AssertionError(f"append{args} called: the bulk path was not taken")
+
+    index = new_index(path, large, base_offset=BASE_OFFSET, max_entries=4)
+    monkeypatch.setattr(index, "append", refuse)
+    top = 2**63 - 1 if large else 2**31 - 1
+    offsets = [BASE_OFFSET, BASE_OFFSET + 1, BASE_OFFSET + 2, BASE_OFFSET + 2**31 - 1]
+    positions = [0, 1, 2, top]
+    index.append_many(offsets, positions)
+    assert [index.entry(i) for i in range(4)] == [OffsetPosition(o, p) for o, p in zip(offsets, positions, strict=True)]
+    assert index.is_full
+    index.close()
+    second = path.with_name("00000000000000000046.index")
+    index = new_index(second, large, base_offset=BASE_OFFSET + 1)
+    index.append(BASE_OFFSET + 1, 5)
+    monkeypatch.setattr(index, "append", refuse)
+    index.append_many([BASE_OFFSET + 2, BASE_OFFSET + 3], [5, 6])  # right after the last entry, equal position
+    assert index.entries == 3
+    index.close()
+
+
+def test_sanity_check_compares_large_positions_as_64_bit_integers(path: Path) -> None:
+    """Positions differing by 1 past 2^53 (equal as doubles) going backwards are found."""
+    layout = struct.Struct(">iq")
+    path.write_bytes(b"".join(layout.pack(rel, pos) for rel, pos in [(1, 2**53 + 1), (2, 2**53), (3, 2**54)]))
+    index = OffsetIndex(path, 0, use_large_format=True)
+    assert index.is_large_format
+    with pytest.raises(CorruptIndexError) as info:
+        index.sanity_check()
+    assert info.value.context["entry"] == 1
+    index.close_handler()
+
+
+@pytest.mark.parametrize(
+    ("entries", "bad_entry"),
+    [
+        ([(1, 10), (5, 20), (3, 30)], 2),  # the third offset below the second, above the first
+        ([(1, 10), (5, 30), (6, 20)], 2),  # the third position below the second, above the first
+    ],
+)
+@FORMATS
+def test_sanity_check_compares_each_entry_with_the_one_before(
+    path: Path, large: bool, entries: list[tuple[int, int]], bad_entry: int
+) -> None:
+    layout = struct.Struct(">iq" if large else ">ii")
+    path.write_bytes(_unambiguous(layout, entries))
+    index = OffsetIndex(path, 1000, use_large_format=large)
+    assert index.entry_size == layout.size
+    with pytest.raises(CorruptIndexError) as info:
+        index.sanity_check()
+    offset, position = entries[bad_entry]
+    previous = OffsetPosition(1000 + entries[bad_entry - 1][0], entries[bad_entry - 1][1])
+    assert str(info.value) == (
+        f"corrupt index {path}: entry {bad_entry} ({1000 + offset} -> {position}) has a negative or non-increasing "
+        f"offset or a negative or decreasing position (previous entry: {previous})"
+    )
+    assert info.value.context == {"path": path, "entry": bad_entry, "offset": 1000 + offset, "position": position}
+    index.close_handler()
+
+
+@FORMATS
+def test_sanity_check_names_the_previous_entry_of_the_second(path: Path, large: bool) -> None:
+    layout = struct.Struct(">iq" if large else ">ii")
+    path.write_bytes(_unambiguous(layout, [(5, 10), (4, 20)]))
+    index = OffsetIndex(path, 0, use_large_format=large)
+    with pytest.raises(CorruptIndexError, match=r"\(previous entry: OffsetPosition\(offset=5, position=10\)\)$"):
+        index.sanity_check()
+    index.close_handler()
+
+
+@FORMATS
+def test_equal_positions_are_sane(path: Path, large: bool) -> None:
+    """Positions must not go backwards; equal is allowed (only offsets must strictly increase)."""
+    layout = struct.Struct(">iq" if large else ">ii")
+    path.write_bytes(_unambiguous(layout, [(1, 10), (2, 10), (3, 40)]))
+    index = OffsetIndex(path, 0, use_large_format=large)
+    index.sanity_check()
+    index.close_handler()
+
+
+@FORMATS
+def test_sanity_check_errors_carry_their_context(path: Path, large: bool) -> None:
+    size = entry_size(large)
+    path.write_bytes(b"\x00" * (size * 3 + 1 if large else size * 2 + 3))
+    index = OffsetIndex(path, 0, use_large_format=large)
+    length = path.stat().st_size
+    with pytest.raises(CorruptIndexError) as info:
+        index.sanity_check()
+    assert info.value.context == {"path": path, "length": length, "entry_size": size}
+    index.close_handler()
+    path.write_bytes(struct.pack(">iq" if large else ">ii", -1, 5))
+    index = OffsetIndex(path, 1000, use_large_format=large)
+    with pytest.raises(CorruptIndexError) as info:
+        index.sanity_check()
+    assert info.value.context == {"path": path, "offset": 999, "base_offset": 1000}
+    index.close_handler()
+
+
+@FORMATS
+def test_entry_out_of_range_names_the_index_and_its_count(path: Path, large: bool) -> None:
+    index = new_index(path, large)
+    index.append(BASE_OFFSET, 0)
+    with pytest.raises(IndexError, match=f"^attempt to fetch entry 1 from index {path}, which has 1 entries$"):
+        index.entry(1)
+    index.close()
+
+
+@FORMATS
+def test_append_errors_carry_their_context(path: Path, large: bool) -> None:
+    index = new_index(path, large, max_entries=2)
+    with pytest.raises(ValueError, match=f"^position must be >= 0, got -1 for offset 50 in {path}$"):
+        index.append(50, -1)
+    index.append(50, 0)
+    with pytest.raises(InvalidOffsetError) as info:
+        index.append(50, 10)
+    assert str(info.value) == (
+        f"attempt to append offset 50 to slot 1 of {path}, no larger than the last offset appended (50)"
+    )
+    assert info.value.context == {"offset": 50, "last_offset": 50, "path": path}
+    index.append(51, 10)
+    with pytest.raises(IndexFullError) as full:
+        index.append(52, 20)
+    assert full.value.context == {"offset": 52, "path": path, "entries": 2}
+    index.close()
+
+
+@FORMATS
+def test_an_existing_index_of_a_partial_last_slot_is_full(path: Path, large: bool) -> None:
+    """An existing file counts every whole slot as an entry (Kafka); a partial slot at its end is no room."""
+    size = entry_size(large)
+    layout = struct.Struct(">iq" if large else ">ii")
+    path.write_bytes(layout.pack(1, 10) + layout.pack(2, 20) + b"\x00" * 5)
+    index = OffsetIndex(path, 0, use_large_format=large)
+    assert (index.entry_size, index.entries) == (size, 2)
+    with pytest.raises(IndexFullError):
+        index.append(3, 30)
+    index.close_handler()
+
+
+@FORMATS
+def test_keys_of_a_reopened_index_past_2_to_the_53(tmp_path: Path, large: bool) -> None:
+    """Absolute offsets are int64 (Kafka's are longs): a base offset past 2^53 still gives exact keys."""
+    base = 2**62 + 1
+    path = tmp_path / f"{base:020d}.index"
+    with OffsetIndex(path, base, 10 * entry_size(large), use_large_format=large) as index:
+        index.append(base + 1, 0)
+        index.append(base + 2, 100)
+    reopened = OffsetIndex(path, base, writable=False, use_large_format=large)
+    assert reopened.last_offset == base + 2
+    assert reopened.lookup(base + 1) == OffsetPosition(base + 1, 0)
+    assert reopened.lookup(base + 2) == OffsetPosition(base + 2, 100)
+    reopened.close()
+
+
+def test_legacy_position_overflow_error_says_both_ways_out(path: Path) -> None:
+    index = OffsetIndex(path, 0, 80)
+    with pytest.raises(LegacyIndexPositionOverflowError) as info:
+        index.append(2, 2**31)
+    assert str(info.value) == (
+        f"position 2147483648 of offset 2 does not fit the legacy 8-byte offset index {path} (max 2147483647). "
+        "Positions past 2 GiB need the 12-byte index format of KIP-1333: finalize the large-index feature with "
+        "`tiered features upgrade --release-version 4.4`, or keep segment.bytes at or below 2147483647"
+    )
+    assert info.value.context == {"offset": 2, "position": 2**31, "path": path}
+    index.close()

@@ -322,3 +322,168 @@ def test_append_many_writes_what_maybe_append_writes(tmp_path: Path) -> None:
     assert bulk.path.read_bytes() == single.path.read_bytes()
     bulk.close()
     single.close()
+
+
+# --- what mutation testing found unchecked (TESTING.md) -------------------------------------------------
+
+
+def test_append_many_of_unequal_lengths_is_refused_after_the_common_prefix(idx: TimeIndex) -> None:
+    with pytest.raises(ValueError, match="zip"):
+        idx.append_many([10, 20, 30], [50, 55])
+    assert [idx.entry(i) for i in range(idx.entries)] == [TimestampOffset(10, 50), TimestampOffset(20, 55)]
+
+
+def test_append_many_never_fills_the_roll_slot(idx: TimeIndex) -> None:
+    """A run longer than the room left keeps its prefix up to the kept-back last slot, then IndexFullError."""
+    idx.maybe_append(1, BASE_OFFSET)
+    run = range(1, MAX_ENTRIES + 1)
+    with pytest.raises(IndexFullError):
+        idx.append_many([10 * i for i in run], [BASE_OFFSET + i for i in run])
+    assert idx.entries == MAX_ENTRIES - 1 and idx.is_full
+    assert idx.last_entry == TimestampOffset(10 * (MAX_ENTRIES - 2), BASE_OFFSET + MAX_ENTRIES - 2)
+
+
+def test_append_many_after_an_entry_skips_a_repeated_timestamp_and_refuses_an_older_offset(idx: TimeIndex) -> None:
+    idx.maybe_append(100, 50)
+    idx.append_many([100, 200], [51, 60])  # the first pair repeats the last timestamp: a no-op
+    assert [idx.entry(i) for i in range(idx.entries)] == [TimestampOffset(100, 50), TimestampOffset(200, 60)]
+    for offsets in ([55], [55, 70]):
+        with pytest.raises(InvalidOffsetError) as info:
+            idx.append_many([300 + 10 * i for i in range(len(offsets))], offsets)
+        assert info.value.context["offset"] == 55 and info.value.context["last_offset"] == 60
+        assert idx.entries == 2 and idx.last_entry == TimestampOffset(200, 60)
+
+
+def test_append_many_writes_a_valid_run_in_bulk_up_to_every_limit(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that fits is one bulk write, never pair by pair (recovery rebuilds whole indexes this way): at
+    relative offsets 0 and 2^31-1, timestamps 1 apart, equal offsets, and a run that fills every slot but the
+    roll slot; also after an entry, from an equal offset."""
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"maybe_append{args} called: the bulk path was not taken")
+
+    index = TimeIndex(path, BASE_OFFSET, 5 * 12)
+    monkeypatch.setattr(index, "maybe_append", refuse)
+    timestamps = [7, 8, 9, 10]
+    offsets = [BASE_OFFSET, BASE_OFFSET, BASE_OFFSET + 1, BASE_OFFSET + 2**31 - 1]
+    index.append_many(timestamps, offsets)
+    assert [index.entry(i) for i in range(4)] == [TimestampOffset(t, o) for t, o in zip(timestamps, offsets, strict=True)]
+    assert index.is_full and index.last_entry == TimestampOffset(10, BASE_OFFSET + 2**31 - 1)
+    index.close()
+    second = path.with_name("00000000000000000046.timeindex")
+    index = TimeIndex(second, BASE_OFFSET, 10 * 12)
+    index.maybe_append(5, BASE_OFFSET + 3)
+    monkeypatch.setattr(index, "maybe_append", refuse)
+    index.append_many([6, 7], [BASE_OFFSET + 3, BASE_OFFSET + 4])
+    assert index.entries == 3 and index.last_entry == TimestampOffset(7, BASE_OFFSET + 4)
+    index.close()
+
+
+def test_timestamps_past_2_to_the_53_are_exact_keys(path: Path) -> None:
+    """Timestamps are int64 (Kafka's longs): keys of a reopened index stay exact past 2^53."""
+    big = 2**60
+    with TimeIndex(path, BASE_OFFSET, 10 * 12) as index:
+        index.maybe_append(big + 1, BASE_OFFSET + 1)
+        index.maybe_append(big + 2, BASE_OFFSET + 2)
+    reopened = TimeIndex(path, BASE_OFFSET, writable=False)
+    assert reopened.lookup(big + 1) == TimestampOffset(big + 1, BASE_OFFSET + 1)
+    assert reopened.lookup(big + 2) == TimestampOffset(big + 2, BASE_OFFSET + 2)
+    assert reopened.lookup(big) == TimestampOffset(-1, BASE_OFFSET)
+    reopened.close()
+
+
+def test_sanity_check_errors_carry_their_context(path: Path) -> None:
+    layout = struct.Struct(">qi")
+
+    def corrupt(entries: list[tuple[int, int]], tail: bytes = b"") -> CorruptIndexError:
+        path.write_bytes(b"".join(layout.pack(ts, rel) for ts, rel in entries) + tail)
+        index = TimeIndex(path, BASE_OFFSET)
+        with pytest.raises(CorruptIndexError) as info:
+            index.sanity_check()
+        index.close_handler()
+        return info.value
+
+    error = corrupt([(10, 1), (20, 2), (5, 3)])
+    assert str(error) == (
+        f"corrupt time index {path}: non-zero size but the last timestamp 5 is below the first timestamp 10"
+    )
+    assert error.context == {"path": path, "timestamp": 5}
+    error = corrupt([(10, 1), (20, -2)])
+    assert error.context == {"path": path, "offset": BASE_OFFSET - 2, "base_offset": BASE_OFFSET}
+    error = corrupt([(10, 1), (20, 2)], tail=b"\x00" * 5)
+    assert str(error) == f"time index file {path} is corrupt: found 29 bytes, which is not a multiple of 12"
+    assert error.context == {"path": path, "length": 29}
+    error = corrupt([(10, 1), (30, 3), (20, 2), (40, 4)])
+    assert str(error) == (
+        f"corrupt time index {path}: entry 2 (20 -> {BASE_OFFSET + 2}) has a negative offset, a timestamp not "
+        "above the previous one or an offset below it"
+    )
+    assert error.context == {"path": path, "entry": 2, "timestamp": 20, "offset": BASE_OFFSET + 2}
+
+
+def test_the_roll_entry_rules_for_timestamps_0_and_negative(path: Path, idx: TimeIndex) -> None:
+    idx.maybe_append(0, BASE_OFFSET + 1, skip_full_check=True)  # 0 is a timestamp: recorded
+    assert idx.last_entry == TimestampOffset(0, BASE_OFFSET + 1) and idx.entries == 1
+    with pytest.raises(InvalidIndexTimestampError):
+        idx.maybe_append(-1, BASE_OFFSET + 2, skip_full_check=True)  # only an EMPTY index skips a -1
+    assert idx.entries == 1
+
+
+def test_maybe_append_errors_carry_their_context(path: Path) -> None:
+    index = TimeIndex(path, BASE_OFFSET, 3 * 12)
+    index.maybe_append(10, 50)
+    with pytest.raises(InvalidOffsetError) as info:
+        index.maybe_append(20, 49)
+    assert str(info.value) == (
+        f"attempt to append offset 49 to slot 1 of time index {path}, below the last offset appended (50)"
+    )
+    assert info.value.context == {"offset": 49, "last_offset": 50, "path": path}
+    with pytest.raises(InvalidIndexTimestampError) as stamp:
+        index.maybe_append(9, 51)
+    assert str(stamp.value) == (
+        f"attempt to append timestamp 9 to slot 1 of time index {path}, below the last timestamp appended (10)"
+    )
+    assert stamp.value.context == {"timestamp": 9, "offset": 51, "last_timestamp": 10, "path": path}
+    index.maybe_append(20, 52)
+    with pytest.raises(IndexFullError) as full:
+        index.maybe_append(30, 53)
+    assert str(full.value) == f"attempt to append to a full time index {path} (2 entries)"
+    assert full.value.context == {"timestamp": 30, "offset": 53, "path": path, "entries": 2}
+    index.close()
+
+
+def test_entry_out_of_range_names_the_index_and_its_count(path: Path, idx: TimeIndex) -> None:
+    idx.maybe_append(10, 50)
+    with pytest.raises(IndexError, match=f"^attempt to fetch entry 1 from time index {path}, which has 1 entries$"):
+        idx.entry(1)
+
+
+@pytest.mark.parametrize(
+    ("entries", "bad"),
+    [
+        ([(10, 1), (10, 2), (30, 3)], 1),  # a repeated timestamp
+        ([(10, 1), (20, 5), (30, 3), (40, 6)], 2),  # an offset below the one before, above the first
+        ([(10, 0)], None),  # the last entry at the base offset itself
+        ([(2**60 + 1, 1), (2**60 + 2, 2)], None),  # int64 timestamps 1 apart past 2^53
+    ],
+)
+def test_sanity_check_compares_each_entry_with_the_one_before_as_int64(
+    path: Path, entries: list[tuple[int, int]], bad: int | None
+) -> None:
+    path.write_bytes(b"".join(struct.pack(">qi", ts, rel) for ts, rel in entries))
+    index = TimeIndex(path, BASE_OFFSET)
+    if bad is None:
+        index.sanity_check()
+    else:
+        with pytest.raises(CorruptIndexError) as info:
+            index.sanity_check()
+        assert info.value.context["entry"] == bad
+    index.close_handler()
+
+
+def test_the_roll_entry_repeating_the_last_one_is_a_no_op_on_a_trimmed_index(path: Path, idx: TimeIndex) -> None:
+    idx.maybe_append(10, 50)
+    idx.trim_to_valid_size()
+    assert idx.max_entries == 1
+    idx.maybe_append(10, 50, skip_full_check=True)
+    assert idx.entries == 1 and idx.last_entry == TimestampOffset(10, 50)
