@@ -338,7 +338,7 @@ class ChecksumVerifier:
             problem = check_range(sums, suffix, 0, data, size, name, sid)
             if problem is None:
                 return io.BytesIO(data)
-            self._bad(problem, attempt)
+            self.note_mismatch(problem, attempt)
         assert problem is not None
         raise problem.error()
 
@@ -357,7 +357,8 @@ class ChecksumVerifier:
             return ChecksumProblem("long", name, 0, len(data) - 1, "no such object was uploaded", sid) if data else None
         return check_range(sums, suffix, 0, data, sums.objects[suffix].size, name, sid)
 
-    def _bad(self, problem: ChecksumProblem, attempt: int) -> None:
+    def note_mismatch(self, problem: ChecksumProblem, attempt: int) -> None:
+        """Count and log a checksum mismatch (``attempt`` 0: a refetch follows; else it failed again)."""
         self.mismatches += 1
         if attempt == 0:
             logger.warning("%s: fetching it again", problem)
@@ -395,7 +396,7 @@ class _VerifiedFetcher:
                 if lo == start and hi == end:
                     return data
                 return bytes(memoryview(data)[start - lo : end - lo + 1])
-            self.verifier._bad(problem, attempt)
+            self.verifier.note_mismatch(problem, attempt)
         assert problem is not None
         raise problem.error()
 
@@ -442,7 +443,7 @@ class _VerifiedStream(io.BufferedIOBase):
             data = b"".join(parts)
         problem = check_range(self._sums, self._suffix, self._raw_pos, data, want, self._name, self._segment_id)
         if problem is not None:
-            self._verifier._bad(problem, 0)
+            self._verifier.note_mismatch(problem, 0)
             raise problem.error()
         self._buf, self._buf_start = bytes(data), self._raw_pos
         self._raw_pos += len(data)

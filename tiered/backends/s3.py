@@ -147,7 +147,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         try:
             client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
         except Exception as exc:
-            err = self._error(exc, "list", self.prefix)
+            err = self.storage_error(exc, "list", self.prefix)
             if isinstance(err, FileNotFoundError):  # a 404 listing a bucket: no such bucket (or not an S3 server)
                 raise self._failure(f"the bucket {self.bucket!r} does not exist at {self.endpoint} (HTTP 404 listing "
                                     "it): create it first or fix rsm.config.bucket and rsm.config.endpoint_url",
@@ -156,7 +156,9 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         finally:
             client.close()
 
-    def _error(self, exc: Exception, action: str, key: str) -> RemoteStorageError:
+    def storage_error(self, exc: Exception, action: str, key: str) -> RemoteStorageError:
+        """The project's error for a boto3/botocore failure of ``action`` on ``key`` (a missing bucket, rejected
+        credentials, an unreachable endpoint each named as such); also what this plugin's streams raise."""
         from botocore.exceptions import (
             ClientError,
             ConnectionError,
@@ -210,13 +212,13 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             self.client.upload_file(str(path), self.bucket, key, ExtraArgs=self.extra_args or None,
                                     Config=self.transfer_config)
         except Exception as exc:
-            _reraise(self._error(exc, "upload", key))
+            _reraise(self.storage_error(exc, "upload", key))
 
     def put_bytes(self, key: str, data: bytes) -> None:
         try:
             self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **self.extra_args)
         except Exception as exc:
-            _reraise(self._error(exc, "put", key))
+            _reraise(self.storage_error(exc, "put", key))
 
     def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
         """A multipart upload of parts of ``multipart_chunk_size_bytes`` filled from ``chunks`` (one PUT when it all
@@ -270,7 +272,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
                         logger.warning("aborting the multipart upload of s3://%s/%s failed", self.bucket, key)
                 if isinstance(exc, RemoteStorageError):
                     raise
-                _reraise(self._error(exc, action, key))
+                _reraise(self.storage_error(exc, action, key))
 
     def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
         with self.open_range(key, start, end_inclusive) as stream:
@@ -289,7 +291,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
 
             if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") == "InvalidRange":
                 return io.BytesIO(b"")  # a range starting at or past the end of the object
-            _reraise(self._error(exc, "get", key))
+            _reraise(self.storage_error(exc, "get", key))
         return cast(IO[bytes], _Body(self, key, response["Body"]))
 
     def delete_many(self, keys: Iterable[str]) -> None:
@@ -298,7 +300,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             try:
                 response = self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch[i : i + 1000], "Quiet": True})
             except Exception as exc:
-                _reraise(self._error(exc, "delete", batch[i]["Key"]))
+                _reraise(self.storage_error(exc, "delete", batch[i]["Key"]))
             errors = [e for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"]
             if errors:
                 raise self._failure(f"S3 delete of {len(errors)} object(s) failed: {errors[:3]}", None, retriable=True)
@@ -309,7 +311,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
                 keys.extend(obj["Key"] for obj in page.get("Contents", []))
         except Exception as exc:
-            _reraise(self._error(exc, "list", prefix))
+            _reraise(self.storage_error(exc, "list", prefix))
         return sorted(keys)
 
     def exists(self, key: str) -> bool:
@@ -317,7 +319,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             self.client.head_object(Bucket=self.bucket, Key=key)
             return True
         except Exception as exc:
-            err = self._error(exc, "head", key)
+            err = self.storage_error(exc, "head", key)
             if isinstance(err, FileNotFoundError):
                 return False
             raise err from err.__cause__
@@ -350,7 +352,7 @@ class _Body(io.BufferedIOBase):
         try:
             return bytes(self._body.read(None if size is None or size < 0 else size))
         except Exception as exc:
-            _reraise(self._rsm._error(exc, "get", self._key))
+            _reraise(self._rsm.storage_error(exc, "get", self._key))
 
     read1 = read
 
