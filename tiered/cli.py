@@ -25,7 +25,7 @@ COMMANDS: dict[str, str] = {
     "dump": "print any .log/.index/.timeindex/.txnindex/.snapshot/checkpoint file (DumpLogSegments)",
     "status": "show both tiers per partition (offsets, local and remote segments, copy lag), the last load and remote pass",
     "offload": "run one pass of the remote copy and expiration tasks",
-    "run": "run the log manager and remote tasks until interrupted",
+    "run": "run the log manager and remote tasks until interrupted, serving /metrics and HTTP produce/consume",
     "verify": "scrub data dirs (and the remote tier with --remote) for damage, changing nothing",
     "features": "describe or finalize feature levels (KIP-1333 large indexes)",
     "topics": "create, describe, alter or list topics and their configs (kafka-topics / kafka-configs)",
