@@ -34,6 +34,7 @@ import pytest
 
 from local import LogConfig, LogManager
 from local.records import MemoryRecords, SimpleRecord
+from tests.logutil import local_tier_props
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
 from tiered.layout import kafka_uuid
 from tiered.metadata import RemoteLogMetadataStore
@@ -48,16 +49,9 @@ TOPIC_OVERRIDES = {"remote.storage.enable": "true", "local.retention.bytes": "1"
 
 
 def _props(root: Path, **extra: str) -> dict[str, str]:
-    return {
-        "log.dirs": str(root / "data"),
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "local",
-        "rsm.config.dir": str(root / "remote"),
-        "log.segment.bytes": str(1024 * 1024),
-        "remote.log.manager.task.interval.ms": "100",
-        "log.retention.check.interval.ms": "100",
-        **extra,
-    }
+    """The embedded tier's properties with the background tasks every 100 ms (a run copies soon)."""
+    return local_tier_props(root, **{"remote.log.manager.task.interval.ms": "100",
+                                     "log.retention.check.interval.ms": "100", **extra})
 
 
 def _write_config(root: Path, props: dict[str, str]) -> Path:
