@@ -3,6 +3,7 @@ directly): batch limits, Kafka's sticky partition for null keys, task order at c
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -73,3 +74,48 @@ def test_a_partition_outside_the_topic_fails_the_task(tmp_path: Path) -> None:
     plan = _plan(tmp_path)
     with pytest.raises(SparkSinkError, match=r"partition 3 is outside w's partitions 0..2"):
         stage_task(plan, iter([_batch([b"v"], partitions=[3])]), task=0, attempt=0)
+
+
+def test_a_task_staging_after_the_abort_fails_and_recreates_nothing(tmp_path: Path) -> None:
+    from tiered.spark.writer import TieredWriter
+
+    options = {"config.log.dirs": str(tmp_path / "data"), "topic": "w", "numPartitions": "3"}
+    writer = TieredWriter(options, SCHEMA, False)
+    # a task that staged one partition before the abort, and a second partition after it
+    rows = iter([_batch([b"a"], partitions=[0]), _batch([b"b" * 20000], partitions=[1])])
+
+    def aborted_midway() -> Iterator[pa.RecordBatch]:
+        yield next(rows)
+        yield _batch([b"c" * 20000], partitions=[0])  # fills partition 0's batch: its file is opened now
+        writer.abort([])
+        yield next(rows)
+
+    with pytest.raises(SparkSinkError, match=r"staging directory .* is gone: the job was aborted"):
+        stage_task(writer.plan, aborted_midway(), task=0, attempt=0)
+    assert not Path(writer.plan.job_dir).parent.exists()
+
+
+def test_an_abort_removes_a_file_a_cancelled_task_creates_during_the_removal(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from tiered.spark import writer as writer_module
+
+    plan = _plan(tmp_path)
+    staged = stage_task(plan, iter([_batch([b"a"], partitions=[0])]), task=0, attempt=0)
+    task_dir = Path(staged.files[0].path).parent
+    real_rmtree, passes = shutil.rmtree, []
+
+    def racing_rmtree(path: str, ignore_errors: bool = False) -> None:
+        passes.append(path)
+        if len(passes) == 1:  # the task opens a file after rmtree listed its dir: the dir survives this pass
+            for f in task_dir.iterdir():
+                f.unlink()
+            (task_dir / "w-2.log").write_bytes(b"late")
+            return
+        real_rmtree(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(writer_module.shutil, "rmtree", racing_rmtree)
+    writer_module._remove_job_dir(plan.job_dir)
+    assert len(passes) == 2
+    assert not Path(plan.job_dir).parent.exists()

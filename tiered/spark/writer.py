@@ -67,6 +67,7 @@ from tiered.spark.options import SparkSourceOptionError, broker_props
 IGNORED_COLUMNS = ("topic", "offset", "timestampType", "leaderEpoch")
 DEFAULT_BATCH_SIZE = 16384
 APPEND_CHUNK = 1024 * 1024  # staged bytes handed to one Log.append
+_REMOVE_PASSES = 20  # rmtree passes an abort makes at most (_remove_job_dir)
 
 
 class SparkSinkError(TieredStorageError):
@@ -243,14 +244,16 @@ class _TaskStager:
                 f"topic's max.message.bytes {self.plan.max_message_bytes} (lower batchSize or compress)")
         out = self.files.get(partition)
         if out is None:
-            try:  # the job's directory is made by the driver when it plans the job; a task never remakes it, so a
-                # task still running after the job's abort removed it fails here instead of leaving files behind
-                self.dir.mkdir(exist_ok=True)
+            path = self.dir / f"{self.plan.topic}-{partition}.log"
+            try:  # the job's directory is made by the driver when it plans the job; a task never remakes it (nor its
+                # own, once made), so a task still running after the job's abort removed them fails here instead of
+                # leaving files behind
+                if not self.files:
+                    self.dir.mkdir()
+                out = self.files[partition] = open(path, "xb")  # noqa: SIM115 - closed in close()
             except FileNotFoundError:
                 raise SparkSinkError(f"the job's staging directory {self.dir.parent} is gone: the job was aborted, "
                                      "or stagingDir is not shared by the executors and the driver") from None
-            path = self.dir / f"{self.plan.topic}-{partition}.log"
-            out = self.files[partition] = open(path, "wb")  # noqa: SIM115 - closed in close()
             self.staged[partition] = Staged(self.plan.topic, partition, str(path), 0, 0, 0)
         out.write(batch.buffer)
         staged = self.staged[partition]
@@ -355,8 +358,16 @@ def commit_staged(plan: WritePlan, messages: list[TaskStaged]) -> dict[int, int]
 
 
 def _remove_job_dir(job_dir: str) -> None:
-    """Remove a job's staging directory, and the staging directory itself once no job uses it."""
-    shutil.rmtree(job_dir, ignore_errors=True)
+    """Remove a job's staging directory, and the staging directory itself once no job uses it.
+
+    An abort runs while tasks Spark is cancelling may still be staging: one can create a file in its own directory
+    between ``rmtree`` listing it and removing it, and that ``rmtree`` then leaves the directory behind. Each pass
+    removes every task directory it lists, and a task never recreates a removed one, so a few passes converge.
+    """
+    for _ in range(_REMOVE_PASSES):
+        shutil.rmtree(job_dir, ignore_errors=True)
+        if not os.path.lexists(job_dir):
+            break
     try:
         os.rmdir(os.path.dirname(job_dir))
     except OSError:
