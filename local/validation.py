@@ -182,8 +182,8 @@ def reject_partial(view: memoryview, position: int, log_name: str) -> NoReturn:
 
 # One batch ----------------------------------------------------------------------------------------------------
 
-def plain_client_batch(buffer: bytes | bytearray | memoryview, max_message_bytes: int, segment_bytes: int,
-                       compacted: bool = False) -> tuple[int, int, int, int] | None:
+def _plain_client_batch(buffer: bytes | bytearray | memoryview, max_message_bytes: int, segment_bytes: int,
+                        compacted: bool = False) -> tuple[int, int, int, int] | None:
     """The append fast path's question: is ``buffer`` exactly one valid, plain batch from a client (v2, base offset
     0, no producer id, uncompressed, not control, within the size limits, its CRC and records right)? Its
     (batchLength, lastOffsetDelta, baseTimestamp, maxTimestamp) if so, from one header unpack; None otherwise,
@@ -389,6 +389,10 @@ def _walk_simple_records(buf: bytes | bytearray | memoryview, pos: int, end: int
 
 walk_simple_records = _walk_simple_records if _fastwalk is None else _fastwalk.walk_simple_records
 """The record walk the validator uses: the C build when it was built, else :func:`_walk_simple_records`."""
+
+plain_client_batch = getattr(_fastwalk, "plain_client_batch", _plain_client_batch)
+"""The append fast path's question (:func:`_plain_client_batch`): the C build when it was built (and is not an
+older build without it)."""
 
 
 class _Records:

@@ -1,3 +1,6 @@
 def walk_simple_records(
     buf: bytes | bytearray | memoryview, pos: int, end: int, index: int, count: int, require_key: bool, /
 ) -> tuple[int, int]: ...
+def plain_client_batch(
+    buf: bytes | bytearray | memoryview, max_message_bytes: int, segment_bytes: int, compacted: bool = False, /
+) -> tuple[int, int, int, int] | None: ...

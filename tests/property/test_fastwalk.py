@@ -1,4 +1,6 @@
-"""The append fast path's record walk in C (``local/records/_fastwalk.c``) answers exactly as the Python walk.
+"""The append fast path in C (``local/records/_fastwalk.c``) answers exactly as its Python definition.
+
+Two functions: the record walk, and the whole fast-path question about one batch (``plain_client_batch``).
 
 The Python walk (``local.validation._walk_simple_records``) is the definition; the C build is the same walk at
 native speed, used where it was built. Both are run on valid batches (ours and kafka-python's), damaged ones and
@@ -17,7 +19,7 @@ from hypothesis import strategies as st
 
 from local import validation
 from local.records.varint import encode_varint
-from tests.property.test_fuzz_parsers import FUZZ, damaged, valid_batches
+from tests.property.test_fuzz_parsers import FUZZ, damaged, restamp, valid_batches
 
 try:
     from local.records import _fastwalk
@@ -26,6 +28,8 @@ except ImportError:  # no C compiler where this was installed: the validator run
 
 python_walk = validation._walk_simple_records
 WALKS = [python_walk] + ([_fastwalk.walk_simple_records] if _fastwalk is not None else [])
+python_question = validation._plain_client_batch
+QUESTIONS = [python_question] + ([_fastwalk.plain_client_batch] if _fastwalk is not None else [])
 
 
 def test_the_c_walk_is_built_and_used_where_a_compiler_exists() -> None:
@@ -35,6 +39,7 @@ def test_the_c_walk_is_built_and_used_where_a_compiler_exists() -> None:
         return
     assert _fastwalk is not None, f"{compiler} exists but local.records._fastwalk was not built (pip install -e .)"
     assert validation.walk_simple_records is _fastwalk.walk_simple_records
+    assert validation.plain_client_batch is _fastwalk.plain_client_batch
 
 
 def _varint(value: int, pad: int = 0) -> bytes:
@@ -117,3 +122,61 @@ def test_varints_of_the_longest_allowed_size_pass_and_one_byte_more_stops(walk, 
     assert walk(ok, 0, len(ok), 0, 1, False) == (1, len(ok))
     too_long = _record(**{field: longest})
     assert walk(too_long, 0, len(too_long), 0, 1, False) == (0, 0)
+
+
+# The batch question ----------------------------------------------------------------------------------------------
+
+# Header fields the question reads (offset, struct format) and values that make a batch not plain, or odd.
+_FIELDS = {
+    "base_offset": (0, ">q", [0, 1, -1, 1 << 40]),
+    "length": (8, ">i", [-1, 0, 49, 1 << 30]),
+    "magic": (16, ">b", [0, 1, 2, 3]),
+    "attributes": (21, ">h", [0, 1, 2, 3, 4, 5, 7, 0x08, 0x10, 0x20, 0x30, -1]),
+    "last_offset_delta": (23, ">i", [-1, 0, 1, 5, (1 << 31) - 1]),
+    "producer_id": (43, ">q", [-1, 0, 7, -2]),
+    "records_count": (57, ">i", [-1, 0, 1, 6, 1 << 20]),
+}
+
+
+@st.composite
+def header_variants(draw: st.DrawFn) -> bytes:
+    """A valid batch with header fields set to telling values, its CRC recomputed so the field is what decides."""
+    import struct
+
+    buf = bytearray(draw(valid_batches()))
+    for name in draw(st.lists(st.sampled_from(sorted(_FIELDS)), max_size=3)):
+        at, fmt, values = _FIELDS[name]
+        struct.pack_into(fmt, buf, at, draw(st.sampled_from(values)))
+    if draw(st.booleans()):
+        struct.pack_into(">i", buf, 8, len(buf) - 12)  # a length made right again after the fields moved
+    return restamp(bytes(buf)) if draw(st.integers(0, 4)) else bytes(buf)
+
+
+def _ask(data: bytes, max_message_bytes: int, segment_bytes: int, compacted: bool) -> None:
+    answers = {q.__module__: q(data, max_message_bytes, segment_bytes, compacted) for q in QUESTIONS}
+    assert len({repr(a) for a in answers.values()}) == 1, answers
+    for view in (bytearray(data), memoryview(data)):
+        assert QUESTIONS[-1](view, max_message_bytes, segment_bytes, compacted) == answers["local.validation"]
+
+
+@FUZZ
+@given(st.one_of(valid_batches(), header_variants(), damaged(valid_batches()), damaged(header_variants())),
+       st.sampled_from([1 << 20, 62, 100, 300]), st.sampled_from([1 << 30, 61, 200]), st.booleans())
+def test_the_batch_questions_agree(data: bytes, max_message_bytes: int, segment_bytes: int, compacted: bool) -> None:
+    _ask(data, max_message_bytes, segment_bytes, compacted)
+
+
+@pytest.mark.parametrize("question", QUESTIONS, ids=lambda q: q.__module__)
+def test_the_batch_question_answers_a_plain_client_batch_with_its_header_fields(question) -> None:  # type: ignore[no-untyped-def]
+    from local.records import MemoryRecords, SimpleRecord
+
+    data = bytes(MemoryRecords.build([SimpleRecord(1000 + i, None, b"v%d" % i) for i in range(3)]))
+    assert question(data, 1 << 20, 1 << 30) == (len(data) - 12, 2, 1000, 1002)
+    assert question(data, 1 << 20, 1 << 30, True) is None  # a compacted topic needs keys
+    assert question(data, len(data) - 1, 1 << 30) is None  # above max.message.bytes
+    assert question(data, 1 << 20, len(data) - 1) is None  # above segment.bytes
+    assert question(data, len(data), len(data)) is not None  # the bounds are inclusive
+    assert question(data[:-1], 1 << 20, 1 << 30) is None
+    flipped = bytearray(data)
+    flipped[-2] ^= 1
+    assert question(bytes(flipped), 1 << 20, 1 << 30) is None  # the CRC
