@@ -512,8 +512,12 @@ class Log:
             last_offset = first_offset + last_offset_delta
             # Base offset and leader epoch lie outside the CRC: patched in place, no re-checksum.
             _OFFSET_LENGTH_EPOCH.pack_into(buffer, 0, first_offset, length, leader_epoch)
-            segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now)
-            segment.append_batch(last_offset, max_timestamp, buffer)
+            segment = self.segments.active_segment
+            assert segment is not None
+            if not segment.append_batch_if_room(last_offset, max_timestamp, buffer, now, config.segment_bytes,
+                                                config.segment_ms):
+                segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now)
+                segment.append_batch(last_offset, max_timestamp, buffer)
             self._appended(segment, first_offset, last_offset, leader_epoch)
             return LogAppendInfo(
                 first_offset,
@@ -614,7 +618,12 @@ class Log:
                     f"cannot roll {self.name} to offset {new_offset}: a segment with that base offset exists",
                     offset=new_offset,
                 )
-            active.on_become_inactive_segment()
+            scheduler = self.scheduler
+            background_flush = (scheduler is not None and scheduler.is_started
+                                and not isinstance(scheduler, MockScheduler))
+            # A background flush also does the rolled segment's file trims, which can wait on the file system's
+            # journal (LogSegment.on_become_inactive_segment): not in the append that rolls.
+            active.on_become_inactive_segment(defer_trim=background_flush)
             self.producer_state_manager.update_map_end_offset(new_offset)
             # No fsync under the lock (it would stall appends behind the page-cache writeback of the old
             # segment): the snapshot is flushed with the old segment below, as Kafka's roll does.
@@ -630,8 +639,8 @@ class Log:
 
             # Everything before the new segment becomes durable: asynchronously, as Kafka does, when a
             # scheduler runs; otherwise right here.
-            if self.scheduler is not None and self.scheduler.is_started and not isinstance(self.scheduler, MockScheduler):
-                self.scheduler.schedule_once(f"flush-log-{self.name}", flush_rolled)
+            if background_flush and scheduler is not None:
+                scheduler.schedule_once(f"flush-log-{self.name}", flush_rolled)
             else:
                 flush_rolled()
             return segment

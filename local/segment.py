@@ -128,6 +128,7 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         self.rolling_based_timestamp: int | None = None
         self._max_ts_and_offset: TimestampOffset | None = None
+        self._trim_pending = False  # rolled, its trims not done yet (on_become_inactive_segment)
 
     @classmethod
     def open(
@@ -271,6 +272,35 @@ class LogSegment:
             _name_file(exc, self.log.path)
             raise
         self._index_batch(last_offset, max_timestamp, position, len(batch))
+
+    def append_batch_if_room(self, last_offset: int, max_timestamp: int, batch: bytes | bytearray | memoryview,
+                             now: int, max_segment_bytes: int, max_segment_ms: int) -> bool:
+        """The log's append fast path: :meth:`should_roll_for` and :meth:`append_batch` in one call.
+
+        Writes ``batch`` and returns True when this segment need not roll for it. Returns False, having written
+        nothing, when it must roll, or when the answer needs more than the fields at hand (the first batch's
+        timestamp not loaded yet): the caller then asks :meth:`should_roll_for`, rolls if told to, and appends.
+        """
+        log = self.log
+        position = log.size_in_bytes
+        if position > max_segment_bytes - len(batch) or not 0 <= last_offset - self.base_offset <= INT32_MAX:
+            return False
+        if position:
+            first_timestamp = self.rolling_based_timestamp
+            if first_timestamp is None:
+                return False
+            waited = max_timestamp - first_timestamp if first_timestamp >= 0 else now - self.created
+            if waited > max_segment_ms - self.roll_jitter_ms:
+                return False
+        if self._lazy_offset_index.get().is_full or self._lazy_time_index.get().is_full:
+            return False
+        try:
+            log.append(batch)
+        except OSError as exc:
+            _name_file(exc, log.path)
+            raise
+        self._index_batch(last_offset, max_timestamp, position, len(batch))
+        return True
 
     def _index_batch(self, last_offset: int, max_timestamp: int, position: int, size: int) -> None:
         """The bookkeeping of one appended batch: first timestamp, max timestamp, sparse index entries."""
@@ -525,12 +555,29 @@ class LogSegment:
             or not 0 <= max_offset - self.base_offset <= INT32_MAX
         )
 
-    def on_become_inactive_segment(self) -> None:
-        """The closing time index entry (the true max timestamp, KIP-33), then trim indexes and log."""
+    def on_become_inactive_segment(self, defer_trim: bool = False) -> None:
+        """The closing time index entry (the true max timestamp, KIP-33), then trim indexes and log.
+
+        With ``defer_trim`` the trims wait for :meth:`flush` or :meth:`trim_inactive`. Shrinking a file gives its
+        allocated blocks back, and on ext4 that waits for the journal commit in flight, which the previous rolled
+        segment's fsync forces: 10-50 ms of a roll, stalling the append that rolls. The log defers the trims when
+        the rolled segment's flush runs in the background, and that flush trims before it syncs; until then the
+        files are longer than their entries, as the active segment's are, and a crash before it leaves the
+        segment above the recovery point, recovered on the next start.
+        """
         self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True)
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
-        self.log.trim()
+        self._trim_pending = True
+        if not defer_trim:
+            self.trim_inactive()
+
+    def trim_inactive(self) -> None:
+        """The trims :meth:`on_become_inactive_segment` deferred: indexes to their entries, the log file to its
+        size (preallocated space). Idempotent; a no-op for a segment that was not rolled."""
+        if self._trim_pending:
+            self.offset_index.trim_to_valid_size()
+            self.time_index.trim_to_valid_size()
+            self.log.trim()
+            self._trim_pending = False
 
     def resize_indexes(self, size: int) -> None:
         self.offset_index.resize(size)
@@ -575,7 +622,13 @@ class LogSegment:
         self.txn_index.update_parent_dir(directory)
 
     def flush(self) -> None:
-        """fsync the log and msync the indexes; an OSError names the file that failed."""
+        """fsync the log and msync the indexes, after the trims a roll deferred (:meth:`trim_inactive`); an
+        OSError names the file that failed."""
+        try:
+            self.trim_inactive()
+        except OSError as exc:
+            _name_file(exc, self.log.path)
+            raise
         for flush, path in ((self.log.flush, self.log.path), (self.offset_index.flush, self.offset_index_path),
                             (self.time_index.flush, self.time_index_path), (self.txn_index.flush, self.txn_index.path)):
             try:

@@ -20,7 +20,7 @@ from local.fetch import FetchIsolation
 from local.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log
 from local.producer_state import AppendOrigin
 from local.records import MemoryRecords, SimpleRecord, TimestampType
-from local.scheduler import MockTime
+from local.scheduler import MockTime, Scheduler
 from tests.logutil import make_log, read_all_values, records, topic_config
 
 T0 = 1_700_000_000_000
@@ -445,3 +445,62 @@ def test_roll_snapshot_is_written_then_made_durable_by_the_flush(tmp_path: Path)
     assert not snapshot.with_name(snapshot.name + ".tmp").exists()
     assert log.recovery_point >= new_base  # flushed synchronously: no scheduler runs here
     log.close()
+
+
+def _held_scheduler() -> tuple[Scheduler, threading.Event]:
+    """A running scheduler whose thread is held by a first task until the returned event is set."""
+    scheduler, gate = Scheduler("held"), threading.Event()
+    scheduler.startup()
+    scheduler.schedule_once("hold", lambda: gate.wait(30))
+    return scheduler, gate
+
+
+def test_a_roll_with_a_background_flush_leaves_the_trims_to_that_flush(tmp_path: Path) -> None:
+    # Shrinking a file waits on the file system's journal when an fsync is in flight (tens of ms on ext4): the
+    # append that rolls does not, the rolled segment's flush trims before it syncs, and the files end as Kafka's.
+    scheduler, gate = _held_scheduler()
+    log = Log.open(tmp_path / "topic-0", topic_config(tmp_path, segment_bytes=4096, index_interval_bytes=1),
+                   scheduler=scheduler)
+    try:
+        while log.number_of_segments() < 2:
+            log.append(records(b"v" * 300))
+        rolled = log.segments.values()[0]
+        index_bytes = rolled.offset_index.entries * 8
+        assert rolled.offset_index_path.stat().st_size > index_bytes  # untrimmed while the flush is queued
+        assert rolled.time_index_path.stat().st_size > rolled.time_index.entries * 12
+        flushed = threading.Event()
+        scheduler.schedule_once("after-flush", flushed.set)  # runs after the flush the roll queued
+        gate.set()
+        assert flushed.wait(30)
+        assert rolled.offset_index_path.stat().st_size == index_bytes
+        assert rolled.time_index_path.stat().st_size == rolled.time_index.entries * 12
+        assert log.recovery_point >= log.active_segment.base_offset
+    finally:
+        gate.set()
+        log.close()
+        scheduler.shutdown()
+
+
+def test_a_crash_before_the_rolled_segments_flush_recovers_it(tmp_path: Path) -> None:
+    import shutil
+
+    scheduler, gate = _held_scheduler()
+    log = Log.open(tmp_path / "topic-0", topic_config(tmp_path, segment_bytes=4096, index_interval_bytes=1),
+                   scheduler=scheduler)
+    try:
+        while log.number_of_segments() < 3:
+            log.append(records(b"v" * 300))
+        want = read_all_values(log)
+        crashed = tmp_path / "crash" / "topic-0"
+        shutil.copytree(log.dir, crashed)  # what a kill -9 leaves: untrimmed indexes, nothing flushed
+        assert any(p.stat().st_size % 8 == 0 and p.stat().st_size > 8 * 64 for p in crashed.glob("*.index"))
+    finally:
+        gate.set()
+        log.close()
+        scheduler.shutdown()
+    again = make_log(tmp_path / "crash", clean=False, segment_bytes=4096, index_interval_bytes=1)
+    assert read_all_values(again) == want
+    for seg in again.segments.values()[:-1]:
+        seg.sanity_check(False)
+        assert seg.offset_index.lookup(seg.read_next_offset() - 1).offset <= seg.read_next_offset() - 1
+    again.close()
