@@ -38,14 +38,7 @@ MODULES: dict[str, list[str]] = {
     "local/records/varint.py": ["tests/unit/test_records_codec.py"],
     "local/records/batch.py": ["tests/unit/test_records_codec.py", "tests/unit/test_record_batch.py"],
     # index lookup and entry-size detection
-    "local/index/offset_index.py": [
-        "tests/unit/test_offset_index.py",
-        "tests/property/test_index_props.py",
-        # a race of lock-free lookups with truncation (see TESTING.md) makes it fail now and then: a flaky
-        # test breaks mutmut's clean run and kills mutants at random
-        "--deselect",
-        "tests/unit/test_offset_index.py::test_concurrent_lookups_see_only_written_entries",
-    ],
+    "local/index/offset_index.py": ["tests/unit/test_offset_index.py", "tests/property/test_index_props.py"],
     "local/index/time_index.py": ["tests/unit/test_time_index.py", "tests/property/test_index_props.py"],
     "local/index/detect.py": ["tests/unit/test_detect_entry_size.py", "tests/unit/test_detect_boundaries.py"],
     # segment recovery

@@ -50,8 +50,6 @@ NO_TIMESTAMP: Final = -1
 # --- offset index -------------------------------------------------------------------------------------
 LEGACY_OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset i32, position i32
 LARGE_OFFSET_ENTRY = struct.Struct(">iq")  # relativeOffset i32, position i64
-LEGACY_POSITION = struct.Struct(">i")  # the position field alone, at +4
-LARGE_POSITION = struct.Struct(">q")
 LEGACY_OFFSET_DTYPE = np.dtype([("rel", ">i4"), ("pos", ">i4")])
 LARGE_OFFSET_DTYPE = np.dtype([("rel", ">i4"), ("pos", ">i8")])
 

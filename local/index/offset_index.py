@@ -38,11 +38,9 @@ from local.index.entries import (
     LARGE_OFFSET_DTYPE,
     LARGE_OFFSET_ENTRY,
     LARGE_OFFSET_ENTRY_SIZE,
-    LARGE_POSITION,
     LEGACY_OFFSET_DTYPE,
     LEGACY_OFFSET_ENTRY,
     LEGACY_OFFSET_ENTRY_SIZE,
-    LEGACY_POSITION,
     OffsetPosition,
     make_offset_position,
 )
@@ -84,7 +82,6 @@ class OffsetIndex(AbstractIndex):
         )
         # Bound once: lookups are the hot path.
         self._unpack_entry = self._entry_struct.unpack_from
-        self._unpack_position = (LARGE_POSITION if large else LEGACY_POSITION).unpack_from
 
     # ---------------------------------------------------------------------------------------------------
 
@@ -122,7 +119,10 @@ class OffsetIndex(AbstractIndex):
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The entry with the greatest offset <= ``target_offset``; ``(base_offset, 0)`` when there is none."""
         # The hot path of every fetch: AbstractIndex._largest_lower_bound_slot inlined (same warm-section
-        # search), the offset taken from the key mirror, and only the position read from the mapping.
+        # search) over a snapshot of the key mirror, then the slot's entry read from the mapping. The entry is
+        # the one the snapshot saw unless a truncation and new appends rewrote the slot meanwhile: its offset
+        # then differs from the snapshot's key (the snapshot's key with the new entry's position could point
+        # past the target and skip data), and the lookup is redone under the lock.
         keys, first_hot, first_hot_key = self._search
         if target_offset >= first_hot_key:
             slot = bisect_right(keys, target_offset, first_hot) - 1
@@ -133,13 +133,22 @@ class OffsetIndex(AbstractIndex):
                 raise self._closed_error()
             return make_offset_position(self._base_offset, 0)
         try:
-            position: int = self._unpack_position(self._mmap, slot * self._entry_size + 4)[0]  # type: ignore[arg-type]
+            relative, position = self._unpack_entry(self._mmap, slot * self._entry_size)  # type: ignore[arg-type]
         except TypeError:  # the mapping was released by close()
             raise self._closed_error() from None
+        key = keys[slot]
+        if relative != key - self._base_offset:
+            return self._locked_lookup(target_offset)
         entry: OffsetPosition = _new_object(OffsetPosition)  # make_offset_position, inlined
-        _set_offset(entry, keys[slot])
+        _set_offset(entry, key)
         _set_position(entry, position)
         return entry
+
+    def _locked_lookup(self, target_offset: int) -> OffsetPosition:
+        """:meth:`lookup` holding the lock: no slot changes under it."""
+        with self._lock:
+            slot = self._largest_lower_bound_slot(target_offset)
+            return make_offset_position(self._base_offset, 0) if slot < 0 else self._parse_entry(slot)
 
     def entry(self, n: int) -> OffsetPosition:
         """The ``n``-th entry; IndexError when ``n`` is not below ``entries``."""

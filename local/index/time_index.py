@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Any
@@ -40,7 +39,7 @@ from local.index.entries import (
 
 logger = logging.getLogger(__name__)
 
-_unpack_relative = struct.Struct(">i").unpack_from  # the relativeOffset field alone, at +8
+_unpack_entry = TIME_ENTRY.unpack_from
 _new_object = object.__new__
 _set_timestamp = vars(TimestampOffset)["timestamp"].__set__
 _set_offset = vars(TimestampOffset)["offset"].__set__
@@ -113,7 +112,9 @@ class TimeIndex(AbstractIndex):
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The entry with the greatest timestamp <= ``target_timestamp``; ``(-1, base_offset)`` if none."""
-        # AbstractIndex._largest_lower_bound_slot inlined; the timestamp comes from the key mirror.
+        # AbstractIndex._largest_lower_bound_slot inlined over a snapshot of the key mirror, then the slot's entry
+        # read from the mapping; redone under the lock when a truncation and new appends rewrote that slot
+        # meanwhile (its timestamp differs from the snapshot's key), as OffsetIndex.lookup does.
         keys, first_hot, first_hot_key = self._search
         if target_timestamp >= first_hot_key:
             slot = bisect_right(keys, target_timestamp, first_hot) - 1
@@ -124,13 +125,21 @@ class TimeIndex(AbstractIndex):
                 raise self._closed_error()
             return make_timestamp_offset(NO_TIMESTAMP, self._base_offset)
         try:
-            relative: int = _unpack_relative(self._mmap, slot * TIME_ENTRY_SIZE + 8)[0]  # type: ignore[arg-type]
+            timestamp, relative = _unpack_entry(self._mmap, slot * TIME_ENTRY_SIZE)  # type: ignore[arg-type]
         except TypeError:  # the mapping was released by close()
             raise self._closed_error() from None
+        if timestamp != keys[slot]:
+            return self._locked_lookup(target_timestamp)
         entry: TimestampOffset = _new_object(TimestampOffset)  # make_timestamp_offset, inlined
-        _set_timestamp(entry, keys[slot])
+        _set_timestamp(entry, timestamp)
         _set_offset(entry, self._base_offset + relative)
         return entry
+
+    def _locked_lookup(self, target_timestamp: int) -> TimestampOffset:
+        """:meth:`lookup` holding the lock: no slot changes under it."""
+        with self._lock:
+            slot = self._largest_lower_bound_slot(target_timestamp)
+            return make_timestamp_offset(NO_TIMESTAMP, self._base_offset) if slot < 0 else self._parse_entry(slot)
 
     # ---------------------------------------------------------------------------------------------------
     # writes
