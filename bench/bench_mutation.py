@@ -12,6 +12,7 @@ selection narrowed to the one module. The worktree itself is never touched (no `
     python -m bench mutation                          # every module of MODULES (hours)
     python -m bench mutation local/records/varint.py  # one module, against its tests
     python -m bench mutation --jobs 2 --keep local/epoch.py tiered/rsm.py
+    python -m bench mutation local/log.py --only '*retention*' '*truncate*'   # some functions of a big module
 
 ``--jobs`` is mutmut's ``--max-children`` (default 1: the machine is shared); ``--keep`` leaves the scratch
 copy so that ``mutmut show NAME`` / ``mutmut browse`` can be run in it. Each module's line reports killed /
@@ -21,6 +22,7 @@ tested mutants and lists the survivors with their diffs.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import re
 import shutil
 import subprocess
@@ -104,20 +106,24 @@ def _scratch_copy(module: str, tests: list[str]) -> Path:
     return work
 
 
-def run_module(module: str, tests: list[str], jobs: int, keep: bool) -> tuple[int, int, list[str]]:
-    """Mutate ``module`` against ``tests``; returns (killed, tested, survivors)."""
+def run_module(module: str, tests: list[str], jobs: int, keep: bool,
+               only: list[str] | None = None) -> tuple[int, int, list[str]]:
+    """Mutate ``module`` against ``tests`` (only the mutants whose names match a glob of ``only``, when given);
+    returns (killed, tested, survivors)."""
     tests = [t for t in tests if t.startswith("-") or (ROOT / t.split("::")[0]).exists()]
     work = _scratch_copy(module, tests)
     try:
         print(f"### {module} against {' '.join(tests)} (in {work})", flush=True)
         run = subprocess.run(
-            ["mutmut", "run", "--max-children", str(jobs)], cwd=work, capture_output=True, text=True
+            ["mutmut", "run", "--max-children", str(jobs), *(only or [])], cwd=work, capture_output=True, text=True
         )
         if run.returncode != 0:
             print(run.stdout[-4000:], run.stderr[-4000:], sep="\n")
             raise SystemExit(f"mutmut run failed on {module} (exit {run.returncode})")
         res = subprocess.run(["mutmut", "results", "--all", "true"], cwd=work, capture_output=True, text=True, check=True)
         statuses = {m.group(1): m.group(2) for m in map(_STATUS.match, res.stdout.splitlines()) if m}
+        if only:  # mutmut lists every mutant it generated; the score is over the ones run
+            statuses = {n: s for n, s in statuses.items() if any(fnmatch.fnmatchcase(n, g) for g in only)}
         killed = sum(1 for s in statuses.values() if s in ("killed", "timeout", "caught by type check", "segfault"))
         skipped = sum(1 for s in statuses.values() if s in ("skipped", "not checked"))
         tested = len(statuses) - skipped
@@ -141,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="mutants tested in parallel (mutmut --max-children)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch copy for mutmut show/browse")
     parser.add_argument("--tests", nargs="+", help="override the test selection (with one module)")
+    parser.add_argument("--only", nargs="+", metavar="GLOB",
+                        help="mutate only the functions whose mutant names match (mutmut's names: "
+                             "'local.log.xǁLogǁtruncate_to__mutmut_3'; e.g. '*truncate*')")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if shutil.which("mutmut") is None:
         print("mutmut is not installed: pip install 'tiered[bench]'", file=sys.stderr)
@@ -153,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     total_killed = total_tested = 0
     for module in modules:
         tests = args.tests or MODULES.get(module) or ["tests/unit", "tests/property"]
-        killed, tested, _ = run_module(module, tests, args.jobs, args.keep)
+        killed, tested, _ = run_module(module, tests, args.jobs, args.keep, args.only)
         total_killed += killed
         total_tested += tested
     if len(modules) > 1 and total_tested:
