@@ -48,7 +48,10 @@ MODULES: dict[str, list[str]] = {
     # leader epochs
     "local/epoch.py": ["tests/unit/test_log.py", "tests/unit/test_leader_epochs.py"],
     # retention of both tiers, the remote read path
-    "local/log.py": ["tests/unit/test_log.py", "tests/unit/test_retention.py", "tests/unit/test_leader_epochs.py"],
+    "local/log.py": [
+        "tests/unit/test_log.py", "tests/unit/test_retention.py", "tests/unit/test_leader_epochs.py",
+        "tests/unit/test_log_retention_rules.py",
+    ],
     "tiered/remote_log_manager.py": ["tests/unit/test_retention.py", "tests/unit/test_remote_tier.py"],
     # the RSM bounds (and the metadata rules beside them)
     "tiered/rsm.py": [

@@ -1109,6 +1109,13 @@ class Log:
             self._leo = LogOffsetMetadata(target_offset, active.base_offset, active.size)
             self.recovery_point = min(self.recovery_point, target_offset)
             self._high_watermark = min(self._high_watermark, target_offset)
+            # A truncation below the log start (moved inside the first segment by DeleteRecords) takes the log
+            # start down with it, as Kafka's truncateTo does: the log start never passes the log end.
+            self.local_log_start_offset = min(self.local_log_start_offset, target_offset)
+            if target_offset < self.log_start_offset:
+                self.log_start_offset = target_offset
+                self._log_start_checkpoint_failed = True  # i.e. not yet written
+                self.ensure_log_start_offset_checkpointed()
             rebuild_producer_state(
                 self.producer_state_manager, self.segments, self.log_start_offset, target_offset, self.time
             )
