@@ -7,9 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from local.errors import CorruptRecordError, LegacyIndexPositionOverflowError, LogSegmentOffsetOverflowError
+from local.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    LegacyIndexPositionOverflowError,
+    LogSegmentOffsetOverflowError,
+)
 from local.file_records import FileRecords
 from local.records import MemoryRecords, SimpleRecord
+from local.records.constants import INT32_MAX
 from local.segment import LogSegment, RollParams
 from local.segments import LogSegments
 
@@ -442,3 +448,287 @@ def test_one_append_of_several_batches_indexes_each_at_its_own_position(tmp_path
     starts = [sum(len(p) for p in parts[:i]) for i in range(4)]
     entries = [s.offset_index.entry(i) for i in range(s.offset_index.entries)]
     assert [(e.offset, e.position) for e in entries] == [(41, starts[1]), (42, starts[2]), (43, starts[3])]
+
+
+# --- the segment's life cycle: files, clocks and closing (mutation testing, TESTING.md) ---------------------
+
+
+def _files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def _with_all_four_files(tmp_path: Path) -> LogSegment:
+    s = seg(tmp_path, interval=0)
+    fill(s, 40, 3)
+    s.update_txn_index(CompletedTxn(7, 40, 41, is_aborted=True), 40)
+    s.flush()
+    return s
+
+
+def test_change_file_suffixes_renames_all_four_files_loaded_or_not(tmp_path: Path) -> None:
+    s = _with_all_four_files(tmp_path)
+    names = ["00000000000000000040.index", "00000000000000000040.log", "00000000000000000040.timeindex",
+             "00000000000000000040.txnindex"]
+    assert _files(tmp_path) == names
+    s.change_file_suffixes("", ".deleted")
+    assert _files(tmp_path) == [n + ".deleted" for n in names]
+    assert s.has_suffix(".deleted") and not s.has_suffix(".cleaned")
+    assert (s.log.path.name, s.offset_index_path.name, s.time_index_path.name, s.txn_index.path.name) == (
+        names[1] + ".deleted", names[0] + ".deleted", names[2] + ".deleted", names[3] + ".deleted")
+    s.change_file_suffixes(".deleted", "")  # the suffix is cut off the name, not appended to it
+    assert _files(tmp_path) == names and not s.has_suffix(".deleted")
+    s.change_file_suffixes(".cleaned", ".swap")  # a suffix the names do not have: kept whole
+    assert _files(tmp_path) == [n + ".swap" for n in names]
+    assert s.read_next_offset() == 43 and s.txn_index.all_aborted_txns()[0].producer_id == 7
+    s.close()
+    # indexes never loaded (lazy) are renamed on disk all the same
+    again = seg(tmp_path, file_suffix=".swap", file_already_exists=True)
+    again.change_file_suffixes(".swap", "")
+    assert _files(tmp_path) == names
+    assert again.offset_index.entries == 2 and again.read_next_offset() == 43
+
+
+def test_update_parent_dir_follows_a_renamed_directory(tmp_path: Path) -> None:
+    old, new = tmp_path / "topic-0", tmp_path / "topic-0.moved"
+    old.mkdir()
+    s = _with_all_four_files(old)
+    s.close_handlers()
+    old.rename(new)
+    s.update_parent_dir(new)
+    assert {p.parent for p in (s.log.path, s.offset_index_path, s.time_index_path, s.txn_index.path)} == {new}
+    s.delete_if_exists()
+    assert _files(new) == []
+
+
+def test_last_modified_is_the_log_files_mtime_in_ms_and_the_creation_time_once_deleted(tmp_path: Path) -> None:
+    s = seg(tmp_path, time=lambda: 1234)
+    s.set_last_modified(T0 + 500)
+    assert s.last_modified == T0 + 500
+    assert os.stat(s.log.path).st_mtime == (T0 + 500) / 1000
+    s.append(40, batch(40, b"x", ts=-1))
+    s.set_last_modified(T0 + 500)
+    assert s.largest_timestamp == T0 + 500, "no timestamp in the segment: its last-modified time"
+    s.append(41, batch(41, b"y", ts=0))
+    assert s.largest_timestamp == 0, "a timestamp of 0 is a timestamp"
+    s.delete_if_exists()
+    assert s.last_modified == 1234
+
+
+def test_time_waited_for_roll_counts_from_the_first_batchs_timestamp_else_from_creation(tmp_path: Path) -> None:
+    clock = [1000]
+    s = seg(tmp_path, time=lambda: clock[0])
+    assert s.time_waited_for_roll(now=1700, message_timestamp=T0) == 700, "empty: time since creation"
+    s.append(40, batch(40, b"a", ts=T0 + 5))
+    s.append(41, batch(41, b"b", ts=T0 + 50))
+    assert s.time_waited_for_roll(now=1700, message_timestamp=T0 + 80) == 75
+    s.close()
+    # reopened: the first batch's timestamp is read back from the log (the first batch, not the last)
+    again = seg(tmp_path, file_already_exists=True, time=lambda: 0)
+    assert again.rolling_based_timestamp is None
+    assert again.time_waited_for_roll(now=9, message_timestamp=T0 + 80) == 75
+    zero = seg(tmp_path / "zero" if (tmp_path / "zero").mkdir() is None else tmp_path, time=lambda: 1000)
+    zero.append(40, batch(40, b"a", ts=0))
+    assert zero.time_waited_for_roll(now=5000, message_timestamp=30) == 30, "timestamp 0 is a timestamp"
+    none = seg(tmp_path / "none" if (tmp_path / "none").mkdir() is None else tmp_path, time=lambda: 1000)
+    none.append(40, batch(40, b"a", ts=-1))
+    assert none.time_waited_for_roll(now=5000, message_timestamp=30) == 4000, "no timestamp: since creation"
+
+
+def roll(s: LogSegment, *, size: int = 10, offset: int = 43, ts: int = T0 + 40, now: int = 0,
+         max_bytes: int = 10**9, max_ms: int = 10**9) -> bool:
+    return s.should_roll_for(size, offset, ts, now, max_bytes, max_ms)
+
+
+def test_should_roll_for_at_each_bound(tmp_path: Path) -> None:
+    clock = [1000]
+    s = seg(tmp_path, roll_jitter_ms=100, time=lambda: clock[0])
+    assert not roll(s, ts=T0 + 10**10, now=10**12), "an empty segment is never too old"
+    assert not roll(s, size=100, max_bytes=100) and roll(s, size=101, max_bytes=100)
+    fill(s, 40, 3)
+    full = s.size
+    assert not roll(s, size=10, max_bytes=full + 10) and roll(s, size=11, max_bytes=full + 10)
+    # time: from the first batch's timestamp (T0 + 40), roll when MORE than segment.ms - jitter have passed
+    assert not roll(s, ts=T0 + 40 + 900, max_ms=1000) and roll(s, ts=T0 + 40 + 901, max_ms=1000)
+    assert not roll(s, offset=40 + INT32_MAX) and roll(s, offset=41 + INT32_MAX) and roll(s, offset=39)
+    s.close()
+    again = seg(tmp_path, roll_jitter_ms=100, file_already_exists=True, time=lambda: 0)
+    assert again.offset_index.is_full, "trimmed on close: full until the loader resizes the active segment"
+    again.resize_indexes(1000)
+    assert not again.offset_index.is_full and not again.time_index.is_full
+    assert again.rolling_based_timestamp is None
+    assert roll(again, ts=T0 + 40 + 901, max_ms=1000), "the first batch's timestamp is read back from the log"
+    assert not roll(again, ts=T0 + 40 + 900, max_ms=1000)
+    (tmp_path / "none").mkdir()
+    none = seg(tmp_path / "none", time=lambda: clock[0])
+    none.append(40, batch(40, b"a", ts=-1))
+    assert not roll(none, now=2000, max_ms=1000, ts=T0 + 10**9) and roll(none, now=2001, max_ms=1000)
+    (tmp_path / "full").mkdir()
+    # 3 offset slots; no timestamps, so the time index (1 slot left) stays empty
+    tiny = LogSegment.open(tmp_path / "full", 40, index_interval_bytes=0, max_index_size=24, time=lambda: 0)
+    for off in range(40, 43):
+        tiny.append(off, batch(off, b"x", ts=-1))
+    assert not roll(tiny, ts=-1)
+    tiny.append(43, batch(43, b"x", ts=-1))
+    assert tiny.offset_index.is_full and not tiny.time_index.is_full and roll(tiny, ts=-1)
+
+
+def test_a_time_index_that_is_full_rolls_too(tmp_path: Path) -> None:
+    s = LogSegment.open(tmp_path, 40, index_interval_bytes=0, max_index_size=36)  # 3 time slots, 4 offset
+    fill(s, 40, 3)
+    assert s.time_index.is_full and not s.offset_index.is_full
+    assert roll(s, ts=T0 + 40)
+
+
+class CompletedTxn:
+    def __init__(self, producer_id: int, first_offset: int, last_offset: int, is_aborted: bool) -> None:
+        self.producer_id, self.first_offset, self.last_offset = producer_id, first_offset, last_offset
+        self.is_aborted = is_aborted
+
+
+def test_update_txn_index_records_only_aborted_transactions(tmp_path: Path) -> None:
+    s = seg(tmp_path)
+    s.update_txn_index(CompletedTxn(7, 40, 45, is_aborted=False), 40)
+    assert s.txn_index.all_aborted_txns() == []
+    s.update_txn_index(CompletedTxn(7, 40, 45, is_aborted=True), 41)
+    [aborted] = s.txn_index.all_aborted_txns()
+    assert (aborted.producer_id, aborted.first_offset, aborted.last_offset, aborted.last_stable_offset) == (7, 40, 45, 41)
+    assert [t.producer_id for t in s.collect_aborted_txns(40, 50).aborted_txns] == [7]
+
+
+class TxnProducerState(RecordingProducerState):
+    """Completes a transaction (aborted or committed) on each control batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.completed: list[object] = []
+
+    def apply_batch(self, batch: object) -> object:
+        super().apply_batch(batch)
+        if not batch.is_control_batch:  # type: ignore[attr-defined]
+            return None
+        aborted = batch.base_offset == 42  # type: ignore[attr-defined]
+        return CompletedTxn(batch.producer_id, 40, batch.base_offset, is_aborted=aborted)  # type: ignore[attr-defined]
+
+    def last_stable_offset(self, completed_txn: object) -> int:
+        return completed_txn.first_offset + 1  # type: ignore[attr-defined]
+
+    def complete_txn(self, completed_txn: object) -> None:
+        self.completed.append(completed_txn)
+
+
+def test_recovery_completes_transactions_and_indexes_the_aborted_ones(tmp_path: Path) -> None:
+    def data(off: int) -> bytes:
+        return bytes(MemoryRecords.build([SimpleRecord(T0, None, b"v")], base_offset=off, producer_id=5,
+                                         producer_epoch=0, base_sequence=off - 40, is_transactional=True))
+
+    def marker(off: int, commit: bool) -> bytes:
+        return bytes(MemoryRecords.end_transaction_marker(5, 0, commit=commit, base_offset=off, timestamp=T0))
+
+    raw = data(40) + data(41) + marker(42, False) + data(43) + marker(44, True)
+    s = _recovered_copy(tmp_path, "txn", raw)
+    state = TxnProducerState()
+    assert s.recover(producer_state_manager=state) == 0
+    assert [t.last_offset for t in state.completed] == [42, 44]  # type: ignore[attr-defined]
+    assert [(t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset) for t in s.txn_index.all_aborted_txns()] == [
+        (5, 40, 42, 41)]
+    assert state.map_end_offsets == [41, 42, 43, 44, 45, 45], "after each producer batch, and once at the end"
+
+
+def test_close_writes_the_closing_time_index_entry_only_for_a_real_max_timestamp(tmp_path: Path) -> None:
+    dirs = {name: tmp_path / name for name in ("ts", "zero", "none", "untouched")}
+    for d in dirs.values():
+        d.mkdir()
+    s = seg(dirs["ts"], interval=10**6)  # no index entry while appending: only the closing one
+    for off, ts in ((40, 5), (41, 9), (42, 7)):
+        s.append(off, batch(off, b"v", ts=T0 + ts))
+    s.close()
+    again = seg(dirs["ts"], file_already_exists=True)
+    assert [(again.time_index.entry(i).timestamp, again.time_index.entry(i).offset)
+            for i in range(again.time_index.entries)] == [(T0 + 9, 41)]
+    again.close()  # nothing read since reopening: nothing to add
+    assert seg(dirs["ts"], file_already_exists=True).time_index.entries == 1
+    zero = seg(dirs["zero"], interval=10**6)
+    zero.append(40, batch(40, b"v", ts=0))
+    zero.close()
+    assert seg(dirs["zero"], file_already_exists=True).time_index.last_entry.timestamp == 0
+    none = seg(dirs["none"], interval=10**6)
+    none.append(40, batch(40, b"v", ts=-1))
+    none.close()
+    assert (dirs["none"] / "00000000000000000040.timeindex").stat().st_size == 0
+
+
+def test_close_survives_a_failed_closing_entry_and_closes_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from local.errors import KafkaStorageError
+
+    s = seg(tmp_path, interval=10**6)
+    s.append(40, batch(40, b"v"))
+    s.update_txn_index(CompletedTxn(7, 40, 40, is_aborted=True), 40)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KafkaStorageError("disk gone")
+
+    index, time_index = s.offset_index, s.time_index
+    monkeypatch.setattr(time_index, "maybe_append", broken)
+    with caplog.at_level("WARNING", logger="local.segment"):
+        s.close()
+    assert "closing time index entry" in caplog.text and str(s.log.path) in caplog.text
+    assert s.log._closed and index.is_closed and time_index.is_closed
+    assert s.txn_index._fd is None
+
+
+def test_close_handlers_goes_on_past_a_failing_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    s = seg(tmp_path, interval=0)
+    fill(s, 40, 3)
+    s.update_txn_index(CompletedTxn(7, 40, 40, is_aborted=True), 40)
+    index, time_index = s.offset_index, s.time_index
+
+    def broken() -> None:
+        raise OSError("EIO")
+
+    monkeypatch.setattr(s._lazy_offset_index, "close_handler", broken)
+    with caplog.at_level("DEBUG", logger="local.segment"):
+        s.close_handlers()
+    assert "error closing handlers of segment 40" in caplog.text
+    assert time_index.is_closed and s.log._closed and s.txn_index._fd is None and not index.is_closed
+
+
+def test_sanity_check_wants_an_offset_index_file_entries_inside_the_log_and_empties_a_new_time_index(
+    tmp_path: Path,
+) -> None:
+    s = seg(tmp_path, interval=0)
+    fill(s, 40, 3)
+    s.sanity_check(False)  # the time index has entries: it is not emptied
+    assert s.time_index.entries == 2
+    last = s.offset_index.entry(s.offset_index.entries - 1)
+    s.close()
+    log = tmp_path / "00000000000000000040.log"
+    data = log.read_bytes()
+    log.write_bytes(data[: last.position + 1])  # the last indexed batch cut short: still starts inside the log
+    seg(tmp_path, file_already_exists=True).sanity_check(False)
+    log.write_bytes(data[: last.position])  # the last entry points at the end of the log
+    with pytest.raises(CorruptIndexError, match=f"points at position {last.position}, past the end"):
+        seg(tmp_path, file_already_exists=True).sanity_check(False)
+    (tmp_path / "00000000000000000040.timeindex").unlink()
+    fresh = seg(tmp_path, file_already_exists=True)
+    fresh.log.truncate_to(0)
+    fresh.offset_index.truncate_to(40)
+    fresh.sanity_check(True)
+    assert (tmp_path / "00000000000000000040.timeindex").stat().st_size == 0
+    (tmp_path / "00000000000000000040.index").unlink()
+    with pytest.raises(FileNotFoundError, match="offset index .*00000000000000000040.index does not exist"):
+        seg(tmp_path, file_already_exists=True).sanity_check(False)
+
+
+def test_open_passes_on_preallocation_and_read_only(tmp_path: Path) -> None:
+    pre = LogSegment.open(tmp_path, 40, preallocate=True, init_file_size=4096)
+    assert pre.size == 0 and pre.log.path.stat().st_size == 4096
+    pre.append(40, batch(40, b"x"))
+    pre.close()
+    ro = LogSegment.open(tmp_path, 40, file_already_exists=True, mutable=False)
+    assert ro.read_next_offset() == 41
+    with pytest.raises(OSError):
+        ro.append(41, batch(41, b"y"))
+    assert repr(ro) == f"LogSegment(base_offset=40, size={ro.size}, path={ro.log.path})"
