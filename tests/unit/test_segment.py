@@ -506,7 +506,7 @@ def test_last_modified_is_the_log_files_mtime_in_ms_and_the_creation_time_once_d
     s = seg(tmp_path, time=lambda: 1234)
     s.set_last_modified(T0 + 500)
     assert s.last_modified == T0 + 500
-    assert os.stat(s.log.path).st_mtime == (T0 + 500) / 1000
+    assert os.stat(s.log.path).st_mtime == os.stat(s.log.path).st_atime == (T0 + 500) / 1000
     s.append(40, batch(40, b"x", ts=-1))
     s.set_last_modified(T0 + 500)
     assert s.largest_timestamp == T0 + 500, "no timestamp in the segment: its last-modified time"
@@ -685,8 +685,9 @@ def test_close_survives_a_failed_closing_entry_and_closes_everything(
     monkeypatch.setattr(time_index, "maybe_append", broken)
     with caplog.at_level("WARNING", logger="local.segment"):
         s.close()
-    assert "closing time index entry" in caplog.text and str(s.log.path) in caplog.text
-    assert caplog.records[-1].exc_info is not None, "the error itself is logged"
+    [warned] = [r for r in caplog.records if r.name == "local.segment"]
+    assert warned.getMessage() == f"could not write the closing time index entry of {s.log.path}"
+    assert warned.exc_info is not None and isinstance(warned.exc_info[1], KafkaStorageError), "the error is logged"
     assert s.log._closed and index.is_closed and time_index.is_closed
     assert s.txn_index._fd is None
 
@@ -704,7 +705,9 @@ def test_close_handlers_goes_on_past_a_failing_one(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(s._lazy_offset_index, "close_handler", broken)
     with caplog.at_level("DEBUG", logger="local.segment"):
         s.close_handlers()
-    assert "error closing handlers of segment 40" in caplog.text and caplog.records[-1].exc_info is not None
+    [logged] = [r for r in caplog.records if r.name == "local.segment"]
+    assert logged.getMessage() == "error closing handlers of segment 40"
+    assert logged.exc_info is not None and isinstance(logged.exc_info[1], OSError), "the error is logged"
     assert time_index.is_closed and s.log._closed and s.txn_index._fd is None and not index.is_closed
 
 
@@ -741,6 +744,9 @@ def test_open_passes_on_preallocation_and_read_only(tmp_path: Path) -> None:
     assert pre.size == 0 and pre.log.path.stat().st_size == 4096
     pre.append(40, batch(40, b"x"))
     pre.close()
+    written = pre.log.path.stat().st_size
+    LogSegment.open(tmp_path, 40, preallocate=True, init_file_size=8192, file_already_exists=True).close()
+    assert pre.log.path.stat().st_size == written, "an existing log is never preallocated"
     ro = LogSegment.open(tmp_path, 40, file_already_exists=True, mutable=False)
     assert ro.read_next_offset() == 41
     with pytest.raises(OSError):
@@ -984,3 +990,17 @@ def test_truncate_to_resets_the_index_interval_drops_aborted_txns_and_past_the_e
     assert s.truncate_to(43) > 0
     assert s.bytes_since_last_index_entry == 0
     assert [t.producer_id for t in s.txn_index.all_aborted_txns()] == [7]
+
+
+def test_an_index_point_whose_max_timestamp_did_not_grow_leaves_a_full_time_index_alone(tmp_path: Path) -> None:
+    """``maybe_append`` checks fullness before it skips an equal timestamp: the segment must not call it then."""
+    size = len(bytes(batch(40, b"v")))
+    s = LogSegment.open(tmp_path, 40, index_interval_bytes=size, max_index_size=36)  # 3 time slots, 1 kept
+    for off in range(40, 47):  # index points at 42, 44 and 46; the max timestamp stops growing at 44
+        s.append(off, batch(off, b"v", ts=T0 + min(off, 44)))
+    offsets = [(e.offset, e.position) for e in (s.offset_index.entry(i) for i in range(s.offset_index.entries))]
+    assert offsets == [(42, 2 * size), (44, 4 * size), (46, 6 * size)]
+    assert s.time_index.is_full and s.time_index.last_entry == TimestampOffset(T0 + 44, 44)
+    assert s.recover() == 0, "nor does recovery collect an entry for it"
+    assert s.time_index.entries == 2 and s.time_index.last_entry == TimestampOffset(T0 + 44, 44)
+    assert [(e.offset, e.position) for e in (s.offset_index.entry(i) for i in range(s.offset_index.entries))] == offsets
