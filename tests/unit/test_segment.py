@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
-from local.errors import CorruptRecordError, LegacyIndexPositionOverflowError, LogSegmentOffsetOverflowError
+from local.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    LegacyIndexPositionOverflowError,
+    LogSegmentOffsetOverflowError,
+)
 from local.file_records import FileRecords
+from local.index import TimestampOffset
 from local.records import MemoryRecords, SimpleRecord
+from local.records.constants import INT32_MAX
 from local.segment import LogSegment, RollParams
 from local.segments import LogSegments
 
@@ -442,3 +450,557 @@ def test_one_append_of_several_batches_indexes_each_at_its_own_position(tmp_path
     starts = [sum(len(p) for p in parts[:i]) for i in range(4)]
     entries = [s.offset_index.entry(i) for i in range(s.offset_index.entries)]
     assert [(e.offset, e.position) for e in entries] == [(41, starts[1]), (42, starts[2]), (43, starts[3])]
+
+
+# --- the segment's life cycle: files, clocks and closing (mutation testing, TESTING.md) ---------------------
+
+
+def _files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def _with_all_four_files(tmp_path: Path) -> LogSegment:
+    s = seg(tmp_path, interval=0)
+    fill(s, 40, 3)
+    s.update_txn_index(CompletedTxn(7, 40, 41, is_aborted=True), 40)
+    s.flush()
+    return s
+
+
+def test_change_file_suffixes_renames_all_four_files_loaded_or_not(tmp_path: Path) -> None:
+    s = _with_all_four_files(tmp_path)
+    names = ["00000000000000000040.index", "00000000000000000040.log", "00000000000000000040.timeindex",
+             "00000000000000000040.txnindex"]
+    assert _files(tmp_path) == names
+    s.change_file_suffixes("", ".deleted")
+    assert _files(tmp_path) == [n + ".deleted" for n in names]
+    assert s.has_suffix(".deleted") and not s.has_suffix(".cleaned")
+    assert (s.log.path.name, s.offset_index_path.name, s.time_index_path.name, s.txn_index.path.name) == (
+        names[1] + ".deleted", names[0] + ".deleted", names[2] + ".deleted", names[3] + ".deleted")
+    s.change_file_suffixes(".deleted", "")  # the suffix is cut off the name, not appended to it
+    assert _files(tmp_path) == names and not s.has_suffix(".deleted")
+    s.change_file_suffixes(".cleaned", ".swap")  # a suffix the names do not have: kept whole
+    assert _files(tmp_path) == [n + ".swap" for n in names]
+    assert s.read_next_offset() == 43 and s.txn_index.all_aborted_txns()[0].producer_id == 7
+    s.close()
+    # indexes never loaded (lazy) are renamed on disk all the same
+    again = seg(tmp_path, file_suffix=".swap", file_already_exists=True)
+    again.change_file_suffixes(".swap", "")
+    assert _files(tmp_path) == names
+    assert again.offset_index.entries == 2 and again.read_next_offset() == 43
+
+
+def test_update_parent_dir_follows_a_renamed_directory(tmp_path: Path) -> None:
+    old, new = tmp_path / "topic-0", tmp_path / "topic-0.moved"
+    old.mkdir()
+    s = _with_all_four_files(old)
+    s.close_handlers()
+    old.rename(new)
+    s.update_parent_dir(new)
+    assert {p.parent for p in (s.log.path, s.offset_index_path, s.time_index_path, s.txn_index.path)} == {new}
+    s.delete_if_exists()
+    assert _files(new) == []
+
+
+def test_last_modified_is_the_log_files_mtime_in_ms_and_the_creation_time_once_deleted(tmp_path: Path) -> None:
+    s = seg(tmp_path, time=lambda: 1234)
+    s.set_last_modified(T0 + 500)
+    assert s.last_modified == T0 + 500
+    assert os.stat(s.log.path).st_mtime == os.stat(s.log.path).st_atime == (T0 + 500) / 1000
+    s.append(40, batch(40, b"x", ts=-1))
+    s.set_last_modified(T0 + 500)
+    assert s.largest_timestamp == T0 + 500, "no timestamp in the segment: its last-modified time"
+    s.append(41, batch(41, b"y", ts=0))
+    assert s.largest_timestamp == 0, "a timestamp of 0 is a timestamp"
+    s.delete_if_exists()
+    assert s.last_modified == 1234
+
+
+def test_time_waited_for_roll_counts_from_the_first_batchs_timestamp_else_from_creation(tmp_path: Path) -> None:
+    clock = [1000]
+    s = seg(tmp_path, time=lambda: clock[0])
+    assert s.time_waited_for_roll(now=1700, message_timestamp=T0) == 700, "empty: time since creation"
+    s.append(40, batch(40, b"a", ts=T0 + 5))
+    s.append(41, batch(41, b"b", ts=T0 + 50))
+    assert s.time_waited_for_roll(now=1700, message_timestamp=T0 + 80) == 75
+    s.close()
+    # reopened: the first batch's timestamp is read back from the log (the first batch, not the last)
+    again = seg(tmp_path, file_already_exists=True, time=lambda: 0)
+    assert again.rolling_based_timestamp is None
+    assert again.time_waited_for_roll(now=9, message_timestamp=T0 + 80) == 75
+    (tmp_path / "zero").mkdir()
+    zero = seg(tmp_path / "zero", time=lambda: 1000)
+    zero.append(40, batch(40, b"a", ts=0))
+    assert zero.time_waited_for_roll(now=5000, message_timestamp=30) == 30, "timestamp 0 is a timestamp"
+    (tmp_path / "none").mkdir()
+    none = seg(tmp_path / "none", time=lambda: 1000)
+    none.append(40, batch(40, b"a", ts=-1))
+    assert none.time_waited_for_roll(now=5000, message_timestamp=30) == 4000, "no timestamp: since creation"
+
+
+def roll(s: LogSegment, *, size: int = 10, offset: int = 43, ts: int = T0 + 40, now: int = 0,
+         max_bytes: int = 10**9, max_ms: int = 10**9) -> bool:
+    return s.should_roll_for(size, offset, ts, now, max_bytes, max_ms)
+
+
+def test_should_roll_for_at_each_bound(tmp_path: Path) -> None:
+    clock = [1000]
+    s = seg(tmp_path, roll_jitter_ms=100, time=lambda: clock[0])
+    assert not roll(s, ts=T0 + 10**10, now=10**12), "an empty segment is never too old"
+    assert not roll(s, size=100, max_bytes=100) and roll(s, size=101, max_bytes=100)
+    fill(s, 40, 3)
+    full = s.size
+    assert not roll(s, size=10, max_bytes=full + 10) and roll(s, size=11, max_bytes=full + 10)
+    # time: from the first batch's timestamp (T0 + 40), roll when MORE than segment.ms - jitter have passed
+    assert not roll(s, ts=T0 + 40 + 900, max_ms=1000) and roll(s, ts=T0 + 40 + 901, max_ms=1000)
+    assert not roll(s, offset=40) and not roll(s, offset=40 + INT32_MAX)
+    assert roll(s, offset=41 + INT32_MAX) and roll(s, offset=39)
+    s.close()
+    again = seg(tmp_path, roll_jitter_ms=100, file_already_exists=True, time=lambda: 0)
+    assert again.offset_index.is_full, "trimmed on close: full until the loader resizes the active segment"
+    again.resize_indexes(1000)
+    assert not again.offset_index.is_full and not again.time_index.is_full
+    assert again.rolling_based_timestamp is None
+    assert roll(again, ts=T0 + 40 + 901, max_ms=1000), "the first batch's timestamp is read back from the log"
+    assert not roll(again, ts=T0 + 40 + 900, max_ms=1000)
+    (tmp_path / "none").mkdir()
+    none = seg(tmp_path / "none", time=lambda: clock[0])
+    none.append(40, batch(40, b"a", ts=-1))
+    assert not roll(none, now=2000, max_ms=1000, ts=T0 + 10**9) and roll(none, now=2001, max_ms=1000)
+    params = RollParams(max_segment_bytes=10**9, max_timestamp_in_messages=T0, max_offset_in_messages=41,
+                        messages_size=10, now_ms=2001, max_segment_ms=1000)
+    assert none.should_roll(params) and not none.should_roll(dataclasses.replace(params, now_ms=2000))
+    (tmp_path / "zero").mkdir()
+    zero = seg(tmp_path / "zero", time=lambda: 10**12)  # timestamp 0 is a timestamp: the clock is not used
+    zero.append(40, batch(40, b"a", ts=0))
+    assert roll(zero, ts=1001, max_ms=1000, now=0) and not roll(zero, ts=1000, max_ms=1000, now=10**13)
+    (tmp_path / "full").mkdir()
+    # 3 offset slots; no timestamps, so the time index (1 slot left) stays empty
+    tiny = LogSegment.open(tmp_path / "full", 40, index_interval_bytes=0, max_index_size=24, time=lambda: 0)
+    for off in range(40, 43):
+        tiny.append(off, batch(off, b"x", ts=-1))
+    assert not roll(tiny, ts=-1)
+    tiny.append(43, batch(43, b"x", ts=-1))
+    assert tiny.offset_index.is_full and not tiny.time_index.is_full and roll(tiny, ts=-1)
+
+
+def test_a_time_index_that_is_full_rolls_too(tmp_path: Path) -> None:
+    s = LogSegment.open(tmp_path, 40, index_interval_bytes=0, max_index_size=36)  # 3 time slots, 4 offset
+    fill(s, 40, 3)
+    assert s.time_index.is_full and not s.offset_index.is_full
+    assert roll(s, ts=T0 + 40)
+
+
+class CompletedTxn:
+    def __init__(self, producer_id: int, first_offset: int, last_offset: int, is_aborted: bool) -> None:
+        self.producer_id, self.first_offset, self.last_offset = producer_id, first_offset, last_offset
+        self.is_aborted = is_aborted
+
+
+def test_update_txn_index_records_only_aborted_transactions(tmp_path: Path) -> None:
+    s = seg(tmp_path)
+    s.update_txn_index(CompletedTxn(7, 40, 45, is_aborted=False), 40)
+    assert s.txn_index.all_aborted_txns() == []
+    s.update_txn_index(CompletedTxn(7, 40, 45, is_aborted=True), 41)
+    [aborted] = s.txn_index.all_aborted_txns()
+    assert (aborted.producer_id, aborted.first_offset, aborted.last_offset, aborted.last_stable_offset) == (7, 40, 45, 41)
+    assert [t.producer_id for t in s.collect_aborted_txns(40, 50).aborted_txns] == [7]
+
+
+class TxnProducerState(RecordingProducerState):
+    """Completes a transaction (aborted or committed) on each control batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.completed: list[object] = []
+
+    def apply_batch(self, batch: object) -> object:  # type: ignore[override]
+        super().apply_batch(batch)
+        if not batch.is_control_batch:  # type: ignore[attr-defined]
+            return None
+        aborted = batch.base_offset == 42  # type: ignore[attr-defined]
+        return CompletedTxn(batch.producer_id, 40, batch.base_offset, is_aborted=aborted)  # type: ignore[attr-defined]
+
+    def last_stable_offset(self, completed_txn: object) -> int:
+        return completed_txn.first_offset + 1  # type: ignore[attr-defined]
+
+    def complete_txn(self, completed_txn: object) -> None:
+        self.completed.append(completed_txn)
+
+
+def test_recovery_completes_transactions_and_indexes_the_aborted_ones(tmp_path: Path) -> None:
+    def data(off: int) -> bytes:
+        return bytes(MemoryRecords.build([SimpleRecord(T0, None, b"v")], base_offset=off, producer_id=5,
+                                         producer_epoch=0, base_sequence=off - 40, is_transactional=True))
+
+    def marker(off: int, commit: bool) -> bytes:
+        return bytes(MemoryRecords.end_transaction_marker(5, 0, commit=commit, base_offset=off, timestamp=T0))
+
+    raw = data(40) + data(41) + marker(42, False) + data(43) + marker(44, True)
+    s = _recovered_copy(tmp_path, "txn", raw)
+    state = TxnProducerState()
+    assert s.recover(producer_state_manager=state) == 0
+    assert [t.last_offset for t in state.completed] == [42, 44]  # type: ignore[attr-defined]
+    assert [(t.producer_id, t.first_offset, t.last_offset, t.last_stable_offset) for t in s.txn_index.all_aborted_txns()] == [
+        (5, 40, 42, 41)]
+    assert state.map_end_offsets == [41, 42, 43, 44, 45, 45], "after each producer batch, and once at the end"
+
+
+def test_close_writes_the_closing_time_index_entry_only_for_a_real_max_timestamp(tmp_path: Path) -> None:
+    dirs = {name: tmp_path / name for name in ("ts", "zero", "none", "untouched")}
+    for d in dirs.values():
+        d.mkdir()
+    s = seg(dirs["ts"], interval=10**6)  # no index entry while appending: only the closing one
+    for off, ts in ((40, 5), (41, 9), (42, 7)):
+        s.append(off, batch(off, b"v", ts=T0 + ts))
+    s.close()
+    again = seg(dirs["ts"], file_already_exists=True)
+    assert [(again.time_index.entry(i).timestamp, again.time_index.entry(i).offset)
+            for i in range(again.time_index.entries)] == [(T0 + 9, 41)]
+    again.close()  # nothing read since reopening: nothing to add
+    assert seg(dirs["ts"], file_already_exists=True).time_index.entries == 1
+    zero = seg(dirs["zero"], interval=10**6)
+    zero.append(40, batch(40, b"v", ts=0))
+    zero.close()
+    assert seg(dirs["zero"], file_already_exists=True).time_index.last_entry.timestamp == 0
+    none = seg(dirs["none"], interval=10**6)
+    none.append(40, batch(40, b"v", ts=-1))
+    none.close()
+    assert (dirs["none"] / "00000000000000000040.timeindex").stat().st_size == 0
+
+
+def test_close_survives_a_failed_closing_entry_and_closes_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from local.errors import KafkaStorageError
+
+    s = seg(tmp_path, interval=10**6)
+    s.append(40, batch(40, b"v"))
+    s.update_txn_index(CompletedTxn(7, 40, 40, is_aborted=True), 40)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise KafkaStorageError("disk gone")
+
+    index, time_index = s.offset_index, s.time_index
+    monkeypatch.setattr(time_index, "maybe_append", broken)
+    with caplog.at_level("WARNING", logger="local.segment"):
+        s.close()
+    [warned] = [r for r in caplog.records if r.name == "local.segment"]
+    assert warned.getMessage() == f"could not write the closing time index entry of {s.log.path}"
+    assert warned.exc_info is not None and isinstance(warned.exc_info[1], KafkaStorageError), "the error is logged"
+    assert s.log._closed and index.is_closed and time_index.is_closed
+    assert s.txn_index._fd is None
+
+
+def test_close_handlers_goes_on_past_a_failing_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    s = seg(tmp_path, interval=0)
+    fill(s, 40, 3)
+    s.update_txn_index(CompletedTxn(7, 40, 40, is_aborted=True), 40)
+    index, time_index = s.offset_index, s.time_index
+
+    def broken() -> None:
+        raise OSError("EIO")
+
+    monkeypatch.setattr(s._lazy_offset_index, "close_handler", broken)
+    with caplog.at_level("DEBUG", logger="local.segment"):
+        s.close_handlers()
+    [logged] = [r for r in caplog.records if r.name == "local.segment"]
+    assert logged.getMessage() == "error closing handlers of segment 40"
+    assert logged.exc_info is not None and isinstance(logged.exc_info[1], OSError), "the error is logged"
+    assert time_index.is_closed and s.log._closed and s.txn_index._fd is None and not index.is_closed
+
+
+def test_sanity_check_wants_an_offset_index_file_entries_inside_the_log_and_empties_a_new_time_index(
+    tmp_path: Path,
+) -> None:
+    s = seg(tmp_path, interval=0)
+    fill(s, 40, 3)
+    s.sanity_check(False)  # the time index has entries: it is not emptied
+    assert s.time_index.entries == 2
+    last = s.offset_index.entry(s.offset_index.entries - 1)
+    s.close()
+    log = tmp_path / "00000000000000000040.log"
+    data = log.read_bytes()
+    log.write_bytes(data[: last.position + 1])  # the last indexed batch cut short: still starts inside the log
+    seg(tmp_path, file_already_exists=True).sanity_check(False)
+    log.write_bytes(data[: last.position])  # the last entry points at the end of the log
+    with pytest.raises(CorruptIndexError, match=f"points at position {last.position}, past the end") as info:
+        seg(tmp_path, file_already_exists=True).sanity_check(False)
+    assert info.value.context["path"] == str(tmp_path / "00000000000000000040.index")
+    (tmp_path / "00000000000000000040.timeindex").unlink()
+    fresh = seg(tmp_path, file_already_exists=True)
+    fresh.log.truncate_to(0)
+    fresh.offset_index.truncate_to(40)
+    fresh.sanity_check(True)
+    assert (tmp_path / "00000000000000000040.timeindex").stat().st_size == 0
+    (tmp_path / "00000000000000000040.index").unlink()
+    with pytest.raises(FileNotFoundError, match=r"offset index .*00000000000000000040\.index does not exist"):
+        seg(tmp_path, file_already_exists=True).sanity_check(False)
+
+
+def test_open_passes_on_preallocation_and_read_only(tmp_path: Path) -> None:
+    pre = LogSegment.open(tmp_path, 40, preallocate=True, init_file_size=4096)
+    assert pre.size == 0 and pre.log.path.stat().st_size == 4096
+    pre.append(40, batch(40, b"x"))
+    pre.close()
+    written = pre.log.path.stat().st_size
+    LogSegment.open(tmp_path, 40, preallocate=True, init_file_size=8192, file_already_exists=True).close()
+    assert pre.log.path.stat().st_size == written, "an existing log is never preallocated"
+    ro = LogSegment.open(tmp_path, 40, file_already_exists=True, mutable=False)
+    assert ro.read_next_offset() == 41
+    with pytest.raises(OSError):
+        ro.append(41, batch(41, b"y"))
+    assert repr(ro) == f"LogSegment(base_offset=40, size={ro.size}, path={ro.log.path})"
+
+
+def test_now_ms_is_whole_milliseconds_of_the_wall_clock() -> None:
+    import time
+
+    from local.segment import _now_ms
+
+    before = time.time_ns() // 1_000_000
+    now = _now_ms()
+    after = time.time_ns() // 1_000_000
+    assert type(now) is int and before <= now <= after
+
+
+def test_offsets_outside_the_segments_int32_range_are_refused_with_their_context(tmp_path: Path) -> None:
+    s = seg(tmp_path)  # base 40
+    assert [s.can_convert_to_relative_offset(o) for o in (39, 40, 40 + INT32_MAX, 41 + INT32_MAX)] == [
+        False, True, True, False]
+    for append in (lambda off: s.append(off, batch(off, b"x")),
+                   lambda off: s.append_batch(off, T0, bytes(batch(off, b"x")))):
+        for off in (39, 41 + INT32_MAX):  # below the base offset, and too far above it
+            with pytest.raises(LogSegmentOffsetOverflowError, match=f"offset {off} cannot be stored in segment 40") as info:
+                append(off)
+            assert info.value.context == {"offset": off, "segment": 40}
+    assert s.size == 0
+
+
+def test_append_batch_indexes_like_append(tmp_path: Path) -> None:
+    by_append, by_batch = (tmp_path / "a"), (tmp_path / "b")
+    by_append.mkdir()
+    by_batch.mkdir()
+    a, b = seg(by_append, interval=0), seg(by_batch, interval=0)
+    for off, ts in ((40, 5), (41, 9), (42, 7), (43, 12)):
+        raw = bytes(batch(off, b"v" * off, ts=T0 + ts))
+        a.append(off, raw)
+        b.append_batch(off, T0 + ts, raw)
+    assert b.log.read(0, b.size) == a.log.read(0, a.size)
+    assert [b.offset_index.entry(i) for i in range(b.offset_index.entries)] == [
+        a.offset_index.entry(i) for i in range(a.offset_index.entries)]
+    assert [b.time_index.entry(i) for i in range(b.time_index.entries)] == [
+        a.time_index.entry(i) for i in range(a.time_index.entries)]
+    assert b.offset_index.entries == 3 and b.time_index.entries == 2
+    assert (b.max_timestamp_so_far, b.offset_of_max_timestamp_so_far, b.rolling_based_timestamp) == (T0 + 12, 43, T0 + 5)
+    assert b.bytes_since_last_index_entry == a.bytes_since_last_index_entry == len(bytes(batch(43, b"v" * 43)))
+
+
+def test_truncating_a_segment_without_timestamps_keeps_the_base_offset_as_the_max_timestamps_offset(
+    tmp_path: Path,
+) -> None:
+    s = seg(tmp_path, interval=0)
+    for off in range(40, 44):
+        s.append(off, batch(off, b"v", ts=-1))
+    s.truncate_to(42)
+    assert (s.max_timestamp_so_far, s.offset_of_max_timestamp_so_far) == (-1, 40), "as recovery gives"
+
+
+def test_open_defaults_are_kafkas(tmp_path: Path) -> None:
+    s = LogSegment.open(str(tmp_path), 40)
+    assert (s.index_interval_bytes, s.roll_jitter_ms) == (4096, 0)
+    assert s.offset_index.max_index_size == s.time_index.max_index_size == 10 * 1024 * 1024
+    assert s.txn_index.start_offset == 40
+    s.close()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert LogSegment.open(tmp_path / "a", 0, preallocate=True).log.path.stat().st_size == 0, "no size: nothing"
+    assert LogSegment.open(tmp_path / "b", 0, init_file_size=4096).log.path.stat().st_size == 0, "not asked"
+
+
+def test_the_closing_entry_takes_the_time_index_slot_kept_for_it(tmp_path: Path) -> None:
+    size = len(bytes(batch(40, b"v")))
+    s = LogSegment.open(tmp_path, 40, index_interval_bytes=size, max_index_size=36)  # 3 time slots, 1 kept
+    for off in range(40, 46):
+        s.append(off, batch(off, b"v", ts=T0 + off))
+    assert s.time_index.is_full and s.time_index.entries == 2 and s.max_timestamp_so_far == T0 + 45
+    s.close()
+    again = LogSegment.open(tmp_path, 40, file_already_exists=True, max_index_size=36)
+    assert again.time_index.last_entry == TimestampOffset(T0 + 45, 45) and again.time_index.entries == 3
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name == "local.segment"]
+
+
+def test_recovery_warns_naming_the_file_the_position_and_what_was_wrong(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = bytes(batch(40, b"a", b"b"))
+    codec = bytearray(bytes(MemoryRecords.build([SimpleRecord(T0, None, b"z" * 50)], "zstd", base_offset=42)))
+    codec[22] = (codec[22] & ~0x07) | 5
+    codec[17:21] = crc32c_of(bytes(codec[21:]))
+    magic = bytearray(bytes(batch(42, b"m")))
+    magic[16] = 7  # magic 7 (outside the CRC, which starts at the attributes)
+    backwards = bytes(batch(41, b"o"))
+    crc = bytearray(bytes(batch(42, b"c")))
+    crc[-1] ^= 0xFF
+    size = b"\x00" * 8 + (5).to_bytes(4, "big") + b"\x00" * 20
+    cases = {
+        "codec": (bytes(codec), "names an unknown compression codec 5"),
+        "magic": (bytes(magic), "has unknown magic 7"),  # refused by the walk, before the segment looks
+        "backwards": (backwards, "has offsets [41, 41], not above the previous batch's last offset 41"),
+        "crc": (bytes(crc), "stored crc"),
+        "size": (size, "position"),
+    }
+    for name, (bad, why) in cases.items():
+        s = _recovered_copy(tmp_path, name, first + bad)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="local.segment"):
+            assert s.recover() == len(bad)
+        found, truncating = _warnings(caplog)
+        prefix = f"found invalid batch in {s.log.path} at position {len(first)}: "
+        assert found.startswith(prefix) and why in found[len(prefix):], (name, found)
+        if name in ("codec", "magic", "backwards", "size"):
+            assert str(s.log.path) in found[len(prefix):], "the error itself names the file"
+        assert truncating == (f"truncating {s.log.path} to {len(first)} bytes: {len(bad)} invalid bytes from "
+                              f"position {len(first)}")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="local.segment"):
+        assert _recovered_copy(tmp_path, "clean", first).recover() == 0
+    assert _warnings(caplog) == [], "a clean recovery warns of nothing"
+
+
+def crc32c_of(data: bytes) -> bytes:
+    import crc32c
+
+    return crc32c.crc32c(data).to_bytes(4, "big")
+
+
+def test_recovery_refuses_offsets_below_the_base_offset_or_before_any_valid_offset(tmp_path: Path) -> None:
+    below = _recovered_copy(tmp_path, "below", bytes(batch(10, b"a")), base=40)
+    assert below.recover() == below.size + len(bytes(batch(10, b"a"))) and below.size == 0
+    minus_one = bytes(MemoryRecords.build([SimpleRecord(T0, None, b"a"), SimpleRecord(T0, None, b"b")], base_offset=-1))
+    negative = _recovered_copy(tmp_path, "negative", minus_one, base=0)
+    assert negative.recover() == len(minus_one) and negative.size == 0
+
+
+def test_recovery_of_a_first_batch_without_timestamps_keeps_the_base_offset(tmp_path: Path) -> None:
+    two = bytes(MemoryRecords.build([SimpleRecord(-1, None, b"a"), SimpleRecord(-1, None, b"b")], base_offset=40))
+    s = _recovered_copy(tmp_path, "none", two + bytes(batch(42, b"c", ts=-1)))
+    assert s.recover() == 0
+    assert (s.max_timestamp_so_far, s.offset_of_max_timestamp_so_far) == (-1, 40)
+
+
+def test_recovery_counts_bytes_since_the_last_index_entry_from_the_start(tmp_path: Path) -> None:
+    s = seg(tmp_path, interval=10**6)
+    fill(s, 40, 3)
+    assert s.recover() == 0
+    assert s.offset_index.entries == 0 and s.bytes_since_last_index_entry == s.size
+    one = len(bytes(batch(40, b"x" * 10)))
+    (tmp_path / "exact").mkdir()
+    exact = seg(tmp_path / "exact", interval=one)
+    fill(exact, 40, 3)
+    assert exact.recover() == 0
+    # 2 * one > one: the third batch is indexed, at its position; 1 byte less would not be
+    assert [(e.offset, e.position) for e in (exact.offset_index.entry(i) for i in range(exact.offset_index.entries))] == [
+        (42, 2 * one)]
+
+
+def test_recovery_assigns_no_epoch_to_batches_without_one_and_feeds_no_map_end_offset_for_legacy_only(
+    tmp_path: Path,
+) -> None:
+    from local.records.legacy import build_legacy_message
+
+    no_epoch = _recovered_copy(tmp_path, "none", bytes(batch(40, b"a", epoch=-1)) + bytes(batch(41, b"b", epoch=-1)))
+    epochs = RecordingEpochs(None)
+    assert no_epoch.recover(leader_epoch_cache=epochs) == 0
+    assert epochs.assigned == []
+    legacy = _recovered_copy(tmp_path, "legacy", build_legacy_message(40, None, b"x", magic=1, timestamp=T0))
+    state = RecordingProducerState()
+    assert legacy.recover(producer_state_manager=state) == 0 and legacy.read_next_offset() == 41
+    assert state.map_end_offsets == [] and state.applied == []
+
+
+def test_recovery_reads_the_log_in_blocks_of_recovery_read_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = seg(tmp_path)
+    fill(s, 40, 20)
+    reads: list[int] = []
+    read_into = s.log.read_into
+
+    def recording(position: int, buffer: memoryview) -> int:
+        reads.append(len(buffer))
+        return read_into(position, buffer)
+
+    monkeypatch.setattr(s.log, "read_into", recording)
+    monkeypatch.setattr("local.segment.RECOVERY_READ_BYTES", 300)
+    assert s.recover() == 0 and s.read_next_offset() == 60
+    assert len(reads) > 1 and max(reads) <= 300
+
+
+def test_recovery_writes_the_closing_time_entry_into_the_slot_kept_for_it(tmp_path: Path) -> None:
+    size = len(bytes(batch(40, b"v")))
+    s = LogSegment.open(tmp_path, 40, index_interval_bytes=size, max_index_size=36)  # 3 time slots, 1 kept
+    for off in range(40, 46):
+        s.append(off, batch(off, b"v", ts=T0 + off))
+    assert s.recover() == 0
+    assert s.time_index.entries == 3 and s.time_index.last_entry == TimestampOffset(T0 + 45, 45)
+    assert (s.max_timestamp_so_far, s.offset_of_max_timestamp_so_far) == (T0 + 45, 45)
+
+
+def test_read_bounds_and_the_incomplete_first_batch(tmp_path: Path) -> None:
+    s = seg(tmp_path)
+    fill(s, 40, 4)
+    positions = [s.translate_offset(off).position for off in range(40, 44)]  # type: ignore[union-attr]
+    first_size = positions[1]
+    bounded = s.read(41, 10_000, max_position=positions[3])
+    assert bounded is not None and [b.base_offset for b in bounded.records.batches()] == [41, 42]
+    before = s.read(42, 10_000, max_position=positions[2])
+    assert before is not None and before.records.size_in_bytes == 0, "max_position at the start: nothing"
+    empty = s.read(41, 0)
+    assert empty is not None and empty.fetch_offset_metadata == (41, 40, positions[1])
+    assert s.read(40, first_size - 1).first_entry_incomplete  # type: ignore[union-attr]
+    assert not s.read(40, first_size).first_entry_incomplete  # type: ignore[union-attr]
+    assert not s.read(40, 10_000).first_entry_incomplete  # type: ignore[union-attr]
+
+
+def test_read_next_offset_does_not_check_crcs(tmp_path: Path) -> None:
+    s = seg(tmp_path)
+    fill(s, 40, 3)
+    last = s.translate_offset(42)
+    assert last is not None
+    os.pwrite(s.log.fd, b"\xff", s.size - 1)  # the last batch's CRC no longer matches
+    assert s.read_next_offset() == 43, "as Kafka's readNextOffset: batch headers only"
+    second = s.translate_offset(41)
+    assert second is not None
+    os.pwrite(s.log.fd, b"\xff", second.position - 1)  # and the first batch's
+    s.close()
+    again = seg(tmp_path, file_already_exists=True)
+    assert again.time_waited_for_roll(now=0, message_timestamp=T0 + 100) == 60, "the first timestamp, unchecked"
+
+
+def test_truncate_to_resets_the_index_interval_drops_aborted_txns_and_past_the_end_is_a_no_op(tmp_path: Path) -> None:
+    s = seg(tmp_path, interval=10**6)
+    fill(s, 40, 5)
+    s.update_txn_index(CompletedTxn(7, 40, 41, is_aborted=True), 40)
+    s.update_txn_index(CompletedTxn(8, 42, 43, is_aborted=True), 40)
+    size = s.size
+    assert s.truncate_to(45) == 0 and s.size == size, "past the end: nothing to cut"
+    assert s.truncate_to(43) > 0
+    assert s.bytes_since_last_index_entry == 0
+    assert [t.producer_id for t in s.txn_index.all_aborted_txns()] == [7]
+
+
+def test_an_index_point_whose_max_timestamp_did_not_grow_leaves_a_full_time_index_alone(tmp_path: Path) -> None:
+    """``maybe_append`` checks fullness before it skips an equal timestamp: the segment must not call it then."""
+    size = len(bytes(batch(40, b"v")))
+    s = LogSegment.open(tmp_path, 40, index_interval_bytes=size, max_index_size=36)  # 3 time slots, 1 kept
+    for off in range(40, 47):  # index points at 42, 44 and 46; the max timestamp stops growing at 44
+        s.append(off, batch(off, b"v", ts=T0 + min(off, 44)))
+    offsets = [(e.offset, e.position) for e in (s.offset_index.entry(i) for i in range(s.offset_index.entries))]
+    assert offsets == [(42, 2 * size), (44, 4 * size), (46, 6 * size)]
+    assert s.time_index.is_full and s.time_index.last_entry == TimestampOffset(T0 + 44, 44)
+    assert s.recover() == 0, "nor does recovery collect an entry for it"
+    assert s.time_index.entries == 2 and s.time_index.last_entry == TimestampOffset(T0 + 44, 44)
+    assert [(e.offset, e.position) for e in (s.offset_index.entry(i) for i in range(s.offset_index.entries))] == offsets
