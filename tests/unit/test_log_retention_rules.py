@@ -271,6 +271,8 @@ def test_a_truncation_below_the_log_start_takes_the_log_start_down_with_it(tmp_p
     checkpoints: list[int] = []
     log.log_start_offset_checkpointer = lambda lg: checkpoints.append(lg.log_start_offset)
     log.delete_records(5)
+    assert log.truncate_to(5) is True  # to the log start itself: it stays, nothing to checkpoint
+    assert (log.log_start_offset, log.log_end_offset, checkpoints) == (5, 5, [5])
     assert log.truncate_to(3) is True
     assert (log.log_start_offset, log.local_log_start_offset, log.log_end_offset) == (3, 3, 3)
     assert checkpoints == [5, 3]
