@@ -58,6 +58,7 @@ MODULES: dict[str, list[str]] = {
     "tiered/remote_log_manager.py": ["tests/unit/test_retention.py", "tests/unit/test_remote_tier.py"],
     # the remote read path: the remote tier's reads, the damaged and short objects, the reads racing expiration
     "tiered/remote_log_reader.py": [
+        "tests/unit/test_remote_reader_rules.py",
         "tests/unit/test_remote_tier.py",
         "tests/unit/test_verified_reads.py",
         "tests/unit/test_remote_integrity.py",

@@ -194,6 +194,8 @@ def test_remote_segments_below_the_log_start_offset_are_deleted(tmp_path: Path) 
         assert [md.start_offset for md in remaining] == [md.start_offset for md in segs[1:]]
         assert _objects_of(tier, segs[0]) == [] and _objects_of(tier, segs[1])
         assert log.log_start_offset == segs[1].start_offset + 10  # not moved back, not moved on
+        log.delete_records(segs[1].end_offset)  # the log start is the second segment's last offset: it stays
+        assert tier.rlm.cleanup_remote_segments(log) == 0 and log.log_start_offset == segs[1].end_offset
         # up to exactly the second segment's end + 1: it goes too
         log.delete_records(segs[1].end_offset + 1)
         assert tier.rlm.cleanup_remote_segments(log) == 1
@@ -346,5 +348,52 @@ def test_each_remote_deletion_names_its_rule_and_the_gauges_count_the_pass(tmp_p
         deleting = [r.getMessage() for r in caplog.records if r.getMessage().startswith("deleting remote segment")]
         assert [m.rsplit(": ", 1)[1] for m in deleting] == [
             "below the log start offset", "below the log start offset", "retention.ms breach", "retention.bytes breach"]
+    finally:
+        tier.close()
+
+
+def test_remote_retention_ms_0_deletes_every_segment_not_newer_than_now(tmp_path: Path) -> None:
+    clock = MockTime(ms=T0 + 1_000_000)
+    tier = _Tier(tmp_path, clock)
+    try:
+        log = tier.log(**{"retention.ms": "0", "retention.bytes": "-1"})
+        _produce(log, 12_000)
+        tier.rlm.copy_log_segments(log)
+        n = len(tier.finished(log))
+        assert n >= 1
+        assert tier.rlm.cleanup_remote_segments(log) == n and tier.finished(log) == []
+    finally:
+        tier.close()
+
+
+def test_a_segment_deleted_by_time_counts_against_the_size_breach(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    clock = MockTime(ms=T0 + 1_000_000)
+    tier = _Tier(tmp_path, clock)
+    try:
+        log = tier.log(**{"retention.ms": str(HOUR), "retention.bytes": "-1"})
+        _produce(log, 3000)  # each segment smaller than the one before: the arithmetic shows in what goes
+        log.roll()
+        _produce(log, 2000, start=3000, ts=T0 + 1_500_000)
+        log.roll()
+        _produce(log, 1000, start=5000, ts=T0 + 1_500_000)
+        log.roll()
+        _produce(log, 10, start=6000, ts=T0 + 1_500_000)
+        assert tier.rlm.copy_log_segments(log).segments_copied == 3
+        segs = tier.finished(log)
+        sizes = [md.segment_size_in_bytes for md in segs]
+        assert sizes[0] > sizes[1] > sizes[2]
+        # the first is past retention.ms, and the log is over retention.bytes by exactly its size: it goes by
+        # time, and that ends the size breach too (Kafka's remainingBreachedSize): the second stays
+        clock.sleep(T0 + 2999 + HOUR - clock.milliseconds())
+        _retention_bytes(log, sum(sizes) + log.active_segment.size - sizes[0])
+        with caplog.at_level(logging.INFO, logger="tiered.rlm_parts"):
+            assert tier.rlm.cleanup_remote_segments(log) == 1
+        assert [r.getMessage().rsplit(": ", 1)[1] for r in caplog.records if "deleting remote" in r.getMessage()] == [
+            "retention.ms breach"]
+        assert log.log_start_offset == 3000
+        # the size breach after a size deletion is what is left of it: over by the second's size, only it goes
+        _retention_bytes(log, sizes[2] + log.active_segment.size)
+        assert tier.rlm.cleanup_remote_segments(log) == 1 and log.log_start_offset == 5000
     finally:
         tier.close()
