@@ -398,7 +398,32 @@ def test_sequential_readers_are_bounded_per_scope_oldest_forgotten_first() -> No
     assert readers.take("b", 0) == "other scope" and readers.take("c", 0) is None
     readers.note("b", 1, "again")
     readers.forget("b")
+    readers.forget("never noted")
     assert readers.take("b", 1) is None and readers.take("a", 8) == "y"
+
+
+def test_sequential_readers_forget_the_scope_noted_least_recently_beyond_their_bound() -> None:
+    # Regression: every segment a byte-range reader (the Spark source) reads is a scope, and scopes were never
+    # forgotten (``forget`` had no caller): a long-lived process kept an entry for every segment it ever read.
+    readers = SequentialReaders(per_scope=4, scopes=2)
+    readers.note("a", 1, "a1")
+    readers.note("b", 1, "b1")
+    readers.note("a", 2, "a2")  # a noted again: b is now the least recent
+    readers.note("c", 1, "c1")  # a third scope: b goes
+    assert readers.take("b", 1) is None
+    assert (readers.take("a", 1), readers.take("a", 2), readers.take("c", 1)) == ("a1", "a2", "c1")
+    seg = _segment(0, batches=2)
+    tier = _Tier(seg)
+    many = [dataclasses.replace(seg.md, remote_log_segment_id=RemoteLogSegmentId(TIP, uuid.uuid4())) for _ in range(5)]
+    for md in many:
+        tier.segments.objects[md.remote_log_segment_id] = seg.data
+    tier.reader.readers = SequentialReaders(scopes=3)
+    for md in many:
+        tier.reader.read_range(md, 0, 100)
+    tier.segments.prefetched.clear()
+    tier.reader.read_range(many[0], 100, 200)  # its scope was forgotten: not a sequential read any more
+    tier.reader.read_range(many[-1], 100, 200)
+    assert tier.segments.prefetched == [(many[-1].remote_log_segment_id, 100)]
 
 
 def test_a_byte_range_reader_gets_read_ahead_from_the_start_and_when_it_goes_on() -> None:
