@@ -276,7 +276,9 @@ class RemoteLogReader:
         return pos
 
     def _whole_batches(self, walk: _Walk, start: int, max_bytes: int, min_one_message: bool) -> SegmentRead:
-        """Whole batches from ``start`` up to ``max_bytes`` (one at least when ``min_one_message``)."""
+        """Whole batches from ``start`` up to ``max_bytes`` (one at least when ``min_one_message``). The header at
+        ``start`` is whole (``_skip_to`` read it); a later one cut short ends the batches (the next read, which
+        starts at it, raises)."""
         md, data = walk.md, walk.data
         end = start
         next_offset = walk.offset
@@ -284,8 +286,6 @@ class RemoteLogReader:
             if len(data) - end < LOG_OVERHEAD:
                 data = walk.extend(end + LOG_OVERHEAD)
                 if len(data) - end < LOG_OVERHEAD:
-                    if end == start and len(data) > end:
-                        raise walk.damaged("ends inside a batch header", end)
                     break
             size = _I32.unpack_from(data, end + LENGTH_OFFSET)[0] + LOG_OVERHEAD
             if not (end - start + size <= max_bytes or (end == start and min_one_message)):

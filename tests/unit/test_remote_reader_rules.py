@@ -31,7 +31,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from local.errors import CorruptRecordError, OffsetOutOfRangeError
-from local.fetch import FetchIsolation
+from local.fetch import FetchIsolation, LogOffsetMetadata
 from local.index.entries import AbortedTxn, TxnIndexSearchResult
 from local.records import MemoryRecords, SimpleRecord
 from local.records.batch import LENGTH_OFFSET
@@ -281,21 +281,28 @@ def test_an_object_shorter_than_its_metadata_says_is_an_error_naming_where_it_en
     assert f"(object of {len(seg.data) + 1} bytes)" in text and err.value.offset == 30  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("cut", [1, 10, 15, 16, 17, 20, 26])
+@pytest.mark.parametrize("cut", [1, 10, 11, 12, 15, 16, 17, 20, 26, 27])
 def test_an_object_cut_inside_a_batch_header_is_an_error_at_the_header(cut: int) -> None:
     seg = _segment(0, batches=3)
     at = seg.positions[2]
     del seg.data[at + cut:]
     tier = _Tier(seg)
+    # the header up to the last offset delta is 27 bytes: with all of them, it is the batch that is cut
+    what = "ends inside a batch header" if cut < 27 else f"ends inside a batch of {seg.positions[1]} bytes (27 present)"
     with pytest.raises(CorruptRecordError) as err:  # walking past it: the skip
         tier.reader.read_segment(seg.md, 25, 1 << 20, True, position=seg.positions[1])
-    assert "ends inside a batch header" in _damage(err, seg, at)
+    assert what in _damage(err, seg, at)
     # reading the batches before it: they come back; the next read, which starts at it, raises
     got = tier.reader.read_segment(seg.md, 10, 1 << 20, True)
     assert bytes(got.data) == seg.batches(1, 2) and got.end == at
     with pytest.raises(CorruptRecordError) as err:
         tier.reader.read_segment(seg.md, 20, 1 << 20, True, position=at)
-    assert "ends inside a batch header" in _damage(err, seg, at)
+    assert what in _damage(err, seg, at)
+    # an object whose size the metadata does not know (clamped): the error says only "object"
+    seg.md = dataclasses.replace(seg.md, segment_size_in_bytes=INT32_MAX)
+    with pytest.raises(CorruptRecordError) as err:
+        tier.reader.read_segment(seg.md, 20, 1 << 20, True, position=at)
+    assert f"(object) {what} at position {at}" in _damage(err, seg, at)
 
 
 def test_a_batch_length_below_a_header_is_an_error_naming_the_segment_and_position() -> None:
@@ -557,7 +564,8 @@ def test_the_answer_knows_its_segment_and_position_and_the_metrics_count_it() ->
     info = tier.read(_Log(), 15, 1 << 20)
     sid = seg.md.remote_log_segment_id
     assert info.records.origin == f"remote segment {sid}" and info.records.position == seg.positions[1]
-    assert info.fetch_offset_metadata.message_offset == 15 and info.aborted_transactions is None
+    assert info.fetch_offset_metadata == LogOffsetMetadata(15, -1, -1) and info.aborted_transactions is None
+    assert info.first_entry_incomplete is False
     assert bytes(info.records) == seg.batches(1, 3)
     assert _counter(tier.metrics.fetch_requests) == 1 and _counter(tier.metrics.fetch_bytes) == len(seg.batches(1, 3))
     assert _counter(tier.metrics.fetch_errors) == 0
@@ -606,6 +614,22 @@ def test_aborted_transactions_come_from_the_remote_indexes_from_the_segment_read
     tier.index.txn_searches.clear()
     reader.aborted_transactions(log, TIP, c.md, 45, b"")  # type: ignore[arg-type]
     assert tier.index.txn_searches == [(c.md.remote_log_segment_id, 45, 45)]
+
+
+def test_aborted_transactions_of_a_segment_deleted_during_the_read_come_from_the_local_indexes() -> None:
+    a, b = _segment(0, batches=2), _segment(20, batches=2)
+    tier = _Tier(a, b)
+    read = tier.segments.read
+
+    def read_then_expire(md: RemoteLogSegmentMetadata, start: int, end: int, *, spare: bool = False) -> Any:
+        tier.store.mds = [m for m in tier.store.mds if m is not b.md]  # expiration deletes b meanwhile
+        return read(md, start, end, spare=spare)
+
+    tier.segments.read = read_then_expire  # type: ignore[method-assign]
+    log = _Log()
+    info = tier.read(log, 25, b.positions[1], isolation=FetchIsolation.TXN_COMMITTED)
+    assert _offsets(bytes(info.records))[0] == 20 and info.aborted_transactions == []
+    assert tier.index.txn_searches == [] and log.local_txns == [(25, 30)]
 
 
 def test_aborted_transactions_of_a_one_offset_segment_come_from_its_own_index() -> None:
