@@ -251,6 +251,18 @@ def test_batches_straddling_the_first_range_are_completed_with_further_reads() -
     assert tier.segments.reads[0][1:] == (0, 1 + READ_SLACK) and tier.segments.reads[1][1] == 1 + READ_SLACK
     got = tier.reader.read_segment(seg.md, 9, 1, True)  # skipping batches past the first range
     assert bytes(got.data) == seg.batches(4, 5) and got.start == seg.positions[4]
+    got = tier.reader.read_segment(seg.md, 11, 1, True)  # the last: the further read ends with the object
+    assert bytes(got.data) == seg.batches(5, 6) and got.end == len(seg.data)
+
+
+def test_a_first_range_ending_exactly_between_two_batches_reads_on_up_to_max_bytes() -> None:
+    seg = _segment(0, batches=12, per=2, value_size=12_000)
+    size = seg.positions[1]  # every batch the same size
+    tier = _Tier(seg)
+    # the first range, [0, 6 batches), holds the 4 skipped and 2 whole ones; max_bytes allows a third
+    got = tier.reader.read_segment(seg.md, 8, 6 * size - READ_SLACK, True)
+    assert tier.segments.reads[0][1:] == (0, 6 * size) and 3 * size <= 6 * size - READ_SLACK < 4 * size
+    assert bytes(got.data) == seg.batches(4, 7) and got.next_offset == 14
 
 
 @pytest.mark.parametrize("extra", [1, 10, 11, 12, 16, 17, 26, 27, 30])
@@ -668,6 +680,9 @@ def test_the_timestamp_scan_finds_the_first_record_at_or_after_the_timestamp_and
     assert tier.reader.offset_for_timestamp(_Log(log_start=30), T0).offset == 30  # type: ignore[arg-type, union-attr]
     assert {sid for sid, _, _ in tier.segments.reads} == {b.md.remote_log_segment_id}
     assert tier.reader.offset_for_timestamp(_Log(log_start=29), T0 + 29).offset == 29  # type: ignore[arg-type, union-attr]
+    tier.segments.reads.clear()  # a segment whose max timestamp is below the timestamp is not read
+    assert tier.reader.offset_for_timestamp(log, T0 + 100).offset == 30  # type: ignore[arg-type, union-attr]
+    assert {sid for sid, _, _ in tier.segments.reads} == {b.md.remote_log_segment_id}
 
 
 def test_the_timestamp_scan_reads_a_segment_in_steps_and_names_a_corrupt_batch(monkeypatch: pytest.MonkeyPatch) -> None:
