@@ -50,10 +50,10 @@ TIP = TopicIdPartition(uuid.UUID(int=7), "t", 0)
 # Fakes of the reader's ports
 
 
-def _batch(base: int, n: int, *, value_size: int = 50, ts: int | None = None, epoch: int = 0) -> bytes:
+def _batch(base: int, n: int, *, value_size: int = 50, ts: int | None = None, epoch: int = 0, fill: bytes = b"v") -> bytes:
     """One v2 batch of ``n`` records from ``base``; record i is stamped ``ts + i`` (default ``T0 + offset``)."""
     start_ts = T0 + base if ts is None else ts
-    recs = [SimpleRecord(start_ts + i, b"k", b"%08d" % (base + i) + b"v" * value_size) for i in range(n)]
+    recs = [SimpleRecord(start_ts + i, b"k", b"%08d" % (base + i) + fill * value_size) for i in range(n)]
     return bytes(MemoryRecords.build(recs, base_offset=base, partition_leader_epoch=epoch))
 
 
@@ -72,13 +72,14 @@ class _Segment:
 
 def _segment(start: int, batches: int = 5, per: int = 10, *, value_size: int = 50, epochs: dict[int, int] | None = None,
              size: int | None = None, end: int | None = None, ts: int | None = None, bases: list[int] | None = None,
-             leader_epoch: int = 0) -> _Segment:
+             leader_epoch: int = 0, fill: bytes = b"v") -> _Segment:
     """A remote segment of ``batches`` batches of ``per`` records from ``start`` (or from each of ``bases``)."""
     data, positions = bytearray(), []
     bases = bases or [start + b * per for b in range(batches)]
     for base in bases:
         positions.append(len(data))
-        data += _batch(base, per, value_size=value_size, ts=None if ts is None else ts + base - start, epoch=leader_epoch)
+        data += _batch(base, per, value_size=value_size, ts=None if ts is None else ts + base - start, epoch=leader_epoch,
+                       fill=fill)
     last = bases[-1] + per - 1
     md = RemoteLogSegmentMetadata(
         RemoteLogSegmentId(TIP, uuid.uuid4()), start, last if end is None else end,
@@ -324,6 +325,9 @@ def test_a_batch_length_below_a_header_is_an_error_naming_the_segment_and_positi
         _Tier(seg).reader.read_segment(seg.md, 15, 1 << 20, True)
     text = _damage(err, seg, seg.positions[1])
     assert f"remote segment {seg.md.remote_log_segment_id}" in text and err.value.offset == 15  # type: ignore[attr-defined]
+    with pytest.raises(CorruptRecordError) as err:  # a read starting there: the position in the object, not the read
+        _Tier(seg).reader.read_segment(seg.md, 10, 1 << 20, True, position=seg.positions[1])
+    _damage(err, seg, seg.positions[1])
 
 
 def test_an_object_cut_inside_a_batch_returns_the_whole_batches_before_it_and_then_raises() -> None:
@@ -360,8 +364,9 @@ def test_a_batch_overlapping_the_one_before_is_an_error(relabel: int) -> None:
     assert "overlap the offset 49 before it" in _damage(err, first, 0)
 
 
-def test_a_batch_after_the_offset_asked_for_is_an_error_unless_gaps_are_allowed() -> None:
-    seg = _segment(0, batches=4)
+@pytest.mark.parametrize("fill", [b"v", b"\0"])  # values of zero bytes: no stray byte may stand in for the magic
+def test_a_batch_after_the_offset_asked_for_is_an_error_unless_gaps_are_allowed(fill: bytes) -> None:
+    seg = _segment(0, batches=4, fill=fill)
     at = seg.positions[2]
     struct.pack_into(">q", seg.data, at, 25)  # 25..34: offsets 20..24 missing
     tier = _Tier(seg)
