@@ -89,17 +89,22 @@ def _segment(start: int, batches: int = 5, per: int = 10, *, value_size: int = 5
 
 
 class _Segments:
-    """The segment cache: objects in memory; every read and prefetch recorded."""
+    """The segment cache: objects in memory; every read and prefetch recorded. A read allowed to run on
+    (``spare``) returns ``SPARE`` bytes more, as a cache holding the rest of a chunk may."""
+
+    SPARE = 1000
 
     def __init__(self, *segments: _Segment) -> None:
         self.objects = {s.md.remote_log_segment_id: s.data for s in segments}
         self.reads: list[tuple[RemoteLogSegmentId, int, int]] = []
+        self.spares: list[bool] = []
         self.prefetched: list[tuple[RemoteLogSegmentId, int]] = []
         self.reaches_end = False
 
     def read(self, md: RemoteLogSegmentMetadata, start: int, end: int, *, spare: bool = False) -> bytes | memoryview:
         self.reads.append((md.remote_log_segment_id, start, end))
-        return memoryview(bytes(self.objects[md.remote_log_segment_id]))[start:end]
+        self.spares.append(spare)
+        return memoryview(bytes(self.objects[md.remote_log_segment_id]))[start:end + (self.SPARE if spare else 0)]
 
     def prefetch(self, md: RemoteLogSegmentMetadata, position: int) -> bool:
         self.prefetched.append((md.remote_log_segment_id, position))
@@ -249,7 +254,8 @@ def test_batches_straddling_the_first_range_are_completed_with_further_reads() -
     tier = _Tier(seg)
     got = tier.reader.read_segment(seg.md, 0, 1, True)
     assert bytes(got.data) == seg.batches(0, 1) and got.next_offset == 2
-    assert tier.segments.reads[0][1:] == (0, 1 + READ_SLACK) and tier.segments.reads[1][1] == 1 + READ_SLACK
+    first = tier.segments.reads[0]  # it may run on (spare): the next read starts where its bytes ended
+    assert first[1:] == (0, 1 + READ_SLACK) and tier.segments.reads[1][1] == 1 + READ_SLACK + _Segments.SPARE
     got = tier.reader.read_segment(seg.md, 9, 1, True)  # skipping batches past the first range
     assert bytes(got.data) == seg.batches(4, 5) and got.start == seg.positions[4]
     got = tier.reader.read_segment(seg.md, 11, 1, True)  # the last: the further read ends with the object
@@ -260,6 +266,7 @@ def test_a_first_range_ending_exactly_between_two_batches_reads_on_up_to_max_byt
     seg = _segment(0, batches=12, per=2, value_size=12_000)
     size = seg.positions[1]  # every batch the same size
     tier = _Tier(seg)
+    tier.segments.SPARE = 0  # the cache returns exactly the range
     # the first range, [0, 6 batches), holds the 4 skipped and 2 whole ones; max_bytes allows a third
     got = tier.reader.read_segment(seg.md, 8, 6 * size - READ_SLACK, True)
     assert tier.segments.reads[0][1:] == (0, 6 * size) and 3 * size <= 6 * size - READ_SLACK < 4 * size
@@ -364,6 +371,21 @@ def test_a_batch_overlapping_the_one_before_is_an_error(relabel: int) -> None:
     assert "overlap the offset 49 before it" in _damage(err, first, 0)
 
 
+def test_a_batch_at_the_indexs_position_checks_its_base_offset_against_nothing_before_it() -> None:
+    seg = _segment(0, batches=4, per=1)  # one record a batch: offsets 0..3
+    tier = _Tier(seg)
+    tier.index.entries[seg.md.remote_log_segment_id] = {1: seg.positions[1]}
+    got = tier.reader.read_segment(seg.md, 1, 1 << 20, True)  # found at the index's position: base 1 is fine
+    assert got.start == seg.positions[1] and _offsets(got.data) == [1, 2, 3]
+    big = _segment(0, batches=3, per=10)
+    struct.pack_into(">q", big.data, big.positions[1], -1)  # a base offset damaged to -1 (outside the CRC)
+    tier = _Tier(big)
+    tier.index.entries[big.md.remote_log_segment_id] = {5: big.positions[1]}
+    with pytest.raises(CorruptRecordError) as err:
+        tier.reader.read_segment(big.md, 5, 1 << 20, True)
+    assert "holds a batch with offsets -1..8 that overlap the offset -1 before it" in _damage(err, big, big.positions[1])
+
+
 @pytest.mark.parametrize("fill", [b"v", b"\0"])  # values of zero bytes: no stray byte may stand in for the magic
 def test_a_batch_after_the_offset_asked_for_is_an_error_unless_gaps_are_allowed(fill: bytes) -> None:
     seg = _segment(0, batches=4, fill=fill)
@@ -400,7 +422,20 @@ def test_every_range_counts_against_the_fetch_quota() -> None:
     seg = _segment(0, batches=2)
     tier = _Tier(seg, quota=Quota(None))
     tier.reader.read_segment(seg.md, 0, 100, True)
-    assert asked == [end - start for _, start, end in tier.segments.reads] and asked[0] == 100 + READ_SLACK
+    tier.reader.read_segment(seg.md, 10, 100, True, position=seg.positions[1])
+    tier.reader.read_range(seg.md, 50, 70)
+    assert asked == [end - start for _, start, end in tier.segments.reads] and asked[0] == asked[1] == 100 + READ_SLACK
+    assert asked[-1] == 20
+
+
+def test_only_a_walks_first_range_may_run_on_past_its_end() -> None:
+    seg = _segment(0, batches=6, per=2, value_size=50_000)  # the first range ends inside the first batch
+    tier = _Tier(seg)
+    assert bytes(tier.reader.read_segment(seg.md, 0, 1, True).data) == seg.batches(0, 1)
+    assert tier.segments.spares[0] is True and len(tier.segments.spares) > 1 and not any(tier.segments.spares[1:])
+    tier.segments.spares.clear()
+    assert bytes(tier.reader.read_range(seg.md, 0, 10)) == bytes(seg.data[:10])  # exactly the range asked for
+    assert tier.segments.spares == [False]
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -533,7 +568,7 @@ def test_an_offset_no_remote_segment_holds_is_out_of_range_below_the_log_start_e
     assert str(err.value) == "offset 149 of t-0 is below the log start offset 150"
     with pytest.raises(RemoteResourceNotFoundError) as missing:
         tier.read(log, 150)  # at or above the log start: the tier's data is missing
-    assert missing.value.offset == 150 and "holds offset 150" in str(missing.value)  # type: ignore[attr-defined]
+    assert missing.value.offset == 150 and f"no remote segment of {TIP} holds offset 150" in str(missing.value)  # type: ignore[attr-defined]
     assert "log start offset 150, local log start offset 500" in str(missing.value)
     empty = _Tier()
     with pytest.raises(RemoteResourceNotFoundError):
@@ -559,7 +594,9 @@ def test_a_segment_ending_before_its_end_offset_is_an_error_unless_compacted_whe
     with pytest.raises(CorruptRecordError) as err:
         tier.read(_Log(), 25)
     assert "ends before offset 25 (its metadata says it holds 0..29)" in str(err.value)
-    assert err.value.segment_id == str(short.md.remote_log_segment_id)  # type: ignore[attr-defined]
+    with pytest.raises(CorruptRecordError, match="ends before offset 29"):  # its last offset: never the next segment's
+        tier.read(_Log(), 29)
+    assert err.value.segment_id == str(short.md.remote_log_segment_id) and err.value.offset == 25  # type: ignore[attr-defined]
     info = tier.read(_Log(compact=True), 25)
     assert _offsets(bytes(info.records))[0] == 30 and info.fetch_offset_metadata.message_offset == 25
 
