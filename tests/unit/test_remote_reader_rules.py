@@ -166,12 +166,12 @@ class _Log:
         self.leader_epoch_cache = _Epochs([(0, 0)] if epochs is None else epochs)
         self.log_start_offset = log_start
         self.local_log_start_offset = local_start
-        self.local_reads: list[tuple[int, int]] = []
+        self.local_reads: list[tuple[int, int, FetchIsolation, bool]] = []
         self.local_txns: list[tuple[int, int]] = []
         self.local_aborted: list[AbortedTxn] = []
 
     def read(self, offset: int, max_bytes: int, isolation: FetchIsolation, min_one_message: bool) -> str:
-        self.local_reads.append((offset, max_bytes))
+        self.local_reads.append((offset, max_bytes, isolation, min_one_message))
         return "local answer"
 
     def collect_aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
@@ -559,6 +559,20 @@ def test_the_segment_is_found_by_the_offsets_epoch_and_by_offset_alone_without_o
     assert gap.reader.segment_for_offset(_Log(epochs=[]), TIP, 15).start_offset == 30  # type: ignore[arg-type, union-attr]
 
 
+def test_of_two_segments_holding_an_offset_the_one_of_the_offsets_epoch_is_read() -> None:
+    # a previous leader's copy of 20..39 (epoch 0) and the current lineage's (epoch 1, from offset 20): both
+    # FINISHED, the stale one first by start offset; the offset's epoch picks the right one
+    stale = _segment(20, batches=2, epochs={0: 20}, ts=T0 + 5000)
+    current = _segment(20, batches=2, epochs={1: 20}, ts=T0 + 7000)
+    tier = _Tier(stale, current)
+    tier.store.mds = [stale.md, current.md]
+    log = _Log(epochs=[(0, 0), (1, 20)])
+    assert tier.reader.segment_for_offset(log, TIP, 25) == current.md  # type: ignore[arg-type]
+    info = tier.read(log, 25)
+    assert bytes(info.records) == current.batches(0, 2) != stale.batches(0, 2)
+    assert tier.reader.segment_for_offset(_Log(epochs=[]), TIP, 25) == stale.md  # type: ignore[arg-type]
+
+
 def test_an_offset_no_remote_segment_holds_is_out_of_range_below_the_log_start_else_missing() -> None:
     tier = _Tier(_segment(100, batches=2))  # 100..119; retention moved the log start past it since
     log = _Log(log_start=150, local_start=500)
@@ -606,7 +620,8 @@ def test_a_compacted_log_goes_on_to_the_local_log_after_its_last_remote_segment(
     tier = _Tier(seg)
     log = _Log(compact=True, local_start=30)
     assert tier.read(log, 25, 4096) == "local answer"
-    assert log.local_reads == [(30, 4096)]
+    assert tier.read(log, 25, 4096, min_one=False, isolation=FetchIsolation.TXN_COMMITTED) == "local answer"
+    assert log.local_reads == [(30, 4096, FetchIsolation.LOG_END, True), (30, 4096, FetchIsolation.TXN_COMMITTED, False)]
     higher = _Log(compact=True, local_start=31)  # the local log starts later: the offset is in no segment
     with pytest.raises(RemoteResourceNotFoundError):
         tier.read(higher, 25)
