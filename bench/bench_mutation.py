@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Critical module -> the tests that are meant to catch a change in it (the unit and property tests that
 # exercise it directly; a narrow selection keeps a run within minutes per module).
 RT = "tests/unit/test_remote_tier.py::"
+RLM = "tests/unit/test_rlm_tasks.py::"
 MODULES: dict[str, list[str]] = {
     # record validation and CRC
     "local/records/varint.py": ["tests/unit/test_records_codec.py"],
@@ -53,6 +54,25 @@ MODULES: dict[str, list[str]] = {
         "tests/unit/test_log_retention_rules.py",
     ],
     "tiered/remote_log_manager.py": ["tests/unit/test_retention.py", "tests/unit/test_remote_tier.py"],
+    # the remote read path: the remote tier's reads, the damaged and short objects, the reads racing expiration
+    "tiered/remote_log_reader.py": [
+        "tests/unit/test_remote_reader_rules.py",
+        "tests/unit/test_remote_tier.py",
+        "tests/unit/test_verified_reads.py",
+        "tests/unit/test_remote_integrity.py",
+        RLM + "test_a_remote_read_racing_remote_expiration_never_returns_later_data",
+        RLM + "test_a_local_read_overtaken_by_local_retention_goes_remote",
+    ],
+    # remote retention: time, size, below the log start, outside the leader-epoch lineage
+    "tiered/rlm_expiration.py": [
+        "tests/unit/test_retention.py",
+        RT + "test_remote_retention_advances_log_start",
+        RT + "test_offload_local_retention_and_reads_through_both_tiers",
+        RLM + "test_a_manager_with_the_remote_tier_copies_and_expires_by_itself",
+        RLM + "test_remote_expiration_moves_and_checkpoints_the_log_start_before_deleting",
+        RLM + "test_after_a_failed_checkpoint_no_later_pass_deletes_until_one_succeeds",
+        RLM + "test_a_remote_read_racing_remote_expiration_never_returns_later_data",
+    ],
     # the RSM bounds (and the metadata rules beside them)
     "tiered/rsm.py": [
         "tests/unit/test_rsm_bounds.py",

@@ -63,6 +63,7 @@ _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _I32 = struct.Struct(">i")
 _LAST_OFFSET_DELTA_END = LAST_OFFSET_DELTA_OFFSET + 4
 _READERS_PER_SCOPE = 16  # sequential readers of one partition (or one segment) told apart
+_SCOPES = 4096  # partitions and segments whose readers are remembered (a process reads ever more segments)
 _SCAN_BYTES = 1024 * 1024  # what the timestamp scan reads at a time
 
 
@@ -106,11 +107,13 @@ def _base_offset(data: bytes | memoryview, pos: int) -> int:
 class SequentialReaders:
     """Where recent reads ended, per scope (a partition, or a segment), each with what the reader needs to go on
     from there: a read that starts at such a point is that reader's next read. Bounded per scope (the oldest
-    forgotten first); thread-safe. The reader's one mechanism for telling sequential readers apart."""
+    forgotten first) and in scopes (the one noted least recently forgotten first: every segment a byte-range
+    reader reads is a scope); thread-safe. The reader's one mechanism for telling sequential readers apart."""
 
-    def __init__(self, per_scope: int = _READERS_PER_SCOPE) -> None:
+    def __init__(self, per_scope: int = _READERS_PER_SCOPE, scopes: int = _SCOPES) -> None:
         self._per_scope = per_scope
-        self._ends: dict[Hashable, OrderedDict[Hashable, Any]] = {}
+        self._scopes = scopes
+        self._ends: OrderedDict[Hashable, OrderedDict[Hashable, Any]] = OrderedDict()
         self._lock = threading.Lock()
 
     def take(self, scope: Hashable, point: Hashable) -> Any:
@@ -125,6 +128,10 @@ class SequentialReaders:
             ends = self._ends.get(scope)
             if ends is None:
                 ends = self._ends[scope] = OrderedDict()
+                if len(self._ends) > self._scopes:
+                    self._ends.popitem(last=False)
+            else:
+                self._ends.move_to_end(scope)
             ends[point] = value
             if len(ends) > self._per_scope:
                 ends.popitem(last=False)
@@ -269,7 +276,9 @@ class RemoteLogReader:
         return pos
 
     def _whole_batches(self, walk: _Walk, start: int, max_bytes: int, min_one_message: bool) -> SegmentRead:
-        """Whole batches from ``start`` up to ``max_bytes`` (one at least when ``min_one_message``)."""
+        """Whole batches from ``start`` up to ``max_bytes`` (one at least when ``min_one_message``). The header at
+        ``start`` is whole (``_skip_to`` read it); a later one cut short ends the batches (the next read, which
+        starts at it, raises)."""
         md, data = walk.md, walk.data
         end = start
         next_offset = walk.offset
@@ -277,8 +286,6 @@ class RemoteLogReader:
             if len(data) - end < LOG_OVERHEAD:
                 data = walk.extend(end + LOG_OVERHEAD)
                 if len(data) - end < LOG_OVERHEAD:
-                    if end == start and len(data) > end:
-                        raise walk.damaged("ends inside a batch header", end)
                     break
             size = _I32.unpack_from(data, end + LENGTH_OFFSET)[0] + LOG_OVERHEAD
             if not (end - start + size <= max_bytes or (end == start and min_one_message)):

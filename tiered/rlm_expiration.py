@@ -49,21 +49,22 @@ class RLMExpirationTask:
             if not segs:
                 return 0
             doomed = self._doomed(log, segs)
-            self._set_lag(log, len(doomed), sum(m.segment_size_in_bytes for m in doomed))
+            self._set_lag(log, len(doomed), sum(m.segment_size_in_bytes for m, _ in doomed))
             if doomed:
                 # Kafka's order: the log start offset moves (and is checkpointed, by the log's hook) BEFORE any
                 # segment below it is deleted, so a reader that finds a segment gone sees it out of range.
-                log.maybe_increment_log_start_offset(doomed[-1].end_offset + 1, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+                log.maybe_increment_log_start_offset(doomed[-1][0].end_offset + 1, LogStartOffsetIncrementReason.SEGMENT_DELETION)
                 log.ensure_log_start_offset_checkpointed()  # a previous pass's checkpoint may have failed
-            for md in doomed:
-                parts.delete_remote_segment(md, reason="retention")
+            for md, reason in doomed:
+                parts.delete_remote_segment(md, reason=reason)
             remaining = parts.finished_segments(self.tip)
             parts.metrics.log_size_bytes.labels(log.topic, log.partition).set(sum(m.segment_size_in_bytes for m in remaining))
             self._set_lag(log, 0, 0)
             return len(doomed)
 
-    def _doomed(self, log: Log, segs: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
-        """The oldest segments of ``segs`` that breach a rule, up to the first that breaches none."""
+    def _doomed(self, log: Log, segs: list[RemoteLogSegmentMetadata]) -> list[tuple[RemoteLogSegmentMetadata, str]]:
+        """The oldest segments of ``segs`` that breach a rule, up to the first that breaches none, each with the
+        rule it breaches (the first of: below the log start offset, outside the lineage, time, size)."""
         config = log.config
         now = self.parts.time.milliseconds()
         lineage = {e.epoch for e in log.leader_epoch_cache.epoch_entries()}
@@ -73,7 +74,7 @@ class RLMExpirationTask:
         breach_bytes = (
             (sum(md.segment_size_in_bytes for md in segs) + local_only - retention_bytes) if retention_bytes >= 0 else -1
         )
-        doomed: list[RemoteLogSegmentMetadata] = []
+        doomed: list[tuple[RemoteLogSegmentMetadata, str]] = []
         for md in segs:
             reason = None
             if md.end_offset < log.log_start_offset:
@@ -88,7 +89,7 @@ class RLMExpirationTask:
                 break
             if breach_bytes >= 0:
                 breach_bytes -= md.segment_size_in_bytes
-            doomed.append(md)
+            doomed.append((md, reason))
         return doomed
 
     def _set_lag(self, log: Log, segments: int, size: int) -> None:

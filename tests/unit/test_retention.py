@@ -7,11 +7,20 @@
   (Kafka's ``RemoteLogManager``: ``maxTimestampMs <= now - retentionMs``) and keeps a younger one.
 - A remote segment wholly below the log start offset goes, and so does one outside the leader-epoch lineage,
   with retention by time and size both off, so no other rule can be what deleted it.
+- Remote size retention deletes the oldest segments while the whole log (remote segments plus the local segments
+  not yet copied) is over ``retention.bytes`` by at least the segment: one byte short of that, nothing goes.
+- Each deletion is logged with the rule it breaches; the delete lag gauges count the pass's segments while it
+  deletes and are zero after it, and the remote log size is what remains.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
 
 from local import LogConfig, LogManager
 from local.scheduler import MockTime
@@ -84,13 +93,14 @@ def _produce(log: object, n: int, start: int = 0, ts: int = T0) -> None:
 class _Tier:
     """A LogManager with a remote tier on the local-directory backend, both on one MockTime."""
 
-    def __init__(self, tmp: Path, clock: MockTime) -> None:
+    def __init__(self, tmp: Path, clock: MockTime, rsm: LocalDirRemoteStorageManager | None = None) -> None:
         self.remote_dir = tmp / "remote"
-        self.rsm = LocalDirRemoteStorageManager()
+        self.rsm = rsm or LocalDirRemoteStorageManager()
         self.rsm.configure({"dir": str(self.remote_dir)})
         self.store = RemoteLogMetadataStore(self.rsm)
         self.rlm = RemoteLogManager(
-            self.rsm, self.store, RemoteIndexCache(tmp / "data", self.rsm.fetch_index), time=clock
+            self.rsm, self.store, RemoteIndexCache(tmp / "data", self.rsm.fetch_index), time=clock,
+            registry=CollectorRegistry(),
         )
         props = {
             "log.dirs": str(tmp / "data"),
@@ -184,6 +194,8 @@ def test_remote_segments_below_the_log_start_offset_are_deleted(tmp_path: Path) 
         assert [md.start_offset for md in remaining] == [md.start_offset for md in segs[1:]]
         assert _objects_of(tier, segs[0]) == [] and _objects_of(tier, segs[1])
         assert log.log_start_offset == segs[1].start_offset + 10  # not moved back, not moved on
+        log.delete_records(segs[1].end_offset)  # the log start is the second segment's last offset: it stays
+        assert tier.rlm.cleanup_remote_segments(log) == 0 and log.log_start_offset == segs[1].end_offset
         # up to exactly the second segment's end + 1: it goes too
         log.delete_records(segs[1].end_offset + 1)
         assert tier.rlm.cleanup_remote_segments(log) == 1
@@ -193,7 +205,7 @@ def test_remote_segments_below_the_log_start_offset_are_deleted(tmp_path: Path) 
         tier.close()
 
 
-def test_remote_segments_outside_the_leader_epoch_lineage_are_deleted(tmp_path: Path) -> None:
+def test_remote_segments_outside_the_leader_epoch_lineage_are_deleted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     clock = MockTime(ms=T0 + 1_000_000)
     tier = _Tier(tmp_path, clock)
     try:
@@ -211,7 +223,10 @@ def test_remote_segments_outside_the_leader_epoch_lineage_are_deleted(tmp_path: 
         # written only in epoch 0 are outside it; the one where epoch 1 begins is not.
         log.leader_epoch_cache.assign(1, 0)
         assert [e.epoch for e in log.leader_epoch_cache.epoch_entries()] == [1]
-        assert tier.rlm.cleanup_remote_segments(log) == len(only_epoch0)
+        with caplog.at_level(logging.INFO, logger="tiered.rlm_parts"):
+            assert tier.rlm.cleanup_remote_segments(log) == len(only_epoch0)
+        reasons = [r.getMessage().rsplit(": ", 1)[1] for r in caplog.records if "deleting remote segment" in r.getMessage()]
+        assert reasons == ["outside the leader-epoch lineage"] * len(only_epoch0)
         remaining = tier.finished(log)
         assert remaining[0].start_offset == only_epoch0[-1].end_offset + 1
         assert 1 in remaining[0].segment_leader_epochs and remaining[0].start_offset <= epoch1_start
@@ -234,3 +249,151 @@ def test_remote_lineage_check_is_skipped_for_a_log_without_epochs(tmp_path: Path
     finally:
         tier.close()
 
+
+
+def _retention_bytes(log: object, value: int) -> None:
+    log.config = dataclasses.replace(log.config, retention_bytes=value)  # type: ignore[attr-defined]
+
+
+def _gauge(gauge: object, log: object) -> float:
+    return float(gauge.labels(log.topic, log.partition)._value.get())  # type: ignore[attr-defined]
+
+
+def test_remote_size_retention_deletes_exactly_the_segments_the_whole_log_is_over_by(tmp_path: Path) -> None:
+    clock = MockTime(ms=T0 + 1_000_000)
+    tier = _Tier(tmp_path, clock)
+    try:
+        log = tier.log(**{"retention.ms": "-1", "retention.bytes": "-1"})
+        _produce(log, 20_000)
+        log.roll()
+        _produce(log, 1, start=20_000)  # a segment of one offset: its base offset is its end offset
+        log.roll()
+        _produce(log, 50, start=20_001)  # the active segment: local only
+        assert tier.rlm.copy_log_segments(log).segments_copied >= 4
+        segs = tier.finished(log)
+        assert segs[-1].start_offset == segs[-1].end_offset == 20_000
+        # every segment is still local too (no local retention ran): only the active one is local-only
+        assert log.active_segment.base_offset == segs[-1].end_offset + 1 and log.number_of_segments() == len(segs) + 1
+        total = sum(md.segment_size_in_bytes for md in segs) + log.active_segment.size
+        first, second, third, fourth = (md.segment_size_in_bytes for md in segs[:4])
+        _retention_bytes(log, total - first + 1)  # over by one byte less than the oldest segment: it stays
+        assert tier.rlm.cleanup_remote_segments(log) == 0 and log.log_start_offset == 0
+        _retention_bytes(log, total - first)  # over by exactly the oldest: it goes, not the next
+        assert tier.rlm.cleanup_remote_segments(log) == 1
+        assert [md.start_offset for md in tier.finished(log)] == [md.start_offset for md in segs[1:]]
+        assert log.log_start_offset == segs[1].start_offset
+        # over by one byte less than the next three: the next two go, the third stays
+        _retention_bytes(log, total - first - second - third - fourth + 1)
+        assert tier.rlm.cleanup_remote_segments(log) == 2
+        assert log.log_start_offset == segs[3].start_offset
+        _retention_bytes(log, 0)  # the whole remote log goes; the active segment's bytes cannot be
+        assert tier.rlm.cleanup_remote_segments(log) == len(segs) - 3 and tier.finished(log) == []
+    finally:
+        tier.close()
+
+
+def test_without_remote_segments_a_pass_deletes_nothing(tmp_path: Path) -> None:
+    tier = _Tier(tmp_path, MockTime(ms=T0))
+    try:
+        log = tier.log(**{"retention.ms": "0", "retention.bytes": "0"})
+        _produce(log, 100)
+        assert tier.rlm.cleanup_remote_segments(log) == 0
+        assert tier.rlm.expiration_task(log).run(log).segments_deleted == 0
+    finally:
+        tier.close()
+
+
+class _LagRecordingRSM(LocalDirRemoteStorageManager):
+    """Records the delete lag gauges of the partition each time a segment's objects are deleted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lags: list[tuple[float, float]] = []
+        self.metrics: object = None
+
+    def delete_log_segment_data(self, md: RemoteLogSegmentMetadata) -> None:
+        m = self.metrics
+        tip = md.topic_id_partition
+        self.lags.append((m.delete_lag_segments.labels(tip.topic, tip.partition)._value.get(),  # type: ignore[attr-defined]
+                          m.delete_lag_bytes.labels(tip.topic, tip.partition)._value.get()))  # type: ignore[attr-defined]
+        super().delete_log_segment_data(md)
+
+
+def test_each_remote_deletion_names_its_rule_and_the_gauges_count_the_pass(tmp_path: Path,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    clock = MockTime(ms=T0 + 1_000_000)
+    rsm = _LagRecordingRSM()
+    tier = _Tier(tmp_path, clock, rsm)
+    rsm.metrics = tier.rlm.metrics
+    try:
+        log = tier.log(**{"retention.ms": str(HOUR), "retention.bytes": "-1"})
+        _produce(log, 25_000)
+        tier.rlm.copy_log_segments(log)
+        segs = tier.finished(log)
+        sizes = [md.segment_size_in_bytes for md in segs]
+        assert len(segs) >= 4
+        metrics = tier.rlm.metrics
+        assert _gauge(metrics.log_size_bytes, log) == 0  # no pass yet
+        with caplog.at_level(logging.INFO, logger="tiered.rlm_parts"):
+            log.delete_records(segs[1].end_offset + 1)  # the first two are below the log start offset
+            assert tier.rlm.cleanup_remote_segments(log) == 2
+            assert rsm.lags == [(2, sizes[0] + sizes[1])] * 2  # the pass's lag while it deletes
+            assert (_gauge(metrics.delete_lag_segments, log), _gauge(metrics.delete_lag_bytes, log)) == (0, 0)
+            assert _gauge(metrics.log_size_bytes, log) == sum(sizes[2:])
+            clock.sleep(segs[2].max_timestamp_ms + HOUR - clock.milliseconds())  # the third is retention.ms old
+            assert tier.rlm.cleanup_remote_segments(log) == 1
+            _retention_bytes(log, sum(sizes[4:]) + log.active_segment.size)  # the fourth is over retention.bytes
+            assert tier.rlm.cleanup_remote_segments(log) == 1
+            assert _gauge(metrics.log_size_bytes, log) == sum(sizes[4:])
+        deleting = [r.getMessage() for r in caplog.records if r.getMessage().startswith("deleting remote segment")]
+        assert [m.rsplit(": ", 1)[1] for m in deleting] == [
+            "below the log start offset", "below the log start offset", "retention.ms breach", "retention.bytes breach"]
+    finally:
+        tier.close()
+
+
+def test_remote_retention_ms_0_deletes_every_segment_not_newer_than_now(tmp_path: Path) -> None:
+    clock = MockTime(ms=T0 + 1_000_000)
+    tier = _Tier(tmp_path, clock)
+    try:
+        log = tier.log(**{"retention.ms": "0", "retention.bytes": "-1"})
+        _produce(log, 12_000)
+        tier.rlm.copy_log_segments(log)
+        n = len(tier.finished(log))
+        assert n >= 1
+        assert tier.rlm.cleanup_remote_segments(log) == n and tier.finished(log) == []
+    finally:
+        tier.close()
+
+
+def test_a_segment_deleted_by_time_counts_against_the_size_breach(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    clock = MockTime(ms=T0 + 1_000_000)
+    tier = _Tier(tmp_path, clock)
+    try:
+        log = tier.log(**{"retention.ms": str(HOUR), "retention.bytes": "-1"})
+        _produce(log, 3000)  # each segment smaller than the one before: the arithmetic shows in what goes
+        log.roll()
+        _produce(log, 2000, start=3000, ts=T0 + 1_500_000)
+        log.roll()
+        _produce(log, 1000, start=5000, ts=T0 + 1_500_000)
+        log.roll()
+        _produce(log, 10, start=6000, ts=T0 + 1_500_000)
+        assert tier.rlm.copy_log_segments(log).segments_copied == 3
+        segs = tier.finished(log)
+        sizes = [md.segment_size_in_bytes for md in segs]
+        assert sizes[0] > sizes[1] > sizes[2]
+        # the first is past retention.ms, and the log is over retention.bytes by exactly its size: it goes by
+        # time, and that ends the size breach too (Kafka's remainingBreachedSize): the second stays
+        clock.sleep(T0 + 2999 + HOUR - clock.milliseconds())
+        _retention_bytes(log, sum(sizes) + log.active_segment.size - sizes[0])
+        with caplog.at_level(logging.INFO, logger="tiered.rlm_parts"):
+            assert tier.rlm.cleanup_remote_segments(log) == 1
+        assert [r.getMessage().rsplit(": ", 1)[1] for r in caplog.records if "deleting remote" in r.getMessage()] == [
+            "retention.ms breach"]
+        assert log.log_start_offset == 3000
+        # the size breach after a size deletion is what is left of it: over by the second's size, only it goes
+        _retention_bytes(log, sizes[2] + log.active_segment.size)
+        assert tier.rlm.cleanup_remote_segments(log) == 1 and log.log_start_offset == 5000
+    finally:
+        tier.close()
