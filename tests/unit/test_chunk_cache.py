@@ -8,6 +8,7 @@ own completion futures. Time bounds appear only as generous failure limits (a wa
 from __future__ import annotations
 
 import io
+import logging
 import multiprocessing
 import os
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiered.cache import chunk_stream, locks
+from tiered.cache import chunk_cache, chunk_stream, locks
 from tiered.cache.chunk_cache import ChunkCache
 from tiered.cache.disk_store import DiskChunkStore
 from tiered.cache.locks import RankedLock
@@ -493,3 +494,195 @@ def test_a_chunk_damaged_on_disk_does_not_make_its_objects_other_chunks_skip_the
         assert store.lookup("o#3", "o") is None  # ...and its next chunks are not looked up for a while
     finally:
         store.close()
+
+
+# What the mutation run of chunk_cache.py found unchecked (TESTING.md) ---------------------------------------------
+
+
+def test_end_of_chunk_moves_a_range_within_one_chunk_to_its_end_and_leaves_one_across_chunks() -> None:
+    cache = ChunkCache.__new__(ChunkCache)  # end_of_chunk and read_ahead_reaches need only the chunk size
+    cache.chunk_size, cache.prefetch_chunks = 1000, 2
+    assert cache.end_of_chunk(0, 1) == 1000
+    assert cache.end_of_chunk(0, 1000) == 1000  # [0, 1000) is exactly chunk 0
+    assert cache.end_of_chunk(1500, 1999) == 2000
+    assert cache.end_of_chunk(999, 1001) == 1001  # across chunks 0 and 1: unchanged
+    assert cache.end_of_chunk(0, 1001) == 1001
+    assert cache.end_of_chunk(3000, 3001) == 4000
+
+
+def test_read_ahead_reaches_the_end_within_prefetch_chunks_and_at_least_one_chunk() -> None:
+    cache = ChunkCache.__new__(ChunkCache)
+    cache.chunk_size, cache.prefetch_chunks = 1000, 2
+    assert cache.read_ahead_reaches(8000, 10_000)  # exactly two chunks from the end
+    assert not cache.read_ahead_reaches(7999, 10_000)
+    cache.prefetch_chunks = 0  # no read-ahead: one chunk still counts
+    assert cache.read_ahead_reaches(9000, 10_000) and not cache.read_ahead_reaches(8999, 10_000)
+    cache.prefetch_chunks = 3
+    assert cache.read_ahead_reaches(7000, 10_000) and not cache.read_ahead_reaches(6999, 10_000)
+
+
+def test_a_size_learnt_from_a_short_chunk_answers_later_reads_and_is_forgotten_on_invalidate(tmp_path: Path) -> None:
+    data = OBJ[:9_500]
+    f = CountingFetcher(data)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        assert cache.known_size("o") is None
+        assert cache.read("o", None, 9_000, 9_999, f) == data[9_000:]
+        assert cache.known_size("o") == 9_500
+        assert cache.read("o", None, 9_500, 12_000, f) == b""  # past the learnt end: nothing fetched
+        assert cache.read("o", None, 9_400, 12_000, f) == data[9_400:]
+        assert f.calls == [(9_000, 9_999)]
+        cache.invalidate("o")  # the object was replaced: its size may have changed too
+        assert cache.known_size("o") is None
+
+
+def test_a_size_is_learnt_per_object(tmp_path: Path) -> None:
+    f = CountingFetcher(OBJ[:1_500])
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        cache.read("short", None, 1000, 1999, f)
+        assert cache.known_size("short") == 1_500 and cache.known_size("other") is None
+        cache.invalidate("other")
+        assert cache.known_size("short") == 1_500
+
+
+def test_stream_counters_and_invalidate_of_streamed_chunks(tmp_path: Path) -> None:
+    """Chunks a stream brought are prefetches (not misses), and are tagged with their object on disk."""
+    f, o = CountingFetcher(), CountingOpener()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
+        _read_sequentially(cache, "o", OBJ, f, o)
+        _read_sequentially(cache, "p", OBJ, f, CountingOpener())
+        assert f.calls == [] and cache.streams_opened == 2
+        assert (cache.prefetches, cache.misses, cache.fetches) == (20, 0, 20)
+        join_streams(cache)
+        cache.flush()
+        assert len(cache) == 20
+        assert cache.invalidate("o") == 10 and len(cache) == 10
+
+
+def _stream_waiting(cache: ChunkCache, obj: str, opener: CountingOpener, fetcher: CountingFetcher) -> None:
+    """Starts a stream of ``obj`` at chunk 0 and waits until it has filled its window (chunks 0..prefetch)."""
+    cache.prefetch(obj, 0, fetcher, len(OBJ), opener)
+    settle(cache)
+    assert [s.obj for s in cache.streams()] == [obj]
+
+
+def test_invalidate_stops_only_the_stream_of_its_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 600)  # only stop() ends them within the test
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1) as cache:
+        _stream_waiting(cache, "o", CountingOpener(), f)
+        cache.prefetch("p", 0, f, len(OBJ), CountingOpener())
+        settle(cache)
+        assert sorted(s.obj for s in cache.streams()) == ["o", "p"]
+        cache.invalidate("o")
+        assert [s.obj for s in cache.streams()] == ["p"]
+
+
+def test_a_held_window_starts_no_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 600)  # a stream started here would stay
+    f, o = CountingFetcher(), CountingOpener()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
+        cache.read("o", len(OBJ), 3000, 5999, f)  # chunks 3..5 held; 0..2 and 6 on are not
+        cache.prefetch("o", 3000, f, len(OBJ), o)  # the window 3..5 is held: nothing to stream
+        assert cache.streams() == [] and o.opens == [] and cache.streams_opened == 0
+        assert len(f.calls) == 3 and cache.loads_in_flight() == []
+
+
+def test_a_window_being_loaded_starts_no_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 600)
+    gate = threading.Event()
+    f, o = CountingFetcher(gate=gate), CountingOpener()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1) as cache:
+        cache.prefetch("o", 0, f, len(OBJ))  # ranged read-ahead of chunks 0 and 1, held at the gate
+        f.wait_for_calls(2)
+        cache.prefetch("o", 0, f, len(OBJ), o)  # the same window, in flight: no stream
+        assert cache.streams() == [] and o.opens == []
+        gate.set()
+        settle(cache)
+        assert sorted(f.calls) == [(0, 999), (1000, 1999)]
+
+
+def test_a_reader_behind_a_live_stream_gets_ranged_read_ahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 600)
+    f, o = CountingFetcher(), CountingOpener()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2, disk=False) as cache:
+        cache.prefetch("o", 5000, f, len(OBJ), o)  # a reader at chunk 5: a stream feeds 5..7
+        settle(cache)
+        assert o.opens == [(5000, None)]
+        cache.prefetch("o", 0, f, len(OBJ), o)  # a second reader at chunk 0, behind the stream
+        settle(cache)
+        assert sorted(f.calls) == [(0, 999), (1000, 1999), (2000, 2999)] and len(o.opens) == 1
+
+
+def test_a_stream_moved_on_leaves_the_chunks_it_passed_to_the_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live stream serving its reader is only moved on: chunks before it (evicted from a one-chunk memory here)
+    are not fetched again by range as read-ahead; the reader's own read loads what it needs."""
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 600)
+    f, o = CountingFetcher(), CountingOpener()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2, memory_bytes=1000, disk=False) as cache:
+        cache.prefetch("o", 0, f, len(OBJ), o)  # chunks 0..2 streamed; memory keeps chunk 2 only
+        settle(cache)
+        cache.prefetch("o", 1000, f, len(OBJ), o)  # the reader moved to chunk 1: the stream goes on to 3
+        settle(cache)
+        assert f.calls == [] and len(o.opens) == 1 and cache.streams_opened == 1
+
+
+def test_streams_are_limited_and_a_reader_past_the_limit_gets_ranged_read_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 600)
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1, max_workers=1) as cache:  # one stream at most
+        _stream_waiting(cache, "o", CountingOpener(), f)
+        second = CountingOpener()
+        cache.prefetch("p", 0, f, len(OBJ), second)
+        assert [s.obj for s in cache.streams()] == ["o"] and second.opens == []
+        settle(cache)
+        assert sorted(f.calls) == [(0, 999), (1000, 1999)]
+
+
+def test_prefetch_on_a_closed_cache_does_nothing(tmp_path: Path) -> None:
+    """Read-ahead is advice: once the cache is closed it is not taken (nor does it raise from a pool shut down)."""
+    f, o = CountingFetcher(), CountingOpener()
+    cache = ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2)
+    cache.close()
+    cache.prefetch("o", 0, f, len(OBJ), o)
+    cache.prefetch("o", 0, f, len(OBJ))
+    assert f.calls == [] and o.opens == [] and cache.streams() == [] and cache.loads_in_flight() == []
+
+
+def test_a_failed_read_ahead_is_logged_at_debug(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    gate = threading.Event()
+    f = CountingFetcher(fail=True, gate=gate)
+    with caplog.at_level(logging.DEBUG, logger=chunk_cache.__name__), ChunkCache(
+        tmp_path, chunk_size=1000, prefetch_chunks=1
+    ) as cache:
+        cache.prefetch("o", 0, f, len(OBJ))
+        loads = cache.loads_in_flight()
+        assert len(loads) == 2
+        logged = threading.Semaphore(0)
+        for fut in loads:  # after the cache's own callback, which logs
+            fut.add_done_callback(lambda _: logged.release())
+        gate.set()
+        for _ in loads:
+            assert logged.acquire(timeout=LIMIT)
+    messages = [r.getMessage() for r in caplog.records if r.name == chunk_cache.__name__]
+    assert messages == ["read-ahead fetch failed: store down"] * 2
+    assert all(r.levelno == logging.DEBUG for r in caplog.records if r.name == chunk_cache.__name__)
+
+
+def test_a_successful_read_ahead_logs_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    f = CountingFetcher()
+    with caplog.at_level(logging.DEBUG, logger=chunk_cache.__name__), ChunkCache(
+        tmp_path, chunk_size=1000, prefetch_chunks=1
+    ) as cache:
+        gate = threading.Event()
+        f.gate = gate
+        cache.prefetch("o", 0, f, len(OBJ))
+        loads = cache.loads_in_flight()
+        done = threading.Semaphore(0)
+        for fut in loads:
+            fut.add_done_callback(lambda _: done.release())
+        gate.set()
+        for _ in loads:
+            assert done.acquire(timeout=LIMIT)
+    assert not [r for r in caplog.records if r.name == chunk_cache.__name__]

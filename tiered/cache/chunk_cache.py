@@ -298,8 +298,9 @@ class ChunkCache:
     ) -> None:
         """A reader is about to read ``obj`` on from byte ``position``: load the chunk there and the
         ``prefetch_chunks`` after it in the background (with ``opener``, through a stream that goes on feeding that
-        reader as it asks again); failures are only logged (the reader's own read loads again)."""
-        if self.prefetch_chunks == 0:
+        reader as it asks again); failures are only logged (the reader's own read loads again). A closed cache
+        reads nothing ahead."""
+        if self.prefetch_chunks == 0 or self._closed:
             return
         size = object_size if object_size is not None else self.known_size(obj)
         index = position // self.chunk_size
