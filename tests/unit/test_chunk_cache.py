@@ -208,9 +208,15 @@ def test_memory_evicts_the_least_recently_used_chunk(tmp_path: Path) -> None:
 
 
 def _child(path: str, queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    import traceback
+
     data = bytes(range(256)) * 40
-    with ChunkCache(path, chunk_size=1000, prefetch_chunks=0) as cache:
-        queue.put(cache.read("one-key", len(data), 0, len(data) - 1, lambda a, b: data[a : b + 1]) == data)
+    try:
+        with ChunkCache(path, chunk_size=1000, prefetch_chunks=0) as cache:
+            got = cache.read("one-key", len(data), 0, len(data) - 1, lambda a, b: data[a : b + 1])
+        queue.put(True if got == data else f"read {len(got)} bytes, not the object's")  # once closed: all stored
+    except BaseException:
+        queue.put(traceback.format_exc())  # the parent shows it, rather than waiting out its timeout
 
 
 def test_two_processes_share_the_cache(tmp_path: Path) -> None:
@@ -222,6 +228,7 @@ def test_two_processes_share_the_cache(tmp_path: Path) -> None:
     assert [queue.get(timeout=60) for _ in procs] == [True, True]
     for p in procs:
         p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0, 0]
     data = bytes(range(256)) * 40
     f = CountingFetcher(data)
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
@@ -686,3 +693,152 @@ def test_a_successful_read_ahead_logs_nothing(tmp_path: Path, caplog: pytest.Log
         for _ in loads:
             assert done.acquire(timeout=LIMIT)
     assert not [r for r in caplog.records if r.name == chunk_cache.__name__]
+
+
+def test_the_process_counters_tell_misses_from_prefetches(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2, registry=registry) as cache:
+        cache.read("o", len(OBJ), 0, 10, f)  # a miss
+        cache.prefetch("o", 11, f, len(OBJ))  # chunks 1 and 2 ahead
+        settle(cache)
+        cache.read("o", len(OBJ), 1000, 1010, f)  # a hit
+    samples = {n: registry.get_sample_value(f"RemoteLogSegmentCache_{n}_total") for n in ("hits", "misses", "prefetches")}
+    assert samples == {"hits": 1, "misses": 1, "prefetches": 2}
+
+
+def test_a_chunk_once_on_disk_is_held_as_a_map_of_its_file(tmp_path: Path) -> None:
+    """The fetched bytes are let go once the chunk is on disk: memory holds a read-only map of the cache file."""
+    import mmap
+
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        first = cache.read("o", len(OBJ), 0, 99, f)
+        assert isinstance(first, memoryview) and not isinstance(first.obj, mmap.mmap)  # before the write lands
+        cache.flush()
+        again = cache.read("o", len(OBJ), 0, 99, f)
+        assert isinstance(again, memoryview) and isinstance(again.obj, mmap.mmap) and again == OBJ[:100]
+        assert first == OBJ[:100] and len(f.calls) == 1
+    with ChunkCache(tmp_path / "memory", chunk_size=1000, prefetch_chunks=0, disk=False) as cache:
+        cache.read("o", len(OBJ), 0, 99, f)
+        cache.flush()
+        kept = cache.read("o", len(OBJ), 0, 99, f)  # no disk: the fetched bytes stay
+        assert isinstance(kept, memoryview) and not isinstance(kept.obj, mmap.mmap)
+
+
+def test_read_ahead_loads_exactly_its_window_up_to_the_objects_end(tmp_path: Path) -> None:
+    data = OBJ[:9_501]  # the last chunk (9) holds 501 bytes
+    f = CountingFetcher(data)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
+        cache.prefetch("o", 5_000, f, len(data))  # chunks 5, 6, 7: not the ones before
+        settle(cache)
+        assert sorted(f.calls) == [(5000, 5999), (6000, 6999), (7000, 7999)]
+        f.calls.clear()
+        cache.prefetch("o", 8_500, f, len(data))  # chunks 8 and 9 (to the object's last byte), nothing past it
+        settle(cache)
+        assert sorted(f.calls) == [(8000, 8999), (9000, 9500)] and cache.prefetches == 5
+        f.calls.clear()
+        cache.prefetch("o", 9_500, f, len(data))  # the last chunk itself, held: nothing to do
+        cache.prefetch("o", 9_501, f, len(data))  # past the end
+        cache.prefetch("o", 10_000, f, len(data))
+        assert cache.loads_in_flight() == [] and f.calls == [] and cache.prefetches == 5
+
+
+def test_read_ahead_of_a_chunk_of_one_byte_at_the_end(tmp_path: Path) -> None:
+    data = os.urandom(10_001)
+    f = CountingFetcher(data)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
+        cache.prefetch("o", 9_000, f, len(data))
+        settle(cache)
+        assert sorted(f.calls) == [(9000, 9999), (10_000, 10_000)]
+        assert cache.read("o", len(data), 10_000, 10_000, f) == data[10_000:]
+        assert len(f.calls) == 2
+    with ChunkCache(tmp_path / "again", chunk_size=1000, prefetch_chunks=0) as cache:
+        assert cache.read("o", len(data), 10_000, 20_000, f) == data[10_000:]  # the one byte, fetched by range
+        assert f.calls[-1] == (10_000, 10_000)
+
+
+def test_read_ahead_uses_a_learnt_size(tmp_path: Path) -> None:
+    data = OBJ[:9_500]
+    f = CountingFetcher(data)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=3) as cache:
+        cache.read("o", None, 9_000, 9_999, f)  # size learnt: 9,500
+        f.calls.clear()
+        cache.prefetch("o", 7_000, f)  # no size given: 7 and 8 (9 is held), nothing past the end
+        settle(cache)
+        assert sorted(f.calls) == [(7000, 7999), (8000, 8999)] and cache.prefetches == 2
+
+
+def test_the_last_chunk_is_fetched_only_to_the_objects_end(tmp_path: Path) -> None:
+    data = OBJ[:9_500]
+    f = CountingFetcher(data)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1) as cache:
+        assert cache.read("o", len(data), 9_000, 9_999, f) == data[9_000:]
+        assert f.calls == [(9000, 9499)]  # a store may refuse a range past the object's end
+        cache.prefetch("o", 8_000, f, len(data))
+        settle(cache)
+        assert f.calls == [(9000, 9499), (8000, 8999)]
+
+
+def test_a_chunk_a_stream_took_from_disk_is_held_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 600)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        cache.read("o", len(OBJ), 0, 2999, CountingFetcher())
+    f, o = CountingFetcher(), CountingOpener()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:  # a new process
+        cache.prefetch("o", 0, f, len(OBJ), o)  # chunks 0..2 come off the disk, no fetch is opened
+        settle(cache)
+        assert o.opens == [] and cache.hits == 3
+        with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as other:
+            other.clear()
+        assert bytes(cache.read("o", len(OBJ), 0, 2999, f)) == OBJ[:3000]  # from memory
+        assert f.calls == [] and o.opens == []
+
+
+def test_stream_buffers_are_recycled_up_to_a_bound(tmp_path: Path) -> None:
+    """A buffer nothing refers to any more is handed out again (its old bytes still in it); at most
+    ``max(4, 2 * max_workers * (prefetch_chunks + 2))`` buffers are kept for that, 4 here."""
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0, max_workers=1) as cache:
+        held = [cache.buffer() for _ in range(6)]
+        assert len({id(b) for b in held}) == 6  # all in use: six distinct buffers
+        for buf in held:
+            buf[:] = b"\x01" * 1000
+        del held, buf
+        again = [cache.buffer() for _ in range(6)]
+        assert [bytes(b) == b"\x01" * 1000 for b in again] == [True] * 4 + [False] * 2
+        assert all(len(b) == 1000 for b in again)
+
+
+def test_a_read_past_the_end_of_an_object_of_unknown_size_learns_no_size(tmp_path: Path) -> None:
+    """An empty chunk says only that the object ends before it, not where: no size is learnt from it (a size
+    learnt wrong would send read-ahead past the end)."""
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        assert cache.read("o", None, 20_000, 20_005, f) == b""
+        assert cache.known_size("o") is None
+        assert cache.read("o", None, 9_990, 30_000, f) == OBJ[9_990:]  # chunk 9 full, chunk 10 empty
+        assert cache.known_size("o") is None
+        assert cache.read("o", None, 9_500, 9_600, f) == OBJ[9_500:9_601]
+
+
+def test_arguments_are_checked_and_disk_mismatches_counted(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^chunk size must be > 0, got 0$"):
+        ChunkCache(tmp_path, chunk_size=0)
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        with pytest.raises(ValueError, match=r"^invalid range -1\.\.10$"):
+            cache.read("o", len(OBJ), -1, 10, f)
+        with pytest.raises(ValueError, match=r"^invalid range 10\.\.9$"):
+            cache.read("o", len(OBJ), 10, 9, f)
+        assert cache.read("o", len(OBJ), 10, 10, f) == OBJ[10:11]  # one byte is a range
+        cache.flush()
+        assert cache.disk_mismatches == 0
+    [stored] = [p for p in tmp_path.rglob("*.val")]
+    raw = bytearray(stored.read_bytes())
+    raw[0] ^= 0xFF
+    stored.write_bytes(bytes(raw))
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        assert cache.read("o", len(OBJ), 0, 99, f) == OBJ[:100]  # damaged on disk: fetched again
+        assert cache.disk_mismatches == 1 and f.calls == [(0, 999), (0, 999)]

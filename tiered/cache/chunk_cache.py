@@ -220,7 +220,8 @@ class ChunkCache:
             chunk = fut.result()
             parts.append(chunk)
             if len(chunk) < cs:  # the object ends in this chunk
-                self.learn_size(obj, i * cs + len(chunk))
+                if chunk:  # (an empty chunk, past the end, tells only that the object is no longer)
+                    self.learn_size(obj, i * cs + len(chunk))
                 break
         # Views of the chunks, not slices: a range within one chunk comes back without a copy, and one spanning
         # chunks with one. (Each copy of a fresh megabyte also faults its pages in, which in a VM costs more
