@@ -842,3 +842,69 @@ def test_arguments_are_checked_and_disk_mismatches_counted(tmp_path: Path) -> No
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
         assert cache.read("o", len(OBJ), 0, 99, f) == OBJ[:100]  # damaged on disk: fetched again
         assert cache.disk_mismatches == 1 and f.calls == [(0, 999), (0, 999)]
+
+
+def test_a_miss_on_disk_makes_the_objects_next_chunks_skip_the_disk_for_a_while(tmp_path: Path) -> None:
+    """The cold mark of a miss, seen from outside: a chunk another process stores meanwhile is fetched again, not
+    looked up (the documented worst case of skipping the disk), and only for the object that missed."""
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache, ChunkCache(
+        tmp_path, chunk_size=1000, prefetch_chunks=0
+    ) as other:
+        cache.read("o", len(OBJ), 5000, 5010, f)  # not on disk: fetched, and o is cold in this cache
+        other.read("o", len(OBJ), 6000, 6010, CountingFetcher())
+        other.read("p", len(OBJ), 6000, 6010, CountingFetcher())
+        other.flush()
+        cache.read("o", len(OBJ), 6000, 6010, f)  # on disk, but o is cold: fetched
+        assert f.calls == [(5000, 5999), (6000, 6999)]
+        cache.read("p", len(OBJ), 6000, 6010, f)  # p never missed here: from disk
+        assert len(f.calls) == 2 and cache.hits == 1
+
+
+def test_a_stream_that_finds_no_chunk_on_disk_makes_its_object_skip_the_disk_for_a_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 600)
+    f, o = CountingFetcher(), CountingOpener()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1) as cache, ChunkCache(
+        tmp_path, chunk_size=1000, prefetch_chunks=0
+    ) as other:
+        cache.prefetch("o", 0, f, len(OBJ), o)  # chunk 0 not on disk: the stream opens a fetch; o is cold
+        settle(cache)
+        other.read("o", len(OBJ), 7000, 7010, CountingFetcher())
+        other.flush()
+        cache.read("o", len(OBJ), 7000, 7010, f)
+        assert f.calls == [(7000, 7999)] and o.opens == [(0, None)]
+
+
+def test_a_chunk_that_cannot_be_written_to_disk_is_logged_and_still_served_from_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def disk_full(self: DiskChunkStore, name: str, data: object, obj: str) -> None:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(DiskChunkStore, "store", disk_full)
+    f = CountingFetcher()
+    with caplog.at_level(logging.WARNING, logger=chunk_cache.__name__), ChunkCache(
+        tmp_path, chunk_size=1000, prefetch_chunks=0
+    ) as cache:
+        assert cache.read("o", len(OBJ), 0, 99, f) == OBJ[:100]
+        cache.flush()
+        assert cache.read("o", len(OBJ), 0, 99, f) == OBJ[:100] and len(f.calls) == 1 and len(cache) == 0
+    [record] = [r for r in caplog.records if r.name == chunk_cache.__name__]
+    assert record.levelno == logging.WARNING and record.getMessage() == "could not store chunk o#0 in the segment cache"
+    assert record.exc_info is not None and "No space left on device" in str(record.exc_info[1])
+
+
+def test_read_ahead_of_the_last_chunk_alone_and_of_an_object_of_whole_chunks(tmp_path: Path) -> None:
+    data = OBJ[:9_501]
+    f = CountingFetcher(data)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=2) as cache:
+        cache.prefetch("o", 9_200, f, len(data))  # in the last chunk: it alone
+        settle(cache)
+        assert f.calls == [(9000, 9500)] and cache.prefetches == 1
+    g = CountingFetcher()
+    with ChunkCache(tmp_path / "whole", chunk_size=1000, prefetch_chunks=2) as cache:
+        cache.prefetch("o", 8_500, g, len(OBJ))  # 10,000 bytes: chunks 8 and 9, no chunk 10
+        settle(cache)
+        assert sorted(g.calls) == [(8000, 8999), (9000, 9999)] and cache.prefetches == 2
