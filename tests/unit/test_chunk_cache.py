@@ -908,3 +908,43 @@ def test_read_ahead_of_the_last_chunk_alone_and_of_an_object_of_whole_chunks(tmp
         cache.prefetch("o", 8_500, g, len(OBJ))  # 10,000 bytes: chunks 8 and 9, no chunk 10
         settle(cache)
         assert sorted(g.calls) == [(8000, 8999), (9000, 9999)] and cache.prefetches == 2
+
+
+class _GatedOpener(CountingOpener):
+    """A stream whose reads wait for ``gate``: the test acts while the stream is inside its first chunk."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__()
+        self.gate, self.reading = gate, threading.Event()
+
+    def __call__(self, start: int, end: int | None) -> io.BufferedIOBase:
+        stream = super().__call__(start, end)
+        real_read = stream.read
+
+        def read(size: int | None = -1) -> bytes:
+            self.reading.set()
+            assert self.gate.wait(LIMIT), "the test never opened the gate"
+            return real_read(size)
+
+        stream.read = read  # type: ignore[method-assign]
+        return stream
+
+
+def test_a_reader_behind_never_shrinks_the_window_a_stream_has_claimed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two readers of one object, while the stream is inside chunk 1 of its first window (1..2): the one further on
+    asks up to chunk 4, the one behind up to chunk 3. The stream goes on to 4, which it claimed when asked (readers
+    wait on it): were its window shrunk to 3, chunk 4 would wait for the stream to idle out."""
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 600)
+    gate = threading.Event()
+    f, o = CountingFetcher(), _GatedOpener(gate)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1) as cache:
+        cache.prefetch("o", 1000, f, len(OBJ), o)
+        assert o.reading.wait(LIMIT)  # the stream is reading chunk 1, its window 1..2
+        cache.prefetch("o", 3000, f, len(OBJ), o)  # up to 4
+        cache.prefetch("o", 2000, f, len(OBJ), o)  # up to 3
+        gate.set()
+        settle(cache)  # chunks 1..4 all landed
+        assert o.opens == [(1000, None)] and o.streams[0].served == 4000 and f.calls == []
+        assert bytes(cache.read("o", len(OBJ), 1000, 4999, f)) == OBJ[1000:5000] and f.calls == []
