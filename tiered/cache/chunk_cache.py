@@ -321,10 +321,11 @@ class ChunkCache:
     def _stream(self, obj: str, index: int, upto: int, size: int | None, fetcher: Fetcher, opener: Opener) -> bool:
         """Make sure a stream feeds the reader of ``obj`` whose read-ahead is chunks ``index..upto``: move the live
         one on, or start one at ``index`` when there is none and fewer than the limit run. False when no stream
-        serves the reader (the caller loads chunk by chunk)."""
+        serves the reader (the caller loads chunk by chunk); True also when there is nothing to stream (the window
+        is held or loading, or the cache is closing)."""
         with self._lock:
-            if self._closed:
-                return False
+            if self._closed:  # a prefetch racing close(): no stream may start after close() stopped them
+                return True
             stream = self._streams.get(obj)
             new = stream is None or not stream.alive
             if not new and stream.next > upto:  # type: ignore[union-attr]
