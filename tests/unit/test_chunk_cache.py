@@ -809,6 +809,13 @@ def test_stream_buffers_are_recycled_up_to_a_bound(tmp_path: Path) -> None:
         again = [cache.buffer() for _ in range(6)]
         assert [bytes(b) == b"\x01" * 1000 for b in again] == [True] * 4 + [False] * 2
         assert all(len(b) == 1000 for b in again)
+    with ChunkCache(tmp_path / "more", chunk_size=100, prefetch_chunks=1, max_workers=2) as cache:  # 2 * 2 * 3 = 12
+        held = [cache.buffer() for _ in range(14)]
+        for buf in held:
+            buf[:] = b"\x01" * 100
+        del held, buf
+        again = [cache.buffer() for _ in range(14)]
+        assert [bytes(b) == b"\x01" * 100 for b in again] == [True] * 12 + [False] * 2
 
 
 def test_a_read_past_the_end_of_an_object_of_unknown_size_learns_no_size(tmp_path: Path) -> None:
@@ -948,3 +955,29 @@ def test_a_reader_behind_never_shrinks_the_window_a_stream_has_claimed(
         settle(cache)  # chunks 1..4 all landed
         assert o.opens == [(1000, None)] and o.streams[0].served == 4000 and f.calls == []
         assert bytes(cache.read("o", len(OBJ), 1000, 4999, f)) == OBJ[1000:5000] and f.calls == []
+
+
+def test_the_defaults_and_the_smallest_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 600)
+    with ChunkCache(tmp_path) as cache:
+        assert (cache.chunk_size, cache.prefetch_chunks) == (4 * 1024 * 1024, 2)
+        data = os.urandom(100)
+        assert cache.read("o", len(data), 0, 99, CountingFetcher(data)) == data
+        cache.flush()
+        assert len(cache) == 1  # on disk by default
+    with ChunkCache(tmp_path / "streams", chunk_size=1000) as cache:
+        f = CountingFetcher()
+        for key in "abcde":  # four streams at most by default (max_workers=4): the fifth reader reads by range
+            cache.prefetch(key, 0, f, len(OBJ), CountingOpener())
+            settle(cache)
+        assert sorted(s.obj for s in cache.streams()) == ["a", "b", "c", "d"]
+        assert sorted(f.calls) == [(0, 999), (1000, 1999), (2000, 2999)]  # e's chunk 0 and the 2 after it
+    with ChunkCache(tmp_path / "one", chunk_size=1, prefetch_chunks=0) as cache:  # the smallest chunk
+        f = CountingFetcher()
+        assert cache.read("o", len(OBJ), 5, 7, f) == OBJ[5:8] and sorted(f.calls) == [(5, 5), (6, 6), (7, 7)]
+    for prefetch_chunks in (0, -3):  # no read-ahead
+        with ChunkCache(tmp_path / "none", chunk_size=1000, prefetch_chunks=prefetch_chunks) as cache:
+            assert cache.prefetch_chunks == 0
+            cache.prefetch("o", 0, f, len(OBJ))
+            cache.prefetch("o", 0, f, len(OBJ), CountingOpener())
+            assert cache.loads_in_flight() == [] and cache.streams() == []
