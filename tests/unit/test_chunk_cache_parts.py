@@ -72,13 +72,13 @@ def test_membership_does_not_make_a_chunk_recently_used() -> None:
 def test_putting_a_chunk_again_replaces_its_bytes_and_makes_it_most_recent() -> None:
     mem = MemoryChunks(300)
     mem.put("a", b"a" * 100)
-    mem.put("b", b"b" * 100)
-    mem.put("a", b"A" * 150)  # replaced, not added: 250 bytes held
-    assert mem.size_bytes == 250 and mem.get("a") == b"A" * 150
-    mem.put("c", b"c" * 50)
+    mem.put("b", b"b" * 50)
+    mem.put("a", b"A" * 150)  # replaced, not added: 200 bytes held
+    assert mem.size_bytes == 200 and mem.get("a") == b"A" * 150
+    mem.put("c", b"c" * 100)
     assert mem.size_bytes == 300 and all(n in mem for n in "abc")
     mem.put("d", b"d" * 10)  # b is the least recently used now
-    assert "b" not in mem and mem.size_bytes == 210
+    assert "b" not in mem and mem.size_bytes == 260
 
 
 def test_get_of_a_missing_chunk_is_none_and_holds_tells_the_object_from_an_equal_copy() -> None:
