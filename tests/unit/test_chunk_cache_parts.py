@@ -12,6 +12,7 @@ import io
 import logging
 import mmap
 import os
+import re
 import threading
 from concurrent.futures import Future
 from pathlib import Path
@@ -183,9 +184,11 @@ def test_a_damaged_chunk_is_dropped_counted_and_logged_not_served(
             assert store.lookup("o#0", "o") is None
         assert store.mismatches == 1
         record = next(r for r in caplog.records if "o#0" in r.getMessage())
-        expected = {"flip": "does not match", "magic": "no crc32c trailer", "short": "shorter than its trailer",
-                    "empty": "shorter than its trailer"}[damage]
-        assert expected in record.getMessage()
+        expected = {"flip": "crc32c 0x[0-9a-f]{8} does not match the 0x[0-9a-f]{8} stored with it",
+                    "magic": r"no crc32c trailer \(an older cache format, or damaged\)",
+                    "short": "shorter than its trailer", "empty": "shorter than its trailer"}[damage]
+        assert re.fullmatch(rf"chunk o#0 of the segment cache is damaged on disk \({expected}\): fetching it again",
+                            record.getMessage()), record.getMessage()
         assert record.levelno == (logging.INFO if damage == "magic" else logging.WARNING)
         assert len(store) == 0  # dropped from the store: the next lookup does not see it again
         assert store.lookup("o#0", "o") is None and store.mismatches == 1
@@ -331,6 +334,8 @@ def test_a_chunk_that_cannot_be_read_is_missing_not_an_error(tmp_path: Path) -> 
         store.store("o#0", DATA[:1000], "o")
         _value_file(tmp_path, DATA[:1000]).unlink()  # evicted by another process between query and read
         assert store.lookup("o#0", "o") is None and store.mismatches == 0
+        store.store("o#1", DATA[:10], "o")
+        assert store.lookup("o#1", "o") is None  # a miss, not damage: the object is cold
     finally:
         store.close()
 
@@ -416,3 +421,22 @@ def test_daemon_threads_run_calls_in_turn_report_errors_and_shut_down() -> None:
     again = threads.submit(lambda: None)  # started again on the next use
     assert again.result(LIMIT) is None
     threads.shutdown()
+
+
+def test_the_disk_store_evicts_the_least_recently_used_chunks_first(tmp_path: Path) -> None:
+    """Over its bound, the store drops the chunks read longest ago (diskcache culls ten at a time): a chunk stored
+    first but read since stays, the ones stored after it and never read go."""
+    chunk = os.urandom(100_000)
+    store = DiskChunkStore(tmp_path, 2_500_000)
+    try:
+        for i in range(20):
+            store.store(f"o#{i}", chunk, "o")
+        assert len(store) == 20  # 2 MB and the database: under the bound
+        assert store.lookup("o#0", "o") is not None  # read: now the most recently used of the twenty
+        for i in range(20, 30):
+            store.store(f"o#{i}", chunk, "o")
+        assert len(store) < 30 and store.volume() <= 2_500_000
+        assert store.lookup("o#0", "o") is not None
+        assert store.lookup("o#1", "o") is None
+    finally:
+        store.close()
