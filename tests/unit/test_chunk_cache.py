@@ -981,3 +981,30 @@ def test_the_defaults_and_the_smallest_settings(tmp_path: Path, monkeypatch: pyt
             cache.prefetch("o", 0, f, len(OBJ))
             cache.prefetch("o", 0, f, len(OBJ), CountingOpener())
             assert cache.loads_in_flight() == [] and cache.streams() == []
+
+
+def test_without_a_registry_the_counters_add_to_the_process_registry(tmp_path: Path) -> None:
+    from local.metrics import REGISTRY
+
+    def value(name: str) -> float:
+        return REGISTRY.get_sample_value(f"RemoteLogSegmentCache_{name}_total") or 0.0
+
+    before = {n: value(n) for n in ("hits", "misses", "prefetches")}
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1) as cache:
+        cache.read("o", len(OBJ), 0, 10, f)
+        cache.read("o", len(OBJ), 0, 10, f)
+        cache.prefetch("o", 11, f, len(OBJ))
+        settle(cache)
+    assert {n: value(n) - before[n] for n in before} == {"hits": 1, "misses": 1, "prefetches": 1}
+
+
+def test_a_short_chunk_read_ahead_of_an_object_of_unknown_size_teaches_its_size_when_read(tmp_path: Path) -> None:
+    data = OBJ[:9_500]
+    f = CountingFetcher(data)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1) as cache:
+        cache.prefetch("o", 9_000, f)  # size unknown: chunk 9 (short) and 10 (empty) are loaded, nothing learnt
+        settle(cache)
+        assert cache.known_size("o") is None
+        assert cache.read("o", None, 9_000, 9_099, f) == data[9_000:9_100]
+        assert cache.known_size("o") == 9_500 and len(f.calls) == 2
