@@ -440,3 +440,19 @@ def test_the_disk_store_evicts_the_least_recently_used_chunks_first(tmp_path: Pa
         assert store.lookup("o#1", "o") is None
     finally:
         store.close()
+
+
+def test_every_damaged_chunk_read_back_is_counted(tmp_path: Path) -> None:
+    store = DiskChunkStore(tmp_path, 10**6)
+    try:
+        for i in range(3):
+            store.store(f"o#{i}", DATA[i * 1000 : (i + 1) * 1000], "o")
+        for i in range(3):
+            path = _value_file(tmp_path, DATA[i * 1000 : (i + 1) * 1000])
+            raw = bytearray(path.read_bytes())
+            raw[0] ^= 0xFF
+            path.write_bytes(bytes(raw))
+        assert [store.lookup(f"o#{i}", "o") for i in range(3)] == [None] * 3
+        assert store.mismatches == 3 and len(store) == 0
+    finally:
+        store.close()
