@@ -355,6 +355,10 @@ def test_the_trailed_reader_yields_the_chunk_then_its_trailer_in_any_piece_size(
         assert reader.read(size) == b"" and reader.read() == b""
     reader = _TrailedReader(chunk)
     assert bytes(reader.read()) == chunk and bytes(reader.read()) == whole[100:]  # no size: the rest of each part
+    reader = _TrailedReader(chunk)
+    assert bytes(reader.read(0)) == b"" and bytes(reader.read(100)) == chunk
+    assert bytes(reader.read(0)) == b"" and bytes(reader.read(3)) == whole[100:103]  # read(0) reads nothing
+    assert bytes(reader.read(0)) == b"" and bytes(reader.read()) == whole[103:]
 
 
 def test_no_disk_store_holds_nothing() -> None:
