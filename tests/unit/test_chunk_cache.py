@@ -279,6 +279,7 @@ def test_prefetch_of_another_object_and_cancelled_read_ahead_on_close(tmp_path: 
     cache.prefetch("next", 0, slow, len(OBJ))  # chunk 0 and the two after it
     slow.wait_for_calls(1)  # the one worker holds chunk 0's fetch; chunks 1 and 2 wait in the queue
     queued = [fut for fut in cache.loads_in_flight() if not fut.running()]
+    [running] = [fut for fut in cache.loads_in_flight() if fut.running()]
     assert len(queued) == 2
     cancelled = threading.Semaphore(0)
     for fut in queued:
@@ -291,6 +292,8 @@ def test_prefetch_of_another_object_and_cancelled_read_ahead_on_close(tmp_path: 
     closing.join(LIMIT)
     assert not closing.is_alive()
     assert all(fut.cancelled() for fut in queued) and slow.calls == [(0, 999)]
+    # close() waited for the running fetch to end, and for its chunk to be written, before closing the disk
+    assert running.done() and running.exception() is None and bytes(running.result()) == OBJ[:1000]
     assert "exception calling callback" not in caplog.text
     f = CountingFetcher()
     with ChunkCache(tmp_path / "fresh", chunk_size=1000, prefetch_chunks=1) as cache:
@@ -1008,3 +1011,12 @@ def test_a_short_chunk_read_ahead_of_an_object_of_unknown_size_teaches_its_size_
         assert cache.known_size("o") is None
         assert cache.read("o", None, 9_000, 9_099, f) == data[9_000:9_100]
         assert cache.known_size("o") == 9_500 and len(f.calls) == 2
+
+
+def test_close_waits_for_the_chunks_still_being_written(tmp_path: Path) -> None:
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        assert cache.read("o", len(OBJ), 0, len(OBJ) - 1, f) == OBJ  # ten chunks handed to the writer; no flush
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
+        assert len(cache) == 10
+        assert cache.read("o", len(OBJ), 0, len(OBJ) - 1, f) == OBJ and len(f.calls) == 10
