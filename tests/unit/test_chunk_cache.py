@@ -1020,3 +1020,14 @@ def test_close_waits_for_the_chunks_still_being_written(tmp_path: Path) -> None:
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:
         assert len(cache) == 10
         assert cache.read("o", len(OBJ), 0, len(OBJ) - 1, f) == OBJ and len(f.calls) == 10
+
+
+def test_a_read_across_held_chunks_counts_a_hit_for_each(tmp_path: Path) -> None:
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1) as cache:
+        cache.read("o", len(OBJ), 0, 2999, f)
+        assert (cache.misses, cache.hits) == (3, 0)
+        assert cache.read("o", len(OBJ), 500, 2500, f) == OBJ[500:2501]
+        assert (cache.misses, cache.hits) == (3, 3)
+        cache.prefetch("o", 1000, f, len(OBJ))  # chunks 1 and 2, held: read-ahead is not a hit
+        assert cache.hits == 3 and len(f.calls) == 3
