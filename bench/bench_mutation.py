@@ -90,6 +90,11 @@ MODULES: dict[str, list[str]] = {
         RT + "test_index_cache_evicts_by_bytes_and_refetches_corrupt",
     ],
     "tiered/cache/chunk_cache.py": ["tests/unit/test_chunk_cache.py"],
+    # the chunk cache's parts: their own tests first (fast), then the cache's, which use them all
+    **{
+        f"tiered/cache/{part}.py": ["tests/unit/test_chunk_cache_parts.py", "tests/unit/test_chunk_cache.py"]
+        for part in ("chunk_memory", "chunk_stream", "disk_store", "single_flight")
+    },
 }
 
 _STATUS = re.compile(r"^\s+(\S+): (\S.*)$")

@@ -327,3 +327,108 @@ def test_counters_and_the_size_of_an_entry_whose_other_indexes_were_loaded(tmp_p
         assert cache.size_bytes == ENTRY_BYTES + len(blob)
         cache.remove(c.remote_log_segment_id.id)
         assert cache.size_bytes == 0 and len(cache) == 0
+
+
+# What the mutation run of index_cache.py left unchecked (TESTING.md) ---------------------------------------------
+
+
+def test_an_entry_evicted_between_lookup_and_use_is_loaded_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window between ``get_index_entry`` and the lookup on the entry: an eviction there (a concurrent load
+    over the bound, a remove) makes the lookup fail, and the read loads the segment's entry again."""
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        real_get = cache.get_index_entry
+        evictions = [1]  # evict the entry once, right after it is handed out
+
+        def get_then_evict(md: RemoteLogSegmentMetadata) -> object:
+            entry = real_get(md)
+            if evictions[0] > 0:
+                evictions[0] -= 1
+                cache.remove(md.remote_log_segment_id.id)
+                assert entry.marked_for_cleanup
+            return entry
+
+        monkeypatch.setattr(cache, "get_index_entry", get_then_evict)
+        assert cache.lookup_offset(a, 105) == 10 * 4096
+        assert store.fetched == [0, 0]  # loaded again after the eviction
+        evictions[0] = 3  # evicted three times running: still answered, on the fourth load
+        assert cache.lookup_timestamp(a, T0, 0) == 0
+        assert store.fetched == [0, 0, 0, 0, 0]
+        evictions[0] = 100  # evicted every time: a bounded number of attempts, then the eviction is reported
+        with pytest.raises(Exception, match=kafka_uuid(a.remote_log_segment_id.id)):
+            cache.collect_aborted_txns(a, 0, 10)
+        assert len(store.fetched) == 5 + 3  # four attempts: the entry held, then three loads
+
+
+def test_cleaning_an_entry_twice_leaves_a_later_entrys_files_alone(tmp_path: Path) -> None:
+    """An entry's files are removed once: a second cleanup (a later entry of the same segment has the same file
+    names, and may itself be evicted, its files renamed ``*.deleted``, a reader still on it) removes nothing."""
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    cache_dir = tmp_path / "log" / DIR_NAME
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        old = cache.get_index_entry(a)
+        with old.lock:  # holds off the cleaner
+            cache.remove(a.remote_log_segment_id.id)
+        old.cleanup()  # as the cleaner does (it may already have): the files are gone
+        assert _files_of(cache_dir, a) == []
+        new = cache.get_index_entry(a)
+        with new.lock:
+            cache.remove(a.remote_log_segment_id.id)
+            renamed = _files_of(cache_dir, a)
+            assert renamed == [f"0_{kafka_uuid(a.remote_log_segment_id.id)}.index.deleted"]
+            old.cleanup()  # the old entry cleaned again
+            assert _files_of(cache_dir, a) == renamed and not new.offset_index.is_closed
+            assert new.offset_index.lookup(105).position == 10 * 4096  # still usable by its reader
+
+
+def test_a_corrupt_index_from_the_store_names_the_segment_and_leaves_no_file(tmp_path: Path) -> None:
+    from local.errors import CorruptIndexError
+
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    store.blobs[a.remote_log_segment_id.id] = b"\x01" * 5  # not whole entries
+    cache_dir = tmp_path / "log" / DIR_NAME
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        with pytest.raises(CorruptIndexError) as caught:
+            cache.lookup_offset(a, 5)
+        err = caught.value
+        assert getattr(err, "segment_id", None) == str(a.remote_log_segment_id)
+        assert str(err).startswith(f"the OFFSET index of remote segment {a.remote_log_segment_id} fetched from the store is corrupt: ")
+        assert isinstance(err.__cause__, CorruptIndexError)
+        assert list(cache_dir.iterdir()) == [] and len(cache) == 0
+        (tmp_path / "again").mkdir()
+        store.blobs[a.remote_log_segment_id.id] = _index_bytes(tmp_path / "again", 0)  # the store repaired: loaded next time
+        assert cache.lookup_offset(a, 105) == 10 * 4096
+
+
+_EXIT_WITHOUT_CLOSE = """
+import sys
+from tiered.cache.index_cache import RemoteIndexCache
+cache = RemoteIndexCache(sys.argv[1], lambda md, kind: None)
+assert cache._cleaner.is_alive()  # waiting for evicted entries, forever
+"""
+
+
+def test_the_cleaner_does_not_hold_up_the_exit_of_a_program_that_never_closed_the_cache(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _EXIT_WITHOUT_CLOSE, str(tmp_path)], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def test_close_drains_the_cleaner_and_a_second_close_does_nothing(tmp_path: Path) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    cache_dir = tmp_path / "log" / DIR_NAME
+    cache = RemoteIndexCache(tmp_path / "log", store.fetch)
+    cache.lookup_offset(a, 5)
+    cache.lookup_offset(b, 1005)
+    cache.remove(a.remote_log_segment_id.id)
+    cache.close()  # returns once the cleaner has removed a's files and stopped
+    assert _files_of(cache_dir, a) == [] and not cache._cleaner.is_alive()
+    assert len(cache) == 0
+    cache.close()
+    assert _files_of(cache_dir, b) == [f"1000_{kafka_uuid(b.remote_log_segment_id.id)}.index"]  # kept for a restart

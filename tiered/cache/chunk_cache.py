@@ -220,7 +220,8 @@ class ChunkCache:
             chunk = fut.result()
             parts.append(chunk)
             if len(chunk) < cs:  # the object ends in this chunk
-                self.learn_size(obj, i * cs + len(chunk))
+                if chunk:  # (an empty chunk, past the end, tells only that the object is no longer)
+                    self.learn_size(obj, i * cs + len(chunk))
                 break
         # Views of the chunks, not slices: a range within one chunk comes back without a copy, and one spanning
         # chunks with one. (Each copy of a fresh megabyte also faults its pages in, which in a VM costs more
@@ -298,8 +299,9 @@ class ChunkCache:
     ) -> None:
         """A reader is about to read ``obj`` on from byte ``position``: load the chunk there and the
         ``prefetch_chunks`` after it in the background (with ``opener``, through a stream that goes on feeding that
-        reader as it asks again); failures are only logged (the reader's own read loads again)."""
-        if self.prefetch_chunks == 0:
+        reader as it asks again); failures are only logged (the reader's own read loads again). A closed cache
+        reads nothing ahead."""
+        if self.prefetch_chunks == 0 or self._closed:
             return
         size = object_size if object_size is not None else self.known_size(obj)
         index = position // self.chunk_size
@@ -319,10 +321,11 @@ class ChunkCache:
     def _stream(self, obj: str, index: int, upto: int, size: int | None, fetcher: Fetcher, opener: Opener) -> bool:
         """Make sure a stream feeds the reader of ``obj`` whose read-ahead is chunks ``index..upto``: move the live
         one on, or start one at ``index`` when there is none and fewer than the limit run. False when no stream
-        serves the reader (the caller loads chunk by chunk)."""
+        serves the reader (the caller loads chunk by chunk); True also when there is nothing to stream (the window
+        is held or loading, or the cache is closing)."""
         with self._lock:
-            if self._closed:
-                return False
+            if self._closed:  # a prefetch racing close(): no stream may start after close() stopped them
+                return True
             stream = self._streams.get(obj)
             new = stream is None or not stream.alive
             if not new and stream.next > upto:  # type: ignore[union-attr]
