@@ -40,6 +40,8 @@ MODULES: dict[str, list[str]] = {
     # record validation and CRC
     "local/records/varint.py": ["tests/unit/test_records_codec.py"],
     "local/records/batch.py": ["tests/unit/test_records_codec.py", "tests/unit/test_record_batch.py"],
+    # Kafka's LogValidator on append (the fast path's Python definitions are held to the C build by test_fastwalk)
+    "local/validation.py": ["tests/unit/test_validation.py", "tests/property/test_fastwalk.py"],
     # index lookup and entry-size detection
     "local/index/offset_index.py": ["tests/unit/test_offset_index.py", "tests/property/test_index_props.py"],
     "local/index/time_index.py": ["tests/unit/test_time_index.py", "tests/property/test_index_props.py"],
