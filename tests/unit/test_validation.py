@@ -534,3 +534,63 @@ def test_every_batch_a_kafka_broker_wrote_passes_the_rules(partition: str) -> No
     for batch in batches:
         assert isinstance(batch, RecordBatch)
         validate_batch(batch, 0, partition, from_client=False, max_decompressed=max_decompressed_bytes(1_048_588))
+
+
+# --- boundaries found by mutation testing (TESTING.md) --------------------------------------------------------
+
+@pytest.mark.parametrize(("base", "max_ts", "ok"), [
+    (1000, 1050, True),  # the max timestamp exactly message.timestamp.after.max.ms ahead: accepted, as in Kafka
+    (1000, 1051, False),
+    (900, 1000, True),  # the base timestamp exactly message.timestamp.before.max.ms behind: accepted
+    (899, 1000, False),
+    (899, 1051, False),  # both bounds broken
+    (0, 0, False),  # timestamp 0 is a timestamp (the epoch), far behind
+    (-1, -1, True),  # no timestamp
+])
+def test_create_time_bounds_at_their_exact_limits(base: int, max_ts: int, ok: bool) -> None:
+    from local.validation import timestamps_within_bounds
+
+    assert timestamps_within_bounds(base, max_ts, 1000, before_max_ms=100, after_max_ms=50) is ok
+
+
+def test_a_client_batch_with_producer_id_0_needs_a_base_sequence_and_errors_carry_the_position() -> None:
+    body = bytes(record_bytes(0))
+    refused = RecordBatch(bytes(batch_with(body, count=1, producer_id=0, base_sequence=-1)))
+    with pytest.raises(InvalidRecordError, match=r"^batch at position 7 of an append to t-0 has producer id 0 but "
+                                                 r"base sequence -1") as info:
+        validate_batch(refused, 7, "t-0", from_client=True, max_decompressed=1 << 20)
+    assert info.value.context["position"] == 7
+    validate_batch(RecordBatch(bytes(batch_with(body, count=1, producer_id=0, base_sequence=0))), 7, "t-0",
+                   from_client=True, max_decompressed=1 << 20)
+    for count, lod, match in ((0, -1, "declares 0 records"), (2, 0, "must be lastOffsetDelta")):
+        with pytest.raises(InvalidRecordError, match=match) as info:
+            validate_batch(RecordBatch(bytes(batch_with(body, count=count, last_offset_delta=lod))), 9, "t-0",
+                           from_client=True, max_decompressed=1 << 20)
+        assert info.value.context["position"] == 9
+
+
+def test_the_fast_path_question_in_python_refuses_each_unplain_header_alone() -> None:
+    from local.validation import _plain_client_batch
+
+    body = bytes(record_bytes(0))
+    assert _plain_client_batch(batch_with(body, count=1), 1 << 20, 1 << 30) is not None
+    assert _plain_client_batch(batch_with(body, count=1, producer_id=0, base_sequence=0), 1 << 20, 1 << 30) is None
+    moved = batch_with(body, count=1)
+    moved[0:8] = (5).to_bytes(8, "big")  # a base offset, no producer id
+    assert _plain_client_batch(moved, 1 << 20, 1 << 30) is None
+    longer = batch_with(body, count=1)
+    longer[8:12] = (len(longer) - 11).to_bytes(4, "big")  # a length that is not the buffer's
+    assert _plain_client_batch(longer, 1 << 20, 1 << 30) is None
+
+
+def test_the_fast_path_refuses_an_empty_batch_and_a_control_batch_with_plain_records() -> None:
+    empty = batch_with(b"", count=0, last_offset_delta=-1)
+    assert not plain_batch_ok(empty, len(empty), 0, -1, 0)
+    body = bytes(record_bytes(0))
+    control = batch_with(body, count=1, attributes=0x20)
+    assert plain_batch_ok(batch_with(body, count=1), len(control), 0, 0, 1)
+    assert not plain_batch_ok(control, len(control), 0x20, 0, 1)
+    from local.validation import plain_records_ok
+
+    null_key = record_bytes(0, key=None)
+    assert plain_records_ok(null_key, 0, len(null_key), 1)  # keys are optional unless asked for
