@@ -71,3 +71,20 @@ def local_tier_props(root: Path, **extra: str) -> dict[str, str]:
         "log.segment.bytes": str(1024 * 1024),
         **extra,
     }
+
+
+def serve_a_stale_search_once(index: Any, stale: Any) -> None:
+    """Make the next read of ``index``'s search snapshot return ``stale`` (what a lock-free lookup that took its
+    snapshot before a truncation still holds), and later reads the live one: the race of a lookup with
+    ``truncate_to`` and new appends, replayed deterministically."""
+    live_class = type(index)
+
+    def search(self: Any) -> Any:
+        stale_once, self.__dict__["_stale"] = self.__dict__.get("_stale"), None
+        return stale_once if stale_once is not None else self.__dict__["_search"]
+
+    def set_search(self: Any, value: Any) -> None:
+        self.__dict__["_search"] = value
+
+    index.__class__ = type(f"Racing{live_class.__name__}", (live_class,), {"_search": property(search, set_search)})
+    index.__dict__["_stale"] = stale

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -447,57 +448,54 @@ def test_roll_snapshot_is_written_then_made_durable_by_the_flush(tmp_path: Path)
     log.close()
 
 
-def _held_scheduler() -> tuple[Scheduler, threading.Event]:
-    """A running scheduler whose thread is held by a first task until the returned event is set."""
+@pytest.fixture
+def held_flush_log(tmp_path: Path) -> Iterator[tuple[Log, Scheduler, threading.Event]]:
+    """A log of 4 KiB segments on a running scheduler whose thread is held (so every flush a roll queues waits)
+    until the returned event is set."""
     scheduler, gate = Scheduler("held"), threading.Event()
     scheduler.startup()
     scheduler.schedule_once("hold", lambda: gate.wait(30))
-    return scheduler, gate
+    log = Log.open(tmp_path / "topic-0", topic_config(tmp_path, segment_bytes=4096, index_interval_bytes=1),
+                   scheduler=scheduler)
+    try:
+        yield log, scheduler, gate
+    finally:
+        gate.set()
+        log.close()
+        scheduler.shutdown()
 
 
-def test_a_roll_with_a_background_flush_leaves_the_trims_to_that_flush(tmp_path: Path) -> None:
+def test_a_roll_with_a_background_flush_leaves_the_trims_to_that_flush(
+        held_flush_log: tuple[Log, Scheduler, threading.Event]) -> None:
     # Shrinking a file waits on the file system's journal when an fsync is in flight (tens of ms on ext4): the
     # append that rolls does not, the rolled segment's flush trims before it syncs, and the files end as Kafka's.
-    scheduler, gate = _held_scheduler()
-    log = Log.open(tmp_path / "topic-0", topic_config(tmp_path, segment_bytes=4096, index_interval_bytes=1),
-                   scheduler=scheduler)
-    try:
-        while log.number_of_segments() < 2:
-            log.append(records(b"v" * 300))
-        rolled = log.segments.values()[0]
-        index_bytes = rolled.offset_index.entries * 8
-        assert rolled.offset_index_path.stat().st_size > index_bytes  # untrimmed while the flush is queued
-        assert rolled.time_index_path.stat().st_size > rolled.time_index.entries * 12
-        flushed = threading.Event()
-        scheduler.schedule_once("after-flush", flushed.set)  # runs after the flush the roll queued
-        gate.set()
-        assert flushed.wait(30)
-        assert rolled.offset_index_path.stat().st_size == index_bytes
-        assert rolled.time_index_path.stat().st_size == rolled.time_index.entries * 12
-        assert log.recovery_point >= log.active_segment.base_offset
-    finally:
-        gate.set()
-        log.close()
-        scheduler.shutdown()
+    log, scheduler, gate = held_flush_log
+    while log.number_of_segments() < 2:
+        log.append(records(b"v" * 300))
+    rolled = log.segments.values()[0]
+    index_bytes = rolled.offset_index.entries * 8
+    assert rolled.offset_index_path.stat().st_size > index_bytes  # untrimmed while the flush is queued
+    assert rolled.time_index_path.stat().st_size > rolled.time_index.entries * 12
+    flushed = threading.Event()
+    scheduler.schedule_once("after-flush", flushed.set)  # runs after the flush the roll queued
+    gate.set()
+    assert flushed.wait(30)
+    assert rolled.offset_index_path.stat().st_size == index_bytes
+    assert rolled.time_index_path.stat().st_size == rolled.time_index.entries * 12
+    assert log.recovery_point >= log.active_segment.base_offset
 
 
-def test_a_crash_before_the_rolled_segments_flush_recovers_it(tmp_path: Path) -> None:
+def test_a_crash_before_the_rolled_segments_flush_recovers_it(
+        tmp_path: Path, held_flush_log: tuple[Log, Scheduler, threading.Event]) -> None:
     import shutil
 
-    scheduler, gate = _held_scheduler()
-    log = Log.open(tmp_path / "topic-0", topic_config(tmp_path, segment_bytes=4096, index_interval_bytes=1),
-                   scheduler=scheduler)
-    try:
-        while log.number_of_segments() < 3:
-            log.append(records(b"v" * 300))
-        want = read_all_values(log)
-        crashed = tmp_path / "crash" / "topic-0"
-        shutil.copytree(log.dir, crashed)  # what a kill -9 leaves: untrimmed indexes, nothing flushed
-        assert any(p.stat().st_size % 8 == 0 and p.stat().st_size > 8 * 64 for p in crashed.glob("*.index"))
-    finally:
-        gate.set()
-        log.close()
-        scheduler.shutdown()
+    log, _, _ = held_flush_log
+    while log.number_of_segments() < 3:
+        log.append(records(b"v" * 300))
+    want = read_all_values(log)
+    crashed = tmp_path / "crash" / "topic-0"
+    shutil.copytree(log.dir, crashed)  # what a kill -9 leaves: untrimmed indexes, nothing flushed
+    assert any(p.stat().st_size % 8 == 0 and p.stat().st_size > 8 * 64 for p in crashed.glob("*.index"))
     again = make_log(tmp_path / "crash", clean=False, segment_bytes=4096, index_interval_bytes=1)
     assert read_all_values(again) == want
     for seg in again.segments.values()[:-1]:

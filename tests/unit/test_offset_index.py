@@ -8,7 +8,6 @@ import random
 import struct
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,6 +27,7 @@ from local.index import (
     OffsetIndex,
     OffsetPosition,
 )
+from tests.logutil import serve_a_stale_search_once
 
 BASE_OFFSET = 45
 FORMATS = pytest.mark.parametrize("large", [False, True], ids=["8-byte", "12-byte"])
@@ -648,30 +648,14 @@ def test_a_lookup_on_a_snapshot_older_than_a_truncation_never_pairs_an_offset_wi
         path: Path) -> None:
     """The race behind the concurrent test, made deterministic: a lock-free lookup searched a key mirror snapshot
     taken before a truncation, and the writer has since rewritten the slot it found."""
-
-    class Racing(OffsetIndex):
-        """Hands the next reader of the search snapshot a stale one, once."""
-
-        stale: Any = None
-
-        @property
-        def _search(self) -> Any:
-            stale, self.stale = self.stale, None
-            return stale if stale is not None else self.__dict__["_search"]
-
-        @_search.setter
-        def _search(self, value: Any) -> None:
-            self.__dict__["_search"] = value
-
     index = OffsetIndex(path, 0, 1000 * 8)
     for offset in range(1, 101):
         index.append(offset, offset * 3)
-    index.__class__ = Racing
     stale = index._search  # what a reader holds when the writer runs
     index.truncate_to(51)
     for offset in range(60, 70):
         index.append(offset, offset * 3)
-    index.stale = stale  # type: ignore[attr-defined]
+    serve_a_stale_search_once(index, stale)
     found = index.lookup(55)  # the old mirror's slot for 55 now holds offset 64
     assert found.offset <= 55 and found.position == found.offset * 3, found
     assert found == index.lookup(55) == OffsetPosition(50, 150)

@@ -6,7 +6,6 @@ import bisect
 import random
 import struct
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,6 +19,7 @@ from local.errors import (
     ReadOnlyIndexError,
 )
 from local.index import TIME_ENTRY_SIZE, WARM_SECTION_BYTES, TimeIndex, TimestampOffset
+from tests.logutil import serve_a_stale_search_once
 
 MAX_ENTRIES = 30
 BASE_OFFSET = 45
@@ -494,30 +494,14 @@ def test_a_lookup_on_a_snapshot_older_than_a_truncation_never_pairs_a_timestamp_
         path: Path) -> None:
     """A lock-free lookup searched a key mirror snapshot taken before a truncation, and the writer has since
     rewritten the slot it found: the answer is still an entry that is in the index."""
-
-    class Racing(TimeIndex):
-        """Hands the next reader of the search snapshot a stale one, once."""
-
-        stale: Any = None
-
-        @property
-        def _search(self) -> Any:
-            stale, self.stale = self.stale, None
-            return stale if stale is not None else self.__dict__["_search"]
-
-        @_search.setter
-        def _search(self, value: Any) -> None:
-            self.__dict__["_search"] = value
-
     index = TimeIndex(path, 0, 1000 * TIME_ENTRY_SIZE)
     for offset in range(1, 101):
         index.maybe_append(1000 + offset * 10, offset)
-    index.__class__ = Racing
     stale = index._search
     index.truncate_to(51)
     for offset in range(60, 70):
         index.maybe_append(1000 + offset * 10 + 5, offset)
-    index.stale = stale  # type: ignore[attr-defined]
+    serve_a_stale_search_once(index, stale)
     found = index.lookup(1550)  # the old mirror's slot for timestamp 1550 now holds (1645, 64)
     assert found.offset <= 55 and found.timestamp == 1000 + found.offset * 10, found
     assert found == index.lookup(1550) == TimestampOffset(1500, 50)
