@@ -74,7 +74,7 @@ from local.records.compression import (
     stream_decompress,
 )
 from local.records.legacy import LegacyRecordBatch
-from local.records.memory_records import MemoryRecords
+from local.records.memory_records import MemoryRecords, corrupt_batch_error
 from local.records.varint import decode_varint
 
 try:  # the same walk in C (local/records/_fastwalk.c), built where a compiler exists; the Python walk otherwise
@@ -120,22 +120,18 @@ def analyze_and_validate(
     view = memoryview(buffer)
     batches: list[RecordBatch] = []
     has_producer_ids = False
-    expected_next = -1
+    expected_next = 0  # a follower's offsets are never negative, and never go back
     position = 0
     limit = max_decompressed_bytes(max_message_bytes)
     while position < total:
-        size = -1
-        if total - position >= RECORD_BATCH_OVERHEAD and buffer[position + MAGIC_OFFSET] == MAGIC_V2:
-            size = _I32.unpack_from(buffer, position + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+        if total - position < RECORD_BATCH_OVERHEAD or buffer[position + MAGIC_OFFSET] != MAGIC_V2:
+            reject_partial(view, position, log_name)
+        size = _I32.unpack_from(buffer, position + LENGTH_OFFSET)[0] + LOG_OVERHEAD
         if size < RECORD_BATCH_OVERHEAD or position + size > total:
             reject_partial(view, position, log_name)
         batch = RecordBatch(view[position : position + size])
         if crc32c(view[position + ATTRIBUTES_OFFSET : position + size]) != batch.crc:
-            try:
-                batch.ensure_valid()
-            except CorruptRecordError as exc:
-                raise CorruptRecordError(f"{exc} at position {position} of an append to {log_name}",
-                                         position=position) from exc
+            raise corrupt_batch_error(batch, f"an append to {log_name}", position)
         if size > max_message_bytes:
             raise RecordTooLargeError(
                 f"batch of {size} bytes at position {position} exceeds max.message.bytes {max_message_bytes} "
@@ -163,21 +159,20 @@ def analyze_and_validate(
 
 def reject_partial(view: memoryview, position: int, log_name: str) -> NoReturn:
     """Raise the error that describes the bytes at ``position`` of an append, which are not a whole v2 batch."""
-    at = 0
+    at, whole = 0, None
     try:
-        for batch in MemoryRecords(view).batches(strict=True):  # the batches before ``position`` are valid
+        # The batches before ``position`` are whole v2 batches (the caller walked them); at ``position``, strict
+        # iteration raises for a torn, undersized or unknown batch, so what it yields there is a whole batch.
+        for batch in MemoryRecords(view).batches(strict=True):
             if at == position:
-                if batch.magic != MAGIC_V2:
-                    raise InvalidRecordError(
-                        f"only magic v2 batches can be appended to {log_name}; got magic {batch.magic} at "
-                        f"position {position}", position=position)
+                whole = batch
                 break
             at += batch.size_in_bytes
     except CorruptRecordError as exc:
         raise CorruptRecordError(f"append to {log_name}: {exc}", position=position) from exc
-    raise CorruptRecordError(
-        f"append to {log_name} has {len(view) - position} trailing bytes after the last whole batch "
-        f"at position {position}", position=position)
+    assert whole is not None and whole.magic != MAGIC_V2, f"a whole v2 batch at position {position} of {log_name}"
+    raise InvalidRecordError(f"only magic v2 batches can be appended to {log_name}; got magic {whole.magic} at "
+                             f"position {position}", position=position)
 
 
 # One batch ----------------------------------------------------------------------------------------------------
@@ -398,13 +393,12 @@ older build without it)."""
 class _Records:
     """Bytes arriving in chunks, consumed record by record: at most one record plus one chunk is held."""
 
-    __slots__ = ("buf", "chunks", "done", "pos", "total")
+    __slots__ = ("buf", "chunks", "done", "pos")
 
     def __init__(self, chunks: Iterable[bytes | memoryview]) -> None:
         self.chunks = iter(chunks)
         self.buf = bytearray()
         self.pos = 0
-        self.total = 0
         self.done = False
 
     def need(self, n: int) -> bool:
@@ -420,7 +414,6 @@ class _Records:
                 del self.buf[: self.pos]
                 self.pos = 0
             self.buf += chunk
-            self.total += len(chunk)
         return True
 
     def at_end(self) -> bool:

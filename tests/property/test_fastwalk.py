@@ -124,6 +124,43 @@ def test_varints_of_the_longest_allowed_size_pass_and_one_byte_more_stops(walk, 
     assert walk(too_long, 0, len(too_long), 0, 1, False) == (0, 0)
 
 
+# Every field length across its varint's size boundaries, walked by each walk: canonical records must pass whole
+# (and stop at a bound that cuts the last one), and the walks must agree on the odd encodings (padded, negative).
+
+_KEY_FIELDS = {
+    "null": _varint(-1), "empty": _varint(0), "1 byte": _varint(1) + b"k", "63 bytes": _varint(63) + b"k" * 63,
+    "64 bytes": _varint(64) + b"k" * 64, "empty, padded": _varint(0, 1), "1 byte, padded": _varint(1, 1) + b"k",
+    "null, padded": _varint(-1, 2),
+}
+_CANONICAL_KEYS = {"null", "empty", "1 byte", "63 bytes", "64 bytes"}
+_VALUE_SIZES = [*range(0, 140), *range(8180, 8200), *range(16375, 16390)]  # 1-, 2- and 3-byte lengths
+_NULL_VALUES = [_varint(-1), _varint(-64), _varint(-65), _varint(-8193)]  # any negative length is a null value
+
+
+def _two_records(key: bytes, value: bytes) -> bytes:
+    out = b""
+    for delta in (0, 1):
+        body = b"\x00" + _varint(0) + _varint(delta) + key + value + b"\x00"
+        out += _varint(len(body)) + body
+    return out
+
+
+@pytest.mark.parametrize("key_name", list(_KEY_FIELDS))
+def test_the_walks_pass_every_field_length_across_the_varint_boundaries(key_name: str) -> None:
+    key = _KEY_FIELDS[key_name]
+    for value in [_varint(n) + bytes(n) for n in _VALUE_SIZES] + _NULL_VALUES:
+        data = _two_records(key, value)
+        first = len(data) // 2
+        for require_key in (False, True):
+            answers = {walk(data, 0, len(data), 0, 2, require_key) for walk in WALKS}
+            cut = {walk(data, 0, len(data) - 1, 0, 2, require_key) for walk in WALKS}
+            assert len(answers) == 1 and len(cut) == 1, (key_name, value[:4], answers, cut)
+            if key_name in _CANONICAL_KEYS:
+                refused = require_key and key_name == "null"
+                assert answers == {(0, 0) if refused else (2, len(data))}, (key_name, value[:4])
+                assert cut == {(0, 0) if refused else (1, first)}, (key_name, value[:4])
+
+
 # The batch question ----------------------------------------------------------------------------------------------
 
 # Header fields the question reads (offset, struct format) and values that make a batch not plain, or odd.

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import crc32c
@@ -594,3 +594,241 @@ def test_the_fast_path_refuses_an_empty_batch_and_a_control_batch_with_plain_rec
 
     null_key = record_bytes(0, key=None)
     assert plain_records_ok(null_key, 0, len(null_key), 1)  # keys are optional unless asked for
+
+
+# What each refusal says, and where ------------------------------------------------------------------------------
+# (Written against the survivors of the second mutation run of local/validation.py: messages, their context and the
+# exact bounds of each rule.)
+
+GOOD = bytes(record_bytes(0))  # record 0 of every case below: plain, so the walk passes it and stops at record 1
+
+
+def headed(fields: bytes) -> bytes:
+    """Record 1 from its fields after the attributes and timestamp delta (offset delta first)."""
+    return raw_record(b"\x00" + varints(0) + fields)
+
+
+ONE_HEADER = varints(1, 1) + b"h" + varints(1) + b"x"  # a header count of 1, then key "h", value "x"
+SIX_BYTE_VARINT = b"\x82" + b"\x80" * 4 + b"\x00"  # 1 in six bytes: one more than a 5-byte field may take
+
+RECORD_1_REFUSALS: dict[str, tuple[bytes, int, str]] = {
+    "empty": (varints(0), 2, "record 1 is empty"),
+    "negative length": (varints(-2), 2, "record 1 declares a length of -2 bytes"),
+    "length past the data, the data ending within 5 bytes": (varints(50) + b"\x00", 2,
+                                                              "record 1 declares 50 bytes but the batch's data ends first"),
+    "length past the data": (varints(50) + bytes(10), 2, "record 1 declares 50 bytes but the batch's data ends first"),
+    "too few records": (b"", 2, "the batch declares 2 records but its data ends after 1"),
+    "timestamp varint of 11 bytes": (raw_record(b"\x00" + b"\x80" * 10 + b"\x00"), 2,
+                                     "record 1: its timestamp delta is a varint longer than 10 bytes"),
+    "ends inside the timestamp": (raw_record(b"\x00\x80\x80"), 2, "record 1 ends inside its timestamp delta"),
+    "offset delta of 6 bytes": (headed(SIX_BYTE_VARINT), 2, "record 1: its offset delta is a varint longer than 5 bytes"),
+    "ends inside the offset delta": (headed(b"\x82"), 2, "record 1 ends inside its offset delta"),
+    "wrong offset delta": (headed(varints(5, 2) + b"kk" + varints(-1) + ONE_HEADER), 2,
+                           "record 1 has offset delta 5: offset deltas must run 0..n-1 in order"),
+    "key length of 6 bytes": (headed(varints(1) + SIX_BYTE_VARINT), 2,
+                              "record 1: its key length is a varint longer than 5 bytes"),
+    "ends inside the key length": (headed(varints(1) + b"\x82"), 2, "record 1 ends inside its key length"),
+    "key past the record": (headed(varints(1, 50) + b"key"), 2, "record 1: its key of 50 bytes runs past the record"),
+    "key ending the record": (headed(varints(1, 2) + b"kk"), 2, "record 1 ends inside its value length"),
+    "value length of 6 bytes": (headed(varints(1, -1) + SIX_BYTE_VARINT), 2,
+                                "record 1: its value length is a varint longer than 5 bytes"),
+    "value past the record": (headed(varints(1, -1, 9) + b"v"), 2, "record 1: its value of 9 bytes runs past the record"),
+    "value ending the record": (headed(varints(1, -1, 2) + b"vv"), 2, "record 1 ends inside its header count"),
+    "header count of 6 bytes": (headed(varints(1, -1, -1) + SIX_BYTE_VARINT), 2,
+                                "record 1: its header count is a varint longer than 5 bytes"),
+    "negative header count": (headed(varints(1, -1, -1, -3)), 2, "record 1 declares -3 headers"),
+    "header key length of 6 bytes": (headed(varints(1, -1, -1, 1) + SIX_BYTE_VARINT), 2,
+                                     "record 1: its header 0 key length is a varint longer than 5 bytes"),
+    "null header key": (headed(varints(1, -1, -1, 1, -1, -1)), 2, "record 1: header 0 has a key of -1 bytes"),
+    "header key past the record": (headed(varints(1, -1, -1, 1, 50) + b"h"), 2,
+                                   "record 1: header 0 has a key of 50 bytes"),
+    "header key ending the record": (headed(varints(1, -1, -1, 1, 2) + b"hk"), 2,
+                                     "record 1 ends inside its header 0 value length"),
+    "header key not UTF-8": (headed(varints(1, -1, -1, 1, 2) + b"\xc3\x28" + varints(-1)), 2,
+                             "record 1: header 0's key is not UTF-8"),
+    "header value length of 6 bytes": (headed(varints(1, -1, -1, 1, 1) + b"h" + SIX_BYTE_VARINT), 2,
+                                       "record 1: its header 0 value length is a varint longer than 5 bytes"),
+    "header value past the record": (headed(varints(1, -1, -1, 1, 1) + b"h" + varints(9) + b"x"), 2,
+                                     "record 1: header 0's value runs past the record"),
+    "second header's null key": (headed(varints(1, -1, -1, 2, 1) + b"h" + varints(-1, -1, -1)), 2,
+                                 "record 1: header 1 has a key of -1 bytes"),
+    "bytes beyond the fields": (raw_record(b"\x00" + varints(0, 1, -1, -1) + ONE_HEADER + b"xyz"), 2,
+                                "record 1 declares 3 bytes more than its fields take"),
+    "more bytes than the records": (b"\x00", 1, "the batch declares 1 records but more bytes follow the last one"),
+}
+
+
+@pytest.mark.parametrize("name", list(RECORD_1_REFUSALS))
+def test_each_record_refusal_names_the_record_and_the_field(name: str) -> None:
+    tail, count, message = RECORD_1_REFUSALS[name]
+    with pytest.raises(InvalidRecordError) as info:
+        check_records([GOOD + tail], count, 1 << 20)
+    assert str(info.value) == message
+    assert info.value.context == {"record": 1}
+
+
+def test_the_fields_rules_accept_their_exact_limits() -> None:
+    """Empty keys (a compacted topic included), empty header keys, null header values, null values, and a record
+    exactly as long as the limit, each on the slow walk (the records carry headers)."""
+    cases = [
+        headed(varints(1, 0, -1) + ONE_HEADER),  # an empty key
+        headed(varints(1, -1, -1, 1, 0, 1) + b"x"),  # an empty header key
+        headed(varints(1, -1, 1) + b"v" + varints(1, 1) + b"h" + varints(-1)),  # a null header value
+    ]
+    for record in cases:
+        check_records([GOOD + record], 2, 1 << 20)
+    check_records([GOOD + cases[0]], 2, 1 << 20, require_key=True)
+    keyless = headed(varints(1, -1, -1) + ONE_HEADER)
+    check_records([GOOD + keyless], 2, 1 << 20)  # keys are optional unless asked for
+    with pytest.raises(InvalidRecordError, match=r"^record 1 has no key, which a compacted topic requires$"):
+        check_records([GOOD + keyless], 2, 1 << 20, require_key=True)
+    plain_keyless = bytes(record_bytes(1, key=None))
+    with pytest.raises(InvalidRecordError, match=r"^record 1 has no key"):  # the fast walk asked for keys too
+        check_records([GOOD + plain_keyless], 2, 1 << 20, require_key=True)
+    length = len(keyless) - 1  # its length varint is one byte
+    check_records([GOOD + keyless], 2, length)
+    with pytest.raises(InvalidRecordError, match=f"^record 1 declares a length of {length} bytes$"):
+        check_records([GOOD + keyless], 2, length - 1)
+
+
+def test_a_plain_batch_is_checked_by_the_fast_walk_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record-by-record checker runs only for what the walk cannot pass (headers, anything odd)."""
+    import local.validation as validation
+
+    calls: list[int] = []
+    real = validation.check_records
+
+    def counted(chunks: Iterable[bytes | memoryview], count: int, limit: int, require_key: bool = False) -> None:
+        calls.append(count)
+        real(chunks, count, limit, require_key)
+
+    monkeypatch.setattr(validation, "check_records", counted)
+    plain = RecordBatch(bytes(MemoryRecords.build([SimpleRecord(T0, b"k%d" % i, b"v") for i in range(40)])))
+    validate_batch(plain, 0, "t-0", from_client=True, max_decompressed=1 << 20)
+    assert calls == []
+    validate_batch(RecordBatch(kp_batch(4, headers=True)), 0, "t-0", from_client=True, max_decompressed=1 << 20)
+    assert calls == [4]
+
+
+def test_a_commit_marker_batch_is_accepted_from_the_coordinator() -> None:
+    marker = batch_with(bytes(record_bytes(0, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x07")), count=1,
+                        attributes=0x30, producer_id=3, base_sequence=-1)
+    validate_batch(RecordBatch(bytes(marker)), 0, "t-0", from_client=False, max_decompressed=1 << 20)
+
+
+def test_a_max_timestamp_of_zero_is_a_timestamp() -> None:
+    from local.validation import timestamps_within_bounds
+
+    # (a clock at -100 ms: only to tell 0, a real timestamp, from -1, none)
+    assert not timestamps_within_bounds(-1, 0, -100, before_max_ms=1 << 40, after_max_ms=50)
+    assert timestamps_within_bounds(-1, -1, -100, before_max_ms=1 << 40, after_max_ms=50)
+    assert not timestamps_within_bounds(0, -1, 1000, before_max_ms=50, after_max_ms=1 << 40)
+
+
+def _analyze(buffer: bytes | bytearray, *, client: bool = True, follower: bool = False,
+             max_message_bytes: int = 1 << 20, segment_bytes: int = 1 << 30) -> tuple[list[RecordBatch], bool]:
+    """A leader's append (from a client, or from the coordinator when not ``client``), or a follower's."""
+    from local.validation import analyze_and_validate
+
+    return analyze_and_validate(bytearray(buffer), "t-0", max_message_bytes=max_message_bytes,
+                                segment_bytes=segment_bytes, from_client=client and not follower,
+                                assign_offsets=not follower)
+
+
+def _at(batch: bytes | bytearray, base_offset: int) -> bytes:
+    moved = bytearray(batch)
+    moved[0:8] = base_offset.to_bytes(8, "big", signed=True)  # outside the CRC
+    return bytes(moved)
+
+
+def _refusal(buffer: bytes | bytearray, error: type[Exception], message: str, context: dict[str, object],
+             **kwargs: object) -> None:
+    with pytest.raises(error) as info:
+        _analyze(buffer, **kwargs)  # type: ignore[arg-type]
+    assert str(info.value).startswith(message), str(info.value)
+    assert {k: info.value.context.get(k) for k in context} == context  # type: ignore[attr-defined]
+
+
+def test_each_append_refusal_names_the_batch_position_and_the_limit() -> None:
+    from local.errors import RecordBatchTooLargeError, RecordTooLargeError
+
+    good = kp_batch(2)
+    n = len(good)
+    _analyze(good + good, segment_bytes=2 * n)  # exactly segment.bytes
+    _refusal(good + good, RecordBatchTooLargeError, f"append of {2 * n} bytes to t-0 exceeds segment.bytes {2 * n - 1}",
+             {"size": 2 * n}, segment_bytes=2 * n - 1)
+    _analyze(good + good, max_message_bytes=n)  # each batch exactly max.message.bytes
+    _refusal(good + good, RecordTooLargeError,
+             f"batch of {n} bytes at position 0 exceeds max.message.bytes {n - 1} for t-0", {"position": 0, "size": n},
+             max_message_bytes=n - 1)
+    flipped = bytearray(good)
+    flipped[-1] ^= 1
+    _refusal(good + flipped, CorruptRecordError, f"record batch at offset 0 is corrupt: position {n} of an append to t-0",
+             {"position": n})
+    _refusal(good + _at(good, 5), InvalidRecordError,
+             f"the base offset of a batch appended by a client to t-0 must be 0, got 5 at position {n}",
+             {"position": n, "offset": 5})
+    unknown = batch_with(bytes(record_bytes(0)), count=1, attributes=6)
+    _refusal(good + unknown, CorruptRecordError,
+             f"batch at position {n} of an append to t-0 names an unknown compression codec 6", {"position": n})
+    headed_bad = batch_with(GOOD + headed(varints(1, -1, -1, -3)), count=2)
+    _refusal(good + headed_bad, InvalidRecordError,
+             f"batch at position {n} of an append to t-0: record 1 declares -3 headers", {"position": n, "record": 1})
+    zstd_bad = batch_with(CompressionType.ZSTD.compress(GOOD + headed(varints(1, -1, -1, -3))), count=2,
+                          attributes=int(CompressionType.ZSTD))
+    _refusal(good + zstd_bad, InvalidRecordError,
+             f"batch at position {n} of an append to t-0: record 1 declares -3 headers", {"position": n, "record": 1})
+    marker = batch_with(bytes(record_bytes(0, b"\x00\x00\x00\x01", b"\x00")), count=1, attributes=0x30, producer_id=1)
+    _refusal(good + marker, InvalidRecordError,
+             f"batch at position {n} of an append to t-0: end transaction marker value too short", {"position": n},
+             client=False)
+
+
+def test_what_follows_the_last_whole_batch_is_named() -> None:
+    good = kp_batch(2)
+    n = len(good)
+    legacy = build_legacy_message(0, b"k", b"v", magic=1, timestamp=T0)
+    for before in (good, good + good, good + good + good):  # the position counts every batch before it
+        at = len(before)
+        _refusal(before + legacy, InvalidRecordError,
+                 f"only magic v2 batches can be appended to t-0; got magic 1 at position {at}", {"position": at})
+    _refusal(good + bytes(5), CorruptRecordError, f"append to t-0: truncated batch header at position {n}",
+             {"position": n})
+    _refusal(good + good[:-1], CorruptRecordError,
+             f"append to t-0: truncated batch at position {n}: declares {n} bytes, {n - 1} present", {"position": n})
+    small = bytearray(good)
+    small[8:12] = (20).to_bytes(4, "big")
+    _refusal(good + small, CorruptRecordError, f"append to t-0: batch at position {n} declares size 32, below the minimum",
+             {"position": n})
+
+
+def test_a_follower_append_of_many_batches_keeps_every_one_in_order() -> None:
+    a, b, c = kp_batch(2), kp_batch(3), kp_batch(1)
+    batches, producer_ids = _analyze(_at(a, 0) + _at(b, 5) + _at(c, 9), follower=True)
+    assert [(x.base_offset, x.last_offset) for x in batches] == [(0, 1), (5, 7), (9, 9)] and not producer_ids
+    at = len(a) + len(b)
+    _refusal(_at(a, 0) + _at(b, 5) + _at(c, 7), InvalidRecordError,
+             f"out of order offsets in append to t-0: batch at position {at} starts at 7, expected at least 8",
+             {"position": at, "offset": 7}, follower=True)
+    _analyze(_at(a, 0) + _at(b, 2), follower=True)  # right after the previous batch
+    _refusal(_at(a, -1), InvalidRecordError, "out of order offsets in append to t-0: batch at position 0 starts at -1, "
+             "expected at least 0", {"position": 0, "offset": -1}, follower=True)
+
+
+def test_the_append_says_whether_any_batch_carries_a_producer_id() -> None:
+    plain = kp_batch(2)
+    idempotent = batch_with(bytes(record_bytes(0)), count=1, producer_id=0, base_sequence=0)
+    assert _analyze(plain + plain)[1] is False
+    assert _analyze(plain + idempotent)[1] is True  # producer id 0 is a producer id
+    assert _analyze(idempotent + plain)[1] is True  # and a later plain batch does not forget it
+
+
+def test_keys_are_required_only_when_the_topic_is_compacted() -> None:
+    from local.validation import analyze_and_validate
+
+    keyless = bytes(MemoryRecords.build([SimpleRecord(T0, None, b"v")]))
+    analyze_and_validate(bytearray(keyless), "t-0", max_message_bytes=1 << 20, segment_bytes=1 << 30,
+                         from_client=True, assign_offsets=True)
+    with pytest.raises(InvalidRecordError, match="no key"):
+        analyze_and_validate(bytearray(keyless), "t-0", max_message_bytes=1 << 20, segment_bytes=1 << 30,
+                             from_client=True, assign_offsets=True, compacted=True)
