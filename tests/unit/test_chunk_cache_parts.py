@@ -460,3 +460,257 @@ def test_every_damaged_chunk_read_back_is_counted(tmp_path: Path) -> None:
         assert store.mismatches == 3 and len(store) == 0
     finally:
         store.close()
+
+
+# ChunkStream against a port of its own -------------------------------------------------------------------------------
+# The cache's tests drive streams through reads, where a stream that fetched one chunk too many or answered one
+# reader late still gives the right bytes; a port that records what the stream asked pins the stream's own rules.
+
+CS = 1000  # chunk size
+OBJECT = os.urandom(2550)  # chunks 0 and 1 whole, chunk 2 short
+
+
+class _Body(io.BytesIO):
+    """The open fetch: the object's bytes from a start, failing after ``fail_after`` bytes when given."""
+
+    def __init__(self, data: bytes, fail_after: int | None = None) -> None:
+        super().__init__(data)
+        self.fail_after = fail_after
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self.fail_after is not None and self.tell() >= self.fail_after:
+            raise OSError("connection reset by the test")
+        return super().read(size)
+
+
+class _Port:
+    """A :class:`chunk_stream.StreamPort` over plain containers, recording what its stream asks."""
+
+    chunk_size = CS
+
+    def __init__(self, *, data: bytes = OBJECT, held: tuple[int, ...] = (), disk: dict[int, bytes] | None = None,
+                 fail_after: int | None = None, fail_ranged: tuple[int, ...] = ()) -> None:
+        self.data, self.held, self.disk = data, set(held), dict(disk or {})
+        self.fail_after, self.fail_ranged = fail_after, set(fail_ranged)
+        self.sizes: dict[str, int] = {}
+        self.flights: dict[int, Future[object]] = {}
+        self.claims: list[list[int]] = []
+        self.opens: list[tuple[int, int | None]] = []
+        self.bodies: list[_Body] = []
+        self.ranged: list[tuple[int, int]] = []
+        self.stored: dict[int, bytes] = {}
+        self.opened = 0
+        self.ended_with: object = None
+        self.is_closed = False
+
+    # the test's side
+    def opener(self, start: int, end: int | None) -> _Body:
+        self.opens.append((start, end))
+        body = _Body(self.data[start:], self.fail_after)
+        self.bodies.append(body)
+        return body
+
+    def fetcher(self, start: int, end: int) -> bytes:
+        self.ranged.append((start, end))
+        if start // CS in self.fail_ranged:
+            raise OSError(f"ranged fetch of {start} failed")
+        return self.data[start : end + 1]
+
+    # StreamPort
+    @property
+    def closed(self) -> bool:
+        return self.is_closed
+
+    def known_size(self, obj: str) -> int | None:
+        return self.sizes.get(obj)
+
+    def learn_size(self, obj: str, size: int) -> None:
+        self.sizes[obj] = size
+
+    def claim(self, obj: str, indexes: object) -> dict[int, Future[object]]:
+        wanted = [i for i in indexes if i not in self.held and i not in self.flights]  # type: ignore[attr-defined]
+        self.claims.append(wanted)
+        claimed: dict[int, Future[object]] = {i: Future() for i in wanted}
+        self.flights.update(claimed)
+        return claimed
+
+    def land(self, obj: str, index: int, fut: Future[object]) -> None:
+        assert self.flights.pop(index) is fut
+
+    def from_disk(self, obj: str, index: int) -> bytes | None:
+        return self.disk.get(index)
+
+    def fetched(self, obj: str, index: int, data: object) -> None:
+        self.stored[index] = bytes(data)  # type: ignore[call-overload]
+
+    def fetch_chunk(self, index: int, size: int | None, fetcher: chunk_stream.Fetcher) -> bytes:
+        start = index * CS
+        end = start + CS - 1 if size is None else min(start + CS, size) - 1
+        return fetcher(start, end) if start <= end else b""
+
+    def buffer(self) -> bytearray:
+        return bytearray(CS)
+
+    def stream_opened(self) -> None:
+        self.opened += 1
+
+    def stream_ended(self, stream: object) -> None:
+        self.ended_with = stream
+
+
+@pytest.fixture
+def threads() -> object:
+    pool = DaemonThreads(2, "test-stream")
+    yield pool
+    pool.shutdown()
+
+
+def _stream(port: _Port, threads: DaemonThreads, *, index: int = 0, size: int | None = None) -> chunk_stream.ChunkStream:
+    return chunk_stream.ChunkStream(port, "obj", index, size, port.fetcher, port.opener, threads)  # type: ignore[arg-type]
+
+
+def _chunk(i: int, data: bytes = OBJECT) -> bytes:
+    return data[i * CS : (i + 1) * CS]
+
+
+def _run(stream: chunk_stream.ChunkStream) -> None:
+    stream.start()
+    assert stream.done is not None
+    stream.done.result(LIMIT)
+
+
+def test_a_stream_reads_its_window_off_one_fetch_and_learns_the_size_from_the_short_chunk(threads: DaemonThreads) -> None:
+    port = _Port()
+    stream = _stream(port, threads)
+    assert stream.done is None
+    stream.join()  # before start: nothing to wait for
+    stream.advance(4)
+    claimed = dict(port.flights)
+    assert port.claims == [[0, 1, 2, 3, 4]]  # the size is not known: the whole window asked for
+    _run(stream)
+    assert port.opens == [(0, None)] and port.opened == 1 and port.bodies[0].closed
+    assert [claimed[i].result(0) for i in range(3)] == [_chunk(0), _chunk(1), _chunk(2)]
+    assert port.stored == {0: _chunk(0), 1: _chunk(1), 2: _chunk(2), 3: b"", 4: b""}
+    assert port.sizes == {"obj": 2550}
+    assert claimed[3].result(0) == b"" and claimed[4].result(0) == b""  # past the end, asked with the size learnt
+    assert port.ranged == []  # ... which left nothing to fetch
+    assert not port.flights and not stream.alive and port.ended_with is stream
+    stream.join()
+
+
+@pytest.mark.parametrize(("size", "last"), [(2550, 2), (2000, 1), (2001, 2), (1, 0)])
+def test_a_stream_of_a_known_size_claims_and_reads_nothing_past_the_end(
+    threads: DaemonThreads, size: int, last: int
+) -> None:
+    data = OBJECT[:size]
+    port = _Port(data=data)
+    stream = _stream(port, threads, size=size)
+    stream.advance(10)
+    claimed = dict(port.flights)
+    assert port.claims == [list(range(last + 1))]
+    _run(stream)
+    assert port.opens == [(0, None)] and port.ranged == []
+    assert [claimed[i].result(0) for i in range(last + 1)] == [_chunk(i, data) for i in range(last + 1)]
+    assert b"".join(port.stored[i] for i in range(last + 1)) == data
+
+
+def test_a_stream_skips_chunks_held_elsewhere_takes_disk_chunks_from_disk_and_opens_at_the_first_to_fetch(
+    threads: DaemonThreads,
+) -> None:
+    port = _Port(held=(0,), disk={1: _chunk(1)})
+    stream = _stream(port, threads, size=len(OBJECT))
+    stream.advance(2)
+    claimed = dict(port.flights)
+    assert sorted(claimed) == [1, 2]
+    _run(stream)
+    assert port.opens == [(2 * CS, None)]
+    assert claimed[1].result(0) == _chunk(1) and claimed[2].result(0) == _chunk(2)
+    assert port.stored == {2: _chunk(2)}  # a disk chunk is not stored again
+
+
+def test_an_open_fetch_reads_past_a_chunk_held_elsewhere_without_publishing_it(threads: DaemonThreads) -> None:
+    port = _Port(held=(1,))
+    stream = _stream(port, threads, size=len(OBJECT))
+    stream.advance(2)
+    claimed = dict(port.flights)
+    _run(stream)
+    assert port.opens == [(0, None)]
+    assert claimed[0].result(0) == _chunk(0) and claimed[2].result(0) == _chunk(2)  # chunk 2 where it belongs
+    assert sorted(port.stored) == [0, 2]
+
+
+def test_a_stream_starting_past_the_first_chunk_opens_there(threads: DaemonThreads) -> None:
+    port = _Port()
+    stream = _stream(port, threads, index=1, size=len(OBJECT))
+    stream.advance(2)
+    assert port.claims == [[1, 2]]
+    _run(stream)
+    assert port.opens == [(CS, None)] and sorted(port.stored) == [1, 2]
+
+
+def test_claims_left_by_a_broken_fetch_are_fetched_by_range_and_a_failed_one_fails_its_reader(
+    threads: DaemonThreads,
+) -> None:
+    port = _Port(fail_after=CS, fail_ranged=(2,))
+    stream = _stream(port, threads, size=len(OBJECT))
+    stream.advance(2)
+    claimed = dict(port.flights)
+    _run(stream)
+    assert claimed[0].result(0) == _chunk(0)
+    assert claimed[1].result(0) == _chunk(1)
+    with pytest.raises(OSError, match="ranged fetch of 2000 failed"):
+        claimed[2].result(0)
+    assert port.ranged == [(1000, 1999), (2000, 2549)]  # in order, the last one cut at the object's size
+    assert port.stored == {0: _chunk(0), 1: _chunk(1)}
+    assert not port.flights and port.bodies[0].closed
+
+
+def test_claims_left_when_the_cache_closes_are_cancelled(threads: DaemonThreads) -> None:
+    port = _Port(fail_after=0)
+    port.is_closed = True
+    stream = _stream(port, threads, size=len(OBJECT))
+    stream.advance(1)
+    claimed = dict(port.flights)
+    _run(stream)
+    assert all(f.cancelled() for f in claimed.values()) and port.ranged == [] and not port.flights
+
+
+def test_a_stream_nobody_asked_anything_of_ends_after_the_idle_time_without_a_fetch(
+    threads: DaemonThreads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 0.01)
+    port = _Port()
+    stream = _stream(port, threads, index=3)
+    _run(stream)
+    assert port.opens == [] and port.claims == [] and not stream.alive and port.ended_with is stream
+
+
+def test_a_stream_whose_reader_went_away_closes_its_fetch_after_the_idle_time(
+    threads: DaemonThreads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 0.01)
+    port = _Port()
+    stream = _stream(port, threads, size=len(OBJECT))
+    stream.advance(0)
+    _run(stream)
+    assert port.stored == {0: _chunk(0)} and port.bodies[0].closed and not stream.alive
+
+
+def test_a_reader_moving_on_extends_the_open_fetch_and_stop_ends_the_stream_at_once(
+    threads: DaemonThreads, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chunk_stream, "STREAM_IDLE_SECONDS", 10 * LIMIT)  # only stop() can end it within LIMIT
+    port = _Port()
+    stream = _stream(port, threads)
+    stream.advance(0)
+    first = port.flights[0]
+    stream.start()
+    assert first.result(LIMIT) == _chunk(0)
+    stream.advance(1)
+    second = port.flights.get(1)
+    assert second is not None and second.result(LIMIT) == _chunk(1)
+    assert port.opens == [(0, None)]  # one fetch for both
+    stream.stop()
+    assert stream.done is not None
+    stream.done.result(LIMIT)
+    assert port.bodies[0].closed and not stream.alive
