@@ -471,11 +471,17 @@ OBJECT = os.urandom(2550)  # chunks 0 and 1 whole, chunk 2 short
 
 
 class _Body(io.BytesIO):
-    """The open fetch: the object's bytes from a start, failing after ``fail_after`` bytes when given."""
+    """The open fetch: the object's bytes from a start, failing after ``fail_after`` bytes when given (and its
+    close failing when ``close_fails``)."""
 
-    def __init__(self, data: bytes, fail_after: int | None = None) -> None:
+    def __init__(self, data: bytes, fail_after: int | None = None, close_fails: bool = False) -> None:
         super().__init__(data)
-        self.fail_after = fail_after
+        self.fail_after, self.close_fails = fail_after, close_fails
+
+    def close(self) -> None:
+        super().close()
+        if self.close_fails:
+            raise OSError("close failed in the test")
 
     def read(self, size: int | None = -1) -> bytes:
         if self.fail_after is not None and self.tell() >= self.fail_after:
@@ -489,9 +495,10 @@ class _Port:
     chunk_size = CS
 
     def __init__(self, *, data: bytes = OBJECT, held: tuple[int, ...] = (), disk: dict[int, bytes] | None = None,
-                 fail_after: int | None = None, fail_ranged: tuple[int, ...] = ()) -> None:
+                 fail_after: int | None = None, fail_ranged: tuple[int, ...] = (), close_fails: bool = False) -> None:
         self.data, self.held, self.disk = data, set(held), dict(disk or {})
-        self.fail_after, self.fail_ranged = fail_after, set(fail_ranged)
+        self.fail_after, self.fail_ranged, self.close_fails = fail_after, set(fail_ranged), close_fails
+        self.buffers: list[bytearray] = []
         self.sizes: dict[str, int] = {}
         self.flights: dict[int, Future[object]] = {}
         self.claims: list[list[int]] = []
@@ -506,7 +513,7 @@ class _Port:
     # the test's side
     def opener(self, start: int, end: int | None) -> _Body:
         self.opens.append((start, end))
-        body = _Body(self.data[start:], self.fail_after)
+        body = _Body(self.data[start:], self.fail_after, self.close_fails)
         self.bodies.append(body)
         return body
 
@@ -528,6 +535,7 @@ class _Port:
         self.sizes[obj] = size
 
     def claim(self, obj: str, indexes: object) -> dict[int, Future[object]]:
+        assert obj == "obj"
         wanted = [i for i in indexes if i not in self.held and i not in self.flights]  # type: ignore[attr-defined]
         self.claims.append(wanted)
         claimed: dict[int, Future[object]] = {i: Future() for i in wanted}
@@ -535,12 +543,14 @@ class _Port:
         return claimed
 
     def land(self, obj: str, index: int, fut: Future[object]) -> None:
-        assert self.flights.pop(index) is fut
+        assert obj == "obj" and self.flights.pop(index) is fut
 
     def from_disk(self, obj: str, index: int) -> bytes | None:
+        assert obj == "obj"
         return self.disk.get(index)
 
     def fetched(self, obj: str, index: int, data: object) -> None:
+        assert obj == "obj"
         self.stored[index] = bytes(data)  # type: ignore[call-overload]
 
     def fetch_chunk(self, index: int, size: int | None, fetcher: chunk_stream.Fetcher) -> bytes:
@@ -549,7 +559,8 @@ class _Port:
         return fetcher(start, end) if start <= end else b""
 
     def buffer(self) -> bytearray:
-        return bytearray(CS)
+        self.buffers.append(bytearray(CS))
+        return self.buffers[-1]
 
     def stream_opened(self) -> None:
         self.opened += 1
@@ -714,3 +725,50 @@ def test_a_reader_moving_on_extends_the_open_fetch_and_stop_ends_the_stream_at_o
     assert stream.done is not None
     stream.done.result(LIMIT)
     assert port.bodies[0].closed and not stream.alive
+
+
+def test_a_whole_chunk_is_handed_over_in_the_ports_buffer_and_a_short_one_as_its_bytes(threads: DaemonThreads) -> None:
+    port = _Port()
+    stream = _stream(port, threads)
+    stream.advance(2)
+    claimed = dict(port.flights)
+    _run(stream)
+    assert claimed[0].result(0) is port.buffers[0] and claimed[1].result(0) is port.buffers[1]  # no copy
+    assert type(claimed[2].result(0)) is bytes and len(claimed[2].result(0)) == 550
+
+
+def test_a_broken_fetch_and_a_failed_close_are_logged_with_the_object_and_chunk(
+    threads: DaemonThreads, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = _Port(fail_after=CS, close_fails=True)
+    stream = _stream(port, threads, size=len(OBJECT))
+    stream.advance(1)
+    with caplog.at_level(logging.DEBUG, logger="tiered.cache.chunk_stream"):
+        _run(stream)
+    messages = [(r.getMessage(), bool(r.exc_info) and r.exc_info[0] is OSError) for r in caplog.records]
+    assert ("streaming read of obj failed at chunk 1: connection reset by the test", False) in messages
+    assert ("closing the fetch of obj failed", True) in messages
+
+
+def test_a_streams_condition_is_ranked_below_the_caches_state(threads: DaemonThreads) -> None:
+    from tiered.cache.locks import CACHE_STATE, RankedLock
+
+    stream = _stream(_Port(), threads)
+    with RankedLock("the cache's state", CACHE_STATE), pytest.raises(RuntimeError, match="lock order: chunk stream"):
+        stream.advance(0)
+
+
+def test_an_advance_landing_as_the_idle_wait_times_out_is_not_lost(threads: DaemonThreads) -> None:
+    """The reader's advance arrives just as the wait gives up: the stream must see it and go on, not leave."""
+    port = _Port()
+    stream = _stream(port, threads, size=len(OBJECT))
+
+    class LateAdvance(threading.Condition):
+        def wait(self, timeout: float | None = None) -> bool:
+            stream._upto = max(stream._upto, stream.next)  # the advance, under this condition as advance() takes it
+            stream._claim(stream._limit())
+            return False  # ... but the wait reports a timeout
+
+    stream._wake = LateAdvance(stream._wake._lock)  # type: ignore[attr-defined]
+    _run(stream)
+    assert port.stored == {0: _chunk(0), 1: _chunk(1), 2: _chunk(2)} and port.opens == [(0, None)]
