@@ -655,6 +655,8 @@ RECORD_1_REFUSALS: dict[str, tuple[bytes, int, str]] = {
     "bytes beyond the fields": (raw_record(b"\x00" + varints(0, 1, -1, -1) + ONE_HEADER + b"xyz"), 2,
                                 "record 1 declares 3 bytes more than its fields take"),
     "more bytes than the records": (b"\x00", 1, "the batch declares 1 records but more bytes follow the last one"),
+    "length varint of 6 bytes": (b"\x80" * 5 + b"\x00", 2, "record 1: its length is a varint longer than 5 bytes"),
+    "ends inside the length": (b"\x80\x80", 2, "record 1 ends inside its length"),
 }
 
 
@@ -680,8 +682,9 @@ def test_the_fields_rules_accept_their_exact_limits() -> None:
     check_records([GOOD + cases[0]], 2, 1 << 20, require_key=True)
     keyless = headed(varints(1, -1, -1) + ONE_HEADER)
     check_records([GOOD + keyless], 2, 1 << 20)  # keys are optional unless asked for
-    with pytest.raises(InvalidRecordError, match=r"^record 1 has no key, which a compacted topic requires$"):
+    with pytest.raises(InvalidRecordError, match=r"^record 1 has no key, which a compacted topic requires$") as info:
         check_records([GOOD + keyless], 2, 1 << 20, require_key=True)
+    assert info.value.context == {"record": 1}
     plain_keyless = bytes(record_bytes(1, key=None))
     with pytest.raises(InvalidRecordError, match=r"^record 1 has no key"):  # the fast walk asked for keys too
         check_records([GOOD + plain_keyless], 2, 1 << 20, require_key=True)
@@ -832,3 +835,36 @@ def test_keys_are_required_only_when_the_topic_is_compacted() -> None:
     with pytest.raises(InvalidRecordError, match="no key"):
         analyze_and_validate(bytearray(keyless), "t-0", max_message_bytes=1 << 20, segment_bytes=1 << 30,
                              from_client=True, assign_offsets=True, compacted=True)
+
+
+@pytest.mark.parametrize(("base", "max_ts", "message"), [
+    (T0, T0 + 51, f"timestamp {T0 + 51} of a batch appended to t-0 is more than message.timestamp.after.max.ms=50 "
+                  f"ahead of the broker time {T0}"),
+    (T0 - 101, T0, f"timestamp {T0 - 101} of a batch appended to t-0 is more than "
+                   f"message.timestamp.before.max.ms=100 behind the broker time {T0}"),
+    (T0 - 101, T0 + 51, f"timestamp {T0 + 51} of a batch appended to t-0 is more than "  # the future is told first
+                        f"message.timestamp.after.max.ms=50 ahead of the broker time {T0}"),
+    (T0 - 101, T0 + 50, f"timestamp {T0 - 101} of a batch appended to t-0 is more than "  # the future bound is met
+                        f"message.timestamp.before.max.ms=100 behind the broker time {T0}"),
+    (-1, 0, "timestamp 0 of a batch appended to t-0 is more than message.timestamp.after.max.ms=50 ahead of the "
+            "broker time -100"),  # (a clock at -100 ms: 0 is a timestamp, -1 none)
+    (-1, T0 + 50, None), (T0 - 100, -1, None), (-1, -1, None),
+])
+def test_validate_timestamps_names_the_bound_and_the_timestamp(base: int, max_ts: int, message: str | None) -> None:
+    from local.errors import InvalidTimestampError
+    from local.validation import validate_timestamps
+
+    buf = batch_with(bytes(record_bytes(0)), count=1)
+    BATCH_HEADER.pack_into(buf, 0, 0, len(buf) - 12, -1, 2, 0, 0, 0, base, max_ts, -1, 0, -1, 1)
+    batch = RecordBatch(bytes(restamp(buf)))
+    now = T0 if max_ts else -100
+    if message is None:
+        validate_timestamps(batch, now, 100, 50, "t-0")
+        return
+    with pytest.raises(InvalidTimestampError) as info:
+        validate_timestamps(batch, now, 100, 50, "t-0")
+    assert str(info.value) == message
+    assert info.value.context == {"timestamp": int(message.split()[1])}
+    control = bytearray(batch.buffer)
+    control[21:23] = (0x20).to_bytes(2, "big")  # a control batch: exempt from both bounds
+    validate_timestamps(RecordBatch(bytes(restamp(control))), now, 100, 50, "t-0")
