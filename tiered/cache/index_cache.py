@@ -68,16 +68,15 @@ class Entry:
     def __init__(
         self,
         key: str,
-        prefix: str,
         paths: dict[IndexType, Path],
         offset_index: OffsetIndex,
-        size: int,
+        sizes: dict[IndexType, int],
         loader: Callable[[Entry, IndexType], Any],
         metadata: RemoteLogSegmentMetadata | None = None,
     ) -> None:
-        self.key, self.prefix, self.paths = key, prefix, paths
+        self.key, self.paths = key, paths
         self.offset_index = offset_index
-        self.size = size
+        self.sizes = sizes  # the bytes of each of its files on disk that the cache counts
         self.metadata = metadata  # what the store knows the segment by (None for an entry restored at start)
         self.lock = threading.RLock()
         self.load_lock = threading.Lock()
@@ -86,6 +85,10 @@ class Entry:
         self._loader = loader
         self._time_index: TimeIndex | None = None
         self._txn_index: TransactionIndex | None = None
+
+    @property
+    def size(self) -> int:
+        return sum(self.sizes.values())
 
     @property
     def time_index(self) -> TimeIndex:
@@ -365,8 +368,8 @@ class RemoteIndexCache:
         paths = self._paths(prefix)
         base = metadata.start_offset
         offset_index = self._load_index(paths[IndexType.OFFSET], metadata, IndexType.OFFSET, lambda p: _open_offset(p, base))
-        size = paths[IndexType.OFFSET].stat().st_size
-        return Entry(key, prefix, paths, offset_index, size, self._load_secondary, metadata)
+        sizes = {IndexType.OFFSET: paths[IndexType.OFFSET].stat().st_size}
+        return Entry(key, paths, offset_index, sizes, self._load_secondary, metadata)
 
     def _load_secondary(self, entry: Entry, index_type: IndexType) -> Any:
         """``entry``'s time or transaction index, opened from disk or fetched from the store, on first use."""
@@ -381,14 +384,16 @@ class RemoteIndexCache:
             base = metadata.start_offset
             opener: Callable[[Path, int], Any] = _open_time if index_type is IndexType.TIMESTAMP else _open_txn
             index = self._load_index(entry.paths[index_type], metadata, index_type, lambda p: opener(p, base))
-            grown = index.path.stat().st_size
+            size = index.path.stat().st_size
             with entry.lock:
                 if entry.marked_for_cleanup:  # evicted meanwhile: this file is nobody's
                     index.close()
                     index.delete_if_exists()
                     raise _EntryEvicted(entry.key)
                 entry.set_loaded(index_type, index)
-                entry.size += grown
+                # (a restored entry counted the file it found on disk already; it may have been fetched again)
+                grown = size - entry.sizes.get(index_type, 0)
+                entry.sizes[index_type] = size
         with self._lock:
             if self._entries.get(entry.key) is entry:
                 self._size += grown
@@ -416,10 +421,9 @@ class RemoteIndexCache:
             if problem is None:
                 break
             tmp.unlink(missing_ok=True)
-            if attempt == 0:
-                logger.warning("%s: fetching it again", problem)
-            else:
-                logger.error("%s, again after a refetch", problem)
+            assert self.verifier is not None  # (only a verifier finds a problem)
+            self.verifier.note_mismatch(problem, attempt)
+            if attempt:
                 raise problem.error()
         try:
             open_index(tmp).close()  # sanity-check the download before it takes the real name
@@ -482,8 +486,8 @@ class RemoteIndexCache:
                 for p in paths.values():
                     p.unlink(missing_ok=True)
                 continue
-            size = sum(p.stat().st_size for p in paths.values() if p.exists())
-            entry = Entry(key, prefix, paths, offset_index, size, self._load_secondary)
+            sizes = {t: p.stat().st_size for t, p in paths.items() if p.exists()}
+            entry = Entry(key, paths, offset_index, sizes, self._load_secondary)
             self._entries[key] = entry
             self._size += entry.size
         self._evict_over_limit(keep="")
