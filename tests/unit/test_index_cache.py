@@ -432,3 +432,285 @@ def test_close_drains_the_cleaner_and_a_second_close_does_nothing(tmp_path: Path
     assert len(cache) == 0
     cache.close()
     assert _files_of(cache_dir, b) == [f"1000_{kafka_uuid(b.remote_log_segment_id.id)}.index"]  # kept for a restart
+
+
+# Checksums, sizes, and the rest of the survivors of the third mutation run ---------------------------------------
+
+
+class Verifier:
+    """A :class:`tiered.checksums.ChecksumVerifier` stand-in: a file matches when it holds the store's bytes (the
+    store's copy is the checksummed original); it records every check and every mismatch noted."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.checks: list[tuple[int, IndexType, str]] = []
+        self.noted: list[tuple[str, int]] = []
+
+    def check_file(self, md: RemoteLogSegmentMetadata, index_type: IndexType, path: Path) -> object:
+        from tiered.checksums import ChecksumProblem
+
+        self.checks.append((md.start_offset, index_type, path.name))
+        if index_type is not IndexType.OFFSET or path.read_bytes() == self.store.blobs[md.remote_log_segment_id.id]:
+            return None
+        return ChecksumProblem("mismatch", f"{md.start_offset}.index", 0, 7, "crc32c 1 != 2", str(md.remote_log_segment_id))
+
+    def note_mismatch(self, problem: object, attempt: int) -> None:
+        self.noted.append((str(problem), attempt))
+
+
+class Damaging(Store):
+    """A store that hands out a damaged offset index ``times`` times, then the right one."""
+
+    def __init__(self, tmp: Path, mds: list[RemoteLogSegmentMetadata], times: int) -> None:
+        super().__init__(tmp, mds)
+        self.times = times
+
+    def fetch(self, md: RemoteLogSegmentMetadata, kind: IndexType) -> IO[bytes]:
+        stream = super().fetch(md, kind)
+        if kind is IndexType.OFFSET and self.times:
+            self.times -= 1
+            data = bytearray(stream.read())
+            data[7] ^= 1  # a position off by one: every sanity check passes
+            return io.BytesIO(bytes(data))
+        return stream
+
+
+def test_a_download_that_fails_its_checksums_is_fetched_once_more(tmp_path: Path) -> None:
+    a = _md(0)
+    store = Damaging(tmp_path, [a], times=1)
+    verifier = Verifier(store)
+    with RemoteIndexCache(tmp_path / "log", store.fetch, verifier=verifier) as cache:  # type: ignore[arg-type]
+        assert cache.lookup_offset(a, 105) == 10 * 4096
+        name = f"0_{kafka_uuid(a.remote_log_segment_id.id)}.index"
+        assert store.fetched == [0, 0]
+        assert verifier.checks == [(0, IndexType.OFFSET, name + ".tmp")] * 2
+        assert verifier.noted == [(f"mismatch: object 0.index bytes 0..7 of {a.remote_log_segment_id}: crc32c 1 != 2", 0)]
+        assert sorted(p.name for p in (tmp_path / "log" / DIR_NAME).iterdir()) == [name]
+
+
+def test_a_download_failing_its_checksums_twice_raises_and_leaves_no_file(tmp_path: Path) -> None:
+    from tiered.errors import RemoteChecksumError
+
+    a = _md(0)
+    store = Damaging(tmp_path, [a], times=2)
+    verifier = Verifier(store)
+    with RemoteIndexCache(tmp_path / "log", store.fetch, verifier=verifier) as cache:  # type: ignore[arg-type]
+        with pytest.raises(RemoteChecksumError, match=r"^remote object 0\.index \(segment .*\) bytes 0\.\.7: crc32c"):
+            cache.lookup_offset(a, 105)
+        assert [attempt for _, attempt in verifier.noted] == [0, 1]
+        assert list((tmp_path / "log" / DIR_NAME).iterdir()) == [] and len(cache) == 0
+
+
+def test_a_cached_index_is_checked_when_its_segment_is_known_and_fetched_again_when_damaged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    verifier = Verifier(store)
+    with RemoteIndexCache(tmp_path / "log", store.fetch, verifier=verifier) as cache:  # type: ignore[arg-type]
+        cache.lookup_offset(a, 5)
+        cache.lookup_offset(b, 1005)
+    damaged = tmp_path / "log" / DIR_NAME / f"0_{kafka_uuid(a.remote_log_segment_id.id)}.index"
+    data = bytearray(damaged.read_bytes())
+    data[7] ^= 1
+    damaged.write_bytes(bytes(data))
+    store.fetched.clear()
+    verifier.checks.clear()
+    with caplog.at_level(logging.WARNING, logger="tiered.cache.index_cache"), \
+            RemoteIndexCache(tmp_path / "log", store.fetch, verifier=verifier) as cache:  # type: ignore[arg-type]
+        assert len(cache) == 2  # both restored: they pass the sanity check
+        assert cache.lookup_offset(b, 1105) == 10 * 4096 and store.fetched == []  # checked, and it matches
+        assert cache.lookup_offset(a, 105) == 10 * 4096 and store.fetched == [0]  # checked, damaged: fetched again
+        assert [(start, kind) for start, kind, _ in verifier.checks] == [(1000, IndexType.OFFSET), (0, IndexType.OFFSET),
+                                                                        (0, IndexType.OFFSET)]
+        assert cache.lookup_timestamp(b, T0, 1000) == 0  # the checked entry knows its segment: its time index loads
+        offset_checks = [c for c in verifier.checks if c[1] is IndexType.OFFSET]
+        assert cache.lookup_offset(b, 1105) == 10 * 4096 and len(offset_checks) == 3  # checked once
+    warning = next(r.getMessage() for r in caplog.records if "does not match" in r.getMessage())
+    assert warning == (f"cached remote index {damaged} does not match its checksums (mismatch: object 0.index bytes 0..7 "
+                       f"of {a.remote_log_segment_id}: crc32c 1 != 2): fetching it again")
+
+
+def test_a_file_found_in_the_cache_dir_for_a_new_entry_is_checked_before_it_is_used(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """(A file the restart did not restore, e.g. written meanwhile by another process sharing the directory.)"""
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    verifier = Verifier(store)
+    with RemoteIndexCache(tmp_path / "log", store.fetch, verifier=verifier) as cache:  # type: ignore[arg-type]
+        path = tmp_path / "log" / DIR_NAME / f"0_{kafka_uuid(a.remote_log_segment_id.id)}.index"
+        data = bytearray(store.blobs[a.remote_log_segment_id.id])
+        data[7] ^= 1
+        path.write_bytes(bytes(data))
+        with caplog.at_level(logging.WARNING, logger="tiered.cache.index_cache"):
+            assert cache.lookup_offset(a, 105) == 10 * 4096
+        assert store.fetched == [0] and verifier.checks[0] == (0, IndexType.OFFSET, path.name)
+        assert any(r.getMessage().startswith(f"cached remote index {path} does not match its checksums (mismatch")
+                   for r in caplog.records)
+
+
+def test_a_corrupt_file_found_in_the_cache_dir_is_fetched_again_and_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        path = tmp_path / "log" / DIR_NAME / f"0_{kafka_uuid(a.remote_log_segment_id.id)}.index"
+        path.write_bytes(b"\x01" * 5)
+        with caplog.at_level(logging.WARNING, logger="tiered.cache.index_cache"):
+            assert cache.lookup_offset(a, 105) == 10 * 4096
+        assert store.fetched == [0]
+        message = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("corrupt cached"))
+        assert message.startswith(f"corrupt cached remote index {path} (") and message.endswith("): fetching it again")
+
+
+def _time_index_bytes(tmp: Path, base: int) -> bytes:
+    from local.index import TimeIndex
+
+    path = tmp / f"{base}.timeindex"
+    index = TimeIndex(path, base, 4096)
+    for i in range(1, 20):
+        index.maybe_append(T0 + i, base + i * 10)
+    index.close()
+    return path.read_bytes()
+
+
+def test_a_restored_entry_counts_the_files_it_found_once(tmp_path: Path) -> None:
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    times = _time_index_bytes(tmp_path, 0)
+    fetch = lambda md, kind: io.BytesIO(times) if kind is IndexType.TIMESTAMP else store.fetch(md, kind)  # noqa: E731
+    with RemoteIndexCache(tmp_path / "log", fetch) as cache:
+        cache.lookup_timestamp(a, T0 + 5, 0)
+        assert cache.size_bytes == ENTRY_BYTES + len(times)
+    with RemoteIndexCache(tmp_path / "log", fetch) as cache:
+        assert cache.size_bytes == ENTRY_BYTES + len(times)
+        assert cache.lookup_timestamp(a, T0 + 5, 0) == 5 * 4096  # T0 + 5 -> offset 50 -> its position
+        assert cache.size_bytes == ENTRY_BYTES + len(times)  # opened, not counted again
+
+
+def test_an_entry_whose_time_index_grows_it_past_the_bound_is_not_evicted_by_its_own_load(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    times = _time_index_bytes(tmp_path, 0)
+    fetch = lambda md, kind: io.BytesIO(times) if kind is IndexType.TIMESTAMP else store.fetch(md, kind)  # noqa: E731
+    registry = CollectorRegistry()
+    with RemoteIndexCache(tmp_path / "log", fetch, max_size_bytes=2 * ENTRY_BYTES, registry=registry) as cache:
+        entry_a = cache.get_index_entry(a)
+        cache.get_index_entry(b)  # a is now the least recently used
+        entry_a.lookup_timestamp(T0 + 5, 0)  # a grows past the bound while it is the oldest: it is the one in use
+        assert a.remote_log_segment_id.id in {md.remote_log_segment_id.id for md in (a,)} and len(cache) == 2
+        assert entry_a.lookup_offset(105) == 10 * 4096  # still usable
+        assert registry.get_sample_value("RemoteLogIndexCacheSizeBytes") == cache.size_bytes == 2 * ENTRY_BYTES + len(times)
+
+
+def test_removing_a_segment_the_cache_does_not_hold_does_nothing(tmp_path: Path) -> None:
+    a, b = _md(0), _md(1000)
+    store = Store(tmp_path, [a, b])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        cache.lookup_offset(a, 5)
+        cache.remove(b.remote_log_segment_id.id)  # (remote retention removes every deleted segment's entry)
+        assert len(cache) == 1 and cache.size_bytes == ENTRY_BYTES
+
+
+def test_cached_indexes_are_opened_read_only(tmp_path: Path) -> None:
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    times = _time_index_bytes(tmp_path, 0)
+    fetch = lambda md, kind: io.BytesIO(times) if kind is IndexType.TIMESTAMP else store.fetch(md, kind)  # noqa: E731
+    cache_dir = tmp_path / "log" / DIR_NAME
+    expected = {".index": store.blobs[a.remote_log_segment_id.id], ".timeindex": times}
+    with RemoteIndexCache(tmp_path / "log", fetch) as cache:
+        cache.lookup_timestamp(a, T0 + 5, 0)
+        assert {p.suffix: p.read_bytes() for p in cache_dir.iterdir()} == expected  # not grown to a writable size
+    with RemoteIndexCache(tmp_path / "log", fetch) as cache:  # restored, then both opened again
+        cache.lookup_timestamp(a, T0 + 5, 0)
+        entry = cache.get_index_entry(a)
+        assert {p.suffix: p.read_bytes() for p in cache_dir.iterdir()} == expected
+        entry.offset_index.truncate_to(a.start_offset)  # a read-only index leaves its file alone
+        entry.time_index.truncate_to(a.start_offset)
+    assert {p.suffix: p.read_bytes() for p in cache_dir.iterdir()} == expected
+
+
+def test_a_restored_entry_cannot_load_its_other_indexes_before_its_segment_is_known(tmp_path: Path) -> None:
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        cache.lookup_offset(a, 5)
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        key = kafka_uuid(a.remote_log_segment_id.id)
+        restored = cache._entries[key]
+        with pytest.raises(RuntimeError, match=f"^remote index entry {key} has no segment metadata: get it with "
+                                               "get_index_entry$"):
+            restored.time_index  # noqa: B018
+
+
+def test_the_cleaner_is_a_named_daemon_and_a_failed_cleanup_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from tiered.cache import index_cache
+
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    cache = RemoteIndexCache(tmp_path / "log", store.fetch)
+    try:
+        cleaner = [t for t in threading.enumerate() if t.name == "remote-log-index-cleaner"]
+        assert cleaner and all(t.daemon for t in cleaner)
+        cache.lookup_offset(a, 5)
+
+        def broken(self: object) -> None:
+            raise OSError("cleanup failed in the test")
+
+        monkeypatch.setattr(index_cache.Entry, "cleanup", broken)
+        with caplog.at_level(logging.ERROR, logger="tiered.cache.index_cache"):
+            cache.remove(a.remote_log_segment_id.id)
+            cache.close()  # drains the cleaner
+    finally:
+        cache.close()
+    record = next(r for r in caplog.records if r.getMessage().startswith("failed to clean up"))
+    assert record.getMessage() == f"failed to clean up remote index entry {kafka_uuid(a.remote_log_segment_id.id)}"
+    assert record.exc_info is not None and record.exc_info[0] is OSError
+
+
+def test_an_index_that_fails_to_close_at_cleanup_is_still_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        cache.lookup_offset(a, 5)
+        entry = cache.get_index_entry(a)
+        real_close = entry.offset_index.close
+
+        def failing_close() -> None:
+            real_close()
+            raise OSError("close failed in the test")
+
+        monkeypatch.setattr(entry.offset_index, "close", failing_close)
+        with caplog.at_level(logging.DEBUG, logger="tiered.cache.index_cache"):
+            cache.remove(a.remote_log_segment_id.id)
+            cache.close()
+    assert list((tmp_path / "log" / DIR_NAME).iterdir()) == []
+    record = next(r for r in caplog.records if r.getMessage().startswith("closing "))
+    assert record.getMessage() == f"closing {entry.offset_index.path} failed"
+    assert record.exc_info is not None and record.exc_info[0] is OSError
+
+
+def test_the_metrics_say_what_they_count(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry()
+    with RemoteIndexCache(tmp_path / "log", Store(tmp_path, []).fetch, registry=registry):
+        helps = {m.name: m.documentation for m in registry.collect()}
+    assert helps == {
+        "RemoteLogIndexCacheHits": "RemoteIndexCache hits",
+        "RemoteLogIndexCacheMisses": "RemoteIndexCache misses",
+        "RemoteLogIndexCacheEvictions": "RemoteIndexCache evictions",
+        "RemoteLogIndexCacheSizeBytes": "Bytes held by the RemoteIndexCache",
+        "RemoteLogIndexCacheEntries": "Entries in the RemoteIndexCache",
+    }
