@@ -227,7 +227,16 @@ def test_a_restart_sweeps_crash_leftovers_and_drops_broken_entries_only(
     assert sorted(p.name for p in cache_dir.iterdir()) == sorted(
         f"{md.start_offset}_{kafka_uuid(md.remote_log_segment_id.id)}.index" for md in mds
     )
-    assert any(r.getMessage().startswith("dropping cached remote indexes 0000_corrupt at start") for r in caplog.records)
+    why = _why_corrupt_bytes(tmp_path, b"\x01" * 5)
+    assert any(r.getMessage() == f"dropping cached remote indexes 0000_corrupt at start: {why}".replace(
+        str(tmp_path / "probe" / "0000_corrupt.index"), str(cache_dir / "0000_corrupt.index")) for r in caplog.records)
+
+
+def _why_corrupt_bytes(tmp: Path, data: bytes) -> str:
+    (tmp / "probe").mkdir(exist_ok=True)
+    probe = tmp / "probe" / "0000_corrupt.index"
+    probe.write_bytes(data)
+    return _why_corrupt(probe)
 
 
 def test_the_size_bound_must_not_be_negative(tmp_path: Path) -> None:
@@ -550,6 +559,16 @@ def test_a_file_found_in_the_cache_dir_for_a_new_entry_is_checked_before_it_is_u
                    for r in caplog.records)
 
 
+def _why_corrupt(path: Path) -> str:
+    """What opening a cached offset index at ``path`` says is wrong with it."""
+    from local.errors import CorruptIndexError
+    from tiered.cache.index_cache import _open_offset
+
+    with pytest.raises(CorruptIndexError) as caught:
+        _open_offset(path, 0)
+    return str(caught.value)
+
+
 def test_a_corrupt_file_found_in_the_cache_dir_is_fetched_again_and_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -558,11 +577,12 @@ def test_a_corrupt_file_found_in_the_cache_dir_is_fetched_again_and_logged(
     with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
         path = tmp_path / "log" / DIR_NAME / f"0_{kafka_uuid(a.remote_log_segment_id.id)}.index"
         path.write_bytes(b"\x01" * 5)
+        why = _why_corrupt(path)
         with caplog.at_level(logging.WARNING, logger="tiered.cache.index_cache"):
             assert cache.lookup_offset(a, 105) == 10 * 4096
         assert store.fetched == [0]
         message = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("corrupt cached"))
-        assert message.startswith(f"corrupt cached remote index {path} (") and message.endswith("): fetching it again")
+        assert message == f"corrupt cached remote index {path} ({why}): fetching it again"
 
 
 def _time_index_bytes(tmp: Path, base: int) -> bytes:
@@ -714,3 +734,93 @@ def test_the_metrics_say_what_they_count(tmp_path: Path) -> None:
         "RemoteLogIndexCacheSizeBytes": "Bytes held by the RemoteIndexCache",
         "RemoteLogIndexCacheEntries": "Entries in the RemoteIndexCache",
     }
+
+
+def test_an_entry_opens_each_of_its_other_indexes_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiered.cache import index_cache
+
+    opened: list[str] = []
+    for name in ("_open_time", "_open_txn"):
+        real = getattr(index_cache, name)
+        monkeypatch.setattr(index_cache, name, lambda path, base, real=real: (opened.append("".join(path.suffixes)), real(path, base))[1])
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        for _ in range(2):
+            cache.lookup_timestamp(a, T0, 0)
+            cache.collect_aborted_txns(a, 0, 100)
+        assert sorted(opened) == [".timeindex", ".timeindex.tmp", ".txnindex", ".txnindex.tmp"]  # checked, then opened
+        entry = cache.get_index_entry(a)
+        assert entry.time_index is entry.time_index and entry.txn_index is entry.txn_index
+
+
+def test_a_restored_entry_renamed_while_it_is_checked_is_loaded_afresh(tmp_path: Path) -> None:
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    with RemoteIndexCache(tmp_path / "log", store.fetch) as cache:
+        cache.lookup_offset(a, 5)
+
+    class Evicting(Verifier):
+        def check_file(self, md: RemoteLogSegmentMetadata, index_type: IndexType, path: Path) -> object:
+            if not self.checks:
+                self.checks.append((md.start_offset, index_type, path.name))
+                cache.remove(md.remote_log_segment_id.id)  # evicted meanwhile: its files renamed
+                raise FileNotFoundError(path)
+            return super().check_file(md, index_type, path)
+
+    store.fetched.clear()
+    verifier = Evicting(store)
+    with RemoteIndexCache(tmp_path / "log", store.fetch, verifier=verifier) as cache:  # type: ignore[arg-type]
+        assert cache.lookup_offset(a, 105) == 10 * 4096
+        assert store.fetched == [0] and len(cache) == 1  # loaded afresh
+
+
+def test_two_readers_of_an_index_not_yet_open_share_one_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second reader waits for the first one's load and gets the same index, not a second copy."""
+    import threading
+
+    from tiered.cache import index_cache
+
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    in_fetch, release = threading.Event(), threading.Event()
+
+    def fetch(md: RemoteLogSegmentMetadata, kind: IndexType) -> IO[bytes]:
+        if kind is IndexType.TIMESTAMP:
+            in_fetch.set()
+            assert release.wait(30)
+        return store.fetch(md, kind)
+
+    opened: list[str] = []
+    real = index_cache._open_time
+    monkeypatch.setattr(index_cache, "_open_time", lambda path, base: (opened.append(path.name), real(path, base))[1])
+
+    class SignallingLock:
+        """The entry's load lock, telling when the second reader is about to wait for it."""
+
+        def __init__(self) -> None:
+            self.lock, self.second_waits = threading.Lock(), threading.Event()
+
+        def __enter__(self) -> None:
+            if threading.current_thread().name == "second":
+                self.second_waits.set()
+            self.lock.acquire()
+
+        def __exit__(self, *exc: object) -> None:
+            self.lock.release()
+
+    with RemoteIndexCache(tmp_path / "log", fetch) as cache:
+        entry = cache.get_index_entry(a)
+        entry.load_lock = SignallingLock()  # type: ignore[assignment]
+        got: dict[str, object] = {}
+        first = threading.Thread(target=lambda: got.setdefault("first", entry.time_index), name="first")
+        first.start()
+        assert in_fetch.wait(30)  # the first reader holds the load lock, fetching
+        second = threading.Thread(target=lambda: got.setdefault("second", entry.time_index), name="second")
+        second.start()
+        assert entry.load_lock.second_waits.wait(30)  # type: ignore[attr-defined]
+        release.set()
+        first.join(30)
+        second.join(30)
+        assert got["first"] is got["second"] is entry.time_index
+        assert len([name for name in opened if name.endswith(".timeindex")]) == 1
