@@ -47,7 +47,6 @@ from local.records.batch import (
     LOG_OVERHEAD,
     set_max_timestamp,
 )
-from local.records.constants import INT32_MAX
 from local.remote_state import RemoteLogState, RemoteLogStateFile
 from local.scheduler import SYSTEM_TIME, MockScheduler, Scheduler, Time
 from local.segment import LogSegment
@@ -592,10 +591,9 @@ class Log:
         if not segment.should_roll_for(messages_size, last_offset, max_ts, now, config.segment_bytes, config.segment_ms):
             return segment
         logger.debug("rolling %s at offset %d (segment %d, size %d)", self.name, first_offset, segment.base_offset, segment.size)
-        if last_offset - segment.base_offset > INT32_MAX or first_offset - segment.base_offset > INT32_MAX:
-            # Offsets would overflow the relative range: roll at the first offset of this append.
-            return self.roll(first_offset)
-        return self.roll(max(first_offset, self.log_end_offset))
+        # At the first offset of this append: a leader's is the log end offset, a follower's is at or past it (an
+        # append below it is refused first), and offsets past the relative range of the old segment need it too.
+        return self.roll(first_offset)
 
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment and start a new one at ``max(expected_next_offset, log end offset)``."""
