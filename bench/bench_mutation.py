@@ -52,8 +52,8 @@ MODULES: dict[str, list[str]] = {
     "local/epoch.py": ["tests/unit/test_log.py", "tests/unit/test_leader_epochs.py"],
     # retention of both tiers, the remote read path
     "local/log.py": [
-        "tests/unit/test_log.py", "tests/unit/test_retention.py", "tests/unit/test_leader_epochs.py",
-        "tests/unit/test_log_retention_rules.py",
+        "tests/unit/test_log.py", "tests/unit/test_log_paths.py", "tests/unit/test_retention.py",
+        "tests/unit/test_leader_epochs.py", "tests/unit/test_log_retention_rules.py",
     ],
     "tiered/remote_log_manager.py": ["tests/unit/test_retention.py", "tests/unit/test_remote_tier.py"],
     # the remote read path: the remote tier's reads, the damaged and short objects, the reads racing expiration

@@ -527,7 +527,8 @@ def test_batches_without_timestamps_roll_by_the_clock_on_both_append_paths(tmp_p
     assert [s.base_offset for s in log.segments.values()] == [0, 2]
     time.sleep(1001)
     two = bytes(MemoryRecords.build(untimed).buffer) * 2  # two batches: the general path
-    log.append(MemoryRecords(two))
+    info = log.append(MemoryRecords(two))
+    assert (info.max_timestamp, info.offset_of_max_timestamp) == (-1, 3)  # no timestamp: the first offset
     assert [s.base_offset for s in log.segments.values()] == [0, 2, 3]
 
 
