@@ -508,7 +508,14 @@ def test_a_read_committed_fetch_gets_the_aborted_transactions_up_to_where_its_da
     assert _aborted(log.read(0, 1 << 20, committed)) == [(1, 0), (4, 2)]  # to the end of the segment, not beyond
     assert _aborted(log.read(5, 1 << 20, committed)) == [(2, 5)]
     assert _aborted(log.read(7, 1 << 20, committed)) == [(3, 7)]  # the last segment: up to the log end
-    assert log.read(0, 1 << 20).aborted_transactions is None  # only read-committed fetches carry them
+    plain, committed_read = log.read(0, 1 << 20), log.read(0, 1 << 20, committed)
+    assert plain.aborted_transactions is None  # only read-committed fetches carry them
+    assert committed_read.fetch_offset_metadata == plain.fetch_offset_metadata == LogOffsetMetadata(0, 0, 0)
+    assert [(b.base_offset, b.crc) for b in committed_read.records.batches()] == [
+        (b.base_offset, b.crc) for b in plain.records.batches()]
+    cut = log.read(0, 10, committed, min_one_message=False)
+    assert cut.first_entry_incomplete and cut.records.size_in_bytes == 10
+    assert [b.base_offset for b in log.batches_from(0, committed)] == [0, 1, 2, 3, 4, 5, 6, 7, 8]
     assert [(t.producer_id, t.first_offset) for t in log.collect_aborted_transactions(3, 9)] == [(1, 0), (4, 2), (2, 5), (3, 7)]
     assert [(t.producer_id, t.first_offset) for t in log.collect_aborted_transactions(5, 7)] == [(2, 5)]
     assert [(t.producer_id, t.first_offset) for t in log.collect_aborted_transactions(6, 7)] == [(2, 5)]
@@ -584,3 +591,38 @@ def test_a_read_at_the_bound_answers_empty_at_that_offset(tmp_path: Path) -> Non
     assert info.fetch_offset_metadata == LogOffsetMetadata(2, -1, -1) and info.records.size_in_bytes == 0
     bounded = log.read(0, 1 << 20, FetchIsolation.HIGH_WATERMARK)  # the high watermark is still 0
     assert bounded.fetch_offset_metadata == LogOffsetMetadata(0, -1, -1) and bounded.records.size_in_bytes == 0
+
+
+def test_the_flush_policy_counts_every_appended_message(tmp_path: Path) -> None:
+    log = make_log(tmp_path, flush_messages=3)
+    log.append(records(b"a", b"b"))
+    assert log.recovery_point == 0 and log.unflushed_messages() == 2
+    log.append(records(b"c"))  # three: exactly the policy
+    assert log.recovery_point == 3 and log.unflushed_messages() == 0
+    log.append(records(b"d", b"e"))
+    assert log.recovery_point == 3 and log.unflushed_messages() == 2
+
+
+def test_the_general_path_says_which_timestamp_bound_a_batch_broke(tmp_path: Path) -> None:
+    from local.errors import InvalidTimestampError
+
+    log = make_log(tmp_path, message_timestamp_before_max_ms=1000)
+    old = _batch(b"a", timestamp=T0 - 1001)
+    with pytest.raises(InvalidTimestampError, match=f"^timestamp {T0 - 1001} of a batch appended to topic-0 is more "
+                                                    f"than message.timestamp.before.max.ms=1000 behind the broker "
+                                                    f"time {T0}$"):
+        log.append(MemoryRecords(_batch(b"ok") + old))  # two batches: the general path
+    assert log.log_end_offset == 0
+
+
+def test_a_failed_roll_takes_the_log_offline_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = make_log(tmp_path)
+    log.append(records(b"a"))
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device", str(tmp_path / "x.log"))
+
+    monkeypatch.setattr(LogSegment, "open", broken)
+    with pytest.raises(KafkaStorageIOError, match=r"^I/O error while rolling topic-0 \("):
+        log.roll()
+    assert log.is_offline
