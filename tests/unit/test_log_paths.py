@@ -192,16 +192,17 @@ def test_a_roll_of_an_empty_active_segment_at_the_log_end_keeps_it(tmp_path: Pat
     assert log.recovery_point == 1  # everything before the new segment flushed (to the log end)
 
 
-def test_segments_are_made_with_the_configured_jitter_and_preallocation(tmp_path: Path) -> None:
+def test_rolled_segments_are_made_with_the_configured_jitter_and_preallocation(tmp_path: Path) -> None:
     log = make_log(tmp_path / "a", segment_jitter_ms=0)
-    assert log.active_segment.roll_jitter_ms == 0
+    log.append(records(b"a"))
+    assert log.roll().roll_jitter_ms == 0
     jittered = make_log(tmp_path / "b", segment_jitter_ms=1000)
     jitters = {jittered.roll(jittered.log_end_offset + i).roll_jitter_ms for i in range(1, 40)}
     assert all(0 <= j < 1000 for j in jitters) and len(jitters) > 1
-    preallocated = make_log(tmp_path / "c", preallocate=True, segment_bytes=1 << 20)
-    assert os.path.getsize(preallocated.active_segment.log.path) == 1 << 20
-    plain = make_log(tmp_path / "d", segment_bytes=1 << 20)
-    assert os.path.getsize(plain.active_segment.log.path) == 0
+    for preallocate, size in ((True, 1 << 20), (False, 0)):
+        each = make_log(tmp_path / f"c{preallocate}", preallocate=preallocate, segment_bytes=1 << 20)
+        each.append(records(b"a"))
+        assert os.path.getsize(each.roll().log.path) == size
 
 
 # Flush -------------------------------------------------------------------------------------------------------------
@@ -316,8 +317,10 @@ class Remote:
         self.answer: Any = None
         self.found: Any = None
         self.on_read: Any = None
+        self.asked_by: list[Any] = []
 
     def highest_offset_in_remote_storage(self, log: Any) -> int:
+        self.asked_by.append(log)
         return self.highest
 
     def read(self, log: Any, offset: int, max_bytes: int, isolation: Any, min_one_message: bool) -> Any:
@@ -412,11 +415,15 @@ def test_the_special_timestamps_answer_with_the_offset_and_its_epoch(tmp_path: P
 
     log, remote = _tiered_log(tmp_path)
     log.append(records(b"late", timestamp=T0 + 50), leader_epoch=3)
+    remote.asked_by.clear()
     assert log.offset_for_timestamp(EARLIEST_TIMESTAMP) == TimestampAndOffset(-1, 0, 1)
     assert log.offset_for_timestamp(EARLIEST_LOCAL_TIMESTAMP) == TimestampAndOffset(-1, 20, 2)
     assert log.offset_for_timestamp(LATEST_TIMESTAMP) == TimestampAndOffset(-1, 31, 3)
     assert log.offset_for_timestamp(LATEST_TIERED_TIMESTAMP) == TimestampAndOffset(-1, 19, 1)
     assert log.offset_for_timestamp(MAX_TIMESTAMP) == TimestampAndOffset(T0 + 200, 29, 2)
+    remote.highest = 0
+    assert log.offset_for_timestamp(LATEST_TIERED_TIMESTAMP) == TimestampAndOffset(-1, 0, 1)
+    assert remote.asked_by == [log] * 2
     remote.highest = -1
     assert log.offset_for_timestamp(LATEST_TIERED_TIMESTAMP) == TimestampAndOffset(-1, -1, None)
     log.remote_tier = None
@@ -626,3 +633,36 @@ def test_a_failed_roll_takes_the_log_offline_and_says_so(tmp_path: Path, monkeyp
     with pytest.raises(KafkaStorageIOError, match=r"^I/O error while rolling topic-0 \("):
         log.roll()
     assert log.is_offline
+
+
+def test_a_failed_flush_takes_the_log_offline_and_a_closed_log_flushes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = make_log(tmp_path)
+    log.append(records(b"a"))
+    log.flush()
+    assert log.last_flush_time == T0
+    log.append(records(b"b"))
+
+    def broken(self: LogSegment) -> None:
+        raise OSError(5, "Input/output error", str(self.log.path))
+
+    closed = make_log(tmp_path / "closed")
+    closed.append(records(b"a"))
+    closed.close()
+    monkeypatch.setattr(LogSegment, "flush", broken)
+    closed.flush()  # closed, not offline: nothing to do, no error
+    with pytest.raises(KafkaStorageIOError, match=r"^I/O error while flushing topic-0 \("):
+        log.flush()
+    assert log.is_offline and log.recovery_point == 1
+
+
+def test_a_local_read_overtaken_by_retention_without_a_remote_tier_is_out_of_range(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = make_log(tmp_path)
+    log.append(records(b"a", b"b"))
+    monkeypatch.setattr(log.segments, "floor_segment", lambda offset: None)  # the segment went during the read
+    with pytest.raises(OffsetOutOfRangeError) as caught:
+        log.read(1)
+    assert caught.value.context == {"offset": 1, "log_start_offset": 0, "log_end_offset": 2}
