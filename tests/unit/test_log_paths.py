@@ -394,8 +394,10 @@ def test_a_read_of_remote_data_without_a_remote_tier_says_how_to_configure_one(t
     log.remote_tier = None
     with pytest.raises(RemoteStorageNotConfiguredError) as caught:
         log.read(19)
-    assert str(caught.value).startswith("offset 19 of topic-0 is in remote storage (the local log starts at 20) and "
-                                        "this process has no remote tier: set remote.log.storage.system.enable=true")
+    assert str(caught.value) == (
+        "offset 19 of topic-0 is in remote storage (the local log starts at 20) and this process has no remote tier: "
+        "set remote.log.storage.system.enable=true and remote.log.storage.manager.class.name (with its rsm.config.* "
+        "keys) in the broker config (tiered: pass --config FILE)")
     assert caught.value.context == {"offset": 19, "topic": "topic", "partition": 0}
     assert [b.base_offset for b in _batches_of(log, 20)] == [20]
 
@@ -540,7 +542,7 @@ def test_batches_without_timestamps_roll_by_the_clock_on_both_append_paths(tmp_p
     log.append(MemoryRecords.build(untimed))
     assert [s.base_offset for s in log.segments.values()] == [0, 2]
     time.sleep(1001)
-    two = bytes(MemoryRecords.build(untimed).buffer) * 2  # two batches: the general path
+    two = bytes(MemoryRecords.build(untimed * 2).buffer) * 2  # two batches of two: the general path
     info = log.append(MemoryRecords(two))
     assert (info.max_timestamp, info.offset_of_max_timestamp) == (-1, 3)  # no timestamp: the first offset
     assert [s.base_offset for s in log.segments.values()] == [0, 2, 3]
@@ -666,3 +668,14 @@ def test_a_local_read_overtaken_by_retention_without_a_remote_tier_is_out_of_ran
     with pytest.raises(OffsetOutOfRangeError) as caught:
         log.read(1)
     assert caught.value.context == {"offset": 1, "log_start_offset": 0, "log_end_offset": 2}
+
+
+def test_rolled_segments_keep_the_logs_index_format(tmp_path: Path) -> None:
+    from tests.logutil import topic_config
+
+    for large, size in ((True, 12), (False, 8)):
+        log = Log.open(tmp_path / f"large-{large}" / "topic-0", topic_config(tmp_path), time=MockTime(),
+                       use_large_index=large)
+        log.append(records(b"a"))
+        assert log.roll().offset_index.entry_size == size
+        log.close()
