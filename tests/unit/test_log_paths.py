@@ -199,6 +199,12 @@ def test_rolled_segments_are_made_with_the_configured_jitter_and_preallocation(t
     jittered = make_log(tmp_path / "b", segment_jitter_ms=1000)
     jitters = {jittered.roll(jittered.log_end_offset + i).roll_jitter_ms for i in range(1, 40)}
     assert all(0 <= j < 1000 for j in jitters) and len(jitters) > 1
+    dense = make_log(tmp_path / "dense", index_interval_bytes=1)
+    dense.append(records(b"a"))
+    rolled = dense.roll()
+    for value in (b"b", b"c", b"d"):
+        dense.append(records(value))
+    assert rolled.offset_index.entries == 2  # an entry for each batch after the first: the configured interval
     for preallocate, size in ((True, 1 << 20), (False, 0)):
         each = make_log(tmp_path / f"c{preallocate}", preallocate=preallocate, segment_bytes=1 << 20)
         each.append(records(b"a"))
