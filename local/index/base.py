@@ -191,8 +191,13 @@ class AbstractIndex(ABC):
     def _map(self, fd: int, length: int) -> mmap.mmap | None:
         if length == 0:
             return None  # a zero-length file cannot be mapped
-        access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
-        return mmap.mmap(fd, length, access=access)
+        if not self._writable:
+            # A read-only index (the remote index cache's, `tiered dump`'s) is read whole instead: CPython's mmap
+            # keeps a duplicate of the file descriptor for as long as the mapping lives, so a cache of hundreds
+            # of remote indexes would hold hundreds of descriptors and run into the process's limit. Its bytes
+            # are what the cache's byte bound counts. (bytes answers every read a mapping does.)
+            return _read_whole(fd, length)  # type: ignore[return-value]
+        return mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
 
     def _raw_entries(self, count: int) -> bytes:
         """A copy of the first ``count`` entries' bytes (a copy, so no buffer export pins the mapping)."""
@@ -513,7 +518,7 @@ class AbstractIndex(ABC):
         with self._lock:
             mm, self._mmap = self._mmap, None
             self._closed = True
-            if mm is not None:
+            if isinstance(mm, mmap.mmap):
                 try:
                     mm.close()
                 except BufferError:  # a reader still holds a view: the mapping goes when it lets go
@@ -556,3 +561,15 @@ class AbstractIndex(ABC):
             f"{type(self).__name__}(path={str(self._path)!r}, base_offset={self._base_offset}, "
             f"entry_size={self._entry_size}, entries={self.entries}, max_entries={self.max_entries})"
         )
+
+
+def _read_whole(fd: int, length: int) -> bytes:
+    """The first ``length`` bytes of the file (fewer if it is shorter)."""
+    parts, done = [], 0
+    while done < length:
+        part = os.pread(fd, length - done, done)
+        if not part:
+            break
+        parts.append(part)
+        done += len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)

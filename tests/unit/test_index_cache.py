@@ -824,3 +824,30 @@ def test_two_readers_of_an_index_not_yet_open_share_one_open(tmp_path: Path, mon
         second.join(30)
         assert got["first"] is got["second"] is entry.time_index
         assert len([name for name in opened if name.endswith(".timeindex")]) == 1
+
+
+def test_cached_indexes_hold_no_file_descriptor(tmp_path: Path) -> None:
+    """A mapping would keep a descriptor per cached index (CPython's mmap keeps a duplicate): a cache of hundreds
+    of remote segments would reach the process's limit. Read-only indexes are read whole instead."""
+    import os
+
+    mds = [_md(i * 1000) for i in range(20)]
+    store = Store(tmp_path, mds)
+    times = _time_index_bytes(tmp_path, 0)
+    fetch = lambda md, kind: io.BytesIO(times) if kind is IndexType.TIMESTAMP else store.fetch(md, kind)  # noqa: E731
+    cache_dir = tmp_path / "log" / DIR_NAME
+
+    def open_in_cache() -> list[str]:
+        targets = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                continue
+        return [t for t in targets if t.startswith(str(cache_dir))]
+
+    with RemoteIndexCache(tmp_path / "log", fetch) as cache:
+        for md in mds:
+            assert cache.lookup_offset(md, md.start_offset + 105) == 10 * 4096
+            cache.lookup_timestamp(md, T0 + 5, md.start_offset)
+        assert len(cache) == 20 and open_in_cache() == []
