@@ -46,8 +46,9 @@ MODULES: dict[str, list[str]] = {
     "local/index/offset_index.py": ["tests/unit/test_offset_index.py", "tests/property/test_index_props.py"],
     "local/index/time_index.py": ["tests/unit/test_time_index.py", "tests/property/test_index_props.py"],
     "local/index/detect.py": ["tests/unit/test_detect_entry_size.py", "tests/unit/test_detect_boundaries.py"],
-    # segment recovery
+    # segment recovery: of one segment, and of a log (swap files, the segments after a bad one, recovery points)
     "local/segment.py": ["tests/unit/test_segment.py", "tests/property/test_segment_recovery.py"],
+    "local/loader.py": ["tests/unit/test_loader.py", "tests/unit/test_parallel_loading.py"],
     # leader epochs
     "local/epoch.py": ["tests/unit/test_log.py", "tests/unit/test_leader_epochs.py"],
     # retention of both tiers, the remote read path
