@@ -47,6 +47,14 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * _PAGE
 
 
+def anonymous_rss_bytes() -> int:
+    """Resident memory not backed by a file (the heap: where a leak shows). The rest of the RSS is file pages
+    mapped by the process, such as the segment cache's chunks, which its memory bound limits."""
+    with open("/proc/self/statm") as f:
+        fields = f.read().split()
+    return (int(fields[1]) - int(fields[2])) * _PAGE
+
+
 def open_files() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -120,6 +128,7 @@ class LoadResult:
     read_latencies: list[float] = field(default_factory=list)  # seconds, every read
     open_files: list[int] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
+    rss_anonymous: list[int] = field(default_factory=list)
     copy_lag_segments: list[int] = field(default_factory=list)
     copy_lag_bytes: list[int] = field(default_factory=list)
     remote_segments_copied: int = 0
@@ -281,6 +290,7 @@ class _Run:
             with self.lock:
                 self.result.open_files.append(open_files())
                 self.result.rss.append(rss_bytes())
+                self.result.rss_anonymous.append(anonymous_rss_bytes())
                 self.result.copy_lag_segments.append(lag[0])
                 self.result.copy_lag_bytes.append(lag[1])
 
