@@ -426,7 +426,7 @@ class RemoteIndexCache:
             if attempt:
                 raise problem.error()
         try:
-            open_index(tmp).close()  # sanity-check the download before it takes the real name
+            index = open_index(tmp)  # sanity-checked before it takes the real name
         except CorruptIndexError as exc:
             tmp.unlink(missing_ok=True)
             raise CorruptIndexError(
@@ -434,8 +434,8 @@ class RemoteIndexCache:
                 f"store is corrupt: {exc}",
                 segment_id=str(metadata.remote_log_segment_id),
             ) from exc
-        os.replace(tmp, path)
-        return open_index(path)
+        index.rename_to(path)  # the index opened for the check is the one kept: the file is read once
+        return index
 
     def _check(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType, path: Path) -> ChecksumProblem | None:
         verifier = self.verifier
