@@ -194,7 +194,8 @@ class RemoteLogMetadataStore:
 
     # Loading ----------------------------------------------------------------------------------------------
     def load(self, tip: TopicIdPartition) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
-        """(Re)build the partition's view from the object store alone."""
+        """(Re)build the partition's view from the object store, keeping what this process recorded that is newer
+        than the listing (an event whose object the listing missed)."""
         latest: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
         checksums: dict[uuid.UUID, SegmentChecksums] = {}
         for key in self.store.list_keys(layout.metadata_prefix(self.prefix, tip)):
@@ -211,10 +212,21 @@ class RemoteLogMetadataStore:
             if sums is not None:
                 checksums[sid] = sums
         with self._lock:
+            # An event this process recorded while the listing above ran (another thread's first query of the
+            # partition racing a copy's STARTED, or a stale-copy reload racing a deletion) is newer than what the
+            # listing saw: keep it, or the copy's next update finds no segment. States only move forward.
+            kept = {
+                sid: md
+                for sid, md in (self._segments.get(tip) or {}).items()
+                if sid not in latest or md.state > latest[sid].state
+            }
+            for sid in latest.keys() - kept.keys():
+                self._checksums.pop(sid, None)  # the store's events replace what this view knew
+            for sid in kept:
+                checksums.pop(sid, None)  # a kept event's checksums (if any) are already known
+            latest.update(kept)
             self._segments[tip] = latest
             self._readable.pop(tip, None)
-            for sid in latest:
-                self._checksums.pop(sid, None)
             self._checksums.update(checksums)
         return latest
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 import time
 import uuid
 import warnings
@@ -27,12 +28,14 @@ from tiered import (
     RemoteLogSegmentMetadata,
     RemoteStorageManager,
     TopicIdPartition,
+    layout,
 )
 from tiered.backends import load_rsm
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
 from tiered.cache.index_cache import RemoteIndexCache
+from tiered.checksums import ObjectChecksums, SegmentChecksums
 from tiered.errors import InvalidStateTransitionError, RemoteResourceNotFoundError, RemoteStorageError
-from tiered.metadata import RemoteLogMetadataStore
+from tiered.metadata import DirectoryObjects, RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 
@@ -199,6 +202,57 @@ def test_stale_started_copy_after_a_crash_is_cleaned(tmp_path: Path) -> None:
     fresh = RemoteLogMetadataStore(rsm)  # type: ignore[arg-type]
     assert [s.remote_log_segment_id for s in fresh.find_stale_copies(tip)] == [md.remote_log_segment_id]
     assert fresh.readable_segments(tip) == []
+
+
+def test_an_event_recorded_while_another_thread_loads_the_partition_is_kept(tmp_path: Path) -> None:
+    """A reader's first query of a partition lists the store; a copy that records its STARTED event meanwhile
+    (through a load of its own) must still find its segment to finish it, and a reload that lists an older state
+    than this process recorded keeps the newer one with its checksums."""
+    listed, release = threading.Event(), threading.Event()
+
+    class SlowFirstListing(DirectoryObjects):
+        calls = 0
+
+        def list_keys(self, prefix: str) -> list[str]:
+            keys = super().list_keys(prefix)
+            type(self).calls += 1
+            if type(self).calls == 1:  # the reader's listing: taken, then held until the copy has recorded
+                listed.set()
+                assert release.wait(10)
+            return keys
+
+    store = RemoteLogMetadataStore(SlowFirstListing(tmp_path / "meta"))
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, T0, 0, T0, 100, {0: 0})
+    reader = threading.Thread(target=store.list_remote_log_segments, args=(tip,))
+    reader.start()
+    assert listed.wait(10)
+    store.add_remote_log_segment_metadata(md)  # loads the partition itself, then records STARTED
+    release.set()
+    reader.join(10)
+    assert not reader.is_alive()
+    S = RemoteLogSegmentState
+    sums = SegmentChecksums(4, {".log": ObjectChecksums(6, (1, 2))})
+    finished = store.update_remote_log_segment_metadata(
+        RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, T0 + 1, None, S.COPY_SEGMENT_FINISHED, 0),
+        sums,
+    )
+    assert finished.state is S.COPY_SEGMENT_FINISHED
+    assert store.readable_segments(tip) == [finished]
+    # A reload that sees less than this process recorded (the FINISHED event's object hidden from the listing).
+    hidden = layout.metadata_event_key(
+        store.prefix, md.remote_log_segment_id, 0, int(S.COPY_SEGMENT_FINISHED)
+    )
+    data = store.store.get_range(hidden)
+    store.store.delete_many([hidden])
+    try:
+        assert [m.state for m in store.load(tip).values()] == [S.COPY_SEGMENT_FINISHED]
+        assert store.segment_checksums(finished) == sums
+    finally:
+        store.store.put_bytes(hidden, data)
+    fresh = RemoteLogMetadataStore(DirectoryObjects(tmp_path / "meta"))
+    assert fresh.readable_segments(tip) == [finished]
+    assert fresh.segment_checksums(finished) == sums
 
 
 def test_state_transitions_and_idempotent_repeats(tmp_path: Path) -> None:
