@@ -496,9 +496,14 @@ def test_rebuilt_index_uses_the_large_format_once_finalized(built: tuple[Path, V
     again.close()
 
 
-def test_unclean_recovery_upgrades_only_what_it_rebuilds(built: tuple[Path, Values], cfg: TopicConfig) -> None:
+def test_unclean_recovery_upgrades_only_what_it_rebuilds(
+    built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture
+) -> None:
     path, expected = built
-    log = open_log(path, cfg, clean=False, recovery_point=12, use_large_index=True)
+    with caplog.at_level(logging.INFO, logger="local.loader"):
+        log = open_log(path, cfg, clean=False, recovery_point=12, use_large_index=True)
+    upgrades = [r.getMessage() for r in caplog.records if "in the 12-byte format" in r.getMessage()]
+    assert upgrades == [f"{path.name}: rebuilding the offset index of segment 12 in the 12-byte format"]
     assert read_all_values(log) == expected
     formats = {s.base_offset: s.offset_index.is_large_format for s in log.segments.values()}
     assert formats == {0: False, 6: False, 12: True}

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from local import filenames, metrics
+from local import filenames, load_worker, loader, metrics
 from local.config import LogConfig, TopicConfig
 from local.errors import KafkaStorageError
 from local.log import Log
@@ -249,6 +249,33 @@ def test_gauge_children_exist_only_during_a_multi_threaded_load(
     log.close()
 
 
+def test_a_load_checks_on_as_many_workers_as_it_was_given(
+    template: tuple[Path, TopicConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One segment per chunk (12 chunks), 3 loading threads: the checker pool asked for has 3 workers, and no
+    more than 3 loader threads ever report progress."""
+    source, cfg = template
+    path = tmp_path / "topic-0"
+    shutil.copytree(source, path)
+    monkeypatch.setattr(loader, "_PHASE1_CHUNK", 1)
+    asked: list[int] = []
+    real_pool = load_worker.pool
+
+    def recording_pool(workers: int) -> load_worker.CheckerPool:
+        asked.append(workers)
+        return real_pool(workers)
+
+    monkeypatch.setattr(load_worker, "pool", recording_pool)
+    label = f"{tmp_path}/workers"
+    callback, seen = observing_callback(label)
+    log = Log.open(path, cfg, num_segment_loading_threads=3, remaining_segments_callback=callback, time=MockTime(ms=T0))
+    assert asked == [3]
+    threads = set().union(*seen)
+    assert 1 <= len(threads) <= 3
+    assert read_all_values(log) == [(i, b"v%d" % i) for i in range(SEGMENTS * PER_SEGMENT)]
+    log.close()
+
+
 def test_single_threaded_load_creates_no_gauge_child(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
     source, cfg = template
     path = tmp_path / "topic-0"
@@ -401,7 +428,6 @@ def chunk_of(path: Path) -> list[tuple[int, bool, bool]]:
 
 def test_worker_process_finds_what_this_process_finds(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
     """A real ``python -m local.load_worker`` child answers as the in-process check does, damage included."""
-    from local import load_worker
 
     source, _ = template
     path = tmp_path / "topic-0"
@@ -425,7 +451,6 @@ def test_worker_process_finds_what_this_process_finds(template: tuple[Path, Topi
 
 
 def test_a_dead_worker_process_leaves_its_chunks_to_the_thread(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
-    from local import load_worker
 
     source, _ = template
     path = tmp_path / "topic-0"
