@@ -79,7 +79,8 @@ DESCRIPTIONS: dict[str, str] = {
     "RemoteLogMetadataManager; default: `bucket` for object-store plugins, `local` for any other.",
     "remote.log.metadata.manager.impl.prefix": "Prefix of the keys passed to the remote log metadata manager.",
     "remote.log.metadata.custom.metadata.max.bytes": "Largest custom metadata a plugin may return for a copy; "
-                                                     "a larger one fails the copy.",
+                                                     "a larger one fails the copy (its objects are deleted) and, "
+                                                     "as in Kafka, stops the partition's copies until a restart.",
     "remote.log.index.file.cache.total.size.bytes": "Disk space of the cache of remote segments' indexes.",
     "remote.log.manager.task.interval.ms": "How often each partition's copy and expiration tasks run.",
     "remote.log.manager.copy.max.bytes.per.second": "Quota on bytes copied to the remote tier per second.",

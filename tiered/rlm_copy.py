@@ -7,7 +7,9 @@ then COPY_SEGMENT_FINISHED, which records the crc32c checksums of every object (
 :mod:`tiered.checksums`; every fetch of a segment that has them is verified). A failed attempt deletes what it
 uploaded (DELETE_SEGMENT_STARTED -> DELETE_SEGMENT_FINISHED). A STARTED copy found at the task's first run (a
 crash mid-copy) is cleaned up the same way, and so is, at the next run, a failed attempt whose cleanup failed too
-(an outage): as Kafka's copy task deletes a failed copy's data, no orphan waits for a restart.
+(an outage): as Kafka's copy task deletes a failed copy's data, no orphan waits for a restart. A plugin's custom
+metadata larger than ``remote.log.metadata.custom.metadata.max.bytes`` fails the copy the same way and, as in
+Kafka (which cancels the task), stops the partition's copies until a restart: a retry would upload it in vain.
 
 One task per partition (the :class:`tiered.remote_log_manager.RemoteLogManager` keeps them), holding the
 partition's copy state; its runs are serialised by its lock, apart from the expiration task's.
@@ -93,6 +95,9 @@ class RLMCopyTask:
         self._record = record
         self.lock = threading.Lock()
         self._cleaned_stale = False
+        # Why the task stopped copying for good (Kafka cancels the copy task when a plugin's custom metadata is
+        # over the limit: every retry would upload the segment again, to be refused again); None while it copies.
+        self.cancelled: str | None = None
         # Copy attempts of this process that failed and whose cleanup failed too (an outage), by segment id; the
         # next run deletes what they left.
         self._failed_copies: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
@@ -108,6 +113,9 @@ class RLMCopyTask:
         result = PassResult()
         if getattr(log.config, "remote_log_copy_disable", False):
             return result
+        if self.cancelled is not None:
+            logger.debug("copies of %s are stopped: %s", log.name, self.cancelled)
+            return result
         with self.lock:
             try:
                 result.stale_copies_cleaned += self._cleanup_stale_copies()
@@ -122,6 +130,14 @@ class RLMCopyTask:
                     break
                 try:
                     self._copy_segment(log, seg, nxt)
+                except CustomMetadataSizeExceededError as exc:
+                    result.copy_errors += 1
+                    self.cancelled = str(exc)
+                    logger.error(
+                        "copies of %s to the remote tier are stopped until the next restart: %s (the copied objects "
+                        "were deleted; raise the limit or fix the plugin)", log.name, exc,
+                    )
+                    break
                 except Exception:
                     result.copy_errors += 1
                     logger.exception("copy of segment %d of %s to the remote tier failed", seg.base_offset, log.name)

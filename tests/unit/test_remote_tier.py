@@ -192,6 +192,55 @@ def test_failed_copy_leaves_no_orphans_and_next_pass_copies(tmp_path: Path) -> N
         assert m.cleanup_logs() == 0  # nothing local may go: no finished copy
 
 
+class _CustomMetadata(LocalDirRemoteStorageManager):
+    """Returns custom metadata of ``size`` bytes from every copy, and counts the copies."""
+
+    size = 0
+    copies = 0
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
+        super().copy_log_segment_data(metadata, segment_data)
+        type(self).copies += 1
+        return b"m" * self.size
+
+
+@pytest.mark.parametrize("size", [128, 129])
+def test_custom_metadata_over_the_limit_fails_the_copy_and_stops_the_partitions_copies(
+    tmp_path: Path, size: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At the limit (128 bytes) every segment is copied with its custom metadata; one byte over, the first copy's
+    objects and metadata are deleted and the task copies nothing more (Kafka cancels it): no upload per pass."""
+    config = LogConfig.from_properties(_props(tmp_path))
+    rsm = type("Sized", (_CustomMetadata,), {"size": size, "copies": 0})()
+    rsm.configure({"dir": str(tmp_path / "remote")})
+    store = RemoteLogMetadataStore(rsm)
+    rlm = RemoteLogManager(rsm, store, RemoteIndexCache(tmp_path / "data", rsm.fetch_index), custom_metadata_max_bytes=128)
+    with LogManager(config, remote_tier=rlm, start_scheduler=False) as m:
+        log = m.get_or_create_log("t", 0, TOPIC_OVERRIDES)
+        _produce(log, 12_000)
+        closed = log.number_of_segments() - 1
+        with caplog.at_level(logging.ERROR, logger="tiered.rlm_copy"):
+            first = rlm.run_once(m.all_logs())
+            second = rlm.run_once(m.all_logs())
+        tip = rlm.topic_id_partition(log)
+        if size == 128:
+            assert (first.segments_copied, first.copy_errors, second.segments_copied) == (closed, 0, 0)
+            assert {md.custom_metadata for md in store.readable_segments(tip)} == {b"m" * 128}
+            assert rlm.copy_task(log).cancelled is None and caplog.records == []
+            return
+        assert (first.segments_copied, first.copy_errors) == (0, 1)
+        assert (second.segments_copied, second.copy_errors) == (0, 0)
+        assert rsm.copies == 1  # the second pass uploaded nothing
+        data_objects = [p for p in (tmp_path / "remote").rglob("*") if p.is_file() and not p.name.endswith(".json")]
+        assert data_objects == []
+        assert store.readable_segments(tip) == []
+        reason = rlm.copy_task(log).cancelled
+        assert reason is not None and "129 bytes" in reason and "max.bytes=128" in reason
+        [record] = caplog.records
+        assert record.getMessage().startswith(f"copies of {log.name} to the remote tier are stopped until the next restart")
+        assert m.cleanup_logs() == 0  # nothing local may go: nothing was copied
+
+
 def test_stale_started_copy_after_a_crash_is_cleaned(tmp_path: Path) -> None:
     rsm = load_rsm("local", {"dir": str(tmp_path / "remote")})
     store = RemoteLogMetadataStore(rsm)  # type: ignore[arg-type]
