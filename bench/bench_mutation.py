@@ -76,6 +76,16 @@ MODULES: dict[str, list[str]] = {
         RLM + "test_after_a_failed_checkpoint_no_later_pass_deletes_until_one_succeeds",
         RLM + "test_a_remote_read_racing_remote_expiration_never_returns_later_data",
     ],
+    # the copy to the remote tier: failed, crashed and oversized copies, the quota, the checksums it records
+    "tiered/rlm_copy.py": [
+        "tests/unit/test_copy_crashes.py",
+        "tests/unit/test_remote_tier.py",
+        "tests/unit/test_remote_quotas.py",
+        "tests/unit/test_remote_integrity.py",
+        "tests/unit/test_remote_safety.py",
+        RLM + "test_a_manager_with_the_remote_tier_copies_and_expires_by_itself",
+        RLM + "test_close_stops_the_tasks_before_the_logs_close",
+    ],
     # the RSM bounds (and the metadata rules beside them)
     "tiered/rsm.py": [
         "tests/unit/test_rsm_bounds.py",
