@@ -111,7 +111,7 @@ class RLMCopyTask:
     def copy_log_segments(self, log: Log) -> PassResult:
         """Copy every eligible segment of ``log`` in order; stops at the first failure (retried next run)."""
         result = PassResult()
-        if getattr(log.config, "remote_log_copy_disable", False):
+        if log.config.remote_log_copy_disable:
             return result
         if self.cancelled is not None:
             logger.debug("copies of %s are stopped: %s", log.name, self.cancelled)
@@ -204,11 +204,11 @@ class RLMCopyTask:
 
     def _remove_failed_copy(self, md: RemoteLogSegmentMetadata) -> None:
         """Delete what a failed copy attempt uploaded and its metadata (Kafka's copy task does the same); when that
-        fails too (the store is down), the attempt is remembered and the next run deletes it."""
+        fails too (the store is down), the segment stays COPY_SEGMENT_STARTED or DELETE_SEGMENT_STARTED in the
+        metadata store's view, where the next run finds it and deletes it."""
         try:
             self.parts.delete_remote_segment(md, reason="failed copy")
         except Exception:
-            self._failed_copies[md.remote_log_segment_id.id] = md
             logger.warning("cleanup of the failed copy %s failed; retried at the next pass", md.remote_log_segment_id,
                            exc_info=True)
 

@@ -237,7 +237,10 @@ def test_custom_metadata_over_the_limit_fails_the_copy_and_stops_the_partitions_
         reason = rlm.copy_task(log).cancelled
         assert reason is not None and "129 bytes" in reason and "max.bytes=128" in reason
         [record] = caplog.records
-        assert record.getMessage().startswith(f"copies of {log.name} to the remote tier are stopped until the next restart")
+        assert record.getMessage() == (
+            f"copies of {log.name} to the remote tier are stopped until the next restart: {reason} (the copied "
+            "objects were deleted; raise the limit or fix the plugin)"
+        )
         assert m.cleanup_logs() == 0  # nothing local may go: nothing was copied
 
 
