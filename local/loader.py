@@ -48,7 +48,7 @@ from local.index.sanity import check_segment_index_files as check_segment_index_
 from local.index.time_index import check_time_index as check_time_index
 from local.producer_rebuild import rebuild_producer_state
 from local.producer_state import ProducerStateManager
-from local.scheduler import SYSTEM_TIME, Time
+from local.scheduler import Time
 from local.segment import LogSegment
 from local.segments import LogSegments
 
@@ -96,7 +96,8 @@ class LogLoader:
     ``log_start_offset`` and ``recovery_point`` are the checkpointed values (0 when unknown: everything is
     recovered after an unclean shutdown). ``remaining_segments_callback`` receives the per-thread count of
     segments still to load while ``num_segment_loading_threads`` > 1, and ``(thread, None)`` for every thread it
-    was told about once loading ends, whether it succeeded or not.
+    was told about once loading ends, whether it succeeded or not. Every argument is given by :meth:`Log.open`,
+    its one caller (no defaults of its own to drift from the log's).
     """
 
     def __init__(
@@ -107,15 +108,15 @@ class LogLoader:
         segments: LogSegments,
         producer_state_manager: ProducerStateManager,
         leader_epoch_cache: LeaderEpochFileCache | None,
-        log_start_offset: int = 0,
-        recovery_point: int = 0,
-        had_clean_shutdown: bool = True,
-        time: Time = SYSTEM_TIME,
-        use_large_index: bool = False,
-        num_segment_loading_threads: int = 1,
-        remote_storage_enabled: bool = False,
-        remaining_segments_callback: RemainingSegmentsCallback | None = None,
-        read_only: bool = False,
+        log_start_offset: int,
+        recovery_point: int,
+        had_clean_shutdown: bool,
+        time: Time,
+        use_large_index: bool,
+        num_segment_loading_threads: int,
+        remote_storage_enabled: bool,
+        remaining_segments_callback: RemainingSegmentsCallback | None,
+        read_only: bool,
     ) -> None:
         if num_segment_loading_threads < 1:
             raise ValueError(
