@@ -468,6 +468,82 @@ def test_active_segment_indexes_are_resized_to_their_maximum(built: tuple[Path, 
 
 
 # ------------------------------------------------------------------------------------------------------------
+# What the loader is given: the epoch cache, the remote tier's log start, read-only files, the thread count
+
+
+def write_epochs(path: Path, cfg: TopicConfig) -> None:
+    """Three segments written in leader epochs 0, 1 and 2 (offsets 0, 6 and 12 on)."""
+    log = open_log(path, cfg)
+    for i in range(BATCHES):
+        if i and i % PER_SEGMENT == 0:
+            log.roll()
+        log.append(records(value(i), timestamp=T0 + i), leader_epoch=i // PER_SEGMENT)
+    log.close()
+
+
+LINEAGE = [(0, 0), (1, 6), (2, 12)]
+
+
+def epochs(log: Log) -> list[tuple[int, int]]:
+    return [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.epoch_entries()]
+
+
+def test_epochs_past_the_loaded_log_end_are_dropped(tmp_path: Path, cfg: TopicConfig) -> None:
+    path = tmp_path / "topic-0"
+    write_epochs(path, cfg)
+    checkpoint = path / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME
+    checkpoint.write_text("0\n4\n0 0\n1 6\n2 12\n7 100\n")  # an epoch starting past the log end (18)
+    log = open_log(path, cfg)
+    assert epochs(log) == LINEAGE
+    log.close()
+
+
+def test_unclean_recovery_rebuilds_the_epochs_from_the_batches(tmp_path: Path, cfg: TopicConfig) -> None:
+    path = tmp_path / "topic-0"
+    write_epochs(path, cfg)
+    (path / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME).unlink()
+    log = open_log(path, cfg, clean=False)
+    assert epochs(log) == LINEAGE
+    log.close()
+
+
+@pytest.mark.parametrize("remote_data", [True, False])
+def test_a_partition_with_remote_data_keeps_its_log_start_below_the_local_segments(
+    tmp_path: Path, cfg: TopicConfig, remote_data: bool
+) -> None:
+    """The first segment is gone locally (copied, then deleted by local retention): with remote data the log start
+    stays at the checkpointed 0 (offsets 0-5 are remote); without, it moves up to the first local segment."""
+    path = tmp_path / "topic-0"
+    write_log(path, cfg)
+    if remote_data:
+        log = open_log(path, cfg)
+        log.note_highest_remote_offset(5)
+        log.close()
+    for suffix in (".log", ".index", ".timeindex"):
+        seg_file(path, 0, suffix).unlink()
+    log = open_log(path, cfg, log_start_offset=0)
+    assert log.log_start_offset == (0 if remote_data else PER_SEGMENT)
+    assert log.segments.first_segment.base_offset == PER_SEGMENT  # type: ignore[union-attr]
+    log.close()
+
+
+def test_a_read_only_load_opens_every_log_file_read_only(built: tuple[Path, Values], cfg: TopicConfig) -> None:
+    path, expected = built
+    log = open_log(path, cfg, read_only=True)
+    assert read_all_values(log) == expected
+    for segment in log.segments.values():
+        with pytest.raises(PermissionError, match="not open for appending"):
+            segment.log.append(b"x")
+    log.close()
+
+
+def test_a_thread_count_below_one_is_refused(built: tuple[Path, Values], cfg: TopicConfig) -> None:
+    path, _ = built
+    with pytest.raises(ValueError, match=r"^num.segment.loading.threads.per.data.dir must be >= 1, got 0$"):
+        open_log(path, cfg, num_segment_loading_threads=0)
+
+
+# ------------------------------------------------------------------------------------------------------------
 # Index format upgrade on rebuild (KIP-1333)
 
 

@@ -276,13 +276,20 @@ def test_a_load_checks_on_as_many_workers_as_it_was_given(
     log.close()
 
 
-def test_single_threaded_load_creates_no_gauge_child(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
+@pytest.mark.parametrize("clean", [True, False])  # unclean: the recovery of unflushed segments counts down too
+def test_single_threaded_load_creates_no_gauge_child(
+    template: tuple[Path, TopicConfig], tmp_path: Path, clean: bool
+) -> None:
     source, cfg = template
     path = tmp_path / "topic-0"
     shutil.copytree(source, path)
     label = f"{tmp_path}/single"
     callback, seen = observing_callback(label)
-    log = Log.open(path, cfg, num_segment_loading_threads=1, remaining_segments_callback=callback, time=MockTime(ms=T0))
+    log = Log.open(
+        path, cfg, num_segment_loading_threads=1, remaining_segments_callback=callback, time=MockTime(ms=T0),
+        had_clean_shutdown=clean,
+    )
+    assert log.load_stats.segments_recovered == (0 if clean else SEGMENTS)
     assert seen == []
     assert metrics.remaining_segments_children(label) == {}
     log.close()
