@@ -69,11 +69,11 @@ RemainingSegmentsCallback = Callable[[str, "int | None"], None]
 
 @dataclass(frozen=True, slots=True)
 class LoadedLogOffsets:
-    """The offsets a load ends with (Kafka's ``LoadedLogOffsets``)."""
+    """The offsets a load ends with (Kafka's ``LoadedLogOffsets``, without the log end: the log reads it from its
+    active segment)."""
 
     log_start_offset: int
     recovery_point: int
-    log_end_offset: int
 
 
 @dataclass(slots=True)
@@ -173,7 +173,7 @@ class LogLoader:
         )
         self.stats.elapsed_ms = (_time.perf_counter() - started) * 1000
         metrics.partition_loaded(self._data_dir, self.dir.name, stats_summary(self.stats))
-        return LoadedLogOffsets(log_start, recovery_point, next_offset)
+        return LoadedLogOffsets(log_start, recovery_point)
 
     # ------------------------------------------------------------------------------------------------------
     # Steps 1-2: transient files

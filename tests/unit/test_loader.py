@@ -13,12 +13,14 @@ import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from local import filenames
+from local import loader as loader_module
 from local.config import TopicConfig
 from local.errors import CorruptIndexError
 from local.index import OffsetIndex, TimeIndex, detect_entry_size
@@ -537,6 +539,34 @@ def test_a_read_only_load_opens_every_log_file_read_only(built: tuple[Path, Valu
     log.close()
 
 
+def test_the_load_time_is_measured_in_milliseconds(
+    built: tuple[Path, Values], cfg: TopicConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = built
+    ticks = iter([100.0, 100.25])
+    monkeypatch.setattr(loader_module, "_time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    log = open_log(path, cfg)
+    assert log.load_stats.elapsed_ms == 250.0
+    log.close()
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_clean_shutdown_without_producer_snapshots_starts_with_empty_ones(
+    tmp_path: Path, cfg: TopicConfig, clean: bool
+) -> None:
+    """Kafka's rule for a log from a broker that wrote no snapshots: after a clean shutdown, empty snapshots at the
+    last two segments and the log end instead of a scan of every segment; after a crash, the scan."""
+    path = tmp_path / "topic-0"
+    write_log(path, cfg, producer=True)
+    for snapshot in path.glob("*.snapshot"):
+        snapshot.unlink()
+    log = open_log(path, cfg, clean=clean)
+    producers = log.producer_state_manager.producers
+    assert (11 in producers) is not clean
+    assert sorted(p.name for p in path.glob("*.snapshot")) == [f"{o:020d}.snapshot" for o in (6, 12, BATCHES)]
+    log.close()
+
+
 def test_a_thread_count_below_one_is_refused(built: tuple[Path, Values], cfg: TopicConfig) -> None:
     path, _ = built
     with pytest.raises(ValueError, match=r"^num.segment.loading.threads.per.data.dir must be >= 1, got 0$"):
@@ -622,8 +652,9 @@ def test_unreadable_file_fails_the_load_clearly(built: tuple[Path, Values], cfg:
     victim = seg_file(path, 6, ".log")
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != victim and real_access(p, mode, **kw))
-    with pytest.raises(OSError, match=r"cannot read .*00000000000000000006\.log"):
+    with pytest.raises(OSError, match=r"cannot read .*00000000000000000006\.log") as err:
         open_log(path, cfg)
+    assert err.value.path == str(victim)  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------------------------------------------

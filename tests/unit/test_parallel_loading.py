@@ -226,9 +226,9 @@ def observing_callback(label: str) -> tuple[object, list[dict[str, float]]]:
     return update, seen
 
 
-@pytest.mark.parametrize("clean", [True, False])
+@pytest.mark.parametrize("clean,threads", [(True, 4), (False, 4), (True, 2)])
 def test_gauge_children_exist_only_during_a_multi_threaded_load(
-    template: tuple[Path, TopicConfig], tmp_path: Path, clean: bool
+    template: tuple[Path, TopicConfig], tmp_path: Path, clean: bool, threads: int
 ) -> None:
     source, cfg = template
     path = tmp_path / "topic-0"
@@ -236,7 +236,7 @@ def test_gauge_children_exist_only_during_a_multi_threaded_load(
     label = f"{tmp_path}/gauge"
     callback, seen = observing_callback(label)
     log = Log.open(
-        path, cfg, had_clean_shutdown=clean, num_segment_loading_threads=4, remaining_segments_callback=callback,
+        path, cfg, had_clean_shutdown=clean, num_segment_loading_threads=threads, remaining_segments_callback=callback,
         time=MockTime(ms=T0),
     )
     during = [children for children in seen if children]
