@@ -401,6 +401,30 @@ def test_recovery_after_crash_during_split(
     log.close()
 
 
+def test_swaps_at_or_above_the_lowest_of_several_cleaned_offsets_are_abandoned(
+    tmp_path: Path, cfg: TopicConfig, built: tuple[Path, Values], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A split of segment 6 crashed with both halves renamed to .swap but its .cleaned file for 6 left, beside an
+    unrelated cleaning of 12: the lowest .cleaned offset (6, not the last one listed) bounds the split, and the
+    swap at exactly 6 belongs to it: both swaps are deleted, the old segment 6 stays."""
+    path, expected = built
+    new = split_segments(tmp_path, cfg)
+    place(path, 6, new[6], filenames.CLEANED_FILE_SUFFIX, empty=True)
+    seg_file(path, 12, ".log.cleaned").write_bytes(seg_file(path, 12, ".log").read_bytes())
+    for base in SPLIT:
+        place(path, base, new[base], filenames.SWAP_FILE_SUFFIX)
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg, clean=False, recovery_point=0)
+    assert read_all_values(log) == expected
+    assert [s.base_offset for s in log.segments.values()] == [0, 6, 12]
+    assert [p.name for p in path.iterdir() if p.name.endswith(filenames.TRANSIENT_SUFFIXES)] == []
+    text = warnings_of(caplog)
+    why = "part of a split that did not complete (at or above the lowest .cleaned offset 6)"
+    for base in SPLIT:
+        assert f"deleting {base:020d}.log.swap: {why}" in text
+    log.close()
+
+
 def test_swap_below_the_lowest_cleaned_offset_is_completed(
     tmp_path: Path, cfg: TopicConfig, built: tuple[Path, Values], caplog: pytest.LogCaptureFixture
 ) -> None:
