@@ -398,6 +398,7 @@ def test_recovery_after_crash_during_split(
         assert "00000000000000000009.log.swap" in text and "completing the swap" in text
     if phase == 3:
         assert "deleting 00000000000000000006.log: replaced by the swapped-in segment(s) [6, 12)" in text
+    assert log.load_stats.swap_files_recovered == {3: 2, 4: 2, 5: 1}.get(phase, 0)  # .log.swap files completed
     log.close()
 
 
@@ -588,6 +589,19 @@ def test_a_clean_shutdown_without_producer_snapshots_starts_with_empty_ones(
     producers = log.producer_state_manager.producers
     assert (11 in producers) is not clean
     assert sorted(p.name for p in path.glob("*.snapshot")) == [f"{o:020d}.snapshot" for o in (6, 12, BATCHES)]
+    log.close()
+
+
+def test_a_corrupt_transaction_index_is_found_at_load(
+    built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, expected = built
+    seg_file(path, 6, ".txnindex").write_bytes(b"\x00" * 10)  # not a whole number of 34-byte entries
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg)
+    assert log.load_stats.segments_recovered == 1
+    assert "00000000000000000006.txnindex" in warnings_of(caplog)
+    assert read_all_values(log) == expected
     log.close()
 
 
