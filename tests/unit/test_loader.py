@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import stat
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from local import filenames
+from local import filenames, metrics
 from local import loader as loader_module
 from local.config import TopicConfig
 from local.errors import CorruptIndexError
@@ -603,6 +604,43 @@ def test_a_corrupt_transaction_index_is_found_at_load(
     assert "00000000000000000006.txnindex" in warnings_of(caplog)
     assert read_all_values(log) == expected
     log.close()
+
+
+def test_a_missing_time_index_is_created_empty_without_a_recovery(built: tuple[Path, Values], cfg: TopicConfig) -> None:
+    """Kafka's rule: a segment with an offset index but no time index gets an empty time index (a plain file, not a
+    preallocated one); nothing needs recovering."""
+    path, expected = built
+    time_index = seg_file(path, 6, ".timeindex")
+    time_index.unlink()
+    umask = os.umask(0)
+    os.umask(umask)
+    log = open_log(path, cfg)
+    assert log.load_stats.segments_recovered == 0
+    assert time_index.stat().st_size == 0 and stat.S_IMODE(time_index.stat().st_mode) == 0o644 & ~umask
+    assert read_all_values(log) == expected
+    log.close()
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_load_listeners_hear_each_partition_by_name(built: tuple[Path, Values], cfg: TopicConfig, threads: int) -> None:
+    path, _ = built
+    heard: list[tuple[str, str, str, object]] = []
+
+    class Listener:
+        def partition_loading(self, data_dir: str, partition: str, segments: int) -> None:
+            heard.append(("loading", data_dir, partition, segments))
+
+        def segments_opened(self, data_dir: str, partition: str, count: int) -> None:
+            heard.append(("opened", data_dir, partition, count))
+
+        def partition_loaded(self, data_dir: str, partition: str, summary: object) -> None:
+            heard.append(("loaded", data_dir, partition, dict(summary)["segments_loaded"]))  # type: ignore[call-overload]
+
+    with metrics.load_listener(Listener()):
+        open_log(path, cfg, num_segment_loading_threads=threads).close()
+    assert {(data_dir, partition) for _, data_dir, partition, _ in heard} == {(str(path.parent), path.name)}
+    assert heard[0][::3] == ("loading", 3) and heard[-1][::3] == ("loaded", 3)
+    assert sum(n for kind, _, _, n in heard if kind == "opened") == 3  # type: ignore[misc]
 
 
 def test_a_thread_count_below_one_is_refused(built: tuple[Path, Values], cfg: TopicConfig) -> None:

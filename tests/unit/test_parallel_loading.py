@@ -249,14 +249,19 @@ def test_gauge_children_exist_only_during_a_multi_threaded_load(
     log.close()
 
 
+@pytest.mark.parametrize("threads,segments,pools", [(3, SEGMENTS, [3]), (1, SEGMENTS, []), (3, 1, [])])
 def test_a_load_checks_on_as_many_workers_as_it_was_given(
-    template: tuple[Path, TopicConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    template: tuple[Path, TopicConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int, segments: int,
+    pools: list[int],
 ) -> None:
     """One segment per chunk (12 chunks), 3 loading threads: the checker pool asked for has 3 workers, and no
-    more than 3 loader threads ever report progress."""
+    more than 3 loader threads ever report progress. One thread, or one segment, needs no pool."""
     source, cfg = template
     path = tmp_path / "topic-0"
     shutil.copytree(source, path)
+    for base in range(segments * PER_SEGMENT, SEGMENTS * PER_SEGMENT, PER_SEGMENT):
+        for suffix in (".log", ".index", ".timeindex", ".snapshot"):
+            seg(path, base, suffix).unlink(missing_ok=True)
     monkeypatch.setattr(loader, "_PHASE1_CHUNK", 1)
     asked: list[int] = []
     real_pool = load_worker.pool
@@ -268,11 +273,13 @@ def test_a_load_checks_on_as_many_workers_as_it_was_given(
     monkeypatch.setattr(load_worker, "pool", recording_pool)
     label = f"{tmp_path}/workers"
     callback, seen = observing_callback(label)
-    log = Log.open(path, cfg, num_segment_loading_threads=3, remaining_segments_callback=callback, time=MockTime(ms=T0))
-    assert asked == [3]
-    threads = set().union(*seen)
-    assert 1 <= len(threads) <= 3
-    assert read_all_values(log) == [(i, b"v%d" % i) for i in range(SEGMENTS * PER_SEGMENT)]
+    log = Log.open(
+        path, cfg, num_segment_loading_threads=threads, remaining_segments_callback=callback, time=MockTime(ms=T0)
+    )
+    assert asked == pools
+    reporters = set().union(*seen)
+    assert len(reporters) <= (threads if pools else 0)
+    assert read_all_values(log) == [(i, b"v%d" % i) for i in range(segments * PER_SEGMENT)]
     log.close()
 
 
