@@ -249,7 +249,7 @@ def test_gauge_children_exist_only_during_a_multi_threaded_load(
     log.close()
 
 
-@pytest.mark.parametrize("threads,segments,pools", [(3, SEGMENTS, [3]), (1, SEGMENTS, []), (3, 1, [])])
+@pytest.mark.parametrize("threads,segments,pools", [(3, SEGMENTS, [3]), (3, 2, [3]), (1, SEGMENTS, []), (3, 1, [])])
 def test_a_load_checks_on_as_many_workers_as_it_was_given(
     template: tuple[Path, TopicConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int, segments: int,
     pools: list[int],
