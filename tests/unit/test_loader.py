@@ -643,6 +643,24 @@ def test_load_listeners_hear_each_partition_by_name(built: tuple[Path, Values], 
     assert sum(n for kind, _, _, n in heard if kind == "opened") == 3  # type: ignore[misc]
 
 
+@pytest.mark.parametrize("threads", [1, 4])
+def test_a_corrupt_index_below_the_recovery_point_is_recovered_after_a_crash(
+    built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture, threads: int
+) -> None:
+    """After a crash, the segments from the recovery point on are recovered anyway (step 4); a flushed segment
+    below it with a corrupt index is not among them, so phase 2 recovers it, with a warning."""
+    path, expected = built
+    index = seg_file(path, 0, ".index")
+    index.write_bytes(index.read_bytes() + b"\x01\x02\x03")
+    with caplog.at_level(logging.WARNING):
+        log = open_log(path, cfg, clean=False, recovery_point=12, num_segment_loading_threads=threads)
+    assert log.load_stats.segments_recovered == 2  # segment 0 in phase 2, segment 12 as unflushed
+    assert "recovering 00000000000000000000.log and rebuilding its index files" in warnings_of(caplog)
+    assert read_all_values(log) == expected
+    assert seg_file(path, 0, ".index").stat().st_size == (PER_SEGMENT - 1) * 8
+    log.close()
+
+
 def test_a_thread_count_below_one_is_refused(built: tuple[Path, Values], cfg: TopicConfig) -> None:
     path, _ = built
     with pytest.raises(ValueError, match=r"^num.segment.loading.threads.per.data.dir must be >= 1, got 0$"):
