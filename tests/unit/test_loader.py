@@ -27,6 +27,8 @@ from local.errors import CorruptIndexError
 from local.index import OffsetIndex, TimeIndex, detect_entry_size
 from local.loader import check_offset_index, check_time_index
 from local.log import Log
+from local.producer_state import AppendOrigin
+from local.records import MemoryRecords
 from local.scheduler import MockTime
 from tests.logutil import read_all_values, records, topic_config
 
@@ -658,6 +660,28 @@ def test_a_corrupt_index_below_the_recovery_point_is_recovered_after_a_crash(
     assert "recovering 00000000000000000000.log and rebuilding its index files" in warnings_of(caplog)
     assert read_all_values(log) == expected
     assert seg_file(path, 0, ".index").stat().st_size == (PER_SEGMENT - 1) * 8
+    log.close()
+
+
+def test_recovery_rebuilds_a_segments_aborted_transactions(tmp_path: Path, cfg: TopicConfig) -> None:
+    """A segment holding an aborted transaction loses its indexes: its recovery replays the producer state and
+    writes the transaction index again (one 34-byte entry)."""
+    path = tmp_path / "topic-0"
+    log = open_log(path, cfg)
+    log.append(records(b"t0", b"t1", timestamp=T0, producer_id=5, producer_epoch=0, base_sequence=0, is_transactional=True))
+    log.append(MemoryRecords.end_transaction_marker(5, 0, commit=False, timestamp=T0), origin=AppendOrigin.COORDINATOR)
+    log.append(records(b"after", timestamp=T0))
+    log.roll()
+    log.append(records(b"active", timestamp=T0))
+    log.close()
+    txn_index = seg_file(path, 0, ".txnindex")
+    assert txn_index.stat().st_size == 34
+    for suffix in (".index", ".timeindex", ".txnindex"):
+        seg_file(path, 0, suffix).unlink()
+    log = open_log(path, cfg)
+    assert log.load_stats.segments_recovered == 1
+    assert txn_index.stat().st_size == 34
+    assert [(t.producer_id, t.first_offset) for t in log.collect_aborted_transactions(0, 4)] == [(5, 0)]
     log.close()
 
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import struct
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -280,6 +281,33 @@ def test_a_load_checks_on_as_many_workers_as_it_was_given(
     reporters = set().union(*seen)
     assert len(reporters) <= (threads if pools else 0)
     assert read_all_values(log) == [(i, b"v%d" % i) for i in range(segments * PER_SEGMENT)]
+    log.close()
+
+
+def test_each_checking_thread_reports_under_its_own_gauge_child(
+    template: tuple[Path, TopicConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks checked alternately by two named workers (a stand-in pool): two gauge children, one per worker."""
+    source, cfg = template
+    path = tmp_path / "topic-0"
+    shutil.copytree(source, path)
+    monkeypatch.setattr(loader, "_PHASE1_CHUNK", 1)
+
+    class Alternating:
+        submitted = 0
+
+        def submit(self, directory: str, chunk: load_worker.Chunk, requested: int) -> Future[tuple[str, list[str | None]]]:
+            done: Future[tuple[str, list[str | None]]] = Future()
+            done.set_result((f"worker-{self.submitted % 2}", load_worker.check_chunk(directory, chunk, requested)))
+            self.submitted += 1
+            return done
+
+    monkeypatch.setattr(load_worker, "pool", lambda workers: Alternating())
+    label = f"{tmp_path}/alternating"
+    callback, seen = observing_callback(label)
+    log = Log.open(path, cfg, num_segment_loading_threads=2, remaining_segments_callback=callback, time=MockTime(ms=T0))
+    both = {"log-loader-topic-0-0", "log-loader-topic-0-1"}
+    assert set().union(*seen) == both and any(set(children) == both for children in seen)
     log.close()
 
 
