@@ -654,9 +654,10 @@ def test_a_corrupt_index_below_the_recovery_point_is_recovered_after_a_crash(
     path, expected = built
     index = seg_file(path, 0, ".index")
     index.write_bytes(index.read_bytes() + b"\x01\x02\x03")
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         log = open_log(path, cfg, clean=False, recovery_point=12, num_segment_loading_threads=threads)
     assert log.load_stats.segments_recovered == 2  # segment 0 in phase 2, segment 12 as unflushed
+    assert "in the 12-byte format" not in caplog.text  # the large-index feature is off: nothing is upgraded
     assert "recovering 00000000000000000000.log and rebuilding its index files" in warnings_of(caplog)
     assert read_all_values(log) == expected
     assert seg_file(path, 0, ".index").stat().st_size == (PER_SEGMENT - 1) * 8
