@@ -476,7 +476,51 @@ def test_log_end_below_log_start_starts_empty_at_the_log_start(
     assert [s.base_offset for s in log.segments.values()] == [BATCHES + 10]
     assert not seg_file(path, 0, ".log").exists() and not seg_file(path, 12, ".log").exists()
     assert "log end offset 18 is below the log start offset 28" in warnings_of(caplog)
+    assert log.leader_epoch_cache.epoch_entries() == []  # the epochs of the deleted data are gone
+    assert log.producer_state_manager.producers == {} and log.producer_state_manager.map_end_offset == BATCHES + 10
     assert log.append(records(b"x")).first_offset == BATCHES + 10
+    log.close()
+
+
+def test_a_log_whose_end_is_its_start_keeps_its_segments(tmp_path: Path, cfg: TopicConfig) -> None:
+    """Every record deleted (DeleteRecords to the log end): the log end equals the log start, nothing is below it."""
+    path = tmp_path / "topic-0"
+    write_log(path, cfg)
+    log = open_log(path, cfg)
+    log.delete_records(BATCHES)
+    bases = [s.base_offset for s in log.segments.values()]
+    log.close()
+    log = open_log(path, cfg, log_start_offset=BATCHES)
+    assert [s.base_offset for s in log.segments.values()] == bases
+    assert log.load_stats.segments_deleted == 0 and log.load_stats.warnings == []
+    log.close()
+
+
+@pytest.mark.parametrize("large,preallocate", [(False, False), (True, True)])
+def test_an_empty_partition_gets_a_first_segment_as_configured(tmp_path: Path, large: bool, preallocate: bool) -> None:
+    cfg = config(tmp_path, preallocate=preallocate, segment_ms=60_000)
+    path = tmp_path / "topic-0"
+    log = open_log(path, cfg, use_large_index=large)
+    active = log.segments.active_segment
+    assert active is not None and active.base_offset == 0
+    assert active.offset_index.is_large_format is large
+    assert seg_file(path, 0, ".log").stat().st_size == (1 << 20 if preallocate else 0)
+    assert active.created == T0 + 10_000  # the log's clock, which rolls it by segment.ms
+    log.close()
+
+
+def test_bytes_truncated_add_up_over_the_recovered_segments(
+    built: tuple[Path, Values], cfg: TopicConfig
+) -> None:
+    path, expected = built
+    for base, junk in ((0, 7), (6, 11)):
+        with seg_file(path, base, ".log").open("ab") as f:
+            f.write(b"\xee" * junk)
+        index = seg_file(path, base, ".index")
+        index.write_bytes(index.read_bytes() + b"\x01")  # corrupt: the segment is recovered
+    log = open_log(path, cfg)
+    assert (log.load_stats.segments_recovered, log.load_stats.bytes_truncated) == (2, 18)
+    assert read_all_values(log) == expected
     log.close()
 
 
