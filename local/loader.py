@@ -485,13 +485,18 @@ class LogLoader:
         unflushed = list(self.segments.values(self.recovery_point, None))
         thread = threading.current_thread().name
         total = len(unflushed)
-        for i, stale in enumerate(unflushed):
+        for i, segment in enumerate(unflushed):
             self._set_gauge(thread, total - i)
-            segment = self.segments.get(stale.base_offset) or stale
             logger.info("%s: recovering unflushed segment %d (%d/%d)", self.dir.name, segment.base_offset, i, total)
             try:
                 segment, truncated = self._recover_segment(segment)
             except InvalidOffsetError as exc:
+                # Kafka's guard. Not reached by the recovery here, which refuses a batch whose offsets go back as
+                # an invalid one (truncated below) before any index could. The live segment: recovery may have
+                # reopened it with a 12-byte offset index before failing.
+                live = self.segments.get(segment.base_offset)
+                assert live is not None, f"segment {segment.base_offset} left the log during its recovery"
+                segment = live
                 self._warn(
                     f"found an invalid offset while recovering segment {segment.base_offset} ({exc}): "
                     "deleting its data and keeping it empty"
@@ -504,7 +509,7 @@ class LogLoader:
                     f"corruption found in segment {segment.base_offset}: truncated {truncated} byte(s), the log now "
                     f"ends at offset {segment.read_next_offset()}; deleting the {len(rest)} later segment(s)"
                 )
-                self._delete_segments([self.segments.get(s.base_offset) or s for s in rest])
+                self._delete_segments(rest)  # not yet recovered, so never replaced
                 break
         self._set_gauge(thread, 0)
 

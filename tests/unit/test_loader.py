@@ -12,6 +12,7 @@ import os
 import shutil
 import stat
 import struct
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -476,6 +477,7 @@ def test_log_end_below_log_start_starts_empty_at_the_log_start(
     assert [s.base_offset for s in log.segments.values()] == [BATCHES + 10]
     assert not seg_file(path, 0, ".log").exists() and not seg_file(path, 12, ".log").exists()
     assert "log end offset 18 is below the log start offset 28" in warnings_of(caplog)
+    assert log.load_stats.segments_deleted == 3
     assert log.leader_epoch_cache.epoch_entries() == []  # the epochs of the deleted data are gone
     assert log.producer_state_manager.producers == {} and log.producer_state_manager.map_end_offset == BATCHES + 10
     assert log.append(records(b"x")).first_offset == BATCHES + 10
@@ -728,6 +730,37 @@ def test_recovery_rebuilds_a_segments_aborted_transactions(tmp_path: Path, cfg: 
     assert txn_index.stat().st_size == 34
     assert [(t.producer_id, t.first_offset) for t in log.collect_aborted_transactions(0, 4)] == [(5, 0)]
     log.close()
+
+
+@pytest.mark.parametrize("junk", [1, 5])
+def test_a_truncated_unflushed_segment_takes_the_later_ones_with_it(
+    built: tuple[Path, Values], cfg: TopicConfig, junk: int
+) -> None:
+    """Even one byte of junk truncated from an unflushed segment (not the last) deletes every segment after it;
+    with several loading threads, the recovery's progress counts down to 0."""
+    path, expected = built
+    with seg_file(path, 6, ".log").open("ab") as f:
+        f.write(b"\xee" * junk)
+    progress: list[tuple[str, int | None]] = []
+    log = open_log(
+        path, cfg, clean=False, recovery_point=0, num_segment_loading_threads=2,
+        remaining_segments_callback=lambda thread, remaining: progress.append((thread, remaining)),
+    )
+    assert [s.base_offset for s in log.segments.values()] == [0, 6]
+    assert (log.load_stats.bytes_truncated, log.load_stats.segments_deleted) == (junk, 1)
+    assert read_all_values(log) == expected[:12]
+    main = threading.current_thread().name
+    assert [r for t, r in progress if t == main] == [3, 2, 0, None]  # two recovered, then done, then removed
+    log.close()
+
+
+def test_segment_file_names_give_their_base_offsets() -> None:
+    assert loader_module._base_offset("00000000000000000007.log") == 7
+    assert loader_module._base_offset("00000000000000000012.timeindex.deleted") == 12
+    assert loader_module._base_offset("00000000000000000012.") == 12
+    for name in ("00000000000000000000", "00000000000000000000x.log", "0000000000000000000a.log",
+                 "leader-epoch-checkpoint", "0000000000000000001.log"):
+        assert loader_module._base_offset(name) is None, name
 
 
 def test_a_thread_count_below_one_is_refused(built: tuple[Path, Values], cfg: TopicConfig) -> None:
