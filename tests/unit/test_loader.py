@@ -763,6 +763,17 @@ def test_segment_file_names_give_their_base_offsets() -> None:
         assert loader_module._base_offset(name) is None, name
 
 
+def test_the_load_summary_names_every_counter() -> None:
+    stats = loader_module.LoadStats(
+        segments_loaded=1, segments_recovered=2, segments_deleted=3, bytes_truncated=4, orphan_indexes_deleted=5,
+        swap_files_recovered=6, elapsed_ms=7.123456, warnings=["left out"],
+    )
+    assert loader_module.stats_summary(stats) == {
+        "segments_loaded": 1, "segments_recovered": 2, "segments_deleted": 3, "bytes_truncated": 4,
+        "orphan_indexes_deleted": 5, "swap_files_recovered": 6, "elapsed_ms": 7.123,
+    }
+
+
 def test_a_thread_count_below_one_is_refused(built: tuple[Path, Values], cfg: TopicConfig) -> None:
     path, _ = built
     with pytest.raises(ValueError, match=r"^num.segment.loading.threads.per.data.dir must be >= 1, got 0$"):
