@@ -495,6 +495,7 @@ def test_a_log_whose_end_is_its_start_keeps_its_segments(tmp_path: Path, cfg: To
     log = open_log(path, cfg, log_start_offset=BATCHES)
     assert [s.base_offset for s in log.segments.values()] == bases
     assert log.load_stats.segments_deleted == 0 and log.load_stats.warnings == []
+    assert log.segments.active_segment.created == T0 + 10_000  # type: ignore[union-attr]  # opened on the log's clock
     log.close()
 
 
