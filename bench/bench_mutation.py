@@ -78,6 +78,7 @@ MODULES: dict[str, list[str]] = {
     ],
     # the copy to the remote tier: failed, crashed and oversized copies, the quota, the checksums it records
     "tiered/rlm_copy.py": [
+        "tests/unit/test_copy_rules.py",
         "tests/unit/test_copy_crashes.py",
         "tests/unit/test_remote_tier.py",
         "tests/unit/test_remote_quotas.py",
