@@ -418,13 +418,12 @@ class LogLoader:
         return segment, truncated
 
     def _new_producer_state_manager(self) -> ProducerStateManager:
+        # The log's own limits. (A recovery's snapshot is reloaded by the log's manager, which applies them again.)
         main = self.producer_state_manager
-        kwargs: dict[str, Any] = {"time": self.time.milliseconds}
-        for name in ("max_transaction_timeout_ms", "producer_id_expiration_ms"):
-            value = getattr(main, name, None)
-            if value is not None:
-                kwargs[name] = value
-        return ProducerStateManager(self.dir, **kwargs)
+        return ProducerStateManager(
+            self.dir, time=self.time.milliseconds, max_transaction_timeout_ms=main.max_transaction_timeout_ms,
+            producer_id_expiration_ms=main.producer_id_expiration_ms,
+        )
 
     def _reopen_with_large_index(self, segment: LogSegment) -> LogSegment:
         """Once the large-index feature is finalized a rebuilt offset index is written in the 12-byte format."""
