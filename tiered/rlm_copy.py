@@ -98,8 +98,9 @@ class RLMCopyTask:
         # Why the task stopped copying for good (Kafka cancels the copy task when a plugin's custom metadata is
         # over the limit: every retry would upload the segment again, to be refused again); None while it copies.
         self.cancelled: str | None = None
-        # Copy attempts of this process that failed and whose cleanup failed too (an outage), by segment id; the
-        # next run deletes what they left.
+        # Copy attempts of this process whose STARTED event may not have reached the store (its put failed on the
+        # client's side), by segment id: the next run deletes whatever they left. (A failed copy whose event did
+        # land stays STARTED in the store's view, where the next run finds it.)
         self._failed_copies: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
 
     def run(self, log: Log) -> PassResult:
