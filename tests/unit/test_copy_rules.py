@@ -27,6 +27,7 @@ from tiered.cache.index_cache import RemoteIndexCache
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rlm_copy import EMPTY_PRODUCER_SNAPSHOT, segment_leader_epochs
+from tiered.rlm_parts import PassResult
 from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteLogSegmentState
 
 TIERED = {"remote.storage.enable": "true"}
@@ -105,6 +106,8 @@ class Recording(LocalDirRemoteStorageManager):
 
 
 class Tier:
+    """A LogManager whose remote tier copies through :class:`Recording`, with its own metrics registry."""
+
     def __init__(self, tmp: Path, **rlm_kwargs: object) -> None:
         self.rsm = Recording()
         self.rsm.configure({"dir": str(tmp / "remote")})
@@ -121,7 +124,7 @@ class Tier:
     def log(self, overrides: dict[str, str] | None = None) -> Log:
         return self.manager.get_or_create_log("t", 0, {**TIERED, **(overrides or {})})
 
-    def run(self):  # type: ignore[no-untyped-def]
+    def run(self) -> PassResult:
         return self.rlm.run_once(self.manager.all_logs())
 
     def finished(self, log: Log) -> list[RemoteLogSegmentMetadata]:

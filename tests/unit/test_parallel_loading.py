@@ -51,6 +51,14 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, TopicConfi
     return root / "topic-0", cfg
 
 
+def copy_of(template: tuple[Path, TopicConfig], root: Path) -> tuple[Path, TopicConfig]:
+    """A writable copy of the template partition as ``root/topic-0``, and its config."""
+    source, cfg = template
+    path = root / "topic-0"
+    shutil.copytree(source, path)
+    return path, cfg
+
+
 def seg(path: Path, base: int, suffix: str) -> Path:
     return path / f"{filenames.filename_prefix_from_offset(base)}{suffix}"
 
@@ -231,9 +239,7 @@ def observing_callback(label: str) -> tuple[object, list[dict[str, float]]]:
 def test_gauge_children_exist_only_during_a_multi_threaded_load(
     template: tuple[Path, TopicConfig], tmp_path: Path, clean: bool, threads: int
 ) -> None:
-    source, cfg = template
-    path = tmp_path / "topic-0"
-    shutil.copytree(source, path)
+    path, cfg = copy_of(template, tmp_path)
     label = f"{tmp_path}/gauge"
     callback, seen = observing_callback(label)
     log = Log.open(
@@ -257,9 +263,7 @@ def test_a_load_checks_on_as_many_workers_as_it_was_given(
 ) -> None:
     """One segment per chunk (12 chunks), 3 loading threads: the checker pool asked for has 3 workers, and no
     more than 3 loader threads ever report progress. One thread, or one segment, needs no pool."""
-    source, cfg = template
-    path = tmp_path / "topic-0"
-    shutil.copytree(source, path)
+    path, cfg = copy_of(template, tmp_path)
     for base in range(segments * PER_SEGMENT, SEGMENTS * PER_SEGMENT, PER_SEGMENT):
         for suffix in (".log", ".index", ".timeindex", ".snapshot"):
             seg(path, base, suffix).unlink(missing_ok=True)
@@ -288,9 +292,7 @@ def test_each_checking_thread_reports_under_its_own_gauge_child(
     template: tuple[Path, TopicConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Chunks checked alternately by two named workers (a stand-in pool): two gauge children, one per worker."""
-    source, cfg = template
-    path = tmp_path / "topic-0"
-    shutil.copytree(source, path)
+    path, cfg = copy_of(template, tmp_path)
     monkeypatch.setattr(loader, "_PHASE1_CHUNK", 1)
 
     class Alternating:
@@ -315,9 +317,7 @@ def test_each_checking_thread_reports_under_its_own_gauge_child(
 def test_single_threaded_load_creates_no_gauge_child(
     template: tuple[Path, TopicConfig], tmp_path: Path, clean: bool
 ) -> None:
-    source, cfg = template
-    path = tmp_path / "topic-0"
-    shutil.copytree(source, path)
+    path, cfg = copy_of(template, tmp_path)
     label = f"{tmp_path}/single"
     callback, seen = observing_callback(label)
     log = Log.open(
@@ -335,9 +335,7 @@ def test_gauge_children_are_removed_when_a_load_fails(
 ) -> None:
     from local.loader import LogLoader
 
-    source, cfg = template
-    path = tmp_path / "topic-0"
-    shutil.copytree(source, path)
+    path, cfg = copy_of(template, tmp_path)
     label = f"{tmp_path}/failing"
     callback, seen = observing_callback(label)
     real = LogLoader._open_segment
@@ -417,9 +415,7 @@ def test_log_manager_loads_with_the_configured_segment_threads(
 def test_rich_progress_bar_counts_every_segment(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
     from rich.console import Console
 
-    source, cfg = template
-    path = tmp_path / "data" / "topic-0"
-    shutil.copytree(source, path)
+    path, cfg = copy_of(template, tmp_path / "data")
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=120)
     with metrics.RichLoadProgress(console, force=True):
@@ -431,9 +427,7 @@ def test_rich_progress_bar_counts_every_segment(template: tuple[Path, TopicConfi
 def test_rich_progress_stays_quiet_off_a_terminal(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
     from rich.console import Console
 
-    source, cfg = template
-    path = tmp_path / "data" / "topic-0"
-    shutil.copytree(source, path)
+    path, cfg = copy_of(template, tmp_path / "data")
     out = io.StringIO()
     with metrics.RichLoadProgress(Console(file=out, force_terminal=False)) as progress:
         Log.open(path, cfg, time=MockTime(ms=T0)).close()
@@ -441,10 +435,8 @@ def test_rich_progress_stays_quiet_off_a_terminal(template: tuple[Path, TopicCon
 
 
 def test_load_report_round_trip(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
-    source, cfg = template
     data = tmp_path / "data"
-    path = data / "topic-0"
-    shutil.copytree(source, path)
+    path, cfg = copy_of(template, data)
     with seg(path, 0, ".index").open("ab") as f:
         f.write(b"\x01")
     Log.open(path, cfg, time=MockTime(ms=T0)).close()
@@ -470,10 +462,7 @@ def chunk_of(path: Path) -> list[tuple[int, bool, bool]]:
 
 def test_worker_process_finds_what_this_process_finds(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
     """A real ``python -m local.load_worker`` child answers as the in-process check does, damage included."""
-
-    source, _ = template
-    path = tmp_path / "topic-0"
-    shutil.copytree(source, path)
+    path, _ = copy_of(template, tmp_path)
     apply(path, "index-junk", 2, 5)
     apply(path, "timeindex-cut", 4, 3)
     seg(path, 6 * PER_SEGMENT, ".index").unlink()
@@ -493,10 +482,7 @@ def test_worker_process_finds_what_this_process_finds(template: tuple[Path, Topi
 
 
 def test_a_dead_worker_process_leaves_its_chunks_to_the_thread(template: tuple[Path, TopicConfig], tmp_path: Path) -> None:
-
-    source, _ = template
-    path = tmp_path / "topic-0"
-    shutil.copytree(source, path)
+    path, _ = copy_of(template, tmp_path)
     apply(path, "index-zeros", 1, 1)
     chunk = chunk_of(path)
     expected = load_worker.check_chunk(str(path), chunk, 8)
@@ -518,9 +504,7 @@ def test_parallel_load_is_not_run_again_by_a_script_without_a_main_guard(templat
     import subprocess
     import sys
 
-    source, _ = template
-    path = tmp_path / "topic-0"
-    shutil.copytree(source, path)
+    path, _ = copy_of(template, tmp_path)
     marker = tmp_path / "runs"
     script = tmp_path / "script.py"
     script.write_text(
