@@ -8,7 +8,6 @@ or torn, the tasks really copied and expired segments, and open files and memory
 
 from __future__ import annotations
 
-import inspect
 import os
 import statistics
 from pathlib import Path
@@ -16,11 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.soak.load import MIB, open_files, rss_bytes, run_load
-from tiered.cache.chunk_cache import ChunkCache
+from tiered.cache.chunk_cache import DEFAULT_MEMORY_BYTES as CHUNK_MEMORY_BYTES
 
 SECONDS = float(os.environ.get("TIERED_SOAK_SECONDS", "60"))
-# The segment cache's memory tier (mapped chunk files): its default bound, which the soak's config keeps.
-CHUNK_MEMORY_BYTES = inspect.signature(ChunkCache).parameters["memory_bytes"].default
 
 
 @pytest.mark.slow

@@ -195,12 +195,14 @@ def test_failed_copy_leaves_no_orphans_and_next_pass_copies(tmp_path: Path) -> N
 class _CustomMetadata(LocalDirRemoteStorageManager):
     """Returns custom metadata of ``size`` bytes from every copy, and counts the copies."""
 
-    size = 0
-    copies = 0
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+        self.copies = 0
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
         super().copy_log_segment_data(metadata, segment_data)
-        type(self).copies += 1
+        self.copies += 1
         return b"m" * self.size
 
 
@@ -211,7 +213,7 @@ def test_custom_metadata_over_the_limit_fails_the_copy_and_stops_the_partitions_
     """At the limit (128 bytes) every segment is copied with its custom metadata; one byte over, the first copy's
     objects and metadata are deleted and the task copies nothing more (Kafka cancels it): no upload per pass."""
     config = LogConfig.from_properties(_props(tmp_path))
-    rsm = type("Sized", (_CustomMetadata,), {"size": size, "copies": 0})()
+    rsm = _CustomMetadata(size)
     rsm.configure({"dir": str(tmp_path / "remote")})
     store = RemoteLogMetadataStore(rsm)
     rlm = RemoteLogManager(rsm, store, RemoteIndexCache(tmp_path / "data", rsm.fetch_index), custom_metadata_max_bytes=128)

@@ -48,6 +48,8 @@ __all__ = ["Chunk", "ChunkCache", "ChunkCacheMetrics", "Fetcher", "Opener"]
 logger = logging.getLogger(__name__)
 
 # Stream buffers are recycled once nothing refers to them, which reference counts tell on CPython with the GIL.
+# The memory tier's default bound (mapped chunk files; the soak test holds the RSS to it).
+DEFAULT_MEMORY_BYTES = 128 * 1024 * 1024
 _RECYCLE = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
 
 _COUNTER_DOCS = {
@@ -117,7 +119,7 @@ class ChunkCache:
         size_limit: int = 2 * 1024**3,
         prefetch_chunks: int = 2,
         max_workers: int = 4,
-        memory_bytes: int = 128 * 1024 * 1024,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
         registry: Any = None,
         disk: bool = True,
     ) -> None:
