@@ -37,7 +37,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from local.errors import CorruptRecordError, OffsetOutOfRangeError
 from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from local.records import MemoryRecords
-from local.records.batch import LAST_OFFSET_DELTA_OFFSET, LENGTH_OFFSET, LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2
+from local.records.batch import (
+    HEADER_SIZE_UP_TO_MAGIC,
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+)
 from local.records.walk import checked_batch_size
 from local.records.walk import last_offset as _last_offset
 from tiered.cache.segment_cache import object_size
@@ -60,7 +66,6 @@ logger = logging.getLogger(__name__)
 
 READ_SLACK = 64 * 1024  # read past max_bytes a little so a batch straddling the limit can be completed
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
-_I32 = struct.Struct(">i")
 _LAST_OFFSET_DELTA_END = LAST_OFFSET_DELTA_OFFSET + 4
 _READERS_PER_SCOPE = 16  # sequential readers of one partition (or one segment) told apart
 _SCOPES = 4096  # partitions and segments whose readers are remembered (a process reads ever more segments)
@@ -282,12 +287,19 @@ class RemoteLogReader:
         md, data = walk.md, walk.data
         end = start
         next_offset = walk.offset
+        origin = f"remote segment {md.remote_log_segment_id}"
         while True:
-            if len(data) - end < LOG_OVERHEAD:
-                data = walk.extend(end + LOG_OVERHEAD)
-                if len(data) - end < LOG_OVERHEAD:
-                    break
-            size = _I32.unpack_from(data, end + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+            if len(data) - end < HEADER_SIZE_UP_TO_MAGIC:
+                data = walk.extend(end + HEADER_SIZE_UP_TO_MAGIC)
+                if len(data) - end < HEADER_SIZE_UP_TO_MAGIC:
+                    break  # the object ends (inside a header: the next read, which starts there, raises)
+            try:
+                size = checked_batch_size(data, end, walk.position + end, origin,
+                                          {"segment_id": str(md.remote_log_segment_id), "offset": next_offset})
+            except CorruptRecordError:
+                if end == start:
+                    raise
+                break  # the batches before it are whole and good: the next read, which starts at it, raises
             if not (end - start + size <= max_bytes or (end == start and min_one_message)):
                 break
             if end + size > len(data):

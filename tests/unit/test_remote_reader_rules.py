@@ -337,6 +337,18 @@ def test_a_batch_length_below_a_header_is_an_error_naming_the_segment_and_positi
     _damage(err, seg, seg.positions[1])
 
 
+@pytest.mark.parametrize("length", [-12, -1, 0, 3, 48])  # a size of 0 once walked on forever
+def test_a_damaged_length_after_the_first_batch_returns_the_batches_before_it_and_then_raises(length: int) -> None:
+    seg = _segment(0, batches=3)
+    struct.pack_into(">i", seg.data, seg.positions[1] + LENGTH_OFFSET, length)
+    tier = _Tier(seg)
+    got = tier.reader.read_segment(seg.md, 0, 1 << 20, True)
+    assert bytes(got.data) == seg.batches(0, 1) and (got.end, got.next_offset) == (seg.positions[1], 10)
+    with pytest.raises(CorruptRecordError) as err:  # the next read starts at the damaged batch
+        tier.reader.read_segment(seg.md, 10, 1 << 20, True, position=got.end)
+    assert "declares size" in _damage(err, seg, seg.positions[1])
+
+
 def test_an_object_cut_inside_a_batch_returns_the_whole_batches_before_it_and_then_raises() -> None:
     seg = _segment(0, batches=3)
     at = seg.positions[2]
