@@ -270,7 +270,7 @@ def _check_range(sums: SegmentChecksums, suffix: str, start: int, data: Any, exp
     if len(view) != expected_len:
         kind = "short" if len(view) < expected_len else "long"
         end = start + len(view) - 1 if kind == "long" else start + expected_len - 1
-        return kind, start, end, f"got {len(view)} byte(s), expected {expected_len} (the object has {obj.size})"
+        return kind, start, end, f"got {len(view)} byte(s), expected {expected_len} (the copy recorded an object of {obj.size})"
     first = start // c
     for i in range(0, len(view), c):
         k = first + i // c

@@ -138,10 +138,15 @@ def build_chunk_cache(config: LogConfig, cache_dir: Path, registry: Any = None) 
 
 
 def _plaintext_kept_off_disk(config: LogConfig) -> bool:
-    """Whether the segment cache stays in memory: the plugin encrypts its segments (the cache holds their
-    plaintext) and ``remote.log.segment.cache.plaintext.disk.enable`` does not allow plaintext on local disk."""
-    encrypts = str(config.rsm_config.get("encryption.enabled", "false")).strip().lower() == "true"
-    return encrypts and not config.remote_log_segment_cache_plaintext_disk_enable
+    """Whether the segment cache stays in memory: the plugin can read encrypted segments (the cache holds their
+    plaintext) and ``remote.log.segment.cache.plaintext.disk.enable`` does not allow plaintext on local disk.
+
+    Reading is what counts, not writing: a key ring (or key provider) kept with ``encryption.enabled=false`` still
+    decrypts the segments written while it was on."""
+    rsm = config.rsm_config
+    encrypts = str(rsm.get("encryption.enabled", "false")).strip().lower() == "true"
+    decrypts = encrypts or bool(rsm.get("encryption.key.pairs")) or bool(rsm.get("encryption.key.provider.class"))
+    return decrypts and not config.remote_log_segment_cache_plaintext_disk_enable
 
 
 def build_remote_tier(

@@ -72,8 +72,8 @@ DESCRIPTIONS: dict[str, str] = {
     "remote.log.storage.manager.class.path": "Accepted for compatibility (Java class path); unused.",
     "remote.log.storage.manager.impl.prefix": "Prefix of the keys passed to the RemoteStorageManager (prefix removed).",
     "remote.log.segment.cache.plaintext.disk.enable": "Ours: whether the segment cache may keep the plaintext chunks "
-    "of encrypted segments (`rsm.config.encryption.enabled=true`) on local disk; by default it keeps them in memory "
-    "only, so what is encrypted at rest stays so.",
+    "of encrypted segments (`rsm.config.encryption.enabled=true`, or a key ring or key provider configured to read "
+    "them) on local disk; by default it keeps them in memory only, so what is encrypted at rest stays so.",
     "remote.log.metadata.manager.class.name": "Where remote segment metadata lives: `bucket` (beside the segments, "
     "in the plugin's object store), `local` (a directory, `rlmm.config.dir`) or the dotted path of a "
     "RemoteLogMetadataManager; default: `bucket` for object-store plugins, `local` for any other.",

@@ -64,6 +64,12 @@ def test_a_tiered_log_offloads_reads_and_verifies_in_the_manifest_format(
     assert any(p["kind"] == "unreadable" and "chunk 1 of remote object" in p["message"] and
                p["object"].endswith(stored.name) for p in found), found
 
+    manifests[1].unlink()  # a segment's chunks without their manifest: reported, not a crash
+    assert main(args) == 1
+    found = [p for part in json.loads(capsys.readouterr().out)["partitions"] for p in part["problems"]]
+    assert [p["kind"] for p in found if p["object"] == str(manifests[1].relative_to(tmp_path / "remote"))] == \
+        ["missing_object"], found
+
 
 def _dump_understands_the_manifest_format(manifest_path: Path, config: Path, capsys: pytest.CaptureFixture[str]) -> None:
     manifest = SegmentManifest.decode(manifest_path.read_bytes())
@@ -94,8 +100,9 @@ def _dump_understands_the_manifest_format(manifest_path: Path, config: Path, cap
 
 
 @pytest.mark.parametrize("plaintext_on_disk", [False, True])
+@pytest.mark.parametrize("reader_encrypts", [True, False])  # a ring kept with encryption off still decrypts
 def test_the_plaintext_of_encrypted_segments_stays_off_the_local_disk_unless_allowed(
-    pairs: list[KeyPairPaths], tmp_path: Path, plaintext_on_disk: bool
+    pairs: list[KeyPairPaths], tmp_path: Path, plaintext_on_disk: bool, reader_encrypts: bool
 ) -> None:
     from local import LogConfig, LogManager
     from local.records import MemoryRecords, SimpleRecord
@@ -111,7 +118,8 @@ def test_the_plaintext_of_encrypted_segments_stays_off_the_local_disk_unless_all
         expected = read_all_values(log)
         assert manager.remote_tier.run_once(manager.all_logs()).segments_copied >= 1  # type: ignore[union-attr]
         assert manager.cleanup_logs() > 0
-    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+    reader = props if reader_encrypts else {**props, "rsm.config.encryption.enabled": "false"}
+    with LogManager(LogConfig.from_properties(reader), start_scheduler=False) as manager:
         log = manager.get_log("t", 0)
         assert log is not None and log.local_log_start_offset > 0
         assert read_all_values(log) == expected  # served from the remote tier, through the segment cache

@@ -240,6 +240,12 @@ class RemoteScrub:
     def _scrub_segment(self, md: RemoteLogSegmentMetadata, present: dict[str, str], out: PartitionReport) -> None:
         keys = {s: layout.segment_key(self.prefix, md, s) for s in layout.SEGMENT_SUFFIXES}
         sid = layout.kafka_uuid(md.remote_log_segment_id.id)
+        if _PACKED in present and _MANIFEST not in present:  # the manifest layout without its manifest: unreadable
+            out.problems.append(Problem("missing_object", f"segment {sid} ({md.start_offset}..{md.end_offset}) is "
+                                        f"COPY_SEGMENT_FINISHED but its {_MANIFEST} object is missing (its "
+                                        f"{_PACKED} object is there): its chunks cannot be read without it",
+                                        object=layout.segment_key(self.prefix, md, _MANIFEST), offset=md.start_offset))
+            return
         if _MANIFEST in present and hasattr(self.rsm, "manifest"):
             found = self._manifest_layout(md, present, keys, out)
             if found is None:
