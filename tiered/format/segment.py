@@ -20,6 +20,7 @@ from typing import IO, Any
 
 from crc32c import crc32c
 
+from local.checkpoint import kafka_uuid_to_str
 from tiered.errors import RemoteChunkError
 from tiered.format.manifest import IndexEntry, SegmentManifest
 from tiered.format.transforms import LOG_OBJECT, ChunkCodec
@@ -142,9 +143,10 @@ class ChunkRangeReader(io.BufferedIOBase):
         while got < want:
             data = self._source.read(want - got)
             if not data:
-                raise RemoteChunkError(f"chunk {i} of remote object {self._key} (segment {self._codec.segment_id}) is "
-                                       f"refused: the object ends after {got} of its {want} stored bytes",
-                                       key=self._key, chunk=i, segment_id=str(self._codec.segment_id))
+                sid = kafka_uuid_to_str(self._codec.segment_id)
+                raise RemoteChunkError(f"chunk {i} of remote object {self._key} (segment {sid}) is refused: the "
+                                       f"object ends after {got} of its {want} stored bytes",
+                                       key=self._key, chunk=i, segment_id=sid)
             parts.append(data)
             got += len(data)
         self._next += 1

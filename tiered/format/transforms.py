@@ -27,6 +27,7 @@ from crc32c import crc32c
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from local.checkpoint import kafka_uuid_to_str
 from tiered.errors import RemoteChunkError
 
 NONCE_BYTES = 12
@@ -85,8 +86,9 @@ class ChunkCodec:
         """The original bytes of a stored chunk, or RemoteChunkError naming object ``key`` and the chunk."""
         def fail(why: str) -> RemoteChunkError:
             where = f"chunk {index}" if obj == LOG_OBJECT else f"the {obj} index"
-            return RemoteChunkError(f"{where} of remote object {key} (segment {self.segment_id}) is refused: {why}",
-                                    key=key, chunk=index, segment_id=str(self.segment_id))
+            sid = kafka_uuid_to_str(self.segment_id)  # as in the object's name
+            return RemoteChunkError(f"{where} of remote object {key} (segment {sid}) is refused: {why}",
+                                    key=key, chunk=index, segment_id=sid)
 
         actual = crc32c(stored)
         if actual != crc:

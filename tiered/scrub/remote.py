@@ -34,7 +34,7 @@ from typing import Any
 
 from local.records.constants import INT32_MAX
 from tiered import layout
-from tiered.errors import RemoteResourceNotFoundError, TieredStorageError
+from tiered.errors import RemoteChunkError, RemoteResourceNotFoundError, TieredStorageError
 from tiered.rsm import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tiered.scrub.batches import CHUNK_BYTES, BatchScanner, Progress
 from tiered.scrub.files import (
@@ -277,7 +277,7 @@ class RemoteScrub:
             return None
         except (TieredStorageError, OSError) as exc:
             out.problems.append(Problem("unreadable", f"cannot read the object: {exc}", object=key,
-                                        position=scan.bytes_seen))
+                                        position=self._failed_position(md, exc, scan.bytes_seen)))
             return None
         scan.finish()
         out.problems += scan.problems
@@ -292,6 +292,15 @@ class RemoteScrub:
             out.notes.append(f"{key}: the batches' max timestamp is {scan.max_timestamp}, the remote metadata says "
                              f"{md.max_timestamp_ms}")
         return scan
+
+    def _failed_position(self, md: RemoteLogSegmentMetadata, exc: Exception, scanned: int) -> int:
+        """Where in the segment a read failed: a refused stored chunk's own start (the scan may not have reached it:
+        a window of chunks is fetched at once), else how far the scan got."""
+        if isinstance(exc, RemoteChunkError) and hasattr(self.rsm, "manifest"):
+            manifest = self.rsm.manifest(md)  # cached by the read that failed
+            if manifest is not None:
+                return int(exc.chunk) * manifest.chunk_size
+        return scanned
 
     def _log_chunks(self, md: RemoteLogSegmentMetadata) -> Iterator[bytes]:
         """The remote ``.log`` in chunks: one streamed GET when the backend streams, else ranged fetches."""
