@@ -6,7 +6,8 @@ opens a fresh LogManager (fresh caches, no threads yet) and traces, with ``sys.s
 second remote segment (cold: an index lookup and a fetch), then the same read again (warm: from memory). It prints,
 for each, the Python calls made into the project's own files (``local/`` and ``tiered/``), how many of those
 files they touch, and how deep the stack of project frames is at the first call into the plugin's
-``fetch_log_segment``.
+``fetch_log_segment``: first on the reading thread alone (the read's own path), then with the cache's worker
+threads (the fetch itself and the read-ahead it starts).
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ PROJECT = (str(ROOT / "local") + "/", str(ROOT / "tiered") + "/")
 
 class _Trace:
     def __init__(self) -> None:
-        self.calls = 0
+        self.calls = self.reader_calls = 0
         self.files: set[str] = set()
+        self.reader_files: set[str] = set()
         self.fetch_depth: int | None = None
         self._lock = threading.Lock()
+        self._reader = threading.get_ident()
 
     def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
         if event != "call":
@@ -43,6 +46,9 @@ class _Trace:
         with self._lock:
             self.calls += 1
             self.files.add(path)
+            if threading.get_ident() == self._reader:
+                self.reader_calls += 1
+                self.reader_files.add(path)
             if self.fetch_depth is None and frame.f_code.co_name == "fetch_log_segment":
                 depth, f = 0, frame.f_back
                 while f is not None:
@@ -58,7 +64,8 @@ class _Trace:
         finally:
             sys.setprofile(None)
             threading.setprofile(None)  # type: ignore[arg-type]
-        return f"{self.calls} calls in {len(self.files)} files, fetch at depth {self.fetch_depth}"
+        return (f"reading thread {self.reader_calls} calls in {len(self.reader_files)} files; with the cache's "
+                f"workers {self.calls} calls in {len(self.files)} files; fetch at depth {self.fetch_depth}")
 
 
 def main() -> None:

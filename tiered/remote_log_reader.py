@@ -166,6 +166,16 @@ class _Walk:
                 data = self.data = b"".join((data, extra))
         return data
 
+    def batch_size(self, at: int) -> int:
+        """The checked size of the batch whose header is at ``data[at:]`` (``checked_batch_size``). Its error names
+        the segment; the name is made only then, not for every batch walked."""
+        try:
+            return checked_batch_size(self.data, at, self.position + at)
+        except CorruptRecordError:
+            sid = self.md.remote_log_segment_id
+            return checked_batch_size(self.data, at, self.position + at, f"remote segment {sid}",
+                                      {"segment_id": str(sid), "offset": self.offset})  # raises, naming it
+
     def damaged(self, what: str, at: int) -> CorruptRecordError:
         size = object_size(self.md)
         known = f" of {size} bytes" if size is not None else ""
@@ -260,9 +270,7 @@ class RemoteLogReader:
                     return -1
                 if len(data) - pos < MAGIC_OFFSET + 1:
                     raise walk.damaged("ends inside a batch header", pos)
-            segment_id = walk.md.remote_log_segment_id
-            length = checked_batch_size(data, pos, walk.position + pos, f"remote segment {segment_id}",
-                                        {"segment_id": str(segment_id), "offset": offset}) - LOG_OVERHEAD
+            length = walk.batch_size(pos) - LOG_OVERHEAD
             if data[pos + MAGIC_OFFSET] >= MAGIC_V2 and len(data) - pos < _LAST_OFFSET_DELTA_END:
                 raise walk.damaged("ends inside a batch header", pos)
             last_offset = _last_offset(data, pos)
@@ -287,15 +295,13 @@ class RemoteLogReader:
         md, data = walk.md, walk.data
         end = start
         next_offset = walk.offset
-        origin = f"remote segment {md.remote_log_segment_id}"
         while True:
             if len(data) - end < HEADER_SIZE_UP_TO_MAGIC:
                 data = walk.extend(end + HEADER_SIZE_UP_TO_MAGIC)
                 if len(data) - end < HEADER_SIZE_UP_TO_MAGIC:
                     break  # the object ends (inside a header: the next read, which starts there, raises)
             try:
-                size = checked_batch_size(data, end, walk.position + end, origin,
-                                          {"segment_id": str(md.remote_log_segment_id), "offset": next_offset})
+                size = walk.batch_size(end)
             except CorruptRecordError:
                 if end == start:
                     raise
