@@ -130,14 +130,24 @@ class FileRecords:
         kind = "slice" if self._is_slice else "file"
         return f"FileRecords({kind} {self._path}, start={self._start}, size={self.size_in_bytes})"
 
-    def append(self, records: MemoryRecords | bytes | bytearray | memoryview) -> int:
-        """Write ``records`` at the end in one call; returns the bytes written."""
+    def append(self, records: MemoryRecords | bytes | bytearray | memoryview, header: bytes = b"") -> int:
+        """Write ``records`` at the end in one call; returns the bytes written.
+
+        ``header``, when given, is written in place of the first ``len(header)`` bytes of ``records``: the log
+        patches a client batch's base offset, length and leader epoch this way, without copying the batch.
+        """
         if not self._mutable or self._is_slice:
             raise PermissionError(f"{self._path} is not open for appending")
         data = records.buffer if isinstance(records, MemoryRecords) else records
         position = self._size
         total = len(data)
-        written = os.pwrite(self._fd, data, position)
+        if header:
+            view = memoryview(data)
+            written = os.pwritev(self._fd, (header, view[len(header):]), position)
+            if written < total:  # the header is the first few bytes: a short write almost surely covered it
+                data = header + view[len(header):]
+        else:
+            written = os.pwrite(self._fd, data, position)
         if written < total:  # a short write (a signal, a full disk): write the rest, or fail with the OSError
             view = memoryview(data)
             while written < total:

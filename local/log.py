@@ -375,15 +375,15 @@ class Log:
         producer-state error; nothing is written when it raises.
         """
         self._check_writable()
-        # Our own copy: offsets and the epoch are patched into it.
-        buffer = bytearray(records.buffer if isinstance(records, MemoryRecords) else records)
+        data = records.buffer if isinstance(records, MemoryRecords) else records
         epoch = self._leader_epoch if leader_epoch is None else leader_epoch
         try:
             if origin is AppendOrigin.CLIENT:
-                info = self._append_plain_batch(buffer, epoch)
+                info = self._append_plain_batch(_unchangeable(data), epoch)
                 if info is not None:
                     return info
-            return self._append(buffer, origin, True, epoch)
+            # Our own copy: offsets and the epoch are patched into it.
+            return self._append(bytearray(data), origin, True, epoch)
         except OSError as exc:  # a write, a roll, an index, a snapshot or a checkpoint failed: the dir goes offline
             self._handle_io_error("appending to", exc)
 
@@ -488,10 +488,11 @@ class Log:
                 len(buffer),
             )
 
-    def _append_plain_batch(self, buffer: bytearray, leader_epoch: int) -> LogAppendInfo | None:
+    def _append_plain_batch(self, buffer: bytes | memoryview, leader_epoch: int) -> LogAppendInfo | None:
         """The common append, on one header unpack and no batch object: a single v2 batch from a client, without
         producer id, not a control batch, CreateTime within the bounds. ``None`` when the append is anything
-        else, or wrong in any way: the general path then handles it, and says what is wrong."""
+        else, or wrong in any way: the general path then handles it, and says what is wrong. ``buffer`` is not
+        changed: its patched first bytes are written in place of its own, without a copy."""
         config = self.config
         if config.message_timestamp_type == "LogAppendTime":
             return None
@@ -509,14 +510,14 @@ class Log:
                 return None  # the general path raises the error that says which bound
             first_offset = self._leo.message_offset
             last_offset = first_offset + last_offset_delta
-            # Base offset and leader epoch lie outside the CRC: patched in place, no re-checksum.
-            _OFFSET_LENGTH_EPOCH.pack_into(buffer, 0, first_offset, length, leader_epoch)
+            # Base offset and leader epoch lie outside the CRC: written in place of the client's, no re-checksum.
+            header = _OFFSET_LENGTH_EPOCH.pack(first_offset, length, leader_epoch)
             segment = self.segments.active_segment
             assert segment is not None
             if not segment.append_batch_if_room(last_offset, max_timestamp, buffer, now, config.segment_bytes,
-                                                config.segment_ms):
+                                                config.segment_ms, header):
                 segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now)
-                segment.append_batch(last_offset, max_timestamp, buffer)
+                segment.append_batch(last_offset, max_timestamp, buffer, header)
             self._appended(segment, first_offset, last_offset, leader_epoch)
             return LogAppendInfo(
                 first_offset,
@@ -1253,6 +1254,14 @@ class Log:
             f"local_log_start_offset={self.local_log_start_offset}, log_end_offset={self.log_end_offset}, "
             f"high_watermark={self._high_watermark}, segments={self.number_of_segments()})"
         )
+
+
+def _unchangeable(data: bytes | bytearray | memoryview) -> bytes | memoryview:
+    """``data``, or a copy of it when its owner could still change it (a bytearray, or a view of one): what the
+    append checks must be what it writes."""
+    if isinstance(data, bytes) or (isinstance(data, memoryview) and isinstance(data.obj, bytes)):
+        return data
+    return bytes(data)
 
 
 def _as_offset(value: Any) -> int:

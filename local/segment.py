@@ -261,25 +261,28 @@ class LogSegment:
             self._index_batch(batch.last_offset, batch.max_timestamp, position, size)
             position += size
 
-    def append_batch(self, last_offset: int, max_timestamp: int, batch: bytes | bytearray | memoryview) -> None:
-        """:meth:`append` of exactly one batch whose last offset and max timestamp the caller has parsed."""
+    def append_batch(self, last_offset: int, max_timestamp: int, batch: bytes | bytearray | memoryview,
+                     header: bytes = b"") -> None:
+        """:meth:`append` of exactly one batch whose last offset and max timestamp the caller has parsed (its first
+        bytes replaced by ``header``, see :meth:`FileRecords.append`)."""
         if not 0 <= last_offset - self.base_offset <= INT32_MAX:
             self._ensure_offset_in_range(last_offset)
         position = self.log.size_in_bytes
         try:
-            self.log.append(batch)
+            self.log.append(batch, header)
         except OSError as exc:
             _name_file(exc, self.log.path)
             raise
         self._index_batch(last_offset, max_timestamp, position, len(batch))
 
     def append_batch_if_room(self, last_offset: int, max_timestamp: int, batch: bytes | bytearray | memoryview,
-                             now: int, max_segment_bytes: int, max_segment_ms: int) -> bool:
+                             now: int, max_segment_bytes: int, max_segment_ms: int, header: bytes = b"") -> bool:
         """The log's append fast path: :meth:`should_roll_for` and :meth:`append_batch` in one call.
 
-        Writes ``batch`` and returns True when this segment need not roll for it. Returns False, having written
-        nothing, when it must roll, or when the answer needs more than the fields at hand (the first batch's
-        timestamp not loaded yet): the caller then asks :meth:`should_roll_for`, rolls if told to, and appends.
+        Writes ``batch`` (its first bytes replaced by ``header``, see :meth:`FileRecords.append`) and returns True
+        when this segment need not roll for it. Returns False, having written nothing, when it must roll, or when
+        the answer needs more than the fields at hand (the first batch's timestamp not loaded yet): the caller then
+        asks :meth:`should_roll_for`, rolls if told to, and appends.
         """
         log = self.log
         position = log.size_in_bytes
@@ -295,7 +298,7 @@ class LogSegment:
         if self._lazy_offset_index.get().is_full or self._lazy_time_index.get().is_full:
             return False
         try:
-            log.append(batch)
+            log.append(batch, header)
         except OSError as exc:
             _name_file(exc, log.path)
             raise

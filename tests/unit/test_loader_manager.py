@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +146,7 @@ def _fail_writes_under(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]
         hits.append(str(what))
         return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(what))
 
-    real_open, real_write, real_pwrite = os.open, os.write, os.pwrite
+    real_open, real_write, real_pwrite, real_pwritev = os.open, os.write, os.pwrite, os.pwritev
     real_ftruncate, real_replace, real_rename = os.ftruncate, os.replace, os.rename
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
@@ -163,6 +164,11 @@ def _fail_writes_under(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]
         if fd_under(fd):
             raise enospc(fd)
         return real_pwrite(fd, data, offset)
+
+    def fake_pwritev(fd: int, buffers: Sequence[bytes], offset: int) -> int:
+        if fd_under(fd):
+            raise enospc(fd)
+        return real_pwritev(fd, buffers, offset)
 
     def fake_ftruncate(fd: int, length: int) -> None:
         if fd_under(fd):
@@ -182,6 +188,7 @@ def _fail_writes_under(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]
     monkeypatch.setattr(os, "open", fake_open)
     monkeypatch.setattr(os, "write", fake_write)
     monkeypatch.setattr(os, "pwrite", fake_pwrite)
+    monkeypatch.setattr(os, "pwritev", fake_pwritev)
     monkeypatch.setattr(os, "ftruncate", fake_ftruncate)
     monkeypatch.setattr(os, "replace", fake_replace)
     monkeypatch.setattr(os, "rename", fake_rename)

@@ -126,6 +126,51 @@ def test_an_idempotent_retry_gets_the_original_offsets(tmp_path: Path) -> None:
     assert log.append(MemoryRecords(plain_then_retry)).duplicate
 
 
+def test_a_client_batch_is_written_with_its_offset_and_epoch_and_the_callers_buffer_is_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = make_log(tmp_path)
+    log.append(records(b"a"))
+    original = _batch(b"b", b"c")
+    mutable = bytearray(original)
+    written: list[object] = []
+    real_append = log.active_segment.log.append
+
+    def spy(data: Any, header: bytes = b"") -> int:
+        written.append(data)
+        return real_append(data, header)
+
+    monkeypatch.setattr(log.active_segment.log, "append", spy)
+    for given in (original, mutable, MemoryRecords(original), MemoryRecords(mutable)):
+        log.append(given, leader_epoch=4)
+    # the caller's bytes keep base offset 0 and no epoch; a buffer the caller could still change was copied first
+    assert bytes(mutable) == original and original[:8] == bytes(8)
+    assert [type(data).__name__ for data in written] == ["bytes", "bytes", "memoryview", "bytes"]
+    batches = _batches_of(log, 1)
+    assert [(b.base_offset, b.partition_leader_epoch) for b in batches] == [(1, 4), (3, 4), (5, 4), (7, 4)]
+    assert all(b.is_valid() for b in batches)
+    assert [r.value for b in batches for r in b.records()] == [b"b", b"c"] * 4
+
+
+@pytest.mark.parametrize("first", [5, 16, 100])
+def test_a_short_write_of_a_patched_batch_writes_the_rest_from_the_patched_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: int
+) -> None:
+    log = make_log(tmp_path)
+    real_pwritev = os.pwritev
+
+    def short_once(fd: int, buffers: Any, offset: int) -> int:
+        monkeypatch.setattr(os, "pwritev", real_pwritev)
+        return os.pwrite(fd, b"".join(bytes(b) for b in buffers)[:first], offset)
+
+    monkeypatch.setattr(os, "pwritev", short_once)
+    log.append(records(b"a"))
+    log.append(records(b"b"), leader_epoch=2)
+    batches = _batches_of(log)
+    assert [(b.base_offset, b.partition_leader_epoch, b.is_valid()) for b in batches] == [(0, 0, True), (1, 2, True)]
+    assert log.active_segment.size == sum(b.size_in_bytes for b in batches)
+
+
 def test_a_failed_write_takes_the_log_offline_and_names_what_it_was_doing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,6 +185,7 @@ def test_a_failed_write_takes_the_log_offline_and_names_what_it_was_doing(
     follower = make_log(tmp_path / "f")
     follower.append_as_follower(records(b"a"))
     monkeypatch.setattr(os, "pwrite", full)
+    monkeypatch.setattr(os, "pwritev", full)  # a client batch is written with its patched header as a second buffer
     for each, append in ((log, lambda: log.append(records(b"b"))),
                          (follower, lambda: follower.append_as_follower(records(b"b", base_offset=1)))):
         with pytest.raises(KafkaStorageIOError, match=r"^I/O error while appending to topic-0 \("):
@@ -161,6 +207,7 @@ def test_the_first_io_error_names_the_action_the_dir_and_the_errno(tmp_path: Pat
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "pwrite", full)
+    monkeypatch.setattr(os, "pwritev", full)
     with pytest.raises(KafkaStorageIOError) as caught:
         log.append(records(b"b"))
     assert str(caught.value).startswith("I/O error while appending to topic-0 (")

@@ -367,7 +367,7 @@ def _config(*dirs: Path) -> LogConfig:
 
 def _fail_next_write(monkeypatch: pytest.MonkeyPatch, log: Log, code: int = errno.EIO) -> None:
     """The next write to the active segment's log file fails with ``code`` (as a full or dying disk does)."""
-    def failing(self: FileRecords, data: Any) -> int:
+    def failing(self: FileRecords, data: Any, header: bytes = b"") -> int:
         raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(log.active_segment.log, "append", failing.__get__(log.active_segment.log))
