@@ -28,13 +28,13 @@ from tiered.checksums import (
     ChecksumVerifier,
     SegmentChecksums,
     compute_segment_checksums,
-    verify_object_checksums,
 )
 from tiered.errors import RemoteChecksumError, RemoteResourceNotFoundError, RemoteStorageError
 from tiered.layout import kafka_uuid, segment_key
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
+from tiered.scrub.object_checksums import verify_object_checksums
 
 T0 = 1_700_000_000_000
 

@@ -18,10 +18,11 @@ from local.log import Log
 from tests.rsm_conformance import CHUNK, RSMConformance, _names, _value, metadata
 from tiered import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from tiered.backends.base import MANIFEST_SUFFIX, PACKED_INDEXES_SUFFIX, ObjectStoreRemoteStorageManager
-from tiered.checksums import ChecksumVerifier, verify_object_checksums
+from tiered.checksums import ChecksumVerifier
 from tiered.errors import RemoteChunkError
 from tiered.layout import kafka_uuid, segment_key
 from tiered.metadata import RemoteLogMetadataStore
+from tiered.scrub.object_checksums import verify_object_checksums
 
 
 def _flip_stored(rsm: ObjectStoreRemoteStorageManager, md: RemoteLogSegmentMetadata, chunk: int, at: int = 17) -> str:

@@ -31,8 +31,9 @@ How it is checked
     the remote index cache checks downloaded indexes and the cached files it reopens. What is in memory is not
     checked again: a chunk is checked once, when it enters the cache.
 
-:func:`verify_object_checksums` reads every object of a segment and lists what does not match (for
-``tiered verify``).
+Reading every object of a segment and listing what does not match is the scrub's
+(:func:`tiered.scrub.object_checksums.verify_object_checksums`, for ``tiered verify``): it finds a segment's
+checksums in the store, which lives above this module.
 """
 
 from __future__ import annotations
@@ -41,19 +42,16 @@ import base64
 import io
 import logging
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import IO, Any, cast
 
 from crc32c import crc32c
 
 from tiered import layout
-from tiered.errors import RemoteChecksumError, RemoteResourceNotFoundError, RemoteStorageError
+from tiered.errors import RemoteChecksumError
 from tiered.rsm import IndexType, LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager
-
-if TYPE_CHECKING:
-    from tiered.metadata import RemoteLogMetadataStore
 
 logger = logging.getLogger(__name__)
 
@@ -475,86 +473,3 @@ class _VerifiedStream(io.BufferedIOBase):
 
 
 # Scrubbing ----------------------------------------------------------------------------------------------------
-
-
-def verify_object_checksums(
-    rsm: RemoteStorageManager,
-    metadata: RemoteLogSegmentMetadata,
-    checksums: SegmentChecksums | RemoteLogMetadataStore | None = None,
-    *,
-    read_bytes: int = 8 * MIB,
-) -> list[ChecksumProblem]:
-    """Read every object of the segment through ``rsm`` and list what does not match its recorded checksums:
-    chunks whose crc32c differs, objects shorter or longer than recorded, objects missing or unreadable. Changes
-    nothing. ``checksums``: the segment's checksums, or the metadata store to find them in (by default the store
-    in ``rsm``'s own bucket, when it has the object API). A segment copied before checksums existed gives ``[]``
-    (nothing to check against: see :func:`has_checksums`)."""
-    sums = _resolve(rsm, metadata, checksums)
-    if sums is None:
-        return []
-    sid = str(metadata.remote_log_segment_id)
-    problems: list[ChecksumProblem] = []
-    for suffix, obj in sorted(sums.objects.items()):
-        name = object_name(rsm, metadata, suffix)
-        try:
-            if suffix == LOG:
-                step = max(sums.chunk_bytes, read_bytes - read_bytes % sums.chunk_bytes)
-                for lo in range(0, obj.size, step):
-                    hi = min(lo + step, obj.size) - 1
-                    with rsm.fetch_log_segment(metadata, lo, hi) as stream:
-                        data = stream.read()
-                    problem = check_range(sums, suffix, lo, data, hi - lo + 1, name, sid)
-                    if problem is not None:
-                        problems.append(problem)
-                        if problem.kind != "mismatch":
-                            break
-                else:
-                    with rsm.fetch_log_segment(metadata, obj.size, obj.size + 1) as stream:
-                        extra = stream.read()
-                    if extra:
-                        problems.append(ChecksumProblem("long", name, obj.size, obj.size + len(extra) - 1,
-                                                        f"the object is longer than the recorded {obj.size} byte(s)", sid))
-            else:
-                with rsm.fetch_index(metadata, IndexType(suffix)) as stream:
-                    data = stream.read()
-                problems.extend(_all_chunks(sums, suffix, data, name, sid))
-        except RemoteResourceNotFoundError as exc:
-            problems.append(ChecksumProblem("missing", name, 0, max(obj.size - 1, 0), str(exc), sid))
-        except (RemoteStorageError, OSError) as exc:
-            problems.append(ChecksumProblem("unreadable", name, 0, max(obj.size - 1, 0), str(exc), sid))
-    return problems
-
-
-def has_checksums(
-    rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata, checksums: RemoteLogMetadataStore | None = None
-) -> bool:
-    return _resolve(rsm, metadata, checksums) is not None
-
-
-def _resolve(
-    rsm: RemoteStorageManager, md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | RemoteLogMetadataStore | None
-) -> SegmentChecksums | None:
-    if isinstance(checksums, SegmentChecksums):
-        return checksums
-    if checksums is None:
-        from tiered.backends.base import ObjectStoreRemoteStorageManager
-        from tiered.metadata import RemoteLogMetadataStore
-
-        if not isinstance(rsm, ObjectStoreRemoteStorageManager):
-            return None
-        checksums = RemoteLogMetadataStore(rsm)
-    return checksums.segment_checksums(md)
-
-
-def _all_chunks(sums: SegmentChecksums, suffix: str, data: bytes, name: str, sid: str) -> Iterator[ChecksumProblem]:
-    size = sums.objects[suffix].size
-    if len(data) != size:
-        problem = check_range(sums, suffix, 0, data, size, name, sid)
-        if problem is not None:
-            yield problem
-        return
-    c = sums.chunk_bytes
-    for lo in range(0, size, c):
-        problem = check_range(sums, suffix, lo, memoryview(data)[lo : lo + c], min(c, size - lo), name, sid)
-        if problem is not None:
-            yield problem

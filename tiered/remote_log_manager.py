@@ -26,7 +26,6 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from local.fetch import FetchDataInfo, FetchIsolation, TimestampAndOffset
@@ -37,10 +36,10 @@ from tiered.remote_log_reader import RemoteLogReader
 from tiered.rlm_copy import RLMCopyTask, candidate_segments, highest_offset_in_remote_storage
 from tiered.rlm_expiration import RLMExpirationTask
 from tiered.rlm_parts import PassResult, RateLimiter, RemoteTierParts, remote_log_metrics, topic_id_partition
+from tiered.rlm_tasks import RLMTaskScheduler, tiering_enabled
 from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager, TopicIdPartition
 
 if TYPE_CHECKING:
-    from local.config import LogConfig
     from local.log import Log
     from local.segment import LogSegment
     from tiered.cache.chunk_cache import ChunkCache
@@ -128,21 +127,6 @@ class RemoteLogManager:
     def _copy_segment_data(self, md: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
         return self._copy_data(md, data)
 
-    @classmethod
-    def from_log_config(
-        cls,
-        config: LogConfig,
-        cache_root: Path | None = None,
-        *,
-        index_cache_dir: Path | None = None,
-        segment_cache_dir: Path | None = None,
-    ) -> RemoteLogManager:
-        """Build the plugin, metadata manager and caches from broker configuration: the composition root's
-        :func:`tiered.composition.build_remote_tier`, which says where each part comes from."""
-        from tiered.composition import build_remote_tier
-
-        return build_remote_tier(config, cache_root, index_cache_dir=index_cache_dir, segment_cache_dir=segment_cache_dir)
-
     # ------------------------------------------------------------------------------------------------------
     # Identity and the partitions' tasks
 
@@ -223,8 +207,6 @@ class RemoteLogManager:
     def run_once(self, logs: Iterable[Log]) -> PassResult:
         """One run of the copy task then the expiration task of every remote-enabled log (``tiered offload``):
         the same task objects the scheduled tasks run (:mod:`tiered.rlm_tasks`)."""
-        from tiered.rlm_tasks import tiering_enabled
-
         total = PassResult()
         eligible = [log for log in logs if tiering_enabled(log)]
 
@@ -242,8 +224,6 @@ class RemoteLogManager:
     def start_tasks(self, logs: Callable[[], Iterable[Log]]) -> None:
         """Start the copy and expiration tasks of every remote-enabled log that ``logs()`` returns, each run every
         ``remote.log.manager.task.interval.ms`` (the ``local.remote.RemoteTier`` hook a LogManager calls at start)."""
-        from tiered.rlm_tasks import RLMTaskScheduler
-
         with self._tasks_lock:
             if self._task_scheduler is not None or self._closed:
                 return

@@ -1,4 +1,5 @@
-"""The import graph of ``local``: no cycles between its modules (STYLE 21), and ``local`` never imports ``tiered``.
+"""The import graphs of ``local`` and ``tiered``: no cycles between the modules of either (STYLE 21), and ``local``
+never imports ``tiered``.
 
 Imports are read with ``ast`` from the source, function-level (lazy) imports included: a cycle hidden inside a
 function is still a cycle, only deferred. Imports under ``if TYPE_CHECKING:`` are left out (they never run).
@@ -80,6 +81,10 @@ def test_the_graph_sees_a_lazy_import_and_a_cycle() -> None:
 
 def test_no_import_cycles_among_local_modules() -> None:
     assert find_cycle(import_graph("local")) is None
+
+
+def test_no_import_cycles_among_tiered_modules() -> None:
+    assert find_cycle(import_graph("tiered")) is None
 
 
 def test_local_never_imports_tiered() -> None:

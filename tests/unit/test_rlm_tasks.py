@@ -21,6 +21,7 @@ from local.log import Log
 from local.records import MemoryRecords, SimpleRecord
 from local.segment import LogSegment
 from tests.logutil import local_tier_props
+from tiered.composition import build_remote_tier
 from tiered.remote_log_manager import PassResult, RemoteLogManager
 
 T0 = int(time.time() * 1000) - 60_000
@@ -147,7 +148,7 @@ def test_thread_pool_configs_have_kafkas_names_and_defaults(tmp_path: Path) -> N
         "remote.log.manager.copier.thread.pool.size": "3", "remote.log.manager.expiration.thread.pool.size": "2",
         "remote.log.manager.task.interval.ms": "1234",
     }))
-    rlm = RemoteLogManager.from_log_config(config)
+    rlm = build_remote_tier(config)
     try:
         assert (rlm.copier_threads, rlm.expiration_threads, rlm.task_interval_ms) == (3, 2, 1234)
     finally:
@@ -431,7 +432,7 @@ def test_the_copier_process_reports_errors_and_replaces_a_dead_child(tmp_path: P
 
 def test_the_copier_process_can_be_turned_off(tmp_path: Path) -> None:
     config = LogConfig.from_properties(_props(tmp_path, **{"remote.log.manager.copier.process.enable": "false"}))
-    rlm = RemoteLogManager.from_log_config(config)
+    rlm = build_remote_tier(config)
     try:
         assert rlm.process_copier is None
     finally:

@@ -42,6 +42,7 @@ from tiered.backends.options import (
     Redactor,
     format_settings,
 )
+from tiered.checksums import checksum_chunk_bytes
 from tiered.errors import RemoteResourceNotFoundError, RemoteStorageError
 from tiered.rsm import IndexType, LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager
 
@@ -74,8 +75,6 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         self.options = Options(props, known=self.CONFIG_KEYS, known_prefixes=self.CONFIG_KEY_PREFIXES)
         self.redact = self.options.redactor
         self.prefix = (self.options.string("prefix", "") or "").strip("/")
-        from tiered.checksums import checksum_chunk_bytes
-
         checksum_chunk_bytes(props)  # validated here too, so a bad value fails at configure
         self.format = format_settings(self.options)
         if self.format.key_provider_class:

@@ -64,7 +64,7 @@ def _check_remote_checksums(rsm: Any, metadata: RemoteLogSegmentMetadata, keys: 
     object shorter or longer than recorded or unreadable (a missing one is reported by the object listing). ``keys`` maps each suffix present to
     its object key (for the report when the store names objects differently). Segments uploaded before checksums
     existed pass: there is nothing to check them against."""
-    from tiered.checksums import verify_object_checksums
+    from tiered.scrub.object_checksums import verify_object_checksums
 
     problems = []
     for found in verify_object_checksums(rsm, metadata):
