@@ -20,10 +20,10 @@ from tests.logutil import read_all_values
 from tiered.backends import load_rsm
 from tiered.backends.base import ObjectStoreRemoteStorageManager
 from tiered.cache.index_cache import RemoteIndexCache
-from tiered.checksums import verify_object_checksums
 from tiered.layout import kafka_uuid, partition_prefix
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager
+from tiered.scrub.object_checksums import verify_object_checksums
 
 pytestmark = pytest.mark.integration
 

@@ -28,13 +28,14 @@ from tiered.backends import load_rsm
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
 from tiered.cache.chunk_cache import ChunkCache
 from tiered.cache.index_cache import RemoteIndexCache
-from tiered.checksums import ObjectChecksums, SegmentChecksums, verify_object_checksums
+from tiered.checksums import ObjectChecksums, SegmentChecksums
 from tiered.cli import main
 from tiered.errors import RemoteChecksumError, RemoteConfigError, RemoteStorageError
 from tiered.layout import segment_key
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteLogSegmentState
+from tiered.scrub.object_checksums import verify_object_checksums
 
 MIB = 1024 * 1024
 T0 = int(time.time() * 1000) - 60_000
