@@ -341,6 +341,7 @@ class RSMConformance(CopyFaultConformance):
         rlm = RemoteLogManager(
             rsm, RemoteLogMetadataStore.in_bucket(rsm), RemoteIndexCache(data_dir, rsm.fetch_index),
             chunk_cache=ChunkCache(tmp_path / "chunks", chunk_size=256 * 1024, prefetch_chunks=1),
+            checksum_chunk_bytes=256 * 1024,
         )
         config = LogConfig.from_properties({"log.dirs": str(data_dir), "log.segment.bytes": str(1024 * 1024)})
         manager = LogManager(config, start_scheduler=False, remote_tier=rlm)

@@ -82,9 +82,8 @@ class RemoteLogManager:
         self.expiration_threads = max(1, expiration_threads)
         self.task_interval_ms = task_interval_ms
         # crc32c chunk size of new copies' checksums (tiered.checksums); verifies fetches of segments that have them.
-        self.checksum_chunk_bytes = checksum_chunk_bytes or default_chunk_bytes(
-            chunk_cache.chunk_size if chunk_cache is not None else None
-        )
+        # The composition root fits it to the segment cache's chunks; nothing here knows their size.
+        self.checksum_chunk_bytes = checksum_chunk_bytes or default_chunk_bytes()
         self.checksums = ChecksumVerifier(rsm, metadata_store.segment_checksums)
         if getattr(index_cache, "verifier", False) is None:
             index_cache.verifier = self.checksums  # downloaded (and reopened) indexes are checked too
