@@ -18,6 +18,11 @@ batch at ``position`` with ``remaining`` bytes left in the buffer or file:
 6. a batch running past the end: the walk ends (a torn tail, or a read clipped at ``max_bytes``).
 
 A corrupt size raises ``CorruptRecordError`` naming the position (and ``origin``, the file or remote segment).
+
+Two hot loops size v2 batches inline, as part of one header unpack they need anyway: the append's
+``local.validation.analyze_and_validate`` (appends take v2 only) and the scrub's fast path
+(``tiered.scrub.batches.BatchScanner._parse_sound_v2``). Each accepts only batches these rules accept (size >= 61
+and the batch whole) and hands anything else to this module, whose answer (and error) is the one reported.
 """
 
 from __future__ import annotations
