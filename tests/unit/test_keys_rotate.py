@@ -84,7 +84,8 @@ def test_rotate_to_a_key_pair_not_in_the_ring_is_a_usage_error(pairs: list[KeyPa
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     cfg = _config_file(tmp_path, {"dir": str(tmp_path / "r"), **ring_config(pairs, "old")})
     assert main(["keys", "rotate", "--config", str(cfg), "--new-key-pair-id", "k9"]) == 2
-    assert "--new-key-pair-id k9: key pair 'k9' is not in the key ring" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--new-key-pair-id k9: key pair 'k9' is not in the key ring" in err and "to wrap data keys under it" in err
 
 
 def test_a_segment_under_a_key_missing_from_the_ring_is_named_and_fails_the_run(

@@ -32,7 +32,7 @@ from tiered.errors import (
     RemoteResourceNotFoundError,
 )
 from tiered.format import SegmentManifest
-from tiered.layout import partition_prefix, segment_key
+from tiered.layout import kafka_uuid, partition_prefix, segment_key
 
 SEGMENT = 10_000  # bytes of .log in the round trips
 
@@ -229,9 +229,11 @@ def test_a_wrong_data_key_is_refused(encrypted: tuple, pairs: list[KeyPairPaths]
 def test_a_key_id_missing_from_the_ring_is_named(encrypted: tuple, pairs: list[KeyPairPaths], tmp_path: Path) -> None:  # type: ignore[type-arg]
     rsm, md, _ = encrypted
     only_k2 = load_rsm("local", {"dir": str(rsm.root), **ring_config([pairs[1]], "k2")})  # type: ignore[attr-defined]
-    with pytest.raises(EncryptionKeyNotFoundError, match=r"key pair 'k1' is not in the key ring .*k2") as info:
+    with pytest.raises(EncryptionKeyNotFoundError, match=r"key pair 'k1' is not in the key ring .*k2.*to read") as info:
         _read(only_k2, md, 0, 10)  # type: ignore[arg-type]
-    assert info.value.key_id == "k1"
+    manifest = segment_key(rsm.prefix, md, MANIFEST_SUFFIX)  # type: ignore[attr-defined]
+    assert info.value.key_id == "k1" and info.value.key == manifest  # type: ignore[attr-defined]
+    assert str(info.value).startswith(f"segment {kafka_uuid(md.remote_log_segment_id.id)} (manifest {manifest}): ")
     no_ring = load_rsm("local", {"dir": str(rsm.root)})
     with pytest.raises(EncryptionKeyNotFoundError, match=r"key pair 'k1' .*no key ring"):
         _read(no_ring, md, 0, 10)  # type: ignore[arg-type]

@@ -279,7 +279,12 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         data_key = None
         if manifest.envelope is not None:
             env = manifest.envelope
-            data_key = (self.key_provider or NoKeyRing()).unwrap(env.key_id, env.key_wrap, env.wrapped_key)
+            try:
+                data_key = (self.key_provider or NoKeyRing()).unwrap(env.key_id, env.key_wrap, env.wrapped_key)
+            except RemoteStorageError as exc:  # the key provider's error, with the segment it was reading
+                key = layout.segment_key(self.prefix, metadata, MANIFEST_SUFFIX)
+                raise type(exc)(f"segment {layout.kafka_uuid(sid)} (manifest {key}): {exc}",
+                                **{**exc.context, "key": key}) from None
         codec = ChunkCodec(sid, level=manifest.compression_level, data_key=data_key)
         with lock:
             codecs = self.__dict__["_codecs"]

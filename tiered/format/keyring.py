@@ -90,24 +90,23 @@ class RsaKeyRing:
         kid = key_id or self._active
         if kid is None:
             raise RemoteStorageError("no active key pair to wrap a data key: set rsm.config.encryption.key.pair.id")
-        return kid, RSA_OAEP, self._pair(kid).public.encrypt(data_key, _oaep())
+        return kid, RSA_OAEP, self._pair(kid, "wrap data keys under it").public.encrypt(data_key, _oaep())
 
     def unwrap(self, key_id: str, algorithm: str, wrapped: bytes) -> bytes:
         if algorithm != RSA_OAEP:
             raise RemoteStorageError(f"data key wrapped with {algorithm!r}: this key ring unwraps {RSA_OAEP} only")
         try:
-            return self._pair(key_id).private.decrypt(wrapped, _oaep())
+            return self._pair(key_id, "read segments wrapped under it").private.decrypt(wrapped, _oaep())
         except ValueError:
             raise RemoteStorageError(f"the data key wrapped under key pair {key_id!r} does not unwrap with it "
                                      "(altered, or a different key under the same id)", key_id=key_id) from None
 
-    def _pair(self, key_id: str) -> RsaKeyPair:
+    def _pair(self, key_id: str, purpose: str) -> RsaKeyPair:
         pair = self.pairs.get(key_id)
         if pair is None:
             raise EncryptionKeyNotFoundError(
                 f"key pair {key_id!r} is not in the key ring (rsm.config.encryption.key.pairs: "
-                f"{', '.join(self.pairs) or 'none'}): add its PEM files to read segments wrapped under it",
-                key_id=key_id)
+                f"{', '.join(self.pairs) or 'none'}): add its PEM files to {purpose}", key_id=key_id)
         return pair
 
 
