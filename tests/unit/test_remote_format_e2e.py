@@ -64,6 +64,16 @@ def test_a_tiered_log_offloads_reads_and_verifies_in_the_manifest_format(
     assert any(p["kind"] == "unreadable" and "chunk 1 of remote object" in p["message"] and
                p["object"].endswith(stored.name) and p["position"] == manifest.chunk_size for p in found), found
 
+    packed = manifests[1].with_name(manifests[1].name.replace(".rsm-manifest", ".indexes"))
+    raw = bytearray(packed.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    packed.write_bytes(bytes(raw))
+    assert main(args) == 1
+    found = [p for part in json.loads(capsys.readouterr().out)["partitions"] for p in part["problems"]]
+    remote = tmp_path / "remote"
+    assert any(p["object"] == str(packed.relative_to(remote)) for p in found), found
+    assert all((remote / p["object"]).exists() for p in found if p.get("object")), found  # the objects there are
+
     manifests[1].unlink()  # a segment's chunks without their manifest: reported, not a crash
     assert main(args) == 1
     found = [p for part in json.loads(capsys.readouterr().out)["partitions"] for p in part["problems"]]

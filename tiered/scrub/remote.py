@@ -64,15 +64,20 @@ def _check_remote_checksums(rsm: Any, metadata: RemoteLogSegmentMetadata, keys: 
     object shorter or longer than recorded or unreadable (a missing one is reported by the object listing). ``keys`` maps each suffix present to
     its object key (for the report when the store names objects differently). Segments uploaded before checksums
     existed pass: there is nothing to check them against."""
+    from tiered.checksums import object_name
     from tiered.scrub.object_checksums import verify_object_checksums
 
+    # The checksums name a part by its suffix; the store may keep it in another object (the packed .indexes).
+    stored = {object_name(rsm, metadata, suffix): (suffix, key) for suffix, key in keys.items()}
     problems = []
     for found in verify_object_checksums(rsm, metadata):
         if found.kind == "missing":
             continue  # the scrub's own object listing reports it as missing_object
         kind = "unreadable" if found.kind == "unreadable" else "checksum_mismatch"
-        problems.append(Problem(kind, f"{found.kind}: {found.detail} (bytes {found.start}..{found.end})",
-                                object=found.object, position=found.start))
+        suffix, key = stored.get(found.object, ("", found.object))
+        part = f" (its {suffix} part)" if key != found.object else ""
+        problems.append(Problem(kind, f"{found.kind}{part}: {found.detail} (bytes {found.start}..{found.end})",
+                                object=key, position=found.start))
     return problems
 
 
