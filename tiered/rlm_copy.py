@@ -146,6 +146,8 @@ class RLMCopyTask:
                 result.segments_copied += 1
                 result.bytes_copied += seg.size
             self._set_lag(log, candidate_segments(self.parts, self.tip, log))
+            if result.segments_copied:
+                self.parts.update_log_size(self.tip)
         return result
 
     def _set_lag(self, log: Log, candidates: list[tuple[LogSegment, LogSegment]]) -> None:

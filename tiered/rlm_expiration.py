@@ -57,8 +57,7 @@ class RLMExpirationTask:
                 log.ensure_log_start_offset_checkpointed()  # a previous pass's checkpoint may have failed
             for md, reason in doomed:
                 parts.delete_remote_segment(md, reason=reason)
-            remaining = parts.finished_segments(self.tip)
-            parts.metrics.log_size_bytes.labels(log.topic, log.partition).set(sum(m.segment_size_in_bytes for m in remaining))
+            parts.update_log_size(self.tip)
             self._set_lag(log, 0, 0)
             return len(doomed)
 

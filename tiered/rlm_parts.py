@@ -157,6 +157,12 @@ class RemoteTierParts:
     def finished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         return finished_segments(self.metadata, tip)
 
+    def update_log_size(self, tip: TopicIdPartition) -> None:
+        """Set ``RemoteLogSizeBytes`` of ``tip`` to the bytes of its finished copies. Both the copy and the
+        expiration task call it after their run (as Kafka's do), so the gauge never lags a copy by a pass."""
+        size = sum(md.segment_size_in_bytes for md in self.finished_segments(tip))
+        self.metrics.log_size_bytes.labels(tip.topic, tip.partition).set(size)
+
     def delete_remote_segment(self, md: RemoteLogSegmentMetadata, reason: str) -> None:
         """Kafka's order: DELETE_SEGMENT_STARTED, the objects, DELETE_SEGMENT_FINISHED; then the segment leaves the
         caches. A failed object delete leaves the STARTED event (retried by the next pass that finds it)."""

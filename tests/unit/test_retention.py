@@ -10,7 +10,7 @@
 - Remote size retention deletes the oldest segments while the whole log (remote segments plus the local segments
   not yet copied) is over ``retention.bytes`` by at least the segment: one byte short of that, nothing goes.
 - Each deletion is logged with the rule it breaches; the delete lag gauges count the pass's segments while it
-  deletes and are zero after it, and the remote log size is what remains.
+  deletes and are zero after it, and the remote log size is what remains (a copy counts in it at once).
 """
 
 from __future__ import annotations
@@ -333,7 +333,7 @@ def test_each_remote_deletion_names_its_rule_and_the_gauges_count_the_pass(tmp_p
         sizes = [md.segment_size_in_bytes for md in segs]
         assert len(segs) >= 4
         metrics = tier.rlm.metrics
-        assert _gauge(metrics.log_size_bytes, log) == 0  # no pass yet
+        assert _gauge(metrics.log_size_bytes, log) == sum(sizes)  # set by the copy, not one pass later
         with caplog.at_level(logging.INFO, logger="tiered.rlm_parts"):
             log.delete_records(segs[1].end_offset + 1)  # the first two are below the log start offset
             assert tier.rlm.cleanup_remote_segments(log) == 2
@@ -348,6 +348,20 @@ def test_each_remote_deletion_names_its_rule_and_the_gauges_count_the_pass(tmp_p
         deleting = [r.getMessage() for r in caplog.records if r.getMessage().startswith("deleting remote segment")]
         assert [m.rsplit(": ", 1)[1] for m in deleting] == [
             "below the log start offset", "below the log start offset", "retention.ms breach", "retention.bytes breach"]
+    finally:
+        tier.close()
+
+
+def test_the_remote_log_size_counts_a_copy_at_once(tmp_path: Path) -> None:
+    """RemoteLogSizeBytes after a copy task's run, before any expiration run: the copied segments' bytes."""
+    tier = _Tier(tmp_path, MockTime(ms=T0 + 1_000_000))
+    try:
+        log = tier.log(**{"retention.ms": "-1", "retention.bytes": "-1"})
+        _produce(log, 12_000)
+        result = tier.rlm.copy_task(log).run(log)
+        assert result.segments_copied >= 2
+        sizes = [md.segment_size_in_bytes for md in tier.finished(log)]
+        assert _gauge(tier.rlm.metrics.log_size_bytes, log) == sum(sizes) == result.bytes_copied
     finally:
         tier.close()
 
