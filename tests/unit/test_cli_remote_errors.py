@@ -78,7 +78,10 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     return rc, lines[0]
 
 
-@pytest.mark.parametrize("command", [["offload"], ["consume", "-t", "ev"], ["attach", "-t", "ev"]])
+RUN = ["run", "--duration", "0", "--listen", "127.0.0.1:0"]
+
+
+@pytest.mark.parametrize("command", [["offload"], ["consume", "-t", "ev"], ["attach", "-t", "ev"], RUN])
 def test_missing_bucket_is_named(stub: StubS3, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
     rc, line = run(capsys, *command, "--log-dirs", str(tmp_path / "data"), *s3_options(stub.url))
     assert rc == 1
@@ -142,6 +145,16 @@ def test_unreachable_endpoint_is_named(tmp_path: Path, capsys: pytest.CaptureFix
     out, err = capsys.readouterr()
     assert rc == 1 and f"remote tier: cannot reach the S3 endpoint {url}" in err and "Traceback" not in err
     assert f"data dir {tmp_path / 'data'}" in out
+
+
+def test_run_asks_the_store_before_it_opens_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a process that serves and exits 0 while every remote pass fails: the first contact fails it at once."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    rc, line = run(capsys, *RUN, "--log-dirs", str(tmp_path / "data"), *s3_options(url))
+    assert rc == 1 and f"tiered run: cannot reach the S3 endpoint {url}: connection failed" in line
+    assert not (tmp_path / "data").exists()
 
 
 def test_unknown_backend_lists_the_known_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

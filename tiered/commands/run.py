@@ -9,7 +9,9 @@ RemoteCopyLagSegments), and each change in what the tasks copied or deleted is p
 The endpoint (:mod:`tiered.http_server`: ``/metrics``, produce and consume on
 ``/topics/<t>/partitions/<p>/records``, ``/health``) listens on ``--listen HOST:PORT`` or the broker key
 ``tiered.http.listen`` (default ``127.0.0.1:8080``; port 0 picks a free one). Once it listens, the first line on
-stdout is ``listening on http://HOST:PORT`` (the port actually bound), so a script can wait for it.
+stdout is ``listening on http://HOST:PORT`` (the port actually bound), so a script can wait for it. Before that, and
+before any data dir is opened, the remote store is asked once (:func:`tiered.commands._remote.check_remote_access`):
+an unreachable endpoint, a missing bucket or rejected credentials end the command in one line (exit 1).
 
 Stopping: SIGINT (Ctrl-C) or SIGTERM, or the end of ``--duration``. The endpoint stops taking requests, each copy
 task finishes the segment it is copying and copies no more (a copy the remote store fails is rolled back as
@@ -52,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     from local.config import parse_host_port
     from local.metrics import RichLoadProgress
+    from tiered.commands._remote import check_remote_access
     from tiered.composition import open_log_manager
     from tiered.http_server import Endpoint, Server
 
@@ -63,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
         host, port = parse_host_port(listen)
     except ValueError as exc:
         raise UsageError(f"invalid --listen {listen!r}: {exc}") from None
+    # As offload and consume do, before any data dir is created or locked: a store that cannot be reached fails here
+    # in one line, not later in every scheduled pass of a process that looks healthy.
+    check_remote_access(config)
     stop = threading.Event()
     signals = _install_signal_handlers(stop)
     console = Console(stderr=True)
