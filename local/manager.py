@@ -116,6 +116,7 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         self._log_dirs_of: dict[tuple[str, int], Path] = {}
         self._dir_locks: dict[Path, int] = {}
+        self._created_dirs: set[Path] = set()  # data dirs this manager made (a failed constructor removes them)
         self.offline_dirs: dict[Path, str] = {}
         self.offline_partitions: dict[tuple[str, int], OfflinePartition] = {}
         self._offline_logs: dict[tuple[str, int], Log] = {}  # dropped logs whose handles close() releases
@@ -160,7 +161,9 @@ class LogManager:
 
     def _open_dir(self, data_dir: Path) -> None:
         try:
-            data_dir.mkdir(parents=True, exist_ok=True)
+            if not data_dir.exists():
+                data_dir.mkdir(parents=True, exist_ok=True)
+                self._created_dirs.add(data_dir)
             fd = os.open(data_dir / LOCK_FILENAME, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -181,8 +184,12 @@ class LogManager:
         self.live_dirs.append(data_dir)
 
     def _release_dirs(self) -> None:
-        """Unlock the data dirs and drop a read-only manager's scratch dir (a constructor that failed)."""
-        for fd in self._dir_locks.values():
+        """Unlock the data dirs and drop a read-only manager's scratch dir (a constructor that failed). A data dir
+        this manager created and left holding only its lock is removed (while still locked), so a command that
+        failed on its config leaves no data dir behind."""
+        for data_dir, fd in self._dir_locks.items():
+            if data_dir in self._created_dirs:
+                _remove_if_only_lock(data_dir)
             os.close(fd)
         self._dir_locks.clear()
         if self._scratch_root is not None:
@@ -762,6 +769,15 @@ def _validate_turning_off_remote_storage(log: Log, new_config: Any) -> None:
             "remote.log.copy.disable=true`. If you want to disable remote storage and delete all remote data, please "
             "set `remote.storage.enable=false,remote.log.delete.on.disable=true`."
         )
+
+
+def _remove_if_only_lock(data_dir: Path) -> None:
+    try:
+        if [entry.name for entry in data_dir.iterdir()] == [LOCK_FILENAME]:
+            (data_dir / LOCK_FILENAME).unlink()
+            data_dir.rmdir()
+    except OSError as exc:  # already failing: the constructor's error is the one to report
+        logger.debug("could not remove the unused data dir %s: %s", data_dir, exc)
 
 
 def _build_remote_tier(

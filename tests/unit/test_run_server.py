@@ -168,3 +168,19 @@ def test_run_with_a_malformed_listen_address_exits_2_before_opening_anything(tmp
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr == "tiered run: invalid --listen 'localhost': expected HOST:PORT, e.g. 127.0.0.1:8080\n"
     assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("config", [
+    ["remote.log.storage.manager.class.name=local"],  # no rsm.config.dir: refused before anything opens
+    ["remote.log.storage.manager.class.name=local", "rsm.config.dir={remote}",
+     "remote.log.metadata.manager.class.name=nosuch.Klass"],  # refused once the data dir is locked
+])
+def test_run_that_fails_on_its_config_leaves_no_data_dir_it_made(tmp_path: Path, config: list[str]) -> None:
+    options = [arg for kv in ["remote.log.storage.system.enable=true", *config]
+               for arg in ("-o", kv.format(remote=tmp_path / "remote"))]
+    proc = _run_cli(tmp_path, "--listen", "127.0.0.1:0", "--duration", "0", *options)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not (tmp_path / "data").exists()
+    (tmp_path / "data").mkdir()  # a dir it did not make stays
+    assert _run_cli(tmp_path, "--listen", "127.0.0.1:0", "--duration", "0", *options).returncode == 2
+    assert (tmp_path / "data").is_dir()
