@@ -1,9 +1,11 @@
 """The last remote pass of a data dir, kept in ``<data_dir>/tiered-remote-pass.json`` for ``tiered status``.
 
-Whoever runs a pass of the remote copy and expiration tasks (``tiered offload``; a long-running process after each
-scheduled pass) records what it did: when it finished (ms since the epoch), segments and bytes copied, remote
-segments deleted, copy errors, and the first lines of the warnings and errors the remote tier logged during it.
-The file is replaced whole (temp file and rename); a missing or unreadable one reads as None.
+Whoever runs a pass of the remote copy and expiration tasks records what it did with :func:`record_pass`: ``tiered
+offload`` after its one pass, ``tiered run`` every ``remote.log.manager.task.interval.ms`` (what its scheduled tasks
+did since the previous record) and once more when it stops. A report holds when the pass finished (ms since the
+epoch), segments and bytes copied, remote segments deleted, copy errors, and the first lines of the warnings and
+errors the remote tier logged during it. The file is replaced whole (temp file and rename); a missing or unreadable
+one reads as None.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 PASS_REPORT_FILENAME = "tiered-remote-pass.json"
 MAX_ERRORS = 20  # messages kept per pass
+_NOT_THE_PASS = ("tiered.http_server",)  # `tiered run`'s endpoint logs its clients' failed requests, not the pass's
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +45,24 @@ def write_pass_report(data_dir: str | os.PathLike[str], result: Any, errors: lis
     return target
 
 
+def record_pass(data_dirs: Iterable[str | os.PathLike[str]], result: Any, errors: list[str]) -> None:
+    """Record one pass in every data dir of the process that made it. A dir that cannot be written is logged, not
+    raised: the pass itself is done."""
+    for data_dir in data_dirs:
+        try:
+            write_pass_report(data_dir, result, errors)
+        except OSError as exc:
+            logger.warning("cannot record the remote pass in %s: %s", data_dir, exc)
+
+
+def take_errors(errors: list[str]) -> list[str]:
+    """The messages :func:`collecting_remote_errors` gathered so far, removed from ``errors`` so that the next pass
+    of a long-running process starts empty (one appended meanwhile stays for that pass)."""
+    taken = errors[:]
+    del errors[:len(taken)]
+    return taken
+
+
 def read_pass_report(data_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     path = Path(data_dir) / PASS_REPORT_FILENAME
     try:
@@ -60,6 +81,8 @@ class _Collector(logging.Handler):
         self.messages: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith(_NOT_THE_PASS):
+            return
         if len(self.messages) < MAX_ERRORS:
             text = " ".join(record.getMessage().split())
             self.messages.append(f"{record.levelname} {text}")

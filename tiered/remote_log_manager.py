@@ -22,6 +22,7 @@ which says why).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -257,6 +258,11 @@ class RemoteLogManager:
     def record_task_result(self, result: PassResult) -> None:
         with self._tasks_lock:
             self.task_totals.add(result)
+
+    def task_totals_now(self) -> PassResult:
+        """A copy of :attr:`task_totals` taken under its lock: never half of a run's result."""
+        with self._tasks_lock:
+            return dataclasses.replace(self.task_totals)
 
     def close(self) -> None:
         self.stop_tasks()

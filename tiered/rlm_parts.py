@@ -13,6 +13,7 @@ one RemoteLogManager of a Kafka broker does.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time as _time
@@ -76,6 +77,11 @@ class PassResult:
         self.segments_deleted += other.segments_deleted
         self.copy_errors += other.copy_errors
         self.stale_copies_cleaned += other.stale_copies_cleaned
+
+    def since(self, earlier: PassResult) -> PassResult:
+        """What was done after ``earlier``, an earlier copy of the same running totals (``tiered run`` records
+        its scheduled tasks' work per interval from the manager's totals)."""
+        return PassResult(**{f.name: getattr(self, f.name) - getattr(earlier, f.name) for f in dataclasses.fields(self)})
 
 
 class RateLimiter:

@@ -164,3 +164,35 @@ def test_offload_names_topics_without_remote_storage(tmp_path: Path, capsys: pyt
     assert cli(capsys, "--config", str(config), "topics", "alter", "-t", "plain", "--add-config", "remote.storage.enable=true")[0] == 0
     rc, out, err = cli(capsys, "--config", str(config), "offload")
     assert rc == 0 and "copied 0 segment(s)" not in out and "not tiered" not in err
+
+
+def test_status_shows_the_last_pass_of_run_too(tiered_topic: tuple[Path, Path], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A pass of `tiered run`'s scheduled tasks replaces offload's as the last one (here the pass cut short by the
+    end of --duration, before its first task interval)."""
+    import os
+    import subprocess
+    import sys
+
+    from tiered.pass_report import read_pass_report
+
+    first, _ = tiered_topic
+    data = tmp_path / "a" / "data"
+    offloaded = read_pass_report(data)
+    assert offloaded is not None
+    produce(first, "ev", 2, epochs=(3, 4))
+    before = len(list((tmp_path / "bucket").rglob("*.log")))
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "tiered.cli", "run", "--config", str(first), "--listen", "127.0.0.1:0",
+                           "--duration", "3", "-o", "remote.log.manager.task.interval.ms=60000"],
+                          cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    copied = len(list((tmp_path / "bucket").rglob("*.log"))) - before
+    assert copied > 0
+    report = read_pass_report(data)
+    assert report is not None and report["finished_ms"] > offloaded["finished_ms"]
+    assert (report["segments_copied"], report["copy_errors"], report["errors"]) == (copied, 0, [])
+    rc, text, err = cli(capsys, "--config", str(first), "status")
+    assert rc == 0, err
+    assert f"copied {copied} segment(s)" in text

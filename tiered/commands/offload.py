@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             "remote.log.storage.manager.class.name in the broker config (--config FILE)"
         )
     from tiered.commands._remote import check_remote_access
-    from tiered.pass_report import collecting_remote_errors, write_pass_report
+    from tiered.pass_report import collecting_remote_errors, record_pass
 
     check_remote_access(config)
     with open_log_manager(config, start_scheduler=False) as manager:
@@ -106,8 +106,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"tiered offload: interrupted: copied {result.segments_copied} segment(s) "
                       f"({result.bytes_copied:,} bytes); local retention not run", file=sys.stderr)
                 return 130
-        for data_dir in manager.live_dirs:
-            write_pass_report(data_dir, result, errors)
+        record_pass(manager.live_dirs, result, errors)
     print(
         f"copied {result.segments_copied} segment(s) ({result.bytes_copied:,} bytes), deleted "
         f"{result.segments_deleted} remote segment(s), local retention deleted {deleted} segment(s)"

@@ -4,7 +4,9 @@ Retention, flushing and checkpoints run on the log manager's scheduler; with the
 manager also starts the remote tier's own copy and expiration tasks (per partition, every
 ``remote.log.manager.task.interval.ms``: the same tasks a library user's LogManager runs, and the ones
 ``tiered offload`` runs once). On a terminal a progress bar shows the copy backlog (Kafka's
-RemoteCopyLagSegments), and each change in what the tasks copied or deleted is printed on stderr.
+RemoteCopyLagSegments), and each change in what the tasks copied or deleted is printed on stderr. What the tasks did
+is recorded for ``tiered status`` every task interval and at the stop, as ``tiered offload`` records its pass
+(:mod:`tiered.pass_report`).
 
 The endpoint (:mod:`tiered.http_server`: ``/metrics``, produce and consume on
 ``/topics/<t>/partitions/<p>/records``, ``/health``) listens on ``--listen HOST:PORT`` or the broker key
@@ -29,9 +31,14 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tiered.commands._common import UsageError, load_config
+
+if TYPE_CHECKING:
+    from local.manager import LogManager
+    from tiered.remote_log_manager import RemoteLogManager
 
 _REPORT_INTERVAL_S = 1.0
 DEFAULT_STOP_TIMEOUT_S = 30.0
@@ -57,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from tiered.commands._remote import check_remote_access
     from tiered.composition import open_log_manager
     from tiered.http_server import Endpoint, Server
+    from tiered.pass_report import collecting_remote_errors
 
     if args.stop_timeout is not None and args.stop_timeout <= 0:
         raise UsageError("--stop-timeout must be > 0")
@@ -72,22 +80,64 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signals = _install_signal_handlers(stop)
     console = Console(stderr=True)
-    with RichLoadProgress(console=console):  # startup of a large dir draws a progress bar on a terminal
-        manager = open_log_manager(config)  # starts the scheduler, and the remote tier's tasks with it
-    try:
-        server = Server(Endpoint(manager), host, port)
-    except OSError as exc:
-        manager.close()
-        raise UsageError(f"cannot listen on {listen}: {exc.strerror or exc}; pass --listen HOST:PORT "
-                         "(port 0 picks a free one)") from None
-    server.start()
-    print(f"listening on {server.url}", flush=True)
-    deadline = None if args.duration is None else time.monotonic() + args.duration
-    try:
-        _watch(manager, console, stop, deadline)
-    except KeyboardInterrupt:
-        pass
-    return _stop(manager, server, console, signals, args.stop_timeout)
+    with collecting_remote_errors() as errors:  # from the tasks' first run on
+        with RichLoadProgress(console=console):  # startup of a large dir draws a progress bar on a terminal
+            manager = open_log_manager(config)  # starts the scheduler, and the remote tier's tasks with it
+        try:
+            server = Server(Endpoint(manager), host, port)
+        except OSError as exc:
+            manager.close()
+            raise UsageError(f"cannot listen on {listen}: {exc.strerror or exc}; pass --listen HOST:PORT "
+                             "(port 0 picks a free one)") from None
+        passes = _PassRecorder.of(manager, errors)
+        server.start()
+        print(f"listening on {server.url}", flush=True)
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        try:
+            _watch(manager, console, stop, deadline, passes)
+        except KeyboardInterrupt:
+            pass
+        return _stop(manager, server, console, signals, args.stop_timeout, passes)
+
+
+class _PassRecorder:
+    """Records the scheduled tasks' remote passes for ``tiered status``, as ``tiered offload`` records its one
+    (:func:`tiered.pass_report.record_pass`): every ``remote.log.manager.task.interval.ms``, what the tasks did and
+    what the remote tier logged since the previous record."""
+
+    def __init__(self, rlm: RemoteLogManager, data_dirs: list[Path], errors: list[str]) -> None:
+        self._rlm = rlm
+        self._data_dirs = data_dirs
+        self._errors = errors
+        self._interval_s = rlm.task_interval_ms / 1000
+        self._recorded = rlm.task_totals_now()
+        self._due = time.monotonic() + self._interval_s
+
+    @classmethod
+    def of(cls, manager: LogManager, errors: list[str]) -> _PassRecorder | None:
+        """The recorder of ``manager``'s remote tier; None without one (no pass to record)."""
+        from tiered.composition import remote_log_manager_of
+
+        rlm = remote_log_manager_of(manager)
+        return None if rlm is None else cls(rlm, manager.live_dirs, errors)
+
+    def record_when_due(self) -> None:
+        if time.monotonic() >= self._due:
+            self.record()
+
+    def record(self) -> None:
+        from tiered.pass_report import record_pass, take_errors
+
+        totals = self._rlm.task_totals_now()
+        record_pass(self._data_dirs, totals.since(self._recorded), take_errors(self._errors))
+        self._recorded = totals
+        self._due = time.monotonic() + self._interval_s
+
+    def record_last(self) -> None:
+        """Stop the tasks, which waits for the copies in flight (the manager's close would too, once the data dirs
+        are about to be unlocked: too late to record them), and record what they did since the previous record."""
+        self._rlm.stop_tasks()
+        self.record()
 
 
 def _install_signal_handlers(stop: threading.Event) -> list[int]:
@@ -104,8 +154,10 @@ def _install_signal_handlers(stop: threading.Event) -> list[int]:
     return [signal.SIGTERM, signal.SIGINT]
 
 
-def _watch(manager: Any, console: Any, stop: threading.Event, deadline: float | None) -> None:
-    """Report the remote tier's progress until ``stop`` is set or ``deadline`` passes."""
+def _watch(
+    manager: Any, console: Any, stop: threading.Event, deadline: float | None, passes: _PassRecorder | None
+) -> None:
+    """Report the remote tier's progress, and record its passes, until ``stop`` is set or ``deadline`` passes."""
     from rich.progress import Progress
 
     from tiered.composition import remote_log_manager_of
@@ -124,13 +176,18 @@ def _watch(manager: Any, console: Any, stop: threading.Event, deadline: float | 
                 if (copied, deleted) != reported:
                     console.print(f"copied {copied}, deleted {deleted} remote segment(s) so far")
                     reported = (copied, deleted)
+            if passes is not None:
+                passes.record_when_due()
             wait = _REPORT_INTERVAL_S if deadline is None else min(_REPORT_INTERVAL_S, deadline - time.monotonic())
             if wait <= 0 or stop.wait(wait):
                 return
 
 
-def _stop(manager: Any, server: Any, console: Any, signals: list[int], timeout: float) -> int:
-    """Stop taking requests, let each copy task end after its segment, close the manager within ``timeout``."""
+def _stop(
+    manager: Any, server: Any, console: Any, signals: list[int], timeout: float, passes: _PassRecorder | None
+) -> int:
+    """Stop taking requests, let each copy task end after its segment, close the manager within ``timeout``. The
+    last pass (up to the copies that were in flight) is recorded before the data dirs are unlocked."""
     server.stop()
     rlm = manager.remote_tier
     if rlm is not None and hasattr(rlm, "request_stop"):
@@ -140,7 +197,11 @@ def _stop(manager: Any, server: Any, console: Any, signals: list[int], timeout: 
 
     def close() -> None:
         try:
-            manager.close()
+            try:
+                if passes is not None:
+                    passes.record_last()
+            finally:
+                manager.close()
         except BaseException as exc:
             failure.append(exc)
 
