@@ -68,16 +68,16 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
     if kind == "log":
         _dump_log(path, result, deep, max_batches)
     elif kind == "offset-index":
-        from local.index import OffsetIndex, detect_entry_size
+        from local.index import LEGACY_OFFSET_ENTRY_SIZE, OffsetIndex, detect_entry_size
 
-        size = detect_entry_size(path, 8)
-        with OffsetIndex(path, base, writable=False, use_large_format=size == 12) as index:
+        size = detect_entry_size(path, LEGACY_OFFSET_ENTRY_SIZE)
+        with OffsetIndex(path, base, writable=False, use_large_format=size != LEGACY_OFFSET_ENTRY_SIZE) as index:
             result.items.append({"entry_size": index.entry_size})
             entries = [index.entry(i) for i in range(index.entries)]
         for op in entries:
             result.items.append({"offset": op.offset, "position": op.position})
         if verify:
-            _verify_offset_index(path, entries, result)
+            _verify_offset_index(path, base, result)
     elif kind == "time-index":
         from local.index import TimeIndex
 
@@ -210,26 +210,21 @@ def _dump_log(path: Path, result: DumpResult, deep: bool, max_batches: int | Non
         records.close_handlers()
 
 
-def _verify_offset_index(path: Path, entries: list[Any], result: DumpResult) -> None:
-    from local.file_records import FileRecords
+def _verify_offset_index(path: Path, base: int, result: DumpResult) -> None:
+    """``tiered verify``'s check of this one index against its segment, so both commands judge a file alike. A
+    zero-filled tail (an active segment's preallocated space) passes, as kafka-dump-log stops at it."""
+    from local.index import LEGACY_OFFSET_ENTRY_SIZE
+    from tiered.scrub.batches import BatchScanner
+    from tiered.scrub.local import check_offset_index_file, scan_file
 
     log_path = filenames.companion_log_file(path)
     if not log_path.exists():
         result.problems.append(f"no log file {log_path.name} to verify {path.name} against")
         return
-    records = FileRecords.open(log_path, mutable=False, file_already_exists=True)
-    try:
-        starts = {b.position: b for b in records.batches(verify=False)}
-        for e in entries:
-            batch = starts.get(e.position)
-            if batch is None:
-                result.problems.append(f"index entry offset {e.offset} position {e.position} is not a batch start in {log_path.name}")
-            elif not batch.base_offset <= e.offset <= batch.last_offset:
-                result.problems.append(
-                    f"Index offset mismatch: entry {e.offset} points at the batch {batch.base_offset}..{batch.last_offset}"
-                )
-    finally:
-        records.close_handlers()
+    scan = BatchScanner(str(log_path), remote=False, segment_base=base, min_offset=base, total_size=None)
+    scan_file(scan, log_path)
+    problems, _notes = check_offset_index_file(path, base, scan, LEGACY_OFFSET_ENTRY_SIZE, zero_tail_ok=True)
+    result.problems += [p.message for p in problems]
 
 
 def payload_text(data: bytes | None) -> str | None:

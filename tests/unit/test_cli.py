@@ -71,6 +71,21 @@ def test_dump_reports_corruption_with_position_and_exit_1(golden_dir: Path) -> N
     assert damaged.returncode == 1 and damaged.stdout.splitlines()[-1] == f"Verified {index}: 1 problem(s)"
 
 
+def test_dump_verify_judges_an_index_as_verify_does(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    assert run_cli("produce", "-t", "ev", "--log-dirs", str(data), "--batch-size", "10",
+                   stdin="".join(f"{i}\n" for i in range(100))).returncode == 0
+    index = data / "ev-0" / "00000000000000000000.index"
+    with open(index, "r+b") as f:
+        f.truncate(5)  # a torn index: not a whole 8-byte entry
+    scrub = run_cli("verify", "--log-dirs", str(data))
+    assert scrub.returncode == 1 and "length 5 is not a multiple of the 8-byte entry size" in scrub.stdout
+    dumped = run_cli("dump", "--verify", str(index))
+    assert dumped.returncode == 1, dumped.stdout
+    assert "ERROR: length 5 is not a multiple of the 8-byte entry size" in dumped.stdout
+    assert dumped.stdout.splitlines()[-1] == f"Verified {index}: 1 problem(s)"
+
+
 def test_produce_then_consume(tmp_path: Path) -> None:
     data = str(tmp_path / "data")
     proc = run_cli("produce", "--log-dirs", data, "-t", "events", "--key-separator", ":", stdin="a:1\nb:2\nplain\n")

@@ -172,14 +172,11 @@ def _scrub_segment(pdir: Path, base: int, path: Path, report: PartitionReport, n
     scan = BatchScanner(str(path), remote=False, segment_base=base, min_offset=max(base, next_min), total_size=None,
                         progress=progress)
     try:
-        size = scan.total_size = path.stat().st_size
-        for chunk in read_file_chunks(path, size):
-            scan.feed(chunk)
+        size = scan_file(scan, path)
     except OSError as exc:  # deleted meanwhile (a live broker's retention), permissions, I/O errors
         report.problems.append(Problem("unreadable", f"cannot read: {exc}", file=str(path), position=scan.bytes_seen))
         report.segments += 1
         return scan  # its indexes are not judged against a segment not read
-    scan.finish()
     report.segments += 1
     report.batches += len(scan.positions)
     report.bytes += size
@@ -193,18 +190,10 @@ def _scrub_segment(pdir: Path, base: int, path: Path, report: PartitionReport, n
 
     index = filenames.offset_index_file(pdir, base)
     if index.exists():
-        from local.errors import CorruptIndexError
-        from local.index import detect_entry_size
-
-        try:
-            entry_size = detect_entry_size(index, dir_report.requested_entry_size)
-        except CorruptIndexError as exc:
-            report.problems.append(Problem("offset_index", str(exc), file=str(index)))
-        else:
-            problems, notes = check_offset_index(_read(index, report), entry_size, base, scan, str(index),
-                                                 remote=False, zero_tail_ok=active_unclean)
-            report.problems += problems
-            report.notes += notes
+        problems, notes = check_offset_index_file(index, base, scan, dir_report.requested_entry_size,
+                                                  zero_tail_ok=active_unclean)
+        report.problems += problems
+        report.notes += notes
     else:
         report.notes.append(f"{index.name} is missing (the next start rebuilds it)")
     time_index = filenames.time_index_file(pdir, base)
@@ -219,6 +208,33 @@ def _scrub_segment(pdir: Path, base: int, path: Path, report: PartitionReport, n
         report.problems += check_txn_index(_read(txn_index, report), base, segment_last, str(txn_index),
                                            remote=False)
     return scan
+
+
+def scan_file(scan: BatchScanner, path: Path) -> int:
+    """Feed the whole segment file ``path`` to ``scan`` and finish it; its size. Raises OSError (not finished)."""
+    size = scan.total_size = path.stat().st_size
+    for chunk in read_file_chunks(path, size):
+        scan.feed(chunk)
+    scan.finish()
+    return size
+
+
+def check_offset_index_file(index: Path, base: int, scan: BatchScanner, requested_entry_size: int, *,
+                            zero_tail_ok: bool) -> tuple[list[Problem], list[str]]:
+    """Problems and notes of the local offset index file ``index`` against its segment's scanned batches: the one
+    check of an index file, so ``tiered verify`` and ``tiered dump --verify`` judge a file alike."""
+    from local.errors import CorruptIndexError
+    from local.index import detect_entry_size
+
+    try:
+        entry_size = detect_entry_size(index, requested_entry_size)
+        with open(index, "rb") as f:
+            data = f.read()
+    except CorruptIndexError as exc:
+        return [Problem("offset_index", str(exc), file=str(index))], []
+    except OSError as exc:
+        return [Problem("unreadable", f"cannot read: {exc}", file=str(index))], []
+    return check_offset_index(data, entry_size, base, scan, str(index), remote=False, zero_tail_ok=zero_tail_ok)
 
 
 def _check_checkpoint_offsets(report: PartitionReport, dir_report: DataDirReport) -> None:
