@@ -99,6 +99,38 @@ def test_produce_then_consume(tmp_path: Path) -> None:
     assert run_cli("produce", "-t", "x", stdin="").returncode == 2  # no data dir: usage
 
 
+@pytest.mark.parametrize(("argv", "stdin", "rc", "message"), [
+    (["-p", "-1"], "a\n", 2, "tiered produce: error: argument --partition/-p: invalid partition -1: must be in 0..2147483647"),
+    (["--compression", "foo"], "a\n", 2, "tiered produce: error: argument --compression: invalid choice: 'foo' "
+                                         "(choose from 'none', 'gzip', 'snappy', 'lz4', 'zstd')"),
+    (["--header", "nokey"], "a\n", 2, "tiered produce: --header expects KEY=VALUE, got 'nokey'"),
+    (["--json"], '{"value": "v", "timestamp": "yesterday"}\n', 1,
+     "tiered produce: line 1: invalid timestamp 'yesterday': expected milliseconds since the epoch (a whole number)"),
+    (["--json"], "{bad\n", 1, "tiered produce: line 1 is not JSON: Expecting property name enclosed in double quotes: "
+                              "line 1 column 2 (char 1)"),
+    # a bad line after good ones: nothing at all is appended
+    (["--json", "--batch-size", "1"], '{"value": "ok"}\n{"headers": [1]}\n', 1,
+     "tiered produce: line 2: headers must be a JSON object of name: value"),
+], ids=["partition-minus-1", "compression-foo", "header-not-key-value", "timestamp-yesterday", "not-json",
+        "bad-line-after-good-ones"])
+def test_produce_refuses_bad_input_before_creating_the_topic(
+    tmp_path: Path, argv: list[str], stdin: str, rc: int, message: str
+) -> None:
+    data = tmp_path / "data"
+    proc = run_cli("produce", "-t", "t", "--log-dirs", str(data), *argv, stdin=stdin)
+    assert proc.returncode == rc, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-1] == message
+    if rc == 1:
+        assert proc.stderr == message + "\n"  # one line, no usage
+    assert not data.exists()  # no topic, no partition dir, no data dir
+
+
+def test_produce_of_no_input_names_no_offsets(tmp_path: Path) -> None:
+    proc = run_cli("produce", "-t", "e", "--log-dirs", str(tmp_path / "data"), stdin="")
+    assert (proc.returncode, proc.stderr) == (0, "produced 0 records to e-0\n")
+
+
 def test_features_upgrade_and_refused_downgrade(tmp_path: Path) -> None:
     assert run_cli("features", "upgrade", "--log-dirs", str(tmp_path)).returncode == 0
     proc = run_cli("features", "upgrade", "--release-version", "4.0", "--log-dirs", str(tmp_path))

@@ -4,7 +4,8 @@ Each input line is one record. Plain lines are values; with ``--key-separator`` 
 separator is the key; with ``--json`` each line is an object ``{"key":..., "value":..., "headers": {...},
 "timestamp": ...}`` (strings are UTF-8 encoded, null stays null, other values are stored as their JSON text;
 ``timestamp`` is milliseconds since the epoch, default now; other fields, such as ``consume --json``'s ``offset``,
-are ignored, so ``consume --json`` output produces again). Records are batched ``--batch-size`` at a time.
+are ignored, so ``consume --json`` output produces again). Records are batched ``--batch-size`` at a time. All of stdin is read
+and checked before the data dir is opened, so input with a bad line creates nothing and appends nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--key-separator", help="split each line into key and value at the first SEP")
     parser.add_argument("--json", action="store_true", help="each line is a JSON record object")
     parser.add_argument("--header", action="append", default=[], metavar="KEY=VALUE", help="a header on every record")
-    parser.add_argument("--compression", default="none", help="none, gzip, snappy, lz4 or zstd (default: none)")
+    from local.records import CompressionType
+
+    parser.add_argument("--compression", default="none", choices=[c.name_lower for c in CompressionType],
+                        help="the batches' codec (default: none)")
     parser.add_argument("--batch-size", type=positive_int, default=500, help="records per batch (default: 500)")
     parser.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE", help="topic config override")
 
@@ -64,11 +68,10 @@ def json_record(obj: object, now_ms: int, headers: list[tuple[str, bytes | None]
 
 
 def run(args: argparse.Namespace) -> int:
-    from local.records import MemoryRecords, SimpleRecord
+    from local import filenames
+    from local.records import MemoryRecords
     from tiered.composition import open_log_manager
 
-    if args.batch_size < 1:
-        raise UsageError("--batch-size must be >= 1")
     config = load_config(args)
     headers = []
     for item in args.header:
@@ -77,54 +80,53 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--header expects KEY=VALUE, got {item!r}")
         headers.append((k, v.encode()))
     overrides = parse_topic_overrides(args.topic_config) or None
-    # Validate before opening the data dir: a command that cannot run writes nothing.
-    from local import filenames
-
     config.topic_config(overrides)
     try:
         filenames.partition_dir_name(args.topic, args.partition)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    count = 0
+    # Every line is parsed before the data dir is opened: input that cannot be produced creates no topic and
+    # appends nothing, rather than leaving a partition dir and the batches before the bad line.
+    try:
+        records = _read_records(args, headers)
+    except ValueError as exc:
+        print(f"tiered produce: {exc}", file=sys.stderr)
+        return 1
     first = last = -1
     with open_log_manager(config, start_scheduler=False) as manager:
         log = manager.get_or_create_log(args.topic, args.partition, overrides)
-        pending: list[SimpleRecord] = []
-
-        def flush_batch() -> None:
-            nonlocal first, last
-            if pending:
-                info = log.append(MemoryRecords.build(pending, compression=args.compression))
-                first = info.first_offset if first < 0 else first
-                last = info.last_offset
-                pending.clear()
-
-        for lineno, line in enumerate(sys.stdin, 1):
-            line = line.rstrip("\n")
-            now = int(time.time() * 1000)
-            if args.json:
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    print(f"tiered produce: line {lineno} is not JSON: {exc}", file=sys.stderr)
-                    return 1
-                if not isinstance(obj, dict):
-                    print(f"tiered produce: line {lineno} must be a JSON object", file=sys.stderr)
-                    return 1
-                try:
-                    pending.append(json_record(obj, now, headers))
-                except ValueError as exc:
-                    print(f"tiered produce: line {lineno}: {exc}", file=sys.stderr)
-                    return 1
-            elif args.key_separator and args.key_separator in line:
-                key, _, value = line.partition(args.key_separator)
-                pending.append(SimpleRecord(now, key.encode(), value.encode(), headers))
-            else:
-                pending.append(SimpleRecord(now, None, line.encode(), headers))
-            count += 1
-            if len(pending) >= args.batch_size:
-                flush_batch()
-        flush_batch()
+        for start in range(0, len(records), args.batch_size):
+            info = log.append(MemoryRecords.build(records[start:start + args.batch_size], compression=args.compression))
+            first = info.first_offset if first < 0 else first
+            last = info.last_offset
         log.flush()
-    print(f"produced {count} records to {args.topic}-{args.partition} (offsets {first}..{last})", file=sys.stderr)
+    offsets = f" (offsets {first}..{last})" if records else ""
+    print(f"produced {len(records)} records to {args.topic}-{args.partition}{offsets}", file=sys.stderr)
     return 0
+
+
+def _read_records(args: argparse.Namespace, headers: list[tuple[str, bytes | None]]) -> list[SimpleRecord]:
+    """The records of stdin's lines; ValueError naming the first line that is not a record."""
+    from local.records import SimpleRecord
+
+    records: list[SimpleRecord] = []
+    for lineno, line in enumerate(sys.stdin, 1):
+        line = line.rstrip("\n")
+        now = int(time.time() * 1000)
+        if args.json:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"line {lineno} is not JSON: {exc}") from None
+            if not isinstance(obj, dict):
+                raise ValueError(f"line {lineno} must be a JSON object")
+            try:
+                records.append(json_record(obj, now, headers))
+            except ValueError as exc:
+                raise ValueError(f"line {lineno}: {exc}") from None
+        elif args.key_separator and args.key_separator in line:
+            key, _, value = line.partition(args.key_separator)
+            records.append(SimpleRecord(now, key.encode(), value.encode(), headers))
+        else:
+            records.append(SimpleRecord(now, None, line.encode(), headers))
+    return records
