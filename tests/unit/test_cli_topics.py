@@ -142,3 +142,16 @@ def test_describe_shows_every_config_with_its_source(tmp_path: Path, capsys: pyt
     assert rc == 1 and "no topic 'nope'" in one_line(err)
     rc, _, err = cli(capsys, "topics", "list", "--log-dirs", str(tmp_path / "missing"))
     assert rc == 2 and "no such data dir" in one_line(err)
+
+
+@pytest.mark.parametrize("command", ["produce", "consume", "attach"])
+@pytest.mark.parametrize("name", ["bad/t", "..", "x" * 300], ids=["slash", "dot-dot", "300-chars"])
+def test_every_command_refuses_an_invalid_topic_name_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, name: str
+) -> None:
+    data = tmp_path / "data"
+    rc, out, err = cli(capsys, command, "-t", name, "--log-dirs", str(data))
+    assert (rc, out) == (2, "")
+    assert one_line(err) == (f"tiered {command}: invalid topic name {name!r}: must match [a-zA-Z0-9._-]{{1,249}} "
+                             "and not be '.' or '..'")
+    assert not data.exists()

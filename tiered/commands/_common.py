@@ -44,6 +44,17 @@ def non_negative_int(text: str) -> int:
     return _whole_number(text, 0, "must be >= 0")
 
 
+def check_topic_name(topic: str) -> str:
+    """``topic`` when it is a valid topic name, else a UsageError saying why: every command that takes ``--topic``
+    refuses a bad name in the same words and with exit code 2, before it opens anything."""
+    from local import filenames
+
+    try:
+        return filenames.validate_topic(topic)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def load_config(args: argparse.Namespace) -> LogConfig:
     from local.config import LogConfig
 

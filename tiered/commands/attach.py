@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tiered.commands._common import UsageError, load_config
+from tiered.commands._common import UsageError, check_topic_name, load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,12 +64,7 @@ class AttachError(Exception):
 
 
 def run(args: argparse.Namespace) -> int:
-    from local import filenames
-
-    try:
-        filenames.validate_topic(args.topic)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    check_topic_name(args.topic)
     config = load_config(args)
     try:
         attached = attach(config, args.topic, args.topic_id)

@@ -17,7 +17,13 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from tiered.commands._common import UsageError, load_config, non_negative_int, partition_number
+from tiered.commands._common import (
+    UsageError,
+    check_topic_name,
+    load_config,
+    non_negative_int,
+    partition_number,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from tiered.commands._remote import check_remote_access
     from tiered.errors import TieredStorageError
 
+    check_topic_name(args.topic)
     config = load_config(args)
     try:
         check_remote_access(config)  # an unreachable store, missing bucket or bad credentials: one line, at once

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from tiered.commands._common import (
     UsageError,
+    check_topic_name,
     load_config,
     parse_topic_overrides,
     partition_number,
@@ -68,7 +69,6 @@ def json_record(obj: object, now_ms: int, headers: list[tuple[str, bytes | None]
 
 
 def run(args: argparse.Namespace) -> int:
-    from local import filenames
     from local.records import MemoryRecords
     from tiered.composition import open_log_manager
 
@@ -81,10 +81,7 @@ def run(args: argparse.Namespace) -> int:
         headers.append((k, v.encode()))
     overrides = parse_topic_overrides(args.topic_config) or None
     config.topic_config(overrides)
-    try:
-        filenames.partition_dir_name(args.topic, args.partition)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    check_topic_name(args.topic)
     # Every line is parsed before the data dir is opened: input that cannot be produced creates no topic and
     # appends nothing, rather than leaving a partition dir and the batches before the bad line.
     try:

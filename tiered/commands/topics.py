@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tiered.commands._common import UsageError, load_config, positive_int
+from tiered.commands._common import UsageError, check_topic_name, load_config, positive_int
 
 ACTIONS = ("create", "describe", "alter", "list")
 
@@ -91,12 +91,7 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.action == "create" and args.partitions < 1:
         raise UsageError(f"--partitions must be >= 1, got {args.partitions}")
     if args.topic is not None:
-        from local import filenames
-
-        try:
-            filenames.validate_topic(args.topic)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
+        check_topic_name(args.topic)
 
 
 # ------------------------------------------------------------------------------------------------------------
