@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 COMMANDS: dict[str, str] = {
@@ -51,6 +51,7 @@ def _base_parser() -> argparse.ArgumentParser:
         prog="tiered",
         description="Kafka-compatible log storage with tiered offload.",
         epilog="Run 'tiered COMMAND --help' for a command's options.",
+        allow_abbrev=False,  # only the names shown work: a prefix could silently pick another, later option
     )
     parser.add_argument("--version", action="version", version=f"tiered {_version()}")
     _add_global_options(parser, after_command=False)
@@ -95,7 +96,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = _base_parser()
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, help_text in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         _add_global_options(p, after_command=True)
         if name == command:
             module = _load(name)
@@ -113,12 +114,25 @@ def _load(name: str) -> Any:
         raise
 
 
+def subparsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """The (name, parser) of each subcommand of ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            yield from action.choices.items()
+
+
 def parse_args(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     """The parser and the parsed arguments, global options merged from before and after the command."""
     args_list = list(argv)
     command = next((a for a in args_list if a in COMMANDS), None)
     parser = build_parser(command)
-    args = parser.parse_args(args_list)
+    args, unknown = parser.parse_known_args(args_list)
+    if unknown:
+        # argparse leaves a subcommand's unknown options to the top parser, whose error shows `tiered`'s usage:
+        # one given after the command is the command's, so its usage is the one that helps.
+        after = args_list[args_list.index(command) + 1:] if command is not None else []
+        owner = dict(subparsers(parser))[command] if command is not None and all(a in after for a in unknown) else parser
+        owner.error(f"unrecognized arguments: {' '.join(unknown)}")
     _merge_global_options(args)
     return parser, args
 

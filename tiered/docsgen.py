@@ -271,24 +271,18 @@ def configuration_md() -> str:
 # cli.md
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            yield from action.choices.items()
-
-
 def _parsers() -> Iterator[argparse.ArgumentParser]:
     """``tiered``'s parser, then each command's (built with its arguments) and their subcommands, depth first."""
-    from tiered.cli import COMMANDS, build_parser
+    from tiered.cli import COMMANDS, build_parser, subparsers
 
     yield build_parser()
     for name in COMMANDS:
-        command = dict(_subparsers(build_parser(name)))[name]
+        command = dict(subparsers(build_parser(name)))[name]
         stack = [command]
         while stack:
             parser = stack.pop(0)
             yield parser
-            stack[0:0] = [sub for _, sub in _subparsers(parser)]
+            stack[0:0] = [sub for _, sub in subparsers(parser)]
 
 
 def cli_md() -> str:

@@ -194,6 +194,30 @@ def test_global_options_work_before_and_after_the_command(tmp_path: Path) -> Non
         assert proc.returncode == 0 and proc.stdout.split() == ["one", "two"], proc.stderr
 
 
+@pytest.mark.parametrize(("argv", "prog", "unknown"), [
+    (["status", "--bogus"], "tiered status", "--bogus"),
+    (["dump", "--frob", "F"], "tiered dump", "--frob"),
+    (["consume", "-t", "t", "--max-mess", "1"], "tiered consume", "--max-mess 1"),  # no abbreviations
+    (["--bogus", "status"], "tiered", "--bogus"),  # before the command: the top parser's
+])
+def test_an_unknown_option_is_refused_with_the_usage_of_whoever_it_was_given_to(
+    capsys: pytest.CaptureFixture[str], argv: list[str], prog: str, unknown: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: {prog} [-h]")
+    assert err.splitlines()[-1] == f"{prog}: error: unrecognized arguments: {unknown}"
+
+
+def test_dump_takes_the_option_names_the_readme_uses() -> None:
+    from tiered.cli import parse_args
+
+    _, args = parse_args(["dump", "--deep", "--verify", "F.log"])
+    assert (args.deep, args.verify) == (True, True)
+
+
 def test_consume_says_so_on_stderr_when_there_is_nothing_to_print(tmp_path: Path) -> None:
     data = str(tmp_path / "data")
     assert run_cli("produce", "-t", "h", "--log-dirs", data, stdin="a\nb\nc\n").returncode == 0
