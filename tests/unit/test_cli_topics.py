@@ -155,3 +155,20 @@ def test_every_command_refuses_an_invalid_topic_name_alike(
     assert one_line(err) == (f"tiered {command}: invalid topic name {name!r}: must match [a-zA-Z0-9._-]{{1,249}} "
                              "and not be '.' or '..'")
     assert not data.exists()
+
+
+def test_status_of_one_topic_shows_only_it_and_refuses_a_missing_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(tmp_path / "data")
+    for topic in ("ev", "other"):
+        assert cli(capsys, "topics", "create", "-t", topic, "--partitions", "2", "--log-dirs", data)[0] == 0
+    assert cli(capsys, "topics", "alter", "-t", "ev", "--add-config", "retention.ms=1000", "--log-dirs", data)[0] == 0
+    rc, out, err = cli(capsys, "status", "-t", "ev", "--json", "--log-dirs", data)
+    assert rc == 0, err
+    [d] = json.loads(out)["data_dirs"]
+    assert [p["partition"] for p in d["partitions"]] == ["ev-0", "ev-1"]
+    assert sorted(d["last_load"]["partitions"]) == ["ev-0", "ev-1"]  # the last load opened other-* too
+    # as 'topics describe' does: a topic that is not there is an error, not an empty table
+    for command in ("status", "topics describe"):
+        rc, out, err = cli(capsys, *command.split(), "-t", "nosuch", "--log-dirs", data)
+        assert (rc, out) == (1, ""), command
+        assert one_line(err) == f"tiered {command.split()[0]}: no topic 'nosuch' in {data}"

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from tiered.commands._common import load_config
+from tiered.commands._common import check_topic_name, load_config
 
 _BATCH_BASE = struct.Struct(">q")  # baseOffset i64 (a legacy entry: its last offset)
 FULL_BELOW_BYTES = 1 << 20  # a data dir with less free space than this is reported full
@@ -54,10 +54,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.topic is not None:
+        check_topic_name(args.topic)
     config = load_config(args)
     with contextlib.ExitStack() as stack:
         store, remote_problem = _open_remote_view(config, stack)
         dirs = [dir_status(Path(d), args.topic, store) for d in config.log_dirs]
+    if args.topic is not None and not any(d["partitions"] for d in dirs):
+        # as 'topics describe' does: an empty table would read as a topic with no partitions
+        for d in dirs:
+            for problem in d["problems"]:
+                print(f"tiered status: data dir {d['path']}: {problem}", file=sys.stderr)
+        print(f"tiered status: no topic {args.topic!r} in {', '.join(d['path'] for d in dirs)}", file=sys.stderr)
+        return 1
     for d in dirs:
         if remote_problem is not None:
             d["problems"].append(remote_problem)
@@ -128,7 +137,7 @@ def dir_status(data_dir: Path, topic: str | None = None, store: Any = None) -> d
             out["problems"].append(f"unreadable {marker.name}")
     recovery_points = _checkpoint(data_dir / filenames.RECOVERY_POINT_CHECKPOINT_FILENAME, out["problems"])
     start_offsets = _checkpoint(data_dir / filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME, out["problems"])
-    out["last_load"] = metrics.read_load_report(data_dir)
+    out["last_load"] = _of_topic(metrics.read_load_report(data_dir), topic)
     out["last_remote_pass"] = read_pass_report(data_dir)
     offline_at_last_load = (out["last_load"] or {}).get("offline_partitions") or {}
     for child in sorted(data_dir.iterdir()):
@@ -157,6 +166,25 @@ def dir_status(data_dir: Path, topic: str | None = None, store: Any = None) -> d
             out["problems"].append(f"partition {child.name} is offline: {status['offline']}")
         out["partitions"].append(status)
     return out
+
+
+def _of_topic(load: dict[str, Any] | None, topic: str | None) -> dict[str, Any] | None:
+    """The load report with only ``topic``'s partitions (``--topic``); its totals stay the whole dir's."""
+    if load is None or topic is None:
+        return load
+    from local import filenames
+
+    def ours(name: str) -> bool:
+        try:
+            return filenames.parse_partition_dir_name(name)[0] == topic
+        except ValueError:
+            return False
+
+    narrowed = dict(load)
+    for key in ("partitions", "offline_partitions"):
+        if isinstance(load.get(key), dict):
+            narrowed[key] = {name: v for name, v in load[key].items() if ours(name)}
+    return narrowed
 
 
 def _checkpoint(path: Path, problems: list[str]) -> dict[tuple[str, int], int]:
