@@ -132,10 +132,25 @@ def test_produce_of_no_input_names_no_offsets(tmp_path: Path) -> None:
 
 
 def test_features_upgrade_and_refused_downgrade(tmp_path: Path) -> None:
-    assert run_cli("features", "upgrade", "--log-dirs", str(tmp_path)).returncode == 0
+    assert run_cli("features", "upgrade", "--release-version", "4.4", "--log-dirs", str(tmp_path)).returncode == 0
     proc = run_cli("features", "upgrade", "--release-version", "4.0", "--log-dirs", str(tmp_path))
     assert proc.returncode == 1 and "never go down" in proc.stderr
     assert "finalized" in run_cli("features", "describe", "--log-dirs", str(tmp_path)).stdout
+
+
+def test_features_refusals_are_one_line_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for argv, message in [
+        # as Kafka's kafka-features: finalizing is irreversible, so the release is never a default
+        (["upgrade", "--log-dirs", str(data)],
+         "tiered features: 'features upgrade' needs --release-version VERSION (e.g. 4.4); finalizing cannot be undone"),
+        (["describe", "--log-dirs", "/nonexistent"], "tiered features: no such data dir: /nonexistent"),
+    ]:
+        assert main(["features", *argv]) == 2
+        out, err = capsys.readouterr()
+        assert (out, err) == ("", message + "\n"), argv
+    assert list(data.iterdir()) == []  # nothing finalized
 
 
 def test_offload_and_run_with_a_config_file(tmp_path: Path) -> None:

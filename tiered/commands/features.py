@@ -12,7 +12,8 @@ from tiered.commands._common import UsageError
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["describe", "upgrade"])
-    parser.add_argument("--release-version", default="4.4", help="release to finalize (default: 4.4)")
+    parser.add_argument("--release-version", metavar="VERSION",
+                        help="upgrade: the release to finalize, e.g. 4.4 (required: finalizing cannot be undone)")
     parser.add_argument("--json", action="store_true")
 
 
@@ -32,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
     from local.errors import ConfigError, FeatureDowngradeError
     from local.features import finalize, read_features
 
+    if args.action == "upgrade" and args.release_version is None:
+        # as Kafka's kafka-features: a default would finalize a level the operator never named, irreversibly
+        raise UsageError("'features upgrade' needs --release-version VERSION (e.g. 4.4); finalizing cannot be undone")
     dirs = _dirs(args)
     if args.action == "upgrade":
         try:
