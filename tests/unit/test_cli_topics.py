@@ -99,6 +99,9 @@ def test_alter_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         (["-t", "ev", "--add-config", "retention.ms=1", "--delete-config", "bogus"], 2, "'bogus'"),
         (["-t", "ev"], 2, "needs --add-config"),
         (["-t", "ev", "--add-config", "cleanup.policy=[compact"], 2, "unbalanced"),
+        # kafka-configs: deleting a key that is not set is an error, and nothing else changes
+        (["-t", "ev", "--add-config", "retention.ms=1", "--delete-config", "segment.ms"], 1,
+         "tiered topics: Invalid config(s): segment.ms: not set for topic ev, nothing to delete"),
     ]:
         rc, _, err = cli(capsys, "topics", "alter", *extra, "--log-dirs", data)
         assert rc == rc_wanted, (extra, err)

@@ -8,7 +8,8 @@ over the broker's defaults (``log.segment.bytes`` for ``segment.bytes``, ...) ov
 - ``create --topic T [--partitions N] [--topic-config K=V ...]``: N empty partitions with one new topic id and the
   overrides given; refused when any partition of T exists.
 - ``alter --topic T [--add-config K=V[,K=V]] [--delete-config K[,K]]``: changes only the keys given, like
-  ``kafka-configs --alter``; a value holding commas goes in brackets (``cleanup.policy=[compact,delete]``).
+  ``kafka-configs --alter``; a value holding commas goes in brackets (``cleanup.policy=[compact,delete]``); deleting
+  a key the topic does not override is refused, as kafka-configs does.
 - ``describe [--topic T]``: per topic its id, partitions and every topic config with its value and where the value
   comes from (``topic`` override, ``broker`` config with its key, or Kafka's ``default``), ``remote.storage.enable``
   included. Reads files only: works beside a running ``tiered run``.
@@ -18,7 +19,7 @@ Keys and values are checked by the engine's config definitions (an unknown key o
 value and the range; exit 2). ``remote.storage.enable=true`` needs ``remote.log.storage.system.enable=true`` in the
 broker config, as in Kafka; turning it off on a partition that holds remote data is refused unless
 ``remote.log.delete.on.disable=true`` (Kafka's ``validateTurningOffRemoteStorageWithDelete``).
-Exit codes: 0 ok, 1 a failure (no such topic, topic exists, a data dir locked), 2 usage or an invalid config.
+Exit codes: 0 ok, 1 a failure (no such topic, topic exists, a key to delete not set, a data dir locked), 2 usage or an invalid config.
 """
 
 from __future__ import annotations
@@ -270,6 +271,11 @@ def alter(config: Any, topic: str, adds: dict[str, str], deletes: list[str]) -> 
         print(f"tiered topics: no topic {topic!r} in {_dirs(config)}", file=sys.stderr)
         return 1
     current = topic_overrides(partitions[min(partitions)])
+    unset = [k for k in deletes if k not in current]
+    if unset:  # kafka-configs refuses these too: a typo'd delete must not report success
+        print(f"tiered topics: Invalid config(s): {', '.join(unset)}: not set for topic {topic}, nothing to delete",
+              file=sys.stderr)
+        return 1
     new = {k: v for k, v in current.items() if k not in deletes}
     new.update(adds)
     new_config = config.topic_config(new)  # validated before anything changes
@@ -283,6 +289,6 @@ def alter(config: Any, topic: str, adds: dict[str, str], deletes: list[str]) -> 
                 _validate_turning_off_remote_storage(log, new_config)
         for p in sorted(partitions):
             manager.get_or_create_log(topic, p, new)
-    changed = sorted(set(adds) | {k for k in deletes if k in current})
-    print(f"Completed updating config for topic {topic}: {', '.join(changed) or 'nothing changed'}", file=sys.stderr)
+    changed = sorted(set(adds) | set(deletes))
+    print(f"Completed updating config for topic {topic}: {', '.join(changed)}", file=sys.stderr)
     return 0
