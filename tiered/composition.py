@@ -194,7 +194,7 @@ def build_remote_tier(
             copier_threads=config.remote_log_manager_copier_thread_pool_size,
             expiration_threads=config.remote_log_manager_expiration_thread_pool_size,
             task_interval_ms=config.remote_log_manager_task_interval_ms,
-            checksum_chunk_bytes=_checksum_chunk_bytes(config, chunk_cache.chunk_size),
+            checksum_chunk_bytes=_checksum_chunk_bytes(config, chunk_cache.chunk_size if chunk_cache is not None else None),
             registry=registry,
         )
     except BaseException:
@@ -213,7 +213,7 @@ def _segment_cache_dir(config: LogConfig, cache_root: Path | None, log_dir: Path
     return log_dir / "remote-log-segment-cache"
 
 
-def _checksum_chunk_bytes(config: LogConfig, cache_chunk_bytes: int) -> int:
+def _checksum_chunk_bytes(config: LogConfig, cache_chunk_bytes: int | None) -> int:
     """``rsm.config.checksum.chunk.bytes``, else a size that divides the segment cache's chunks (so a cache chunk is
     verified without fetching more than it asks for)."""
     from tiered.checksums import checksum_chunk_bytes, default_chunk_bytes
