@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,11 +109,11 @@ def test_produce_then_consume(tmp_path: Path) -> None:
      "tiered produce: line 1: invalid timestamp 'yesterday': expected milliseconds since the epoch (a whole number)"),
     (["--json"], "{bad\n", 1, "tiered produce: line 1 is not JSON: Expecting property name enclosed in double quotes: "
                               "line 1 column 2 (char 1)"),
-    # a bad line after good ones: nothing at all is appended
-    (["--json", "--batch-size", "1"], '{"value": "ok"}\n{"headers": [1]}\n', 1,
+    # a bad line after good ones of the same (first) batch: nothing at all is appended
+    (["--json"], '{"value": "ok"}\n{"headers": [1]}\n', 1,
      "tiered produce: line 2: headers must be a JSON object of name: value"),
 ], ids=["partition-minus-1", "compression-foo", "header-not-key-value", "timestamp-yesterday", "not-json",
-        "bad-line-after-good-ones"])
+        "bad-line-in-the-first-batch"])
 def test_produce_refuses_bad_input_before_creating_the_topic(
     tmp_path: Path, argv: list[str], stdin: str, rc: int, message: str
 ) -> None:
@@ -124,6 +125,39 @@ def test_produce_refuses_bad_input_before_creating_the_topic(
     if rc == 1:
         assert proc.stderr == message + "\n"  # one line, no usage
     assert not data.exists()  # no topic, no partition dir, no data dir
+
+
+def test_produce_streams_batch_by_batch_and_a_bad_line_keeps_the_batches_before_it(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    lines = "".join(f'{{"value": "v{i}"}}\n' for i in range(5)) + '{"value": 1, "headers": [1]}\n{"value": "never"}\n'
+    proc = run_cli("produce", "-t", "t", "--log-dirs", data, "--json", "--batch-size", "2", stdin=lines)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr == ("tiered produce: line 6: headers must be a JSON object of name: value; produced 4 records "
+                           "to t-0 (offsets 0..3) before it\n")  # the batch holding lines 5 and 6 is not appended
+    consumed = run_cli("consume", "--log-dirs", data, "-t", "t")
+    assert consumed.stdout.splitlines() == ["v0", "v1", "v2", "v3"]
+
+
+def test_produce_appends_a_batch_before_the_rest_of_the_input_arrives(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    proc = subprocess.Popen([sys.executable, "-m", "tiered.cli", "produce", "-t", "s", "--log-dirs", str(data),
+                             "--batch-size", "2"],
+                            stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write("a\nb\n")  # one whole batch, and the pipe stays open
+        proc.stdin.flush()
+        segment = data / "s-0" / "00000000000000000000.log"
+        deadline = time.monotonic() + 60
+        while not (segment.exists() and segment.stat().st_size > 0):
+            assert proc.poll() is None and time.monotonic() < deadline, "the first batch was not appended"
+            time.sleep(0.05)
+        proc.stdin.write("c\n")
+        proc.stdin.close()
+        assert proc.wait(60) == 0
+    finally:
+        proc.kill()
+    assert proc.stderr is not None and proc.stderr.read() == "produced 3 records to s-0 (offsets 0..2)\n"
 
 
 def test_produce_of_no_input_names_no_offsets(tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ Each input line is one record. Plain lines are values; with ``--key-separator`` 
 separator is the key; with ``--json`` each line is an object ``{"key":..., "value":..., "headers": {...},
 "timestamp": ...}`` (strings are UTF-8 encoded, null stays null, other values are stored as their JSON text;
 ``timestamp`` is milliseconds since the epoch, default now; other fields, such as ``consume --json``'s ``offset``,
-are ignored, so ``consume --json`` output produces again). Records are batched ``--batch-size`` at a time. All of stdin is read
-and checked before the data dir is opened, so input with a bad line creates nothing and appends nothing.
+are ignored, so ``consume --json`` output produces again). Records are batched ``--batch-size`` at a time and
+appended batch by batch as stdin streams in; a batch with a bad line is not appended, and input whose first batch
+has one creates nothing (no data dir, no topic).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from tiered.commands._common import (
@@ -82,31 +84,61 @@ def run(args: argparse.Namespace) -> int:
     overrides = parse_topic_overrides(args.topic_config) or None
     config.topic_config(overrides)
     check_topic_name(args.topic)
-    # Every line is parsed before the data dir is opened: input that cannot be produced creates no topic and
-    # appends nothing, rather than leaving a partition dir and the batches before the bad line.
+    # Input streams through in batches (an endless pipe included), and a batch is appended only once all its lines
+    # parsed. The data dir is opened, and the topic created, at the first whole batch: input whose first batch holds
+    # a bad line creates nothing. A bad line later stops there; the batches before it stay, as with Kafka's console
+    # producer, and the message says how many.
+    count, first, last = 0, -1, -1
+    manager = log = None
     try:
-        records = _read_records(args, headers)
-    except ValueError as exc:
-        print(f"tiered produce: {exc}", file=sys.stderr)
-        return 1
-    first = last = -1
-    with open_log_manager(config, start_scheduler=False) as manager:
-        log = manager.get_or_create_log(args.topic, args.partition, overrides)
-        for start in range(0, len(records), args.batch_size):
-            info = log.append(MemoryRecords.build(records[start:start + args.batch_size], compression=args.compression))
+        for batch in _batches(_records(args, headers), args.batch_size):
+            if log is None:
+                manager = open_log_manager(config, start_scheduler=False)
+                log = manager.get_or_create_log(args.topic, args.partition, overrides)
+            info = log.append(MemoryRecords.build(batch, compression=args.compression))
             first = info.first_offset if first < 0 else first
             last = info.last_offset
-        log.flush()
-    offsets = f" (offsets {first}..{last})" if records else ""
-    print(f"produced {len(records)} records to {args.topic}-{args.partition}{offsets}", file=sys.stderr)
+            count += len(batch)
+    except _BadLine as exc:
+        kept = f"; {_produced(args, count, first, last)} before it" if count else ""
+        print(f"tiered produce: {exc}{kept}", file=sys.stderr)
+        return 1
+    finally:
+        if manager is not None:
+            try:
+                if log is not None:
+                    log.flush()
+            finally:
+                manager.close()
+    print(_produced(args, count, first, last), file=sys.stderr)
     return 0
 
 
-def _read_records(args: argparse.Namespace, headers: list[tuple[str, bytes | None]]) -> list[SimpleRecord]:
-    """The records of stdin's lines; ValueError naming the first line that is not a record."""
+class _BadLine(ValueError):
+    """An input line that is not a record (its number and what is wrong in the message)."""
+
+
+def _produced(args: argparse.Namespace, count: int, first: int, last: int) -> str:
+    offsets = f" (offsets {first}..{last})" if count else ""
+    return f"produced {count} records to {args.topic}-{args.partition}{offsets}"
+
+
+def _batches(records: Iterator[SimpleRecord], size: int) -> Iterator[list[SimpleRecord]]:
+    """``records`` in lists of ``size`` (the last one shorter); a list is handed out only once it is whole."""
+    batch: list[SimpleRecord] = []
+    for record in records:
+        batch.append(record)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _records(args: argparse.Namespace, headers: list[tuple[str, bytes | None]]) -> Iterator[SimpleRecord]:
+    """The records of stdin's lines, read as they come; _BadLine naming the first line that is not a record."""
     from local.records import SimpleRecord
 
-    records: list[SimpleRecord] = []
     for lineno, line in enumerate(sys.stdin, 1):
         line = line.rstrip("\n")
         now = int(time.time() * 1000)
@@ -114,16 +146,16 @@ def _read_records(args: argparse.Namespace, headers: list[tuple[str, bytes | Non
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise ValueError(f"line {lineno} is not JSON: {exc}") from None
+                raise _BadLine(f"line {lineno} is not JSON: {exc}") from None
             if not isinstance(obj, dict):
-                raise ValueError(f"line {lineno} must be a JSON object")
+                raise _BadLine(f"line {lineno} must be a JSON object")
             try:
-                records.append(json_record(obj, now, headers))
+                record = json_record(obj, now, headers)
             except ValueError as exc:
-                raise ValueError(f"line {lineno}: {exc}") from None
+                raise _BadLine(f"line {lineno}: {exc}") from None
+            yield record
         elif args.key_separator and args.key_separator in line:
             key, _, value = line.partition(args.key_separator)
-            records.append(SimpleRecord(now, key.encode(), value.encode(), headers))
+            yield SimpleRecord(now, key.encode(), value.encode(), headers)
         else:
-            records.append(SimpleRecord(now, None, line.encode(), headers))
-    return records
+            yield SimpleRecord(now, None, line.encode(), headers)
