@@ -310,6 +310,20 @@ def test_status_reports_unclean_shutdown_torn_tail_and_corrupt_checkpoint(tmp_pa
     (p,) = d["partitions"]
     assert p["log_end_offset"] == 10 and p["recovery_point"] is None
     assert p["transient_files"] == ["00000000000000000004.log.swap"]
+    assert "last shutdown: unclean (segments after the recovery point" in str(status(data, as_json=False)[1]["text"])
+
+
+def test_a_dir_without_partitions_has_nothing_to_recover(tmp_path: Path) -> None:
+    from tiered.scrub.local import scrub_data_dir_files
+
+    data = tmp_path / "empty"
+    data.mkdir()  # never started: no clean-shutdown marker, and nothing a start would recover
+    code, text = status(data, as_json=False)
+    assert code == 0 and "last shutdown: none recorded (no partitions: nothing to recover)" in str(text["text"])
+    assert scrub_data_dir_files(data).notes == []
+    (data / "t-0").mkdir()  # a partition: now a missing marker means a recovery
+    assert "last shutdown: unclean" in str(status(data, as_json=False)[1]["text"])
+    assert any("no clean-shutdown marker" in note for note in scrub_data_dir_files(data).notes)
 
 
 def test_status_of_a_missing_dir_fails(tmp_path: Path) -> None:

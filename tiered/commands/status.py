@@ -397,8 +397,12 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
             out.write(f"  PROBLEM: {problem}\n")
         if "clean_shutdown" not in d:
             continue
-        shutdown = "clean" if d["clean_shutdown"] else "unclean (segments after the recovery point will be recovered)"
-        out.write(f"  last shutdown: {shutdown}\n")
+        if d["clean_shutdown"]:
+            out.write("  last shutdown: clean\n")
+        elif d["partitions"]:
+            out.write("  last shutdown: unclean (segments after the recovery point will be recovered)\n")
+        else:
+            out.write("  last shutdown: none recorded (no partitions: nothing to recover)\n")
         load = d.get("last_load")
         if load:
             parts = load.get("partitions", {})

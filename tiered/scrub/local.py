@@ -70,7 +70,7 @@ def scrub_data_dir_files(data_dir: Path) -> DataDirReport:
             CleanShutdownFile(marker).read()
         except (KafkaStorageError, OSError, ValueError) as exc:
             report.problems.append(Problem("checkpoint", f"malformed clean-shutdown marker: {exc}", file=str(marker)))
-    else:
+    elif partition_dirs(data_dir):  # a dir without partitions has nothing to recover
         report.notes.append("no clean-shutdown marker: the next start recovers the segments after the recovery "
                             "point (a torn tail of the active segment is expected)")
     try:
