@@ -39,6 +39,8 @@ def test_quickstart_runs_the_whole_product(tmp_path: Path) -> None:
     assert "all match" in proc.stdout
     assert "fetches from the remote tier" in proc.stdout
     assert any((tmp_path / "qs" / "remote").rglob("*.log"))
+    # piped: every line whole, as a script or a log file reads it (no wrapping at 80 columns)
+    assert any(line.startswith("read back 12000/12000 records") and line.endswith(": ok") for line in proc.stdout.splitlines())
 
 
 def test_dump_golden_files_json(golden_dir: Path) -> None:

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from local.records import MemoryRecords, SimpleRecord
     from tiered.composition import open_log_manager, remote_log_manager_of
 
-    console = Console()
+    console = Console(soft_wrap=True)  # piped to a file, a line stays one line (rich wraps at 80 columns otherwise)
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="tiered-quickstart-"))
     work.mkdir(parents=True, exist_ok=True)
     data_dir, remote_dir = work / "data", work / "remote"
