@@ -43,6 +43,12 @@ def test_quickstart_runs_the_whole_product(tmp_path: Path) -> None:
     assert any(line.startswith("read back 12000/12000 records") and line.endswith(": ok") for line in proc.stdout.splitlines())
 
 
+def test_quickstart_of_a_few_records_still_tiers_them_and_reads_them_back_from_the_remote_tier(tmp_path: Path) -> None:
+    proc = run_cli("quickstart", "--dir", str(tmp_path / "qs"), "--records", "50")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "offloaded 1 segments" in proc.stdout and "read back 50/50 records (1 fetches from the remote tier)" in proc.stdout
+
+
 def test_dump_golden_files_json(golden_dir: Path) -> None:
     log = golden_dir / "foo-0" / "00000000000000000000.log"
     proc = run_cli("dump", "--deep", "--json", str(log))

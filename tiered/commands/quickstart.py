@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
         "remote.log.storage.manager.class.name": "tiered.backends.local_dir.LocalDirRemoteStorageManager",
         "rsm.config.dir": str(remote_dir),
     }
-    topic_overrides = {"remote.storage.enable": "true", "local.retention.bytes": str(1024 * 1024)}
+    # Local retention keeps only the active segment: every offloaded offset is then read back from the remote tier.
+    topic_overrides = {"remote.storage.enable": "true", "local.retention.bytes": "0"}
     ok = True
     started = time.perf_counter()
     try:
@@ -69,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
             log.flush()
             produced_segments = log.number_of_segments()
             console.print(f"produced {args.records} records in {produced_segments} segments, log end offset {log.log_end_offset}")
+            if produced_segments == 1:
+                # Only closed segments are tiered: a small run rolls its one segment so there is something to offload.
+                log.roll()
+                console.print("rolled the active segment, so that the records are in a closed segment to offload")
 
             rlm = remote_log_manager_of(manager)
             assert rlm is not None, "the remote tier is enabled in this configuration"
