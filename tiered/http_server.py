@@ -106,14 +106,10 @@ class Endpoint:
     # produce --------------------------------------------------------------------------------------------------
 
     def produce(self, topic: str, partition: int, body: bytes, compression: str) -> dict[str, Any]:
-        from local import filenames
         from local.records import MemoryRecords
         from tiered.commands.produce import json_record
 
-        try:
-            filenames.partition_dir_name(topic, partition)
-        except ValueError as exc:
-            raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+        _check_partition_name(topic, partition)
         now = int(time.time() * 1000)
         objects = _json_objects(body)
         if not objects:
@@ -137,6 +133,7 @@ class Endpoint:
         from local.fetch import FetchIsolation
         from tiered.commands.consume import record_json, records_from
 
+        _check_partition_name(topic, partition)  # a name no topic can have is a bad request, not a missing partition
         log = self.manager.get_log(topic, partition)
         if log is None:
             raise HttpError(HTTPStatus.NOT_FOUND, f"no partition {topic}-{partition}")
@@ -164,6 +161,16 @@ class Endpoint:
             next_offset = rec.offset + 1
         return {"records": records, "next_offset": next_offset, "log_start_offset": log.log_start_offset,
                 "log_end_offset": log.log_end_offset, "high_watermark": log.high_watermark}
+
+
+def _check_partition_name(topic: str, partition: int) -> None:
+    """400 naming what is wrong when ``topic``/``partition`` is no partition's name (the engine's own rule)."""
+    from local import filenames
+
+    try:
+        filenames.partition_dir_name(topic, partition)
+    except ValueError as exc:
+        raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
 
 
 def _json_objects(body: bytes) -> list[Any]:
