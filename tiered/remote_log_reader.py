@@ -170,7 +170,7 @@ class _Walk:
         """The checked size of the batch whose header is at ``data[at:]`` (``checked_batch_size``). Its error names
         the segment; the name is made only then, not for every batch walked."""
         try:
-            return checked_batch_size(self.data, at, self.position + at)
+            return checked_batch_size(self.data, at)
         except CorruptRecordError:
             sid = self.md.remote_log_segment_id
             return checked_batch_size(self.data, at, self.position + at, f"remote segment {sid}",
