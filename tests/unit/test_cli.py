@@ -168,9 +168,24 @@ def test_produce_appends_a_batch_before_the_rest_of_the_input_arrives(tmp_path: 
     assert proc.stderr is not None and proc.stderr.read() == "produced 3 records to s-0 (offsets 0..2)\n"
 
 
+def test_produce_stores_plain_lines_as_their_bytes_and_refuses_an_empty_separator(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    proc = subprocess.run([sys.executable, "-m", "tiered.cli", "produce", "-t", "b", "--log-dirs", data,
+                           "--key-separator", ":"], input=b"caf\xe9\nk\xff:v\n", capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in run_cli("consume", "--log-dirs", data, "-t", "b", "--json").stdout.splitlines()]
+    assert [(r["key"], r["value"]) for r in rows] == [(None, "base64:Y2Fm6Q=="), ("base64:a/8=", "v")]
+    proc = subprocess.run([sys.executable, "-m", "tiered.cli", "produce", "-t", "j", "--log-dirs", data, "--json"],
+                          input=b'{"value": "\xe9"}\n', capture_output=True, timeout=300)
+    assert proc.returncode == 1 and proc.stderr == b"tiered produce: line 1 is not UTF-8: invalid continuation byte at byte 11\n"
+    refused = run_cli("produce", "-t", "e", "--log-dirs", data, "--key-separator", "", stdin="a\n")
+    assert refused.returncode == 2 and refused.stderr.splitlines()[-1] == "tiered produce: --key-separator must not be empty"
+
+
 def test_produce_of_no_input_names_no_offsets(tmp_path: Path) -> None:
     proc = run_cli("produce", "-t", "e", "--log-dirs", str(tmp_path / "data"), stdin="")
-    assert (proc.returncode, proc.stderr) == (0, "produced 0 records to e-0\n")
+    assert (proc.returncode, proc.stderr) == (0, "produced 0 records: stdin was empty (nothing written)\n")
+    assert not (tmp_path / "data").exists()
 
 
 def test_features_upgrade_and_refused_downgrade(tmp_path: Path) -> None:

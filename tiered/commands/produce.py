@@ -84,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
     overrides = parse_topic_overrides(args.topic_config) or None
     config.topic_config(overrides)
     check_topic_name(args.topic)
+    if args.key_separator == "":
+        raise UsageError("--key-separator must not be empty")
     # Input streams through in batches (an endless pipe included), and a batch is appended only once all its lines
     # parsed. The data dir is opened, and the topic created, at the first whole batch: input whose first batch holds
     # a bad line creates nothing. A bad line later stops there; the batches before it stay, as with Kafka's console
@@ -110,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
                     log.flush()
             finally:
                 manager.close()
-    print(_produced(args, count, first, last), file=sys.stderr)
+    print(_produced(args, count, first, last) if count else "produced 0 records: stdin was empty (nothing written)",
+          file=sys.stderr)
     return 0
 
 
@@ -136,15 +139,21 @@ def _batches(records: Iterator[SimpleRecord], size: int) -> Iterator[list[Simple
 
 
 def _records(args: argparse.Namespace, headers: list[tuple[str, bytes | None]]) -> Iterator[SimpleRecord]:
-    """The records of stdin's lines, read as they come; _BadLine naming the first line that is not a record."""
+    """The records of stdin's lines, read as they come; _BadLine naming the first line that is not a record.
+
+    Lines are read as bytes: a plain line's bytes are the value as they are (any encoding, or none), as Kafka's
+    console producer stores them. Only ``--json`` lines are decoded, as UTF-8."""
     from local.records import SimpleRecord
 
-    for lineno, line in enumerate(sys.stdin, 1):
-        line = line.rstrip("\n")
+    separator = args.key_separator.encode("utf-8", "surrogateescape") if args.key_separator else None
+    for lineno, raw in enumerate(sys.stdin.buffer, 1):
+        line = raw[:-1] if raw.endswith(b"\n") else raw
         now = int(time.time() * 1000)
         if args.json:
             try:
-                obj = json.loads(line)
+                obj = json.loads(line.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                raise _BadLine(f"line {lineno} is not UTF-8: {exc.reason} at byte {exc.start}") from None
             except json.JSONDecodeError as exc:
                 raise _BadLine(f"line {lineno} is not JSON: {exc}") from None
             if not isinstance(obj, dict):
@@ -154,8 +163,8 @@ def _records(args: argparse.Namespace, headers: list[tuple[str, bytes | None]]) 
             except ValueError as exc:
                 raise _BadLine(f"line {lineno}: {exc}") from None
             yield record
-        elif args.key_separator and args.key_separator in line:
-            key, _, value = line.partition(args.key_separator)
-            yield SimpleRecord(now, key.encode(), value.encode(), headers)
+        elif separator is not None and separator in line:
+            key, _, value = line.partition(separator)
+            yield SimpleRecord(now, key, value, headers)
         else:
-            yield SimpleRecord(now, None, line.encode(), headers)
+            yield SimpleRecord(now, None, line, headers)
