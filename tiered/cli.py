@@ -137,6 +137,21 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, argparse.N
     return parser, args
 
 
+class _OneLineFormatter(logging.Formatter):
+    """A log record as one line: the library's warnings and errors keep their message, and a traceback attached to
+    one (``logger.exception``) is left to ``-v``, as the command's own errors are."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return " ".join(self.formatMessage(_without_traceback(record)).split())
+
+
+def _without_traceback(record: logging.LogRecord) -> logging.LogRecord:
+    record = logging.makeLogRecord(record.__dict__)
+    record.message = record.getMessage()
+    record.exc_info = record.exc_text = record.stack_info = None
+    return record
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser, args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command is None:
@@ -144,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if not args.verbose:
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(_OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
     module = _load(args.command)
     if module is None:
         print(f"tiered {args.command}: not available in this build", file=sys.stderr)

@@ -182,6 +182,20 @@ def test_produce_stores_plain_lines_as_their_bytes_and_refuses_an_empty_separato
     assert refused.returncode == 2 and refused.stderr.splitlines()[-1] == "tiered produce: --key-separator must not be empty"
 
 
+def test_a_library_error_logged_with_its_traceback_is_one_line_unless_verbose(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    assert run_cli("produce", "-t", "t", "--log-dirs", str(data), stdin="a\n").returncode == 0
+    index = data / "t-0" / "00000000000000000000.index"
+    index.unlink(missing_ok=True)
+    index.mkdir()  # the data dir goes offline at load: the engine logs it with the OSError's traceback
+    proc = run_cli("produce", "-t", "t", "--log-dirs", str(data), stdin="b\n")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("tiered produce: t-0 is offline")
+    assert all(line.startswith(("ERROR ", "WARNING ", "tiered produce: ")) for line in proc.stderr.splitlines())
+    verbose = run_cli("produce", "-t", "t", "--log-dirs", str(data), "-v", stdin="b\n")
+    assert verbose.returncode == 1 and "Traceback" in verbose.stderr
+
+
 def test_produce_of_no_input_names_no_offsets(tmp_path: Path) -> None:
     proc = run_cli("produce", "-t", "e", "--log-dirs", str(tmp_path / "data"), stdin="")
     assert (proc.returncode, proc.stderr) == (0, "produced 0 records: stdin was empty (nothing written)\n")
