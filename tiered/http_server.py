@@ -22,7 +22,8 @@
   ``"status": "stopping"`` once a stop began.
 
 Errors are JSON ``{"error": "..."}`` with ``400`` for a request that cannot work (bad JSON, a bad timestamp, an
-invalid topic name), ``404`` for an unknown path or partition, ``413`` for a body larger than
+invalid topic name), ``404`` for an unknown path or partition, ``405`` (with ``Allow``) for a method a
+path does not serve (``HEAD`` is answered as ``GET``, without the body), ``413`` for a body larger than
 ``MAX_BODY_BYTES``, ``500`` for a storage failure (its one-line message). Requests are served on threads
 (``ThreadingHTTPServer``); the log's own locks order concurrent appends.
 """
@@ -49,14 +50,16 @@ logger = logging.getLogger(__name__)
 MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_BYTES = 1024 * 1024
 _RECORDS_PATH = re.compile(r"^/topics/(?P<topic>[^/]+)/partitions/(?P<partition>[^/]+)/records/?$")
+_ALLOWED = {"/metrics": ("GET",), "/health": ("GET",)}  # and GET or POST on _RECORDS_PATH; HEAD wherever GET is
 
 
 class HttpError(Exception):
-    """A request answered with ``status`` and ``{"error": message}``."""
+    """A request answered with ``status`` and ``{"error": message}`` (and ``headers``, e.g. ``Allow``)."""
 
-    def __init__(self, status: HTTPStatus, message: str) -> None:
+    def __init__(self, status: HTTPStatus, message: str, **headers: str) -> None:
         super().__init__(message)
         self.status = status
+        self.headers = {name.capitalize(): value for name, value in headers.items()}
 
 
 class _Union(Collector):
@@ -231,11 +234,31 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._serve("POST")
 
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    def do_PATCH(self) -> None:
+        self._serve("PATCH")
+
+    def do_HEAD(self) -> None:
+        self._serve("GET")  # answered as GET, without the body (_send)
+
+    def do_OPTIONS(self) -> None:
+        self._serve("OPTIONS")
+
     def _serve(self, method: str) -> None:
         endpoint = self.server.endpoint
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         try:
+            allowed = _ALLOWED.get(url.path) or (("GET", "POST") if _RECORDS_PATH.match(url.path) else None)
+            if allowed is not None and method not in allowed:
+                self.close_connection = True  # a body it may carry is not read
+                raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} {url.path} is not served: use "
+                                f"{' or '.join(allowed)}", allow=", ".join(allowed))
             if method == "GET" and url.path == "/metrics":
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
                 self._send(HTTPStatus.OK, encoder(endpoint.registry), content_type)
@@ -254,7 +277,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._json(HTTPStatus.OK, endpoint.consume(topic, partition, query))
         except HttpError as exc:
-            self._json(exc.status, {"error": str(exc)})
+            self._json(exc.status, {"error": str(exc)}, exc.headers)
         except Exception as exc:
             self._json(*_error_status(exc))
 
@@ -268,15 +291,18 @@ class _Handler(BaseHTTPRequestHandler):
                             f"the body is {length} bytes, more than {MAX_BODY_BYTES}: send fewer records per request")
         return self.rfile.read(length)
 
-    def _json(self, status: HTTPStatus, body: dict[str, Any]) -> None:
-        self._send(status, (json.dumps(body) + "\n").encode(), "application/json")
+    def _json(self, status: HTTPStatus, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        self._send(status, (json.dumps(body) + "\n").encode(), "application/json", headers)
 
-    def _send(self, status: HTTPStatus, payload: bytes, content_type: str) -> None:
+    def _send(self, status: HTTPStatus, payload: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(payload)
+        if self.command != "HEAD":
+            self.wfile.write(payload)
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s %s", self.address_string(), format % args)

@@ -94,6 +94,10 @@ def test_consume_answers_at_least_one_record_and_stops_at_max_bytes(served: tupl
     ("GET", RECORDS + "?offset=x", None, 400, "invalid offset 'x'"),
     ("GET", RECORDS + "?isolation=dirty", None, 400, "invalid isolation 'dirty'"),
     ("GET", "/records", None, 404, "no endpoint GET /records"),
+    ("DELETE", "/metrics", None, 405, "DELETE /metrics is not served: use GET"),
+    ("POST", "/health", b"{}", 405, "POST /health is not served: use GET"),
+    ("PUT", RECORDS, b'{"value": "a"}', 405, f"PUT {RECORDS} is not served: use GET or POST"),
+    ("PATCH", "/nope", None, 404, "no endpoint PATCH /nope"),
 ])
 def test_a_careless_request_gets_its_status_and_a_one_line_reason(
     served: tuple[LogManager, str], method: str, path: str, body: bytes | None, status: int, says: str,
@@ -102,6 +106,16 @@ def test_a_careless_request_gets_its_status_and_a_one_line_reason(
     assert _call("POST", url + RECORDS, b'{"value": "first"}')[0] == 200
     got, message = _error(method, url + path, body)
     assert got == status and says in message and "\n" not in message, message
+
+
+def test_a_method_not_served_is_405_with_allow_and_head_is_get_without_a_body(served: tuple[LogManager, str]) -> None:
+    _, url = served
+    request = urllib.request.Request(url + "/metrics", method="DELETE")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=TIMEOUT)
+    assert refused.value.code == 405 and refused.value.headers["Allow"] == "GET"
+    status, payload, content_type = _call("HEAD", url + "/health")
+    assert (status, payload, content_type) == (200, b"", "application/json")
 
 
 def test_health_reports_offline_dirs_and_stopping(served: tuple[LogManager, str], tmp_path: Path) -> None:
