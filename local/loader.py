@@ -333,6 +333,11 @@ class LogLoader:
             if reason is None:
                 continue
             log_name = filenames.log_file(self.dir, segment.base_offset).name
+            if reason == "missing" and segment.size == 0:
+                # An empty segment (a roll's new active segment, closed before anything was appended or its index
+                # was opened) has nothing to recover: its index is empty, and is created when first used.
+                logger.debug("%s: %s has no offset index yet and no data", self.dir.name, log_name)
+                continue
             if reason == "missing":
                 message = f"offset index of {log_name} is missing: recovering the segment and rebuilding its index files"
             else:

@@ -239,6 +239,26 @@ def test_deleted_offset_index_is_rebuilt_byte_identical(
     assert time_index.read_bytes() == time_before
 
 
+def test_an_empty_segment_without_an_index_is_loaded_quietly_and_its_index_made_when_used(
+    built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    path, expected = built
+    log = open_log(path, cfg)
+    log.roll()  # a new, empty active segment, closed before anything used its indexes
+    log.close()
+    last = len(expected)
+    for suffix in (".index", ".timeindex"):
+        seg_file(path, last, suffix).unlink(missing_ok=True)
+    with caplog.at_level(logging.DEBUG):
+        log = open_log(path, cfg)
+    assert warnings_of(caplog) == "" and log.active_segment.base_offset == last
+    assert not any("recover" in r.getMessage() for r in caplog.records if r.levelno >= logging.INFO)
+    log.append(records(b"next", timestamp=T0 + 99))  # the index comes into being with the first entry due
+    assert read_all_values(log) == [*expected, (last, b"next")]
+    log.close()
+    assert seg_file(path, last, ".index").exists()
+
+
 def test_missing_index_of_an_unflushed_segment_is_expected_and_not_a_warning(
     built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
