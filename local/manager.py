@@ -530,6 +530,9 @@ class LogManager:
             with self._offline_lock:
                 logs_in = Counter(self._log_dirs_of.values())
                 data_dir = min(self.live_dirs, key=lambda d: logs_in[d])
+                if topic_id is None:  # a new partition of a topic joins it: one topic id for all its partitions
+                    topic_id = next((other.topic_id for (t, _), other in self._logs.items()
+                                     if t == topic and other.topic_id is not None), None)
             pdir = data_dir / filenames.partition_dir_name(topic, partition)
             try:
                 if overrides is not None:

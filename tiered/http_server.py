@@ -110,6 +110,7 @@ class Endpoint:
 
     def produce(self, topic: str, partition: int, body: bytes, compression: str) -> dict[str, Any]:
         from local.records import MemoryRecords
+        from tiered.commands._common import check_partition_to_write
         from tiered.commands.produce import json_record
 
         _check_partition_name(topic, partition)
@@ -125,6 +126,7 @@ class Endpoint:
             batch = MemoryRecords.build(records, compression=compression)
         except (ValueError, KeyError) as exc:
             raise HttpError(HTTPStatus.BAD_REQUEST, f"cannot build the batch: {exc}") from None
+        check_partition_to_write(self.manager, topic, partition)
         log = self.manager.get_or_create_log(topic, partition)
         info = log.append(batch)
         return {"topic": topic, "partition": partition, "count": len(records),
@@ -316,6 +318,7 @@ def _error_status(exc: Exception) -> tuple[HTTPStatus, dict[str, Any]]:
         KafkaStorageError,
         OffsetOutOfRangeError,
         RecordTooLargeError,
+        UnknownTopicOrPartitionError,
         UnsupportedCompressionTypeError,
     )
     from tiered.errors import TieredStorageError
@@ -323,6 +326,8 @@ def _error_status(exc: Exception) -> tuple[HTTPStatus, dict[str, Any]]:
     message = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, OffsetOutOfRangeError):
         return HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, {"error": message}
+    if isinstance(exc, UnknownTopicOrPartitionError):
+        return HTTPStatus.NOT_FOUND, {"error": message}
     if isinstance(exc, (ConfigError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError,
                         UnsupportedCompressionTypeError)):
         return HTTPStatus.BAD_REQUEST, {"error": message}

@@ -97,7 +97,7 @@ def test_alter_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         (["-t", "nope", "--add-config", "retention.ms=1"], 1, "no topic 'nope'"),
         (["-t", "ev", "--add-config", "retention.ms=-9"], 2, "retention.ms"),
         (["-t", "ev", "--add-config", "retention.ms=1", "--delete-config", "bogus"], 2, "'bogus'"),
-        (["-t", "ev"], 2, "needs --add-config"),
+        (["-t", "ev"], 2, "needs --add-config KEY=VALUE, --delete-config KEY or --partitions N"),
         (["-t", "ev", "--add-config", "cleanup.policy=[compact"], 2, "unbalanced"),
         # kafka-configs: deleting a key that is not set is an error, and nothing else changes
         (["-t", "ev", "--add-config", "retention.ms=1", "--delete-config", "segment.ms"], 1,
@@ -107,6 +107,46 @@ def test_alter_refusals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         assert rc == rc_wanted, (extra, err)
         assert expected in one_line(err), (extra, err)
     assert overrides(tmp_path / "data" / "ev-0") == before
+
+
+def test_alter_partitions_grows_the_topic_with_its_id_and_overrides_and_never_shrinks_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "data"
+    assert cli(capsys, "topics", "create", "-t", "ev", "--partitions", "2", "--topic-config", "retention.ms=1000",
+               "--log-dirs", str(data))[0] == 0
+    rc, _, err = cli(capsys, "topics", "alter", "-t", "ev", "--partitions", "4", "--log-dirs", str(data))
+    assert (rc, one_line(err)) == (0, "Added partition(s) 2, 3 to topic ev: 4 in all")
+    assert len({(data / f"ev-{p}" / "partition.metadata").read_text() for p in range(4)}) == 1  # one topic id
+    assert all(overrides(data / f"ev-{p}") == "retention.ms=1000\n" for p in range(4))
+    for count in ("4", "3"):
+        rc, _, err = cli(capsys, "topics", "alter", "-t", "ev", "--partitions", count, "--log-dirs", str(data))
+        assert rc == 1 and f"has 4 partition(s): --partitions can only increase it, got {count}" in one_line(err)
+    rc, _, err = cli(capsys, "topics", "describe", "-t", "ev", "--partitions", "9", "--log-dirs", str(data))
+    assert rc == 2 and "--partitions does not apply to 'topics describe'" in one_line(err)
+
+
+def test_a_write_to_a_partition_an_existing_topic_lacks_is_refused_and_a_new_topic_is_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import types
+
+    data = tmp_path / "data"
+
+    def produce(topic: str, partition: int) -> tuple[int, str]:
+        monkeypatch.setattr("sys.stdin", types.SimpleNamespace(buffer=io.BytesIO(b"a\n")))
+        rc, _, err = cli(capsys, "produce", "-t", topic, "-p", str(partition), "--log-dirs", str(data))
+        return rc, err
+
+    assert produce("fresh", 3)[0] == 0  # auto-create: a new topic at the partition named
+    rc, err = produce("fresh", 5)
+    assert rc == 1 and one_line(err) == ("tiered produce: topic fresh has no partition 5 (it has 1: 3); to add "
+                                         "partitions: tiered topics alter --topic fresh --partitions 6")
+    assert not (data / "fresh-5").exists()
+    with LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False) as manager:
+        first = manager.get_or_create_log("t", 0)
+        assert manager.get_or_create_log("t", 1).topic_id == first.topic_id  # the library: one id per topic
 
 
 def test_turning_remote_storage_off_with_remote_data_is_refused_as_kafka_does(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -88,6 +88,7 @@ def test_consume_answers_at_least_one_record_and_stops_at_max_bytes(served: tupl
     ("POST", RECORDS + "?compression=zip", b'{"value": "a"}', 400, "zip"),
     ("POST", "/topics/bad%20topic/partitions/0/records", b'{"value": "a"}', 400, "bad topic"),
     ("POST", "/topics/t/partitions/-1/records", b'{"value": "a"}', 400, "invalid partition '-1'"),
+    ("POST", "/topics/t/partitions/7/records", b'{"value": "a"}', 404, "topic t has no partition 7 (it has 1: 0)"),
     ("GET", "/topics/nope/partitions/0/records", None, 404, "no partition nope-0"),
     ("GET", "/topics/..%2F..%2Fetc/partitions/0/records", None, 400, "invalid topic name '../../etc'"),
     ("GET", RECORDS + "?offset=7", None, 416, "offset 7 is out of range for t-0: log start offset 0, log end offset 1"),

@@ -44,6 +44,20 @@ def non_negative_int(text: str) -> int:
     return _whole_number(text, 0, "must be >= 0")
 
 
+def check_partition_to_write(manager: Any, topic: str, partition: int) -> None:
+    """Raise UnknownTopicOrPartitionError when ``topic`` exists without ``partition``: a write (produce, HTTP POST)
+    creates a new topic at the partition it names, as Kafka's auto-create does, but never adds a partition to an
+    existing topic behind its back (nor a second topic id); ``tiered topics alter --partitions N`` does that."""
+    from local.errors import UnknownTopicOrPartitionError
+
+    have = sorted(p for t, p in manager.partitions() if t == topic)
+    if have and partition not in have:
+        raise UnknownTopicOrPartitionError(
+            f"topic {topic} has no partition {partition} (it has {len(have)}: {', '.join(map(str, have[:10]))}"
+            f"{', ...' if len(have) > 10 else ''}); to add partitions: tiered topics alter --topic {topic} "
+            f"--partitions {partition + 1}", topic=topic, partition=partition)
+
+
 def check_topic_name(topic: str) -> str:
     """``topic`` when it is a valid topic name, else a UsageError saying why: every command that takes ``--topic``
     refuses a bad name in the same words and with exit code 2, before it opens anything."""

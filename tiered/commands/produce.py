@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from tiered.commands._common import (
     UsageError,
+    check_partition_to_write,
     check_topic_name,
     load_config,
     parse_topic_overrides,
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         for batch in _batches(_records(args, headers), args.batch_size):
             if log is None:
                 manager = open_log_manager(config, start_scheduler=False)
+                check_partition_to_write(manager, args.topic, args.partition)
                 log = manager.get_or_create_log(args.topic, args.partition, overrides)
             info = log.append(MemoryRecords.build(batch, compression=args.compression))
             first = info.first_offset if first < 0 else first

@@ -7,9 +7,12 @@ over the broker's defaults (``log.segment.bytes`` for ``segment.bytes``, ...) ov
 
 - ``create --topic T [--partitions N] [--topic-config K=V ...]``: N empty partitions with one new topic id and the
   overrides given; refused when any partition of T exists.
-- ``alter --topic T [--add-config K=V[,K=V]] [--delete-config K[,K]]``: changes only the keys given, like
-  ``kafka-configs --alter``; a value holding commas goes in brackets (``cleanup.policy=[compact,delete]``); deleting
-  a key the topic does not override is refused, as kafka-configs does.
+- ``alter --topic T [--add-config K=V[,K=V]] [--delete-config K[,K]] [--partitions N]``: changes only the keys given,
+  like ``kafka-configs --alter``; a value holding commas goes in brackets (``cleanup.policy=[compact,delete]``);
+  deleting a key the topic does not override is refused, as kafka-configs does. ``--partitions N`` grows the topic
+  to N partitions with its topic id and overrides (``kafka-topics --alter --partitions``; never fewer). A write
+  (``produce``, the HTTP endpoint) to a partition an existing topic does not have is refused, as Kafka answers
+  UNKNOWN_TOPIC_OR_PARTITION; a new topic is created at the partition a write names.
 - ``describe [--topic T]``: per topic its id, partitions and every topic config with its value and where the value
   comes from (``topic`` override, ``broker`` config with its key, or Kafka's ``default``), ``remote.storage.enable``
   included. Reads files only: works beside a running ``tiered run``.
@@ -38,8 +41,9 @@ ACTIONS = ("create", "describe", "alter", "list")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=ACTIONS, help="create, describe, alter or list topics")
     parser.add_argument("--topic", "-t", help="the topic (required by create and alter; describe: only this one)")
-    parser.add_argument("--partitions", type=positive_int, default=1, metavar="N",
-                        help="create: the number of partitions (default: 1)")
+    parser.add_argument("--partitions", type=positive_int, default=None, metavar="N",
+                        help="create: the number of partitions (default: 1); alter: grow the topic to N partitions "
+                             "(never fewer, as in Kafka)")
     parser.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
                         help="create: a topic config override, e.g. remote.storage.enable=true (repeatable)")
     parser.add_argument("--add-config", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE...]",
@@ -54,13 +58,13 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args)
     _check_options(args)
     if args.action == "create":
-        return create(config, args.topic, args.partitions, parse_pairs(args.topic_config, "--topic-config"))
+        return create(config, args.topic, args.partitions or 1, parse_pairs(args.topic_config, "--topic-config"))
     if args.action == "alter":
         adds: dict[str, str] = {}
         for item in args.add_config:
             adds.update(parse_pairs(split_config_list(item), "--add-config"))
         deletes = [k.strip() for item in args.delete_config for k in item.split(",") if k.strip()]
-        return alter(config, args.topic, adds, deletes)
+        return alter(config, args.topic, adds, deletes, args.partitions)
     topics = local_topics(config)
     if args.action == "list":
         names = sorted(topics)
@@ -80,17 +84,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_options(args: argparse.Namespace) -> None:
     given = {"--topic-config": bool(args.topic_config), "--add-config": bool(args.add_config),
-             "--delete-config": bool(args.delete_config)}
-    allowed = {"create": {"--topic-config"}, "alter": {"--add-config", "--delete-config"}}.get(args.action, set())
+             "--delete-config": bool(args.delete_config), "--partitions": args.partitions is not None}
+    allowed = {"create": {"--topic-config", "--partitions"},
+               "alter": {"--add-config", "--delete-config", "--partitions"}}.get(args.action, set())
     wrong = [name for name, present in given.items() if present and name not in allowed]
     if wrong:
         raise UsageError(f"{', '.join(wrong)} does not apply to 'topics {args.action}'")
     if args.action in ("create", "alter") and not args.topic:
         raise UsageError(f"'topics {args.action}' needs --topic TOPIC")
-    if args.action == "alter" and not (args.add_config or args.delete_config):
-        raise UsageError("'topics alter' needs --add-config KEY=VALUE or --delete-config KEY")
-    if args.action == "create" and args.partitions < 1:
-        raise UsageError(f"--partitions must be >= 1, got {args.partitions}")
+    if args.action == "alter" and not (args.add_config or args.delete_config or args.partitions is not None):
+        raise UsageError("'topics alter' needs --add-config KEY=VALUE, --delete-config KEY or --partitions N")
     if args.topic is not None:
         check_topic_name(args.topic)
 
@@ -258,7 +261,7 @@ def create(config: Any, topic: str, partitions: int, overrides: dict[str, str]) 
     return 0
 
 
-def alter(config: Any, topic: str, adds: dict[str, str], deletes: list[str]) -> int:
+def alter(config: Any, topic: str, adds: dict[str, str], deletes: list[str], partition_count: int | None = None) -> int:
     from local.config import topic_config_keys
     from local.errors import ConfigError
 
@@ -276,19 +279,32 @@ def alter(config: Any, topic: str, adds: dict[str, str], deletes: list[str]) -> 
         print(f"tiered topics: Invalid config(s): {', '.join(unset)}: not set for topic {topic}, nothing to delete",
               file=sys.stderr)
         return 1
+    if partition_count is not None and partition_count <= len(partitions):
+        # kafka-topics --alter --partitions: a partition count only grows (keys would move between partitions)
+        print(f"tiered topics: topic {topic} has {len(partitions)} partition(s): --partitions can only increase it, "
+              f"got {partition_count}", file=sys.stderr)
+        return 1
     new = {k: v for k, v in current.items() if k not in deletes}
     new.update(adds)
     new_config = config.topic_config(new)  # validated before anything changes
     _check_remote_allowed(config, new)
     from local.manager import _validate_turning_off_remote_storage
 
+    added = [p for p in range(partition_count or 0) if p not in partitions]
     with _manager(config) as manager:
         logs = [manager.get_log(topic, p) for p in sorted(partitions)]
         for log in logs:  # every partition checked before any changes
             if log is not None:
                 _validate_turning_off_remote_storage(log, new_config)
         for p in sorted(partitions):
-            manager.get_or_create_log(topic, p, new)
+            manager.get_or_create_log(topic, p, new if adds or deletes else None)
+        topic_id = next((log.topic_id for log in logs if log is not None and log.topic_id is not None), None)
+        for p in added:  # the topic's id and overrides, as its other partitions have
+            manager.get_or_create_log(topic, p, new, topic_id=topic_id)
     changed = sorted(set(adds) | set(deletes))
-    print(f"Completed updating config for topic {topic}: {', '.join(changed)}", file=sys.stderr)
+    if changed:
+        print(f"Completed updating config for topic {topic}: {', '.join(changed)}", file=sys.stderr)
+    if added:
+        print(f"Added partition(s) {', '.join(map(str, added))} to topic {topic}: {len(partitions) + len(added)} in "
+              "all", file=sys.stderr)
     return 0
