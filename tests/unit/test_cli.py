@@ -196,6 +196,13 @@ def test_a_library_error_logged_with_its_traceback_is_one_line_unless_verbose(tm
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr
 
 
+def test_consume_refuses_a_to_offset_not_above_the_offset(tmp_path: Path) -> None:
+    for to in ("3", "10"):
+        proc = run_cli("consume", "-t", "x", "--log-dirs", str(tmp_path), "--offset", "10", "--to-offset", to)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert proc.stderr.splitlines()[-1] == f"tiered consume: --to-offset {to} must be above --offset 10 (it is exclusive)"
+
+
 def test_produce_of_no_input_names_no_offsets(tmp_path: Path) -> None:
     proc = run_cli("produce", "-t", "e", "--log-dirs", str(tmp_path / "data"), stdin="")
     assert (proc.returncode, proc.stderr) == (0, "produced 0 records: stdin was empty (nothing written)\n")

@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     from tiered.errors import TieredStorageError
 
     check_topic_name(args.topic)
+    if args.to_offset is not None and args.offset is not None and args.to_offset <= args.offset:
+        raise UsageError(f"--to-offset {args.to_offset} must be above --offset {args.offset} (it is exclusive)")
     config = load_config(args)
     try:
         check_remote_access(config)  # an unreachable store, missing bucket or bad credentials: one line, at once
