@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from local import filenames
 from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile, fsync_file
@@ -72,6 +72,17 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+
+
+class _PlainLimits(NamedTuple):
+    """The config values the plain client batch's append path reads, taken from the config once per change."""
+
+    max_message_bytes: int
+    segment_bytes: int
+    segment_ms: int
+    compacted: bool
+    before_max_ms: int
+    after_max_ms: int
 
 
 class LogStartOffsetIncrementReason(enum.Enum):
@@ -129,7 +140,7 @@ class Log:
     ) -> None:
         self.dir = Path(directory)
         self.topic, self.partition = _topic_partition_from_dir(self.dir)
-        self.config = config
+        self.config = config  # sets _plain_limits too
         self.segments = segments
         self.producer_state_manager = producer_state_manager
         self.leader_epoch_cache = leader_epoch_cache
@@ -167,6 +178,21 @@ class Log:
         self.load_stats: Any = None
         self._unflushed_messages = 0
         self._last_flush_ms = time.milliseconds()
+
+    @property
+    def config(self) -> TopicConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: TopicConfig) -> None:
+        # What the plain client batch's fast path needs of the config, read once per change instead of per append;
+        # None when every batch takes the general path (LogAppendTime stamps each batch).
+        self._config = config
+        self._compacted = "compact" in str(config.cleanup_policy)  # a compacted topic: its records need keys
+        self._plain_limits = None if config.message_timestamp_type == "LogAppendTime" else _PlainLimits(
+            config.max_message_bytes, config.segment_bytes, config.segment_ms, self._compacted,
+            config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms,
+        )
 
     # ------------------------------------------------------------------------------------------------------
     # Opening
@@ -374,12 +400,13 @@ class Log:
         ``CorruptRecordError``, ``InvalidRecordError``, ``RecordTooLargeError``, ``InvalidTimestampError`` or a
         producer-state error; nothing is written when it raises.
         """
-        self._check_writable()
+        if self.read_only:
+            self._check_writable()
         data = records.buffer if isinstance(records, MemoryRecords) else records
         epoch = self._leader_epoch if leader_epoch is None else leader_epoch
         try:
-            if origin is AppendOrigin.CLIENT:
-                info = self._append_plain_batch(_unchangeable(data), epoch)
+            if origin is AppendOrigin.CLIENT and self._plain_limits is not None:
+                info = self._append_plain_batch(data if type(data) is bytes else _unchangeable(data), epoch)
                 if info is not None:
                     return info
             # Our own copy: offsets and the epoch are patched into it.
@@ -493,20 +520,19 @@ class Log:
         producer id, not a control batch, CreateTime within the bounds. ``None`` when the append is anything
         else, or wrong in any way: the general path then handles it, and says what is wrong. ``buffer`` is not
         changed: its patched first bytes are written in place of its own, without a copy."""
-        config = self.config
-        if config.message_timestamp_type == "LogAppendTime":
+        limits = self._plain_limits
+        if limits is None:
             return None
-        header = plain_client_batch(buffer, config.max_message_bytes, config.segment_bytes, self._compacted)
+        max_message_bytes, segment_bytes, segment_ms, compacted, before_max_ms, after_max_ms = limits
+        header = plain_client_batch(buffer, max_message_bytes, segment_bytes, compacted)
         if header is None:
             return None
-        size = len(buffer)
         length, last_offset_delta, base_timestamp, max_timestamp = header
         with self._lock:
             if self._closed:
                 self._check_open()
             now = self.time.milliseconds()
-            if not timestamps_within_bounds(base_timestamp, max_timestamp, now, config.message_timestamp_before_max_ms,
-                                            config.message_timestamp_after_max_ms):
+            if not timestamps_within_bounds(base_timestamp, max_timestamp, now, before_max_ms, after_max_ms):
                 return None  # the general path raises the error that says which bound
             first_offset = self._leo.message_offset
             last_offset = first_offset + last_offset_delta
@@ -514,9 +540,9 @@ class Log:
             header = _OFFSET_LENGTH_EPOCH.pack(first_offset, length, leader_epoch)
             segment = self.segments.active_segment
             assert segment is not None
-            if not segment.append_batch_if_room(last_offset, max_timestamp, buffer, now, config.segment_bytes,
-                                                config.segment_ms, header):
-                segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp, now)
+            if not segment.append_batch_if_room(last_offset, max_timestamp, buffer, now, segment_bytes, segment_ms,
+                                                header):
+                segment = self._maybe_roll(len(buffer), first_offset, last_offset, max_timestamp, now)
                 segment.append_batch(last_offset, max_timestamp, buffer, header)
             self._appended(segment, first_offset, last_offset, leader_epoch)
             return LogAppendInfo(
@@ -528,7 +554,7 @@ class Log:
                 -1,
                 self.log_start_offset,
                 1,
-                size,
+                len(buffer),
             )
 
     def _appended(self, segment: LogSegment, first_offset: int, last_offset: int, leader_epoch: int, as_leader: bool = True) -> None:
@@ -559,11 +585,6 @@ class Log:
             buffer, self.name, max_message_bytes=config.max_message_bytes, segment_bytes=config.segment_bytes,
             from_client=origin is AppendOrigin.CLIENT, assign_offsets=assign_offsets, compacted=self._compacted,
         )
-
-    @property
-    def _compacted(self) -> bool:
-        """A compacted topic: its records need keys."""
-        return "compact" in str(self.config.cleanup_policy)
 
     def _validate_timestamp(self, batch: RecordBatch, now: int) -> None:
         validate_timestamps(batch, now, self.config.message_timestamp_before_max_ms,

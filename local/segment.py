@@ -47,6 +47,7 @@ from local.index import (
     TransactionIndex,
     TxnIndexSearchResult,
 )
+from local.native import NATIVE_APPEND, SegmentCore
 from local.records import MemoryRecords, RecordBatch
 from local.records.batch import (
     ATTRIBUTES_OFFSET,
@@ -102,7 +103,7 @@ def _name_file(exc: OSError, path: Path) -> None:
         exc.filename = str(path)
 
 
-class LogSegment:
+class LogSegment(SegmentCore):
     """See the module docstring. Open with :meth:`open`."""
 
     def __init__(
@@ -127,7 +128,11 @@ class LogSegment:
         self.created = time()
         self.bytes_since_last_index_entry = 0
         self.rolling_based_timestamp: int | None = None
-        self._max_ts_and_offset: TimestampOffset | None = None
+        # The largest timestamp so far and its offset, loaded from the time index (and the log after its last
+        # entry) when first needed: _max_known says whether they are.
+        self._max_timestamp = NO_TIMESTAMP
+        self._offset_of_max_timestamp = base_offset
+        self._max_known = False
         self._trim_pending = False  # rolled, its trims not done yet (on_become_inactive_segment)
 
     @classmethod
@@ -194,9 +199,13 @@ class LogSegment:
         return self.log.size_in_bytes
 
     def _max_timestamp_and_offset(self) -> TimestampOffset:
-        if self._max_ts_and_offset is None:
-            self._max_ts_and_offset = self.time_index.last_entry
-        return self._max_ts_and_offset
+        if not self._max_known:
+            last = self.time_index.last_entry
+            self._set_max_timestamp(last.timestamp, last.offset)
+        return TimestampOffset(self._max_timestamp, self._offset_of_max_timestamp)
+
+    def _set_max_timestamp(self, timestamp: int, offset: int) -> None:
+        self._max_timestamp, self._offset_of_max_timestamp, self._max_known = timestamp, offset, True
 
     @property
     def max_timestamp_so_far(self) -> int:
@@ -275,14 +284,17 @@ class LogSegment:
             raise
         self._index_batch(last_offset, max_timestamp, position, len(batch))
 
-    def append_batch_if_room(self, last_offset: int, max_timestamp: int, batch: bytes | bytearray | memoryview,
-                             now: int, max_segment_bytes: int, max_segment_ms: int, header: bytes = b"") -> bool:
+    def _append_batch_if_room(self, last_offset: int, max_timestamp: int, batch: bytes | bytearray | memoryview,
+                              now: int, max_segment_bytes: int, max_segment_ms: int, header: bytes = b"") -> bool:
         """The log's append fast path: :meth:`should_roll_for` and :meth:`append_batch` in one call.
 
         Writes ``batch`` (its first bytes replaced by ``header``, see :meth:`FileRecords.append`) and returns True
         when this segment need not roll for it. Returns False, having written nothing, when it must roll, or when
         the answer needs more than the fields at hand (the first batch's timestamp not loaded yet): the caller then
         asks :meth:`should_roll_for`, rolls if told to, and appends.
+
+        This is the definition; where ``local/_appendcore.c`` is built, :meth:`append_batch_if_room` is the same in
+        C, which hands any case but the common one back to this method.
         """
         log = self.log
         position = log.size_in_bytes
@@ -295,28 +307,35 @@ class LogSegment:
             waited = max_timestamp - first_timestamp if first_timestamp >= 0 else now - self.created
             if waited > max_segment_ms - self.roll_jitter_ms:
                 return False
-        if self._lazy_offset_index.get().is_full or self._lazy_time_index.get().is_full:
+        offset_index = self._lazy_offset_index.get()
+        time_index = self._lazy_time_index.get()
+        if offset_index.is_full or time_index.is_full:
             return False
         try:
             log.append(batch, header)
         except OSError as exc:
             _name_file(exc, log.path)
             raise
-        self._index_batch(last_offset, max_timestamp, position, len(batch))
+        self._index_batch(last_offset, max_timestamp, position, len(batch), offset_index, time_index)
         return True
 
-    def _index_batch(self, last_offset: int, max_timestamp: int, position: int, size: int) -> None:
-        """The bookkeeping of one appended batch: first timestamp, max timestamp, sparse index entries."""
+    append_batch_if_room = SegmentCore.append_batch_if_room if NATIVE_APPEND else _append_batch_if_room
+
+    def _index_batch(self, last_offset: int, max_timestamp: int, position: int, size: int,
+                     offset_index: OffsetIndex | None = None, time_index: TimeIndex | None = None) -> None:
+        """The bookkeeping of one appended batch: first timestamp, max timestamp, sparse index entries. The indexes
+        are loaded here unless the caller has them at hand."""
         if position == 0:
             self.rolling_based_timestamp = max_timestamp
-        max_ts = self._max_ts_and_offset or self._max_timestamp_and_offset()
-        if max_timestamp > max_ts.timestamp:
-            max_ts = self._max_ts_and_offset = TimestampOffset(max_timestamp, last_offset)
+        if not self._max_known:
+            self._max_timestamp_and_offset()
+        if max_timestamp > self._max_timestamp:
+            self._set_max_timestamp(max_timestamp, last_offset)
         if self.bytes_since_last_index_entry > self.index_interval_bytes:
-            self._lazy_offset_index.get().append(last_offset, position)
-            time_index = self._lazy_time_index.get()
-            if max_ts.timestamp > time_index.last_entry.timestamp:
-                time_index.maybe_append(max_ts.timestamp, max_ts.offset)
+            (offset_index or self._lazy_offset_index.get()).append(last_offset, position)
+            time_index = time_index or self._lazy_time_index.get()
+            if self._max_timestamp > time_index.last_entry.timestamp:
+                time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
             self.bytes_since_last_index_entry = size
         else:
             self.bytes_since_last_index_entry += size
@@ -473,7 +492,7 @@ class LogSegment:
         offset_index.trim_to_valid_size()
         time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)
         time_index.trim_to_valid_size()
-        self._max_ts_and_offset = TimestampOffset(max_ts, offset_of_max)
+        self._set_max_timestamp(max_ts, offset_of_max)
         self.bytes_since_last_index_entry = valid_bytes - last_index_entry
         return truncated
 
@@ -498,7 +517,7 @@ class LogSegment:
             self.created = self._time()
             self.rolling_based_timestamp = None
         self.bytes_since_last_index_entry = 0
-        self._max_ts_and_offset = None
+        self._max_known = False
         self._load_largest_timestamp()
         return truncated
 
@@ -509,7 +528,7 @@ class LogSegment:
         after = self.log.largest_timestamp_after(position)
         if after.timestamp > best.timestamp:
             best = TimestampOffset(after.timestamp, after.offset)
-        self._max_ts_and_offset = best
+        self._set_max_timestamp(best.timestamp, best.offset)
 
     # ------------------------------------------------------------------------------------------------------
     # Rolling and life cycle
@@ -641,7 +660,7 @@ class LogSegment:
                 raise
 
     def close(self) -> None:
-        if self._max_ts_and_offset is not None and self._max_ts_and_offset.timestamp >= 0:
+        if self._max_known and self._max_timestamp >= 0:
             try:
                 self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far, skip_full_check=True)
             except KafkaStorageError:  # Kafka swallows errors of this closing entry too

@@ -50,6 +50,7 @@ import numpy as np
 
 from local.errors import IndexClosedError, IndexOffsetOverflowError, ReadOnlyIndexError
 from local.index.entries import INT32_MAX
+from local.native import IndexCore
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def allocate(fd: int, offset: int, length: int) -> None:
         position += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), end - position)], position)
 
 
-class AbstractIndex(ABC):
+class AbstractIndex(IndexCore, ABC):
     """A memory-mapped file of fixed-size entries searched by key (see the module docstring).
 
     Subclasses call ``__init__`` with their layout, then implement :meth:`_keys_of`, :meth:`_value_at`,
@@ -107,6 +108,7 @@ class AbstractIndex(ABC):
         *,
         entry_struct: struct.Struct,
         entry_dtype: np.dtype[Any],
+        reserved_slots: int = 0,
     ) -> None:
         if entry_struct.size != entry_dtype.itemsize:
             raise ValueError(f"entry struct ({entry_struct.size} B) and dtype ({entry_dtype.itemsize} B) differ")
@@ -119,6 +121,7 @@ class AbstractIndex(ABC):
         self._entry_size = entry_struct.size
         self._pack_entry = entry_struct.pack_into
         self._warm_entries = WARM_SECTION_BYTES // self._entry_size
+        self._reserved_slots = reserved_slots  # slots at the end that appends leave free (see is_full)
         self._lock = threading.RLock()
         self._closed = False
         self._mmap: mmap.mmap | None = None
@@ -234,8 +237,8 @@ class AbstractIndex(ABC):
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset is >= ``offset``; an offset past the last entry changes nothing."""
 
-    def _after_entries_changed(self) -> None:  # noqa: B027 - optional hook, empty by default
-        """Called under the lock after entries were truncated or the file was remapped."""
+    def _after_entries_changed(self) -> None:
+        """Called under the lock after entries were truncated or the file was remapped (an optional hook: empty here)."""
 
     # ---------------------------------------------------------------------------------------------------
     # properties
@@ -282,8 +285,8 @@ class AbstractIndex(ABC):
 
     @property
     def is_full(self) -> bool:
-        """True when no slot is left."""
-        return len(self._keys) >= self._length // self._entry_size
+        """True when no slot is left for an append (the reserved slots at the end do not count)."""
+        return len(self._keys) >= self._length // self._entry_size - self._reserved_slots
 
     @property
     def is_closed(self) -> bool:

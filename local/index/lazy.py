@@ -22,13 +22,14 @@ from local.index.base import AbstractIndex
 from local.index.entries import DEFAULT_MAX_INDEX_SIZE
 from local.index.offset_index import OffsetIndex
 from local.index.time_index import TimeIndex
+from local.native import LazyCore
 
 logger = logging.getLogger(__name__)
 
 IndexT = TypeVar("IndexT", bound=AbstractIndex)
 
 
-class LazyIndex(Generic[IndexT]):
+class LazyIndex(LazyCore, Generic[IndexT]):
     """An index opened on first :meth:`get`. Build one with :meth:`for_offset` or :meth:`for_time`."""
 
     def __init__(self, path: str | os.PathLike[str], loader: Callable[[Path], IndexT]) -> None:

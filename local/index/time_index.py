@@ -56,8 +56,10 @@ class TimeIndex(AbstractIndex):
         writable: bool = True,
     ) -> None:
         self._last_entry = TimestampOffset(NO_TIMESTAMP, base_offset)
+        # Full one slot early: the last slot is kept for the entry written when the segment rolls.
         super().__init__(
-            path, base_offset, max_index_size, writable, entry_struct=TIME_ENTRY, entry_dtype=TIME_DTYPE
+            path, base_offset, max_index_size, writable, entry_struct=TIME_ENTRY, entry_dtype=TIME_DTYPE,
+            reserved_slots=1,
         )
         self._last_entry = self._last_entry_from_file()
 
@@ -91,11 +93,6 @@ class TimeIndex(AbstractIndex):
 
     # ---------------------------------------------------------------------------------------------------
     # reads
-
-    @property
-    def is_full(self) -> bool:
-        """Full one slot early: the last slot is kept for the entry written when the segment rolls."""
-        return len(self._keys) >= self._length // TIME_ENTRY_SIZE - 1
 
     @property
     def last_entry(self) -> TimestampOffset:
@@ -206,7 +203,7 @@ class TimeIndex(AbstractIndex):
             relative = offs - self._base_offset
             fits = (
                 len(ts) == len(offs)
-                and n + len(ts) <= self._length // TIME_ENTRY_SIZE - 1
+                and n + len(ts) <= self._length // TIME_ENTRY_SIZE - self._reserved_slots
                 and ts[0] > last.timestamp
                 and (not n or offs[0] >= last.offset)
                 and bool((np.diff(ts) > 0).all())
