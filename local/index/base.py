@@ -8,9 +8,9 @@ File life cycle (identical to Kafka):
 
 * a NEW file is preallocated, zero-filled, to ``max_index_size`` rounded down to the entry size; the index
   starts empty and appends fill it from the front;
-* disk blocks are allocated for real (``posix_fallocate``, or zeros written where the file system cannot
-  fallocate) ahead of the entries, :data:`ALLOCATION_STEP` bytes at a time, the first step when the file is
-  created: a store through the mapping never reaches a page the file system has not backed. A full disk is then
+* disk blocks are allocated for real (zeros written, see :func:`allocate`) ahead of the entries,
+  :data:`ALLOCATION_STEP` bytes at a time, the first step when the file is created: a store through the
+  mapping never reaches a page the file system has not backed. A full disk is then
   an ENOSPC ``OSError`` when the index is created or an append needs the next step, never a SIGBUS (which
   kills the process) on the store. (Allocating the whole maximum up front would reserve 10 MiB per index of
   every active segment, 20 MiB a partition, where Kafka's sparse file reserves nothing.) A sparse file written
@@ -32,7 +32,6 @@ below the entries a reader can see.
 
 from __future__ import annotations
 
-import errno
 import logging
 import mmap
 import os
@@ -72,21 +71,14 @@ _ZEROS = bytes(1 << 16)
 
 
 def allocate(fd: int, offset: int, length: int) -> None:
-    """Make bytes [offset, offset + length) of ``fd`` allocated on disk, zero-filled, extending the file.
+    """Make bytes [offset, offset + length) of ``fd`` allocated, zero-filled, extending the file.
 
-    ``posix_fallocate`` where the file system supports it; elsewhere (EOPNOTSUPP, EINVAL: some FUSE and
-    network file systems) the zeros are written, which allocates them too. A full disk raises ENOSPC here.
+    The zeros are written, not ``posix_fallocate``d: fallocate leaves unwritten extents, and the first store
+    through the mapping into one converts it in the file system's journal, which on ext4 waits behind any fsync
+    in progress: the first index entry after every roll waited 4-5 ms on the rolled segment's background flush
+    (bench/RESULTS.md, ninth session). Written zeros are ordinary page-cache pages whose space the file system
+    reserves at the write: a full disk is ENOSPC here, and a store through the mapping never meets SIGBUS.
     """
-    if length <= 0:
-        return
-    fallocate = getattr(os, "posix_fallocate", None)
-    if fallocate is not None:
-        try:
-            fallocate(fd, offset, length)
-            return
-        except OSError as exc:
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                raise
     position, end = offset, offset + length
     while position < end:
         position += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), end - position)], position)
