@@ -9,10 +9,11 @@
  *   IndexCore    base of local.index.base.AbstractIndex: the key mirror, the mapping, the lock, lengths.
  *   LazyCore     base of local.index.lazy.LazyIndex: the index once loaded.
  *   SegmentCore  base of local.segment.LogSegment: the log file, the lazy indexes, the roll and index bookkeeping,
- *                and append_batch_if_room, the log's append fast path, in C.
+ *                and in C append_batch_if_room (the log's append fast path) and _index_batch (the bookkeeping
+ *                after any append).
  *
  * The Python code reads and writes the same fields as attributes (PyMemberDef, same names) and stays the
- * definition: LogSegment._append_batch_if_room and OffsetIndex.append. The C path takes only the common case and
+ * definition: LogSegment._py_append_batch_if_room, LogSegment._py_index_batch and OffsetIndex.append. The C path takes only the common case and
  * hands everything else to them (an index not loaded or not ours, a slot that needs allocating, the warm search
  * section moving, anything full or out of order, every error message). The file write itself is the log file's
  * own append (FileRecords.append, called as a method), so its short-write loop and error naming stay in one place.
@@ -368,9 +369,27 @@ static void name_file(PyObject *log)
     PyErr_Restore(type, value, tb);
 }
 
-/* LogSegment._index_batch after the write, with the indexes at hand: 0, or -1 with an exception. */
+/* The largest timestamp of the time index (its last key; -1 when empty): 0, or -1 with an exception. An index
+ * that is not an IndexCore (a test's double) is asked through its last_entry property. */
+static int last_index_timestamp(PyObject *time_index, long long *out)
+{
+    if (PyObject_TypeCheck(time_index, &IndexCoreType))
+        return index_last_key((IndexCore *)time_index, -1, out);
+    PyObject *entry = PyObject_GetAttrString(time_index, "last_entry");
+    PyObject *ts = entry ? PyObject_GetAttrString(entry, "timestamp") : NULL;
+    Py_XDECREF(entry);
+    if (ts == NULL)
+        return -1;
+    *out = PyLong_AsLongLong(ts);
+    Py_DECREF(ts);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* LogSegment._index_batch (see its Python definition, _py_index_batch): the bookkeeping of one appended batch.
+ * The indexes are loaded here, only when an entry is due, unless the caller has them at hand (NULL: not).
+ * 0, or -1 with an exception. */
 static int index_batch(SegmentCore *self, long long last_offset, long long max_timestamp, long long position,
-                       Py_ssize_t size, PyObject *offset_index, PyObject *time_index)
+                       long long size, PyObject *offset_index, PyObject *time_index)
 {
     if (position == 0) {
         PyObject *ts = PyLong_FromLongLong(max_timestamp);
@@ -388,34 +407,67 @@ static int index_batch(SegmentCore *self, long long last_offset, long long max_t
         self->max_timestamp = max_timestamp;
         self->offset_of_max_timestamp = last_offset;
     }
-    if (self->bytes_since_last_index_entry > self->index_interval_bytes) {
-        int written = offset_index_append_common((IndexCore *)offset_index, last_offset, position);
-        if (written < 0)
-            return -1;
-        if (written == 0) {
-            PyObject *done = PyObject_CallMethod(offset_index, "append", "LL", last_offset, position);
-            if (done == NULL)
-                return -1;
-            Py_DECREF(done);
-        }
-        long long last_timestamp;
-        if (index_last_key((IndexCore *)time_index, -1, &last_timestamp) < 0)
-            return -1;
-        if (self->max_timestamp > last_timestamp) {
-            PyObject *done = PyObject_CallMethod(time_index, "maybe_append", "LL", self->max_timestamp,
-                                                 self->offset_of_max_timestamp);
-            if (done == NULL)
-                return -1;
-            Py_DECREF(done);
-        }
-        self->bytes_since_last_index_entry = size;
-    } else {
+    if (self->bytes_since_last_index_entry <= self->index_interval_bytes) {
         self->bytes_since_last_index_entry += size;
+        return 0;
     }
-    return 0;
+    int ours, result = -1;
+    PyObject *oi = offset_index ? Py_NewRef(offset_index) : lazy_get(self->lazy_offset_index, &ours);
+    if (oi == NULL)
+        return -1;
+    int written = PyObject_TypeCheck(oi, &IndexCoreType) ? offset_index_append_common((IndexCore *)oi, last_offset,
+                                                                                      position) : 0;
+    if (written == 0) {
+        PyObject *done = PyObject_CallMethod(oi, "append", "LL", last_offset, position);
+        written = done == NULL ? -1 : 1;
+        Py_XDECREF(done);
+    }
+    Py_DECREF(oi);
+    if (written < 0)
+        return -1;
+    PyObject *ti = time_index ? Py_NewRef(time_index) : lazy_get(self->lazy_time_index, &ours);
+    if (ti == NULL)
+        return -1;
+    long long last_timestamp;
+    if (last_index_timestamp(ti, &last_timestamp) < 0)
+        goto done;
+    if (self->max_timestamp > last_timestamp) {
+        PyObject *appended = PyObject_CallMethod(ti, "maybe_append", "LL", self->max_timestamp,
+                                                 self->offset_of_max_timestamp);
+        if (appended == NULL)
+            goto done;
+        Py_DECREF(appended);
+    }
+    self->bytes_since_last_index_entry = size;
+    result = 0;
+done:
+    Py_DECREF(ti);
+    return result;
 }
 
-/* LogSegment.append_batch_if_room (see its Python definition, _append_batch_if_room, for what it does). */
+/* LogSegment._index_batch(last_offset, max_timestamp, position, size, offset_index=None, time_index=None). */
+static PyObject *segment_index_batch_method(SegmentCore *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 4 || nargs > 6) {
+        PyErr_Format(PyExc_TypeError, "_index_batch() takes 4 to 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long long last_offset = PyLong_AsLongLong(args[0]), max_timestamp = PyLong_AsLongLong(args[1]);
+    long long position = PyLong_AsLongLong(args[2]), size = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *offset_index = nargs > 4 && args[4] != Py_None ? args[4] : NULL;
+    PyObject *time_index = nargs > 5 && args[5] != Py_None ? args[5] : NULL;
+    if (self->lazy_offset_index == NULL || self->lazy_time_index == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "segment has no indexes");
+        return NULL;
+    }
+    if (index_batch(self, last_offset, max_timestamp, position, size, offset_index, time_index) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* LogSegment.append_batch_if_room (see its Python definition, _py_append_batch_if_room, for what it does). */
 static PyObject *segment_append_batch_if_room(SegmentCore *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs < 6 || nargs > 7) {
@@ -498,9 +550,12 @@ python:
 }
 
 static PyMethodDef segment_methods[] = {
+    {"_index_batch", (PyCFunction)(void (*)(void))segment_index_batch_method, METH_FASTCALL,
+     "_index_batch(last_offset, max_timestamp, position, size, offset_index=None, time_index=None)\n\n"
+     "LogSegment._py_index_batch at native speed (see that method)."},
     {"append_batch_if_room", (PyCFunction)(void (*)(void))segment_append_batch_if_room, METH_FASTCALL,
      "append_batch_if_room(last_offset, max_timestamp, batch, now, max_segment_bytes, max_segment_ms, header=b'')"
-     " -> bool\n\nLogSegment._append_batch_if_room at native speed (see that method)."},
+     " -> bool\n\nLogSegment._py_append_batch_if_room at native speed (see that method)."},
     {NULL},
 };
 
@@ -535,7 +590,7 @@ PyMODINIT_FUNC PyInit__appendcore(void)
     if (intern(&str_acquire, "acquire") < 0 || intern(&str_release, "release") < 0 ||
         intern(&str_append, "append") < 0 || intern(&str_get, "get") < 0 ||
         intern(&str_size_in_bytes, "size_in_bytes") < 0 ||
-        intern(&str_py_append_batch_if_room, "_append_batch_if_room") < 0 ||
+        intern(&str_py_append_batch_if_room, "_py_append_batch_if_room") < 0 ||
         intern(&str_max_timestamp_and_offset, "_max_timestamp_and_offset") < 0 ||
         intern(&str_filename, "filename") < 0 || intern(&str_path, "path") < 0)
         return NULL;

@@ -1,3 +1,5 @@
+from typing import Any
+
 class IndexCore: ...
 class LazyCore: ...
 
@@ -6,3 +8,7 @@ class SegmentCore:
         self, last_offset: int, max_timestamp: int, batch: bytes | bytearray | memoryview, now: int,
         max_segment_bytes: int, max_segment_ms: int, header: bytes = b"", /,
     ) -> bool: ...
+    def _index_batch(
+        self, last_offset: int, max_timestamp: int, position: int, size: int, offset_index: Any = None,
+        time_index: Any = None, /,
+    ) -> None: ...

@@ -284,7 +284,7 @@ class LogSegment(SegmentCore):
             raise
         self._index_batch(last_offset, max_timestamp, position, len(batch))
 
-    def _append_batch_if_room(self, last_offset: int, max_timestamp: int, batch: bytes | bytearray | memoryview,
+    def _py_append_batch_if_room(self, last_offset: int, max_timestamp: int, batch: bytes | bytearray | memoryview,
                               now: int, max_segment_bytes: int, max_segment_ms: int, header: bytes = b"") -> bool:
         """The log's append fast path: :meth:`should_roll_for` and :meth:`append_batch` in one call.
 
@@ -316,15 +316,17 @@ class LogSegment(SegmentCore):
         except OSError as exc:
             _name_file(exc, log.path)
             raise
-        self._index_batch(last_offset, max_timestamp, position, len(batch), offset_index, time_index)
+        self._py_index_batch(last_offset, max_timestamp, position, len(batch), offset_index, time_index)
         return True
 
-    append_batch_if_room = SegmentCore.append_batch_if_room if NATIVE_APPEND else _append_batch_if_room
+    append_batch_if_room = SegmentCore.append_batch_if_room if NATIVE_APPEND else _py_append_batch_if_room
 
-    def _index_batch(self, last_offset: int, max_timestamp: int, position: int, size: int,
-                     offset_index: OffsetIndex | None = None, time_index: TimeIndex | None = None) -> None:
+    def _py_index_batch(self, last_offset: int, max_timestamp: int, position: int, size: int,
+                        offset_index: OffsetIndex | None = None, time_index: TimeIndex | None = None) -> None:
         """The bookkeeping of one appended batch: first timestamp, max timestamp, sparse index entries. The indexes
-        are loaded here unless the caller has them at hand."""
+        are loaded here, when an entry is due, unless the caller has them at hand.
+
+        The definition of :meth:`_index_batch`, which is this in C where ``local/_appendcore.c`` is built."""
         if position == 0:
             self.rolling_based_timestamp = max_timestamp
         if not self._max_known:
@@ -339,6 +341,9 @@ class LogSegment(SegmentCore):
             self.bytes_since_last_index_entry = size
         else:
             self.bytes_since_last_index_entry += size
+
+
+    _index_batch = SegmentCore._index_batch if NATIVE_APPEND else _py_index_batch
 
     def update_txn_index(self, completed_txn: Any, last_stable_offset: int) -> None:
         if completed_txn.is_aborted:

@@ -1,6 +1,6 @@
 """The active segment's append in C (``local/_appendcore.c``) leaves exactly what its Python definition leaves.
 
-``LogSegment._append_batch_if_room`` (with ``OffsetIndex.append`` and ``TimeIndex.maybe_append``) is the
+``LogSegment._py_append_batch_if_room`` (with ``OffsetIndex.append`` and ``TimeIndex.maybe_append``) is the
 definition; the native ``append_batch_if_room`` takes the common case and hands every other one back to it. Two logs
 get the same appends, one through the native path and one with the class's ``append_batch_if_room`` set to the
 Python definition: every append answers the same, and at the end both directories hold byte-identical files and the
@@ -41,24 +41,29 @@ def test_the_native_append_is_built_and_used_where_a_compiler_exists() -> None:
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         assert not native.NATIVE_APPEND
-        assert LogSegment.append_batch_if_room is LogSegment._append_batch_if_room
+        assert LogSegment.append_batch_if_room is LogSegment._py_append_batch_if_room
+        assert LogSegment._index_batch is LogSegment._py_index_batch
         return
     assert native.NATIVE_APPEND, f"{compiler} exists but local._appendcore was not built (pip install -e .)"
     assert LogSegment.append_batch_if_room is native.SegmentCore.append_batch_if_room
+    assert LogSegment._index_batch is native.SegmentCore._index_batch
 
 
 @contextmanager
 def python_path() -> Iterator[None]:
     """Every segment appends through the Python definition while inside."""
-    native_method = LogSegment.append_batch_if_room
-    LogSegment.append_batch_if_room = LogSegment._append_batch_if_room  # type: ignore[method-assign]
+    native = LogSegment.append_batch_if_room, LogSegment._index_batch
+    LogSegment.append_batch_if_room = LogSegment._py_append_batch_if_room  # type: ignore[method-assign]
+    LogSegment._index_batch = LogSegment._py_index_batch  # type: ignore[method-assign]
     try:
         yield
     finally:
-        LogSegment.append_batch_if_room = native_method  # type: ignore[method-assign]
+        LogSegment.append_batch_if_room, LogSegment._index_batch = native  # type: ignore[method-assign]
 
 
-Batch = tuple[list[int], list[int], int]  # value sizes, timestamp deltas, clock advance (ms) before the append
+# value sizes, timestamp deltas, clock advance (ms) before the append, codec (a compressed batch takes the log's
+# general path: LogSegment.append and _index_batch)
+Batch = tuple[list[int], list[int], int, str]
 
 
 def _run(directory: Path, batches: list[Batch], config_fields: dict[str, Any]) -> tuple[list[Any], Log]:
@@ -66,11 +71,11 @@ def _run(directory: Path, batches: list[Batch], config_fields: dict[str, Any]) -
     random.seed(17)  # the same roll jitter for both logs
     log = Log.open(directory, topic_config(directory.parent, **config_fields), time=time, scheduler=time.scheduler)
     answers = []
-    for sizes, deltas, advance in batches:
+    for sizes, deltas, advance, codec in batches:
         time.sleep(advance)
         recs = [SimpleRecord(T0 + d if d >= -T0 else -1, None, b"v" * n) for n, d in zip(sizes, deltas, strict=True)]
         try:
-            answers.append(log.append(MemoryRecords.build(recs)))
+            answers.append(log.append(MemoryRecords.build(recs, codec)))
         except KafkaStorageError as refused:  # too large for the segment: both refuse alike
             answers.append(f"{type(refused).__name__}: {refused}")
     return answers, log
@@ -120,7 +125,8 @@ def batch_runs(draw: st.DrawFn) -> list[Batch]:
         n = draw(st.integers(1, 6))
         sizes = draw(st.lists(st.sampled_from([0, 1, 40, 300, 1500]), min_size=n, max_size=n))
         deltas = draw(st.lists(timestamp_deltas, min_size=n, max_size=n))
-        out.append((sizes, deltas, draw(st.sampled_from([0, 0, 0, 1, 700, 5_000]))))
+        out.append((sizes, deltas, draw(st.sampled_from([0, 0, 0, 1, 700, 5_000])),
+                    draw(st.sampled_from(["none", "none", "none", "gzip"]))))
     return out
 
 
@@ -138,7 +144,8 @@ def test_native_and_python_appends_leave_the_same_log(
     jitter_ms: int,
 ) -> None:
     """Rolls by size, by time (message time and, without timestamps, the clock; with jitter) and by full indexes
-    (a small ``segment.index.bytes``), index entries at every interval, timestamps up, down and absent."""
+    (a small ``segment.index.bytes``), index entries at every interval, timestamps up, down and absent, plain
+    batches (the fast path) and compressed ones (the general path) mixed."""
     assert_same_appends(
         batches, segment_bytes=segment_bytes, index_interval_bytes=index_interval, segment_ms=segment_ms,
         segment_jitter_ms=jitter_ms, segment_index_bytes=index_entries * 12,
@@ -149,7 +156,7 @@ def test_native_and_python_appends_leave_the_same_log(
 def test_native_and_python_appends_agree_past_allocation_steps_and_warm_section_moves() -> None:
     """Over 8192 offset-index entries (one 64 KiB allocation step) and many moves of the warm search section: the
     native path hands each of those appends to the Python one, and the files still match."""
-    batches: list[Batch] = [([1], [i % 7], 0) for i in range(9_000)]
+    batches: list[Batch] = [([1], [i % 7], 0, "none" if i % 50 else "gzip") for i in range(9_000)]
     assert_same_appends(batches, index_interval_bytes=1, segment_bytes=1 << 30)
 
 
@@ -194,7 +201,8 @@ from local.segment import LogSegment
 from local.records import MemoryRecords, SimpleRecord
 from tests.logutil import make_log, read_all_values
 assert not native.NATIVE_APPEND
-assert LogSegment.append_batch_if_room is LogSegment._append_batch_if_room
+assert LogSegment.append_batch_if_room is LogSegment._py_append_batch_if_room
+assert LogSegment._index_batch is LogSegment._py_index_batch
 log = make_log(Path({str(tmp_path)!r}), segment_bytes=300, index_interval_bytes=1)
 for i in range(20):
     log.append(MemoryRecords.build([SimpleRecord(1_700_000_000_000 + i, None, b"v%d" % i)]))
