@@ -13,8 +13,10 @@
  *                after any append).
  *
  * The Python code reads and writes the same fields as attributes (PyMemberDef, same names) and stays the
- * definition: LogSegment._py_append_batch_if_room, LogSegment._py_index_batch and OffsetIndex.append. The C path takes only the common case and
- * hands everything else to them (an index not loaded or not ours, a slot that needs allocating, the warm search
+ * definition: LogSegment._py_append_batch_if_room, LogSegment._py_index_batch and OffsetIndex.append. Every field
+ * is an object slot (T_OBJECT_EX, what __slots__ makes), ints included: CPython specializes attribute access to
+ * those only, and the Python code reads these fields on every lookup and fetch (an int member made an index lookup
+ * 13% slower). The C path takes only the common case and hands everything else to them (an index not loaded or not ours, a slot that needs allocating, the warm search
  * section moving, anything full or out of order, every error message). The file write itself is the log file's
  * own append (FileRecords.append, called as a method), so its short-write loop and error naming stay in one place.
  * tests/property/test_appendcore.py holds both paths to the same files and the same state.
@@ -32,36 +34,59 @@
 static PyObject *str_acquire, *str_release, *str_append, *str_get, *str_size_in_bytes,
     *str_py_append_batch_if_room, *str_max_timestamp_and_offset, *str_filename, *str_path;
 
+/* An int field: 0, or -1 with an exception (AttributeError when it was never set, as for a Python attribute). */
+static int field_ll(PyObject *value, const char *name, long long *out)
+{
+    if (value == NULL) {
+        PyErr_Format(PyExc_AttributeError, "'%s' is not set", name);
+        return -1;
+    }
+    *out = PyLong_AsLongLong(value);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* Set an int field to a new int object: 0, or -1 with an exception. */
+static int set_ll(PyObject **field, long long value)
+{
+    PyObject *number = PyLong_FromLongLong(value);
+    if (number == NULL)
+        return -1;
+    Py_XSETREF(*field, number);
+    return 0;
+}
+
+#define MEMBER(name, type, field) {name, T_OBJECT_EX, offsetof(type, field), 0, NULL}
+
 /* ---------------------------------------------------------------------------------------------------------- */
 /* IndexCore */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *keys;          /* _keys: the key mirror, array('q') */
-    PyObject *mmap;          /* _mmap: the writable mapping (None when closed or empty) */
-    PyObject *lock;          /* _lock: the index's RLock */
-    PyObject *closed;        /* _closed */
-    PyObject *writable;      /* _writable */
-    Py_ssize_t length;       /* _length: the file length */
-    Py_ssize_t allocated;    /* _allocated: bytes backed by disk blocks */
-    Py_ssize_t entry_size;   /* _entry_size */
-    Py_ssize_t warm_entries; /* _warm_entries */
-    Py_ssize_t reserved_slots; /* _reserved_slots: slots kept free at the end (the time index keeps one) */
-    long long base_offset;   /* _base_offset */
+    PyObject *keys;           /* _keys: the key mirror, array('q') */
+    PyObject *mmap;           /* _mmap: the writable mapping (None when closed or empty) */
+    PyObject *lock;           /* _lock: the index's RLock */
+    PyObject *closed;         /* _closed */
+    PyObject *writable;       /* _writable */
+    PyObject *length;         /* _length: the file length */
+    PyObject *allocated;      /* _allocated: bytes backed by disk blocks */
+    PyObject *entry_size;     /* _entry_size */
+    PyObject *warm_entries;   /* _warm_entries */
+    PyObject *reserved_slots; /* _reserved_slots: slots kept free at the end (the time index keeps one) */
+    PyObject *base_offset;    /* _base_offset */
 } IndexCore;
 
 static PyMemberDef index_members[] = {
-    {"_keys", T_OBJECT, offsetof(IndexCore, keys), 0, NULL},
-    {"_mmap", T_OBJECT, offsetof(IndexCore, mmap), 0, NULL},
-    {"_lock", T_OBJECT, offsetof(IndexCore, lock), 0, NULL},
-    {"_closed", T_OBJECT, offsetof(IndexCore, closed), 0, NULL},
-    {"_writable", T_OBJECT, offsetof(IndexCore, writable), 0, NULL},
-    {"_length", T_PYSSIZET, offsetof(IndexCore, length), 0, NULL},
-    {"_allocated", T_PYSSIZET, offsetof(IndexCore, allocated), 0, NULL},
-    {"_entry_size", T_PYSSIZET, offsetof(IndexCore, entry_size), 0, NULL},
-    {"_warm_entries", T_PYSSIZET, offsetof(IndexCore, warm_entries), 0, NULL},
-    {"_reserved_slots", T_PYSSIZET, offsetof(IndexCore, reserved_slots), 0, NULL},
-    {"_base_offset", T_LONGLONG, offsetof(IndexCore, base_offset), 0, NULL},
+    MEMBER("_keys", IndexCore, keys),
+    MEMBER("_mmap", IndexCore, mmap),
+    MEMBER("_lock", IndexCore, lock),
+    MEMBER("_closed", IndexCore, closed),
+    MEMBER("_writable", IndexCore, writable),
+    MEMBER("_length", IndexCore, length),
+    MEMBER("_allocated", IndexCore, allocated),
+    MEMBER("_entry_size", IndexCore, entry_size),
+    MEMBER("_warm_entries", IndexCore, warm_entries),
+    MEMBER("_reserved_slots", IndexCore, reserved_slots),
+    MEMBER("_base_offset", IndexCore, base_offset),
     {NULL},
 };
 
@@ -70,8 +95,6 @@ static int index_traverse(IndexCore *self, visitproc visit, void *arg)
     Py_VISIT(self->keys);
     Py_VISIT(self->mmap);
     Py_VISIT(self->lock);
-    Py_VISIT(self->closed);
-    Py_VISIT(self->writable);
     return 0;
 }
 
@@ -82,6 +105,12 @@ static int index_clear(IndexCore *self)
     Py_CLEAR(self->lock);
     Py_CLEAR(self->closed);
     Py_CLEAR(self->writable);
+    Py_CLEAR(self->length);
+    Py_CLEAR(self->allocated);
+    Py_CLEAR(self->entry_size);
+    Py_CLEAR(self->warm_entries);
+    Py_CLEAR(self->reserved_slots);
+    Py_CLEAR(self->base_offset);
     return 0;
 }
 
@@ -109,10 +138,21 @@ static PyTypeObject IndexCoreType = {
 static Py_ssize_t index_entries(IndexCore *ix)
 {
     if (ix->keys == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "index has no key mirror");
+        PyErr_SetString(PyExc_AttributeError, "'_keys' is not set");
         return -1;
     }
     return PyObject_Length(ix->keys);
+}
+
+/* How many entries an append may fill: the slots of the file's length but the reserved ones. -1 with an
+ * exception. */
+static long long index_capacity(IndexCore *ix)
+{
+    long long length, entry_size, reserved;
+    if (field_ll(ix->length, "_length", &length) < 0 || field_ll(ix->entry_size, "_entry_size", &entry_size) < 0 ||
+        field_ll(ix->reserved_slots, "_reserved_slots", &reserved) < 0)
+        return -1;
+    return entry_size > 0 ? length / entry_size - reserved : 0;
 }
 
 /* AbstractIndex.is_full: 1, 0, or -1 with an exception. */
@@ -121,9 +161,10 @@ static int index_is_full(IndexCore *ix)
     Py_ssize_t n = index_entries(ix);
     if (n < 0)
         return -1;
-    if (ix->entry_size <= 0)
-        return 1;
-    return n >= ix->length / ix->entry_size - ix->reserved_slots;
+    long long capacity = index_capacity(ix);
+    if (capacity < 0 && PyErr_Occurred())
+        return -1;
+    return n >= capacity;
 }
 
 /* The last key (offset, timestamp), or `none` when there is no entry; -1 with an exception. */
@@ -158,22 +199,23 @@ static void put_be32(uint8_t *p, uint32_t v)
 static int offset_index_append_common(IndexCore *ix, long long offset, long long position)
 {
     if (ix->lock == NULL || ix->mmap == NULL || ix->mmap == Py_None || ix->closed != Py_False ||
-        ix->writable != Py_True || (ix->entry_size != 8 && ix->entry_size != 12))
+        ix->writable != Py_True)
         return 0;
     PyObject *held = PyObject_CallMethodNoArgs(ix->lock, str_acquire);
     if (held == NULL)
         return -1;
     Py_DECREF(held);
-    int result = 0;
-    Py_ssize_t es = ix->entry_size, n = index_entries(ix);
-    long long relative = offset - ix->base_offset, last;
-    if (n < 0 || index_last_key(ix, 0, &last) < 0) {
-        result = -1;
+    int result = -1;
+    long long es, allocated, warm, base, last, capacity = index_capacity(ix);
+    Py_ssize_t n = index_entries(ix);
+    if ((capacity < 0 && PyErr_Occurred()) || n < 0 || field_ll(ix->entry_size, "_entry_size", &es) < 0 ||
+        field_ll(ix->allocated, "_allocated", &allocated) < 0 || field_ll(ix->warm_entries, "_warm_entries", &warm) < 0 ||
+        field_ll(ix->base_offset, "_base_offset", &base) < 0 || index_last_key(ix, 0, &last) < 0)
         goto release;
-    }
-    Py_ssize_t at = n * es;
-    if (n == 0 || (n > ix->warm_entries && !(n & 63)) || n >= ix->length / es - ix->reserved_slots ||
-        at + es > ix->allocated || offset <= last || relative < 0 || relative > INT32_MAX_LL || position < 0 ||
+    result = 0;
+    long long at = n * es, relative = offset - base;
+    if ((es != 8 && es != 12) || n == 0 || (n > warm && !(n & 63)) || n >= capacity || at + es > allocated ||
+        offset <= last || relative < 0 || relative > INT32_MAX_LL || position < 0 ||
         (es == 8 && position > INT32_MAX_LL))
         goto release;
     Py_buffer view;
@@ -232,7 +274,7 @@ typedef struct {
 } LazyCore;
 
 static PyMemberDef lazy_members[] = {
-    {"_index", T_OBJECT, offsetof(LazyCore, index), 0, NULL},
+    MEMBER("_index", LazyCore, index),
     {NULL},
 };
 
@@ -291,33 +333,33 @@ static PyObject *lazy_get(PyObject *lazy, int *ours)
 
 typedef struct {
     PyObject_HEAD
-    PyObject *log;                     /* log: the segment's FileRecords */
-    PyObject *lazy_offset_index;       /* _lazy_offset_index */
-    PyObject *lazy_time_index;         /* _lazy_time_index */
-    PyObject *rolling_based_timestamp; /* rolling_based_timestamp: the first batch's max timestamp, or None */
-    long long base_offset;             /* base_offset */
-    long long index_interval_bytes;    /* index_interval_bytes */
-    long long roll_jitter_ms;          /* roll_jitter_ms */
-    long long created;                 /* created */
-    long long bytes_since_last_index_entry; /* bytes_since_last_index_entry */
-    long long max_timestamp;           /* _max_timestamp: the largest timestamp so far... */
-    long long offset_of_max_timestamp; /* _offset_of_max_timestamp: ...and its offset */
-    char max_known;                    /* _max_known: whether those two are loaded */
+    PyObject *log;                          /* log: the segment's FileRecords */
+    PyObject *lazy_offset_index;            /* _lazy_offset_index */
+    PyObject *lazy_time_index;              /* _lazy_time_index */
+    PyObject *rolling_based_timestamp;      /* rolling_based_timestamp: the first batch's max timestamp, or None */
+    PyObject *base_offset;                  /* base_offset */
+    PyObject *index_interval_bytes;         /* index_interval_bytes */
+    PyObject *roll_jitter_ms;               /* roll_jitter_ms */
+    PyObject *created;                      /* created */
+    PyObject *bytes_since_last_index_entry; /* bytes_since_last_index_entry */
+    PyObject *max_timestamp;                /* _max_timestamp: the largest timestamp so far... */
+    PyObject *offset_of_max_timestamp;      /* _offset_of_max_timestamp: ...and its offset */
+    PyObject *max_known;                    /* _max_known: whether those two are loaded */
 } SegmentCore;
 
 static PyMemberDef segment_members[] = {
-    {"log", T_OBJECT, offsetof(SegmentCore, log), 0, NULL},
-    {"_lazy_offset_index", T_OBJECT, offsetof(SegmentCore, lazy_offset_index), 0, NULL},
-    {"_lazy_time_index", T_OBJECT, offsetof(SegmentCore, lazy_time_index), 0, NULL},
-    {"rolling_based_timestamp", T_OBJECT, offsetof(SegmentCore, rolling_based_timestamp), 0, NULL},
-    {"base_offset", T_LONGLONG, offsetof(SegmentCore, base_offset), 0, NULL},
-    {"index_interval_bytes", T_LONGLONG, offsetof(SegmentCore, index_interval_bytes), 0, NULL},
-    {"roll_jitter_ms", T_LONGLONG, offsetof(SegmentCore, roll_jitter_ms), 0, NULL},
-    {"created", T_LONGLONG, offsetof(SegmentCore, created), 0, NULL},
-    {"bytes_since_last_index_entry", T_LONGLONG, offsetof(SegmentCore, bytes_since_last_index_entry), 0, NULL},
-    {"_max_timestamp", T_LONGLONG, offsetof(SegmentCore, max_timestamp), 0, NULL},
-    {"_offset_of_max_timestamp", T_LONGLONG, offsetof(SegmentCore, offset_of_max_timestamp), 0, NULL},
-    {"_max_known", T_BOOL, offsetof(SegmentCore, max_known), 0, NULL},
+    MEMBER("log", SegmentCore, log),
+    MEMBER("_lazy_offset_index", SegmentCore, lazy_offset_index),
+    MEMBER("_lazy_time_index", SegmentCore, lazy_time_index),
+    MEMBER("rolling_based_timestamp", SegmentCore, rolling_based_timestamp),
+    MEMBER("base_offset", SegmentCore, base_offset),
+    MEMBER("index_interval_bytes", SegmentCore, index_interval_bytes),
+    MEMBER("roll_jitter_ms", SegmentCore, roll_jitter_ms),
+    MEMBER("created", SegmentCore, created),
+    MEMBER("bytes_since_last_index_entry", SegmentCore, bytes_since_last_index_entry),
+    MEMBER("_max_timestamp", SegmentCore, max_timestamp),
+    MEMBER("_offset_of_max_timestamp", SegmentCore, offset_of_max_timestamp),
+    MEMBER("_max_known", SegmentCore, max_known),
     {NULL},
 };
 
@@ -326,7 +368,6 @@ static int segment_traverse(SegmentCore *self, visitproc visit, void *arg)
     Py_VISIT(self->log);
     Py_VISIT(self->lazy_offset_index);
     Py_VISIT(self->lazy_time_index);
-    Py_VISIT(self->rolling_based_timestamp);
     return 0;
 }
 
@@ -336,6 +377,14 @@ static int segment_clear(SegmentCore *self)
     Py_CLEAR(self->lazy_offset_index);
     Py_CLEAR(self->lazy_time_index);
     Py_CLEAR(self->rolling_based_timestamp);
+    Py_CLEAR(self->base_offset);
+    Py_CLEAR(self->index_interval_bytes);
+    Py_CLEAR(self->roll_jitter_ms);
+    Py_CLEAR(self->created);
+    Py_CLEAR(self->bytes_since_last_index_entry);
+    Py_CLEAR(self->max_timestamp);
+    Py_CLEAR(self->offset_of_max_timestamp);
+    Py_CLEAR(self->max_known);
     return 0;
 }
 
@@ -397,20 +446,28 @@ static int index_batch(SegmentCore *self, long long last_offset, long long max_t
             return -1;
         Py_XSETREF(self->rolling_based_timestamp, ts);
     }
-    if (!self->max_known) { /* loaded from the time index by the Python definition */
+    if (self->max_known != Py_True) { /* loaded from the time index by the Python definition */
         PyObject *loaded = PyObject_CallMethodNoArgs((PyObject *)self, str_max_timestamp_and_offset);
         if (loaded == NULL)
             return -1;
         Py_DECREF(loaded);
     }
-    if (max_timestamp > self->max_timestamp) {
-        self->max_timestamp = max_timestamp;
-        self->offset_of_max_timestamp = last_offset;
+    long long largest, since, interval;
+    if (field_ll(self->max_timestamp, "_max_timestamp", &largest) < 0 ||
+        field_ll(self->bytes_since_last_index_entry, "bytes_since_last_index_entry", &since) < 0 ||
+        field_ll(self->index_interval_bytes, "index_interval_bytes", &interval) < 0)
+        return -1;
+    if (max_timestamp > largest) {
+        PyObject *offset = PyLong_FromLongLong(last_offset);
+        if (offset == NULL)
+            return -1;
+        Py_XSETREF(self->offset_of_max_timestamp, offset);
+        if (set_ll(&self->max_timestamp, max_timestamp) < 0)
+            return -1;
+        largest = max_timestamp;
     }
-    if (self->bytes_since_last_index_entry <= self->index_interval_bytes) {
-        self->bytes_since_last_index_entry += size;
-        return 0;
-    }
+    if (since <= interval)
+        return set_ll(&self->bytes_since_last_index_entry, since + size);
     int ours, result = -1;
     PyObject *oi = offset_index ? Py_NewRef(offset_index) : lazy_get(self->lazy_offset_index, &ours);
     if (oi == NULL)
@@ -431,15 +488,13 @@ static int index_batch(SegmentCore *self, long long last_offset, long long max_t
     long long last_timestamp;
     if (last_index_timestamp(ti, &last_timestamp) < 0)
         goto done;
-    if (self->max_timestamp > last_timestamp) {
-        PyObject *appended = PyObject_CallMethod(ti, "maybe_append", "LL", self->max_timestamp,
-                                                 self->offset_of_max_timestamp);
+    if (largest > last_timestamp) {
+        PyObject *appended = PyObject_CallMethod(ti, "maybe_append", "LO", largest, self->offset_of_max_timestamp);
         if (appended == NULL)
             goto done;
         Py_DECREF(appended);
     }
-    self->bytes_since_last_index_entry = size;
-    result = 0;
+    result = set_ll(&self->bytes_since_last_index_entry, size);
 done:
     Py_DECREF(ti);
     return result;
@@ -487,24 +542,29 @@ static PyObject *segment_append_batch_if_room(SegmentCore *self, PyObject *const
     if (self->log == NULL || self->lazy_offset_index == NULL || self->lazy_time_index == NULL)
         goto python; /* a segment without its parts (a test's double): the Python definition says what fails */
 
+    long long base_offset, position;
+    if (field_ll(self->base_offset, "base_offset", &base_offset) < 0)
+        return NULL;
     PyObject *size_obj = PyObject_GetAttr(self->log, str_size_in_bytes);
     if (size_obj == NULL)
         return NULL;
-    long long position = PyLong_AsLongLong(size_obj);
+    position = PyLong_AsLongLong(size_obj);
     Py_DECREF(size_obj);
     if (position == -1 && PyErr_Occurred())
         return NULL;
-    long long relative = last_offset - self->base_offset;
+    long long relative = last_offset - base_offset;
     if (position > max_segment_bytes - size || relative < 0 || relative > INT32_MAX_LL)
         Py_RETURN_FALSE;
     if (position) {
         if (self->rolling_based_timestamp == NULL || self->rolling_based_timestamp == Py_None)
             Py_RETURN_FALSE; /* the first batch's timestamp is not loaded: the caller asks should_roll_for */
-        long long first_timestamp = PyLong_AsLongLong(self->rolling_based_timestamp);
-        if (first_timestamp == -1 && PyErr_Occurred())
+        long long first_timestamp, created, jitter;
+        if (field_ll(self->rolling_based_timestamp, "rolling_based_timestamp", &first_timestamp) < 0 ||
+            field_ll(self->created, "created", &created) < 0 ||
+            field_ll(self->roll_jitter_ms, "roll_jitter_ms", &jitter) < 0)
             return NULL;
-        long long waited = first_timestamp >= 0 ? max_timestamp - first_timestamp : now - self->created;
-        if (waited > max_segment_ms - self->roll_jitter_ms)
+        long long waited = first_timestamp >= 0 ? max_timestamp - first_timestamp : now - created;
+        if (waited > max_segment_ms - jitter)
             Py_RETURN_FALSE;
     }
     int offset_ours, time_ours;

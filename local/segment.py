@@ -106,6 +106,9 @@ def _name_file(exc: OSError, path: Path) -> None:
 class LogSegment(SegmentCore):
     """See the module docstring. Open with :meth:`open`."""
 
+    # Slots beside the append's fields in SegmentCore (local.native), for the reason given in AbstractIndex.
+    __slots__ = ("__dict__", "__weakref__", "_time", "_trim_pending", "txn_index")
+
     def __init__(
         self,
         log: FileRecords,

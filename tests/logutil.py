@@ -78,13 +78,14 @@ def serve_a_stale_search_once(index: Any, stale: Any) -> None:
     snapshot before a truncation still holds), and later reads the live one: the race of a lookup with
     ``truncate_to`` and new appends, replayed deterministically."""
     live_class = type(index)
+    live = live_class._search  # the slot's descriptor: the live snapshot stays stored where the index keeps it
 
     def search(self: Any) -> Any:
         stale_once, self.__dict__["_stale"] = self.__dict__.get("_stale"), None
-        return stale_once if stale_once is not None else self.__dict__["_search"]
+        return stale_once if stale_once is not None else live.__get__(self, live_class)
 
     def set_search(self: Any, value: Any) -> None:
-        self.__dict__["_search"] = value
+        live.__set__(self, value)
 
     index.__class__ = type(f"Racing{live_class.__name__}", (live_class,), {"_search": property(search, set_search)})
     index.__dict__["_stale"] = stale

@@ -91,6 +91,20 @@ class AbstractIndex(IndexCore, ABC):
     :meth:`sanity_check` and :meth:`truncate_to`.
     """
 
+    # Slots, beside the append's fields in IndexCore (local.native): a class under a C base has no inline
+    # instance dict, and CPython 3.11 reads a dict attribute of such an object five times slower than a slot (an
+    # index lookup reads several). The __dict__ keeps instances open to new attributes (tests patch methods).
+    __slots__ = (
+        "__dict__",
+        "__weakref__",
+        "_entry_dtype",
+        "_entry_struct",
+        "_max_index_size",
+        "_pack_entry",
+        "_path",
+        "_search",
+    )
+
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -32,6 +32,8 @@ IndexT = TypeVar("IndexT", bound=AbstractIndex)
 class LazyIndex(LazyCore, Generic[IndexT]):
     """An index opened on first :meth:`get`. Build one with :meth:`for_offset` or :meth:`for_time`."""
 
+    __slots__ = ("__dict__", "__weakref__", "_loader", "_lock", "_path")  # slots: see AbstractIndex
+
     def __init__(self, path: str | os.PathLike[str], loader: Callable[[Path], IndexT]) -> None:
         self._path = path if isinstance(path, Path) else Path(path)
         self._loader = loader

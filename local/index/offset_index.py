@@ -61,6 +61,8 @@ class OffsetIndex(AbstractIndex):
     it was written in (auto-detected). Appends must have strictly increasing offsets; lookups are lock-free.
     """
 
+    __slots__ = ("_unpack_entry",)
+
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -48,6 +48,8 @@ _set_offset = vars(TimestampOffset)["offset"].__set__
 class TimeIndex(AbstractIndex):
     """A segment's time index (Kafka's ``TimeIndex``)."""
 
+    __slots__ = ("_last_entry",)
+
     def __init__(
         self,
         path: str | os.PathLike[str],
