@@ -288,7 +288,7 @@ class LogSegment(SegmentCore):
         self._index_batch(last_offset, max_timestamp, position, len(batch))
 
     def _py_append_batch_if_room(self, last_offset: int, max_timestamp: int, batch: bytes | bytearray | memoryview,
-                              now: int, max_segment_bytes: int, max_segment_ms: int, header: bytes = b"") -> bool:
+                                 now: int, max_segment_bytes: int, max_segment_ms: int, header: bytes = b"") -> bool:
         """The log's append fast path: :meth:`should_roll_for` and :meth:`append_batch` in one call.
 
         Writes ``batch`` (its first bytes replaced by ``header``, see :meth:`FileRecords.append`) and returns True
@@ -337,14 +337,14 @@ class LogSegment(SegmentCore):
         if max_timestamp > self._max_timestamp:
             self._set_max_timestamp(max_timestamp, last_offset)
         if self.bytes_since_last_index_entry > self.index_interval_bytes:
-            (offset_index or self._lazy_offset_index.get()).append(last_offset, position)
-            time_index = time_index or self._lazy_time_index.get()
+            (self._lazy_offset_index.get() if offset_index is None else offset_index).append(last_offset, position)
+            if time_index is None:
+                time_index = self._lazy_time_index.get()
             if self._max_timestamp > time_index.last_entry.timestamp:
                 time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
             self.bytes_since_last_index_entry = size
         else:
             self.bytes_since_last_index_entry += size
-
 
     _index_batch = SegmentCore._index_batch if NATIVE_APPEND else _py_index_batch
 
