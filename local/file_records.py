@@ -106,6 +106,12 @@ class FileRecords:
         return self._path
 
     @property
+    def mutable(self) -> bool:
+        """Whether the file was opened for writing. A read-only log's files are not: its recovery only bounds them
+        in memory (see :meth:`truncate_to`)."""
+        return self._mutable
+
+    @property
     def source_path(self) -> Path:
         """The file as the operator knows it (a read-only view's link resolved): what errors name."""
         return self._source

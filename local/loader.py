@@ -509,10 +509,18 @@ class LogLoader:
                 self.stats.bytes_truncated += truncated
             if truncated > 0:
                 rest = unflushed[i + 1 :]
-                self._warn(
-                    f"corruption found in segment {segment.base_offset}: truncated {truncated} byte(s), the log now "
-                    f"ends at offset {segment.read_next_offset()}; deleting the {len(rest)} later segment(s)"
-                )
+                if self.read_only:  # nothing is deleted or cut on disk: the view ends there
+                    self._warn(
+                        f"corruption found in segment {segment.base_offset}: this read-only view ends at offset "
+                        f"{segment.read_next_offset()} and leaves out {truncated} byte(s) of it and the "
+                        f"{len(rest)} later segment(s); the files are not changed (a writer opening this dir would "
+                        "truncate the segment there and delete the later ones)"
+                    )
+                else:
+                    self._warn(
+                        f"corruption found in segment {segment.base_offset}: truncated {truncated} byte(s), the log "
+                        f"now ends at offset {segment.read_next_offset()}; deleting the {len(rest)} later segment(s)"
+                    )
                 self._delete_segments(rest)  # not yet recovered, so never replaced
                 break
         self._set_gauge(thread, 0)

@@ -493,9 +493,12 @@ class LogSegment(SegmentCore):
         time_index.append_many(time_timestamps, time_offsets)
         truncated = end - valid_bytes
         if truncated > 0:
-            logger.warning(
-                "truncating %s to %d bytes: %d invalid bytes from position %d", self.log.path, valid_bytes, truncated, valid_bytes
-            )
+            if self.log.mutable:
+                logger.warning("truncating %s to %d bytes: %d invalid bytes from position %d", self.log.path,
+                               valid_bytes, truncated, valid_bytes)
+            else:  # a read-only view: the file stays as it is, the view ends where its valid batches do
+                logger.warning("reading %s only up to byte %d (a read-only view: the file is not changed): %d invalid "
+                               "bytes from position %d", self.log.source_path, valid_bytes, truncated, valid_bytes)
             self.log.truncate_to(valid_bytes)
         offset_index.trim_to_valid_size()
         time_index.maybe_append(max_ts, offset_of_max, skip_full_check=True)

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from local import filenames, metrics
+from local import filenames, metrics, read_only
 from local import loader as loader_module
 from local.config import TopicConfig
 from local.errors import CorruptIndexError
@@ -176,6 +176,32 @@ def test_flipped_byte_mid_segment_truncates_there_and_deletes_later_segments(
     text = warnings_of(caplog)
     assert "corruption found in segment 6" in text and "deleting the 1 later segment" in text
     log.close()
+
+
+def test_a_read_only_view_of_a_corrupt_segment_ends_there_and_says_it_changes_nothing(
+    built: tuple[Path, Values], cfg: TopicConfig, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """What `tiered consume` and `status` open after a crash: the same view a writer's recovery would leave, but no
+    message may claim a truncation or a deletion that did not happen, and every file stays byte for byte."""
+    path, expected = built
+    middle = seg_file(path, 6, ".log")
+    data = bytearray(middle.read_bytes())
+    data[batch_positions(bytes(data))[3] + 40] ^= 0xFF
+    middle.write_bytes(bytes(data))
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+    scratch = read_only.scratch_partition_dir(path, tmp_path / "scratch")
+    with caplog.at_level(logging.WARNING):
+        log = open_log(scratch, cfg, clean=False, recovery_point=0, read_only=True)
+    try:
+        assert read_all_values(log) == expected[:9]
+    finally:
+        log.close()
+    text = warnings_of(caplog)
+    assert "corruption found in segment 6: this read-only view ends at offset 9" in text
+    assert "and the 1 later segment(s); the files are not changed" in text
+    assert f"reading {middle} only up to byte" in text  # the operator's file, not the scratch link
+    assert "deleting" not in text and "truncating" not in text
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
 
 
 def test_clean_start_trusts_the_log_as_kafka_does(built: tuple[Path, Values], cfg: TopicConfig) -> None:
