@@ -32,7 +32,7 @@
 #define INT32_MAX_LL 2147483647LL
 
 static PyObject *str_acquire, *str_release, *str_append, *str_get, *str_size_in_bytes,
-    *str_py_append_batch_if_room, *str_max_timestamp_and_offset, *str_filename, *str_path;
+    *str_py_append_batch_if_room, *str_max_timestamp_and_offset, *str_path;
 
 /* An int field: 0, or -1 with an exception (AttributeError when it was never set, as for a Python attribute). */
 static int field_ll(PyObject *value, const char *name, long long *out)
@@ -395,7 +395,8 @@ static void segment_dealloc(SegmentCore *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Give an OSError of the log file's write (an fd names no file) the file's path, as the Python path does. */
+/* An OSError of the log file's write names no file: local.segment._name_file gives it the file's path, as on the
+ * Python path (one definition of the rule; this runs only on a failed write). */
 static void name_file(PyObject *log)
 {
     if (!PyErr_ExceptionMatches(PyExc_OSError))
@@ -403,18 +404,15 @@ static void name_file(PyObject *log)
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
-    PyObject *filename = value ? PyObject_GetAttr(value, str_filename) : NULL;
-    if (filename == Py_None) {
-        PyObject *path = PyObject_GetAttr(log, str_path);
-        PyObject *text = path ? PyObject_Str(path) : NULL;
-        if (text == NULL || PyObject_SetAttr(value, str_filename, text) < 0)
-            PyErr_Clear(); /* the write's error matters more than its file name */
-        Py_XDECREF(text);
-        Py_XDECREF(path);
-    } else if (filename == NULL) {
-        PyErr_Clear();
-    }
-    Py_XDECREF(filename);
+    PyObject *segment_module = PyImport_ImportModule("local.segment");
+    PyObject *path = PyObject_GetAttr(log, str_path);
+    PyObject *named = segment_module && path && value
+        ? PyObject_CallMethod(segment_module, "_name_file", "OO", value, path) : NULL;
+    if (named == NULL)
+        PyErr_Clear(); /* the write's error matters more than its file name */
+    Py_XDECREF(named);
+    Py_XDECREF(path);
+    Py_XDECREF(segment_module);
     PyErr_Restore(type, value, tb);
 }
 
@@ -652,7 +650,7 @@ PyMODINIT_FUNC PyInit__appendcore(void)
         intern(&str_size_in_bytes, "size_in_bytes") < 0 ||
         intern(&str_py_append_batch_if_room, "_py_append_batch_if_room") < 0 ||
         intern(&str_max_timestamp_and_offset, "_max_timestamp_and_offset") < 0 ||
-        intern(&str_filename, "filename") < 0 || intern(&str_path, "path") < 0)
+        intern(&str_path, "path") < 0)
         return NULL;
     if (PyType_Ready(&IndexCoreType) < 0 || PyType_Ready(&LazyCoreType) < 0 || PyType_Ready(&SegmentCoreType) < 0)
         return NULL;

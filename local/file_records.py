@@ -76,7 +76,6 @@ class FileRecords:
         self._end = end  # None: unbounded (the whole file)
         self._is_slice = is_slice
         self._mutable = mutable
-        self._appendable = mutable and not is_slice
         self._size = 0 if is_slice else os.fstat(fd).st_size
         self._closed = False
 
@@ -143,7 +142,7 @@ class FileRecords:
         ``header``, when given, is written in place of the first ``len(header)`` bytes of ``records``: the log
         patches a client batch's base offset, length and leader epoch this way, without copying the batch.
         """
-        if not self._appendable:
+        if not self._mutable or self._is_slice:
             raise PermissionError(f"{self._path} is not open for appending")
         data = records.buffer if isinstance(records, MemoryRecords) else records
         position = self._size

@@ -400,8 +400,7 @@ class Log:
         ``CorruptRecordError``, ``InvalidRecordError``, ``RecordTooLargeError``, ``InvalidTimestampError`` or a
         producer-state error; nothing is written when it raises.
         """
-        if self.read_only:
-            self._check_writable()
+        self._check_writable()
         data = records.buffer if isinstance(records, MemoryRecords) else records
         epoch = self._leader_epoch if leader_epoch is None else leader_epoch
         try:

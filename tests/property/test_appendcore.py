@@ -9,6 +9,7 @@ segments the same bookkeeping (size, first and largest timestamps, bytes since t
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -176,6 +177,7 @@ def test_an_append_into_a_segment_with_unloaded_indexes_loads_them(tmp_path: Pat
         segment.close()
 
 
+# allowed-skip: without the C build there is no native method to call (the fallback has its own test below)
 @pytest.mark.skipif(not native.NATIVE_APPEND, reason="the native append is not built here: nothing to call")
 def test_the_native_method_refuses_wrong_arguments(tmp_path: Path) -> None:
     segment = LogSegment.open(tmp_path, 0)
@@ -185,6 +187,24 @@ def test_the_native_method_refuses_wrong_arguments(tmp_path: Path) -> None:
         with pytest.raises(TypeError):
             segment.append_batch_if_room("1", 2, b"x", 0, 100, 100)  # type: ignore[arg-type]
         assert segment.size == 0
+    finally:
+        segment.close()
+
+
+def test_a_failed_write_names_the_segment_file_and_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An fd's OSError names no file: the append path gives it the .log file's path, and the bookkeeping stays."""
+    segment = LogSegment.open(tmp_path, 0, index_interval_bytes=1)
+
+    def full(*args: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    try:
+        monkeypatch.setattr(segment.log, "append", full)
+        batch = bytes(MemoryRecords.build([SimpleRecord(T0, None, b"v")]))
+        with pytest.raises(OSError) as info:
+            segment.append_batch_if_room(0, T0, batch, T0, 1 << 20, 10**9)
+        assert info.value.filename == str(segment.log.path)
+        assert (segment.size, segment.rolling_based_timestamp, segment.bytes_since_last_index_entry) == (0, None, 0)
     finally:
         segment.close()
 
