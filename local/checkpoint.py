@@ -132,6 +132,28 @@ def atomic_write(path: Path, data: bytes, sync: bool = True) -> None:
         _fsync_dir(path.parent)
 
 
+def exclusive_write(path: Path, data: bytes) -> None:
+    """Create ``path`` holding ``data`` whole, only if no file has that name: the bytes go to a unique temp file
+    (fsynced), which is then hard-linked into place (``link`` refuses an existing name atomically, where a rename
+    would replace it), and the directory is fsynced. ``FileExistsError`` when the name exists; the temp file is
+    removed either way."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.link(tmp, path)
+        _fsync_dir(path.parent)
+    finally:
+        os.unlink(tmp)
+
+
 def fsync_file(path: Path) -> bool:
     """fsync ``path`` and its directory; False when the file is gone (deleted meanwhile: nothing to keep)."""
     try:

@@ -12,6 +12,7 @@ after ``file.delete.delay.ms``, so a read already in flight finishes on the open
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import random
@@ -151,6 +152,9 @@ class Log:
         self.use_large_index = use_large_index
         self.remote_log_state = remote_log_state or RemoteLogState()
         self.read_only = read_only
+        # The operator's partition dir, for messages: a read-only view is loaded from a scratch copy (``dir``), and
+        # its LogManager sets this to the dir it copied (see local.read_only).
+        self.source_dir = self.dir
         self._lock = threading.RLock()
         self._closed = False
         # Where an I/O error is reported (the LogManager's channel, else a private one), and why this log is
@@ -158,7 +162,10 @@ class Log:
         self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
         self._offline: str | None = None
         self._handles_released = False
-        self._leader_epoch = leader_epoch_cache.latest_epoch() or 0
+        # The epoch appends carry: the latest of the epoch cache, or the owner epoch this data dir claimed for the
+        # partition's remote data (a claim at the log end is dropped from the cache by a load until an append, as
+        # a Kafka leader's epoch is re-assigned when it becomes leader again).
+        self._leader_epoch = max(leader_epoch_cache.latest_epoch() or 0, self.remote_log_state.owner_epoch)
         self._pending_deletes: list[LogSegment] = []
         # Called (under the log lock) each time the log start offset moves, before anything below it is deleted:
         # the LogManager writes its log-start-offset checkpoint there.
@@ -327,7 +334,18 @@ class Log:
             state = self.remote_log_state
             if offset <= state.highest_remote_offset and state.remote_storage_enabled:
                 return
-            new = RemoteLogState(True, max(offset, state.highest_remote_offset))
+            new = dataclasses.replace(state, remote_storage_enabled=True,
+                                      highest_remote_offset=max(offset, state.highest_remote_offset))
+            if not self.read_only:
+                RemoteLogStateFile(self.dir).write(new)
+            self.remote_log_state = new
+
+    def note_remote_owner(self, owner_epoch: int, owner_id: str) -> None:
+        """Remember (durably, in ``remote-log-state``) that this data dir claimed ownership of the partition's remote
+        data at ``owner_epoch`` (the remote tier's fencing: see :mod:`local.remote_state`)."""
+        with self._lock:
+            new = dataclasses.replace(self.remote_log_state, remote_storage_enabled=True, owner_epoch=owner_epoch,
+                                      owner_id=owner_id)
             if not self.read_only:
                 RemoteLogStateFile(self.dir).write(new)
             self.remote_log_state = new

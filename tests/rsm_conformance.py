@@ -29,9 +29,15 @@ from tiered.checksums import (
     SegmentChecksums,
     compute_segment_checksums,
 )
-from tiered.errors import RemoteChecksumError, RemoteResourceNotFoundError, RemoteStorageError
+from tiered.errors import (
+    ObjectExistsError,
+    RemoteChecksumError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
 from tiered.layout import kafka_uuid, segment_key
 from tiered.metadata import RemoteLogMetadataStore
+from tiered.ownership import OwnerRecord
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 from tiered.scrub.object_checksums import verify_object_checksums
@@ -72,6 +78,7 @@ class CopyFaultConformance:
             expected = read_all_values(log)
             candidates = len(rlm.candidate_segments(log))
             assert candidates >= 2
+            rlm.ownership.ensure_owner(log, rlm.topic_id_partition(log))  # the claim lands before the outage
             faulty.fail_after_uploads(fail_after)
             first_pass = rlm.run_once(manager.all_logs())
             assert first_pass.copy_errors == 1 and faulty.down
@@ -212,6 +219,57 @@ class RSMConformance(CopyFaultConformance):
         assert found.remote_log_segment_id == md.remote_log_segment_id and found.custom_metadata == b"custom"
         assert fresh.remote_log_segment_metadata(md.topic_id_partition, 150, 0) == found
         assert fresh.find_stale_copies(md.topic_id_partition) == []
+
+    # Conditional writes and owner claims (tiered.ownership) ------------------------------------------------------
+
+    def test_a_conditional_put_creates_once_and_an_owner_epoch_is_claimed_once(
+        self, rsm: ObjectStoreRemoteStorageManager
+    ) -> None:
+        key = f"{rsm.prefix + '/' if rsm.prefix else ''}conditional-{uuid.uuid4().hex}"
+        rsm.put_bytes(key, b"first", if_absent=True)
+        with pytest.raises(ObjectExistsError) as raised:
+            rsm.put_bytes(key, b"second", if_absent=True)
+        assert raised.value.key == key  # type: ignore[attr-defined]
+        assert rsm.get_range(key) == b"first"
+        rsm.put_bytes(key, b"third")  # an unconditional write replaces it
+        assert rsm.get_range(key) == b"third"
+        tip = metadata().topic_id_partition
+        RemoteLogMetadataStore(rsm).claim_ownership(tip, OwnerRecord(0, "a" * 32, ((0, 0),), T0))
+        with pytest.raises(ObjectExistsError):
+            RemoteLogMetadataStore(rsm).claim_ownership(tip, OwnerRecord(0, "b" * 32, ((0, 0),), T0))
+        RemoteLogMetadataStore(rsm).claim_ownership(tip, OwnerRecord(1, "c" * 32, ((0, 0), (1, 10)), T0))
+        assert [r.owner_id for r in RemoteLogMetadataStore(rsm).owner_records(tip)] == ["a" * 32, "c" * 32]
+
+    def test_claimants_racing_to_one_epoch_have_one_winner_where_the_store_has_conditional_writes(
+        self, rsm: ObjectStoreRemoteStorageManager
+    ) -> None:
+        """Only for a backend declaring ``conditional_writes`` (where it does not, docs/operations.md says a claim is
+        a check, then a write): eight claimants of one epoch at once, exactly one wins, and its record is stored."""
+        import threading
+
+        if not rsm.conditional_writes:
+            assert type(rsm).__name__ == "FsspecRemoteStorageManager"  # the one backend that may lack them
+            return
+        tip = metadata().topic_id_partition
+        barrier = threading.Barrier(8)
+        won: list[str] = []
+
+        def claim(i: int) -> None:
+            record = OwnerRecord(5, f"{i:032x}", ((5, 0),), T0)
+            barrier.wait()
+            try:
+                RemoteLogMetadataStore(rsm).claim_ownership(tip, record)
+            except ObjectExistsError:
+                return
+            won.append(record.owner_id)
+
+        threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(won) == 1
+        assert [r.owner_id for r in RemoteLogMetadataStore(rsm).owner_records(tip)] == won
 
     # End-to-end checksums (tiered.checksums): recorded with the FINISHED metadata, checked on every fetch -------
 

@@ -75,9 +75,7 @@ _SCAN_BYTES = 1024 * 1024  # what the timestamp scan reads at a time
 class SegmentLookup(Protocol):
     """The metadata store as the reader uses it."""
 
-    def list_remote_log_segments(
-        self, tip: TopicIdPartition, leader_epoch: int | None = None
-    ) -> list[RemoteLogSegmentMetadata]: ...
+    def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]: ...
 
     def remote_log_segment_metadata(
         self, tip: TopicIdPartition, offset: int, leader_epoch: int

@@ -13,7 +13,7 @@ import pytest
 from local import LogConfig, LogManager
 from local.checkpoint import LeaderEpochCheckpointFile
 from local.records import MemoryRecords, SimpleRecord
-from local.remote_state import RemoteLogState, RemoteLogStateFile
+from local.remote_state import RemoteLogStateFile
 from tests.logutil import local_tier_props
 from tiered.cli import main
 
@@ -83,9 +83,12 @@ def test_attach_reads_every_remote_offset_of_the_first_from_the_bucket_alone(
         assert adopted == original[: highest + 1]  # keys, values, timestamps, headers and leader epochs alike
         pdir = tmp_path / "b" / "data" / f"ev-{p}"
         assert (pdir / "partition.metadata").read_bytes() == (tmp_path / "a" / "data" / f"ev-{p}" / "partition.metadata").read_bytes()
-        assert [(e.epoch, e.start_offset) for e in LeaderEpochCheckpointFile(pdir / "leader-epoch-checkpoint").read()] == [
+        # The second took ownership at a new owner epoch (one above the first's 3), from the remote log end on: its
+        # first append writes the epoch's entry (as a Kafka leader's does; a load drops one at the log end).
+        assert [(e.epoch, e.start_offset) for e in LeaderEpochCheckpointFile(pdir / "leader-epoch-checkpoint").read()][:2] == [
             (0, 0), (3, RECORDS // 2)]
-        assert RemoteLogStateFile(pdir).read() == RemoteLogState(True, highest)
+        state = RemoteLogStateFile(pdir).read()
+        assert (state.remote_storage_enabled, state.highest_remote_offset, state.owner_epoch) == (True, highest, 4)
     # A process without the remote tier's config knows the partitions hold remote data (from remote-log-state): the
     # log starts at the remote log start, and reading there asks for the remote tier instead of printing nothing.
     rc, out, err = cli(capsys, "status", "--json", "--log-dirs", str(tmp_path / "b" / "data"))
@@ -99,6 +102,8 @@ def test_attach_reads_every_remote_offset_of_the_first_from_the_bucket_alone(
         end = log.log_end_offset
         assert log.log_start_offset == 0 and log.local_log_start_offset == end
         assert log.append(MemoryRecords.build([SimpleRecord(0, None, b"new")])).first_offset == end
+        assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.epoch_entries()][-1] == (4, end)
+        assert next(log.read(end, 1 << 20).records.batches()).partition_leader_epoch == 4
     # Attaching again changes nothing.
     rc, out, err = cli(capsys, "--config", str(second), "attach", "-t", "ev")
     assert rc == 0, err

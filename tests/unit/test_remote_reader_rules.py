@@ -117,7 +117,7 @@ class _Store:
     def __init__(self, *segments: _Segment) -> None:
         self.mds = sorted((s.md for s in segments), key=lambda m: m.start_offset)
 
-    def list_remote_log_segments(self, tip: TopicIdPartition, leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
+    def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         assert tip == TIP
         return list(self.mds)
 

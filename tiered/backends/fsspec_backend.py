@@ -10,9 +10,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from local.checkpoint import exclusive_write
 from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
 from tiered.backends.options import LIBRARY_LOG_REDACTION
-from tiered.errors import RemoteStorageError
+from tiered.errors import ObjectExistsError, RemoteStorageError
 
 _OPTION_PREFIX = "storage_options."
 
@@ -60,6 +61,9 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
         self.root = root.rstrip("/")
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         self._needs_dirs = bool({"file", "local"} & set(protocols))  # object stores have no directories
+        # pipe_file(mode="create") is atomic on s3fs (If-None-Match) and, by an exclusive create, on a local
+        # filesystem; fsspec's other filesystems check for the file, then write it.
+        self.conditional_writes = self._needs_dirs or bool({"s3", "s3a"} & set(protocols))
 
     def _prepare(self, path: str) -> str:
         if self._needs_dirs:
@@ -78,9 +82,17 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
         except Exception as exc:
             self._fail(f"upload of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        path = self._prepare(self._path(key))
         try:
-            self.fs.pipe_file(self._prepare(self._path(key)), data)
+            if not if_absent:
+                self.fs.pipe_file(path, data)
+            elif self._needs_dirs:
+                exclusive_write(Path(self.fs._strip_protocol(path)), data)  # atomic on a local filesystem
+            else:
+                self.fs.pipe_file(path, data, mode="create")  # s3fs: If-None-Match; others check, then write
+        except FileExistsError:
+            raise ObjectExistsError(f"object {key!r} exists already in {self._display}", key=key) from None
         except Exception as exc:
             self._fail(f"put of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
 
@@ -115,8 +127,9 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
     def list_keys(self, prefix: str) -> list[str]:
         strip = self.fs._strip_protocol
         root = strip(self.root).rstrip("/") if self.root else ""
+        directory = prefix[: prefix.rfind("/") + 1].strip("/")  # the deepest directory holding every match
         try:
-            found = self.fs.find(self._path(prefix.rstrip("/")) if prefix.strip("/") else self.root)
+            found = self.fs.find(self._path(directory) if directory else self.root)
         except FileNotFoundError:
             return []
         keys = (strip(p)[len(root):].lstrip("/") for p in found)

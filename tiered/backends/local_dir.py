@@ -12,14 +12,16 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from local.checkpoint import exclusive_write
 from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
-from tiered.errors import RemoteStorageError
+from tiered.errors import ObjectExistsError, RemoteStorageError
 
 
 class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
     root: Path
     CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "dir")
     shared_across_processes = True  # another process configured alike sees the same objects (copier process)
+    conditional_writes = True  # an exclusive create: a hard link refuses an existing name
 
     def configure(self, props: Mapping[str, str]) -> None:
         super().configure(props)
@@ -62,8 +64,16 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
 
         self._write(key, copy)
 
-    def put_bytes(self, key: str, data: bytes) -> None:
-        self._write(key, lambda out: out.write(data))
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        if not if_absent:
+            self._write(key, lambda out: out.write(data))
+            return
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            exclusive_write(path, data)
+        except FileExistsError:
+            raise ObjectExistsError(f"object {key!r} exists already in {self.root}", key=key) from None
 
     def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
         def write(out: object) -> None:

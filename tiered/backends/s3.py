@@ -31,7 +31,7 @@ from typing import IO, Any, NoReturn, cast
 
 from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
 from tiered.backends.options import LIBRARY_LOG_REDACTION
-from tiered.errors import RemoteConfigError, RemoteStorageError, RemoteStorageTimeoutError
+from tiered.errors import ObjectExistsError, RemoteConfigError, RemoteStorageError, RemoteStorageTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,9 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$", re.IGNORECASE)
 class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
     bucket: str
     fetch_streams = True  # fetch_log_segment hands back the GET's body, read as it arrives
+    # S3's conditional PUT (If-None-Match: *): AWS since 2024-08; moto, SeaweedFS and LocalStack honour it too
+    # (tests/integration/test_ownership_s3.py checks each server the suite starts).
+    conditional_writes = True
     CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "bucket", "region", "endpoint_url",
                    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "path_style", "sse",
                    "sse_kms_key_id", "multipart_threshold_bytes", "multipart_chunk_size_bytes", "max_concurrency",
@@ -214,10 +217,13 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         except Exception as exc:
             _reraise(self.storage_error(exc, "upload", key))
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        condition = {"IfNoneMatch": "*"} if if_absent else {}
         try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **self.extra_args)
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **condition, **self.extra_args)
         except Exception as exc:
+            if if_absent and _precondition_failed(exc):
+                raise ObjectExistsError(f"object s3://{self.bucket}/{key} exists already", key=key) from None
             _reraise(self.storage_error(exc, "put", key))
 
     def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
@@ -326,6 +332,18 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
 
     def close(self) -> None:
         self.client.close()
+
+
+def _precondition_failed(exc: Exception) -> bool:
+    """A conditional PUT refused because the key exists: 412 PreconditionFailed, or 409 ConditionalRequestConflict
+    (a concurrent conditional write of the same key is in flight)."""
+    from botocore.exceptions import ClientError
+
+    if not isinstance(exc, ClientError):
+        return False
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412)
 
 
 def _first_line(value: object) -> str:
