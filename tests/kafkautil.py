@@ -29,6 +29,7 @@ def listener(root: Path, **props: str) -> Iterator[Any]:
     from tiered.kafka import start_listener
 
     config = LogConfig.from_properties({"log.dirs": str(root / "data"), "group.initial.rebalance.delay.ms": "0",
+                                        "offsets.topic.num.partitions": "3",
                                         **props})
     manager = LogManager(config)
     kafka = start_listener(manager, config, "127.0.0.1", 0)

@@ -46,6 +46,7 @@ def start_listener(manager: LogManager, config: LogConfig, host: str, port: int)
     cannot be bound. The node advertises the address it bound."""
     from tiered.kafka.broker import KafkaBroker
     from tiered.kafka.dispatcher import SUPPORTED, Dispatcher
+    from tiered.kafka.group_coordinator import GroupCoordinator
     from tiered.kafka.producer_ids import ProducerIdManager
     from tiered.kafka.server import KafkaServer
 
@@ -54,14 +55,14 @@ def start_listener(manager: LogManager, config: LogConfig, host: str, port: int)
     dispatcher = Dispatcher(broker)
     server = KafkaServer(broker, dispatcher.handle, SUPPORTED, host, port)
     broker.host, broker.port = _advertised(server.host), server.port
+    broker.coordinator = GroupCoordinator(broker)
     try:
-        from tiered.kafka.group_coordinator import GroupCoordinator
-    except ImportError:  # pragma: no cover - the groups slice lands next
-        pass
-    else:
-        broker.coordinator = GroupCoordinator(broker)
         broker.coordinator.load()
-    server.start()
+        server.start()
+    except BaseException:
+        broker.coordinator.close()
+        server.stop()
+        raise
     return KafkaListener(broker, server)
 
 

@@ -25,6 +25,17 @@ from tiered.kafka.admin import (
 )
 from tiered.kafka.broker import KafkaBroker
 from tiered.kafka.fetch import handle_fetch
+from tiered.kafka.groups import (
+    handle_describe_groups,
+    handle_find_coordinator,
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_list_groups,
+    handle_offset_commit,
+    handle_offset_fetch,
+    handle_sync_group,
+)
 from tiered.kafka.list_offsets import handle_list_offsets
 from tiered.kafka.metadata import handle_metadata
 from tiered.kafka.produce import handle_produce
@@ -51,6 +62,15 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     1: (4, 12, handle_fetch),
     2: (1, 9, handle_list_offsets),
     3: (0, 12, handle_metadata),
+    8: (2, 8, handle_offset_commit),
+    9: (1, 7, handle_offset_fetch),
+    10: (0, 4, handle_find_coordinator),
+    11: (0, 9, handle_join_group),
+    12: (0, 4, handle_heartbeat),
+    13: (0, 5, handle_leave_group),
+    14: (0, 5, handle_sync_group),
+    15: (0, 5, handle_describe_groups),
+    16: (0, 4, handle_list_groups),
     18: (0, 4, _api_versions),
     19: (2, 7, handle_create_topics),
     20: (1, 5, handle_delete_topics),

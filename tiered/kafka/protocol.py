@@ -53,6 +53,7 @@ class Request:
     body: Any
     size: int
     unsupported_version: bool = False
+    client_host: str = ""  # "/<address>" of the connection, as Kafka names a group member's host
 
     @property
     def response_module(self) -> ModuleType:

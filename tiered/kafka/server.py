@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import socket
 import threading
@@ -178,6 +179,7 @@ class KafkaServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
         frames: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=1)
+        host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
         receiving = asyncio.ensure_future(self._receive(reader, frames))
         try:
             while True:
@@ -185,7 +187,7 @@ class KafkaServer:
                 if frame is None:
                     break
                 try:
-                    response = await self._process(frame)
+                    response = await self._process(frame, host)
                 finally:
                     assert self._budget is not None
                     await self._budget.release(min(len(frame), self._budget.total))
@@ -242,9 +244,9 @@ class KafkaServer:
 
     # Requests -----------------------------------------------------------------------------------------------------
 
-    async def _process(self, frame: bytes) -> bytes | None:
+    async def _process(self, frame: bytes, client_host: str) -> bytes | None:
         try:
-            request = parse_request(frame, self._supported)
+            request = dataclasses.replace(parse_request(frame, self._supported), client_host=client_host)
         except ProtocolError as exc:
             raise _CloseConnection(str(exc)) from None
         loop = asyncio.get_running_loop()
