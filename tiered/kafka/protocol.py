@@ -27,7 +27,6 @@ from typing import Any
 
 from kio.index import load_payload_module, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
-from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
 
 API_VERSIONS_KEY = 18
@@ -85,7 +84,7 @@ def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Req
     try:
         header, header_size = _reader(request_class.__header_schema__)(frame, 0)
         body, _body_size = _reader(request_class)(frame, header_size)
-    except (SerialError, ValueError, TypeError, OverflowError) as exc:
+    except Exception as exc:  # kio raises SerialError, and KeyError for a tagged field it does not know: any is malformed
         raise ProtocolError(f"malformed request (API key {api_key} version {api_version}): "
                             f"{type(exc).__name__}: {exc}") from None
     return Request(api_key, api_version, int(header.correlation_id), header.client_id, body, len(frame))
