@@ -177,6 +177,11 @@ _BROKER_DEFS = [
     _Def(None, "group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", _long(0, INT_MAX), 3000),
     _Def(None, "group.min.session.timeout.ms", "group_min_session_timeout_ms", _long(0, INT_MAX), 6000),
     _Def(None, "group.max.session.timeout.ms", "group_max_session_timeout_ms", _long(0, INT_MAX), 1_800_000),
+    _Def(None, "transaction.state.log.num.partitions", "transaction_state_log_num_partitions", _long(1, INT_MAX), 50),
+    _Def(None, "transaction.state.log.segment.bytes", "transaction_state_log_segment_bytes", _long(MIB, INT_MAX),
+         100 * MIB),
+    _Def(None, "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+         "transaction_abort_timed_out_transaction_cleanup_interval_ms", _long(1, INT_MAX), 10_000),
     _Def(None, "num.recovery.threads.per.data.dir", "num_recovery_threads_per_data_dir", _long(1, INT_MAX), 1),
     _Def(None, "num.segment.loading.threads.per.data.dir", "num_segment_loading_threads_per_data_dir", _long(1, INT_MAX), 1),
     _Def(None, "log.retention.check.interval.ms", "log_retention_check_interval_ms", _long(1), 300_000),
@@ -347,6 +352,9 @@ class LogConfig:
     group_initial_rebalance_delay_ms: int
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
+    transaction_state_log_num_partitions: int
+    transaction_state_log_segment_bytes: int
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int
     num_recovery_threads_per_data_dir: int
     num_segment_loading_threads_per_data_dir: int
     log_retention_check_interval_ms: int

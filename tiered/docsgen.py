@@ -74,6 +74,10 @@ DESCRIPTIONS: dict[str, str] = {
     "group.initial.rebalance.delay.ms": "How long the first rebalance of an empty group waits for more members.",
     "group.min.session.timeout.ms": "Smallest session timeout a consumer may ask for.",
     "group.max.session.timeout.ms": "Largest session timeout a consumer may ask for.",
+    "transaction.state.log.num.partitions": "Partitions of `__transaction_state` when it is created.",
+    "transaction.state.log.segment.bytes": "`segment.bytes` of `__transaction_state`.",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "How often transactions open longer than their "
+                                                                   "timeout are aborted.",
     "num.recovery.threads.per.data.dir": "Threads per data dir loading (and recovering) partitions at startup.",
     "num.segment.loading.threads.per.data.dir": "Ours: threads per data dir opening the segments of one partition "
                                                 "at startup.",
@@ -82,7 +86,8 @@ DESCRIPTIONS: dict[str, str] = {
     "log.flush.offset.checkpoint.interval.ms": "How often the recovery-point checkpoint is written.",
     "log.flush.start.offset.checkpoint.interval.ms": "How often the log-start-offset checkpoint is written.",
     "producer.id.expiration.ms": "Forget an idempotent producer's state after this long without a write.",
-    "transaction.max.timeout.ms": "Longest transaction timeout accepted.",
+    "transaction.max.timeout.ms": "Longest transaction timeout a transactional producer may ask for "
+                                  "(INVALID_TRANSACTION_TIMEOUT above it).",
     "remote.log.storage.system.enable": "Enable the remote tier on this broker (topics opt in with "
                                         "`remote.storage.enable`).",
     "remote.log.storage.manager.class.name": "The RemoteStorageManager: `local`, `s3`, `fsspec` or the dotted path "

@@ -311,3 +311,98 @@ def test_kcat_consumes_what_kafka_python_produced(kafka_run) -> None:
     out = subprocess.run([kcat, "-b", run.bootstrap, "-C", "-t", "kc", "-o", "beginning", "-e", "-f", "%o %k %s\\n"],
                          capture_output=True, timeout=LIMIT, check=True, text=True).stdout
     assert out.splitlines() == [f"{i} k{i} v{i}" for i in range(10)]
+
+
+# Transactions -----------------------------------------------------------------------------------------------------
+
+
+def test_transactions_with_librdkafka_through_a_kill(kafka_run) -> None:
+    """Consume-transform-produce with librdkafka's transactional producer: committed output and offsets, an aborted
+    transaction, then the server SIGKILLed in the middle of one; after the restart the next producer of the id fences
+    it, and READ_COMMITTED consumers (librdkafka's and kafka-python's) see exactly the committed records."""
+    import confluent_kafka
+    from kafka import KafkaConsumer, TopicPartition
+
+    port = _free_port()
+    props = {"transaction.state.log.num.partitions": "3"}
+    run = kafka_run(port, **props)
+    producer = confluent_kafka.Producer({"bootstrap.servers": run.bootstrap, "acks": "all"})
+    for i in range(30):
+        producer.produce("input", value=b"%02d" % i)
+    assert producer.flush(LIMIT) == 0
+
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": run.bootstrap, "group.id": "etl",
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                         "isolation.level": "read_committed"})
+    consumer.assign([confluent_kafka.TopicPartition("input", 0, 0)])
+
+    def transform(count: int, commit: bool) -> None:
+        txn.begin_transaction()
+        taken = 0
+        last = None
+        while taken < count:
+            message = consumer.poll(1.0)
+            if message is None or message.error() is not None:
+                continue
+            txn.produce("output", value=b"out-" + message.value())
+            taken += 1
+            last = message
+        assert last is not None
+        offsets = [confluent_kafka.TopicPartition("input", 0, last.offset() + 1)]
+        txn.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), LIMIT)
+        if commit:
+            txn.commit_transaction(LIMIT)
+        else:
+            txn.abort_transaction(LIMIT)
+            consumer.seek(confluent_kafka.TopicPartition("input", 0, last.offset() + 1 - count))
+
+    txn = confluent_kafka.Producer({"bootstrap.servers": run.bootstrap, "transactional.id": "etl-1"})
+    txn.init_transactions(LIMIT)
+    transform(10, commit=True)   # input 0-9 -> output, offset 10 committed
+    transform(5, commit=False)   # input 10-14 aborted: output dropped, the consumer rewinds
+    transform(5, commit=True)    # input 10-14 again -> output, offset 15 committed
+    txn.begin_transaction()      # a transaction in flight when the server dies
+    for i in range(3):
+        txn.produce("output", value=b"zombie-%d" % i)
+    txn.flush(LIMIT)
+    consumer.close()
+
+    run.proc.send_signal(signal.SIGKILL)
+    run.proc.wait(LIMIT)
+    run = kafka_run(port, **props)
+
+    fresh = confluent_kafka.Producer({"bootstrap.servers": run.bootstrap, "transactional.id": "etl-1"})
+    fresh.init_transactions(LIMIT)  # fences the old producer and aborts its open transaction
+    fresh.begin_transaction()
+    fresh.produce("output", value=b"after-restart")
+    fresh.commit_transaction(LIMIT)
+
+    expected = [b"out-%02d" % i for i in range(15)] + [b"after-restart"]
+    reader = confluent_kafka.Consumer({"bootstrap.servers": run.bootstrap, "group.id": "reader",
+                                       "isolation.level": "read_committed", "enable.auto.commit": False})
+    reader.assign([confluent_kafka.TopicPartition("output", 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + LIMIT
+    while len(got) < len(expected) and time.monotonic() < deadline:
+        message = reader.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(message.value())
+    assert got == expected
+    committed = reader.committed([confluent_kafka.TopicPartition("input", 0)], timeout=LIMIT)
+    reader.close()
+    etl = confluent_kafka.Consumer({"bootstrap.servers": run.bootstrap, "group.id": "etl"})
+    assert etl.committed([confluent_kafka.TopicPartition("input", 0)], timeout=LIMIT)[0].offset == 15
+    etl.close()
+    assert committed[0].offset < 0  # the reader group committed nothing
+
+    kp = KafkaConsumer(bootstrap_servers=run.bootstrap, isolation_level="read_committed", group_id=None)
+    tp = TopicPartition("output", 0)
+    kp.assign([tp])
+    kp.seek(tp, 0)
+    seen: list[bytes] = []
+    deadline = time.monotonic() + LIMIT
+    while len(seen) < len(expected) and time.monotonic() < deadline:
+        for records in kp.poll(timeout_ms=500).values():
+            seen.extend(r.value for r in records)
+    kp.close()
+    assert seen == expected

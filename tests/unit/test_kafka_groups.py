@@ -15,15 +15,14 @@ from kio.schema.errors import ErrorCode
 
 from local.fetch import FetchIsolation
 from tests.kafkautil import RawClient, build, listener, ms
+from tiered.kafka.internal_topic import java_string_hash, partition_for
 from tiered.kafka.offsets_topic import (
     CommittedOffset,
     decode_key,
     decode_offset_value,
     group_key,
-    java_string_hash,
     offset_key,
     offset_value,
-    partition_for,
 )
 
 LIMIT = 60.0

@@ -143,7 +143,7 @@ def test_produce_errors_are_per_partition_and_append_nothing(kafka):
         _create(client, "t")
         cases = {
             ("t", 0, bytes(corrupt)): ErrorCode.corrupt_message,
-            ("t", 0, txn): ErrorCode.invalid_record,
+            ("t", 0, txn): ErrorCode.invalid_producer_id_mapping,  # no transaction of producer 5
             ("t", 0, marker): ErrorCode.invalid_record,
             ("t", 7, good): ErrorCode.unknown_topic_or_partition,
             ("nope", 0, good): ErrorCode.unknown_topic_or_partition,
@@ -204,15 +204,6 @@ def test_producer_ids_are_never_reused_across_restarts(tmp_path):
                 assert r.producer_id not in seen
                 seen.add(r.producer_id)
     assert len(seen) == 6
-
-
-def test_transactional_init_is_refused_with_a_fatal_error(kafka):
-    import datetime
-
-    with RawClient(kafka.address) as client:
-        r = client.call(22, 4, build(22, 4, transactional_id="tx", transaction_timeout=datetime.timedelta(seconds=60),
-                                     producer_id=-1, producer_epoch=-1))
-    assert r.error_code == ErrorCode.transactional_id_authorization_failed
 
 
 def test_fetch_errors(kafka):

@@ -3,7 +3,8 @@
 One node, the controller and the leader of every partition: producers append through :mod:`~tiered.kafka.produce`
 (the engine's leader-append rules), consumers fetch the stored bytes from either tier through
 :mod:`~tiered.kafka.fetch`, consumer groups (the classic protocol) keep their committed offsets in the compacted
-internal topic ``__consumer_offsets``, in Kafka's own record formats.
+internal topic ``__consumer_offsets`` and transactions their state in ``__transaction_state``, in Kafka's own record
+formats.
 
 Modules, one concept each: :mod:`~tiered.kafka.protocol` (frames and headers; the messages are ``kio``'s, generated
 from Kafka's JSON schemas), :mod:`~tiered.kafka.server` (connections, bounds, the thread pool),
@@ -37,6 +38,8 @@ class KafkaListener:
 
     def stop(self) -> None:
         self.server.stop()
+        if self.broker.txn_coordinator is not None:
+            self.broker.txn_coordinator.close()
         if self.broker.coordinator is not None:
             self.broker.coordinator.close()
 
@@ -49,6 +52,7 @@ def start_listener(manager: LogManager, config: LogConfig, host: str, port: int)
     from tiered.kafka.group_coordinator import GroupCoordinator
     from tiered.kafka.producer_ids import ProducerIdManager
     from tiered.kafka.server import KafkaServer
+    from tiered.kafka.txn_coordinator import TxnCoordinator
 
     broker = KafkaBroker(manager, config, host, port)
     broker.producer_ids = ProducerIdManager(broker)
@@ -56,10 +60,13 @@ def start_listener(manager: LogManager, config: LogConfig, host: str, port: int)
     server = KafkaServer(broker, dispatcher.handle, SUPPORTED, host, port)
     broker.host, broker.port = _advertised(server.host), server.port
     broker.coordinator = GroupCoordinator(broker)
+    broker.txn_coordinator = TxnCoordinator(broker)
     try:
         broker.coordinator.load()
+        broker.txn_coordinator.load()
         server.start()
     except BaseException:
+        broker.txn_coordinator.close()
         broker.coordinator.close()
         server.stop()
         raise

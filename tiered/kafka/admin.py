@@ -60,9 +60,11 @@ def handle_create_topics(broker: KafkaBroker, request: Request) -> Any:
         except TopicError as exc:
             results.append(_created(module, topic.name, exc.code, str(exc)))
             continue
-        configs = tuple(make(module, "CreatableTopicConfigs", name=c["name"], value=c["value"], read_only=False,
-                             config_source=_source(c["source"]), is_sensitive=False)
-                        for c in _describe_topic(broker, topic.name, overrides))
+        configs = None
+        if hasattr(module, "CreatableTopicConfigs"):  # v5+: the topic's effective configs
+            configs = tuple(make(module, "CreatableTopicConfigs", name=c["name"], value=c["value"], read_only=False,
+                                 config_source=_source(c["source"]), is_sensitive=False)
+                            for c in _describe_topic(broker, topic.name, overrides))
         results.append(make(module, "CreatableTopicResult", name=topic.name, topic_id=topic_id,
                             error_code=ErrorCode.none, error_message=None, num_partitions=partitions,
                             replication_factor=1, configs=configs))

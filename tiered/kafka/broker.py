@@ -34,11 +34,13 @@ if TYPE_CHECKING:
     from local.manager import LogManager
     from tiered.kafka.group_coordinator import GroupCoordinator
     from tiered.kafka.producer_ids import ProducerIdManager
+    from tiered.kafka.txn_coordinator import TxnCoordinator
 
 logger = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 class TopicError(Exception):
@@ -114,6 +116,7 @@ class KafkaBroker:
         self.appends = AppendNotifier()
         self._topics_lock = threading.RLock()
         self.coordinator: GroupCoordinator | None = None
+        self.txn_coordinator: TxnCoordinator | None = None
         self.producer_ids: ProducerIdManager | None = None
 
     # Topics -------------------------------------------------------------------------------------------------------

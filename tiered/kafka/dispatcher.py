@@ -42,6 +42,12 @@ from tiered.kafka.produce import handle_produce
 from tiered.kafka.producer_ids import handle_init_producer_id
 from tiered.kafka.protocol import NO_THROTTLE, Request, encode_response, make, response_module
 from tiered.kafka.server import NO_RESPONSE, WaitForAppend
+from tiered.kafka.transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_end_txn,
+    handle_txn_offset_commit,
+)
 
 Handler = Callable[[KafkaBroker, Request], Any]
 
@@ -75,6 +81,10 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     19: (2, 7, handle_create_topics),
     20: (1, 5, handle_delete_topics),
     22: (0, 4, handle_init_producer_id),
+    24: (0, 3, handle_add_partitions_to_txn),
+    25: (0, 3, handle_add_offsets_to_txn),
+    26: (0, 3, handle_end_txn),
+    28: (0, 3, handle_txn_offset_commit),
     32: (1, 4, handle_describe_configs),
     44: (0, 1, handle_incremental_alter_configs),
 }

@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
+from tiered.kafka.errors import error_code
+from tiered.kafka.internal_topic import Producer
 from tiered.kafka.offsets_schema import GroupMetadataValueV3, MemberMetadataV3
 from tiered.kafka.offsets_topic import (
     CommittedOffset,
@@ -114,6 +116,8 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     pending_members: set[str] = field(default_factory=set)
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
+    # offsets committed inside open transactions: producer id -> offsets (applied by the COMMIT marker)
+    pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
     state_since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     rebalance_timer: Timer | None = None
     initial_delay_until: float | None = None  # monotonic end of the initial rebalance delay's longest extension
@@ -148,7 +152,7 @@ class GroupCoordinator:
 
     def load(self) -> None:
         """Replay ``__consumer_offsets`` if it exists and restore the groups; start the offset expiration."""
-        self._offsets_log = OffsetsLog.existing(self._broker)
+        self._offsets_log = OffsetsLog.existing_offsets(self._broker)
         if self._offsets_log is None:
             self._timers.schedule(self.retention_check_ms / 1000, self._expire_offsets_task)
             return
@@ -158,8 +162,11 @@ class GroupCoordinator:
                 self._group(group_id).offsets.update(offsets)
             for group_id, value in replayed.groups.items():
                 self._restore(self._group(group_id), value)
+            for producer_id, by_group in replayed.pending.items():
+                for group_id, offsets in by_group.items():
+                    self._group(group_id).pending_txn.setdefault(producer_id, {}).update(offsets)
             for group_id in [g for g, group in self._groups.items() if not group.offsets and not group.members
-                             and group.generation_id == 0]:
+                             and group.generation_id == 0 and not group.pending_txn]:
                 del self._groups[group_id]
         logger.info("loaded %d consumer group(s) from %s", len(self._groups), self._offsets_log.topic)
         self._timers.schedule(self.retention_check_ms / 1000, self._expire_offsets_task)
@@ -200,7 +207,7 @@ class GroupCoordinator:
         """``__consumer_offsets``, created on first use."""
         with self._lock:
             if self._offsets_log is None:
-                self._offsets_log = OffsetsLog.open(self._broker)
+                self._offsets_log = OffsetsLog.open_offsets(self._broker)
             return self._offsets_log
 
     # JoinGroup ----------------------------------------------------------------------------------------------------
@@ -550,6 +557,54 @@ class GroupCoordinator:
         self._schedule_heartbeat(group, member)
         return ErrorCode.none
 
+    def txn_commit_offsets(self, group_id: str, producer: Producer, generation_id: int, member_id: str,
+                           offsets: dict[tuple[str, int], tuple[int, int, str | None]]) -> dict[tuple[str, int], ErrorCode]:
+        """TxnOffsetCommit: store ``offsets`` in a transactional batch of ``producer``; they count once the
+        transaction commits (:meth:`complete_txn`). A generation and member (v3+, KIP-447) are checked as an
+        OffsetCommit's are; without them (-1, ""), none is."""
+        with self._lock:
+            error = self._check_commit(group_id, generation_id, member_id) if member_id else ErrorCode.none
+            if error is ErrorCode.illegal_generation and generation_id < 0:
+                error = ErrorCode.none  # a transactional commit outside any generation: allowed (pre-KIP-447)
+            if error is not ErrorCode.none:
+                return dict.fromkeys(offsets, error)
+            now = int(time.time() * 1000)
+            results: dict[tuple[str, int], ErrorCode] = {}
+            accepted: dict[tuple[str, int], CommittedOffset] = {}
+            for tp, (offset, epoch, metadata) in offsets.items():
+                text = metadata or ""
+                if len(text.encode()) > self.max_metadata_bytes:
+                    results[tp] = ErrorCode.offset_metadata_too_large
+                else:
+                    accepted[tp] = CommittedOffset(offset, epoch, text, now)
+            try:
+                self.offsets_log.append(group_id, [(offset_key(group_id, t, p), offset_value(c))
+                                                   for (t, p), c in accepted.items()], producer)
+            except Exception as exc:
+                logger.error("group %s: storing transactional offsets failed: %s", group_id, exc)
+                results.update(dict.fromkeys(accepted, error_code(exc)))
+                return results
+            self._group(group_id).pending_txn.setdefault(producer.producer_id, {}).update(accepted)
+            results.update(dict.fromkeys(accepted, ErrorCode.none))
+            return results
+
+    def complete_txn(self, producer_id: int, partitions: set[int], commit: bool) -> None:
+        """The COMMIT or ABORT marker of ``producer_id`` was written to these partitions of ``__consumer_offsets``:
+        its pending offsets of the groups placed there are applied or dropped."""
+        with self._lock:
+            if self._offsets_log is None:
+                return
+            for group in self._groups.values():
+                if self._offsets_log.partition_of(group.group_id) in partitions:
+                    pending = group.pending_txn.pop(producer_id, None)
+                    if pending and commit:
+                        group.offsets.update(pending)
+
+    def has_pending_txn_offsets(self, group_id: str, tp: tuple[str, int]) -> bool:
+        with self._lock:
+            group = self._groups.get(group_id)
+            return group is not None and any(tp in offsets for offsets in group.pending_txn.values())
+
     def fetch_offsets(self, group_id: str,
                       partitions: Iterable[tuple[str, int]] | None) -> dict[tuple[str, int], CommittedOffset | None]:
         with self._lock:
@@ -575,7 +630,8 @@ class GroupCoordinator:
                 expired = [tp for tp, c in group.offsets.items()
                            if max(c.commit_timestamp, group.state_since_ms) + self.retention_ms <= now_ms]
                 records: list[tuple[bytes, bytes | None]] = [(offset_key(group.group_id, t, p), None) for t, p in expired]
-                drop_group = len(expired) == len(group.offsets) and not group.pending_members
+                drop_group = (len(expired) == len(group.offsets) and not group.pending_members
+                              and not group.pending_txn)
                 if drop_group:
                     records.append((group_key(group.group_id), None))
                 if not expired:

@@ -2,9 +2,9 @@
 (:mod:`tiered.kafka.group_coordinator`): FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 OffsetCommit, OffsetFetch, ListGroups, DescribeGroups.
 
-FindCoordinator names this node for any key (groups and transactional ids alike: a transactional producer then
-learns from InitProducerId that transactions are not served). JoinGroup and SyncGroup answer through the
-coordinator's futures (a rebalance waits without a request thread).
+FindCoordinator names this node for any key (group ids and transactional ids alike); for a group it also creates
+``__consumer_offsets`` when missing, as Kafka does. JoinGroup and SyncGroup answer through the coordinator's futures
+(a rebalance waits without a request thread).
 """
 
 from __future__ import annotations
@@ -143,14 +143,18 @@ def handle_offset_fetch(broker: KafkaBroker, request: Request) -> Any:
     body = request.body
     module = request.response_module
     wanted = None if body.topics is None else [(t.name, p) for t in body.topics for p in t.partition_indexes]
-    committed = _coordinator(broker).fetch_offsets(body.group_id, wanted)
+    coordinator = _coordinator(broker)
+    committed = coordinator.fetch_offsets(body.group_id, wanted)
+    require_stable = getattr(body, "require_stable", False)  # v7 (KIP-447): refuse while a transaction commits one
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), c in committed.items():
+        unstable = require_stable and coordinator.has_pending_txn_offsets(body.group_id, (topic, partition))
         by_topic.setdefault(topic, []).append(make(
             module, "OffsetFetchResponsePartition", partition_index=partition,
-            committed_offset=c.offset if c is not None else -1,
+            committed_offset=c.offset if c is not None and not unstable else -1,
             committed_leader_epoch=c.leader_epoch if c is not None else -1,
-            metadata=c.metadata if c is not None else "", error_code=ErrorCode.none))
+            metadata=c.metadata if c is not None else "",
+            error_code=ErrorCode.unstable_offset_commit if unstable else ErrorCode.none))
     topics = tuple(make(module, "OffsetFetchResponseTopic", name=name, partitions=tuple(ps))
                    for name, ps in by_topic.items())
     return make(module, "OffsetFetchResponse", throttle_time=NO_THROTTLE, topics=topics, error_code=ErrorCode.none)

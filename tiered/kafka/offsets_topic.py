@@ -21,9 +21,10 @@ Only these versions are read (what Kafka 2.x-4.x brokers write for classic group
 KIP-848 consumer group's, flexible v4 values) is skipped with a warning when the topic is replayed.
 
 :class:`OffsetsLog` appends the records of one coordinator operation as one batch to the group's partition
-(``abs(hashCode(group)) % partitions``, Kafka's rule with Java's ``String.hashCode``) and replays every partition
-at start. Offsets and group metadata are in memory only after their batch was appended, so what a client was told
-is committed is in the log.
+(:mod:`tiered.kafka.internal_topic`: Kafka's placement) and replays every partition at start. Offsets and group
+metadata are in memory only after their batch was appended, so what a client was told is committed is in the log.
+Offsets committed inside a transaction (TxnOffsetCommit) are written in a transactional batch of the producer and
+count only once the transaction's COMMIT marker follows them in the partition; an ABORT marker drops them.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ from __future__ import annotations
 import io
 import logging
 import struct
-import time
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +39,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 from kio.static.primitive import i32, i64
 
-from local.records import MemoryRecords, SimpleRecord
+from tiered.kafka.internal_topic import InternalTopicLog
 from tiered.kafka.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValueV3,
@@ -139,104 +138,67 @@ def decode_group_value(data: bytes) -> GroupMetadataValueV3:
 # The log --------------------------------------------------------------------------------------------------------
 
 
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    for unit in struct.unpack(f">{len(text.encode('utf-16-be')) // 2}H", text.encode("utf-16-be")):
-        h = (31 * h + unit) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group: str, partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % partitions`` (``abs`` of MIN_VALUE is 0 there)."""
-    h = java_string_hash(group)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
-
-
 @dataclass(frozen=True, slots=True)
 class Replayed:
-    """What replaying the topic found: the latest committed offsets and group metadata per group."""
+    """What replaying the topic found: the latest committed offsets and group metadata per group, and the offsets
+    committed inside transactions still open (producer id -> group -> offsets)."""
 
     offsets: dict[str, dict[tuple[str, int], CommittedOffset]]
     groups: dict[str, GroupMetadataValueV3]
+    pending: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]]
 
 
-class OffsetsLog:
-    """Appends to and replays ``__consumer_offsets`` (see the module docstring). :meth:`open` creates the topic
-    when it does not exist (Kafka creates it when a client first looks for a group coordinator), with
-    ``offsets.topic.num.partitions`` partitions, ``cleanup.policy=compact`` and ``offsets.topic.segment.bytes``."""
-
-    def __init__(self, broker: KafkaBroker, partitions: int) -> None:
-        from tiered.kafka.broker import OFFSETS_TOPIC
-
-        self._broker = broker
-        self.topic = OFFSETS_TOPIC
-        self.partitions = partitions
+class OffsetsLog(InternalTopicLog):
+    """``__consumer_offsets`` (see the module docstring), created when a client first looks for a group coordinator
+    (as Kafka creates it) with ``offsets.topic.num.partitions`` partitions and ``offsets.topic.segment.bytes``."""
 
     @classmethod
-    def existing(cls, broker: KafkaBroker) -> OffsetsLog | None:
+    def open_offsets(cls, broker: KafkaBroker) -> OffsetsLog:
         from tiered.kafka.broker import OFFSETS_TOPIC
 
-        partitions = broker.partitions_of(OFFSETS_TOPIC)
-        return cls(broker, len(partitions)) if partitions else None
+        log = InternalTopicLog.open(broker, OFFSETS_TOPIC, broker.config.offsets_topic_num_partitions,
+                                    broker.config.offsets_topic_segment_bytes)
+        return cls(broker, log.topic, log.partitions)
 
     @classmethod
-    def open(cls, broker: KafkaBroker) -> OffsetsLog:
+    def existing_offsets(cls, broker: KafkaBroker) -> OffsetsLog | None:
         from tiered.kafka.broker import OFFSETS_TOPIC
 
-        found = cls.existing(broker)
-        if found is not None:
-            return found
-        overrides = {"cleanup.policy": "compact", "segment.bytes": str(broker.config.offsets_topic_segment_bytes)}
-        count = broker.config.offsets_topic_num_partitions
-        broker.create_topic(OFFSETS_TOPIC, count, overrides)
-        return cls(broker, count)
-
-    def partition_of(self, group: str) -> int:
-        return partition_for(group, self.partitions)
-
-    def append(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
-        """Append ``(key, value)`` records (value None: a tombstone) of ``group`` as one batch; raises what the
-        engine raises (nothing is then written)."""
-        if not records:
-            return
-        now = int(time.time() * 1000)
-        batch = MemoryRecords.build([SimpleRecord(now, key, value) for key, value in records])
-        log = self._broker.manager.get_log(self.topic, self.partition_of(group))
-        if log is None:
-            raise RuntimeError(f"partition {self.partition_of(group)} of {self.topic} is not online")
-        log.append(batch)
+        log = InternalTopicLog.existing(broker, OFFSETS_TOPIC)
+        return None if log is None else cls(broker, log.topic, log.partitions)
 
     def replay(self) -> Replayed:
         offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         groups: dict[str, GroupMetadataValueV3] = {}
-        for key_bytes, value in self._records():
+        # offsets committed in a transaction wait for its marker: (partition, producer id) -> [(group, tp, value)]
+        open_txns: dict[tuple[int, int], list[tuple[str, tuple[str, int], CommittedOffset]]] = {}
+        for stored in self.records():
+            if stored.marker is not None:
+                done = open_txns.pop((stored.partition, stored.producer_id), [])
+                if stored.marker == "commit":
+                    for group, tp, committed in done:
+                        offsets.setdefault(group, {})[tp] = committed
+                continue
+            assert stored.key is not None
             try:
-                key = decode_key(key_bytes)
+                key = decode_key(stored.key)
                 if isinstance(key, OffsetCommitKey):
                     tp = (key.topic, int(key.partition))
-                    if value is None:
+                    if stored.value is None:
                         offsets.get(key.group, {}).pop(tp, None)
+                    elif stored.producer_id >= 0:
+                        open_txns.setdefault((stored.partition, stored.producer_id), []).append(
+                            (key.group, tp, decode_offset_value(stored.value)))
                     else:
-                        offsets.setdefault(key.group, {})[tp] = decode_offset_value(value)
-                elif value is None:
+                        offsets.setdefault(key.group, {})[tp] = decode_offset_value(stored.value)
+                elif stored.value is None:
                     groups.pop(key.group, None)
                 else:
-                    groups[key.group] = decode_group_value(value)
+                    groups[key.group] = decode_group_value(stored.value)
             except ValueError as exc:
                 logger.warning("skipping a record of %s: %s", self.topic, exc)
-        return Replayed(offsets, groups)
-
-    def _records(self) -> Iterator[tuple[bytes, bytes | None]]:
-        from local.fetch import FetchIsolation
-
-        for partition in range(self.partitions):
-            log = self._broker.manager.get_log(self.topic, partition)
-            if log is None:
-                continue
-            for batch in log.batches_from(log.log_start_offset, FetchIsolation.HIGH_WATERMARK):
-                if batch.is_control_batch:
-                    continue
-                for record in batch.records():
-                    if record.key is not None:
-                        yield bytes(record.key), None if record.value is None else bytes(record.value)
+        pending: dict[int, dict[str, dict[tuple[str, int], CommittedOffset]]] = {}
+        for (_, producer_id), entries in open_txns.items():
+            for group, tp, committed in entries:
+                pending.setdefault(producer_id, {}).setdefault(group, {})[tp] = committed
+        return Replayed(offsets, groups, pending)

@@ -11,9 +11,11 @@ refreshes its metadata), 1 and -1 (all). One node is the whole ISR, so "all" hol
 records are as durable as the topic's flush policy (``flush.messages``/``flush.ms``) makes them, as they would be
 on every replica of a Kafka cluster. Other values: INVALID_REQUIRED_ACKS.
 
-Refused before any append: writes to ``__consumer_offsets`` (INVALID_TOPIC_EXCEPTION, it is the group
-coordinator's), control batches (INVALID_RECORD: only the broker writes markers), and transactional batches
-(this node has no transaction coordinator: see docs/kafka-protocol.md).
+Refused before any append: writes to the internal topics (INVALID_TOPIC_EXCEPTION: they are the coordinators'),
+control batches (INVALID_RECORD: only the transaction coordinator writes markers), and a transactional batch to a
+partition that is not in its producer's ongoing transaction (INVALID_TXN_STATE; INVALID_PRODUCER_EPOCH for a fenced
+producer; INVALID_PRODUCER_ID_MAPPING for an unknown one), so no batch opens a transaction the coordinator would
+never close.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from local.records.batch import ATTRIBUTES_OFFSET, CONTROL_FLAG_MASK, LENGTH_OFFSET, TRANSACTIONAL_FLAG_MASK
-from local.records.constants import LOG_OVERHEAD
+from local.records import MemoryRecords
 from tiered.kafka.broker import INTERNAL_TOPICS, KafkaBroker
 from tiered.kafka.errors import error_code, error_message
 from tiered.kafka.protocol import NO_THROTTLE, ProtocolError, Request, make
@@ -72,9 +73,9 @@ def _append(broker: KafkaBroker, module: Any, topic: str, partition: int, record
                       f"This server does not host this topic-partition: {topic}-{partition}")
     if records is None or len(records) == 0:
         return _error(module, partition, ErrorCode.invalid_record, "the produce request holds no record batch")
-    refused = _refused_batches(records)
+    refused = _refused_batches(broker, topic, partition, records)
     if refused is not None:
-        return _error(module, partition, ErrorCode.invalid_record, refused)
+        return _error(module, partition, *refused)
     try:
         info = log.append(records)
     except Exception as exc:
@@ -86,22 +87,26 @@ def _append(broker: KafkaBroker, module: Any, topic: str, partition: int, record
                 record_errors=(), error_message=None)
 
 
-def _refused_batches(records: bytes) -> str | None:
-    """Why these batches are refused before the engine sees them (control or transactional), or None. Only the
-    headers' attributes are read; a batch header cut short is left for the engine's validation to name."""
-    position = 0
-    view = memoryview(records)
-    while position + ATTRIBUTES_OFFSET + 2 <= len(view):
-        length = int.from_bytes(view[position + LENGTH_OFFSET:position + LENGTH_OFFSET + 4], "big", signed=True)
-        attributes = int.from_bytes(view[position + ATTRIBUTES_OFFSET:position + ATTRIBUTES_OFFSET + 2], "big")
-        if attributes & CONTROL_FLAG_MASK:
-            return "clients may not write control batches (transaction markers are written by the broker)"
-        if attributes & TRANSACTIONAL_FLAG_MASK:
-            return ("transactional batches are not supported: this node has no transaction coordinator "
-                    "(see docs/kafka-protocol.md)")
-        if length <= 0:
-            break
-        position += LOG_OVERHEAD + length
+def _refused_batches(broker: KafkaBroker, topic: str, partition: int, records: bytes) -> tuple[ErrorCode, str] | None:
+    """Why these batches are refused before the engine sees them, or None: a control batch (markers are the
+    coordinator's), or a transactional batch outside its producer's ongoing transaction on this partition. Only the
+    headers are read; a batch cut short is left for the engine's validation to name."""
+    try:
+        batches = list(MemoryRecords(records).batches(verify=False))
+    except Exception:
+        return None
+    for batch in batches:
+        if batch.is_control_batch:
+            return ErrorCode.invalid_record, ("clients may not write control batches (transaction markers are "
+                                              "written by the transaction coordinator)")
+        if batch.is_transactional:
+            txn = broker.txn_coordinator
+            code = (txn.check_produce(batch.producer_id, batch.producer_epoch, topic, partition) if txn is not None
+                    else ErrorCode.invalid_txn_state)
+            if code is not ErrorCode.none:
+                return code, (f"transactional batch of producer {batch.producer_id} epoch {batch.producer_epoch} to "
+                              f"{topic}-{partition}: not in an ongoing transaction of this producer "
+                              "(AddPartitionsToTxn first)")
     return None
 
 

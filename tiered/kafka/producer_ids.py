@@ -8,9 +8,8 @@ and the end of the current block is written to ``kafka-producer-id-block`` in th
 rename) before any id of it is given. A restart starts at the next block; the first block is also placed above
 every producer id the loaded logs already hold (a data dir written by Kafka, or one without the file).
 
-A transactional id (transactional producers) is answered with TRANSACTIONAL_ID_AUTHORIZATION_FAILED: this node
-has no transaction coordinator, and that error is fatal for the producer (a retriable one would have it retry until
-its timeout), so the application learns at once; see docs/kafka-protocol.md.
+A transactional id goes to the transaction coordinator (:mod:`tiered.kafka.transactions`), which takes its
+producer ids from the same allocator.
 """
 
 from __future__ import annotations
@@ -75,8 +74,9 @@ class ProducerIdManager:
 def handle_init_producer_id(broker: KafkaBroker, request: Request) -> Any:
     module = request.response_module
     if request.body.transactional_id is not None:
-        return make(module, "InitProducerIdResponse", throttle_time=NO_THROTTLE,
-                    error_code=ErrorCode.transactional_id_authorization_failed, producer_id=-1, producer_epoch=-1)
+        from tiered.kafka.transactions import init_transactional_producer
+
+        return init_transactional_producer(broker, request)
     assert broker.producer_ids is not None
     producer_id = broker.producer_ids.next_id()
     return make(module, "InitProducerIdResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
