@@ -26,21 +26,19 @@ completed after the lock is released, so no request thread waits for a rebalance
 
 from __future__ import annotations
 
-import enum
 import logging
 import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from tiered.kafka.errors import error_code
+from tiered.kafka.group_model import Group, GroupState, JoinResult, Member, SyncResult, select_protocol
 from tiered.kafka.internal_topic import Producer
 from tiered.kafka.offsets_schema import GroupMetadataValueV3, MemberMetadataV3
 from tiered.kafka.offsets_topic import (
@@ -57,75 +55,6 @@ if TYPE_CHECKING:
     from tiered.kafka.broker import KafkaBroker
 
 logger = logging.getLogger(__name__)
-
-
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-@dataclass(frozen=True, slots=True)
-class JoinResult:
-    error: ErrorCode
-    member_id: str
-    generation_id: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    members: tuple[tuple[str, str | None, bytes], ...] = ()  # (member id, instance id, metadata), leader only
-
-
-@dataclass(frozen=True, slots=True)
-class SyncResult:
-    error: ErrorCode
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
-
-
-@dataclass(eq=False)
-class Member:
-    member_id: str
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    group_instance_id: str | None = None
-    assignment: bytes = b""
-    join_future: Future[JoinResult] | None = None
-    sync_future: Future[SyncResult] | None = None
-    heartbeat: Timer | None = None
-
-    def metadata_for(self, protocol: str | None) -> bytes:
-        return next((m for name, m in self.protocols if name == protocol), b"")
-
-
-@dataclass(eq=False)
-class Group:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    generation_id: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
-    pending_members: set[str] = field(default_factory=set)
-    offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
-    # offsets committed inside open transactions: producer id -> offsets (applied by the COMMIT marker)
-    pending_txn: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
-    state_since_ms: int = field(default_factory=lambda: int(time.time() * 1000))
-    rebalance_timer: Timer | None = None
-    initial_delay_until: float | None = None  # monotonic end of the initial rebalance delay's longest extension
-    joined_during_delay: bool = False
-
-    def set_state(self, state: GroupState) -> None:
-        self.state = state
-        self.state_since_ms = int(time.time() * 1000)
 
 
 _Completion = tuple[Future[Any], Any]
@@ -356,7 +285,7 @@ class GroupCoordinator:
             group.set_state(GroupState.EMPTY)
             self._store_group(group)
             return
-        group.protocol_name = _select_protocol(group.members.values())
+        group.protocol_name = select_protocol(group.members.values())
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
         group.set_state(GroupState.COMPLETING_REBALANCE)
@@ -678,17 +607,6 @@ class GroupCoordinator:
                         "assignment": m.assignment if stable else b""} for m in group.members.values()]
             return {"state": group.state.value, "protocol_type": group.protocol_type or "",
                     "protocol": group.protocol_name or "", "members": members}
-
-
-def _select_protocol(members: Iterable[Member]) -> str:
-    """The protocol every member supports with the most first-choice votes (Kafka's ``selectProtocol``)."""
-    members = list(members)
-    candidates = set.intersection(*({name for name, _ in m.protocols} for m in members))
-    if not candidates:  # JoinGroup refuses a member sharing no protocol with the others; a restored group may not
-        return members[0].protocols[0][0]
-    votes = Counter(next(name for name, _ in m.protocols if name in candidates) for m in members)
-    order = [name for name, _ in members[0].protocols if name in candidates]
-    return max(order, key=lambda name: (votes[name], -order.index(name)))
 
 
 def _complete(completions: list[_Completion]) -> None:
