@@ -201,3 +201,38 @@ def test_a_failing_handler_closes_its_connection_and_nothing_else(kafka, monkeyp
         client.send(encode_request(3, 12, metadata_request(12, [])))
         assert client.closed_by_server()
     assert _served(kafka.address)
+
+
+def test_a_connection_waiting_for_its_answer_is_not_idle(tmp_path):
+    """A JoinGroup waits for a rebalance longer than connections.max.idle.ms: its connection stays open."""
+    from tests.kafkautil import decode_response, ms
+
+    def join(client, member_id, correlation=1):
+        body = build(11, 5, group_id="g", session_timeout=ms(30_000), rebalance_timeout=ms(60_000),
+                     member_id=member_id, group_instance_id=None, protocol_type="consumer",
+                     protocols=(build(11, 5, "JoinGroupRequestProtocol", name="range", metadata=b""),))
+        client.send(encode_request(11, 5, body, correlation))
+
+    props = {"connections.max.idle.ms": "300", "group.initial.rebalance.delay.ms": "0"}
+    with listener(tmp_path, **props) as kafka, RawClient(kafka.address) as a:
+        first = a.call(11, 5, build(11, 5, group_id="g", session_timeout=ms(30_000), rebalance_timeout=ms(60_000),
+                                    member_id="", group_instance_id=None, protocol_type="consumer",
+                                    protocols=(build(11, 5, "JoinGroupRequestProtocol", name="range", metadata=b""),)))
+        join(a, first.member_id)
+        joined = decode_response(11, 5, a.read_frame())[1]
+        assert joined.generation_id == 1
+        with RawClient(kafka.address) as b:
+            second = decode_response(11, 5, (b.send(encode_request(11, 5, build(
+                11, 5, group_id="g", session_timeout=ms(30_000), rebalance_timeout=ms(60_000), member_id="",
+                group_instance_id=None, protocol_type="consumer",
+                protocols=(build(11, 5, "JoinGroupRequestProtocol", name="range", metadata=b""),)), 2)),
+                b.read_frame())[1])[1]
+            join(b, second.member_id, 3)  # waits for the first member to rejoin
+            time.sleep(0.9)  # three idle bounds: the subject of the test is this bound
+            assert a.closed_by_server()  # the first member's connection was idle meanwhile: closed
+            with RawClient(kafka.address) as again:  # a member id outlives its connection
+                join(again, joined.member_id, 4)
+                assert decode_response(11, 5, again.read_frame())[1].generation_id == 2
+            frame = b.read_frame()
+            assert frame is not None, "the waiting connection was closed as idle"
+            assert decode_response(11, 5, frame)[1].generation_id == 2

@@ -180,15 +180,18 @@ class KafkaServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
         frames: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=1)
         host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
-        receiving = asyncio.ensure_future(self._receive(reader, frames))
+        busy = [False]  # a request of this connection is being handled: the connection is not idle
+        receiving = asyncio.ensure_future(self._receive(reader, frames, busy))
         try:
             while True:
                 frame = await frames.get()
                 if frame is None:
                     break
+                busy[0] = True
                 try:
                     response = await self._process(frame, host)
                 finally:
+                    busy[0] = False
                     assert self._budget is not None
                     await self._budget.release(min(len(frame), self._budget.total))
                 if response is not None:
@@ -211,13 +214,16 @@ class KafkaServer:
                 if frame is not None and self._budget is not None:
                     await self._budget.release(min(len(frame), self._budget.total))
 
-    async def _receive(self, reader: asyncio.StreamReader, frames: asyncio.Queue[bytes | None]) -> str | None:
-        """Read frames into ``frames`` until the client closes or breaks a bound; the reason to close, if any."""
+    async def _receive(self, reader: asyncio.StreamReader, frames: asyncio.Queue[bytes | None],
+                       busy: list[bool]) -> str | None:
+        """Read frames into ``frames`` until the client closes or breaks a bound; the reason to close, if any. The
+        wait for the next request counts as idle only while no request of the connection is being handled (a
+        JoinGroup may wait for a rebalance as long as its rebalance timeout)."""
         assert self._budget is not None
         try:
             while True:
                 try:
-                    prefix = await asyncio.wait_for(reader.readexactly(4), self.idle_timeout_s)
+                    prefix = await self._next_prefix(reader, busy)
                 except asyncio.IncompleteReadError:
                     return None  # the client closed
                 except TimeoutError:
@@ -241,6 +247,15 @@ class KafkaServer:
         finally:
             with contextlib.suppress(asyncio.QueueFull):
                 frames.put_nowait(None)
+
+    async def _next_prefix(self, reader: asyncio.StreamReader, busy: list[bool]) -> bytes:
+        while True:
+            try:
+                # a cancelled readexactly consumes nothing: what arrived stays buffered for the next wait
+                return await asyncio.wait_for(reader.readexactly(4), self.idle_timeout_s)
+            except TimeoutError:
+                if not busy[0]:
+                    raise
 
     # Requests -----------------------------------------------------------------------------------------------------
 
