@@ -316,3 +316,18 @@ def test_list_offsets_special_and_by_timestamp(kafka):
         assert ask(-9)[0] == ErrorCode.invalid_request
         (p,) = client.call(2, 9, list_offsets_request(9, "t", 3, -1)).topics[0].partitions
         assert p.error_code == ErrorCode.unknown_topic_or_partition
+
+
+def test_engine_errors_map_to_kafkas_codes():
+    from local import errors as local_errors
+    from tiered import errors as tiered_errors
+    from tiered.kafka.errors import error_code
+
+    assert error_code(local_errors.OffsetOutOfRangeError("x")) == ErrorCode.offset_out_of_range
+    assert error_code(local_errors.RecordBatchTooLargeError("x")) == ErrorCode.record_list_too_large
+    assert error_code(local_errors.RecordTooLargeError("x")) == ErrorCode.message_too_large
+    assert error_code(local_errors.LogDirOfflineError("x")) == ErrorCode.kafka_storage_error
+    assert error_code(tiered_errors.RemoteChecksumError("x")) == ErrorCode.corrupt_message
+    assert error_code(tiered_errors.RemoteStorageTimeoutError("x")) == ErrorCode.request_timed_out
+    assert error_code(tiered_errors.RemoteStorageError("x")) == ErrorCode.kafka_storage_error
+    assert error_code(RuntimeError("a bug")) == ErrorCode.unknown_server_error

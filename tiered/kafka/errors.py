@@ -11,6 +11,7 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from local import errors as local_errors
+from tiered import errors as tiered_errors
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +30,9 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (local_errors.InvalidTxnStateError, ErrorCode.invalid_txn_state),
     (local_errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
     (local_errors.ConfigError, ErrorCode.invalid_config),
+    (tiered_errors.RemoteStorageTimeoutError, ErrorCode.request_timed_out),
     (local_errors.KafkaStorageError, ErrorCode.kafka_storage_error),
+    (tiered_errors.TieredStorageError, ErrorCode.kafka_storage_error),
     (OSError, ErrorCode.kafka_storage_error),
 )
 
