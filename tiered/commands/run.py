@@ -15,6 +15,9 @@ stdout is ``listening on http://HOST:PORT`` (the port actually bound), so a scri
 before any data dir is opened, the remote store is asked once (:func:`tiered.commands._remote.check_remote_access`):
 an unreachable endpoint, a missing bucket or rejected credentials end the command in one line (exit 1).
 
+With ``--kafka-listen HOST:PORT`` it also serves Kafka's wire protocol (:mod:`tiered.kafka`); that listener binds
+before the HTTP one prints, and its line ``kafka listening on HOST:PORT`` comes first on stdout.
+
 Stopping: SIGINT (Ctrl-C) or SIGTERM, or the end of ``--duration``. The endpoint stops taking requests, each copy
 task finishes the segment it is copying and copies no more (a copy the remote store fails is rolled back as
 always), the logs are closed cleanly (checkpoints, clean-shutdown marker), and the command exits 0. If that takes
