@@ -331,3 +331,31 @@ def test_engine_errors_map_to_kafkas_codes():
     assert error_code(tiered_errors.RemoteStorageTimeoutError("x")) == ErrorCode.request_timed_out
     assert error_code(tiered_errors.RemoteStorageError("x")) == ErrorCode.kafka_storage_error
     assert error_code(RuntimeError("a bug")) == ErrorCode.unknown_server_error
+
+
+def test_a_real_kafka_brokers_data_dir_is_served(tmp_path):
+    """Kafka 4.0's own log dir (tests/fixtures): its cluster id, its topic, its records to kafka-python; the KRaft
+    metadata log stays hidden, as Kafka hides it."""
+    import shutil
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "kafka-4.0-kraft-logs", tmp_path / "data")
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        response = client.call(3, 12, metadata_request(12, None))
+        assert response.cluster_id == "rwd2jqiwRaCycLq7mKVHXA"  # its meta.properties
+        assert [t.name for t in response.topics] == ["foo"]
+        (hidden,) = client.call(3, 12, metadata_request(12, ["__cluster_metadata"])).topics  # not auto-created
+        assert hidden.error_code == ErrorCode.unknown_topic_or_partition
+        assert not (tmp_path / "data" / "__cluster_metadata-0" / "tiered-topic.properties").exists()
+        consumer = KafkaConsumer(bootstrap_servers=kafka.address, group_id=None, enable_auto_commit=False)
+        tp = TopicPartition("foo", 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        values = []
+        deadline = time.monotonic() + 60
+        while len(values) < 3 and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend((r.offset, r.value) for r in records)
+        consumer.close()
+    assert values == [(0, b"m1"), (1, b"m2"), (2, b"m3")]

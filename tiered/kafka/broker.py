@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+# A KRaft broker's metadata log sits in its data dir like a partition; Kafka never shows it to clients.
+HIDDEN_TOPICS = frozenset({"__cluster_metadata"})
 
 
 class TopicError(Exception):
@@ -125,14 +127,17 @@ class KafkaBroker:
         """Every topic of the live data dirs with its partitions, in order."""
         out: dict[str, list[int]] = {}
         for topic, partition in self.manager.partitions():
-            out.setdefault(topic, []).append(partition)
+            if topic not in HIDDEN_TOPICS:
+                out.setdefault(topic, []).append(partition)
         return {t: sorted(ps) for t, ps in sorted(out.items())}
 
     def partitions_of(self, topic: str) -> list[int]:
+        if topic in HIDDEN_TOPICS:
+            return []
         return sorted(p for t, p in self.manager.partitions() if t == topic)
 
     def log(self, topic: str, partition: int) -> Log | None:
-        return self.manager.get_log(topic, partition)
+        return None if topic in HIDDEN_TOPICS else self.manager.get_log(topic, partition)
 
     def topic_id(self, topic: str) -> uuid.UUID | None:
         for partition in self.partitions_of(topic):
@@ -160,6 +165,8 @@ class KafkaBroker:
             filenames.validate_topic(topic)
         except ValueError as exc:
             raise TopicError(ErrorCode.invalid_topic_exception, str(exc)) from None
+        if topic in HIDDEN_TOPICS:
+            raise TopicError(ErrorCode.invalid_topic_exception, f"{topic} is a KRaft broker's metadata log, not a topic")
         if partitions < 1:
             raise TopicError(ErrorCode.invalid_partitions, f"number of partitions must be at least 1, got {partitions}")
         try:
@@ -181,7 +188,7 @@ class KafkaBroker:
     def auto_create_topic(self, topic: str) -> bool:
         """Kafka's auto topic creation on Metadata: ``num.partitions`` partitions, no overrides. False when the
         name is not valid or auto creation is off."""
-        if not self.config.auto_create_topics_enable or topic in INTERNAL_TOPICS:
+        if not self.config.auto_create_topics_enable or topic in INTERNAL_TOPICS | HIDDEN_TOPICS:
             return False
         try:
             self.create_topic(topic, self.config.num_partitions, {})
