@@ -159,6 +159,29 @@ _TOPIC_DEFS = [
 
 _BROKER_DEFS = [
     _Def(None, "broker.id", "broker_id", _long(-1, INT_MAX), 0),
+    # The Kafka protocol listener of `tiered run --kafka-listen` (tiered/kafka/): Kafka's keys and defaults, but
+    # queued.max.request.bytes (Kafka: -1, no bound), so that what clients send is bounded in memory.
+    _Def(None, "socket.request.max.bytes", "socket_request_max_bytes", _long(1, INT_MAX), 104_857_600),
+    _Def(None, "queued.max.request.bytes", "queued_max_request_bytes", _long(1), 512 * MIB),
+    _Def(None, "connections.max.idle.ms", "connections_max_idle_ms", _long(1), 600_000),
+    _Def(None, "max.connections", "max_connections", _long(0, INT_MAX), INT_MAX),
+    _Def(None, "num.io.threads", "num_io_threads", _long(1, INT_MAX), 8),
+    _Def(None, "auto.create.topics.enable", "auto_create_topics_enable", _bool, True),
+    _Def(None, "num.partitions", "num_partitions", _long(1, INT_MAX), 1),
+    _Def(None, "delete.topic.enable", "delete_topic_enable", _bool, True),
+    _Def(None, "offsets.topic.num.partitions", "offsets_topic_num_partitions", _long(1, INT_MAX), 50),
+    _Def(None, "offsets.topic.segment.bytes", "offsets_topic_segment_bytes", _long(MIB, INT_MAX), 100 * MIB),
+    _Def(None, "offsets.retention.minutes", "offsets_retention_minutes", _long(1, INT_MAX), 10_080),
+    _Def(None, "offsets.retention.check.interval.ms", "offsets_retention_check_interval_ms", _long(1), 600_000),
+    _Def(None, "offset.metadata.max.bytes", "offset_metadata_max_bytes", _long(0, INT_MAX), 4096),
+    _Def(None, "group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", _long(0, INT_MAX), 3000),
+    _Def(None, "group.min.session.timeout.ms", "group_min_session_timeout_ms", _long(0, INT_MAX), 6000),
+    _Def(None, "group.max.session.timeout.ms", "group_max_session_timeout_ms", _long(0, INT_MAX), 1_800_000),
+    _Def(None, "transaction.state.log.num.partitions", "transaction_state_log_num_partitions", _long(1, INT_MAX), 50),
+    _Def(None, "transaction.state.log.segment.bytes", "transaction_state_log_segment_bytes", _long(MIB, INT_MAX),
+         100 * MIB),
+    _Def(None, "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+         "transaction_abort_timed_out_transaction_cleanup_interval_ms", _long(1, INT_MAX), 10_000),
     _Def(None, "num.recovery.threads.per.data.dir", "num_recovery_threads_per_data_dir", _long(1, INT_MAX), 1),
     _Def(None, "num.segment.loading.threads.per.data.dir", "num_segment_loading_threads_per_data_dir", _long(1, INT_MAX), 1),
     _Def(None, "log.retention.check.interval.ms", "log_retention_check_interval_ms", _long(1), 300_000),
@@ -313,6 +336,25 @@ class LogConfig:
     """The broker's log configuration; see the module docstring."""
 
     broker_id: int
+    socket_request_max_bytes: int
+    queued_max_request_bytes: int
+    connections_max_idle_ms: int
+    max_connections: int
+    num_io_threads: int
+    auto_create_topics_enable: bool
+    num_partitions: int
+    delete_topic_enable: bool
+    offsets_topic_num_partitions: int
+    offsets_topic_segment_bytes: int
+    offsets_retention_minutes: int
+    offsets_retention_check_interval_ms: int
+    offset_metadata_max_bytes: int
+    group_initial_rebalance_delay_ms: int
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
+    transaction_state_log_num_partitions: int
+    transaction_state_log_segment_bytes: int
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int
     num_recovery_threads_per_data_dir: int
     num_segment_loading_threads_per_data_dir: int
     log_retention_check_interval_ms: int

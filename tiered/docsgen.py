@@ -55,7 +55,29 @@ DESCRIPTIONS: dict[str, str] = {
     "remote.log.copy.disable": "Stop copying new segments of a tiered topic; remote data stays readable and expires.",
     "remote.log.delete.on.disable": "Allow `remote.storage.enable=false` on a topic with remote data, deleting it.",
     # broker keys
-    "broker.id": "The broker id recorded in remote segment metadata.",
+    "broker.id": "The broker id recorded in remote segment metadata, and the node id of the Kafka protocol listener.",
+    # the Kafka protocol listener (tiered run --kafka-listen; docs/kafka-protocol.md)
+    "socket.request.max.bytes": "Largest request a Kafka client may send; a larger frame closes its connection.",
+    "queued.max.request.bytes": "Bytes of requests read and not yet answered, over all connections; a connection "
+                                "waits before reading more (Kafka's default is -1, no bound).",
+    "connections.max.idle.ms": "Close a Kafka client connection idle (or stalled mid-request) this long.",
+    "max.connections": "Kafka client connections accepted at once; more are closed at once.",
+    "num.io.threads": "Threads running Kafka requests against the engine.",
+    "auto.create.topics.enable": "Create a topic a client's Metadata request names (with `num.partitions`).",
+    "num.partitions": "Partitions of an auto-created topic, and of CreateTopics asking for the default (-1).",
+    "delete.topic.enable": "Allow DeleteTopics.",
+    "offsets.topic.num.partitions": "Partitions of `__consumer_offsets` when it is created.",
+    "offsets.topic.segment.bytes": "`segment.bytes` of `__consumer_offsets`.",
+    "offsets.retention.minutes": "Committed offsets of a group with no members expire after this long.",
+    "offsets.retention.check.interval.ms": "How often expired committed offsets are removed.",
+    "offset.metadata.max.bytes": "Largest metadata string of one committed offset.",
+    "group.initial.rebalance.delay.ms": "How long the first rebalance of an empty group waits for more members.",
+    "group.min.session.timeout.ms": "Smallest session timeout a consumer may ask for.",
+    "group.max.session.timeout.ms": "Largest session timeout a consumer may ask for.",
+    "transaction.state.log.num.partitions": "Partitions of `__transaction_state` when it is created.",
+    "transaction.state.log.segment.bytes": "`segment.bytes` of `__transaction_state`.",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "How often transactions open longer than their "
+                                                                   "timeout are aborted.",
     "num.recovery.threads.per.data.dir": "Threads per data dir loading (and recovering) partitions at startup.",
     "num.segment.loading.threads.per.data.dir": "Ours: threads per data dir opening the segments of one partition "
                                                 "at startup.",
@@ -64,7 +86,8 @@ DESCRIPTIONS: dict[str, str] = {
     "log.flush.offset.checkpoint.interval.ms": "How often the recovery-point checkpoint is written.",
     "log.flush.start.offset.checkpoint.interval.ms": "How often the log-start-offset checkpoint is written.",
     "producer.id.expiration.ms": "Forget an idempotent producer's state after this long without a write.",
-    "transaction.max.timeout.ms": "Longest transaction timeout accepted.",
+    "transaction.max.timeout.ms": "Longest transaction timeout a transactional producer may ask for "
+                                  "(INVALID_TRANSACTION_TIMEOUT above it).",
     "remote.log.storage.system.enable": "Enable the remote tier on this broker (topics opt in with "
                                         "`remote.storage.enable`).",
     "remote.log.storage.manager.class.name": "The RemoteStorageManager: `local`, `s3`, `fsspec` or the dotted path "

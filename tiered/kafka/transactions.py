@@ -1,0 +1,75 @@
+"""The transactional producer's APIs, as requests to and answers from the transaction coordinator
+(:mod:`tiered.kafka.txn_coordinator`): InitProducerId (with a transactional id), AddPartitionsToTxn,
+AddOffsetsToTxn, TxnOffsetCommit and EndTxn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from tiered.kafka.broker import KafkaBroker
+from tiered.kafka.internal_topic import Producer
+from tiered.kafka.protocol import NO_THROTTLE, Request, make
+from tiered.kafka.txn_coordinator import TxnCoordinator
+
+
+def _txn(broker: KafkaBroker) -> TxnCoordinator:
+    assert broker.txn_coordinator is not None, "the transaction coordinator was not started"
+    return broker.txn_coordinator
+
+
+def init_transactional_producer(broker: KafkaBroker, request: Request) -> Any:
+    body = request.body
+    error, producer_id, epoch = _txn(broker).init_producer_id(
+        body.transactional_id, round(body.transaction_timeout.total_seconds() * 1000),
+        int(getattr(body, "producer_id", -1)), int(getattr(body, "producer_epoch", -1)))
+    return make(request.response_module, "InitProducerIdResponse", throttle_time=NO_THROTTLE, error_code=error,
+                producer_id=producer_id, producer_epoch=epoch)
+
+
+def handle_add_partitions_to_txn(broker: KafkaBroker, request: Request) -> Any:
+    body = request.body
+    module = request.response_module
+    wanted = [(t.name, int(p)) for t in body.v3_and_below_topics for p in t.partitions]
+    results = _txn(broker).add_partitions(body.v3_and_below_transactional_id, int(body.v3_and_below_producer_id),
+                                          int(body.v3_and_below_producer_epoch), wanted)
+    topics = tuple(make(module, "AddPartitionsToTxnTopicResult", name=t.name, results_by_partition=tuple(
+        make(module, "AddPartitionsToTxnPartitionResult", partition_index=p,
+             partition_error_code=results[(t.name, int(p))]) for p in t.partitions)) for t in body.v3_and_below_topics)
+    return make(module, "AddPartitionsToTxnResponse", throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=topics)
+
+
+def handle_add_offsets_to_txn(broker: KafkaBroker, request: Request) -> Any:
+    body = request.body
+    error = _txn(broker).add_offsets(body.transactional_id, int(body.producer_id), int(body.producer_epoch),
+                                     body.group_id)
+    return make(request.response_module, "AddOffsetsToTxnResponse", throttle_time=NO_THROTTLE, error_code=error)
+
+
+def handle_txn_offset_commit(broker: KafkaBroker, request: Request) -> Any:
+    body = request.body
+    module = request.response_module
+    offsets = {(t.name, p.partition_index): (int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
+                                             p.committed_metadata)
+               for t in body.topics for p in t.partitions}
+    error = _txn(broker).check_txn_offset_commit(body.transactional_id, int(body.producer_id),
+                                                 int(body.producer_epoch), body.group_id)
+    if error is ErrorCode.none:
+        assert broker.coordinator is not None
+        results = broker.coordinator.txn_commit_offsets(
+            body.group_id, Producer(int(body.producer_id), int(body.producer_epoch)),
+            int(getattr(body, "generation_id", -1)), getattr(body, "member_id", ""), offsets)
+    else:
+        results = dict.fromkeys(offsets, error)
+    topics = tuple(make(module, "TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
+        make(module, "TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
+             error_code=results[(t.name, p.partition_index)]) for p in t.partitions)) for t in body.topics)
+    return make(module, "TxnOffsetCommitResponse", throttle_time=NO_THROTTLE, topics=topics)
+
+
+def handle_end_txn(broker: KafkaBroker, request: Request) -> Any:
+    body = request.body
+    error = _txn(broker).end_txn(body.transactional_id, int(body.producer_id), int(body.producer_epoch),
+                                 bool(body.committed))
+    return make(request.response_module, "EndTxnResponse", throttle_time=NO_THROTTLE, error_code=error)
