@@ -30,14 +30,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from local.errors import CorruptRecordError, OffsetOutOfRangeError
+from local.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
 from local.fetch import FetchIsolation, LogOffsetMetadata
 from local.index.entries import AbortedTxn, TxnIndexSearchResult
 from local.records import MemoryRecords, SimpleRecord
 from local.records.batch import LENGTH_OFFSET
 from local.records.constants import INT32_MAX
 from tiered import remote_log_reader
-from tiered.errors import RemoteResourceNotFoundError
+from tiered.errors import RemoteResourceNotFoundError, TieredStorageError
 from tiered.remote_log_reader import NOTHING, READ_SLACK, RemoteLogReader, SequentialReaders
 from tiered.rlm_parts import RateLimiter, RemoteLogMetrics
 from tiered.rsm import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
@@ -810,3 +810,34 @@ def test_the_timestamp_scan_goes_over_gaps_whatever_the_policy() -> None:
     for compact in (True, False):
         found = tier.reader.offset_for_timestamp(_Log(compact=compact, log_start=11), T0)  # type: ignore[arg-type]
         assert found is not None and found.offset == 15
+
+
+def test_every_bit_of_a_remote_batch_header_flipped_is_an_error_or_changes_nothing() -> None:
+    """As tests/property/test_bit_flip_reads.py for a local segment: reads answer a gap's offsets with the next
+    batch, so every flip of a header bit (outside the CRC, or opening what looks like a gap) must be an error or
+    change nothing read. Exhaustive over the headers of the first, a middle and the last batch, from 4 offsets."""
+    template = _segment(0, batches=5, per=10)
+    expected = [(r.offset, bytes(r.value)) for b in MemoryRecords(bytes(template.data)).batches() for r in b.records()]
+    wrong = []
+    for at in (template.positions[0], template.positions[2], template.positions[-1]):
+        for position in range(at, at + 61):
+            for bit in range(8):
+                seg = dataclasses.replace(template, data=bytearray(template.data))
+                seg.data[position] ^= 1 << bit
+                tier = _Tier(seg)
+                for start in (0, 5, 25, 45):
+                    got: list[tuple[int, bytes]] = []
+                    offset = start
+                    try:
+                        while offset < 50:
+                            batches = list(tier.read(_Log(local_start=50), offset).records.batches())
+                            if not batches:
+                                raise CorruptRecordError("an empty answer before the end")
+                            for batch in batches:
+                                got += [(r.offset, bytes(r.value)) for r in batch.records() if r.offset >= offset]
+                                offset = batch.last_offset + 1
+                    except (KafkaStorageError, TieredStorageError):
+                        continue
+                    if got != expected[start:]:
+                        wrong.append((position, bit, start))
+    assert wrong == [], f"(byte, bit, start) flips read back wrong with no error: {wrong[:10]}"
