@@ -22,6 +22,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
@@ -34,12 +35,14 @@ from local.errors import (
     KafkaStorageError,
     KafkaStorageIOError,
     LogDirOfflineError,
+    LostOffsetsError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     RemoteStorageNotConfiguredError,
 )
 from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from local.loader import LogLoader
+from local.lost_offsets import LostOffsets, LostOffsetsSet
 from local.producer_rebuild import analyze_producer_state, rebuild_producer_state
 from local.producer_state import AppendOrigin, ProducerStateManager
 from local.records import MemoryRecords, RecordBatch, TimestampType
@@ -138,6 +141,7 @@ class Log:
         remote_log_state: RemoteLogState | None = None,
         read_only: bool = False,
         log_dir_failure_channel: LogDirFailureChannel | None = None,
+        lost_offsets: LostOffsetsSet | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.topic, self.partition = _topic_partition_from_dir(self.dir)
@@ -152,9 +156,8 @@ class Log:
         self.use_large_index = use_large_index
         self.remote_log_state = remote_log_state or RemoteLogState()
         self.read_only = read_only
-        # The operator's partition dir, for messages: a read-only view is loaded from a scratch copy (``dir``), and
-        # its LogManager sets this to the dir it copied (see local.read_only).
-        self.source_dir = self.dir
+        # Offsets a recovery cut out of the middle of the log (local.lost_offsets): a read there raises.
+        self.lost_offsets = lost_offsets or LostOffsetsSet(self.dir, read_only)
         self._lock = threading.RLock()
         self._closed = False
         # Where an I/O error is reported (the LogManager's channel, else a private one), and why this log is
@@ -246,6 +249,7 @@ class Log:
             time=time.milliseconds,
         )
         segments = LogSegments()
+        lost_offsets = LostOffsetsSet(directory, read_only)
         loader = LogLoader(
             directory,
             config,
@@ -264,8 +268,13 @@ class Log:
             or (remote_tier is not None and bool(getattr(config, "remote_storage_enable", False))),
             remaining_segments_callback=remaining_segments_callback,
             read_only=read_only,
+            lost_offsets=lost_offsets,
         )
         loaded = loader.load()
+        lost_offsets.drop_below(loaded.log_start_offset)
+        last = segments.last_segment
+        if last is not None:  # a load that ended the log earlier took the offsets after it out of any hole
+            lost_offsets.truncate_from(last.read_next_offset())
         log = cls(
             directory,
             config,
@@ -282,6 +291,7 @@ class Log:
             remote_log_state=remote_state,
             read_only=read_only,
             log_dir_failure_channel=log_dir_failure_channel,
+            lost_offsets=lost_offsets,
         )
         log.load_stats = loader.stats
         return log
@@ -316,6 +326,13 @@ class Log:
     @property
     def size_in_bytes(self) -> int:
         return self.segments.size_in_bytes()
+
+    @property
+    def source_dir(self) -> Path:
+        """The partition dir as the operator knows it, for messages: a read-only view is loaded from a scratch copy
+        (``dir``) whose segments are links into it (see :mod:`local.read_only`)."""
+        first = self.segments.first_segment
+        return first.log.source_path.parent if first is not None else self.dir
 
     @property
     def remote_storage_enabled(self) -> bool:
@@ -730,6 +747,10 @@ class Log:
             max_offset = self.last_stable_offset
         if offset < self.log_start_offset or offset > leo.message_offset:
             raise self._out_of_range(offset, leo.message_offset)
+        if self.lost_offsets.entries:
+            lost = self.lost_offsets.find(offset)
+            if lost is not None:
+                raise self._lost(offset, lost)
         remote = self.remote_tier
         try:
             info = None
@@ -758,6 +779,22 @@ class Log:
             raise self._out_of_range(offset, leo.message_offset)
         return info
 
+    def _lost(self, offset: int, lost: LostOffsets) -> LostOffsetsError:
+        source_dir = self.source_dir
+        path = source_dir / lost.segment
+        record = source_dir / self.lost_offsets.path.name
+        if self.lost_offsets.is_recorded(lost):
+            what = f"were lost: a recovery found {path} damaged and cut it at byte {lost.position} (recorded in {record})"
+        else:  # what a read-only view found: nothing on disk says so yet
+            what = (f"are lost to damage: {path} is damaged from byte {lost.position} (a writer opening the dir would "
+                    f"cut it there and record the loss in {record})")
+        return LostOffsetsError(
+            f"offsets {lost.first_offset}..{lost.last_offset} of {self.name} {what}; offset {offset} cannot be read, "
+            f"the log goes on at offset {lost.last_offset + 1}",
+            offset=offset, first_offset=lost.first_offset, last_offset=lost.last_offset,
+            next_offset=lost.last_offset + 1, path=str(path), topic=self.topic, partition=self.partition,
+        )
+
     def _out_of_range(self, offset: int, log_end_offset: int) -> OffsetOutOfRangeError:
         log_start = self.log_start_offset
         return OffsetOutOfRangeError(
@@ -784,9 +821,10 @@ class Log:
             info = None
             while segment is not None:
                 max_position = self._max_position(segment, max_offset, leo)
-                # Offsets are dense unless compacted: then a read never answers with later ones than asked.
+                # An offset in a gap (compaction's, a real broker's) is answered with the next batch, in this
+                # segment or a later one, as Kafka does; the segment checks that what it answers is no damage.
                 info = segment.read(
-                    offset, max_bytes, max_position, min_one_message, "compact" not in self.config.cleanup_policy
+                    offset, max_bytes, max_position, min_one_message, True, partial(_next_base, segments, segment)
                 )
                 if info is not None:
                     if isolation is FetchIsolation.TXN_COMMITTED:
@@ -984,6 +1022,7 @@ class Log:
             # between the two must not bring back a log start below deleted data.
             self._log_start_checkpoint_failed = True
             self.ensure_log_start_offset_checkpointed()
+            self.lost_offsets.drop_below(new_offset)
             return True
 
     def ensure_log_start_offset_checkpointed(self) -> None:
@@ -1137,6 +1176,7 @@ class Log:
                 self.truncate_fully_and_start_at(target_offset)
                 return True
             self.leader_epoch_cache.truncate_from_end(target_offset)
+            self.lost_offsets.truncate_from(target_offset)
             for seg in list(self.segments.values()):
                 if seg.base_offset > target_offset:
                     self.segments.remove(seg.base_offset)
@@ -1174,6 +1214,7 @@ class Log:
             self._leo = LogOffsetMetadata(new_offset, new_offset, 0)
             self.leader_epoch_cache.clear_and_flush()
             self.producer_state_manager.truncate_full_and_start_at(new_offset)
+            self.lost_offsets.clear()
             self.recovery_point = new_offset
             self._high_watermark = new_offset
 
@@ -1304,6 +1345,12 @@ def _unchangeable(data: bytes | bytearray | memoryview) -> bytes | memoryview:
 
 def _as_offset(value: Any) -> int:
     return value.message_offset if hasattr(value, "message_offset") else int(value)
+
+
+def _next_base(segments: LogSegments, segment: LogSegment) -> int | None:
+    """The base offset of the segment after ``segment`` (None for the last)."""
+    nxt = segments.higher_segment(segment.base_offset)
+    return None if nxt is None else nxt.base_offset
 
 
 def _delete_segment_files(segment: LogSegment) -> None:

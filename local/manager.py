@@ -253,7 +253,6 @@ class LogManager:
                 raise
             except (KafkaStorageError, ValueError) as exc:  # a corrupt per-partition file: named, like at startup
                 raise self._partition_offline(data_dir, source, key[0], key[1], exc, scratch).error() from exc
-            log.source_dir = source
             with self._offline_lock:
                 self._logs[key] = log
             return log

@@ -39,10 +39,13 @@ def file_kind(path: Path) -> str:
         return "leader-epoch-checkpoint"
     if name == filenames.PARTITION_METADATA_FILENAME:
         return "partition-metadata"
+    if name == filenames.LOST_OFFSETS_FILENAME:
+        return "lost-offsets"
     if name.endswith("-checkpoint"):
         return "offset-checkpoint"
     raise ValueError(f"don't know how to dump {path.name}: expected .log, .index, .timeindex, .txnindex, .snapshot, "
-                     "leader-epoch-checkpoint, partition.metadata, an offset checkpoint, or a remote segment's "
+                     f"leader-epoch-checkpoint, partition.metadata, {filenames.LOST_OFFSETS_FILENAME}, an offset checkpoint, or a "
+                     "remote segment's "
                      ".rsm-manifest or .indexes")
 
 
@@ -113,6 +116,12 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
         from local.checkpoint import PartitionMetadataFile, kafka_uuid_to_str
 
         result.items.append({"version": 0, "topic_id": kafka_uuid_to_str(PartitionMetadataFile(path).read())})
+    elif kind == "lost-offsets":
+        from local.lost_offsets import read_lost_offsets
+
+        for lost in read_lost_offsets(path):
+            result.items.append({"first_offset": lost.first_offset, "last_offset": lost.last_offset,
+                                 "position": lost.position, "segment": lost.segment})
     else:
         from local.checkpoint import OffsetCheckpointFile
 

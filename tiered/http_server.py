@@ -16,7 +16,9 @@
   one record, as a Kafka fetch returns at least one batch). ``isolation``: ``high_watermark`` (default),
   ``log_end`` or ``txn_committed``. Answers ``{"records": [...], "next_offset", "log_start_offset",
   "log_end_offset", "high_watermark"}``, each record as ``tiered consume --json`` prints it. An offset outside
-  ``log start..log end`` is ``416`` naming the range; an unknown partition ``404``.
+  ``log start..log end`` is ``416`` naming the range; an unknown partition ``404``; an offset a recovery recorded
+  as lost (:mod:`local.lost_offsets`) ``410`` with ``first_lost_offset``, ``last_lost_offset`` and ``next_offset``
+  (where to read on), and a read that reaches such offsets answers the records before them.
 - ``GET /health``: ``200`` with ``{"status": "serving", "offline_log_dirs": {dir: why}, "offline_partitions":
   [...], "remote_tier": bool}`` while serving (offline dirs are reported, not fatal, as in Kafka); ``503`` with
   ``"status": "stopping"`` once a stop began.
@@ -24,7 +26,7 @@
 Errors are JSON ``{"error": "..."}`` with ``400`` for a request that cannot work (bad JSON, a bad timestamp, an
 invalid topic name), ``404`` for an unknown path or partition, ``405`` (with ``Allow``) for a method a
 path does not serve (``HEAD`` is answered as ``GET``, without the body), ``413`` for a body larger than
-``MAX_BODY_BYTES``, ``500`` for a storage failure (its one-line message). Requests are served on threads
+``MAX_BODY_BYTES``, ``410`` for lost offsets (above), ``500`` for a storage failure (its one-line message). Requests are served on threads
 (``ThreadingHTTPServer``); the log's own locks order concurrent appends.
 """
 
@@ -135,6 +137,7 @@ class Endpoint:
     # consume ---------------------------------------------------------------------------------------------------
 
     def consume(self, topic: str, partition: int, query: dict[str, list[str]]) -> dict[str, Any]:
+        from local.errors import LostOffsetsError
         from local.fetch import FetchIsolation
         from tiered.commands.consume import record_json, records_from
 
@@ -157,13 +160,18 @@ class Endpoint:
         records: list[dict[str, Any]] = []
         size = 0
         next_offset = offset
-        for batch, rec in records_from(log, offset, isolation):
-            rec_size = len(rec.key or b"") + len(rec.value or b"") + sum(len(k) + len(v or b"") for k, v in rec.headers)
-            if records and size + rec_size > max_bytes:
-                break
-            records.append(record_json(batch, rec))
-            size += rec_size
-            next_offset = rec.offset + 1
+        try:
+            for batch, rec in records_from(log, offset, isolation):
+                rec_size = len(rec.key or b"") + len(rec.value or b"") + sum(len(k) + len(v or b"") for k, v in rec.headers)
+                if records and size + rec_size > max_bytes:
+                    break
+                records.append(record_json(batch, rec))
+                size += rec_size
+                next_offset = rec.offset + 1
+        except LostOffsetsError:
+            if not records:
+                raise  # 410: the read starts in the hole
+            # else the records before the hole, and next_offset at it: the next request is answered 410
         return {"records": records, "next_offset": next_offset, "log_start_offset": log.log_start_offset,
                 "log_end_offset": log.log_end_offset, "high_watermark": log.high_watermark}
 
@@ -316,6 +324,7 @@ def _error_status(exc: Exception) -> tuple[HTTPStatus, dict[str, Any]]:
         InvalidRecordError,
         InvalidTimestampError,
         KafkaStorageError,
+        LostOffsetsError,
         OffsetOutOfRangeError,
         RecordTooLargeError,
         UnknownTopicOrPartitionError,
@@ -326,6 +335,9 @@ def _error_status(exc: Exception) -> tuple[HTTPStatus, dict[str, Any]]:
     message = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, OffsetOutOfRangeError):
         return HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, {"error": message}
+    if isinstance(exc, LostOffsetsError):  # a recorded hole (local.lost_offsets): gone for good, read on after it
+        return HTTPStatus.GONE, {"error": message, "first_lost_offset": exc.first_offset,  # type: ignore[attr-defined]
+                                 "last_lost_offset": exc.last_offset, "next_offset": exc.next_offset}  # type: ignore[attr-defined]
     if isinstance(exc, UnknownTopicOrPartitionError):
         return HTTPStatus.NOT_FOUND, {"error": message}
     if isinstance(exc, (ConfigError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError,

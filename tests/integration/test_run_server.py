@@ -339,3 +339,39 @@ def test_ctrl_c_during_offload_finishes_the_copy_in_flight_starts_no_other_and_e
     assert [md.start_offset for md in store.readable_segments(tip)] == [0]
     assert store.find_stale_copies(tip) == []
     assert _orphans(tmp_path, store, tip) == []
+
+
+def test_a_hole_cut_by_hand_is_an_error_line_then_410s_and_verify_fails_naming_the_file(tmp_path: Path) -> None:
+    """Issue 27's hole, as an operator meets it: a closed segment in the middle of a log truncated by hand, then
+    ``tiered run``. Its load logs one ERROR naming the real file and the lost range; HTTP reads before the hole
+    answer the records up to it, in it 410 with the range (never 500), after it the records; ``verify`` exits 1."""
+    from tests.unit.test_lost_offsets import PER_SEGMENT, _segment, _write
+
+    pdir = _write(tmp_path / "data")
+    middle = _segment(pdir, PER_SEGMENT)
+    os.truncate(middle, 1000)  # a careless hand, on the real file
+    config = _write_config(tmp_path, {"log.dirs": str(tmp_path / "data")})
+    run = RunProcess(config)
+    try:
+        url = run.url
+        line = run.wait_line(run.err, "ERROR local.loader: t-0: ")
+        assert f"{middle} was damaged: recovery cut it at byte {middle.stat().st_size} and offsets " in line
+        first_lost = int(line.split(" and offsets ")[1].split("..")[0])
+        assert f"offsets {first_lost}..1999 are lost (recorded in {pdir / 'tiered-lost-offsets'}" in line
+        status, body = _http("GET", url + "/topics/t/partitions/0/records?offset=999")
+        reply = json.loads(body)
+        assert status == 200 and reply["next_offset"] == first_lost
+        assert [r["offset"] for r in reply["records"]] == list(range(999, first_lost))
+        for offset in (first_lost, 1500, 1999):
+            status, body = _http("GET", url + f"/topics/t/partitions/0/records?offset={offset}")
+            assert status == 410, body
+            assert json.loads(body)["next_offset"] == 2000 and str(middle) in json.loads(body)["error"]
+        status, body = _http("GET", url + "/topics/t/partitions/0/records?offset=2000")
+        assert status == 200 and json.loads(body)["records"][0]["value"] == "v2000"
+        assert run.stop() == 0, run.err
+    finally:
+        run.kill()
+    proc = subprocess.run([sys.executable, "-m", "tiered.cli", "verify", "--log-dirs", str(tmp_path / "data")],
+                          capture_output=True, text=True, timeout=LIMIT)
+    assert proc.returncode == 1 and f"{middle}, position {middle.stat().st_size}, offset {first_lost}: [lost_offsets]" \
+        in proc.stdout, proc.stdout + proc.stderr

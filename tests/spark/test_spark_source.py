@@ -264,6 +264,28 @@ def test_a_segment_file_gone_since_planning_is_data_loss(root: Path, tmp_path: P
     assert list(read_piece(piece)) == []
 
 
+def test_offsets_a_recovery_recorded_as_lost_are_data_loss_unless_told_otherwise(root: Path, tmp_path: Path) -> None:
+    # planning alone (no JVM): a closed segment cut by hand in the middle of the log, recovered by a writer's load
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import SparkSourceDataLossError, plan
+
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "data", copy / "data")
+    shutil.copytree(root / "remote", copy / "remote")
+    pdir = copy / "data" / "t-0"
+    logs = sorted(pdir.glob("*.log"))
+    assert len(logs) >= 2
+    os.truncate(logs[0], logs[0].stat().st_size // 2)  # the first local segment: a later one follows it
+    with LogManager(LogConfig.from_properties(_props(copy)), start_scheduler=False) as m:
+        log = m.get_log("t", 0)
+        assert log is not None and log.lost_offsets.entries
+        lost = log.lost_offsets.entries[0]
+    with pytest.raises(SparkSourceDataLossError, match=f"offsets {lost.first_offset}..{lost.last_offset} were lost"):
+        plan(parse_options(_options(copy, topics="t")))
+    assert plan(parse_options(_options(copy, topics="t", failOnDataLoss="false")))
+    assert plan(parse_options(_options(copy, topics="t", startingOffsets=f'{{"t":{{"0":{lost.last_offset + 1}}}}}')))
+
+
 # Filter pushdown ---------------------------------------------------------------------------------------------
 
 def _predicates() -> st.SearchStrategy[str]:

@@ -202,6 +202,7 @@ def test_a_wrong_prefix_is_refused_naming_the_state_file_and_the_store(
     assert rc == 1 and "WRONG STORE" in out and "rsm.config.prefix" in err
     rc, out, err = cli(capsys, "--config", str(a), *wrong, "consume", "-t", TOPIC, "--offset", "0")
     assert rc == 1 and out == "" and "rsm.config.prefix" in err and len(err.strip().splitlines()) == 1
+    assert state_file in err and "tiered-read-only-" not in err  # the operator's file, not the read-only copy
     # The right prefix still works.
     rc, _, err = cli(capsys, "--config", str(a), "offload")
     assert rc == 0, err

@@ -5,6 +5,7 @@ The subprocess tests (signals, copies, metrics moving) are in tests/integration/
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -200,3 +201,33 @@ def test_run_that_fails_on_its_config_leaves_no_data_dir_it_made(tmp_path: Path,
     (tmp_path / "data").mkdir()  # a dir it did not make stays
     assert _run_cli(tmp_path, "--listen", "127.0.0.1:0", "--duration", "0", *options).returncode == 2
     assert (tmp_path / "data").is_dir()
+
+
+def test_reads_of_offsets_a_recovery_recorded_as_lost_answer_410_and_the_records_before_them(tmp_path: Path) -> None:
+    # a middle segment cut by hand; the manager's load records the hole (local.lost_offsets)
+    from tests.unit.test_lost_offsets import PER_SEGMENT, _segment, _write
+
+    pdir = _write(tmp_path / "data")
+    os.truncate(_segment(pdir, PER_SEGMENT), 1000)
+    manager = LogManager(LogConfig.from_properties({"log.dirs": str(tmp_path / "data")}))
+    server = Server(Endpoint(manager), "127.0.0.1", 0)
+    server.start()
+    try:
+        log = manager.get_log("t", 0)
+        assert log is not None
+        first_lost = log.lost_offsets.entries[0].first_offset
+        status, payload, _ = _call("GET", server.url + RECORDS + "?offset=999")
+        reply = json.loads(payload)
+        assert status == 200 and [r["offset"] for r in reply["records"]] == list(range(999, first_lost))
+        assert reply["next_offset"] == first_lost
+        for offset in (first_lost, 1999):
+            status, payload, content_type = _call("GET", server.url + RECORDS + f"?offset={offset}")
+            body = json.loads(payload)
+            assert (status, content_type) == (410, "application/json")
+            assert (body["first_lost_offset"], body["last_lost_offset"], body["next_offset"]) == (first_lost, 1999, 2000)
+            assert str(_segment(pdir, PER_SEGMENT)) in body["error"] and "\n" not in body["error"]
+        status, payload, _ = _call("GET", server.url + RECORDS + "?offset=2000&max_bytes=1")
+        assert status == 200 and [r["value"] for r in json.loads(payload)["records"]] == ["v2000"]
+    finally:
+        server.stop()
+        manager.close()

@@ -137,7 +137,6 @@ def records_from(log: Any, offset: int, isolation: Any, check_crcs: bool = True)
     )
     aborting: set[int] = set()
     previous_last = -1  # the last offset of the batch before (a fetch may start inside a batch, never before one)
-    dense = "compact" not in str(getattr(log.config, "cleanup_policy", ""))  # no gaps in the offsets
     while offset < end:
         info = log.read(offset, 1024 * 1024, isolation, True)
         pending = sorted((t.first_offset, t.producer_id) for t in (info.aborted_transactions or []))
@@ -145,7 +144,7 @@ def records_from(log: Any, offset: int, isolation: Any, check_crcs: bool = True)
         for batch in info.records.batches(verify=check_crcs):  # each checked before any of its records is used
             got = True
             if check_crcs:
-                _check_offsets(log, offset, batch, previous_last, dense)
+                _check_offsets(log, offset, batch, previous_last)
             previous_last = batch.last_offset
             while pending and pending[0][0] <= batch.last_offset:
                 aborting.add(pending.pop(0)[1])
@@ -163,13 +162,14 @@ def records_from(log: Any, offset: int, isolation: Any, check_crcs: bool = True)
                 f"before the end offset {end}", offset=offset)
 
 
-def _check_offsets(log: Any, offset: int, batch: Any, previous_last: int, dense: bool) -> None:
-    """Base offsets are outside the CRC: a damaged one shows as a batch that overlaps the one before it, leaves a
-    gap in a log whose offsets are dense (not compacted), or reaches past the log end offset."""
+def _check_offsets(log: Any, offset: int, batch: Any, previous_last: int) -> None:
+    """Base offsets are outside the CRC: a damaged one shows as a batch that overlaps the one before it or reaches
+    past the log end offset. A gap before a batch is no damage (compaction's, a real broker's: Kafka's reads answer
+    an offset in a gap with the next batch; the log's read checked the batch after a gap against its neighbours)."""
     from local.errors import CorruptRecordError
 
     base, last = batch.base_offset, batch.last_offset
-    if previous_last >= 0 and (base <= previous_last or (dense and base != previous_last + 1)):
+    if previous_last >= 0 and base <= previous_last:
         problem = f"does not follow the batch before it, which ends at offset {previous_last}"
     elif last >= log.log_end_offset:
         problem = f"reaches past the log end offset {log.log_end_offset}"
