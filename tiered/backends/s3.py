@@ -52,8 +52,8 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$", re.IGNORECASE)
 class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
     bucket: str
     fetch_streams = True  # fetch_log_segment hands back the GET's body, read as it arrives
-    # S3's conditional PUT (If-None-Match: *): AWS since 2024-08; moto, SeaweedFS and LocalStack honour it too
-    # (tests/integration/test_ownership_s3.py checks each server the suite starts).
+    # S3's conditional PUT (If-None-Match: *): AWS since 2024-08; SeaweedFS and LocalStack serialize racing creates
+    # too, moto honours the header without serializing (the conformance suite races claimants on each server).
     conditional_writes = True
     CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "bucket", "region", "endpoint_url",
                    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "path_style", "sse",
