@@ -159,7 +159,8 @@ def test_join_sync_heartbeat_rebalance_and_leave(tmp_path: Path):
                      protocols=(build(11, 5, "JoinGroupRequestProtocol", name="range", metadata=b"sub-b"),))
         b.send(encode_request(11, 5, body, 99))  # waits for the rebalance
         assert _heartbeat(a, "g", 1, joined.member_id) == ErrorCode.rebalance_in_progress
-        assert _commit(a, "g", 1, joined.member_id, {("t", 0): 5}) == {("t", 0): ErrorCode.rebalance_in_progress}
+        # PreparingRebalance takes the current generation's commits (a consumer commits in onPartitionsRevoked)
+        assert _commit(a, "g", 1, joined.member_id, {("t", 0): 5}) == {("t", 0): ErrorCode.none}
         rejoined = _join(a, "g", member_id=joined.member_id)
         from tests.kafkautil import decode_response
 
@@ -170,6 +171,9 @@ def test_join_sync_heartbeat_rebalance_and_leave(tmp_path: Path):
         assert rejoined.leader == joined.member_id  # the leader stays
         assert sorted(m.metadata for m in rejoined.members) == [b"sub", b"sub-b"]
         assert b_joined.members == ()  # followers get no member list
+        # CompletingRebalance: the new generation's assignment is not known yet
+        assert _commit(a, "g", 2, joined.member_id, {("t", 0): 6}) == {("t", 0): ErrorCode.rebalance_in_progress}
+        assert _fetch_offsets(a, "g") == {("t", 0): (5, "")}
         assert _sync(a, "g", 2, joined.member_id, {joined.member_id: b"A", first.member_id: b"B"}).assignment == b"A"
         assert _sync(b, "g", 2, first.member_id, {}).assignment == b"B"
 
@@ -232,6 +236,21 @@ def test_commit_and_fetch_offsets_survive_a_restart(tmp_path: Path):
             build(9, 7, "OffsetFetchRequestTopic", name="t", partition_indexes=(0, 5)),), require_stable=False))
         got = {(p.partition_index): p.committed_offset for t in response.topics for p in t.partitions}
         assert got == {0: 10, 5: -1}
+
+
+def test_commit_refusals_follow_kafkas_validate_offset_commit(tmp_path: Path):
+    """OffsetMetadataManager.validateOffsetCommit and ClassicGroup.validateOffsetCommit, case by case."""
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        # no such group: a commit outside any generation creates it; one naming a generation is stale
+        assert _commit(client, "nobody", 3, "m-1", {("t", 0): 1}) == {("t", 0): ErrorCode.illegal_generation}
+        assert _fetch_offsets(client, "nobody") == {}
+        joined = _join_new(client, "g")
+        _sync(client, "g", joined.generation_id, joined.member_id, {joined.member_id: b"x"})
+        # a group with members takes no commit without a member id
+        assert _commit(client, "g", -1, "", {("t", 0): 1}) == {("t", 0): ErrorCode.unknown_member_id}
+        assert _commit(client, "g", joined.generation_id, "", {("t", 0): 1}) == {("t", 0): ErrorCode.unknown_member_id}
+        assert _commit(client, "g", joined.generation_id, joined.member_id, {("t", 0): 2}) == {("t", 0): ErrorCode.none}
+        assert _fetch_offsets(client, "g") == {("t", 0): (2, "")}
 
 
 def test_a_member_that_stops_heartbeating_is_removed(tmp_path: Path):

@@ -467,23 +467,33 @@ class GroupCoordinator:
             results.update(dict.fromkeys(accepted, ErrorCode.none))
             return results
 
-    def _check_commit(self, group_id: str, generation_id: int, member_id: str) -> ErrorCode:
+    def _check_commit(self, group_id: str, generation_id: int, member_id: str, *,
+                      transactional: bool = False) -> ErrorCode:
+        """Kafka's ``validateOffsetCommit`` (``OffsetMetadataManager`` and ``ClassicGroup``): a commit outside any
+        generation (-1) creates or uses an Empty group; a member's commit needs its member id and the current
+        generation, and is accepted while the group is Stable or PreparingRebalance (so a consumer's commit in
+        ``onPartitionsRevoked`` counts), refused with REBALANCE_IN_PROGRESS only in CompletingRebalance (not for a
+        transactional commit, whose group state is not enforced)."""
         if not group_id:
             return ErrorCode.invalid_group_id
         group = self._groups.get(group_id)
-        if generation_id < 0 and not member_id:
-            # a commit outside any generation (a consumer that assigns its partitions itself)
-            if group is not None and group.members:
-                return ErrorCode.illegal_generation
+        if group is None:
+            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
+        if generation_id < 0 and group.state is GroupState.EMPTY:
             return ErrorCode.none
-        member = group.members.get(member_id) if group is not None else None
-        if group is None or member is None:
-            return ErrorCode.unknown_member_id
-        if generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
-        if group.state in (GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE):
+        member = None
+        if generation_id >= 0 or member_id:
+            member = group.members.get(member_id)
+            if member is None:
+                return ErrorCode.unknown_member_id
+            if generation_id != group.generation_id:
+                return ErrorCode.illegal_generation
+        elif not transactional and group.state is not GroupState.EMPTY:
+            return ErrorCode.unknown_member_id  # no member id nor generation: only an Empty group takes it
+        if not transactional and group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
-        self._schedule_heartbeat(group, member)
+        if member is not None:
+            self._schedule_heartbeat(group, member)
         return ErrorCode.none
 
     def txn_commit_offsets(self, group_id: str, producer: Producer, generation_id: int, member_id: str,
@@ -492,9 +502,7 @@ class GroupCoordinator:
         transaction commits (:meth:`complete_txn`). A generation and member (v3+, KIP-447) are checked as an
         OffsetCommit's are; without them (-1, ""), none is."""
         with self._lock:
-            error = self._check_commit(group_id, generation_id, member_id) if member_id else ErrorCode.none
-            if error is ErrorCode.illegal_generation and generation_id < 0:
-                error = ErrorCode.none  # a transactional commit outside any generation: allowed (pre-KIP-447)
+            error = self._check_commit(group_id, generation_id, member_id, transactional=True)
             if error is not ErrorCode.none:
                 return dict.fromkeys(offsets, error)
             now = int(time.time() * 1000)
