@@ -253,6 +253,44 @@ def test_commit_refusals_follow_kafkas_validate_offset_commit(tmp_path: Path):
         assert _fetch_offsets(client, "g") == {("t", 0): (2, "")}
 
 
+def test_member_ids_never_used_are_forgotten_with_their_groups(tmp_path: Path):
+    """Kafka's pending member expiration: JoinGroups that stop at MEMBER_ID_REQUIRED hold no group, and a pending
+    member that never joins does not hold a rebalance until its rebalance timeout."""
+    props = {"group.min.session.timeout.ms": "50"}
+    with listener(tmp_path, **props) as kafka, RawClient(kafka.address) as a, RawClient(kafka.address) as b:
+        coordinator = kafka.broker.coordinator
+        for i in range(20):
+            assert _join(a, f"probe-{i}", session_ms=100).error_code == ErrorCode.member_id_required
+        joined = _join_new(a, "g", session_ms=10_000)
+        _sync(a, "g", joined.generation_id, joined.member_id, {joined.member_id: b"x"})
+        assert _join(b, "g", session_ms=100).error_code == ErrorCode.member_id_required  # and never comes back
+        # the leader rejoins: the rebalance waits for the pending member only until its session timeout (the
+        # rebalance timeout is far longer than the client's read bound)
+        ps = (build(11, 5, "JoinGroupRequestProtocol", name="range", metadata=b"sub"),)
+        body = build(11, 5, group_id="g", session_timeout=ms(10_000), rebalance_timeout=ms(3_600_000),
+                     member_id=joined.member_id, group_instance_id=None, protocol_type="consumer", protocols=ps)
+        rejoined = a.call(11, 5, body)
+        assert (rejoined.error_code, rejoined.generation_id) == (ErrorCode.none, 2)
+        assert [m.member_id for m in rejoined.members] == [joined.member_id]
+        _wait_for(lambda: [g for g, _, _ in coordinator.list_groups()] == ["g"], "the probes' groups are gone")
+
+
+def test_an_empty_group_without_offsets_is_removed_at_the_cleanup(tmp_path: Path):
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        joined = _join_new(client, "left")
+        _sync(client, "left", joined.generation_id, joined.member_id, {joined.member_id: b"x"})
+        client.call(13, 0, build(13, 0, group_id="left", member_id=joined.member_id))
+        coordinator = kafka.broker.coordinator
+        assert coordinator.describe_group("left")["state"] == "Empty"
+        assert coordinator.expire_offsets(int(time.time() * 1000)) == 0
+        assert coordinator.list_groups() == []
+        log = kafka.broker.log("__consumer_offsets", partition_for("left", 3))
+        last = [r for b in log.batches_from(0, FetchIsolation.HIGH_WATERMARK) for r in b.records()][-1]
+        assert (decode_key(bytes(last.key)).group, last.value) == ("left", None)  # its metadata's tombstone
+    with listener(tmp_path) as kafka:
+        assert kafka.broker.coordinator.list_groups() == []
+
+
 def test_a_member_that_stops_heartbeating_is_removed(tmp_path: Path):
     with listener(tmp_path, **{"group.min.session.timeout.ms": "50"}) as kafka, RawClient(kafka.address) as client:
         joined = _join_new(client, "g", session_ms=100)

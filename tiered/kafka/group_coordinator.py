@@ -18,7 +18,8 @@ replays the topic, so after a restart OffsetFetch answers what was committed, an
 Stable with its members (their session timers restart at the load), so consumers that keep heartbeating go on
 without a rebalance. Offsets of a group that stays Empty expire ``offsets.retention.minutes`` after the later of
 their commit and the group becoming empty (tombstones are written; the group's metadata too once it has no
-offsets left), checked every ``offsets.retention.check.interval.ms``.
+offsets left), checked every ``offsets.retention.check.interval.ms``; an Empty group without offsets is removed
+then. A member id handed out with MEMBER_ID_REQUIRED and not used within the session timeout is forgotten.
 
 Concurrency: one lock over every group; JoinGroup and SyncGroup answer through ``concurrent.futures.Future`` objects
 completed after the lock is released, so no request thread waits for a rebalance.
@@ -155,6 +156,7 @@ class GroupCoordinator:
                 group = self._group(group_id)
                 if require_known_member_id:
                     group.pending_members.add(new_id)
+                    self._expire_pending_member(group, new_id, session_timeout_ms)
                     completions.append((future, JoinResult(ErrorCode.member_id_required, new_id)))
                 else:
                     self._add_member(group, new_id, future, client_id, client_host, session_timeout_ms,
@@ -202,6 +204,25 @@ class GroupCoordinator:
         if group.initial_delay_until is not None:
             group.joined_during_delay = True
         self._rebalance_or_try_complete(group, completions)
+
+    def _expire_pending_member(self, group: Group, member_id: str, session_timeout_ms: int) -> None:
+        """Kafka's ``addPendingMemberExpiration``: a member given an id by MEMBER_ID_REQUIRED that does not join
+        with it within its session timeout is forgotten (a rebalance stops waiting for it), and a group it alone
+        created goes with it, so JoinGroups that never come back hold no memory."""
+
+        def expire() -> None:
+            completions: list[_Completion] = []
+            with self._lock:
+                if member_id not in group.pending_members or self._groups.get(group.group_id) is not group:
+                    return
+                group.pending_members.discard(member_id)
+                if group.state is GroupState.PREPARING_REBALANCE:
+                    self._try_complete_join(group, completions)
+                elif _unused(group):
+                    del self._groups[group.group_id]
+            _complete(completions)
+
+        self._timers.schedule(session_timeout_ms / 1000, expire)
 
     def _rejoin(self, group: Group, member: Member, future: Future[JoinResult], protocols: list[tuple[str, bytes]],
                 session_timeout_ms: int, rebalance_timeout_ms: int, completions: list[_Completion]) -> None:
@@ -567,23 +588,25 @@ class GroupCoordinator:
                 expired = [tp for tp, c in group.offsets.items()
                            if max(c.commit_timestamp, group.state_since_ms) + self.retention_ms <= now_ms]
                 records: list[tuple[bytes, bytes | None]] = [(offset_key(group.group_id, t, p), None) for t, p in expired]
+                # Kafka's cleanupGroupMetadata: an Empty group left without offsets is removed (Dead), with a
+                # tombstone for its metadata when it ever had some
                 drop_group = (len(expired) == len(group.offsets) and not group.pending_members
                               and not group.pending_txn)
-                if drop_group:
+                if drop_group and (expired or group.generation_id > 0):
                     records.append((group_key(group.group_id), None))
-                if not expired:
-                    continue
-                try:
-                    self.offsets_log.append(group.group_id, records)
-                except Exception as exc:
-                    logger.error("group %s: expiring offsets failed: %s", group.group_id, exc)
-                    continue
+                if records:
+                    try:
+                        self.offsets_log.append(group.group_id, records)
+                    except Exception as exc:
+                        logger.error("group %s: expiring offsets failed: %s", group.group_id, exc)
+                        continue
                 for tp in expired:
                     del group.offsets[tp]
                 expired_count += len(expired)
                 if drop_group:
                     del self._groups[group.group_id]
-                logger.info("group %s: %d committed offset(s) expired", group.group_id, len(expired))
+                if expired:
+                    logger.info("group %s: %d committed offset(s) expired", group.group_id, len(expired))
         return expired_count
 
     def _store_group(self, group: Group) -> None:
@@ -615,6 +638,12 @@ class GroupCoordinator:
                         "assignment": m.assignment if stable else b""} for m in group.members.values()]
             return {"state": group.state.value, "protocol_type": group.protocol_type or "",
                     "protocol": group.protocol_name or "", "members": members}
+
+
+def _unused(group: Group) -> bool:
+    """An Empty group that never completed a rebalance and holds nothing: nothing of it was written."""
+    return (group.state is GroupState.EMPTY and group.generation_id == 0 and not group.members
+            and not group.pending_members and not group.offsets and not group.pending_txn)
 
 
 def _complete(completions: list[_Completion]) -> None:
