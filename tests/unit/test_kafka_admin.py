@@ -83,6 +83,32 @@ def test_delete_topics(kafka, version):
     assert kafka.broker.partitions_of("gone") == []
 
 
+def test_deleting_a_topic_removes_its_committed_offsets(tmp_path):
+    """Kafka's onPartitionsDeleted: a topic created again under the name does not resume at the old commits."""
+    def commit(client: RawClient, topic: str) -> None:
+        part = build(8, 8, "OffsetCommitRequestPartition", partition_index=0, committed_offset=42,
+                     committed_leader_epoch=-1, committed_metadata="")
+        body = build(8, 8, group_id="g", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                     topics=(build(8, 8, "OffsetCommitRequestTopic", name=topic, partitions=(part,)),))
+        assert client.call(8, 8, body).topics[0].partitions[0].error_code == ErrorCode.none
+
+    def committed(client: RawClient) -> dict[tuple[str, int], int]:
+        response = client.call(9, 7, build(9, 7, group_id="g", topics=None, require_stable=False))
+        return {(t.name, p.partition_index): p.committed_offset for t in response.topics for p in t.partitions}
+
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        client.call(10, 4, build(10, 4, key_type=0, coordinator_keys=("g",)))
+        _create(client, 7, "gone")
+        _create(client, 7, "kept")
+        commit(client, "gone")
+        commit(client, "kept")
+        response = client.call(20, 5, build(20, 5, topic_names=("gone",), timeout=ms(30_000)))
+        assert response.responses[0].error_code == ErrorCode.none
+        assert committed(client) == {("kept", 0): 42}
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        assert committed(client) == {("kept", 0): 42}  # the tombstone is in __consumer_offsets
+
+
 def test_delete_topic_disabled_and_internal(tmp_path):
     with listener(tmp_path, **{"delete.topic.enable": "false"}) as kafka, RawClient(kafka.address) as client:
         _create(client, 7, "kept")

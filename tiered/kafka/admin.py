@@ -10,7 +10,8 @@ validated by the engine's config definitions (INVALID_CONFIG naming the key and 
   topics TOPIC_ALREADY_EXISTS; ``validate_only`` checks without creating. From v5 the answer carries the topic's
   effective configs.
 - DeleteTopics: ``delete.topic.enable``; internal topics cannot be deleted; a topic holding remote data is refused
-  with POLICY_VIOLATION (the engine would delete its local data only).
+  with POLICY_VIOLATION (the engine would delete its local data only); the groups' committed offsets of a deleted topic are
+  removed (tombstones in ``__consumer_offsets``), as Kafka's group coordinator does.
 - DescribeConfigs: TOPIC resources (every topic key with its value and source: DYNAMIC_TOPIC_CONFIG for an
   override, STATIC_BROKER_CONFIG for a broker key, DEFAULT_CONFIG for Kafka's default; synonyms when asked) and
   BROKER resources (the broker config, read-only).

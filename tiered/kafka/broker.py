@@ -215,6 +215,8 @@ class KafkaBroker:
             for partition in partitions:
                 self.manager.delete_log(topic, partition)
             logger.info("deleted topic %s", topic)
+            if self.coordinator is not None:
+                self.coordinator.on_partitions_deleted(topic, partitions)
 
     def alter_topic_config(self, topic: str, overrides: Mapping[str, str], *, validate_only: bool = False) -> None:
         """Replace the topic's overrides by ``overrides`` (validated first, every partition checked first)."""

@@ -558,6 +558,35 @@ class GroupCoordinator:
                     if pending and commit:
                         group.offsets.update(pending)
 
+    def on_partitions_deleted(self, topic: str, partitions: Iterable[int]) -> int:
+        """Kafka's ``onPartitionsDeleted``: a tombstone for every group's committed offset (pending transactional
+        ones included) of these partitions of a deleted topic, so a topic created again under the name starts
+        with no commit; how many."""
+        deleted = {(topic, p) for p in partitions}
+        removed = 0
+        with self._lock:
+            if self._offsets_log is None:
+                return 0
+            for group in list(self._groups.values()):
+                committed = [tp for tp in group.offsets if tp in deleted]
+                pending = {tp for offsets in group.pending_txn.values() for tp in offsets if tp in deleted}
+                gone = sorted(set(committed) | pending)
+                if not gone:
+                    continue
+                try:
+                    self._offsets_log.append(group.group_id, [(offset_key(group.group_id, t, p), None) for t, p in gone])
+                except Exception as exc:
+                    logger.error("group %s: removing the offsets of deleted topic %s failed: %s", group.group_id,
+                                 topic, exc)
+                    continue
+                for tp in committed:
+                    del group.offsets[tp]
+                for offsets in group.pending_txn.values():
+                    for tp in pending:
+                        offsets.pop(tp, None)
+                removed += len(gone)
+        return removed
+
     def has_pending_txn_offsets(self, group_id: str, tp: tuple[str, int]) -> bool:
         with self._lock:
             group = self._groups.get(group_id)

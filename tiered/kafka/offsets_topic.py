@@ -186,6 +186,8 @@ class OffsetsLog(InternalTopicLog):
                     tp = (key.topic, int(key.partition))
                     if stored.value is None:
                         offsets.get(key.group, {}).pop(tp, None)
+                        for entries in open_txns.values():  # a deleted topic's pending commits go too
+                            entries[:] = [e for e in entries if (e[0], e[1]) != (key.group, tp)]
                     elif stored.producer_id >= 0:
                         open_txns.setdefault((stored.partition, stored.producer_id), []).append(
                             (key.group, tp, decode_offset_value(stored.value)))
