@@ -158,6 +158,27 @@ def test_produce_errors_are_per_partition_and_append_nothing(kafka):
     assert kafka.broker.log("t", 0).log_end_offset == 0
 
 
+def test_produce_request_rules_of_kafkas_validate_records(kafka):
+    """ProduceRequest.validateRecords: one batch per partition; zstd needs v7; what is refused appends nothing."""
+    zstd = _batch(b"z" * 100, compression="zstd")
+    with RawClient(kafka.address) as client:
+        _create(client, "t")
+        cases = {
+            (9, _batch(b"a") + _batch(b"b")): ErrorCode.invalid_record,
+            (3, _batch(b"a") + _batch(b"b")): ErrorCode.invalid_record,
+            (3, zstd): ErrorCode.unsupported_compression_type,
+            (6, zstd): ErrorCode.unsupported_compression_type,
+        }
+        for (version, records), code in cases.items():
+            (p,) = client.call(0, version, produce_request(version, "t", 0, records)).responses[0].partition_responses
+            assert p.error_code == code, (version, code)
+        assert kafka.broker.log("t", 0).log_end_offset == 0
+        for version in (7, 9):  # zstd from v7 on
+            (p,) = client.call(0, version, produce_request(version, "t", 0, zstd)).responses[0].partition_responses
+            assert p.error_code == ErrorCode.none
+    assert kafka.broker.log("t", 0).log_end_offset == 2
+
+
 def test_produce_acks_zero_sends_no_response_and_closes_on_error(kafka):
     with RawClient(kafka.address) as client:
         _create(client, "t")
