@@ -253,6 +253,28 @@ def test_fetch_respects_max_bytes_but_returns_one_whole_batch(kafka):
     assert len(list(MemoryRecords(records).batches())) == 1 and len(records) == len(big)
 
 
+def test_fetch_answers_are_capped_by_fetch_max_bytes(tmp_path):
+    """Kafka caps a consumer's max_bytes by the broker's fetch.max.bytes: one answer's memory is the broker's."""
+    batch = _batch(b"x" * 3000)
+    with listener(tmp_path, **{"fetch.max.bytes": "8192"}) as kafka, RawClient(kafka.address) as client:
+        _create(client, "t")
+        for _ in range(5):
+            client.call(0, 9, produce_request(9, "t", 0, batch))
+        everything = 1 << 30
+        response = client.call(1, 12, fetch_request(12, {"t": {0: 0}}, max_bytes=everything,
+                                                    partition_max_bytes=everything))
+        records = bytes(response.responses[0].partitions[0].records)
+        assert len(records) == 8192  # one whole batch and the start of the next, as Kafka's file slice
+        assert [b.base_offset for b in MemoryRecords(records).batches()] == [0]
+        # a min_bytes the limits cannot reach while more data waits is answered at once, not at max_wait
+        for partition_max_bytes in (everything, 7000):
+            response = client.call(1, 12, fetch_request(12, {"t": {0: 1}}, max_bytes=everything, min_bytes=1 << 20,
+                                                        partition_max_bytes=partition_max_bytes,
+                                                        max_wait_ms=3_600_000))
+            records = bytes(response.responses[0].partitions[0].records)
+            assert [b.base_offset for b in MemoryRecords(records).batches()] == [1]
+
+
 def test_fetch_long_poll_is_woken_by_an_append(kafka):
     with RawClient(kafka.address) as client:
         _create(client, "t")
