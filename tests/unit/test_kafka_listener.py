@@ -301,6 +301,36 @@ def test_fetch_long_poll_is_woken_by_an_append(kafka):
     assert result["elapsed"] < 120  # woken by the append, not by max_wait_ms
 
 
+def test_fetch_long_poll_is_woken_by_an_append_of_any_path(tmp_path):
+    """An append that does not come through the listener (the HTTP endpoint's, ``tiered produce``'s: Log.append in
+    this process) wakes a waiting fetch too, on a log loaded at start as on one created since."""
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        _create(client, "loaded")
+    with listener(tmp_path) as kafka:
+        manager = kafka.broker.manager
+        for topic in ("loaded", "created"):
+            log = manager.get_or_create_log(topic, 0)
+            with RawClient(kafka.address) as consumer:
+                from tests.kafkautil import encode_request
+
+                consumer.send(encode_request(1, 12, fetch_request(12, {topic: {0: 0}}, max_wait_ms=3_600_000)))
+                deadline = time.monotonic() + 60
+                while not kafka.broker.appends._waiters and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert kafka.broker.appends._waiters, "the fetch never waited"
+                log.append(_batch(b"from elsewhere"))
+                frame = consumer.read_frame()  # within the client's read bound, far below max_wait_ms
+                assert frame is not None
+                from tests.kafkautil import decode_response
+
+                (p,) = decode_response(1, 12, frame)[1].responses[0].partitions
+                assert [r.value for b in MemoryRecords(bytes(p.records)).batches() for r in b.records()] == [
+                    b"from elsewhere"]
+        listener_count = len(manager._append_listeners)
+        kafka.stop()
+        assert len(manager._append_listeners) == listener_count - 1
+
+
 def test_fetch_long_poll_ends_empty_at_max_wait(kafka):
     with RawClient(kafka.address) as client:
         _create(client, "t")

@@ -50,7 +50,6 @@ def handle_produce(broker: KafkaBroker, request: Request) -> Any:
     module = request.response_module
     acks = int(body.acks)
     topics = []
-    appended = False
     failed: list[str] = []
     for topic_data in body.topic_data:
         partitions = []
@@ -60,13 +59,10 @@ def handle_produce(broker: KafkaBroker, request: Request) -> Any:
                                 f"acks must be -1, 0 or 1, got {acks}")
             else:
                 answer = _append(broker, module, request.api_version, topic_data.name, data.index, data.records)
-                appended |= answer.error_code == ErrorCode.none
             if answer.error_code != ErrorCode.none:
                 failed.append(f"{topic_data.name}-{data.index}: {answer.error_code.name}")
             partitions.append(answer)
         topics.append(make(module, "TopicProduceResponse", name=topic_data.name, partition_responses=tuple(partitions)))
-    if appended:
-        broker.appends.notify()
     if acks == 0:
         if failed:
             raise ProtocolError(f"a produce request with acks=0 failed ({'; '.join(failed)})")

@@ -349,7 +349,6 @@ class TxnCoordinator:
                 offsets_partitions.add(partition)
         if coordinator is not None and offsets_partitions:
             coordinator.complete_txn(meta.producer_id, offsets_partitions, commit)
-        self._broker.appends.notify()  # READ_COMMITTED fetches waiting for the last stable offset to move
         logger.info("transactional id %s: %s (producer %d epoch %d, %d partition(s))", meta.transactional_id,
                     "committed" if commit else "aborted", meta.producer_id, meta.producer_epoch, len(meta.partitions))
         return self._persist(dataclasses.replace(
