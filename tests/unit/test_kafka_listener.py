@@ -348,12 +348,19 @@ def test_read_committed_fetch_lists_aborted_transactions_and_stops_at_the_lso(ka
     log.append(MemoryRecords.build([SimpleRecord(b"k", b"aborted")], producer_id=9, producer_epoch=0,
                                    base_sequence=0, is_transactional=True))
     log.append(MemoryRecords.end_transaction_marker(9, 0, commit=False), origin=AppendOrigin.COORDINATOR)
-    log.append(MemoryRecords.build([SimpleRecord(b"k", b"open")], producer_id=10, producer_epoch=0,
+    later = int(time.time() * 1000) + 60_000  # the open transaction's record has the largest timestamp
+    log.append(MemoryRecords.build([SimpleRecord(later, b"k", b"open")], producer_id=10, producer_epoch=0,
                                    base_sequence=0, is_transactional=True))
     with RawClient(kafka.address) as client:
         committed = client.call(1, 12, fetch_request(12, {"t": {0: 0}}, isolation_level=1))
         uncommitted = client.call(1, 12, fetch_request(12, {"t": {0: 0}}, isolation_level=0))
         latest_committed = client.call(2, 9, list_offsets_request(9, "t", 0, -1, isolation_level=1))
+        # -3 and a timestamp are found only below what the isolation level may read (Kafka's lastFetchableOffset)
+        for timestamp in (-3, later):
+            (found,) = client.call(2, 9, list_offsets_request(9, "t", 0, timestamp, isolation_level=1)).topics[0].partitions
+            assert (found.error_code, found.offset, found.timestamp) == (ErrorCode.none, -1, -1)
+            (found,) = client.call(2, 9, list_offsets_request(9, "t", 0, timestamp, isolation_level=0)).topics[0].partitions
+            assert (found.offset, found.timestamp) == (2, later)
     (c,) = committed.responses[0].partitions
     assert [(a.producer_id, a.first_offset) for a in c.aborted_transactions] == [(9, 0)]
     assert c.last_stable_offset == 2
