@@ -69,7 +69,18 @@ def test_api_versions_above_ours_is_answered_in_v0_with_unsupported_version(kafk
     correlation, response = decode_response(18, 0, frame)
     assert correlation == 7
     assert response.error_code == ErrorCode.unsupported_version
-    assert {k.api_key: (k.min_version, k.max_version) for k in response.api_keys} == SUPPORTED
+    # KIP-511: ApiVersions' own range only, from which the client picks the version to retry with
+    assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys] == [(18, *SUPPORTED[18])]
+
+
+@pytest.mark.parametrize("name,version", [("", "1"), ("bad name", "1"), ("ok", "1.0-"), ("-x", "1")])
+def test_api_versions_refuses_a_client_software_name_kafka_refuses(kafka, name, version):
+    with RawClient(kafka.address) as client:
+        body = build(18, 3, client_software_name=name, client_software_version=version)
+        response = client.call(18, 3, body)
+        assert (response.error_code, response.api_keys) == (ErrorCode.invalid_request, ())
+        good = client.call(18, 3, build(18, 3, client_software_name="librdkafka", client_software_version="2.6.1"))
+        assert good.error_code == ErrorCode.none and good.api_keys
 
 
 # Metadata ----------------------------------------------------------------------------------------------------
