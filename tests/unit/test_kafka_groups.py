@@ -47,6 +47,8 @@ def test_older_offset_values_are_read():
     v1 = struct.pack(">hq", 1, 6) + _s("") + struct.pack(">qq", 100, 200)
     assert decode_offset_value(v0) == CommittedOffset(5, -1, "m", 99)
     assert decode_offset_value(v1) == CommittedOffset(6, -1, "", 100)
+    v2 = struct.pack(">hq", 2, 7) + _s("x") + struct.pack(">q", 101)  # Kafka 2.1-IV0's, v0's fields
+    assert decode_offset_value(v2) == CommittedOffset(7, -1, "x", 101)
     with pytest.raises(ValueError, match="version 9"):
         decode_offset_value(struct.pack(">h", 9) + b"\0" * 20)
     with pytest.raises(ValueError, match="cannot be decoded"):
