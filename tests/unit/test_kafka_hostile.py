@@ -306,3 +306,39 @@ def test_a_connection_waiting_for_its_answer_is_not_idle(tmp_path):
             frame = b.read_frame()
             assert frame is not None, "the waiting connection was closed as idle"
             assert decode_response(11, 5, frame)[1].generation_id == 2
+
+
+def test_stop_with_requests_waiting_closes_them_quietly(tmp_path, caplog):
+    """tiered run's stop with a JoinGroup waiting for a rebalance, a fetch long-polling and an idle connection: each
+    connection is closed, stop returns, and nothing is logged as an error (no callback fails on a cancelled answer)."""
+    import logging
+
+    from tests.kafkautil import ms
+
+    caplog.set_level(logging.WARNING)
+    with listener(tmp_path, **{"group.initial.rebalance.delay.ms": "3600000"}) as kafka:  # the join waits
+        clients = [RawClient(kafka.address) for _ in range(3)]
+        try:
+            joiner, poller, idle = clients
+            idle.call(3, 12, metadata_request(12, ["t"]))
+            protocols = (build(11, 5, "JoinGroupRequestProtocol", name="range", metadata=b""),)
+            join = build(11, 5, group_id="g", session_timeout=ms(30_000), rebalance_timeout=ms(60_000),
+                         member_id="", group_instance_id=None, protocol_type="consumer", protocols=protocols)
+            member_id = joiner.call(11, 5, join).member_id
+            joiner.send(encode_request(11, 5, build(11, 5, group_id="g", session_timeout=ms(30_000),
+                                                    rebalance_timeout=ms(60_000), member_id=member_id,
+                                                    group_instance_id=None, protocol_type="consumer",
+                                                    protocols=protocols)))
+            poller.send(encode_request(1, 12, fetch_request(12, {"t": {0: 0}}, max_wait_ms=3_600_000)))
+            # the listener waits for both: the join for the group's first rebalance, the fetch for data
+            deadline = time.monotonic() + LIMIT
+            while not kafka.broker.appends._waiters and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert kafka.broker.appends._waiters
+            kafka.stop()
+            assert [c.closed_by_server() for c in clients] == [True, True, True]
+        finally:
+            for c in clients:
+                c.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]

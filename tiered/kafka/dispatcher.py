@@ -133,6 +133,8 @@ class Dispatcher:
             encoded: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
             def done(future: concurrent.futures.Future[Any]) -> None:
+                if encoded.done():  # cancelled: the connection is gone (a stop while a JoinGroup waited)
+                    return
                 try:
                     encoded.set_result(self._finish(request, future.result()))
                 except BaseException as exc:  # the server logs it and closes the connection

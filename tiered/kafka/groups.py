@@ -32,6 +32,8 @@ def _then(future: Future[Any], fn: Any) -> Future[Any]:
     out: Future[Any] = Future()
 
     def done(f: Future[Any]) -> None:
+        if out.done():  # cancelled: nobody waits for the answer any more
+            return
         try:
             out.set_result(fn(f.result()))
         except BaseException as exc:
