@@ -73,6 +73,26 @@ def test_create_topics_refusals_and_validate_only(kafka):
     assert sorted(kafka.broker.topics()) == ["dflt"]
 
 
+def test_create_topics_refuses_an_excessively_large_request_as_a_whole(kafka):
+    """Kafka's controller refuses an operation of more than 10,000 records (POLICY_VIOLATION) before it creates
+    anything: a careless --partitions 10001 makes no partition dir; many duplicate names are answered quickly."""
+    with RawClient(kafka.address) as client:
+        huge = _create(client, 7, "huge", partitions=10_001)
+        assert (huge.error_code, huge.error_message) == (ErrorCode.policy_violation,
+                                                         "Unable to perform excessively large batch operation.")
+        topics = tuple(build(19, 7, "CreatableTopic", name=name, num_partitions=1, replication_factor=1,
+                             assignments=(), configs=()) for name in ("small", "big"))
+        topics += (build(19, 7, "CreatableTopic", name="big", num_partitions=9_999, replication_factor=1,
+                         assignments=(), configs=()),)
+        response = client.call(19, 7, build(19, 7, topics=topics, timeout=ms(30_000), validate_only=False))
+        assert {t.error_code for t in response.topics} == {ErrorCode.policy_violation}
+        many = tuple(build(19, 7, "CreatableTopic", name="dup", num_partitions=1, replication_factor=1,
+                           assignments=(), configs=()) for _ in range(5_000))
+        response = client.call(19, 7, build(19, 7, topics=many, timeout=ms(30_000), validate_only=False))
+        assert {t.error_code for t in response.topics} == {ErrorCode.invalid_request}
+    assert kafka.broker.topics() == {}
+
+
 @pytest.mark.parametrize("version", range(SUPPORTED[20][0], SUPPORTED[20][1] + 1))
 def test_delete_topics(kafka, version):
     with RawClient(kafka.address) as client:
