@@ -101,7 +101,7 @@ def test_coordinator_errors(kafka):
         assert _init(client, "tx", timeout_ms=10**9)[0] == ErrorCode.invalid_transaction_timeout
         _, pid, epoch = _init(client, "tx")
         assert _add(client, "tx", pid + 100, epoch, "t", 0) == {0: ErrorCode.invalid_producer_id_mapping}
-        assert _add(client, "tx", pid, epoch + 1, "t", 0) == {0: ErrorCode.invalid_producer_epoch}
+        assert _add(client, "tx", pid, epoch + 1, "t", 0) == {0: ErrorCode.producer_fenced}
         assert _add(client, "tx", pid, epoch, "t", 0, 9) == {0: ErrorCode.operation_not_attempted,
                                                             9: ErrorCode.unknown_topic_or_partition}
         assert _end(client, "tx", pid, epoch, True) == ErrorCode.invalid_txn_state  # nothing begun
@@ -117,7 +117,15 @@ def test_a_new_producer_fences_the_old_one_and_aborts_its_transaction(kafka):
         assert (error, pid2, epoch2) == (ErrorCode.none, pid, epoch + 1)
         assert kafka.broker.log("t", 0).last_stable_offset == kafka.broker.log("t", 0).log_end_offset
         assert _send(old, "t", pid, epoch, 1, b"late") == ErrorCode.invalid_producer_epoch
-        assert _end(old, "tx", pid, epoch, True) == ErrorCode.invalid_producer_epoch
+        assert _end(old, "tx", pid, epoch, True) == ErrorCode.producer_fenced
+        # versions older than PRODUCER_FENCED get INVALID_PRODUCER_EPOCH (KafkaApis' rule)
+        assert old.call(26, 1, build(26, 1, transactional_id="tx", producer_id=pid, producer_epoch=epoch,
+                                     committed=True)).error_code == ErrorCode.invalid_producer_epoch
+        for version, code in ((4, ErrorCode.producer_fenced), (3, ErrorCode.invalid_producer_epoch)):
+            bump = old.call(22, version, build(22, version, transactional_id="tx", producer_id=pid + 1,
+                                               producer_epoch=epoch,
+                                               transaction_timeout=datetime.timedelta(milliseconds=60_000)))
+            assert bump.error_code == code  # a bump by a producer id that is not the transactional id's
         _add(new, "tx", pid2, epoch2, "t", 0)
         assert _send(new, "t", pid2, epoch2, 0, b"fresh") == ErrorCode.none
         assert _end(new, "tx", pid2, epoch2, True) == ErrorCode.none
@@ -132,7 +140,7 @@ def test_a_transaction_open_past_its_timeout_is_aborted(kafka):
         txn = kafka.broker.txn_coordinator
         assert txn.abort_timed_out(int(time.time() * 1000)) == 0
         assert txn.abort_timed_out(int(time.time() * 1000) + 1001) == 1
-        assert _end(client, "tx", pid, epoch, True) == ErrorCode.invalid_producer_epoch  # fenced by the abort
+        assert _end(client, "tx", pid, epoch, True) == ErrorCode.producer_fenced  # fenced by the abort
     assert _committed_values(kafka, "t") == []
     assert kafka.broker.log("t", 0).last_stable_offset == kafka.broker.log("t", 0).log_end_offset
 

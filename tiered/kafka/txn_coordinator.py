@@ -12,6 +12,9 @@ ABORT marker to every partition of the transaction (through ``Log.append`` with 
 completes the transaction in its producer state, its transaction index and the last stable offset), applies or
 drops the offsets TxnOffsetCommit stored for the groups, and the transaction is complete.
 
+A producer whose epoch is not the id's current one is PRODUCER_FENCED, as Kafka's coordinator answers (the
+handlers answer INVALID_PRODUCER_EPOCH to the request versions older than that code, as KafkaApis does).
+
 States as Kafka's (Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort). Each change is
 appended to ``__transaction_state`` (compacted, ``transaction.state.log.num.partitions`` partitions, Kafka's
 ``TransactionLogKey``/``TransactionLogValue`` v0 in :mod:`tiered.kafka.txn_schema`) before it is applied: the
@@ -214,7 +217,7 @@ class TxnCoordinator:
                     meta = self._persist(new)
                     return ErrorCode.none, meta.producer_id, meta.producer_epoch
                 if producer_id >= 0 and (producer_id, producer_epoch) != (meta.producer_id, meta.producer_epoch):
-                    return ErrorCode.invalid_producer_epoch, -1, -1  # KIP-360: only the current producer may bump
+                    return ErrorCode.producer_fenced, -1, -1  # KIP-360: only the current producer may bump
                 if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                     meta = self._complete(meta, meta.state is TxnState.PREPARE_COMMIT)
                 if meta.state is TxnState.ONGOING:
@@ -248,7 +251,7 @@ class TxnCoordinator:
         if meta is None or meta.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping, None
         if producer_epoch != meta.producer_epoch:
-            return ErrorCode.invalid_producer_epoch, None
+            return ErrorCode.producer_fenced, None
         if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             return ErrorCode.concurrent_transactions, None
         return ErrorCode.none, meta
@@ -315,7 +318,7 @@ class TxnCoordinator:
             if meta is None or meta.producer_id != producer_id:
                 return ErrorCode.invalid_producer_id_mapping
             if producer_epoch != meta.producer_epoch:
-                return ErrorCode.invalid_producer_epoch
+                return ErrorCode.producer_fenced
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
             if meta.state is done:
                 return ErrorCode.none  # a retry of the EndTxn that completed it
