@@ -115,6 +115,13 @@ def _commit(client: RawClient, group: str, generation: int, member_id: str, offs
     return {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
 
 
+def _topic(client: RawClient, name: str = "t", partitions: int = 2) -> None:
+    topic = build(19, 7, "CreatableTopic", name=name, num_partitions=partitions, replication_factor=1, assignments=(),
+                  configs=())
+    response = client.call(19, 7, build(19, 7, topics=(topic,), timeout=ms(30_000), validate_only=False))
+    assert response.topics[0].error_code in (ErrorCode.none, ErrorCode.topic_already_exists)
+
+
 def _fetch_offsets(client: RawClient, group: str, version: int = 7):
     response = client.call(9, version, build(9, version, group_id=group, topics=None, require_stable=False))
     return {(t.name, p.partition_index): (p.committed_offset, p.metadata) for t in response.topics for p in t.partitions}
@@ -141,6 +148,7 @@ def test_find_coordinator_names_this_node_and_creates_the_offsets_topic(tmp_path
 
 def test_join_sync_heartbeat_rebalance_and_leave(tmp_path: Path):
     with listener(tmp_path) as kafka, RawClient(kafka.address) as a, RawClient(kafka.address) as b:
+        _topic(a)
         joined = _join_new(a, "g")
         assert joined.error_code == ErrorCode.none and joined.generation_id == 1
         assert joined.leader == joined.member_id
@@ -208,6 +216,7 @@ def test_join_refusals(tmp_path: Path):
 
 def test_commit_and_fetch_offsets_survive_a_restart(tmp_path: Path):
     with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        _topic(client)
         joined = _join_new(client, "g")
         _sync(client, "g", joined.generation_id, joined.member_id, {joined.member_id: b"x"})
         result = _commit(client, "g", joined.generation_id, joined.member_id, {("t", 0): 10, ("t", 1): 20}, "m")
@@ -243,6 +252,7 @@ def test_commit_and_fetch_offsets_survive_a_restart(tmp_path: Path):
 def test_commit_refusals_follow_kafkas_validate_offset_commit(tmp_path: Path):
     """OffsetMetadataManager.validateOffsetCommit and ClassicGroup.validateOffsetCommit, case by case."""
     with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        _topic(client)
         # no such group: a commit outside any generation creates it; one naming a generation is stale
         assert _commit(client, "nobody", 3, "m-1", {("t", 0): 1}) == {("t", 0): ErrorCode.illegal_generation}
         assert _fetch_offsets(client, "nobody") == {}
@@ -252,7 +262,12 @@ def test_commit_refusals_follow_kafkas_validate_offset_commit(tmp_path: Path):
         assert _commit(client, "g", -1, "", {("t", 0): 1}) == {("t", 0): ErrorCode.unknown_member_id}
         assert _commit(client, "g", joined.generation_id, "", {("t", 0): 1}) == {("t", 0): ErrorCode.unknown_member_id}
         assert _commit(client, "g", joined.generation_id, joined.member_id, {("t", 0): 2}) == {("t", 0): ErrorCode.none}
-        assert _fetch_offsets(client, "g") == {("t", 0): (2, "")}
+        # KafkaApis: a partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION, the others are committed
+        assert _commit(client, "g", joined.generation_id, joined.member_id,
+                       {("t", 1): 4, ("t", 7): 4, ("gone", 0): 4}) == {
+            ("t", 1): ErrorCode.none, ("t", 7): ErrorCode.unknown_topic_or_partition,
+            ("gone", 0): ErrorCode.unknown_topic_or_partition}
+        assert _fetch_offsets(client, "g") == {("t", 0): (2, ""), ("t", 1): (4, "")}
 
 
 def test_member_ids_never_used_are_forgotten_with_their_groups(tmp_path: Path):
@@ -304,6 +319,7 @@ def test_a_member_that_stops_heartbeating_is_removed(tmp_path: Path):
 
 def test_offsets_of_an_empty_group_expire_with_tombstones(tmp_path: Path):
     with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        _topic(client)
         assert _commit(client, "old", -1, "", {("t", 0): 3}) == {("t", 0): ErrorCode.none}
         coordinator = kafka.broker.coordinator
         assert coordinator.expire_offsets(int(time.time() * 1000)) == 0  # not yet

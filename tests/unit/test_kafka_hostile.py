@@ -145,7 +145,7 @@ print("served")
     assert (done.returncode, done.stdout.strip()) == (0, "served"), done.stderr[-2000:]
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from([(k, v) for k, (low, high) in sorted(SUPPORTED.items()) for v in range(low, high + 1)])
        .flatmap(lambda kv: st.from_type(load_request_schema(*kv))))
 def test_the_length_walk_ends_where_kio_encoded_every_request_served(entity):

@@ -145,10 +145,10 @@ def test_a_transaction_open_past_its_timeout_is_aborted(kafka):
     assert kafka.broker.log("t", 0).last_stable_offset == kafka.broker.log("t", 0).log_end_offset
 
 
-def _txn_commit(client: RawClient, txn_id: str, group: str, pid: int, epoch: int, offset: int):
+def _txn_commit(client: RawClient, txn_id: str, group: str, pid: int, epoch: int, offset: int, topic: str = "t"):
     p = build(28, 3, "TxnOffsetCommitRequestPartition", partition_index=0, committed_offset=offset,
               committed_leader_epoch=-1, committed_metadata="m")
-    t = build(28, 3, "TxnOffsetCommitRequestTopic", name="t", partitions=(p,))
+    t = build(28, 3, "TxnOffsetCommitRequestTopic", name=topic, partitions=(p,))
     r = client.call(28, 3, build(28, 3, transactional_id=txn_id, group_id=group, producer_id=pid, producer_epoch=epoch,
                                  generation_id=-1, member_id="", group_instance_id=None, topics=(t,)))
     return r.topics[0].partitions[0].error_code
@@ -171,6 +171,7 @@ def test_offsets_committed_in_a_transaction(tmp_path, commit):
                                          group_id="g"))
         assert added.error_code == ErrorCode.none
         assert _txn_commit(client, "tx", "g", pid, epoch, 7) == ErrorCode.none
+        assert _txn_commit(client, "tx", "g", pid, epoch, 7, topic="nope") == ErrorCode.unknown_topic_or_partition
         assert _fetch_offset(client, "g") == (ErrorCode.none, -1)  # not before the transaction commits
         assert _fetch_offset(client, "g", stable=True) == (ErrorCode.unstable_offset_commit, -1)
         assert _end(client, "tx", pid, epoch, commit) == ErrorCode.none

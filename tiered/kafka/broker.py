@@ -143,6 +143,12 @@ class KafkaBroker:
             return []
         return sorted(p for t, p in self.manager.partitions() if t == topic)
 
+    def known_partitions(self, topics: set[str]) -> set[tuple[str, int]]:
+        """The partitions of these topics that exist, online or in an offline data dir (Kafka's metadata cache)."""
+        known = {(t, p) for t, p in self.manager.partitions() if t in topics and t not in HIDDEN_TOPICS}
+        known.update((t, p) for t, p in self.manager.offline_partitions if t in topics)
+        return known
+
     def log(self, topic: str, partition: int) -> Log | None:
         return None if topic in HIDDEN_TOPICS else self.manager.get_log(topic, partition)
 

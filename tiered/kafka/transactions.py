@@ -9,6 +9,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tiered.kafka.broker import KafkaBroker
+from tiered.kafka.groups import split_unknown_partitions
 from tiered.kafka.internal_topic import Producer
 from tiered.kafka.protocol import NO_THROTTLE, Request, make
 from tiered.kafka.txn_coordinator import TxnCoordinator
@@ -65,6 +66,7 @@ def handle_txn_offset_commit(broker: KafkaBroker, request: Request) -> Any:
     offsets = {(t.name, p.partition_index): (int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
                                              p.committed_metadata)
                for t in body.topics for p in t.partitions}
+    offsets, unknown = split_unknown_partitions(broker, offsets)
     error = _txn(broker).check_txn_offset_commit(body.transactional_id, int(body.producer_id),
                                                  int(body.producer_epoch), body.group_id)
     if error is ErrorCode.none:
@@ -75,6 +77,7 @@ def handle_txn_offset_commit(broker: KafkaBroker, request: Request) -> Any:
     else:  # a fenced producer's commit: the engine's INVALID_PRODUCER_EPOCH, as Kafka's group coordinator answers
         results = dict.fromkeys(offsets, ErrorCode.invalid_producer_epoch
                                 if error is ErrorCode.producer_fenced else error)
+    results.update(unknown)
     topics = tuple(make(module, "TxnOffsetCommitResponseTopic", name=t.name, partitions=tuple(
         make(module, "TxnOffsetCommitResponsePartition", partition_index=p.partition_index,
              error_code=results[(t.name, p.partition_index)]) for p in t.partitions)) for t in body.topics)
