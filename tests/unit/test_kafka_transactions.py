@@ -81,6 +81,8 @@ def test_commit_and_abort(kafka):
         assert _send(client, "t", pid, epoch, 0, b"a", b"b") == ErrorCode.none
         log = kafka.broker.log("t", 0)
         assert log.last_stable_offset == 0  # the transaction is open
+        # a batch claiming a later epoch than the coordinator's would fence the producer's own markers
+        assert _send(client, "t", pid, epoch + 1, 0, b"forged") == ErrorCode.invalid_producer_epoch
         assert _end(client, "tx", pid, epoch, True) == ErrorCode.none
         assert log.last_stable_offset == log.log_end_offset == 3  # two records and the COMMIT marker
         assert _end(client, "tx", pid, epoch, True) == ErrorCode.none  # a retry

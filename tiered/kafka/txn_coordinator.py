@@ -304,7 +304,7 @@ class TxnCoordinator:
             meta = self._txns.get(transactional_id) if transactional_id is not None else None
             if meta is None:
                 return ErrorCode.invalid_producer_id_mapping
-            if producer_epoch < meta.producer_epoch:
+            if producer_epoch != meta.producer_epoch:  # a later epoch too: it would fence the producer's markers
                 return ErrorCode.invalid_producer_epoch
             if meta.state is not TxnState.ONGOING or (topic, partition) not in meta.partitions:
                 return ErrorCode.invalid_txn_state
