@@ -163,6 +163,7 @@ _BROKER_DEFS = [
     # queued.max.request.bytes (Kafka: -1, no bound), so that what clients send is bounded in memory.
     _Def(None, "socket.request.max.bytes", "socket_request_max_bytes", _long(1, INT_MAX), 104_857_600),
     _Def(None, "queued.max.request.bytes", "queued_max_request_bytes", _long(1), 512 * MIB),
+    _Def(None, "fetch.max.bytes", "fetch_max_bytes", _long(1024, INT_MAX), 57_671_680),
     _Def(None, "connections.max.idle.ms", "connections_max_idle_ms", _long(1), 600_000),
     _Def(None, "max.connections", "max_connections", _long(0, INT_MAX), INT_MAX),
     _Def(None, "num.io.threads", "num_io_threads", _long(1, INT_MAX), 8),
@@ -338,6 +339,7 @@ class LogConfig:
     broker_id: int
     socket_request_max_bytes: int
     queued_max_request_bytes: int
+    fetch_max_bytes: int
     connections_max_idle_ms: int
     max_connections: int
     num_io_threads: int

@@ -173,6 +173,9 @@ class Log:
         # Called (under the log lock) each time the log start offset moves, before anything below it is deleted:
         # the LogManager writes its log-start-offset checkpoint there.
         self.log_start_offset_checkpointer: Callable[[Log], None] | None = None
+        # Called (outside the log lock) after each append that wrote records: the LogManager tells its append
+        # listeners (the Kafka listener wakes the fetches waiting for data, whichever path appended).
+        self.append_listener: Callable[[Log], None] | None = None
         self._log_start_checkpoint_failed = False
         active = segments.active_segment
         assert active is not None, "a loaded log always has an active segment"
@@ -439,14 +442,18 @@ class Log:
         data = records.buffer if isinstance(records, MemoryRecords) else records
         epoch = self._leader_epoch if leader_epoch is None else leader_epoch
         try:
+            info = None
             if origin is AppendOrigin.CLIENT and self._plain_limits is not None:
                 info = self._append_plain_batch(data if type(data) is bytes else _unchangeable(data), epoch)
-                if info is not None:
-                    return info
-            # Our own copy: offsets and the epoch are patched into it.
-            return self._append(bytearray(data), origin, True, epoch)
+            if info is None:
+                # Our own copy: offsets and the epoch are patched into it.
+                info = self._append(bytearray(data), origin, True, epoch)
         except OSError as exc:  # a write, a roll, an index, a snapshot or a checkpoint failed: the dir goes offline
             self._handle_io_error("appending to", exc)
+        listener = self.append_listener
+        if listener is not None and info.first_offset >= 0 and not info.duplicate:
+            listener(self)
+        return info
 
     def append_as_follower(self, records: MemoryRecords | bytes | bytearray) -> LogAppendInfo:
         """Append batches whose offsets and epochs were assigned by a leader; out-of-order offsets are rejected."""

@@ -34,7 +34,7 @@ import threading
 import time as _time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +128,7 @@ class LogManager:
         self._offline_lock = threading.Lock()
         self.log_dir_failure_channel = LogDirFailureChannel()
         self.log_dir_failure_channel.add_listener(self._on_log_dir_failure)
+        self._append_listeners: tuple[Callable[[Log], None], ...] = ()
         self.load_stats: dict[str, dict[str, Any]] = {}
         self._topic_configs: dict[str, Mapping[str, Any]] = {}  # topic -> overrides (persisted per partition)
         self._closed = False
@@ -387,6 +388,7 @@ class LogManager:
                     metrics.REMAINING_LOGS_TO_LOAD.labels(label).set(remaining)
                 return
             log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
+            log.append_listener = self._appended
             with self._offline_lock:
                 self._logs[(topic, partition)] = log
                 self._log_dirs_of[(topic, partition)] = data_dir
@@ -483,6 +485,24 @@ class LogManager:
         atomic_write(partition_dir / TOPIC_CONFIG_FILENAME, text.encode())
 
     # ------------------------------------------------------------------------------------------------------
+    # Append listeners
+
+    def add_append_listener(self, listener: Callable[[Log], None]) -> None:
+        """Call ``listener(log)`` after every append that writes records to any log of this manager, from the
+        appending thread, outside the log's lock (Kafka's purgatory check after an append: the Kafka listener
+        wakes its waiting fetches there, whichever path appended). It must be quick and must not raise."""
+        with self._offline_lock:
+            self._append_listeners = (*self._append_listeners, listener)
+
+    def remove_append_listener(self, listener: Callable[[Log], None]) -> None:
+        with self._offline_lock:
+            self._append_listeners = tuple(x for x in self._append_listeners if x != listener)
+
+    def _appended(self, log: Log) -> None:
+        for listener in self._append_listeners:
+            listener(log)
+
+    # ------------------------------------------------------------------------------------------------------
     # Logs
 
     def get_or_create_log(
@@ -563,6 +583,7 @@ class LogManager:
                     self._logs[key] = log
                     self._log_dirs_of[key] = data_dir
                     log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
+                    log.append_listener = self._appended
                     return log
                 failed = OfflinePartition(topic, partition, data_dir, str(pdir), dir_failure, True)
                 self.offline_partitions[key] = failed

@@ -60,6 +60,8 @@ DESCRIPTIONS: dict[str, str] = {
     "socket.request.max.bytes": "Largest request a Kafka client may send; a larger frame closes its connection.",
     "queued.max.request.bytes": "Bytes of requests read and not yet answered, over all connections; a connection "
                                 "waits before reading more (Kafka's default is -1, no bound).",
+    "fetch.max.bytes": "Most record bytes one Fetch answer holds, whatever the client asks (one whole batch at "
+                       "least).",
     "connections.max.idle.ms": "Close a Kafka client connection idle (or stalled mid-request) this long.",
     "max.connections": "Kafka client connections accepted at once; more are closed at once.",
     "num.io.threads": "Threads running Kafka requests against the engine.",

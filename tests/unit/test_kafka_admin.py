@@ -73,6 +73,26 @@ def test_create_topics_refusals_and_validate_only(kafka):
     assert sorted(kafka.broker.topics()) == ["dflt"]
 
 
+def test_create_topics_refuses_an_excessively_large_request_as_a_whole(kafka):
+    """Kafka's controller refuses an operation of more than 10,000 records (POLICY_VIOLATION) before it creates
+    anything: a careless --partitions 10001 makes no partition dir; many duplicate names are answered quickly."""
+    with RawClient(kafka.address) as client:
+        huge = _create(client, 7, "huge", partitions=10_001)
+        assert (huge.error_code, huge.error_message) == (ErrorCode.policy_violation,
+                                                         "Unable to perform excessively large batch operation.")
+        topics = tuple(build(19, 7, "CreatableTopic", name=name, num_partitions=1, replication_factor=1,
+                             assignments=(), configs=()) for name in ("small", "big"))
+        topics += (build(19, 7, "CreatableTopic", name="big", num_partitions=9_999, replication_factor=1,
+                         assignments=(), configs=()),)
+        response = client.call(19, 7, build(19, 7, topics=topics, timeout=ms(30_000), validate_only=False))
+        assert {t.error_code for t in response.topics} == {ErrorCode.policy_violation}
+        many = tuple(build(19, 7, "CreatableTopic", name="dup", num_partitions=1, replication_factor=1,
+                           assignments=(), configs=()) for _ in range(5_000))
+        response = client.call(19, 7, build(19, 7, topics=many, timeout=ms(30_000), validate_only=False))
+        assert {t.error_code for t in response.topics} == {ErrorCode.invalid_request}
+    assert kafka.broker.topics() == {}
+
+
 @pytest.mark.parametrize("version", range(SUPPORTED[20][0], SUPPORTED[20][1] + 1))
 def test_delete_topics(kafka, version):
     with RawClient(kafka.address) as client:
@@ -81,6 +101,32 @@ def test_delete_topics(kafka, version):
     codes = {r.name: r.error_code for r in response.responses}
     assert codes == {"gone": ErrorCode.none, "never": ErrorCode.unknown_topic_or_partition}
     assert kafka.broker.partitions_of("gone") == []
+
+
+def test_deleting_a_topic_removes_its_committed_offsets(tmp_path):
+    """Kafka's onPartitionsDeleted: a topic created again under the name does not resume at the old commits."""
+    def commit(client: RawClient, topic: str) -> None:
+        part = build(8, 8, "OffsetCommitRequestPartition", partition_index=0, committed_offset=42,
+                     committed_leader_epoch=-1, committed_metadata="")
+        body = build(8, 8, group_id="g", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                     topics=(build(8, 8, "OffsetCommitRequestTopic", name=topic, partitions=(part,)),))
+        assert client.call(8, 8, body).topics[0].partitions[0].error_code == ErrorCode.none
+
+    def committed(client: RawClient) -> dict[tuple[str, int], int]:
+        response = client.call(9, 7, build(9, 7, group_id="g", topics=None, require_stable=False))
+        return {(t.name, p.partition_index): p.committed_offset for t in response.topics for p in t.partitions}
+
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        client.call(10, 4, build(10, 4, key_type=0, coordinator_keys=("g",)))
+        _create(client, 7, "gone")
+        _create(client, 7, "kept")
+        commit(client, "gone")
+        commit(client, "kept")
+        response = client.call(20, 5, build(20, 5, topic_names=("gone",), timeout=ms(30_000)))
+        assert response.responses[0].error_code == ErrorCode.none
+        assert committed(client) == {("kept", 0): 42}
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        assert committed(client) == {("kept", 0): 42}  # the tombstone is in __consumer_offsets
 
 
 def test_delete_topic_disabled_and_internal(tmp_path):

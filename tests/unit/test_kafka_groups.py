@@ -47,6 +47,8 @@ def test_older_offset_values_are_read():
     v1 = struct.pack(">hq", 1, 6) + _s("") + struct.pack(">qq", 100, 200)
     assert decode_offset_value(v0) == CommittedOffset(5, -1, "m", 99)
     assert decode_offset_value(v1) == CommittedOffset(6, -1, "", 100)
+    v2 = struct.pack(">hq", 2, 7) + _s("x") + struct.pack(">q", 101)  # Kafka 2.1-IV0's, v0's fields
+    assert decode_offset_value(v2) == CommittedOffset(7, -1, "x", 101)
     with pytest.raises(ValueError, match="version 9"):
         decode_offset_value(struct.pack(">h", 9) + b"\0" * 20)
     with pytest.raises(ValueError, match="cannot be decoded"):
@@ -113,6 +115,13 @@ def _commit(client: RawClient, group: str, generation: int, member_id: str, offs
     return {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
 
 
+def _topic(client: RawClient, name: str = "t", partitions: int = 2) -> None:
+    topic = build(19, 7, "CreatableTopic", name=name, num_partitions=partitions, replication_factor=1, assignments=(),
+                  configs=())
+    response = client.call(19, 7, build(19, 7, topics=(topic,), timeout=ms(30_000), validate_only=False))
+    assert response.topics[0].error_code in (ErrorCode.none, ErrorCode.topic_already_exists)
+
+
 def _fetch_offsets(client: RawClient, group: str, version: int = 7):
     response = client.call(9, version, build(9, version, group_id=group, topics=None, require_stable=False))
     return {(t.name, p.partition_index): (p.committed_offset, p.metadata) for t in response.topics for p in t.partitions}
@@ -139,6 +148,7 @@ def test_find_coordinator_names_this_node_and_creates_the_offsets_topic(tmp_path
 
 def test_join_sync_heartbeat_rebalance_and_leave(tmp_path: Path):
     with listener(tmp_path) as kafka, RawClient(kafka.address) as a, RawClient(kafka.address) as b:
+        _topic(a)
         joined = _join_new(a, "g")
         assert joined.error_code == ErrorCode.none and joined.generation_id == 1
         assert joined.leader == joined.member_id
@@ -159,7 +169,8 @@ def test_join_sync_heartbeat_rebalance_and_leave(tmp_path: Path):
                      protocols=(build(11, 5, "JoinGroupRequestProtocol", name="range", metadata=b"sub-b"),))
         b.send(encode_request(11, 5, body, 99))  # waits for the rebalance
         assert _heartbeat(a, "g", 1, joined.member_id) == ErrorCode.rebalance_in_progress
-        assert _commit(a, "g", 1, joined.member_id, {("t", 0): 5}) == {("t", 0): ErrorCode.rebalance_in_progress}
+        # PreparingRebalance takes the current generation's commits (a consumer commits in onPartitionsRevoked)
+        assert _commit(a, "g", 1, joined.member_id, {("t", 0): 5}) == {("t", 0): ErrorCode.none}
         rejoined = _join(a, "g", member_id=joined.member_id)
         from tests.kafkautil import decode_response
 
@@ -170,6 +181,9 @@ def test_join_sync_heartbeat_rebalance_and_leave(tmp_path: Path):
         assert rejoined.leader == joined.member_id  # the leader stays
         assert sorted(m.metadata for m in rejoined.members) == [b"sub", b"sub-b"]
         assert b_joined.members == ()  # followers get no member list
+        # CompletingRebalance: the new generation's assignment is not known yet
+        assert _commit(a, "g", 2, joined.member_id, {("t", 0): 6}) == {("t", 0): ErrorCode.rebalance_in_progress}
+        assert _fetch_offsets(a, "g") == {("t", 0): (5, "")}
         assert _sync(a, "g", 2, joined.member_id, {joined.member_id: b"A", first.member_id: b"B"}).assignment == b"A"
         assert _sync(b, "g", 2, first.member_id, {}).assignment == b"B"
 
@@ -202,6 +216,7 @@ def test_join_refusals(tmp_path: Path):
 
 def test_commit_and_fetch_offsets_survive_a_restart(tmp_path: Path):
     with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        _topic(client)
         joined = _join_new(client, "g")
         _sync(client, "g", joined.generation_id, joined.member_id, {joined.member_id: b"x"})
         result = _commit(client, "g", joined.generation_id, joined.member_id, {("t", 0): 10, ("t", 1): 20}, "m")
@@ -234,6 +249,65 @@ def test_commit_and_fetch_offsets_survive_a_restart(tmp_path: Path):
         assert got == {0: 10, 5: -1}
 
 
+def test_commit_refusals_follow_kafkas_validate_offset_commit(tmp_path: Path):
+    """OffsetMetadataManager.validateOffsetCommit and ClassicGroup.validateOffsetCommit, case by case."""
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        _topic(client)
+        # no such group: a commit outside any generation creates it; one naming a generation is stale
+        assert _commit(client, "nobody", 3, "m-1", {("t", 0): 1}) == {("t", 0): ErrorCode.illegal_generation}
+        assert _fetch_offsets(client, "nobody") == {}
+        joined = _join_new(client, "g")
+        _sync(client, "g", joined.generation_id, joined.member_id, {joined.member_id: b"x"})
+        # a group with members takes no commit without a member id
+        assert _commit(client, "g", -1, "", {("t", 0): 1}) == {("t", 0): ErrorCode.unknown_member_id}
+        assert _commit(client, "g", joined.generation_id, "", {("t", 0): 1}) == {("t", 0): ErrorCode.unknown_member_id}
+        assert _commit(client, "g", joined.generation_id, joined.member_id, {("t", 0): 2}) == {("t", 0): ErrorCode.none}
+        # KafkaApis: a partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION, the others are committed
+        assert _commit(client, "g", joined.generation_id, joined.member_id,
+                       {("t", 1): 4, ("t", 7): 4, ("gone", 0): 4}) == {
+            ("t", 1): ErrorCode.none, ("t", 7): ErrorCode.unknown_topic_or_partition,
+            ("gone", 0): ErrorCode.unknown_topic_or_partition}
+        assert _fetch_offsets(client, "g") == {("t", 0): (2, ""), ("t", 1): (4, "")}
+
+
+def test_member_ids_never_used_are_forgotten_with_their_groups(tmp_path: Path):
+    """Kafka's pending member expiration: JoinGroups that stop at MEMBER_ID_REQUIRED hold no group, and a pending
+    member that never joins does not hold a rebalance until its rebalance timeout."""
+    props = {"group.min.session.timeout.ms": "50"}
+    with listener(tmp_path, **props) as kafka, RawClient(kafka.address) as a, RawClient(kafka.address) as b:
+        coordinator = kafka.broker.coordinator
+        for i in range(20):
+            assert _join(a, f"probe-{i}", session_ms=100).error_code == ErrorCode.member_id_required
+        joined = _join_new(a, "g", session_ms=10_000)
+        _sync(a, "g", joined.generation_id, joined.member_id, {joined.member_id: b"x"})
+        assert _join(b, "g", session_ms=100).error_code == ErrorCode.member_id_required  # and never comes back
+        # the leader rejoins: the rebalance waits for the pending member only until its session timeout (the
+        # rebalance timeout is far longer than the client's read bound)
+        ps = (build(11, 5, "JoinGroupRequestProtocol", name="range", metadata=b"sub"),)
+        body = build(11, 5, group_id="g", session_timeout=ms(10_000), rebalance_timeout=ms(3_600_000),
+                     member_id=joined.member_id, group_instance_id=None, protocol_type="consumer", protocols=ps)
+        rejoined = a.call(11, 5, body)
+        assert (rejoined.error_code, rejoined.generation_id) == (ErrorCode.none, 2)
+        assert [m.member_id for m in rejoined.members] == [joined.member_id]
+        _wait_for(lambda: [g for g, _, _ in coordinator.list_groups()] == ["g"], "the probes' groups are gone")
+
+
+def test_an_empty_group_without_offsets_is_removed_at_the_cleanup(tmp_path: Path):
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        joined = _join_new(client, "left")
+        _sync(client, "left", joined.generation_id, joined.member_id, {joined.member_id: b"x"})
+        client.call(13, 0, build(13, 0, group_id="left", member_id=joined.member_id))
+        coordinator = kafka.broker.coordinator
+        assert coordinator.describe_group("left")["state"] == "Empty"
+        assert coordinator.expire_offsets(int(time.time() * 1000)) == 0
+        assert coordinator.list_groups() == []
+        log = kafka.broker.log("__consumer_offsets", partition_for("left", 3))
+        last = [r for b in log.batches_from(0, FetchIsolation.HIGH_WATERMARK) for r in b.records()][-1]
+        assert (decode_key(bytes(last.key)).group, last.value) == ("left", None)  # its metadata's tombstone
+    with listener(tmp_path) as kafka:
+        assert kafka.broker.coordinator.list_groups() == []
+
+
 def test_a_member_that_stops_heartbeating_is_removed(tmp_path: Path):
     with listener(tmp_path, **{"group.min.session.timeout.ms": "50"}) as kafka, RawClient(kafka.address) as client:
         joined = _join_new(client, "g", session_ms=100)
@@ -245,6 +319,7 @@ def test_a_member_that_stops_heartbeating_is_removed(tmp_path: Path):
 
 def test_offsets_of_an_empty_group_expire_with_tombstones(tmp_path: Path):
     with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        _topic(client)
         assert _commit(client, "old", -1, "", {("t", 0): 3}) == {("t", 0): ErrorCode.none}
         coordinator = kafka.broker.coordinator
         assert coordinator.expire_offsets(int(time.time() * 1000)) == 0  # not yet

@@ -10,6 +10,7 @@ budget, and a handler that fails.
 
 from __future__ import annotations
 
+import io
 import socket
 import struct
 import time
@@ -18,7 +19,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import Records
 
 from local.records import MemoryRecords, SimpleRecord
 from tests.kafkautil import (
@@ -33,6 +36,9 @@ from tests.kafkautil import (
 )
 from tiered.kafka.dispatcher import SUPPORTED
 from tiered.kafka.protocol import ProtocolError, parse_request
+from tiered.kafka.wire_check import check_lengths
+
+st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 
 
 def _served(address: str) -> bool:
@@ -89,6 +95,70 @@ def test_random_bodies_either_parse_or_raise_protocol_error(body, api_key, versi
         parse_request(frame, SUPPORTED)
     except ProtocolError:
         pass
+
+
+def _uvarint(value: int) -> bytes:
+    out = b""
+    while value > 0x7F:
+        out += bytes([value & 0x7F | 0x80])
+        value >>= 7
+    return out + bytes([value])
+
+
+_HUGE_COUNTS = [
+    # a Produce v9 body (flexible): transactional id null, acks, timeout, then a compact array count of 2**32 - 1
+    (0, 9, b"\x00\x00\x02\x00\x00\x75\x30" + _uvarint(2**32)),
+    # a Fetch v12 body whose topics array announces 2**31 - 1 elements
+    (1, 12, struct.pack(">iiiibii", -1, 500, 1, 1 << 20, 0, 0, -1) + _uvarint(2**31)),
+    # a legacy (int32) count: Metadata v4's topics
+    (3, 4, struct.pack(">i", 2**31 - 1)),
+]
+
+
+def _flexible_frame(api_key: int, version: int, body: bytes) -> bytes:
+    header = struct.pack(">hhih", api_key, version, 1, 4) + b"test" + b"\x00"  # header v2: no tagged fields
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def test_a_huge_array_count_closes_its_connection_and_the_server_lives(tmp_path):
+    """kio's native decoder reserves memory for an announced count; for 2**32 elements the allocation fails and
+    aborts the process. The listener runs in a child process here, so that failure fails this test, not pytest."""
+    import subprocess
+    import sys
+
+    frames = [(_flexible_frame(k, v, b) if v >= 9 or k == 1 else _frame(k, v, b)) for k, v, b in _HUGE_COUNTS]
+    script = f"""
+import sys
+from pathlib import Path
+from tests.kafkautil import RawClient, build, listener
+with listener(Path({str(tmp_path)!r})) as kafka:
+    for frame in {frames!r}:
+        with RawClient(kafka.address) as bad:
+            bad.send(frame)
+            assert bad.closed_by_server()
+    with RawClient(kafka.address) as good:
+        assert good.call(18, 3, build(18, 3, client_software_name="probe", client_software_version="1")).api_keys
+print("served")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=10 * LIMIT,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert (done.returncode, done.stdout.strip()) == (0, "served"), done.stderr[-2000:]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.sampled_from([(k, v) for k, (low, high) in sorted(SUPPORTED.items()) for v in range(low, high + 1)])
+       .flatmap(lambda kv: st.from_type(load_request_schema(*kv))))
+def test_the_length_walk_ends_where_kio_encoded_every_request_served(entity):
+    from kio.serial import entity_writer
+
+    cls = type(entity)
+    buffer = io.BytesIO()
+    entity_writer(cls)(buffer, entity)
+    data = b"hdr" + buffer.getvalue()
+    assert check_lengths(cls, data, 3) == len(data)
+    if len(data) > 4:
+        with pytest.raises(ValueError):
+            check_lengths(cls, data[:-1], 3)  # one byte short: a length or a field passes the end
 
 
 def test_random_frames_never_stop_the_server(tmp_path):
@@ -236,3 +306,39 @@ def test_a_connection_waiting_for_its_answer_is_not_idle(tmp_path):
             frame = b.read_frame()
             assert frame is not None, "the waiting connection was closed as idle"
             assert decode_response(11, 5, frame)[1].generation_id == 2
+
+
+def test_stop_with_requests_waiting_closes_them_quietly(tmp_path, caplog):
+    """tiered run's stop with a JoinGroup waiting for a rebalance, a fetch long-polling and an idle connection: each
+    connection is closed, stop returns, and nothing is logged as an error (no callback fails on a cancelled answer)."""
+    import logging
+
+    from tests.kafkautil import ms
+
+    caplog.set_level(logging.WARNING)
+    with listener(tmp_path, **{"group.initial.rebalance.delay.ms": "3600000"}) as kafka:  # the join waits
+        clients = [RawClient(kafka.address) for _ in range(3)]
+        try:
+            joiner, poller, idle = clients
+            idle.call(3, 12, metadata_request(12, ["t"]))
+            protocols = (build(11, 5, "JoinGroupRequestProtocol", name="range", metadata=b""),)
+            join = build(11, 5, group_id="g", session_timeout=ms(30_000), rebalance_timeout=ms(60_000),
+                         member_id="", group_instance_id=None, protocol_type="consumer", protocols=protocols)
+            member_id = joiner.call(11, 5, join).member_id
+            joiner.send(encode_request(11, 5, build(11, 5, group_id="g", session_timeout=ms(30_000),
+                                                    rebalance_timeout=ms(60_000), member_id=member_id,
+                                                    group_instance_id=None, protocol_type="consumer",
+                                                    protocols=protocols)))
+            poller.send(encode_request(1, 12, fetch_request(12, {"t": {0: 0}}, max_wait_ms=3_600_000)))
+            # the listener waits for both: the join for the group's first rebalance, the fetch for data
+            deadline = time.monotonic() + LIMIT
+            while not kafka.broker.appends._waiters and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert kafka.broker.appends._waiters
+            kafka.stop()
+            assert [c.closed_by_server() for c in clients] == [True, True, True]
+        finally:
+            for c in clients:
+                c.close()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]

@@ -69,7 +69,18 @@ def test_api_versions_above_ours_is_answered_in_v0_with_unsupported_version(kafk
     correlation, response = decode_response(18, 0, frame)
     assert correlation == 7
     assert response.error_code == ErrorCode.unsupported_version
-    assert {k.api_key: (k.min_version, k.max_version) for k in response.api_keys} == SUPPORTED
+    # KIP-511: ApiVersions' own range only, from which the client picks the version to retry with
+    assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys] == [(18, *SUPPORTED[18])]
+
+
+@pytest.mark.parametrize("name,version", [("", "1"), ("bad name", "1"), ("ok", "1.0-"), ("-x", "1")])
+def test_api_versions_refuses_a_client_software_name_kafka_refuses(kafka, name, version):
+    with RawClient(kafka.address) as client:
+        body = build(18, 3, client_software_name=name, client_software_version=version)
+        response = client.call(18, 3, body)
+        assert (response.error_code, response.api_keys) == (ErrorCode.invalid_request, ())
+        good = client.call(18, 3, build(18, 3, client_software_name="librdkafka", client_software_version="2.6.1"))
+        assert good.error_code == ErrorCode.none and good.api_keys
 
 
 # Metadata ----------------------------------------------------------------------------------------------------
@@ -158,6 +169,27 @@ def test_produce_errors_are_per_partition_and_append_nothing(kafka):
     assert kafka.broker.log("t", 0).log_end_offset == 0
 
 
+def test_produce_request_rules_of_kafkas_validate_records(kafka):
+    """ProduceRequest.validateRecords: one batch per partition; zstd needs v7; what is refused appends nothing."""
+    zstd = _batch(b"z" * 100, compression="zstd")
+    with RawClient(kafka.address) as client:
+        _create(client, "t")
+        cases = {
+            (9, _batch(b"a") + _batch(b"b")): ErrorCode.invalid_record,
+            (3, _batch(b"a") + _batch(b"b")): ErrorCode.invalid_record,
+            (3, zstd): ErrorCode.unsupported_compression_type,
+            (6, zstd): ErrorCode.unsupported_compression_type,
+        }
+        for (version, records), code in cases.items():
+            (p,) = client.call(0, version, produce_request(version, "t", 0, records)).responses[0].partition_responses
+            assert p.error_code == code, (version, code)
+        assert kafka.broker.log("t", 0).log_end_offset == 0
+        for version in (7, 9):  # zstd from v7 on
+            (p,) = client.call(0, version, produce_request(version, "t", 0, zstd)).responses[0].partition_responses
+            assert p.error_code == ErrorCode.none
+    assert kafka.broker.log("t", 0).log_end_offset == 2
+
+
 def test_produce_acks_zero_sends_no_response_and_closes_on_error(kafka):
     with RawClient(kafka.address) as client:
         _create(client, "t")
@@ -232,6 +264,28 @@ def test_fetch_respects_max_bytes_but_returns_one_whole_batch(kafka):
     assert len(list(MemoryRecords(records).batches())) == 1 and len(records) == len(big)
 
 
+def test_fetch_answers_are_capped_by_fetch_max_bytes(tmp_path):
+    """Kafka caps a consumer's max_bytes by the broker's fetch.max.bytes: one answer's memory is the broker's."""
+    batch = _batch(b"x" * 3000)
+    with listener(tmp_path, **{"fetch.max.bytes": "8192"}) as kafka, RawClient(kafka.address) as client:
+        _create(client, "t")
+        for _ in range(5):
+            client.call(0, 9, produce_request(9, "t", 0, batch))
+        everything = 1 << 30
+        response = client.call(1, 12, fetch_request(12, {"t": {0: 0}}, max_bytes=everything,
+                                                    partition_max_bytes=everything))
+        records = bytes(response.responses[0].partitions[0].records)
+        assert len(records) == 8192  # one whole batch and the start of the next, as Kafka's file slice
+        assert [b.base_offset for b in MemoryRecords(records).batches()] == [0]
+        # a min_bytes the limits cannot reach while more data waits is answered at once, not at max_wait
+        for partition_max_bytes in (everything, 7000):
+            response = client.call(1, 12, fetch_request(12, {"t": {0: 1}}, max_bytes=everything, min_bytes=1 << 20,
+                                                        partition_max_bytes=partition_max_bytes,
+                                                        max_wait_ms=3_600_000))
+            records = bytes(response.responses[0].partitions[0].records)
+            assert [b.base_offset for b in MemoryRecords(records).batches()] == [1]
+
+
 def test_fetch_long_poll_is_woken_by_an_append(kafka):
     with RawClient(kafka.address) as client:
         _create(client, "t")
@@ -258,6 +312,36 @@ def test_fetch_long_poll_is_woken_by_an_append(kafka):
     assert result["elapsed"] < 120  # woken by the append, not by max_wait_ms
 
 
+def test_fetch_long_poll_is_woken_by_an_append_of_any_path(tmp_path):
+    """An append that does not come through the listener (the HTTP endpoint's, ``tiered produce``'s: Log.append in
+    this process) wakes a waiting fetch too, on a log loaded at start as on one created since."""
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        _create(client, "loaded")
+    with listener(tmp_path) as kafka:
+        manager = kafka.broker.manager
+        for topic in ("loaded", "created"):
+            log = manager.get_or_create_log(topic, 0)
+            with RawClient(kafka.address) as consumer:
+                from tests.kafkautil import encode_request
+
+                consumer.send(encode_request(1, 12, fetch_request(12, {topic: {0: 0}}, max_wait_ms=3_600_000)))
+                deadline = time.monotonic() + 60
+                while not kafka.broker.appends._waiters and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert kafka.broker.appends._waiters, "the fetch never waited"
+                log.append(_batch(b"from elsewhere"))
+                frame = consumer.read_frame()  # within the client's read bound, far below max_wait_ms
+                assert frame is not None
+                from tests.kafkautil import decode_response
+
+                (p,) = decode_response(1, 12, frame)[1].responses[0].partitions
+                assert [r.value for b in MemoryRecords(bytes(p.records)).batches() for r in b.records()] == [
+                    b"from elsewhere"]
+        listener_count = len(manager._append_listeners)
+        kafka.stop()
+        assert len(manager._append_listeners) == listener_count - 1
+
+
 def test_fetch_long_poll_ends_empty_at_max_wait(kafka):
     with RawClient(kafka.address) as client:
         _create(client, "t")
@@ -275,12 +359,19 @@ def test_read_committed_fetch_lists_aborted_transactions_and_stops_at_the_lso(ka
     log.append(MemoryRecords.build([SimpleRecord(b"k", b"aborted")], producer_id=9, producer_epoch=0,
                                    base_sequence=0, is_transactional=True))
     log.append(MemoryRecords.end_transaction_marker(9, 0, commit=False), origin=AppendOrigin.COORDINATOR)
-    log.append(MemoryRecords.build([SimpleRecord(b"k", b"open")], producer_id=10, producer_epoch=0,
+    later = int(time.time() * 1000) + 60_000  # the open transaction's record has the largest timestamp
+    log.append(MemoryRecords.build([SimpleRecord(later, b"k", b"open")], producer_id=10, producer_epoch=0,
                                    base_sequence=0, is_transactional=True))
     with RawClient(kafka.address) as client:
         committed = client.call(1, 12, fetch_request(12, {"t": {0: 0}}, isolation_level=1))
         uncommitted = client.call(1, 12, fetch_request(12, {"t": {0: 0}}, isolation_level=0))
         latest_committed = client.call(2, 9, list_offsets_request(9, "t", 0, -1, isolation_level=1))
+        # -3 and a timestamp are found only below what the isolation level may read (Kafka's lastFetchableOffset)
+        for timestamp in (-3, later):
+            (found,) = client.call(2, 9, list_offsets_request(9, "t", 0, timestamp, isolation_level=1)).topics[0].partitions
+            assert (found.error_code, found.offset, found.timestamp) == (ErrorCode.none, -1, -1)
+            (found,) = client.call(2, 9, list_offsets_request(9, "t", 0, timestamp, isolation_level=0)).topics[0].partitions
+            assert (found.offset, found.timestamp) == (2, later)
     (c,) = committed.responses[0].partitions
     assert [(a.producer_id, a.first_offset) for a in c.aborted_transactions] == [(9, 0)]
     assert c.last_stable_offset == 2

@@ -81,6 +81,8 @@ def test_commit_and_abort(kafka):
         assert _send(client, "t", pid, epoch, 0, b"a", b"b") == ErrorCode.none
         log = kafka.broker.log("t", 0)
         assert log.last_stable_offset == 0  # the transaction is open
+        # a batch claiming a later epoch than the coordinator's would fence the producer's own markers
+        assert _send(client, "t", pid, epoch + 1, 0, b"forged") == ErrorCode.invalid_producer_epoch
         assert _end(client, "tx", pid, epoch, True) == ErrorCode.none
         assert log.last_stable_offset == log.log_end_offset == 3  # two records and the COMMIT marker
         assert _end(client, "tx", pid, epoch, True) == ErrorCode.none  # a retry
@@ -101,7 +103,7 @@ def test_coordinator_errors(kafka):
         assert _init(client, "tx", timeout_ms=10**9)[0] == ErrorCode.invalid_transaction_timeout
         _, pid, epoch = _init(client, "tx")
         assert _add(client, "tx", pid + 100, epoch, "t", 0) == {0: ErrorCode.invalid_producer_id_mapping}
-        assert _add(client, "tx", pid, epoch + 1, "t", 0) == {0: ErrorCode.invalid_producer_epoch}
+        assert _add(client, "tx", pid, epoch + 1, "t", 0) == {0: ErrorCode.producer_fenced}
         assert _add(client, "tx", pid, epoch, "t", 0, 9) == {0: ErrorCode.operation_not_attempted,
                                                             9: ErrorCode.unknown_topic_or_partition}
         assert _end(client, "tx", pid, epoch, True) == ErrorCode.invalid_txn_state  # nothing begun
@@ -117,7 +119,15 @@ def test_a_new_producer_fences_the_old_one_and_aborts_its_transaction(kafka):
         assert (error, pid2, epoch2) == (ErrorCode.none, pid, epoch + 1)
         assert kafka.broker.log("t", 0).last_stable_offset == kafka.broker.log("t", 0).log_end_offset
         assert _send(old, "t", pid, epoch, 1, b"late") == ErrorCode.invalid_producer_epoch
-        assert _end(old, "tx", pid, epoch, True) == ErrorCode.invalid_producer_epoch
+        assert _end(old, "tx", pid, epoch, True) == ErrorCode.producer_fenced
+        # versions older than PRODUCER_FENCED get INVALID_PRODUCER_EPOCH (KafkaApis' rule)
+        assert old.call(26, 1, build(26, 1, transactional_id="tx", producer_id=pid, producer_epoch=epoch,
+                                     committed=True)).error_code == ErrorCode.invalid_producer_epoch
+        for version, code in ((4, ErrorCode.producer_fenced), (3, ErrorCode.invalid_producer_epoch)):
+            bump = old.call(22, version, build(22, version, transactional_id="tx", producer_id=pid + 1,
+                                               producer_epoch=epoch,
+                                               transaction_timeout=datetime.timedelta(milliseconds=60_000)))
+            assert bump.error_code == code  # a bump by a producer id that is not the transactional id's
         _add(new, "tx", pid2, epoch2, "t", 0)
         assert _send(new, "t", pid2, epoch2, 0, b"fresh") == ErrorCode.none
         assert _end(new, "tx", pid2, epoch2, True) == ErrorCode.none
@@ -132,15 +142,15 @@ def test_a_transaction_open_past_its_timeout_is_aborted(kafka):
         txn = kafka.broker.txn_coordinator
         assert txn.abort_timed_out(int(time.time() * 1000)) == 0
         assert txn.abort_timed_out(int(time.time() * 1000) + 1001) == 1
-        assert _end(client, "tx", pid, epoch, True) == ErrorCode.invalid_producer_epoch  # fenced by the abort
+        assert _end(client, "tx", pid, epoch, True) == ErrorCode.producer_fenced  # fenced by the abort
     assert _committed_values(kafka, "t") == []
     assert kafka.broker.log("t", 0).last_stable_offset == kafka.broker.log("t", 0).log_end_offset
 
 
-def _txn_commit(client: RawClient, txn_id: str, group: str, pid: int, epoch: int, offset: int):
+def _txn_commit(client: RawClient, txn_id: str, group: str, pid: int, epoch: int, offset: int, topic: str = "t"):
     p = build(28, 3, "TxnOffsetCommitRequestPartition", partition_index=0, committed_offset=offset,
               committed_leader_epoch=-1, committed_metadata="m")
-    t = build(28, 3, "TxnOffsetCommitRequestTopic", name="t", partitions=(p,))
+    t = build(28, 3, "TxnOffsetCommitRequestTopic", name=topic, partitions=(p,))
     r = client.call(28, 3, build(28, 3, transactional_id=txn_id, group_id=group, producer_id=pid, producer_epoch=epoch,
                                  generation_id=-1, member_id="", group_instance_id=None, topics=(t,)))
     return r.topics[0].partitions[0].error_code
@@ -163,6 +173,7 @@ def test_offsets_committed_in_a_transaction(tmp_path, commit):
                                          group_id="g"))
         assert added.error_code == ErrorCode.none
         assert _txn_commit(client, "tx", "g", pid, epoch, 7) == ErrorCode.none
+        assert _txn_commit(client, "tx", "g", pid, epoch, 7, topic="nope") == ErrorCode.unknown_topic_or_partition
         assert _fetch_offset(client, "g") == (ErrorCode.none, -1)  # not before the transaction commits
         assert _fetch_offset(client, "g", stable=True) == (ErrorCode.unstable_offset_commit, -1)
         assert _end(client, "tx", pid, epoch, commit) == ErrorCode.none

@@ -37,6 +37,7 @@ class KafkaListener:
         return self.server.address
 
     def stop(self) -> None:
+        self.broker.manager.remove_append_listener(self.broker.appends.notify)
         self.server.stop()
         if self.broker.txn_coordinator is not None:
             self.broker.txn_coordinator.close()
@@ -65,6 +66,7 @@ def start_listener(manager: LogManager, config: LogConfig, host: str, port: int)
         broker.coordinator.load()
         broker.txn_coordinator.load()
         server.start()
+        manager.add_append_listener(broker.appends.notify)  # every append wakes the fetches waiting for data
     except BaseException:
         broker.txn_coordinator.close()
         broker.coordinator.close()

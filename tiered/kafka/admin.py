@@ -5,12 +5,15 @@ validated by the engine's config definitions (INVALID_CONFIG naming the key and 
 ``remote.storage.enable=true`` needs the broker's remote storage system, turning it off over remote data needs
 ``remote.log.delete.on.disable``.
 
-- CreateTopics: ``num_partitions`` -1 means ``num.partitions``; a replication factor other than 1 (or -1) is
+- CreateTopics: ``num_partitions`` -1 means ``num.partitions``; a request that would take a KRaft controller more
+  than 10,000 records (one per topic, partition and config) is refused as a whole with POLICY_VIOLATION, as Kafka's
+  is, before a partition dir is made; a replication factor other than 1 (or -1) is
   INVALID_REPLICATION_FACTOR (one broker), manual assignments must put every partition on this node; existing
   topics TOPIC_ALREADY_EXISTS; ``validate_only`` checks without creating. From v5 the answer carries the topic's
   effective configs.
 - DeleteTopics: ``delete.topic.enable``; internal topics cannot be deleted; a topic holding remote data is refused
-  with POLICY_VIOLATION (the engine would delete its local data only).
+  with POLICY_VIOLATION (the engine would delete its local data only); the groups' committed offsets of a deleted topic are
+  removed (tombstones in ``__consumer_offsets``), as Kafka's group coordinator does.
 - DescribeConfigs: TOPIC resources (every topic key with its value and source: DYNAMIC_TOPIC_CONFIG for an
   override, STATIC_BROKER_CONFIG for a broker key, DEFAULT_CONFIG for Kafka's default; synonyms when asked) and
   BROKER resources (the broker config, read-only).
@@ -20,6 +23,7 @@ validated by the engine's config definitions (INVALID_CONFIG naming the key and 
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -27,6 +31,8 @@ from kio.schema.errors import ErrorCode
 from tiered.kafka.broker import KafkaBroker, TopicError
 from tiered.kafka.protocol import NO_THROTTLE, Request, make
 
+# Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: more records in one operation is POLICY_VIOLATION
+MAX_RECORDS_PER_USER_OP = 10_000
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 # Kafka's ConfigSource
@@ -46,10 +52,14 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 def handle_create_topics(broker: KafkaBroker, request: Request) -> Any:
     body = request.body
     module = request.response_module
-    names = [t.name for t in body.topics]
+    names = Counter(t.name for t in body.topics)
+    if _records_needed(broker, body.topics) > MAX_RECORDS_PER_USER_OP:
+        return make(module, "CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(
+            _created(module, t.name, ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
+            for t in body.topics))
     results = []
     for topic in body.topics:
-        if names.count(topic.name) > 1:
+        if names[topic.name] > 1:
             results.append(_created(module, topic.name, ErrorCode.invalid_request,
                                     f"Create topics request from client contains a duplicate topic {topic.name}"))
             continue
@@ -69,6 +79,18 @@ def handle_create_topics(broker: KafkaBroker, request: Request) -> Any:
                             error_code=ErrorCode.none, error_message=None, num_partitions=partitions,
                             replication_factor=1, configs=configs))
     return make(module, "CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+def _records_needed(broker: KafkaBroker, topics: Any) -> int:
+    """The metadata records a KRaft controller would write for these topics (one per topic, partition and config);
+    Kafka refuses a request above ``MAX_RECORDS_PER_USER_OP`` as a whole, before creating anything."""
+    total = 0
+    for topic in topics:
+        try:
+            total += 1 + _partition_count(broker, topic) + len(topic.configs)
+        except TopicError:
+            total += 1
+    return total
 
 
 def _partition_count(broker: KafkaBroker, topic: Any) -> int:

@@ -56,9 +56,12 @@ class TopicError(Exception):
 class AppendNotifier:
     """Wakes fetches waiting for data (Kafka's delayed fetch purgatory, reduced to "something was appended").
 
-    Appends happen on worker threads; waiters are coroutines on the server's event loop. ``version`` counts the
-    appends notified so far: a fetch reads it before it reads the log, and waits only while it is unchanged, so an
-    append between the read and the wait is never missed.
+    :meth:`notify` is the LogManager's append listener: every append to any log calls it (the listener's produce,
+    a transaction marker, the HTTP endpoint, ``tiered produce`` in this process), on the appending thread.
+    Waiters are coroutines on the server's event loop. ``version`` counts the appends notified so far: a fetch reads
+    it before it reads the log, and waits only while it is unchanged, so an append between the read and the wait is
+    never missed. The loop is woken only when a fetch waits (the version check and the waiter's registration are
+    under the same lock as the version's increment and the check for waiters), so appends cost no wake-up then.
     """
 
     def __init__(self) -> None:
@@ -74,35 +77,39 @@ class AppendNotifier:
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
 
-    def notify(self) -> None:
+    def notify(self, _log: object = None) -> None:
         with self._lock:
             self._version += 1
+            waiting = bool(self._waiters)
         loop = self._loop
-        if loop is not None and not loop.is_closed():
+        if waiting and loop is not None and not loop.is_closed():
             try:
                 loop.call_soon_threadsafe(self._wake)
             except RuntimeError:  # the loop closed meanwhile: nobody waits any more
                 pass
 
     def _wake(self) -> None:
-        waiters, self._waiters = self._waiters, set()
+        with self._lock:
+            waiters, self._waiters = self._waiters, set()
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
 
     async def wait_past(self, version: int, timeout_s: float) -> None:
         """Return once an append after ``version`` was notified, or after ``timeout_s``. On the loop thread only."""
-        if self._version != version or timeout_s <= 0:
-            return
         assert self._loop is not None
         waiter: asyncio.Future[None] = self._loop.create_future()
-        self._waiters.add(waiter)
+        with self._lock:
+            if self._version != version or timeout_s <= 0:
+                return
+            self._waiters.add(waiter)
         try:
             await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
         except TimeoutError:
             pass
         finally:
-            self._waiters.discard(waiter)
+            with self._lock:
+                self._waiters.discard(waiter)
 
 
 class KafkaBroker:
@@ -135,6 +142,12 @@ class KafkaBroker:
         if topic in HIDDEN_TOPICS:
             return []
         return sorted(p for t, p in self.manager.partitions() if t == topic)
+
+    def known_partitions(self, topics: set[str]) -> set[tuple[str, int]]:
+        """The partitions of these topics that exist, online or in an offline data dir (Kafka's metadata cache)."""
+        known = {(t, p) for t, p in self.manager.partitions() if t in topics and t not in HIDDEN_TOPICS}
+        known.update((t, p) for t, p in self.manager.offline_partitions if t in topics)
+        return known
 
     def log(self, topic: str, partition: int) -> Log | None:
         return None if topic in HIDDEN_TOPICS else self.manager.get_log(topic, partition)
@@ -215,6 +228,8 @@ class KafkaBroker:
             for partition in partitions:
                 self.manager.delete_log(topic, partition)
             logger.info("deleted topic %s", topic)
+            if self.coordinator is not None:
+                self.coordinator.on_partitions_deleted(topic, partitions)
 
     def alter_topic_config(self, topic: str, overrides: Mapping[str, str], *, validate_only: bool = False) -> None:
         """Replace the topic's overrides by ``overrides`` (validated first, every partition checked first)."""

@@ -12,6 +12,7 @@ any of these; the response is encoded here, on the pool thread that made it.
 from __future__ import annotations
 
 import concurrent.futures
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +41,14 @@ from tiered.kafka.list_offsets import handle_list_offsets
 from tiered.kafka.metadata import handle_metadata
 from tiered.kafka.produce import handle_produce
 from tiered.kafka.producer_ids import handle_init_producer_id
-from tiered.kafka.protocol import NO_THROTTLE, Request, encode_response, make, response_module
+from tiered.kafka.protocol import (
+    API_VERSIONS_KEY,
+    NO_THROTTLE,
+    Request,
+    encode_response,
+    make,
+    response_module,
+)
 from tiered.kafka.server import NO_RESPONSE, WaitForAppend
 from tiered.kafka.transactions import (
     handle_add_offsets_to_txn,
@@ -53,14 +61,27 @@ Handler = Callable[[KafkaBroker, Request], Any]
 
 
 def _api_versions(broker: KafkaBroker, request: Request) -> Any:
-    """ApiVersions: the table below. A version above ours is answered in v0 with UNSUPPORTED_VERSION (Kafka's rule,
-    so the client can retry with one both sides know)."""
+    """ApiVersions: the table below. A version above ours is answered in v0 with UNSUPPORTED_VERSION and ApiVersions'
+    own range only (Kafka's rule, KIP-511: the client retries with a version both sides know); from v3 a client
+    software name or version that is not Kafka's pattern is INVALID_REQUEST, as Kafka's ``isValid``."""
     version = 0 if request.unsupported_version else request.api_version
     module = response_module(18, version)
+    body = request.body
+    if request.unsupported_version:
+        low, high, _ = APIS[API_VERSIONS_KEY]
+        only = (make(module, "ApiVersion", api_key=API_VERSIONS_KEY, min_version=low, max_version=high),)
+        return make(module, "ApiVersionsResponse", error_code=ErrorCode.unsupported_version, api_keys=only,
+                    throttle_time=NO_THROTTLE)
+    if version >= 3 and not (_SOFTWARE.fullmatch(body.client_software_name)
+                             and _SOFTWARE.fullmatch(body.client_software_version)):
+        return make(module, "ApiVersionsResponse", error_code=ErrorCode.invalid_request, api_keys=(),
+                    throttle_time=NO_THROTTLE)
     keys = tuple(make(module, "ApiVersion", api_key=key, min_version=low, max_version=high)
                  for key, (low, high, _) in sorted(APIS.items()))
-    error = ErrorCode.unsupported_version if request.unsupported_version else ErrorCode.none
-    return make(module, "ApiVersionsResponse", error_code=error, api_keys=keys, throttle_time=NO_THROTTLE)
+    return make(module, "ApiVersionsResponse", error_code=ErrorCode.none, api_keys=keys, throttle_time=NO_THROTTLE)
+
+
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")  # Kafka's client software name and version
 
 
 APIS: dict[int, tuple[int, int, Handler]] = {
@@ -112,6 +133,8 @@ class Dispatcher:
             encoded: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
             def done(future: concurrent.futures.Future[Any]) -> None:
+                if encoded.done():  # cancelled: the connection is gone (a stop while a JoinGroup waited)
+                    return
                 try:
                     encoded.set_result(self._finish(request, future.result()))
                 except BaseException as exc:  # the server logs it and closes the connection

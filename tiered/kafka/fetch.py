@@ -7,15 +7,17 @@ returned ``FetchDataInfo.records`` go into the response as they are.
 - Isolation: READ_UNCOMMITTED reads up to the high watermark; READ_COMMITTED up to the last stable offset, with the
   aborted transactions the read overlaps (from the local and remote transaction indexes) so the consumer can drop
   their records.
-- Sizes: ``partition_max_bytes`` per partition and ``max_bytes`` over the response; the first partition with data
+- Sizes: ``partition_max_bytes`` per partition and ``max_bytes`` (capped by the broker's ``fetch.max.bytes``, as
+  Kafka caps it) over the response; the first partition with data
   returns at least one whole batch even past both (Kafka's ``minOneMessage``), so a batch larger than the limits
   never blocks a consumer.
 - Errors per partition: OFFSET_OUT_OF_RANGE (below the log start or past the log end: the consumer resets by its
   ``auto.offset.reset``), UNKNOWN_TOPIC_OR_PARTITION, FENCED_LEADER_EPOCH/UNKNOWN_LEADER_EPOCH for a
   ``current_leader_epoch`` that is not the partition's, KAFKA_STORAGE_ERROR for an offline dir or a storage failure,
   CORRUPT_MESSAGE for a damaged batch.
-- Long polling: while the response holds fewer than ``min_bytes`` and no error, it waits for an append (any
-  partition) or ``max_wait_ms``, then reads again; the wait holds no thread (:class:`~tiered.kafka.server.WaitForAppend`).
+- Long polling: while the response holds fewer than ``min_bytes`` and no error, and no partition's answer was cut
+  short by the size limits, it waits for an append (any partition) or ``max_wait_ms``, then reads again; the
+  wait holds no thread (:class:`~tiered.kafka.server.WaitForAppend`).
 - Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells the client that no
   session was created, so it sends full fetch requests; a request naming a session gets FETCH_SESSION_ID_NOT_FOUND.
 """
@@ -28,6 +30,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from local.fetch import FetchIsolation
+from local.records import MemoryRecords
 from tiered.kafka.broker import KafkaBroker, current_leader_epoch_error
 from tiered.kafka.errors import error_code
 from tiered.kafka.protocol import NO_THROTTLE, Request, make
@@ -43,17 +46,35 @@ def handle_fetch(broker: KafkaBroker, request: Request) -> Any:
     if getattr(body, "session_id", 0) != 0:
         return make(module, "FetchResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.fetch_session_id_not_found,
                     session_id=0, responses=())
+    committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
     max_wait_s = max(0.0, body.max_wait.total_seconds())
     deadline = time.monotonic() + max_wait_s
 
     def attempt() -> Any:
         version = broker.appends.version  # before reading: an append after this wakes the wait
         response, size, failed = _read_all(broker, request)
-        if failed or size >= body.min_bytes or time.monotonic() >= deadline:
+        if (failed or size >= min(body.min_bytes, broker.config.fetch_max_bytes) or time.monotonic() >= deadline
+                or _held_back_by_size(response, committed)):
             return response
         return WaitForAppend(version, deadline, attempt)
 
     return attempt()
+
+
+def _held_back_by_size(response: Any, committed: bool) -> bool:
+    """Whether a partition's answer stopped before its readable end because of the size limits: waiting cannot
+    make the answer larger then (Kafka counts the bytes available, up to each partition's limit, against
+    ``min_bytes``; here whole batches are returned, so an answer just under ``min_bytes`` must not wait)."""
+    for topic in response.responses:
+        for partition in topic.partitions:
+            if partition.error_code != ErrorCode.none or not partition.records:
+                continue
+            next_offset = max((b.next_offset for b in MemoryRecords(partition.records).batches(verify=False)),
+                              default=None)
+            bound = partition.last_stable_offset if committed else partition.high_watermark
+            if next_offset is not None and next_offset < bound:
+                return True
+    return False
 
 
 def _read_all(broker: KafkaBroker, request: Request) -> tuple[Any, int, bool]:
@@ -61,7 +82,8 @@ def _read_all(broker: KafkaBroker, request: Request) -> tuple[Any, int, bool]:
     module = request.response_module
     isolation = (FetchIsolation.TXN_COMMITTED if getattr(body, "isolation_level", 0) == READ_COMMITTED
                  else FetchIsolation.HIGH_WATERMARK)
-    remaining = body.max_bytes if hasattr(body, "max_bytes") else 0x7FFFFFFF
+    # Kafka caps a consumer's max_bytes by the broker's fetch.max.bytes: what one answer may hold in memory
+    remaining = min(body.max_bytes, broker.config.fetch_max_bytes)
     total = 0
     failed = False
     topics = []

@@ -18,7 +18,8 @@ replays the topic, so after a restart OffsetFetch answers what was committed, an
 Stable with its members (their session timers restart at the load), so consumers that keep heartbeating go on
 without a rebalance. Offsets of a group that stays Empty expire ``offsets.retention.minutes`` after the later of
 their commit and the group becoming empty (tombstones are written; the group's metadata too once it has no
-offsets left), checked every ``offsets.retention.check.interval.ms``.
+offsets left), checked every ``offsets.retention.check.interval.ms``; an Empty group without offsets is removed
+then. A member id handed out with MEMBER_ID_REQUIRED and not used within the session timeout is forgotten.
 
 Concurrency: one lock over every group; JoinGroup and SyncGroup answer through ``concurrent.futures.Future`` objects
 completed after the lock is released, so no request thread waits for a rebalance.
@@ -155,6 +156,7 @@ class GroupCoordinator:
                 group = self._group(group_id)
                 if require_known_member_id:
                     group.pending_members.add(new_id)
+                    self._expire_pending_member(group, new_id, session_timeout_ms)
                     completions.append((future, JoinResult(ErrorCode.member_id_required, new_id)))
                 else:
                     self._add_member(group, new_id, future, client_id, client_host, session_timeout_ms,
@@ -202,6 +204,25 @@ class GroupCoordinator:
         if group.initial_delay_until is not None:
             group.joined_during_delay = True
         self._rebalance_or_try_complete(group, completions)
+
+    def _expire_pending_member(self, group: Group, member_id: str, session_timeout_ms: int) -> None:
+        """Kafka's ``addPendingMemberExpiration``: a member given an id by MEMBER_ID_REQUIRED that does not join
+        with it within its session timeout is forgotten (a rebalance stops waiting for it), and a group it alone
+        created goes with it, so JoinGroups that never come back hold no memory."""
+
+        def expire() -> None:
+            completions: list[_Completion] = []
+            with self._lock:
+                if member_id not in group.pending_members or self._groups.get(group.group_id) is not group:
+                    return
+                group.pending_members.discard(member_id)
+                if group.state is GroupState.PREPARING_REBALANCE:
+                    self._try_complete_join(group, completions)
+                elif _unused(group):
+                    del self._groups[group.group_id]
+            _complete(completions)
+
+        self._timers.schedule(session_timeout_ms / 1000, expire)
 
     def _rejoin(self, group: Group, member: Member, future: Future[JoinResult], protocols: list[tuple[str, bytes]],
                 session_timeout_ms: int, rebalance_timeout_ms: int, completions: list[_Completion]) -> None:
@@ -467,23 +488,33 @@ class GroupCoordinator:
             results.update(dict.fromkeys(accepted, ErrorCode.none))
             return results
 
-    def _check_commit(self, group_id: str, generation_id: int, member_id: str) -> ErrorCode:
+    def _check_commit(self, group_id: str, generation_id: int, member_id: str, *,
+                      transactional: bool = False) -> ErrorCode:
+        """Kafka's ``validateOffsetCommit`` (``OffsetMetadataManager`` and ``ClassicGroup``): a commit outside any
+        generation (-1) creates or uses an Empty group; a member's commit needs its member id and the current
+        generation, and is accepted while the group is Stable or PreparingRebalance (so a consumer's commit in
+        ``onPartitionsRevoked`` counts), refused with REBALANCE_IN_PROGRESS only in CompletingRebalance (not for a
+        transactional commit, whose group state is not enforced)."""
         if not group_id:
             return ErrorCode.invalid_group_id
         group = self._groups.get(group_id)
-        if generation_id < 0 and not member_id:
-            # a commit outside any generation (a consumer that assigns its partitions itself)
-            if group is not None and group.members:
-                return ErrorCode.illegal_generation
+        if group is None:
+            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
+        if generation_id < 0 and group.state is GroupState.EMPTY:
             return ErrorCode.none
-        member = group.members.get(member_id) if group is not None else None
-        if group is None or member is None:
-            return ErrorCode.unknown_member_id
-        if generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
-        if group.state in (GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE):
+        member = None
+        if generation_id >= 0 or member_id:
+            member = group.members.get(member_id)
+            if member is None:
+                return ErrorCode.unknown_member_id
+            if generation_id != group.generation_id:
+                return ErrorCode.illegal_generation
+        elif not transactional and group.state is not GroupState.EMPTY:
+            return ErrorCode.unknown_member_id  # no member id nor generation: only an Empty group takes it
+        if not transactional and group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
-        self._schedule_heartbeat(group, member)
+        if member is not None:
+            self._schedule_heartbeat(group, member)
         return ErrorCode.none
 
     def txn_commit_offsets(self, group_id: str, producer: Producer, generation_id: int, member_id: str,
@@ -492,9 +523,7 @@ class GroupCoordinator:
         transaction commits (:meth:`complete_txn`). A generation and member (v3+, KIP-447) are checked as an
         OffsetCommit's are; without them (-1, ""), none is."""
         with self._lock:
-            error = self._check_commit(group_id, generation_id, member_id) if member_id else ErrorCode.none
-            if error is ErrorCode.illegal_generation and generation_id < 0:
-                error = ErrorCode.none  # a transactional commit outside any generation: allowed (pre-KIP-447)
+            error = self._check_commit(group_id, generation_id, member_id, transactional=True)
             if error is not ErrorCode.none:
                 return dict.fromkeys(offsets, error)
             now = int(time.time() * 1000)
@@ -529,6 +558,35 @@ class GroupCoordinator:
                     if pending and commit:
                         group.offsets.update(pending)
 
+    def on_partitions_deleted(self, topic: str, partitions: Iterable[int]) -> int:
+        """Kafka's ``onPartitionsDeleted``: a tombstone for every group's committed offset (pending transactional
+        ones included) of these partitions of a deleted topic, so a topic created again under the name starts
+        with no commit; how many."""
+        deleted = {(topic, p) for p in partitions}
+        removed = 0
+        with self._lock:
+            if self._offsets_log is None:
+                return 0
+            for group in list(self._groups.values()):
+                committed = [tp for tp in group.offsets if tp in deleted]
+                pending = {tp for offsets in group.pending_txn.values() for tp in offsets if tp in deleted}
+                gone = sorted(set(committed) | pending)
+                if not gone:
+                    continue
+                try:
+                    self._offsets_log.append(group.group_id, [(offset_key(group.group_id, t, p), None) for t, p in gone])
+                except Exception as exc:
+                    logger.error("group %s: removing the offsets of deleted topic %s failed: %s", group.group_id,
+                                 topic, exc)
+                    continue
+                for tp in committed:
+                    del group.offsets[tp]
+                for offsets in group.pending_txn.values():
+                    for tp in pending:
+                        offsets.pop(tp, None)
+                removed += len(gone)
+        return removed
+
     def has_pending_txn_offsets(self, group_id: str, tp: tuple[str, int]) -> bool:
         with self._lock:
             group = self._groups.get(group_id)
@@ -559,23 +617,25 @@ class GroupCoordinator:
                 expired = [tp for tp, c in group.offsets.items()
                            if max(c.commit_timestamp, group.state_since_ms) + self.retention_ms <= now_ms]
                 records: list[tuple[bytes, bytes | None]] = [(offset_key(group.group_id, t, p), None) for t, p in expired]
+                # Kafka's cleanupGroupMetadata: an Empty group left without offsets is removed (Dead), with a
+                # tombstone for its metadata when it ever had some
                 drop_group = (len(expired) == len(group.offsets) and not group.pending_members
                               and not group.pending_txn)
-                if drop_group:
+                if drop_group and (expired or group.generation_id > 0):
                     records.append((group_key(group.group_id), None))
-                if not expired:
-                    continue
-                try:
-                    self.offsets_log.append(group.group_id, records)
-                except Exception as exc:
-                    logger.error("group %s: expiring offsets failed: %s", group.group_id, exc)
-                    continue
+                if records:
+                    try:
+                        self.offsets_log.append(group.group_id, records)
+                    except Exception as exc:
+                        logger.error("group %s: expiring offsets failed: %s", group.group_id, exc)
+                        continue
                 for tp in expired:
                     del group.offsets[tp]
                 expired_count += len(expired)
                 if drop_group:
                     del self._groups[group.group_id]
-                logger.info("group %s: %d committed offset(s) expired", group.group_id, len(expired))
+                if expired:
+                    logger.info("group %s: %d committed offset(s) expired", group.group_id, len(expired))
         return expired_count
 
     def _store_group(self, group: Group) -> None:
@@ -607,6 +667,12 @@ class GroupCoordinator:
                         "assignment": m.assignment if stable else b""} for m in group.members.values()]
             return {"state": group.state.value, "protocol_type": group.protocol_type or "",
                     "protocol": group.protocol_name or "", "members": members}
+
+
+def _unused(group: Group) -> bool:
+    """An Empty group that never completed a rebalance and holds nothing: nothing of it was written."""
+    return (group.state is GroupState.EMPTY and group.generation_id == 0 and not group.members
+            and not group.pending_members and not group.offsets and not group.pending_txn)
 
 
 def _complete(completions: list[_Completion]) -> None:

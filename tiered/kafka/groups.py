@@ -32,6 +32,8 @@ def _then(future: Future[Any], fn: Any) -> Future[Any]:
     out: Future[Any] = Future()
 
     def done(f: Future[Any]) -> None:
+        if out.done():  # cancelled: nobody waits for the answer any more
+            return
         try:
             out.set_result(fn(f.result()))
         except BaseException as exc:
@@ -131,12 +133,22 @@ def handle_offset_commit(broker: KafkaBroker, request: Request) -> Any:
     offsets = {(t.name, p.partition_index): (int(p.committed_offset), int(getattr(p, "committed_leader_epoch", -1)),
                                              p.committed_metadata)
                for t in body.topics for p in t.partitions}
-    results = _coordinator(broker).commit_offsets(body.group_id, int(body.generation_id_or_member_epoch),
-                                                  body.member_id, offsets)
+    offsets, results = split_unknown_partitions(broker, offsets)
+    results.update(_coordinator(broker).commit_offsets(body.group_id, int(body.generation_id_or_member_epoch),
+                                                       body.member_id, offsets))
     topics = tuple(make(module, "OffsetCommitResponseTopic", name=t.name, partitions=tuple(
         make(module, "OffsetCommitResponsePartition", partition_index=p.partition_index,
              error_code=results[(t.name, p.partition_index)]) for p in t.partitions)) for t in body.topics)
     return make(module, "OffsetCommitResponse", throttle_time=NO_THROTTLE, topics=topics)
+
+
+def split_unknown_partitions(broker: KafkaBroker, offsets: dict[tuple[str, int], Any]) -> tuple[
+        dict[tuple[str, int], Any], dict[tuple[str, int], ErrorCode]]:
+    """KafkaApis' check before a commit reaches the coordinator: a partition that does not exist is answered
+    UNKNOWN_TOPIC_OR_PARTITION (so a consumer of a deleted topic does not commit its offsets back); the others go on."""
+    known = broker.known_partitions({topic for topic, _ in offsets})
+    return ({tp: v for tp, v in offsets.items() if tp in known},
+            {tp: ErrorCode.unknown_topic_or_partition for tp in offsets if tp not in known})
 
 
 def handle_offset_fetch(broker: KafkaBroker, request: Request) -> Any:

@@ -7,7 +7,9 @@ highest offset copied to the remote tier, -1 when none, v9+). A special value th
 is UNSUPPORTED_VERSION, as in Kafka; any other negative value INVALID_REQUEST.
 
 A timestamp >= 0 finds the first offset whose record timestamp is at or after it, in either tier; none (or one
-past what the isolation level may see) is answered ``offset -1, timestamp -1`` with no error, as Kafka does.
+past what the isolation level may see: the high watermark, or the last stable offset under READ_COMMITTED, which
+bounds -3 and -5 too, as Kafka's ``lastFetchableOffset`` does) is answered ``offset -1, timestamp -1`` with no
+error, as Kafka does.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def _one(broker: KafkaBroker, module: Any, version: int, topic: str, wanted: Any
         found = log.offset_for_timestamp(timestamp)
     except Exception as exc:
         return _answer(module, partition, error_code(exc))
-    if found is None or (timestamp >= 0 and found.offset >= bound):
+    if found is None or (timestamp not in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP) and found.offset >= bound):
         return _answer(module, partition, ErrorCode.none)
     epoch = found.leader_epoch if found.leader_epoch is not None else -1
     return _answer(module, partition, ErrorCode.none, found.timestamp, found.offset, epoch)

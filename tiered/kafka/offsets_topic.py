@@ -8,7 +8,7 @@ of a key is its state; a record with a null value (a tombstone) removes it. Key 
 
     key version 0, 1: OffsetCommitKey     group string | topic string | partition int32
     key version 2:    GroupMetadataKey    group string
-    OffsetCommitValue v0: offset int64 | metadata string | commitTimestamp int64
+    OffsetCommitValue v0, v2: offset int64 | metadata string | commitTimestamp int64
                       v1: offset | metadata | commitTimestamp | expireTimestamp int64
                       v3: offset | leaderEpoch int32 | metadata | commitTimestamp   (what is written)
     GroupMetadataValue v3: protocolType string | generation int32 | protocol nullable string |
@@ -62,7 +62,9 @@ GROUP_METADATA_VALUE_VERSION = 3
 
 
 _KEYS: dict[int, type] = {0: OffsetCommitKey, 1: OffsetCommitKey, 2: GroupMetadataKey}
-_OFFSET_VALUES: dict[int, type] = {0: OffsetCommitValueV0, 1: OffsetCommitValueV1, 3: OffsetCommitValueV3}
+# v2 has v0's fields (Kafka 2.1's inter-broker protocol 2.1-IV0 wrote it)
+_OFFSET_VALUES: dict[int, type] = {0: OffsetCommitValueV0, 1: OffsetCommitValueV1, 2: OffsetCommitValueV0,
+                                   3: OffsetCommitValueV3}
 _GROUP_VALUES: dict[int, type] = {3: GroupMetadataValueV3}
 
 
@@ -186,6 +188,8 @@ class OffsetsLog(InternalTopicLog):
                     tp = (key.topic, int(key.partition))
                     if stored.value is None:
                         offsets.get(key.group, {}).pop(tp, None)
+                        for entries in open_txns.values():  # a deleted topic's pending commits go too
+                            entries[:] = [e for e in entries if (e[0], e[1]) != (key.group, tp)]
                     elif stored.producer_id >= 0:
                         open_txns.setdefault((stored.partition, stored.producer_id), []).append(
                             (key.group, tp, decode_offset_value(stored.value)))

@@ -11,7 +11,9 @@ refreshes its metadata), 1 and -1 (all). One node is the whole ISR, so "all" hol
 records are as durable as the topic's flush policy (``flush.messages``/``flush.ms``) makes them, as they would be
 on every replica of a Kafka cluster. Other values: INVALID_REQUIRED_ACKS.
 
-Refused before any append: writes to the internal topics (INVALID_TOPIC_EXCEPTION: they are the coordinators'),
+Refused before any append: what Kafka's ``ProduceRequest.validateRecords`` refuses (a partition's records must be
+exactly one batch of magic 2: INVALID_RECORD; zstd before v7: UNSUPPORTED_COMPRESSION_TYPE), writes to the
+internal topics (INVALID_TOPIC_EXCEPTION: they are the coordinators'),
 control batches (INVALID_RECORD: only the transaction coordinator writes markers), and a transactional batch to a
 partition that is not in its producer's ongoing transaction (INVALID_TXN_STATE; INVALID_PRODUCER_EPOCH for a fenced
 producer; INVALID_PRODUCER_ID_MAPPING for an unknown one), so no batch opens a transaction the coordinator would
@@ -21,6 +23,7 @@ never close.
 from __future__ import annotations
 
 import datetime
+import struct
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -32,6 +35,14 @@ from tiered.kafka.protocol import NO_THROTTLE, ProtocolError, Request, make
 from tiered.kafka.server import NO_RESPONSE
 
 _UTC = datetime.UTC
+# A record batch's header: base offset i64 | length i32 | leader epoch i32 | magic i8 | crc u32 | attributes i16
+_LENGTH = struct.Struct(">i")
+_LENGTH_AT = 8
+_MAGIC_AT = 16
+_ATTRIBUTES = struct.Struct(">h")
+_ATTRIBUTES_AT = 21
+_CODEC_MASK = 0x07
+_ZSTD = 4
 
 
 def handle_produce(broker: KafkaBroker, request: Request) -> Any:
@@ -39,7 +50,6 @@ def handle_produce(broker: KafkaBroker, request: Request) -> Any:
     module = request.response_module
     acks = int(body.acks)
     topics = []
-    appended = False
     failed: list[str] = []
     for topic_data in body.topic_data:
         partitions = []
@@ -48,14 +58,11 @@ def handle_produce(broker: KafkaBroker, request: Request) -> Any:
                 answer = _error(module, data.index, ErrorCode.invalid_required_acks,
                                 f"acks must be -1, 0 or 1, got {acks}")
             else:
-                answer = _append(broker, module, topic_data.name, data.index, data.records)
-                appended |= answer.error_code == ErrorCode.none
+                answer = _append(broker, module, request.api_version, topic_data.name, data.index, data.records)
             if answer.error_code != ErrorCode.none:
                 failed.append(f"{topic_data.name}-{data.index}: {answer.error_code.name}")
             partitions.append(answer)
         topics.append(make(module, "TopicProduceResponse", name=topic_data.name, partition_responses=tuple(partitions)))
-    if appended:
-        broker.appends.notify()
     if acks == 0:
         if failed:
             raise ProtocolError(f"a produce request with acks=0 failed ({'; '.join(failed)})")
@@ -63,7 +70,8 @@ def handle_produce(broker: KafkaBroker, request: Request) -> Any:
     return make(module, "ProduceResponse", responses=tuple(topics), throttle_time=NO_THROTTLE)
 
 
-def _append(broker: KafkaBroker, module: Any, topic: str, partition: int, records: bytes | None) -> Any:
+def _append(broker: KafkaBroker, module: Any, version: int, topic: str, partition: int,
+            records: bytes | None) -> Any:
     if topic in INTERNAL_TOPICS:
         return _error(module, partition, ErrorCode.invalid_topic_exception,
                       f"{topic} is an internal topic: clients cannot write to it")
@@ -73,7 +81,7 @@ def _append(broker: KafkaBroker, module: Any, topic: str, partition: int, record
                       f"This server does not host this topic-partition: {topic}-{partition}")
     if records is None or len(records) == 0:
         return _error(module, partition, ErrorCode.invalid_record, "the produce request holds no record batch")
-    refused = _refused_batches(broker, topic, partition, records)
+    refused = _version_refusal(version, records) or _refused_batches(broker, topic, partition, records)
     if refused is not None:
         return _error(module, partition, *refused)
     try:
@@ -85,6 +93,31 @@ def _append(broker: KafkaBroker, module: Any, topic: str, partition: int, record
     return make(module, "PartitionProduceResponse", index=partition, error_code=ErrorCode.none,
                 base_offset=info.first_offset, log_append_time=append_time, log_start_offset=info.log_start_offset,
                 record_errors=(), error_message=None)
+
+
+def _version_refusal(version: int, records: bytes) -> tuple[ErrorCode, str] | None:
+    """Kafka's ``ProduceRequest.validateRecords``: from v3 a partition's records are exactly one batch of magic 2,
+    not zstd-compressed before v7. Only the batch headers are read; bytes that are not batches are left for the
+    engine's validation to name."""
+    if len(records) < _MAGIC_AT + 1:
+        return None
+    magic = records[_MAGIC_AT]
+    if magic != 2:
+        return ErrorCode.invalid_record, (f"Produce requests with version {version} are only allowed to contain "
+                                          "record batches with magic version 2")
+    if len(records) >= _ATTRIBUTES.size + _ATTRIBUTES_AT and version < 7:
+        (attributes,) = _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_AT)
+        if attributes & _CODEC_MASK == _ZSTD:
+            return ErrorCode.unsupported_compression_type, (f"Produce requests with version {version} are not "
+                                                            "allowed to use ZStandard compression")
+    (length,) = _LENGTH.unpack_from(records, _LENGTH_AT)
+    second = _LENGTH_AT + _LENGTH.size + length  # where a second batch would start
+    if length >= 0 and len(records) - second > _MAGIC_AT:
+        (next_length,) = _LENGTH.unpack_from(records, second + _LENGTH_AT)
+        if 0 <= next_length <= len(records) - second - _LENGTH_AT - _LENGTH.size:
+            return ErrorCode.invalid_record, (f"Produce requests with version {version} are only allowed to "
+                                              "contain exactly one record batch per partition")
+    return None
 
 
 def _refused_batches(broker: KafkaBroker, topic: str, partition: int, records: bytes) -> tuple[ErrorCode, str] | None:

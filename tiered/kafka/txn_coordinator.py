@@ -12,6 +12,9 @@ ABORT marker to every partition of the transaction (through ``Log.append`` with 
 completes the transaction in its producer state, its transaction index and the last stable offset), applies or
 drops the offsets TxnOffsetCommit stored for the groups, and the transaction is complete.
 
+A producer whose epoch is not the id's current one is PRODUCER_FENCED, as Kafka's coordinator answers (the
+handlers answer INVALID_PRODUCER_EPOCH to the request versions older than that code, as KafkaApis does).
+
 States as Kafka's (Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit, CompleteAbort). Each change is
 appended to ``__transaction_state`` (compacted, ``transaction.state.log.num.partitions`` partitions, Kafka's
 ``TransactionLogKey``/``TransactionLogValue`` v0 in :mod:`tiered.kafka.txn_schema`) before it is applied: the
@@ -214,7 +217,7 @@ class TxnCoordinator:
                     meta = self._persist(new)
                     return ErrorCode.none, meta.producer_id, meta.producer_epoch
                 if producer_id >= 0 and (producer_id, producer_epoch) != (meta.producer_id, meta.producer_epoch):
-                    return ErrorCode.invalid_producer_epoch, -1, -1  # KIP-360: only the current producer may bump
+                    return ErrorCode.producer_fenced, -1, -1  # KIP-360: only the current producer may bump
                 if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
                     meta = self._complete(meta, meta.state is TxnState.PREPARE_COMMIT)
                 if meta.state is TxnState.ONGOING:
@@ -248,7 +251,7 @@ class TxnCoordinator:
         if meta is None or meta.producer_id != producer_id:
             return ErrorCode.invalid_producer_id_mapping, None
         if producer_epoch != meta.producer_epoch:
-            return ErrorCode.invalid_producer_epoch, None
+            return ErrorCode.producer_fenced, None
         if meta.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             return ErrorCode.concurrent_transactions, None
         return ErrorCode.none, meta
@@ -301,7 +304,7 @@ class TxnCoordinator:
             meta = self._txns.get(transactional_id) if transactional_id is not None else None
             if meta is None:
                 return ErrorCode.invalid_producer_id_mapping
-            if producer_epoch < meta.producer_epoch:
+            if producer_epoch != meta.producer_epoch:  # a later epoch too: it would fence the producer's markers
                 return ErrorCode.invalid_producer_epoch
             if meta.state is not TxnState.ONGOING or (topic, partition) not in meta.partitions:
                 return ErrorCode.invalid_txn_state
@@ -315,7 +318,7 @@ class TxnCoordinator:
             if meta is None or meta.producer_id != producer_id:
                 return ErrorCode.invalid_producer_id_mapping
             if producer_epoch != meta.producer_epoch:
-                return ErrorCode.invalid_producer_epoch
+                return ErrorCode.producer_fenced
             done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
             if meta.state is done:
                 return ErrorCode.none  # a retry of the EndTxn that completed it
@@ -349,7 +352,6 @@ class TxnCoordinator:
                 offsets_partitions.add(partition)
         if coordinator is not None and offsets_partitions:
             coordinator.complete_txn(meta.producer_id, offsets_partitions, commit)
-        self._broker.appends.notify()  # READ_COMMITTED fetches waiting for the last stable offset to move
         logger.info("transactional id %s: %s (producer %d epoch %d, %d partition(s))", meta.transactional_id,
                     "committed" if commit else "aborted", meta.producer_id, meta.producer_epoch, len(meta.partitions))
         return self._persist(dataclasses.replace(
