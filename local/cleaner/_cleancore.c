@@ -39,12 +39,15 @@ static const uint32_t md5_k[64] = {
     0x289b7ec6, 0xeaa127fa, 0xd4ef3085, 0x04881d05, 0xd9d4d039, 0xe6db99e5, 0x1fa27cf8, 0xc4ac5665,
     0xf4292244, 0x432aff97, 0xab9423a7, 0xfc93a039, 0x655b59c3, 0x8f0ccc92, 0xffeff47d, 0x85845dd1,
     0x6fa87e4f, 0xfe2ce6e0, 0xa3014314, 0x4e0811a1, 0xf7537e82, 0xbd3af235, 0x2ad7d2bb, 0xeb86d391};
-static const int md5_r[64] = {7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22,
-                              5, 9,  14, 20, 5, 9,  14, 20, 5, 9,  14, 20, 5, 9,  14, 20,
-                              4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23, 4, 11, 16, 23,
-                              6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21, 6, 10, 15, 21};
 
 #define ROTL(x, n) (((x) << (n)) | ((x) >> (32 - (n))))
+/* One step of round 1..4: a = b + rotl(a + f(b, c, d) + m[g] + k[i], r[i]), written out for each of the 64 steps
+ * (a loop with the round chosen per step costs twice as much on the short keys the cleaner hashes). */
+#define MD5_STEP(f, a, b, c, d, x, k, r) (a) = (b) + ROTL((a) + f((b), (c), (d)) + (x) + (k), (r))
+#define MD5_F(b, c, d) (((b) & (c)) | (~(b) & (d)))
+#define MD5_G(b, c, d) (((d) & (b)) | (~(d) & (c)))
+#define MD5_H(b, c, d) ((b) ^ (c) ^ (d))
+#define MD5_I(b, c, d) ((c) ^ ((b) | ~(d)))
 
 static void md5_block(md5_state *s, const uint8_t *p)
 {
@@ -53,28 +56,71 @@ static void md5_block(md5_state *s, const uint8_t *p)
         m[i] = (uint32_t)p[i * 4] | ((uint32_t)p[i * 4 + 1] << 8) | ((uint32_t)p[i * 4 + 2] << 16) |
                ((uint32_t)p[i * 4 + 3] << 24);
     uint32_t a = s->a, b = s->b, c = s->c, d = s->d;
-    for (int i = 0; i < 64; i++) {
-        uint32_t f;
-        int g;
-        if (i < 16) {
-            f = (b & c) | (~b & d);
-            g = i;
-        } else if (i < 32) {
-            f = (d & b) | (~d & c);
-            g = (5 * i + 1) & 15;
-        } else if (i < 48) {
-            f = b ^ c ^ d;
-            g = (3 * i + 5) & 15;
-        } else {
-            f = c ^ (b | ~d);
-            g = (7 * i) & 15;
-        }
-        uint32_t t = d;
-        d = c;
-        c = b;
-        b = b + ROTL(a + f + md5_k[i] + m[g], md5_r[i]);
-        a = t;
-    }
+    const uint32_t *k = md5_k;
+    MD5_STEP(MD5_F, a, b, c, d, m[0], k[0], 7);
+    MD5_STEP(MD5_F, d, a, b, c, m[1], k[1], 12);
+    MD5_STEP(MD5_F, c, d, a, b, m[2], k[2], 17);
+    MD5_STEP(MD5_F, b, c, d, a, m[3], k[3], 22);
+    MD5_STEP(MD5_F, a, b, c, d, m[4], k[4], 7);
+    MD5_STEP(MD5_F, d, a, b, c, m[5], k[5], 12);
+    MD5_STEP(MD5_F, c, d, a, b, m[6], k[6], 17);
+    MD5_STEP(MD5_F, b, c, d, a, m[7], k[7], 22);
+    MD5_STEP(MD5_F, a, b, c, d, m[8], k[8], 7);
+    MD5_STEP(MD5_F, d, a, b, c, m[9], k[9], 12);
+    MD5_STEP(MD5_F, c, d, a, b, m[10], k[10], 17);
+    MD5_STEP(MD5_F, b, c, d, a, m[11], k[11], 22);
+    MD5_STEP(MD5_F, a, b, c, d, m[12], k[12], 7);
+    MD5_STEP(MD5_F, d, a, b, c, m[13], k[13], 12);
+    MD5_STEP(MD5_F, c, d, a, b, m[14], k[14], 17);
+    MD5_STEP(MD5_F, b, c, d, a, m[15], k[15], 22);
+    MD5_STEP(MD5_G, a, b, c, d, m[1], k[16], 5);
+    MD5_STEP(MD5_G, d, a, b, c, m[6], k[17], 9);
+    MD5_STEP(MD5_G, c, d, a, b, m[11], k[18], 14);
+    MD5_STEP(MD5_G, b, c, d, a, m[0], k[19], 20);
+    MD5_STEP(MD5_G, a, b, c, d, m[5], k[20], 5);
+    MD5_STEP(MD5_G, d, a, b, c, m[10], k[21], 9);
+    MD5_STEP(MD5_G, c, d, a, b, m[15], k[22], 14);
+    MD5_STEP(MD5_G, b, c, d, a, m[4], k[23], 20);
+    MD5_STEP(MD5_G, a, b, c, d, m[9], k[24], 5);
+    MD5_STEP(MD5_G, d, a, b, c, m[14], k[25], 9);
+    MD5_STEP(MD5_G, c, d, a, b, m[3], k[26], 14);
+    MD5_STEP(MD5_G, b, c, d, a, m[8], k[27], 20);
+    MD5_STEP(MD5_G, a, b, c, d, m[13], k[28], 5);
+    MD5_STEP(MD5_G, d, a, b, c, m[2], k[29], 9);
+    MD5_STEP(MD5_G, c, d, a, b, m[7], k[30], 14);
+    MD5_STEP(MD5_G, b, c, d, a, m[12], k[31], 20);
+    MD5_STEP(MD5_H, a, b, c, d, m[5], k[32], 4);
+    MD5_STEP(MD5_H, d, a, b, c, m[8], k[33], 11);
+    MD5_STEP(MD5_H, c, d, a, b, m[11], k[34], 16);
+    MD5_STEP(MD5_H, b, c, d, a, m[14], k[35], 23);
+    MD5_STEP(MD5_H, a, b, c, d, m[1], k[36], 4);
+    MD5_STEP(MD5_H, d, a, b, c, m[4], k[37], 11);
+    MD5_STEP(MD5_H, c, d, a, b, m[7], k[38], 16);
+    MD5_STEP(MD5_H, b, c, d, a, m[10], k[39], 23);
+    MD5_STEP(MD5_H, a, b, c, d, m[13], k[40], 4);
+    MD5_STEP(MD5_H, d, a, b, c, m[0], k[41], 11);
+    MD5_STEP(MD5_H, c, d, a, b, m[3], k[42], 16);
+    MD5_STEP(MD5_H, b, c, d, a, m[6], k[43], 23);
+    MD5_STEP(MD5_H, a, b, c, d, m[9], k[44], 4);
+    MD5_STEP(MD5_H, d, a, b, c, m[12], k[45], 11);
+    MD5_STEP(MD5_H, c, d, a, b, m[15], k[46], 16);
+    MD5_STEP(MD5_H, b, c, d, a, m[2], k[47], 23);
+    MD5_STEP(MD5_I, a, b, c, d, m[0], k[48], 6);
+    MD5_STEP(MD5_I, d, a, b, c, m[7], k[49], 10);
+    MD5_STEP(MD5_I, c, d, a, b, m[14], k[50], 15);
+    MD5_STEP(MD5_I, b, c, d, a, m[5], k[51], 21);
+    MD5_STEP(MD5_I, a, b, c, d, m[12], k[52], 6);
+    MD5_STEP(MD5_I, d, a, b, c, m[3], k[53], 10);
+    MD5_STEP(MD5_I, c, d, a, b, m[10], k[54], 15);
+    MD5_STEP(MD5_I, b, c, d, a, m[1], k[55], 21);
+    MD5_STEP(MD5_I, a, b, c, d, m[8], k[56], 6);
+    MD5_STEP(MD5_I, d, a, b, c, m[15], k[57], 10);
+    MD5_STEP(MD5_I, c, d, a, b, m[6], k[58], 15);
+    MD5_STEP(MD5_I, b, c, d, a, m[13], k[59], 21);
+    MD5_STEP(MD5_I, a, b, c, d, m[4], k[60], 6);
+    MD5_STEP(MD5_I, d, a, b, c, m[11], k[61], 10);
+    MD5_STEP(MD5_I, c, d, a, b, m[2], k[62], 15);
+    MD5_STEP(MD5_I, b, c, d, a, m[9], k[63], 21);
     s->a += a;
     s->b += b;
     s->c += c;
@@ -625,6 +671,18 @@ static rec_info *infos_for(rec_info **infos, Py_ssize_t *capacity, int64_t count
     return *infos;
 }
 
+static uint8_t *digests_for(uint8_t **digests, Py_ssize_t *capacity, int64_t count)
+{
+    if (count > *capacity) {
+        uint8_t *grown = PyMem_RawRealloc(*digests, (size_t)count * 16);
+        if (grown == NULL)
+            return NULL;
+        *digests = grown;
+        *capacity = (Py_ssize_t)count;
+    }
+    return *digests;
+}
+
 static int put_one(uint8_t *t, Py_ssize_t slots, const uint8_t *digest, int64_t offset, Py_ssize_t *entries)
 {
     for (Py_ssize_t attempt = 0;; attempt++) {
@@ -741,13 +799,24 @@ static PyObject *map_plain_batches(PyObject *self, PyObject *args)
     return Py_BuildValue("(nnLiLL)", pos, entries, latest, stop, (long long)records, (long long)bytes);
 }
 
-static int append_bytes(PyObject *out, const void *data, Py_ssize_t n)
+/* A bytearray grown geometrically while a pass appends to it (PyByteArray_Resize alone reallocates each time):
+ * `used` is the logical size, set on the bytearray by finish_bytes. */
+static int append_bytes(PyObject *out, Py_ssize_t *used, const void *data, Py_ssize_t n)
 {
-    Py_ssize_t at = PyByteArray_GET_SIZE(out);
-    if (PyByteArray_Resize(out, at + n) < 0)
-        return 0;
-    memcpy(PyByteArray_AS_STRING(out) + at, data, (size_t)n);
+    Py_ssize_t size = PyByteArray_GET_SIZE(out);
+    if (*used + n > size) {
+        Py_ssize_t grown = size * 2 > *used + n ? size * 2 : *used + n + 65536;
+        if (PyByteArray_Resize(out, grown) < 0)
+            return 0;
+    }
+    memcpy(PyByteArray_AS_STRING(out) + *used, data, (size_t)n);
+    *used += n;
     return 1;
+}
+
+static int finish_bytes(PyObject *out, Py_ssize_t used)
+{
+    return PyByteArray_Resize(out, used) == 0;
 }
 
 static int contains(const int64_t *sorted, Py_ssize_t n, int64_t value)
@@ -779,8 +848,8 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
     PyObject *result = NULL;
     rec_info *infos = NULL;
     Py_ssize_t capacity = 0;
-    uint8_t *scratch = NULL;
-    Py_ssize_t scratch_capacity = 0;
+    uint8_t *scratch = NULL, *digests = NULL;
+    Py_ssize_t scratch_capacity = 0, digest_capacity = 0;
     if (end > chunk.len || pos < 0 || slots <= 0 || table.len < slots * ENTRY) {
         PyErr_SetString(PyExc_ValueError, "bad chunk bounds or table");
         goto done;
@@ -790,6 +859,7 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
     Py_ssize_t retain_n = retain.len / (Py_ssize_t)sizeof(int64_t);
     int stop = STOP_END;
     long long m_read = 0, b_read = 0, m_kept = 0, b_kept = 0, invalid = 0;
+    Py_ssize_t out_used = PyByteArray_GET_SIZE(out), meta_used = PyByteArray_GET_SIZE(meta);
     for (;;) {
         Py_ssize_t size = batch_at(buf, pos, end);
         if (size == 0)
@@ -825,6 +895,18 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
                 break;
             }
             int retain_deletes = !has_horizon || now < base_ts;
+            if (digests_for(&digests, &digest_capacity, count) == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            /* the batch's digests first, their first slots prefetched: the lookups' cache misses overlap */
+            for (int64_t i = 0; i < count; i++) {
+                rec_info *r = infos + i;
+                if (r->key_len >= 0 && base + r->offset_delta <= latest) {
+                    md5(b + OVERHEAD + r->key_start, (Py_ssize_t)r->key_len, digests + i * 16);
+                    __builtin_prefetch(t + position_of(digests + i * 16, 0, slots));
+                }
+            }
             kept = 0;
             for (int64_t i = 0; i < count; i++) {
                 rec_info *r = infos + i;
@@ -836,9 +918,7 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
                     invalid++;
                     keep = 0;
                 } else {
-                    uint8_t digest[16];
-                    md5(b + OVERHEAD + r->key_start, (Py_ssize_t)r->key_len, digest);
-                    int64_t found = get_one(t, slots, digest);
+                    int64_t found = get_one(t, slots, digests + i * 16);
                     keep = offset >= found && (r->value_len >= 0 || retain_deletes);
                 }
                 r->key_len = keep ? r->key_len : -2; /* -2: dropped */
@@ -947,16 +1027,19 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
             write_size = n;
         }
         int64_t row[3] = {last, written_max_ts, write_size};
-        if (!append_bytes(out, write_from, write_size) || !append_bytes(meta, row, sizeof(row)))
+        if (!append_bytes(out, &out_used, write_from, write_size) || !append_bytes(meta, &meta_used, row, sizeof(row)))
             goto done;
         m_kept += kept;
         b_kept += write_size;
         pos += size;
     }
+    if (!finish_bytes(out, out_used) || !finish_bytes(meta, meta_used))
+        goto done;
     result = Py_BuildValue("(niLLLLL)", pos, stop, m_read, b_read, m_kept, b_kept, invalid);
 done:
     PyMem_RawFree(infos);
     PyMem_RawFree(scratch);
+    PyMem_RawFree(digests);
     PyBuffer_Release(&chunk);
     PyBuffer_Release(&table);
     PyBuffer_Release(&retain);

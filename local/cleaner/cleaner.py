@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _unpack_header = BATCH_HEADER.unpack_from
+READ_WINDOW = 1 << 20
 
 
 @dataclass(slots=True)
@@ -174,6 +175,9 @@ class Cleaner:
         self.id = cleaner_id
         self.offset_map = offset_map
         self.io_buffer_size = max(io_buffer_size, RECORD_BATCH_OVERHEAD)
+        # Segments are read a window at a time: at least READ_WINDOW (reads of a few hundred KiB cost half the
+        # cleaning in read calls), more for a batch larger than that (Kafka grows its buffers the same way).
+        self.read_window = max(self.io_buffer_size, READ_WINDOW)
         self.max_io_buffer_size = max_io_buffer_size
         self.dup_buffer_load_factor = dup_buffer_load_factor
         self.throttler = throttler
@@ -233,7 +237,7 @@ class Cleaner:
         offset_map = self.offset_map
         native = _cleancore is not None and offset_map.native
         position = segment.offset_index.lookup(start).position
-        for view, chunk_pos, length in _chunks(segment.log, position, self.io_buffer_size):
+        for view, chunk_pos, length in _chunks(segment.log, position, self.read_window):
             at = 0
             while at < length:
                 if native:  # the plain batches of the chunk, in C
@@ -343,7 +347,7 @@ class Cleaner:
         appended: list[_Appended] = []
         largest = -1
         filter_stats = stats.filter
-        for view, chunk_pos, length in _chunks(segment.log, 0, self.io_buffer_size):
+        for view, chunk_pos, length in _chunks(segment.log, 0, self.read_window):
             at = 0
             while at < length:
                 if native:
