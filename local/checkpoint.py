@@ -168,6 +168,11 @@ def fsync_file(path: Path) -> bool:
     return True
 
 
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory: the renames and creations in it are durable."""
+    _fsync_dir(directory)
+
+
 def _fsync_dir(directory: Path) -> None:
     dir_fd = os.open(directory, os.O_RDONLY)
     try:

@@ -54,6 +54,26 @@ def _long(lo: int | None = None, hi: int = LONG_MAX) -> Callable[[str, Any], int
     return conv
 
 
+def _double(lo: float | None = None, hi: float | None = None) -> Callable[[str, Any], float]:
+    def conv(key: str, value: Any) -> float:
+        if isinstance(value, bool):
+            raise _bad(key, value, "expected a number")
+        try:
+            v = float(str(value).strip())
+        except ValueError:
+            raise _bad(key, value, "expected a number") from None
+        if v != v:  # NaN
+            raise _bad(key, value, "expected a number")
+        if lo is not None and v < lo:
+            raise _bad(key, value, f"must be at least {lo}")
+        if hi is not None and v > hi:
+            raise _bad(key, value, f"must be at most {hi}")
+        return v
+
+    conv.valid = f"[{'...' if lo is None else lo}, {'...' if hi is None else hi}]"  # type: ignore[attr-defined]
+    return conv
+
+
 def _bool(key: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -106,15 +126,13 @@ def _cleanup_policy(key: str, value: Any) -> str:
     parts = [p.strip() for p in str(value).split(",") if p.strip()]
     if not parts or any(p not in ("delete", "compact") for p in parts):
         raise _bad(key, value, "must be a list of delete and/or compact")
-    if "compact" in parts:
-        logger.warning("%s=%s: compaction is not implemented; only deletion applies", key, value)
     return ",".join(parts)
 
 
 _bool.valid = "true, false"  # type: ignore[attr-defined]
 _string.valid = "a string"  # type: ignore[attr-defined]
 _host_port.valid = "HOST:PORT (port 0: a free one)"  # type: ignore[attr-defined]
-_cleanup_policy.valid = "a list of delete, compact (compaction is not implemented)"  # type: ignore[attr-defined]
+_cleanup_policy.valid = "a list of delete, compact"  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -147,6 +165,11 @@ _TOPIC_DEFS = [
          _long(0), 3_600_000),
     _Def("preallocate", "log.preallocate", "preallocate", _bool, False),
     _Def("cleanup.policy", "log.cleanup.policy", "cleanup_policy", _cleanup_policy, "delete"),
+    # The log cleaner's topic keys (local.cleaner), with Kafka's broker synonyms and defaults.
+    _Def("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", "min_cleanable_dirty_ratio", _double(0, 1), 0.5),
+    _Def("delete.retention.ms", "log.cleaner.delete.retention.ms", "delete_retention_ms", _long(0), 86_400_000),
+    _Def("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", "min_compaction_lag_ms", _long(0), 0),
+    _Def("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", "max_compaction_lag_ms", _long(1), LONG_MAX),
     _Def("min.insync.replicas", "min.insync.replicas", "min_insync_replicas", _long(1, INT_MAX), 1),
     _Def("compression.type", "compression.type", "compression_type",
          _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer"),
@@ -224,6 +247,15 @@ _BROKER_DEFS = [
     _Def(None, "remote.log.segment.cache.prefetch.chunks", "remote_log_segment_cache_prefetch_chunks", _long(0, 64), 2),
     _Def(None, "remote.log.segment.cache.plaintext.disk.enable", "remote_log_segment_cache_plaintext_disk_enable",
          _bool, False),
+    # Kafka's CleanerConfig (local.cleaner): the log cleaner threads of LogManager.
+    _Def(None, "log.cleaner.enable", "log_cleaner_enable", _bool, True),
+    _Def(None, "log.cleaner.threads", "log_cleaner_threads", _long(0, INT_MAX), 1),
+    _Def(None, "log.cleaner.backoff.ms", "log_cleaner_backoff_ms", _long(0), 15_000),
+    _Def(None, "log.cleaner.dedupe.buffer.size", "log_cleaner_dedupe_buffer_size", _long(0), 128 * MIB),
+    _Def(None, "log.cleaner.io.buffer.load.factor", "log_cleaner_io_buffer_load_factor", _double(0, 1), 0.9),
+    _Def(None, "log.cleaner.io.buffer.size", "log_cleaner_io_buffer_size", _long(0, INT_MAX), 512 * 1024),
+    _Def(None, "log.cleaner.io.max.bytes.per.second", "log_cleaner_io_max_bytes_per_second", _double(0),
+         1.7976931348623157e308),
     # Ours: where `tiered run` serves /metrics, produce, consume and /health (tiered/http_server.py).
     _Def(None, "tiered.http.listen", "tiered_http_listen", _host_port, "127.0.0.1:8080"),
 ]
@@ -293,6 +325,10 @@ class TopicConfig:
     message_timestamp_after_max_ms: int
     preallocate: bool
     cleanup_policy: str
+    min_cleanable_dirty_ratio: float
+    delete_retention_ms: int
+    min_compaction_lag_ms: int
+    max_compaction_lag_ms: int
     min_insync_replicas: int
     compression_type: str
     remote_storage_enable: bool
@@ -300,6 +336,16 @@ class TopicConfig:
     local_retention_bytes: int
     remote_log_copy_disable: bool
     remote_log_delete_on_disable: bool
+
+    @property
+    def compact(self) -> bool:
+        """``cleanup.policy`` holds ``compact``: the log cleaner dedupes it (Kafka's ``LogConfig.compact``)."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """``cleanup.policy`` holds ``delete``: retention deletes its old segments."""
+        return "delete" in self.cleanup_policy.split(",")
 
     @property
     def effective_local_retention_ms(self) -> int:
@@ -324,6 +370,13 @@ def _validate_topic(cfg: TopicConfig, large_index_enabled: bool, source: str) ->
             f"large-index feature (KIP-1333); finalize it first with `{LARGE_INDEX_HINT}`",
             key=source, value=cfg.segment_bytes,
         )
+    if cfg.remote_storage_enable and cfg.compact:
+        # Kafka's LogConfig.validateNoRemoteStorageForCompactedTopic: a cleaner rewriting segments the remote tier
+        # already holds has no remote counterpart.
+        raise ConfigError(
+            f"Invalid value true for configuration remote.storage.enable: remote log storage is unsupported for "
+            f"compacted topics (cleanup.policy={cfg.cleanup_policy}); use cleanup.policy=delete, or keep the topic "
+            "local", key="remote.storage.enable", value=True)
     if cfg.remote_storage_enable:
         lrb, rb = cfg.local_retention_bytes, cfg.retention_bytes
         if lrb not in (-2, -1) and rb != -1 and lrb > rb:
@@ -386,6 +439,13 @@ class LogConfig:
     remote_log_segment_cache_chunk_size_bytes: int
     remote_log_segment_cache_prefetch_chunks: int
     remote_log_segment_cache_plaintext_disk_enable: bool
+    log_cleaner_enable: bool
+    log_cleaner_threads: int
+    log_cleaner_backoff_ms: int
+    log_cleaner_dedupe_buffer_size: int
+    log_cleaner_io_buffer_load_factor: float
+    log_cleaner_io_buffer_size: int
+    log_cleaner_io_max_bytes_per_second: float
     tiered_http_listen: str
 
     def __init__(self, originals: Mapping[str, Any], large_index_enabled: bool | None = None) -> None:

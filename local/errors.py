@@ -109,6 +109,12 @@ class LostOffsetsError(KafkaStorageError):
     segment file the operator knows) and ``topic``/``partition``."""
 
 
+class LogCleaningAbortedError(KafkaStorageError):
+    """A log cleaning stopped before its swap (Kafka's ``LogCleaningAbortedException``): the cleaner stopping, the
+    partition's cleaning aborted, or the log changed under it (truncated, segments deleted). Nothing of it is
+    visible: its ``.cleaned`` files are deleted."""
+
+
 class InvalidProducerEpochError(KafkaStorageError):
     """A batch from a producer epoch older than the one the log has seen."""
 

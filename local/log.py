@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from local import filenames
-from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile, fsync_file
+from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile, fsync_dir, fsync_file
 from local.dir_failure import LogDirFailureChannel
 from local.epoch import LeaderEpochFileCache
 from local.errors import (
     InvalidRecordError,
     KafkaStorageError,
     KafkaStorageIOError,
+    LogCleaningAbortedError,
     LogDirOfflineError,
     LostOffsetsError,
     OffsetOutOfRangeError,
@@ -170,12 +171,18 @@ class Log:
         # a Kafka leader's epoch is re-assigned when it becomes leader again).
         self._leader_epoch = max(leader_epoch_cache.latest_epoch() or 0, self.remote_log_state.owner_epoch)
         self._pending_deletes: list[LogSegment] = []
+        # Bumped (under the lock) whenever segments leave or change other than by an append or roll: a cleaning
+        # that began before it must not swap in segments built from what is gone (see replace_segments).
+        self.segments_generation = 0
         # Called (under the log lock) each time the log start offset moves, before anything below it is deleted:
         # the LogManager writes its log-start-offset checkpoint there.
         self.log_start_offset_checkpointer: Callable[[Log], None] | None = None
         # Called (outside the log lock) after each append that wrote records: the LogManager tells its append
         # listeners (the Kafka listener wakes the fetches waiting for data, whichever path appended).
         self.append_listener: Callable[[Log], None] | None = None
+        # Called (under the log lock) after a truncation with the new log end: the LogManager brings the log
+        # cleaner's checkpoint down to it.
+        self.truncation_listener: Callable[[Log, int], None] | None = None
         self._log_start_checkpoint_failed = False
         active = segments.active_segment
         assert active is not None, "a loaded log always has an active segment"
@@ -1049,8 +1056,9 @@ class Log:
         (the ``local.*`` values when the remote tier holds a finished copy). Returns the number deleted.
         """
         self._check_writable()
-        if "delete" not in str(self.config.cleanup_policy):
-            return 0
+        if not self.config.delete:
+            # compact alone: only what a moved log start offset left below it goes (Kafka's deleteOldSegments)
+            return self._delete_log_start_offset_breached_segments()
         self.check_remote_tier_present("retention")
         return (
             self._delete_log_start_offset_breached_segments()
@@ -1147,6 +1155,7 @@ class Log:
                 self.maybe_increment_log_start_offset(new_start, LogStartOffsetIncrementReason.SEGMENT_DELETION)
             self.local_log_start_offset = max(self.local_log_start_offset, new_start)
             self.ensure_log_start_offset_checkpointed()
+            self.segments_generation += 1
             for seg in segments:
                 logger.info("deleting segment %d of %s: %s", seg.base_offset, self.name, reason)
                 self.segments.remove(seg.base_offset)
@@ -1154,6 +1163,56 @@ class Log:
             for seg in segments:
                 self._async_delete(seg)
         return len(segments)
+
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment],
+                         generation: int | None = None) -> int:
+        """Swap ``new_segments`` (written as ``.cleaned`` files, flushed) in for ``old_segments``, crash-safely: Kafka's
+        ``replaceSegments``. The new files are renamed ``.swap`` (highest base offset first, so that the loader can
+        tell a complete set of swaps from an incomplete one) and the directory synced; they replace the old ones in
+        the lookup list; the old files are renamed ``.deleted`` and removed after ``file.delete.delay.ms`` (reads in
+        flight finish on them); the ``.swap`` files take their plain names; the directory is synced. A crash before
+        every ``.swap`` exists is undone by the loader, after it is finished by the loader.
+
+        Raises ``LogCleaningAbortedError`` (nothing changed) when the log changed since ``generation`` was read
+        (:attr:`segments_generation`) or an old segment is no longer the log's. Returns the generation after the
+        swap (a cleaning swapping several groups expects that one next).
+        """
+        self._check_writable()
+        with self._lock:
+            self._check_open()
+            if generation is not None and generation != self.segments_generation:
+                raise LogCleaningAbortedError(f"the segments of {self.name} changed while it was cleaned")
+            for seg in old_segments:
+                if self.segments.get(seg.base_offset) is not seg:
+                    raise LogCleaningAbortedError(f"segment {seg.base_offset} of {self.name} left the log while it was "
+                                                  "cleaned")
+            new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
+            for seg in reversed(new_sorted):
+                seg.change_file_suffixes(filenames.CLEANED_FILE_SUFFIX, filenames.SWAP_FILE_SUFFIX)
+            fsync_dir(self.dir)  # every .swap durable before any old file is renamed .deleted
+            for seg in reversed(new_sorted):
+                self.segments.add(seg)
+            new_bases = {seg.base_offset for seg in new_sorted}
+            deleted_not_replaced = []
+            for seg in sorted(old_segments, key=lambda s: s.base_offset):
+                if seg.base_offset not in new_bases:
+                    self.segments.remove(seg.base_offset)
+                    deleted_not_replaced.append(seg)
+                self._async_delete(seg)
+            for seg in new_sorted:
+                seg.change_file_suffixes(filenames.SWAP_FILE_SUFFIX, "")
+            fsync_dir(self.dir)
+            for seg in deleted_not_replaced:
+                self.producer_state_manager.remove_snapshot(seg.base_offset)
+            self.segments_generation += 1
+            return self.segments_generation
+
+    def last_records_of_active_producers(self) -> dict[int, tuple[int | None, int]]:
+        """Each active producer's last data offset (None when its last entry is a transaction marker) and epoch
+        (Kafka's ``lastRecordsOfActiveProducers``): the batches the cleaner keeps for producer state."""
+        with self._lock:
+            return {pid: (e.last_data_offset if e.last_data_offset >= 0 else None, e.producer_epoch)
+                    for pid, e in self.producer_state_manager.active_producers.items()}
 
     def _async_delete(self, segment: LogSegment) -> None:
         """Rename to ``.deleted`` now; close and remove after ``file.delete.delay.ms`` (readers in flight finish)."""
@@ -1184,6 +1243,7 @@ class Log:
                 return True
             self.leader_epoch_cache.truncate_from_end(target_offset)
             self.lost_offsets.truncate_from(target_offset)
+            self.segments_generation += 1
             for seg in list(self.segments.values()):
                 if seg.base_offset > target_offset:
                     self.segments.remove(seg.base_offset)
@@ -1203,6 +1263,8 @@ class Log:
             rebuild_producer_state(
                 self.producer_state_manager, self.segments, self.log_start_offset, target_offset, self.time
             )
+            if self.truncation_listener is not None:
+                self.truncation_listener(self, target_offset)
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -1213,6 +1275,7 @@ class Log:
             # segment for its offset finds it below the log start, and answers out of range naming it.
             self.log_start_offset = new_offset
             self.local_log_start_offset = new_offset
+            self.segments_generation += 1
             for seg in list(self.segments.values()):
                 self.segments.remove(seg.base_offset)
                 self._async_delete(seg)
@@ -1224,6 +1287,8 @@ class Log:
             self.lost_offsets.clear()
             self.recovery_point = new_offset
             self._high_watermark = new_offset
+            if self.truncation_listener is not None:
+                self.truncation_listener(self, new_offset)
 
     # ------------------------------------------------------------------------------------------------------
     # Leader epochs

@@ -635,6 +635,13 @@ class LogSegment(SegmentCore):
                 self.rolling_based_timestamp = batch.max_timestamp
                 break
 
+    def first_batch_timestamp(self) -> int:
+        """The first batch's max timestamp, or Long.MAX_VALUE when it has none (Kafka's ``getFirstBatchTimestamp``:
+        how old the segment's data is, for ``max.compaction.lag.ms``)."""
+        self._load_first_batch_timestamp()
+        ts = self.rolling_based_timestamp
+        return ts if ts is not None and ts >= 0 else 2**63 - 1
+
     def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
         """KIP-33: time since the first batch's timestamp (measured in message time), else since creation."""
         self._load_first_batch_timestamp()

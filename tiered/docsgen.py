@@ -45,7 +45,14 @@ DESCRIPTIONS: dict[str, str] = {
     "message.timestamp.before.max.ms": "Refuse batches whose timestamp is further in the past than this (CreateTime).",
     "message.timestamp.after.max.ms": "Refuse batches whose timestamp is further in the future than this (CreateTime).",
     "preallocate": "Preallocate the segment file when it is created.",
-    "cleanup.policy": "delete (retention by time and size); compact is accepted but not implemented (a warning).",
+    "cleanup.policy": "delete (retention by time and size), compact (the log cleaner keeps the latest record of each "
+                      "key), or both. compact cannot be combined with remote.storage.enable=true (as in Kafka).",
+    "min.cleanable.dirty.ratio": "A compacted log is cleaned once its dirty bytes exceed this share of it (or a dirty "
+                                 "segment is older than max.compaction.lag.ms).",
+    "delete.retention.ms": "How long a tombstone (a record with a null value) stays after the cleaning that first "
+                           "keeps it; also how long an empty transaction's marker stays.",
+    "min.compaction.lag.ms": "A record stays uncompacted at least this long (segments newer than this are not cleaned).",
+    "max.compaction.lag.ms": "A dirty segment older than this is cleaned whatever the dirty ratio.",
     "min.insync.replicas": "Accepted for compatibility; there is one replica.",
     "compression.type": "Recompress appended batches with this codec; producer keeps the producer's.",
     "remote.storage.enable": "Tier this topic: closed segments are copied to the remote tier. Needs "
@@ -123,6 +130,16 @@ DESCRIPTIONS: dict[str, str] = {
     "remote.log.segment.cache.chunk.size.bytes": "Ours: size of one cached chunk of a remote segment.",
     "remote.log.segment.cache.prefetch.chunks": "Ours: chunks read ahead of a sequential reader.",
     "tiered.http.listen": "Ours: where `tiered run` serves /metrics, produce, consume and /health (`--listen`).",
+    "log.cleaner.enable": "Run the log cleaner threads (tiered run) for the compacted topics; off, they grow unbounded "
+                          "and their retention does not run.",
+    "log.cleaner.threads": "Cleaner threads; each cleans one log at a time with its share of the dedupe buffer.",
+    "log.cleaner.backoff.ms": "How long a cleaner thread sleeps when no log needs cleaning.",
+    "log.cleaner.dedupe.buffer.size": "Memory of the key -> offset maps of all cleaner threads (24 bytes a key; at most "
+                                      "2 GiB a thread): keys a cleaning can dedupe at once.",
+    "log.cleaner.io.buffer.load.factor": "How full a cleaner's map may get before the cleaning stops mapping keys "
+                                         "(Kafka's name for the dedupe buffer's load factor).",
+    "log.cleaner.io.buffer.size": "Memory of the cleaner threads' read and write buffers, split among them.",
+    "log.cleaner.io.max.bytes.per.second": "Throttle of the cleaner threads' reads and writes together.",
 }
 
 # rsm.config.* of the bundled backends: key -> (default, valid values, description).

@@ -375,3 +375,30 @@ def test_a_hole_cut_by_hand_is_an_error_line_then_410s_and_verify_fails_naming_t
                           capture_output=True, text=True, timeout=LIMIT)
     assert proc.returncode == 1 and f"{middle}, position {middle.stat().st_size}, offset {first_lost}: [lost_offsets]" \
         in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_tiered_run_cleans_a_compacted_topic_and_serves_the_latest_values(tmp_path: Path) -> None:
+    """Issue 30: `tiered run` runs Kafka's log cleaner threads: a compacted topic's closed segments are cleaned
+    (cleaner-offset-checkpoint moves to the active segment), HTTP reads answer the latest value of each key, and the
+    cleaner's gauges are on /metrics."""
+    props = {"log.dirs": str(tmp_path / "data"), "log.cleaner.backoff.ms": "100",
+             "log.cleaner.min.cleanable.ratio": "0.01"}
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        log = m.get_or_create_log("users", 0, {"cleanup.policy": "compact"})
+        for i in range(3000):
+            log.append(MemoryRecords.build([SimpleRecord(int(time.time() * 1000), b"user-%d" % (i % 30), b"v%d" % i)]))
+        log.roll()
+    run = RunProcess(_write_config(tmp_path, props))
+    checkpoint = tmp_path / "data" / "cleaner-offset-checkpoint"
+    try:
+        url = run.url
+        _poll("the cleaning of users-0", lambda: checkpoint.exists() and "users 0 3000" in checkpoint.read_text())
+        status, body = _http("GET", url + "/topics/users/partitions/0/records?offset=0")
+        assert status == 200, body
+        got = {r["key"]: (r["offset"], r["value"]) for r in json.loads(body)["records"]}
+        assert got == {f"user-{k}": (2970 + k, f"v{2970 + k}") for k in range(30)}
+        assert len(json.loads(body)["records"]) == 30
+        assert "max_dirty_percent" in _metrics(url) and "cleaner_recopy_percent" in _metrics(url)
+        assert run.stop() == 0, run.err
+    finally:
+        run.kill()

@@ -139,6 +139,7 @@ def dir_status(data_dir: Path, topic: str | None = None, store: Any = None) -> d
             out["problems"].append(f"unreadable {marker.name}")
     recovery_points = _checkpoint(data_dir / filenames.RECOVERY_POINT_CHECKPOINT_FILENAME, out["problems"])
     start_offsets = _checkpoint(data_dir / filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME, out["problems"])
+    cleaner_offsets = _checkpoint(data_dir / "cleaner-offset-checkpoint", out["problems"])
     out["last_load"] = _of_topic(metrics.read_load_report(data_dir), topic)
     out["last_remote_pass"] = read_pass_report(data_dir)
     offline_at_last_load = (out["last_load"] or {}).get("offline_partitions") or {}
@@ -151,6 +152,7 @@ def dir_status(data_dir: Path, topic: str | None = None, store: Any = None) -> d
             continue
         try:
             status = partition_status(child, recovery_points.get(name), start_offsets.get(name, 0))
+            _compaction_status(child, status, cleaner_offsets.get(name))
             if store is not None and "offline" not in status:
                 try:
                     status.update(remote_status(child, status, store))
@@ -254,6 +256,23 @@ def partition_status(partition_dir: Path, recovery_point: int | None, checkpoint
     else:
         out["log_start_offset"] = out["local_log_start_offset"] = out["log_end_offset"] = checkpoint_start
     return out
+
+
+def _compaction_status(partition_dir: Path, status: dict[str, Any], cleaner_offset: int | None) -> None:
+    """A compacted partition's cleaner offset (its first dirty offset: ``cleaner-offset-checkpoint``, else the log
+    start) and dirty ratio (see :func:`local.cleaner.manager.dirty_ratio_of_files`)."""
+    from local.cleaner.manager import dirty_ratio_of_files
+    from local.config import read_properties
+
+    try:
+        policy = str(read_properties(partition_dir / "tiered-topic.properties").get("cleanup.policy", ""))
+    except (OSError, ValueError):
+        policy = ""
+    if "compact" not in policy and cleaner_offset is None:
+        return
+    first_dirty = cleaner_offset if cleaner_offset is not None else status.get("log_start_offset") or 0
+    status["cleaner_offset"] = cleaner_offset
+    status["dirty_ratio"] = round(dirty_ratio_of_files(status.get("_segments", []), first_dirty), 4)
 
 
 def _highest_remote_offset(partition_dir: Path) -> int | None:
@@ -457,6 +476,9 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
             notes = [f"{len(p['transient_files'])} leftover .swap/.cleaned/.deleted file(s)"] if p["transient_files"] else []
             if "offline" in p:
                 notes.insert(0, f"OFFLINE: {p['offline']}")
+            if "dirty_ratio" in p:
+                cleaned = "never cleaned" if p["cleaner_offset"] is None else f"cleaned below offset {p['cleaner_offset']}"
+                notes.append(f"compacted: {cleaned}, dirty ratio {p['dirty_ratio']:.2f}")
             notes += p.get("notes", [])
             remote = p.get("remote")
             owner = (remote or {}).get("ownership") or {}
