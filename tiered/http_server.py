@@ -6,16 +6,17 @@
   scraper asks for it): the log manager's (``local.metrics``: ``remaining_logs_to_load``,
   ``offline_log_directory_count``...) and the remote tier's (Kafka's ``RemoteCopyBytesPerSec``,
   ``RemoteCopyLagSegments``..., the index and segment caches').
-- ``POST /topics/<topic>/partitions/<p>/records``: append records, one batch per request. The body is the record
-  format of ``tiered produce --json`` (``{"key":..., "value":..., "headers": {...}, "timestamp": ...}``): a JSON
-  array of such objects, one object, or one object per line. Optional query ``compression`` (none, gzip, snappy,
+- ``POST /topics/<topic>/partitions/<p>/records``: append records, one batch per request. The body is a JSON array
+  of records, one record, or one record per line, in the JSON record format (:mod:`tiered.record_json`,
+  docs/record-json.md) ``tiered produce --json`` reads. Optional query ``compression`` (none, gzip, snappy,
   lz4, zstd). Answers ``{"topic", "partition", "count", "first_offset", "last_offset"}``. The partition is created
   when it does not exist (with the topic's stored config, as ``tiered produce`` creates it).
 - ``GET /topics/<topic>/partitions/<p>/records?offset=&max_bytes=&isolation=``: read from ``offset`` (default:
   the log start offset), local and remote tiers alike, records of ``max_bytes`` at most (default 1 MiB; at least
   one record, as a Kafka fetch returns at least one batch). ``isolation``: ``high_watermark`` (default),
   ``log_end`` or ``txn_committed``. Answers ``{"records": [...], "next_offset", "log_start_offset",
-  "log_end_offset", "high_watermark"}``, each record as ``tiered consume --json`` prints it. An offset outside
+  "log_end_offset", "high_watermark"}``, each record in the JSON record format (as ``tiered consume --json`` prints
+  it, so POSTing them back stores the same bytes). An offset outside
   ``log start..log end`` is ``416`` naming the range; an unknown partition ``404``.
 - ``GET /health``: ``200`` with ``{"status": "serving", "offline_log_dirs": {dir: why}, "offline_partitions":
   [...], "remote_tier": bool}`` while serving (offline dirs are reported, not fatal, as in Kafka); ``503`` with
@@ -111,7 +112,7 @@ class Endpoint:
     def produce(self, topic: str, partition: int, body: bytes, compression: str) -> dict[str, Any]:
         from local.records import MemoryRecords
         from tiered.commands._common import check_partition_to_write
-        from tiered.commands.produce import json_record
+        from tiered.record_json import record_from_json
 
         _check_partition_name(topic, partition)
         now = int(time.time() * 1000)
@@ -119,7 +120,7 @@ class Endpoint:
         if not objects:
             raise HttpError(HTTPStatus.BAD_REQUEST, "no records in the request body")
         try:
-            records = [json_record(obj, now) for obj in objects]
+            records = [record_from_json(obj, now) for obj in objects]
         except ValueError as exc:
             raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
         try:

@@ -63,7 +63,7 @@ def test_produce_takes_an_array_one_object_or_lines_and_consume_answers_them_in_
     reply = json.loads(payload)
     assert status == 200 and reply["next_offset"] == 5 and reply["log_end_offset"] == 5
     assert [(r["offset"], r["key"], r["value"], r["headers"]) for r in reply["records"]] == [
-        (1, "k", "b", {"h": "1"}), (2, None, '{"n":1}', {}), (3, None, "c", {}), (4, None, None, {})]
+        (1, "k", "b", [{"key": "h", "value": "1"}]), (2, None, '{"n":1}', []), (3, None, "c", []), (4, None, None, [])]
     assert reply["records"][0]["timestamp"] == 5
     log = manager.get_log("t", 0)
     assert log is not None and log.log_end_offset == 5

@@ -2,6 +2,9 @@
 
 Starts at ``--offset`` (default: the log start offset) or at the first record whose timestamp is at or after
 ``--timestamp``; stops at ``--to-offset`` (exclusive), after ``--max-messages``, or at the end of the log.
+``--json`` prints one object per record in the JSON record format (:mod:`tiered.record_json`, docs/record-json.md),
+which ``produce --json`` stores back byte for byte; text mode prints each value's bytes as they are and ``null`` for
+null, as Kafka's console consumer does.
 
 Every batch's CRC is checked before any of its records is printed (``--no-check-crcs`` turns that off, like a
 Kafka consumer's ``check.crcs=false``). Bad data (a corrupt batch, a damaged or missing remote object, a read
@@ -47,14 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def record_json(batch: Any, rec: Any) -> dict[str, Any]:
-    """A record as ``--json`` prints it (and ``tiered run``'s HTTP consume answers): text as UTF-8, other bytes as
-    ``base64:...``."""
-    from tiered.dump import payload_text
+    """A record as ``--json`` prints it and ``tiered run``'s HTTP consume answers it (:mod:`tiered.record_json`)."""
+    from tiered.record_json import record_to_json
 
-    return {
-        "offset": rec.offset, "timestamp": rec.timestamp, "key": payload_text(rec.key), "value": payload_text(rec.value),
-        "headers": {k: payload_text(v) for k, v in rec.headers}, "partition_leader_epoch": batch.partition_leader_epoch,
-    }
+    return record_to_json(rec.offset, rec.timestamp, rec.key, rec.value, rec.headers, batch.partition_leader_epoch)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,7 +82,7 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
 
     isolation = FetchIsolation[args.isolation.upper()]
     printed = 0
-    from tiered.dump import payload_text  # the one text form of a payload (dump's too)
+    out = sys.stdout.buffer
     # Read-only: nothing is written to the data dirs (no lock, no checkpoint, no recovery on disk).
     with open_log_manager(config, start_scheduler=False, read_only=True) as manager:
         log = manager.get_log(args.topic, args.partition)
@@ -115,13 +114,19 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
             if args.max_messages is not None and printed >= args.max_messages:
                 break
             if args.json:
-                print(json.dumps(record_json(batch, rec)))
+                out.write(json.dumps(record_json(batch, rec)).encode("ascii") + b"\n")
             elif args.print_key:
-                print(f"{payload_text(rec.key)}\t{payload_text(rec.value)}")
+                out.write(_plain(rec.key) + b"\t" + _plain(rec.value) + b"\n")
             else:
-                print(payload_text(rec.value))
+                out.write(_plain(rec.value) + b"\n")
             printed += 1
     return 0
+
+
+def _plain(data: bytes | None) -> bytes:
+    """A key or value in text mode, as Kafka's console consumer prints it: its bytes as they are, ``null`` for
+    null (``--json`` tells bytes, text and null apart)."""
+    return b"null" if data is None else bytes(data)
 
 
 def records_from(log: Any, offset: int, isolation: Any, check_crcs: bool = True) -> Iterator[tuple[Any, Any]]:
