@@ -168,7 +168,7 @@ def test_metrics_move_while_records_produced_over_http_are_copied_and_read_back(
         sent = []
         now = int(time.time() * 1000)  # recent: retention.ms (7 days) keeps them in the remote tier
         for n in range(40):  # 40 x 100 records of ~1 KiB: four 1 MiB segments roll
-            batch = [{"key": f"k{n}-{i}", "value": "v" * 1000 + str(i), "headers": {"n": str(n)},
+            batch = [{"key": f"k{n}-{i}", "value": "v" * 1000 + str(i), "headers": [{"key": "n", "value": str(n)}],
                       "timestamp": now + n} for i in range(100)]
             status, body = _http("POST", url + "/topics/events/partitions/0/records", batch)
             assert status == 200, body

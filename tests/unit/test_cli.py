@@ -47,6 +47,8 @@ def test_quickstart_of_a_few_records_still_tiers_them_and_reads_them_back_from_t
     proc = run_cli("quickstart", "--dir", str(tmp_path / "qs"), "--records", "50")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "offloaded 1 segments" in proc.stdout and "read back 50/50 records (1 fetches from the remote tier)" in proc.stdout
+    assert ("restarted: quickstart-0 reopened with log start offset 0, local log start offset 50, log end offset 50, "
+            "1 local segment(s)") in proc.stdout.splitlines()  # a sentence, not a Python repr
 
 
 def test_dump_golden_files_json(golden_dir: Path) -> None:

@@ -1,10 +1,10 @@
 """``tiered consume``: print the records of a topic-partition, local and remote tiers alike.
 
 Starts at ``--offset`` (default: the log start offset) or at the first record whose timestamp is at or after
-``--timestamp``; stops at ``--to-offset`` (exclusive), after ``--max-messages``, or at the end of the log.
-``--json`` prints one object per record in the JSON record format (:mod:`tiered.record_json`, docs/record-json.md),
-which ``produce --json`` stores back byte for byte; text mode prints each value's bytes as they are and ``null`` for
-null, as Kafka's console consumer does.
+``--timestamp`` (or at one of Kafka's special ListOffsets timestamps, -1..-5); stops at ``--to-offset``
+(exclusive), after ``--max-messages``, or at the end of the log. ``--json`` prints one object per record in the JSON
+record format (:mod:`tiered.record_json`, docs/record-json.md), which ``produce --json`` stores back byte for byte;
+text mode prints each value's bytes as they are and ``null`` for null, as Kafka's console consumer does.
 
 Every batch's CRC is checked before any of its records is printed (``--no-check-crcs`` turns that off, like a
 Kafka consumer's ``check.crcs=false``). Bad data (a corrupt batch, a damaged or missing remote object, a read
@@ -34,7 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partition", "-p", type=partition_number, default=0)
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--offset", type=non_negative_int, help="first offset to print (default: the log start offset)")
-    start.add_argument("--timestamp", type=int, help="start at the first record with timestamp >= this (ms)")
+    start.add_argument(
+        "--timestamp", type=timestamp_arg, metavar="MS",
+        help="start at the first record with timestamp >= MS (ms since the epoch), or at one of Kafka's special "
+             "values: -1 latest (the log end offset), -2 earliest (the log start offset), -3 the record with the "
+             "largest timestamp, -4 earliest local (the local log start offset), -5 latest tiered (the last offset "
+             "in the remote tier)")
     parser.add_argument("--to-offset", type=non_negative_int, help="stop before this offset")
     parser.add_argument("--max-messages", type=non_negative_int, help="stop after this many records")
     parser.add_argument(
@@ -47,6 +52,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-check-crcs", dest="check_crcs", action="store_false",
         help="do not check each batch's CRC before printing its records (default: checked)",
     )
+
+
+SPECIAL_TIMESTAMPS = {-1: "latest", -2: "earliest", -3: "max timestamp", -4: "earliest local", -5: "latest tiered"}
+
+
+def timestamp_arg(text: str) -> int:
+    """An argparse type: milliseconds since the epoch, or one of Kafka's special ListOffsets values -1..-5."""
+    specials = ", ".join(f"{k} {v}" for k, v in SPECIAL_TIMESTAMPS.items())
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid timestamp {text!r}: expected milliseconds since the epoch or one "
+                                         f"of Kafka's special values ({specials})") from None
+    if value < min(SPECIAL_TIMESTAMPS):
+        raise argparse.ArgumentTypeError(f"invalid timestamp {value}: expected milliseconds since the epoch (>= 0) or "
+                                         f"one of Kafka's special values ({specials})")
+    return value
 
 
 def record_json(batch: Any, rec: Any) -> dict[str, Any]:
@@ -91,6 +113,10 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
             return 1
         if args.timestamp is not None:
             found = log.offset_for_timestamp(args.timestamp)
+            if found is not None and found.offset < 0:  # -5 (latest tiered) with nothing in the remote tier
+                print(f"tiered consume: no offset of {log.name} is in the remote tier (--timestamp -5 is the last "
+                      "offset there)", file=sys.stderr)
+                return 0
             if found is None:  # a range that exists and is empty: exit 0, said on stderr
                 print(f"tiered consume: no record of {log.name} has a timestamp at or after {args.timestamp} "
                       f"(offsets {log.log_start_offset}..{log.log_end_offset - 1})", file=sys.stderr)
