@@ -60,6 +60,12 @@ def _write_config(root: Path, props: dict[str, str]) -> Path:
     return path
 
 
+def _temp_dir(parent: Path) -> Path:
+    temp = parent / "child-temp"
+    temp.mkdir(exist_ok=True)
+    return temp
+
+
 class RunProcess:
     """``tiered run`` (or another ``command``) in a child process; its stdout and stderr lines are collected on
     threads."""
@@ -67,7 +73,9 @@ class RunProcess:
     def __init__(self, config: Path, *extra: str, command: tuple[str, ...] = ("run", "--listen", "127.0.0.1:0")) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tiered.cli", "--config", str(config), *command, *extra],
-            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            # its temp dir in the test's (a copy cut short by the test leaves its tiered-copy-* dir there)
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(_temp_dir(config.parent))},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, signalled as a whole as systemd or a terminal does
         )
         self.out: list[str] = []

@@ -197,7 +197,8 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if code == "NoSuchBucket":
                 return self._failure(f"the bucket {self.bucket!r} does not exist at {self.endpoint}: create it first "
-                                     "(the remote tier never creates buckets) or fix rsm.config.bucket", None, key=key)
+                                     f"(the remote tier never creates buckets; e.g. aws s3 mb s3://{self.bucket}, the "
+                                     "README has a command for each backend) or fix rsm.config.bucket", None, key=key)
             if code in _CREDENTIAL_CODES:
                 return self._failure(f"the S3 credentials were rejected by {self.endpoint} ({code}) for bucket "
                                      f"{self.bucket!r}: check rsm.config.aws_access_key_id and "
