@@ -139,7 +139,8 @@ def exclusive_write(path: Path, data: bytes) -> None:
     removed either way."""
     import tempfile
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    head = path.name.encode("utf-8", "surrogateescape")[:200].decode("utf-8", "ignore")  # the temp name fits too
+    fd, tmp = tempfile.mkstemp(prefix=f".{head}.", suffix=".tmp", dir=path.parent)
     try:
         try:
             view = memoryview(data)

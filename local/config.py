@@ -363,7 +363,10 @@ class TopicConfig:
         return out
 
 
-def _validate_topic(cfg: TopicConfig, large_index_enabled: bool, source: str) -> None:
+def _validate_topic(cfg: TopicConfig, large_index_enabled: bool, source: str, *, broker_remote: bool = False) -> None:
+    """The rules across keys. The local retention ones apply to a topic with ``remote.storage.enable=true`` and, as
+    Kafka's ``validateBrokerLogConfigValues`` does, to the broker's defaults when ``broker_remote`` (the broker has
+    ``remote.log.storage.system.enable=true``), named by their broker keys."""
     if cfg.segment_bytes > INT_MAX and not large_index_enabled:
         raise ConfigError(
             f"Invalid value {cfg.segment_bytes} for configuration {source}: segments above {INT_MAX} bytes need the "
@@ -377,13 +380,14 @@ def _validate_topic(cfg: TopicConfig, large_index_enabled: bool, source: str) ->
             f"Invalid value true for configuration remote.storage.enable: remote log storage is unsupported for "
             f"compacted topics (cleanup.policy={cfg.cleanup_policy}); use cleanup.policy=delete, or keep the topic "
             "local", key="remote.storage.enable", value=True)
-    if cfg.remote_storage_enable:
+    if cfg.remote_storage_enable or broker_remote:
+        prefix = "log." if broker_remote else ""
         lrb, rb = cfg.local_retention_bytes, cfg.retention_bytes
         if lrb not in (-2, -1) and rb != -1 and lrb > rb:
-            raise _bad("local.retention.bytes", lrb, f"must not exceed retention.bytes ({rb})")
+            raise _bad(f"{prefix}local.retention.bytes", lrb, f"must not exceed {prefix}retention.bytes ({rb})")
         lrm, rm = cfg.local_retention_ms, cfg.retention_ms
         if lrm not in (-2, -1) and rm != -1 and lrm > rm:
-            raise _bad("local.retention.ms", lrm, f"must not exceed retention.ms ({rm})")
+            raise _bad(f"{prefix}local.retention.ms", lrm, f"must not exceed {prefix}retention.ms ({rm})")
 
 
 class LogConfig:
@@ -479,7 +483,8 @@ class LogConfig:
             large_index_enabled = large_index_finalized(self.log_dirs)
         self.large_index_enabled = large_index_enabled
         self._default_topic = TopicConfig(**self._topic_defaults)
-        _validate_topic(self._default_topic, large_index_enabled, "log.segment.bytes")
+        _validate_topic(self._default_topic, large_index_enabled, "log.segment.bytes",
+                        broker_remote=self.remote_log_storage_system_enable)
 
     @classmethod
     def from_properties(cls, source: str | os.PathLike[str] | Mapping[str, Any], *,

@@ -491,10 +491,11 @@ class LogManager:
 
     def _persist_overrides(self, partition_dir: Path, overrides: Mapping[str, Any]) -> None:
         from local.checkpoint import atomic_write
+        from local.properties import format_properties
 
-        text = "".join(f"{k}={v}\n" for k, v in sorted(overrides.items()))
+        text = format_properties({str(k): str(v) for k, v in overrides.items()})
         partition_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(partition_dir / TOPIC_CONFIG_FILENAME, text.encode())
+        atomic_write(partition_dir / TOPIC_CONFIG_FILENAME, text.encode("ascii"))
 
     # ------------------------------------------------------------------------------------------------------
     # Append listeners

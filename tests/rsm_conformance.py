@@ -277,6 +277,36 @@ class RSMConformance(CopyFaultConformance):
         else:
             assert stored.owner_id in won
 
+    def test_a_topic_of_the_longest_valid_name_is_stored_listed_and_found_again(
+        self, rsm: ObjectStoreRemoteStorageManager, segment: tuple[LogSegmentData, bytes]
+    ) -> None:
+        """249 characters (Kafka's limit): ``<topic>-<topicId>`` is 272, more than a file name can hold. Keys stay the
+        layout's; a directory backend stores the long component shortened (tiered.backends.long_names)."""
+        from tiered.commands._remote import topic_ids_in_store
+        from tiered.layout import metadata_prefix, partition_prefix
+
+        data, log = segment
+        topic = ("a.B-c_9" * 36)[:249]
+        tip = TopicIdPartition(uuid.uuid4(), topic, 3)
+        md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 99, T0, 0, T0, len(log), {0: 0})
+        store = RemoteLogMetadataStore(rsm)
+        store.add_remote_log_segment_metadata(md)
+        rsm.copy_log_segment_data(md, data)
+        store.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            md.remote_log_segment_id, T0 + 1, None, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 0))
+        assert rsm.fetch_log_segment(md, 1000, 1999).read() == log[1000:2000]
+        assert rsm.fetch_index(md, IndexType.OFFSET).read() == data.offset_index.read_bytes()
+        keys = rsm.list_keys(partition_prefix(rsm.prefix, tip) + "/")
+        assert segment_key(rsm.prefix, md, ".log") in keys and all(rsm.exists(k) for k in keys)  # the layout's keys
+        assert len([k for k in keys if k.startswith(metadata_prefix(rsm.prefix, tip))]) == 2
+        [found] = RemoteLogMetadataStore(rsm).readable_segments(tip)  # a new machine: only the bucket
+        assert found.remote_log_segment_id == md.remote_log_segment_id and found.topic_id_partition.topic == topic
+        assert topic_ids_in_store(rsm, rsm.prefix, topic) == {tip.topic_id: {3}}  # how attach finds the topic
+        assert topic_ids_in_store(rsm, rsm.prefix, topic[:-1]) == {}
+        rsm.delete_log_segment_data(md)
+        with pytest.raises(RemoteResourceNotFoundError):
+            rsm.fetch_log_segment(md, 0)
+
     # End-to-end checksums (tiered.checksums): recorded with the FINISHED metadata, checked on every fetch -------
 
     @staticmethod

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from local.checkpoint import atomic_write, exclusive_write
 from tiered import layout
+from tiered.backends.long_names import key_of, path_of, write_name_files
 from tiered.checksums import SegmentChecksums
 from tiered.errors import ObjectExistsError, RemoteResourceNotFoundError
 from tiered.ownership import OwnerRecord, within_lineage
@@ -137,13 +138,14 @@ class DirectoryObjects:
     def _path(self, key: str) -> Path:
         if Path(key).is_absolute() or ".." in Path(key).parts:
             raise ValueError(f"remote log metadata key {key!r} escapes {self.root}")
-        return self.root / key
+        return path_of(self.root, key)  # a 249-character topic's directory is stored shortened, as local_dir does
 
     def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         if self.read_only:
             raise PermissionError(f"remote log metadata dir {self.root} is open read-only: cannot write {key}")
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
+        write_name_files(self.root, key, atomic_write)
         if if_absent:
             try:
                 exclusive_write(path, data)
@@ -164,8 +166,9 @@ class DirectoryObjects:
         search = base if base.is_dir() else base.parent
         if not search.is_dir():
             return []
-        keys = (p.relative_to(self.root).as_posix() for p in search.rglob("*") if p.is_file())
-        return sorted(k for k in keys if k.startswith(prefix) and not k.endswith(".tmp"))
+        originals: dict[Path, str] = {}
+        keys = (key_of(self.root, p, originals) for p in search.rglob("*") if p.is_file())
+        return sorted(k for k in keys if k is not None and k.startswith(prefix) and not k.endswith(".tmp"))
 
     def delete_many(self, keys: Iterable[str]) -> None:
         if self.read_only:

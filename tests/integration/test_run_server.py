@@ -60,6 +60,12 @@ def _write_config(root: Path, props: dict[str, str]) -> Path:
     return path
 
 
+def _temp_dir(parent: Path) -> Path:
+    temp = parent / "child-temp"
+    temp.mkdir(exist_ok=True)
+    return temp
+
+
 class RunProcess:
     """``tiered run`` (or another ``command``) in a child process; its stdout and stderr lines are collected on
     threads."""
@@ -67,7 +73,9 @@ class RunProcess:
     def __init__(self, config: Path, *extra: str, command: tuple[str, ...] = ("run", "--listen", "127.0.0.1:0")) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tiered.cli", "--config", str(config), *command, *extra],
-            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            # its temp dir in the test's (a copy cut short by the test leaves its tiered-copy-* dir there)
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(_temp_dir(config.parent))},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, signalled as a whole as systemd or a terminal does
         )
         self.out: list[str] = []
@@ -168,7 +176,7 @@ def test_metrics_move_while_records_produced_over_http_are_copied_and_read_back(
         sent = []
         now = int(time.time() * 1000)  # recent: retention.ms (7 days) keeps them in the remote tier
         for n in range(40):  # 40 x 100 records of ~1 KiB: four 1 MiB segments roll
-            batch = [{"key": f"k{n}-{i}", "value": "v" * 1000 + str(i), "headers": {"n": str(n)},
+            batch = [{"key": f"k{n}-{i}", "value": "v" * 1000 + str(i), "headers": [{"key": "n", "value": str(n)}],
                       "timestamp": now + n} for i in range(100)]
             status, body = _http("POST", url + "/topics/events/partitions/0/records", batch)
             assert status == 200, body

@@ -201,3 +201,33 @@ def test_status_shows_the_last_pass_of_run_too(tiered_topic: tuple[Path, Path], 
     rc, text, err = cli(capsys, "--config", str(first), "status")
     assert rc == 0, err
     assert f"copied {copied} segment(s)" in text
+
+
+def test_a_topic_of_249_characters_is_tiered_read_back_and_attached_on_the_local_directory_tier(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kafka's longest topic name: its remote directory ``<topic>-<topicId>`` (272 characters) is longer than a file
+    name may be. It went OFFLINE with "File name too long"; now it is stored shortened (tiered.backends.long_names)."""
+    topic = ("long.topic_name-" * 16)[:249]
+    bucket = tmp_path / "bucket"
+    first = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{"rsm.config.dir": str(bucket)}))
+    rc, _, err = cli(capsys, "--config", str(first), "topics", "create", "-t", topic,
+                     "--topic-config", "remote.storage.enable=true", "--topic-config", "local.retention.bytes=1")
+    assert rc == 0, err
+    produce(first, topic, 1)
+    rc, out, err = cli(capsys, "--config", str(first), "offload")
+    assert rc == 0 and out.startswith("copied 3 segment(s)"), out + err
+    rc, out, _ = cli(capsys, "--config", str(first), "status", "--json")
+    [partition] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert "offline" not in partition and partition["local_log_start_offset"] > 0  # copied, then deleted locally
+    original = consume_all(capsys, first, topic, 0)  # the old offsets from the remote tier
+    assert [r["offset"] for r in original] == list(range(RECORDS))
+    [stored] = [p.name for p in bucket.iterdir() if p.is_dir()]  # the topic's directory, shortened
+    assert stored.startswith(topic[:200] + "~") and (bucket / f"{stored}.tiered-name").read_text().startswith(f"{topic}-")
+    second = write_config(tmp_path / "b.properties", local_tier_props(tmp_path / "b", **{"rsm.config.dir": str(bucket)}))
+    rc, out, err = cli(capsys, "--config", str(second), "attach", "-t", topic)
+    assert rc == 0 and f"attached {topic}-0" in out, err
+    adopted = consume_all(capsys, second, topic, 0)
+    assert adopted and adopted == original[: len(adopted)]
+    rc, out, err = cli(capsys, "--config", str(second), "verify", "--remote")  # the owner now (tiered.ownership)
+    assert rc == 0, out + err

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tiered.commands._common import UsageError, load_config
+from tiered.commands._common import UsageError, load_config, non_negative_seconds
 
 if TYPE_CHECKING:
     from local.manager import LogManager
@@ -48,7 +48,8 @@ DEFAULT_STOP_TIMEOUT_S = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until signalled)")
+    parser.add_argument("--duration", type=non_negative_seconds, metavar="SECONDS",
+                        help="stop after this many seconds, >= 0 (default: until signalled)")
     parser.add_argument(
         "--listen", metavar="HOST:PORT",
         help="where the HTTP endpoint listens (default: tiered.http.listen, 127.0.0.1:8080; port 0 picks a free one)",
@@ -59,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "picks a free one; e.g. 127.0.0.1:9092)",
     )
     parser.add_argument(
-        "--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S, metavar="SECONDS",
+        "--stop-timeout", type=non_negative_seconds, default=DEFAULT_STOP_TIMEOUT_S, metavar="SECONDS",
         help=f"how long a stop may wait for the copies in progress (default: {DEFAULT_STOP_TIMEOUT_S:g})",
     )
 

@@ -10,8 +10,8 @@ Nothing is written and no lock is taken.
 Per data dir: clean shutdown or not (recovery pending), the last load's counters, the last remote pass (when, what it
 copied and deleted, its errors: :mod:`tiered.pass_report`); per partition, both tiers: the log start offset (the
 earliest remote offset when the partition has remote data, as the engine keeps it), the local log start offset, the
-log end offset, the recovery point, local segments and bytes, leftover ``.swap``/``.cleaned``/``.deleted`` files,
-the highest remote offset its ``remote-log-state`` remembers, and, when the broker config enables the remote tier,
+log end offset, the recovery point, local segments and bytes, ``.deleted`` files awaiting removal and leftover
+``.swap``/``.cleaned`` files, the highest remote offset its ``remote-log-state`` remembers, and, when the broker config enables the remote tier,
 the remote segments and bytes read from the store's metadata and the copy lag (local segments below the active
 one not yet wholly in the remote tier, and their bytes: Kafka's RemoteCopyLagSegments/RemoteCopyLagBytes), and who
 owns the partition's remote data (:mod:`tiered.ownership`: a partition this data dir lost to another, or whose
@@ -473,7 +473,7 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
         rows = [header]
         for p in d["partitions"]:
             rp = p["recovery_point"]
-            notes = [f"{len(p['transient_files'])} leftover .swap/.cleaned/.deleted file(s)"] if p["transient_files"] else []
+            notes = _transient_notes(p["transient_files"])
             if "offline" in p:
                 notes.insert(0, f"OFFLINE: {p['offline']}")
             if "dirty_ratio" in p:
@@ -498,3 +498,16 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         for row in rows:
             out.write("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+
+
+def _transient_notes(names: list[str]) -> list[str]:
+    """``.deleted`` files wait out ``file.delete.delay.ms`` (Kafka's asynchronous delete) and are then removed by the
+    process that deleted them, or at the next start: normal, not leftovers. ``.swap``/``.cleaned`` files are what an
+    interrupted swap left; the next start finishes or removes them."""
+    from local import filenames
+
+    waiting = sum(1 for name in names if name.endswith(filenames.DELETED_FILE_SUFFIX))
+    notes = [f"{waiting} deleted segment file(s) awaiting removal (file.delete.delay.ms)"] if waiting else []
+    if len(names) > waiting:
+        notes.append(f"{len(names) - waiting} leftover .swap/.cleaned file(s) (the next start finishes or removes them)")
+    return notes

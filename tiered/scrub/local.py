@@ -101,6 +101,9 @@ def scrub_partition(pdir: Path, topic: str, partition: int, dir_report: DataDirR
         if not entry.is_file():
             continue
         name = entry.name
+        if name.endswith(filenames.DELETED_FILE_SUFFIX):  # Kafka's asynchronous delete: normal, not a leftover
+            report.notes.append(f"{name} awaits removal (file.delete.delay.ms, or the next start)")
+            continue
         if name.endswith(filenames.TRANSIENT_SUFFIXES) or name.endswith(filenames.TMP_FILE_SUFFIX):
             report.notes.append(f"leftover {name} (the next start finishes or removes it)")
             continue
