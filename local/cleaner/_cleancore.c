@@ -2,14 +2,14 @@
  * local.cleaner._cleancore: the log cleaner's per-record loops in C (local.cleaner.records and
  * local.cleaner.offset_map hold their Python definitions).
  *
- * A cleaning looks at every record of the dirty part of a log twice: to put its key's MD5 digest in the offset map,
+ * A cleaning looks at every record of the dirty part of a log twice: to put its key's digest in the offset map,
  * and to decide whether it survives. In CPython the walk over a batch's records, the digest and the map probe cost
  * several microseconds a record; here they are native. Optional: where no C compiler built this, the Python
  * definitions run, and tests/property/test_cleancore.py holds both to the same answers on every input.
  *
- * scan_records(records, count) -> (fields: bytes, hashes: bytes)
+ * scan_records(records, count, hash_key) -> (fields: bytes, hashes: bytes)
  *     fields: count rows of 8 native int64 (start, end, offset delta, timestamp delta, key start or -1, key length
- *     or -1, value length or -1, start of the key length varint); hashes: 16 bytes a record, the key's MD5 (zeros
+ *     or -1, value length or -1, start of the key length varint); hashes: 16 bytes a record, the key's digest (zeros
  *     for a null key). ValueError for records that do not fill their lengths.
  * rebuild_records(records, fields, keep, timestamps, new_base_timestamp) -> (bytes, max timestamp)
  *     the kept records re-encoded: attributes 0, timestamp delta from new_base_timestamp, offset delta as it was,
@@ -24,131 +24,83 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------------------------------- */
-/* MD5 (RFC 1321), for the map's key digests: the same digest as Python's hashlib.md5 and Kafka's SkimpyOffsetMap.    */
+/* SipHash-2-4 with its 128-bit output (Aumasson and Bernstein), for the map's key digests: a keyed hash, the key drawn */
+/* at random for each map (local.cleaner.offset_map says why), the same digest as local.cleaner.records.key_digest.  */
 
 typedef struct {
-    uint32_t a, b, c, d;
-} md5_state;
+    uint64_t k0, k1;
+} sip_key;
 
-static const uint32_t md5_k[64] = {
-    0xd76aa478, 0xe8c7b756, 0x242070db, 0xc1bdceee, 0xf57c0faf, 0x4787c62a, 0xa8304613, 0xfd469501,
-    0x698098d8, 0x8b44f7af, 0xffff5bb1, 0x895cd7be, 0x6b901122, 0xfd987193, 0xa679438e, 0x49b40821,
-    0xf61e2562, 0xc040b340, 0x265e5a51, 0xe9b6c7aa, 0xd62f105d, 0x02441453, 0xd8a1e681, 0xe7d3fbc8,
-    0x21e1cde6, 0xc33707d6, 0xf4d50d87, 0x455a14ed, 0xa9e3e905, 0xfcefa3f8, 0x676f02d9, 0x8d2a4c8a,
-    0xfffa3942, 0x8771f681, 0x6d9d6122, 0xfde5380c, 0xa4beea44, 0x4bdecfa9, 0xf6bb4b60, 0xbebfbc70,
-    0x289b7ec6, 0xeaa127fa, 0xd4ef3085, 0x04881d05, 0xd9d4d039, 0xe6db99e5, 0x1fa27cf8, 0xc4ac5665,
-    0xf4292244, 0x432aff97, 0xab9423a7, 0xfc93a039, 0x655b59c3, 0x8f0ccc92, 0xffeff47d, 0x85845dd1,
-    0x6fa87e4f, 0xfe2ce6e0, 0xa3014314, 0x4e0811a1, 0xf7537e82, 0xbd3af235, 0x2ad7d2bb, 0xeb86d391};
-
-#define ROTL(x, n) (((x) << (n)) | ((x) >> (32 - (n))))
-/* One step of round 1..4: a = b + rotl(a + f(b, c, d) + m[g] + k[i], r[i]), written out for each of the 64 steps
- * (a loop with the round chosen per step costs twice as much on the short keys the cleaner hashes). */
-#define MD5_STEP(f, a, b, c, d, x, k, r) (a) = (b) + ROTL((a) + f((b), (c), (d)) + (x) + (k), (r))
-#define MD5_F(b, c, d) (((b) & (c)) | (~(b) & (d)))
-#define MD5_G(b, c, d) (((d) & (b)) | (~(d) & (c)))
-#define MD5_H(b, c, d) ((b) ^ (c) ^ (d))
-#define MD5_I(b, c, d) ((c) ^ ((b) | ~(d)))
-
-static void md5_block(md5_state *s, const uint8_t *p)
+static uint64_t le64(const uint8_t *p)
 {
-    uint32_t m[16];
-    for (int i = 0; i < 16; i++)
-        m[i] = (uint32_t)p[i * 4] | ((uint32_t)p[i * 4 + 1] << 8) | ((uint32_t)p[i * 4 + 2] << 16) |
-               ((uint32_t)p[i * 4 + 3] << 24);
-    uint32_t a = s->a, b = s->b, c = s->c, d = s->d;
-    const uint32_t *k = md5_k;
-    MD5_STEP(MD5_F, a, b, c, d, m[0], k[0], 7);
-    MD5_STEP(MD5_F, d, a, b, c, m[1], k[1], 12);
-    MD5_STEP(MD5_F, c, d, a, b, m[2], k[2], 17);
-    MD5_STEP(MD5_F, b, c, d, a, m[3], k[3], 22);
-    MD5_STEP(MD5_F, a, b, c, d, m[4], k[4], 7);
-    MD5_STEP(MD5_F, d, a, b, c, m[5], k[5], 12);
-    MD5_STEP(MD5_F, c, d, a, b, m[6], k[6], 17);
-    MD5_STEP(MD5_F, b, c, d, a, m[7], k[7], 22);
-    MD5_STEP(MD5_F, a, b, c, d, m[8], k[8], 7);
-    MD5_STEP(MD5_F, d, a, b, c, m[9], k[9], 12);
-    MD5_STEP(MD5_F, c, d, a, b, m[10], k[10], 17);
-    MD5_STEP(MD5_F, b, c, d, a, m[11], k[11], 22);
-    MD5_STEP(MD5_F, a, b, c, d, m[12], k[12], 7);
-    MD5_STEP(MD5_F, d, a, b, c, m[13], k[13], 12);
-    MD5_STEP(MD5_F, c, d, a, b, m[14], k[14], 17);
-    MD5_STEP(MD5_F, b, c, d, a, m[15], k[15], 22);
-    MD5_STEP(MD5_G, a, b, c, d, m[1], k[16], 5);
-    MD5_STEP(MD5_G, d, a, b, c, m[6], k[17], 9);
-    MD5_STEP(MD5_G, c, d, a, b, m[11], k[18], 14);
-    MD5_STEP(MD5_G, b, c, d, a, m[0], k[19], 20);
-    MD5_STEP(MD5_G, a, b, c, d, m[5], k[20], 5);
-    MD5_STEP(MD5_G, d, a, b, c, m[10], k[21], 9);
-    MD5_STEP(MD5_G, c, d, a, b, m[15], k[22], 14);
-    MD5_STEP(MD5_G, b, c, d, a, m[4], k[23], 20);
-    MD5_STEP(MD5_G, a, b, c, d, m[9], k[24], 5);
-    MD5_STEP(MD5_G, d, a, b, c, m[14], k[25], 9);
-    MD5_STEP(MD5_G, c, d, a, b, m[3], k[26], 14);
-    MD5_STEP(MD5_G, b, c, d, a, m[8], k[27], 20);
-    MD5_STEP(MD5_G, a, b, c, d, m[13], k[28], 5);
-    MD5_STEP(MD5_G, d, a, b, c, m[2], k[29], 9);
-    MD5_STEP(MD5_G, c, d, a, b, m[7], k[30], 14);
-    MD5_STEP(MD5_G, b, c, d, a, m[12], k[31], 20);
-    MD5_STEP(MD5_H, a, b, c, d, m[5], k[32], 4);
-    MD5_STEP(MD5_H, d, a, b, c, m[8], k[33], 11);
-    MD5_STEP(MD5_H, c, d, a, b, m[11], k[34], 16);
-    MD5_STEP(MD5_H, b, c, d, a, m[14], k[35], 23);
-    MD5_STEP(MD5_H, a, b, c, d, m[1], k[36], 4);
-    MD5_STEP(MD5_H, d, a, b, c, m[4], k[37], 11);
-    MD5_STEP(MD5_H, c, d, a, b, m[7], k[38], 16);
-    MD5_STEP(MD5_H, b, c, d, a, m[10], k[39], 23);
-    MD5_STEP(MD5_H, a, b, c, d, m[13], k[40], 4);
-    MD5_STEP(MD5_H, d, a, b, c, m[0], k[41], 11);
-    MD5_STEP(MD5_H, c, d, a, b, m[3], k[42], 16);
-    MD5_STEP(MD5_H, b, c, d, a, m[6], k[43], 23);
-    MD5_STEP(MD5_H, a, b, c, d, m[9], k[44], 4);
-    MD5_STEP(MD5_H, d, a, b, c, m[12], k[45], 11);
-    MD5_STEP(MD5_H, c, d, a, b, m[15], k[46], 16);
-    MD5_STEP(MD5_H, b, c, d, a, m[2], k[47], 23);
-    MD5_STEP(MD5_I, a, b, c, d, m[0], k[48], 6);
-    MD5_STEP(MD5_I, d, a, b, c, m[7], k[49], 10);
-    MD5_STEP(MD5_I, c, d, a, b, m[14], k[50], 15);
-    MD5_STEP(MD5_I, b, c, d, a, m[5], k[51], 21);
-    MD5_STEP(MD5_I, a, b, c, d, m[12], k[52], 6);
-    MD5_STEP(MD5_I, d, a, b, c, m[3], k[53], 10);
-    MD5_STEP(MD5_I, c, d, a, b, m[10], k[54], 15);
-    MD5_STEP(MD5_I, b, c, d, a, m[1], k[55], 21);
-    MD5_STEP(MD5_I, a, b, c, d, m[8], k[56], 6);
-    MD5_STEP(MD5_I, d, a, b, c, m[15], k[57], 10);
-    MD5_STEP(MD5_I, c, d, a, b, m[6], k[58], 15);
-    MD5_STEP(MD5_I, b, c, d, a, m[13], k[59], 21);
-    MD5_STEP(MD5_I, a, b, c, d, m[4], k[60], 6);
-    MD5_STEP(MD5_I, d, a, b, c, m[11], k[61], 10);
-    MD5_STEP(MD5_I, c, d, a, b, m[2], k[62], 15);
-    MD5_STEP(MD5_I, b, c, d, a, m[9], k[63], 21);
-    s->a += a;
-    s->b += b;
-    s->c += c;
-    s->d += d;
+    uint64_t v;
+    memcpy(&v, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    return v;
 }
 
-static void md5(const uint8_t *data, Py_ssize_t len, uint8_t out[16])
+static void put_le64(uint8_t *p, uint64_t v)
 {
-    md5_state s = {0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476};
-    Py_ssize_t i = 0;
-    for (; i + 64 <= len; i += 64)
-        md5_block(&s, data + i);
-    uint8_t tail[128];
-    Py_ssize_t rest = len - i;
-    memcpy(tail, data + i, (size_t)rest);
-    tail[rest] = 0x80;
-    Py_ssize_t padded = rest + 1 + 8 <= 64 ? 64 : 128;
-    memset(tail + rest + 1, 0, (size_t)(padded - rest - 1));
-    uint64_t bits = (uint64_t)len * 8;
-    for (int k = 0; k < 8; k++)
-        tail[padded - 8 + k] = (uint8_t)(bits >> (8 * k));
-    md5_block(&s, tail);
-    if (padded == 128)
-        md5_block(&s, tail + 64);
-    uint32_t words[4] = {s.a, s.b, s.c, s.d};
-    for (int w = 0; w < 4; w++)
-        for (int k = 0; k < 4; k++)
-            out[w * 4 + k] = (uint8_t)(words[w] >> (8 * k));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
+    memcpy(p, &v, 8);
+}
+
+#define ROTL64(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                                       \
+    do {                                                                                                               \
+        v0 += v1, v1 = ROTL64(v1, 13), v1 ^= v0, v0 = ROTL64(v0, 32);                                                 \
+        v2 += v3, v3 = ROTL64(v3, 16), v3 ^= v2;                                                                       \
+        v0 += v3, v3 = ROTL64(v3, 21), v3 ^= v0;                                                                       \
+        v2 += v1, v1 = ROTL64(v1, 17), v1 ^= v2, v2 = ROTL64(v2, 32);                                                 \
+    } while (0)
+
+static void key_digest(const sip_key *key, const uint8_t *data, Py_ssize_t len, uint8_t out[16])
+{
+    uint64_t v0 = key->k0 ^ 0x736f6d6570736575ULL, v1 = key->k1 ^ 0x646f72616e646f6dULL ^ 0xee;
+    uint64_t v2 = key->k0 ^ 0x6c7967656e657261ULL, v3 = key->k1 ^ 0x7465646279746573ULL;
+    Py_ssize_t full = len - len % 8;
+    for (Py_ssize_t i = 0; i < full; i += 8) {
+        uint64_t m = le64(data + i);
+        v3 ^= m;
+        SIPROUND;
+        SIPROUND;
+        v0 ^= m;
+    }
+    uint64_t last = (uint64_t)(len & 0xff) << 56;
+    for (Py_ssize_t i = len - 1; i >= full; i--)
+        last |= (uint64_t)data[i] << (8 * (i - full));
+    v3 ^= last;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= last;
+    v2 ^= 0xee;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    put_le64(out, v0 ^ v1 ^ v2 ^ v3);
+    v1 ^= 0xdd;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    put_le64(out + 8, v0 ^ v1 ^ v2 ^ v3);
+}
+
+/* The 16-byte hash key of a Py_buffer argument into *key; 0 (with ValueError set) when it is not 16 bytes. */
+static int parse_key(Py_buffer *view, sip_key *key)
+{
+    if (view->len != 16) {
+        PyErr_SetString(PyExc_ValueError, "the hash key must be 16 bytes");
+        return 0;
+    }
+    key->k0 = le64(view->buf);
+    key->k1 = le64((const uint8_t *)view->buf + 8);
+    return 1;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -194,10 +146,17 @@ enum { F_START, F_END, F_OFFSET_DELTA, F_TIMESTAMP_DELTA, F_KEY_START, F_KEY_LEN
 
 static PyObject *scan_records(PyObject *self, PyObject *args)
 {
-    Py_buffer view;
+    Py_buffer view, key_view;
     Py_ssize_t count;
-    if (!PyArg_ParseTuple(args, "y*n", &view, &count))
+    sip_key key;
+    if (!PyArg_ParseTuple(args, "y*ny*", &view, &count, &key_view))
         return NULL;
+    int key_ok = parse_key(&key_view, &key);
+    PyBuffer_Release(&key_view);
+    if (!key_ok) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     if (count < 0) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "negative record count");
@@ -269,7 +228,7 @@ static PyObject *scan_records(PyObject *self, PyObject *args)
         row[F_VALUE_LEN] = value_len < 0 ? -1 : value_len;
         row[F_REST] = rest;
         if (key_len >= 0)
-            md5(buf + key_start, (Py_ssize_t)key_len, hashes + i * 16);
+            key_digest(&key, buf + key_start, (Py_ssize_t)key_len, hashes + i * 16);
         else
             memset(hashes + i * 16, 0, 16);
         pos = end;
@@ -713,28 +672,60 @@ static int64_t get_one(const uint8_t *t, Py_ssize_t slots, const uint8_t *digest
     return -1;
 }
 
-/* map_plain_batches(chunk, pos, end, start_offset, table, slots, entries, max_entries, latest)
- *   -> (pos, entries, latest, stop, records, bytes) */
+/* Append n native int64 to the bytearray marks. */
+static int append_marks(PyObject *marks, const int64_t *values, Py_ssize_t n)
+{
+    Py_ssize_t size = PyByteArray_GET_SIZE(marks), add = n * (Py_ssize_t)sizeof(int64_t);
+    if (PyByteArray_Resize(marks, size + add) < 0)
+        return 0;
+    memcpy(PyByteArray_AS_STRING(marks) + size, values, (size_t)add);
+    return 1;
+}
+
+/* map_plain_batches(chunk, pos, end, start_offset, table, slots, entries, max_entries, latest, hash_key
+ *                   [, chunk_pos, marks, mark_every, next_mark])
+ *   -> (pos, entries, latest, stop, records, bytes, keyless, next_mark)
+ * Each batch's CRC is checked (STOP_CORRUPT at the first that fails: nothing of it is mapped), its records' digests
+ * computed and their first slots prefetched before any put (the table is far larger than the caches: the misses of a
+ * batch overlap). keyless: the records without a key at or past start_offset (the cleaning pass counts them invalid).
+ * marks (a bytearray, or None): for the first batch starting at or past file position next_mark (chunk_pos + its
+ * position in the chunk), (base offset, file position) as two native int64 are appended and next_mark moves
+ * mark_every bytes past it: a sparse index of batch starts the walk verified, for the cleaning pass to seek by. */
 static PyObject *map_plain_batches(PyObject *self, PyObject *args)
 {
     Py_buffer chunk, table;
     Py_ssize_t pos, end, slots, entries, max_entries;
-    long long start_offset, latest;
-    if (!PyArg_ParseTuple(args, "y*nnLw*nnnL", &chunk, &pos, &end, &start_offset, &table, &slots, &entries,
-                          &max_entries, &latest))
+    long long start_offset, latest, chunk_pos = 0, mark_every = 0, next_mark = 0;
+    PyObject *marks = Py_None;
+    Py_buffer key_view;
+    sip_key key;
+    if (!PyArg_ParseTuple(args, "y*nnLw*nnnLy*|LOLL", &chunk, &pos, &end, &start_offset, &table, &slots, &entries,
+                          &max_entries, &latest, &key_view, &chunk_pos, &marks, &mark_every, &next_mark))
         return NULL;
-    if (end > chunk.len || pos < 0 || slots <= 0 || table.len < slots * ENTRY) {
+    int key_ok = parse_key(&key_view, &key);
+    PyBuffer_Release(&key_view);
+    if (!key_ok) {
         PyBuffer_Release(&chunk);
         PyBuffer_Release(&table);
-        PyErr_SetString(PyExc_ValueError, "bad chunk bounds or table");
         return NULL;
     }
+    if (end > chunk.len || pos < 0 || slots <= 0 || table.len < slots * ENTRY ||
+        (marks != Py_None && (!PyByteArray_Check(marks) || mark_every <= 0))) {
+        PyBuffer_Release(&chunk);
+        PyBuffer_Release(&table);
+        PyErr_SetString(PyExc_ValueError, "bad chunk bounds, table or marks");
+        return NULL;
+    }
+    int marking = marks != Py_None;
     const uint8_t *buf = chunk.buf;
     uint8_t *t = table.buf;
     int stop = STOP_END;
-    int64_t records = 0, bytes = 0;
+    int64_t records = 0, bytes = 0, keyless = 0;
     rec_info *infos = NULL;
-    Py_ssize_t capacity = 0;
+    Py_ssize_t capacity = 0, digest_capacity = 0;
+    uint8_t *digests = NULL;
+    int64_t *new_marks = NULL;
+    Py_ssize_t marks_n = 0, marks_capacity = 0;
     int nomem = 0;
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
@@ -747,6 +738,10 @@ static PyObject *map_plain_batches(PyObject *self, PyObject *args)
             stop = STOP_SLOW;
             break;
         }
+        if (crc32c(b + H_ATTRIBUTES, (size_t)(size - H_ATTRIBUTES)) != (uint32_t)be32(b + H_CRC)) {
+            stop = STOP_CORRUPT;
+            break;
+        }
         int64_t base = be64(b), last = base + be32(b + H_LAST_DELTA);
         int64_t count = be32(b + H_COUNT);
         if (count < 0) {
@@ -754,7 +749,7 @@ static PyObject *map_plain_batches(PyObject *self, PyObject *args)
             break;
         }
         if (count > 0 && last >= start_offset) {
-            if (infos_for(&infos, &capacity, count) == NULL) {
+            if (infos_for(&infos, &capacity, count) == NULL || digests_for(&digests, &digest_capacity, count) == NULL) {
                 nomem = 1;
                 break;
             }
@@ -762,19 +757,29 @@ static PyObject *map_plain_batches(PyObject *self, PyObject *args)
                 stop = STOP_INVALID;
                 break;
             }
+            for (int64_t i = 0; i < count; i++) {
+                rec_info *r = infos + i;
+                if (r->key_len >= 0 && base + r->offset_delta >= start_offset) {
+                    key_digest(&key, b + OVERHEAD + r->key_start, (Py_ssize_t)r->key_len, digests + i * 16);
+                    __builtin_prefetch(t + position_of(digests + i * 16, 0, slots), 1);
+                }
+            }
             int full = 0;
+            int64_t batch_keyless = 0;
             for (int64_t i = 0; i < count; i++) {
                 rec_info *r = infos + i;
                 int64_t offset = base + r->offset_delta;
-                if (r->key_len >= 0 && offset >= start_offset) {
-                    if (entries >= max_entries) {
-                        full = 1;
-                        break;
+                if (offset >= start_offset) {
+                    if (r->key_len >= 0) {
+                        if (entries >= max_entries) {
+                            full = 1;
+                            break;
+                        }
+                        put_one(t, slots, digests + i * 16, offset, &entries);
+                        latest = offset;
+                    } else {
+                        batch_keyless++;
                     }
-                    uint8_t digest[16];
-                    md5(b + OVERHEAD + r->key_start, (Py_ssize_t)r->key_len, digest);
-                    put_one(t, slots, digest, offset, &entries);
-                    latest = offset;
                 }
                 records++;
             }
@@ -782,8 +787,24 @@ static PyObject *map_plain_batches(PyObject *self, PyObject *args)
                 stop = STOP_FULL;
                 break;
             }
+            keyless += batch_keyless;
         } else {
             records += count;
+        }
+        if (marking && chunk_pos + pos >= next_mark) {
+            if (marks_n + 2 > marks_capacity) {
+                Py_ssize_t grown_capacity = marks_capacity ? marks_capacity * 2 : 64;
+                int64_t *grown = PyMem_RawRealloc(new_marks, (size_t)grown_capacity * sizeof(int64_t));
+                if (grown == NULL) {
+                    nomem = 1;
+                    break;
+                }
+                new_marks = grown;
+                marks_capacity = grown_capacity;
+            }
+            new_marks[marks_n++] = base;
+            new_marks[marks_n++] = chunk_pos + pos;
+            next_mark = chunk_pos + pos + mark_every;
         }
         if (last >= start_offset)
             latest = last;
@@ -792,11 +813,17 @@ static PyObject *map_plain_batches(PyObject *self, PyObject *args)
     }
     Py_END_ALLOW_THREADS
     PyMem_RawFree(infos);
+    PyMem_RawFree(digests);
     PyBuffer_Release(&chunk);
     PyBuffer_Release(&table);
+    PyObject *result = NULL;
     if (nomem)
-        return PyErr_NoMemory();
-    return Py_BuildValue("(nnLiLL)", pos, entries, latest, stop, (long long)records, (long long)bytes);
+        PyErr_NoMemory();
+    else if (marks_n == 0 || append_marks(marks, new_marks, marks_n))
+        result = Py_BuildValue("(nnLiLLLL)", pos, entries, latest, stop, (long long)records, (long long)bytes,
+                               (long long)keyless, next_mark);
+    PyMem_RawFree(new_marks);
+    return result;
 }
 
 /* A bytearray grown geometrically while a pass appends to it (PyByteArray_Resize alone reallocates each time):
@@ -833,7 +860,8 @@ static int contains(const int64_t *sorted, Py_ssize_t n, int64_t value)
 }
 
 /* filter_plain_batches(chunk, pos, end, table, slots, latest, upper_bound, now, delete_retention_ms, retain_offsets,
- *                      out, meta) -> (pos, stop, messages_read, bytes_read, messages_retained, bytes_retained, invalid)
+ *                      out, meta, hash_key)
+ *   -> (pos, stop, messages_read, bytes_read, messages_retained, bytes_retained, invalid, last offset consumed or -1)
  * Appends the kept batches to the bytearray out and, per batch written, (last offset, max timestamp, size) as native
  * int64 to the bytearray meta. Holds the GIL (it grows bytearrays). */
 static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
@@ -842,14 +870,20 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
     Py_ssize_t pos, end, slots;
     long long latest, upper_bound, now, retention;
     PyObject *out, *meta;
-    if (!PyArg_ParseTuple(args, "y*nny*nLLLLy*O!O!", &chunk, &pos, &end, &table, &slots, &latest, &upper_bound, &now,
-                          &retention, &retain, &PyByteArray_Type, &out, &PyByteArray_Type, &meta))
+    Py_buffer key_view;
+    sip_key key;
+    if (!PyArg_ParseTuple(args, "y*nny*nLLLLy*O!O!y*", &chunk, &pos, &end, &table, &slots, &latest, &upper_bound, &now,
+                          &retention, &retain, &PyByteArray_Type, &out, &PyByteArray_Type, &meta, &key_view))
         return NULL;
+    int key_ok = parse_key(&key_view, &key);
+    PyBuffer_Release(&key_view);
     PyObject *result = NULL;
     rec_info *infos = NULL;
     Py_ssize_t capacity = 0;
     uint8_t *scratch = NULL, *digests = NULL;
     Py_ssize_t scratch_capacity = 0, digest_capacity = 0;
+    if (!key_ok)
+        goto done;
     if (end > chunk.len || pos < 0 || slots <= 0 || table.len < slots * ENTRY) {
         PyErr_SetString(PyExc_ValueError, "bad chunk bounds or table");
         goto done;
@@ -858,7 +892,7 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
     const int64_t *retain_offsets = retain.buf;
     Py_ssize_t retain_n = retain.len / (Py_ssize_t)sizeof(int64_t);
     int stop = STOP_END;
-    long long m_read = 0, b_read = 0, m_kept = 0, b_kept = 0, invalid = 0;
+    long long m_read = 0, b_read = 0, m_kept = 0, b_kept = 0, invalid = 0, last_seen = -1;
     Py_ssize_t out_used = PyByteArray_GET_SIZE(out), meta_used = PyByteArray_GET_SIZE(meta);
     for (;;) {
         Py_ssize_t size = batch_at(buf, pos, end);
@@ -903,7 +937,7 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
             for (int64_t i = 0; i < count; i++) {
                 rec_info *r = infos + i;
                 if (r->key_len >= 0 && base + r->offset_delta <= latest) {
-                    md5(b + OVERHEAD + r->key_start, (Py_ssize_t)r->key_len, digests + i * 16);
+                    key_digest(&key, b + OVERHEAD + r->key_start, (Py_ssize_t)r->key_len, digests + i * 16);
                     __builtin_prefetch(t + position_of(digests + i * 16, 0, slots));
                 }
             }
@@ -950,6 +984,7 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
         int64_t written_max_ts = max_ts;
         if (kept == 0) {
             if (!retain_empty) {
+                last_seen = last;
                 pos += size;
                 continue;
             }
@@ -1031,11 +1066,12 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
             goto done;
         m_kept += kept;
         b_kept += write_size;
+        last_seen = last;
         pos += size;
     }
     if (!finish_bytes(out, out_used) || !finish_bytes(meta, meta_used))
         goto done;
-    result = Py_BuildValue("(niLLLLL)", pos, stop, m_read, b_read, m_kept, b_kept, invalid);
+    result = Py_BuildValue("(niLLLLLL)", pos, stop, m_read, b_read, m_kept, b_kept, invalid, last_seen);
 done:
     PyMem_RawFree(infos);
     PyMem_RawFree(scratch);
@@ -1046,6 +1082,41 @@ done:
     return result;
 }
 
+/* map_offsets(table, slots, entries) -> bytes: the offsets the map holds (entries native int64, in slot order): the
+ * records of the mapped part that hold their key's latest offset, all that a cleaning can keep of it. */
+static PyObject *map_offsets(PyObject *self, PyObject *args)
+{
+    Py_buffer table;
+    Py_ssize_t slots, entries;
+    if (!PyArg_ParseTuple(args, "y*nn", &table, &slots, &entries))
+        return NULL;
+    PyObject *out = NULL;
+    if (slots <= 0 || table.len < slots * ENTRY || entries < 0 || entries > slots) {
+        PyErr_SetString(PyExc_ValueError, "the table and its entry count disagree");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, entries * (Py_ssize_t)sizeof(int64_t));
+    if (out == NULL)
+        goto done;
+    int64_t *o = (int64_t *)PyBytes_AS_STRING(out);
+    const uint8_t *t = table.buf;
+    Py_ssize_t n = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < slots && n < entries; i++) {
+        const uint8_t *slot = t + i * ENTRY;
+        if (!is_empty(slot))
+            o[n++] = get_offset(slot + 16);
+    }
+    Py_END_ALLOW_THREADS
+    if (n != entries) {
+        Py_CLEAR(out);
+        PyErr_Format(PyExc_ValueError, "the table holds %zd entries, not %zd", n, entries);
+    }
+done:
+    PyBuffer_Release(&table);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan_records", scan_records, METH_VARARGS, "(fields, hashes) of a batch's records (local.cleaner.records)"},
     {"rebuild_records", rebuild_records, METH_VARARGS, "the kept records re-encoded (local.cleaner.records)"},
@@ -1054,6 +1125,7 @@ static PyMethodDef methods[] = {
     {"crc32c", py_crc32c, METH_VARARGS, "CRC-32C of a buffer"},
     {"map_plain_batches", map_plain_batches, METH_VARARGS, "the offset map pass over a chunk of plain batches"},
     {"filter_plain_batches", filter_plain_batches, METH_VARARGS, "the cleaning pass over a chunk of plain batches"},
+    {"map_offsets", map_offsets, METH_VARARGS, "the offsets an offset map holds"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -58,10 +58,10 @@ except ImportError:  # pragma: no cover - a machine without a C compiler
     _cleancore = None  # type: ignore[assignment]
 
 
-def c_scan_records(body: bytes | bytearray | memoryview, count: int) -> tuple[np.ndarray, bytes]:
+def c_scan_records(body: bytes | bytearray | memoryview, count: int, hash_key: bytes) -> tuple[np.ndarray, bytes]:
     """:func:`local.cleaner.records.scan_records` in C."""
     try:
-        raw, hashes = _cleancore.scan_records(body, count)
+        raw, hashes = _cleancore.scan_records(body, count, hash_key)
     except ValueError as exc:
         raise InvalidRecordError(str(exc)) from None
     return np.frombuffer(raw, dtype=np.int64).reshape(count, FIELDS), hashes
@@ -80,6 +80,7 @@ scan_records = py_scan_records if _cleancore is None else c_scan_records
 rebuild_records = py_rebuild_records if _cleancore is None else c_rebuild_records
 
 _U32 = struct.Struct(">I")
+_NO_HASH_KEY = bytes(16)  # a control record's key is read, not looked up
 _CONTROL_KEY = struct.Struct(">hh")
 _unpack_header = BATCH_HEADER.unpack_from
 
@@ -188,7 +189,7 @@ class BatchFilter:
 
     def _keep(self, records: bytes | memoryview, count: int, base: int, last_offset: int,
               horizon: int | None) -> tuple[np.ndarray, np.ndarray]:
-        fields, hashes = scan_records(records, count)
+        fields, hashes = scan_records(records, count, self.map.hash_key)
         offsets = base + fields[:, F_OFFSET_DELTA]
         latest = self.map.latest_offset
         if base > latest:  # every record past what the map saw: all kept (Kafka: pastLatestOffset)
@@ -206,7 +207,7 @@ class BatchFilter:
                  producer_epoch: int, base_seq: int, kept: int, codec: CompressionType,
                  horizon: int | None) -> tuple[bytes, int]:
         if fields is None:
-            fields = scan_records(records, count)[0]
+            fields = scan_records(records, count, self.map.hash_key)[0]
         if attributes & TIMESTAMP_TYPE_MASK:  # LogAppendTime: every record's timestamp is the batch's
             timestamps = np.full(count, max_ts, dtype=np.int64)
         else:
@@ -242,7 +243,7 @@ def control_type(records: bytes | memoryview, count: int) -> ControlRecordType |
     """The type of a control batch's record (None when a cleaning emptied it)."""
     if count == 0:
         return None
-    fields, _ = py_scan_records(records, 1)
+    fields, _ = py_scan_records(records, 1, _NO_HASH_KEY)
     key_start, key_len = int(fields[0][4]), int(fields[0][5])
     if key_len < _CONTROL_KEY.size:
         return ControlRecordType.UNKNOWN

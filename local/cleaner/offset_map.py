@@ -1,6 +1,6 @@
 """The cleaner's key -> latest offset map within a fixed memory budget: Kafka's ``SkimpyOffsetMap``.
 
-The map never holds keys: a slot is the key's MD5 digest (16 bytes) and the offset (8 bytes, big-endian), 24 bytes,
+The map never holds keys: a slot is the key's 16-byte digest and the offset (8 bytes, big-endian), 24 bytes,
 in one numpy array of ``memory // 24`` slots allocated once (``log.cleaner.dedupe.buffer.size`` divided among the
 cleaner threads). Open addressing, Kafka's probe sequence: the attempt-th probe is the big-endian int32 at byte
 ``min(attempt, 12)`` of the digest plus ``max(0, attempt - 12)``, made non-negative (``Integer.MIN_VALUE`` -> 0) and
@@ -12,17 +12,23 @@ of the slots are used, as Kafka's does before each put) and asks it a batch at a
 digests ``local.cleaner.records.scan_records`` computed. The loops run in C (``local/cleaner/_cleancore.c``) where
 it was built, else in Python; ``tests/property/test_cleancore.py`` holds them to the same answers.
 
+The digest: Kafka takes the key's MD5; this map takes SipHash-2-4's 128-bit output under a key drawn at random
+(``os.urandom``) each time the map is created or cleared (:func:`local.cleaner.records.key_digest` says why: nothing
+persists the digests, it is several times cheaper, and nobody can craft two record keys that share a digest and
+make the cleaner drop the earlier key's latest value). :attr:`hash_key` is what every digest of one cleaning is taken
+under.
+
 Not thread-safe: each cleaner thread has its own map.
 """
 
 from __future__ import annotations
 
-import hashlib
+import os
 import struct
 
 import numpy as np
 
-from local.cleaner.records import HASH_SIZE
+from local.cleaner.records import HASH_KEY_SIZE, HASH_SIZE, key_digest
 
 try:  # the loops in C, built where a compiler exists (local/cleaner/_cleancore.c)
     from local.cleaner import _cleancore
@@ -91,7 +97,8 @@ def py_get_many(table: memoryview, slots: int, hashes: bytes, count: int) -> np.
 class SkimpyOffsetMap:
     """See the module docstring. ``memory``: the bytes the table may use (its slot count is ``memory // 24``)."""
 
-    __slots__ = ("_get_many", "_put_many", "_table", "_used", "_view", "entries", "latest_offset", "native", "slots")
+    __slots__ = ("_get_many", "_put_many", "_table", "_used", "_view", "entries", "hash_key", "latest_offset", "native",
+                 "slots")
 
     def __init__(self, memory: int, *, native: bool = True) -> None:
         self.slots = memory // BYTES_PER_ENTRY
@@ -101,6 +108,7 @@ class SkimpyOffsetMap:
         self._view = self._table.data.cast("B")
         self.entries = 0
         self.latest_offset = -1
+        self.hash_key = os.urandom(HASH_KEY_SIZE)
         use_c = native and _cleancore is not None
         self.native = use_c  # the cleaner's C passes use the table directly (table_view)
         self._used = False
@@ -128,6 +136,7 @@ class SkimpyOffsetMap:
         self._used = False
         self.entries = 0
         self.latest_offset = -1
+        self.hash_key = os.urandom(HASH_KEY_SIZE)  # a new key: what one cleaning learns of it is gone with the map
 
     def put_many(self, hashes: bytes, offsets: np.ndarray, max_entries: int | None = None) -> int:
         """Put each digest's offset (-1: skip); stops before a put once the map holds ``max_entries`` entries
@@ -153,11 +162,11 @@ class SkimpyOffsetMap:
         if self.entries >= self.slots:
             raise ValueError(f"attempted to add a new entry to a full offset map ({self.entries} entries, {self.slots} "
                              "slots)")
-        self.put_many(hashlib.md5(key).digest(), np.array([offset], dtype=np.int64))
+        self.put_many(key_digest(self.hash_key, key), np.array([offset], dtype=np.int64))
 
     def get(self, key: bytes) -> int:
         """The latest offset of ``key`` (-1: none; Kafka's ``get``)."""
-        return int(self.get_many(hashlib.md5(key).digest(), 1)[0])
+        return int(self.get_many(key_digest(self.hash_key, key), 1)[0])
 
     def update_latest_offset(self, offset: int) -> None:
         self.latest_offset = offset

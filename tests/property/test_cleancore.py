@@ -1,11 +1,11 @@
 """The cleaner's loops in C (local/cleaner/_cleancore.c) give the answers of their Python definitions
-(local.cleaner.records, local.cleaner.offset_map) on every input: the record scan and its MD5 digests (hashlib is the
-oracle), the re-encoding (kafka-python decodes the result), the offset map's table byte for byte, and malformed
-records refused by both."""
+(local.cleaner.records, local.cleaner.offset_map) on every input: the record scan and its key digests (SipHash-2-4's
+128-bit output, held to the reference vectors of its authors), the re-encoding (kafka-python decodes the result), the
+offset map's table byte for byte, and malformed records refused by both."""
 
 from __future__ import annotations
 
-import hashlib
+import os
 
 import numpy as np
 import pytest
@@ -39,14 +39,15 @@ def _body(recs: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | N
 
 @settings(max_examples=200, deadline=None)
 @given(records)
-def test_the_scan_agrees_and_its_digests_are_md5(recs: list) -> None:  # type: ignore[type-arg]
+def test_the_scan_agrees_and_its_digests_are_the_keyed_hash(recs: list) -> None:  # type: ignore[type-arg]
     data = _body(recs)
     body = data[RECORD_BATCH_OVERHEAD:]
-    fields_py, hashes_py = py_records.scan_records(body, len(recs))
-    fields_c, hashes_c = cleaner_filter.c_scan_records(body, len(recs))
+    hash_key = os.urandom(16)
+    fields_py, hashes_py = py_records.scan_records(body, len(recs), hash_key)
+    fields_c, hashes_c = cleaner_filter.c_scan_records(body, len(recs), hash_key)
     assert np.array_equal(fields_py, fields_c) and hashes_py == hashes_c
     for i, (key, value, _, _) in enumerate(recs):
-        expected = bytes(16) if key is None else hashlib.md5(key).digest()
+        expected = bytes(16) if key is None else py_records.key_digest(hash_key, key)
         assert hashes_c[i * 16 : (i + 1) * 16] == expected
         assert fields_c[i][py_records.F_KEY_LEN] == (-1 if key is None else len(key))
         assert fields_c[i][py_records.F_VALUE_LEN] == (-1 if value is None else len(value))
@@ -59,7 +60,7 @@ def test_the_rebuild_agrees_and_kafka_python_decodes_it(recs: list, data: st.Dat
     body = raw[RECORD_BATCH_OVERHEAD:]
     n = len(recs)
     keep = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
-    fields, _ = py_records.scan_records(body, n)
+    fields, _ = py_records.scan_records(body, n, bytes(16))
     timestamps = np.array([T0 + ts for _, _, _, ts in recs], dtype=np.int64)
     base = data.draw(st.sampled_from([int(timestamps[np.argmax(keep)]) if keep.any() else T0, T0 + 2**41]))
     py_out = py_records.rebuild_records(body, fields, keep, timestamps, base)
@@ -94,12 +95,14 @@ def test_the_offset_map_agrees_table_for_table(puts: list[tuple[bytes, int]], sl
     c_map = SkimpyOffsetMap(slots * 24, native=True)
     py_map = SkimpyOffsetMap(slots * 24, native=False)
     assert c_map._put_many is not offset_map_module.py_put_many
-    hashes = b"".join(hashlib.md5(k).digest() for k, _ in puts)
+    assert c_map.hash_key != py_map.hash_key  # each map draws its own
+    py_map.hash_key = c_map.hash_key
+    hashes = b"".join(py_records.key_digest(c_map.hash_key, k) for k, _ in puts)
     offsets = np.array([o for _, o in puts], dtype=np.int64)
     assert c_map.put_many(hashes, offsets, max_entries) == py_map.put_many(hashes, offsets, max_entries)
     assert c_map.entries == py_map.entries <= min(slots, max_entries)
     assert bytes(c_map._view) == bytes(py_map._view)
-    probe = hashes + hashlib.md5(b"never put").digest()
+    probe = hashes + py_records.key_digest(c_map.hash_key, b"never put")
     assert np.array_equal(c_map.get_many(probe, len(puts) + 1), py_map.get_many(probe, len(puts) + 1))
     latest: dict[bytes, int] = {}
     done = c_map.put_many(b"", np.array([], dtype=np.int64))
@@ -107,7 +110,7 @@ def test_the_offset_map_agrees_table_for_table(puts: list[tuple[bytes, int]], sl
     for (key, offset), _ in zip(puts, range(py_map.put_many(hashes, offsets, max_entries)), strict=False):
         latest[key] = offset
     for key, offset in latest.items():
-        assert c_map.get(key) == offset  # (distinct 6-byte keys never collide in MD5)
+        assert c_map.get(key) == offset and py_map.get(key) == offset  # (distinct short keys never share a digest)
 
 
 @given(st.binary(min_size=1, max_size=40), st.integers(1, 4))
@@ -115,7 +118,7 @@ def test_malformed_records_are_refused_by_both(junk: bytes, count: int) -> None:
     outcomes = []
     for scan in (py_records.scan_records, cleaner_filter.c_scan_records):
         try:
-            fields, hashes = scan(junk, count)
+            fields, hashes = scan(junk, count, bytes(range(16)))
             outcomes.append(("ok", fields.tolist(), hashes))
         except InvalidRecordError:
             outcomes.append(("refused",))
@@ -129,6 +132,25 @@ plain_batches = st.lists(
         st.sampled_from(["plain", "producer", "log-append-time", "horizon-past", "horizon-future"]),
         st.integers(0, 3),  # offsets skipped before the batch (a gap, as compaction leaves)
     ), min_size=1, max_size=12)
+
+
+def _record_offsets(batches: list) -> list[tuple[int, int, bytes | None]]:  # type: ignore[type-arg]
+    """(batch number, offset, key) of every record, as _segment_bytes lays them out."""
+    out, offset = [], 0
+    for n, (recs, _, gap) in enumerate(batches):
+        offset += gap
+        for key, _, _ in recs:
+            out.append((n, offset, key))
+            offset += 1
+    return out
+
+
+def _batch_starts(seg: bytes) -> list[list[int]]:
+    starts, pos = [], 0
+    while pos < len(seg):
+        starts.append([int.from_bytes(seg[pos : pos + 8], "big"), pos])
+        pos += int.from_bytes(seg[pos + 8 : pos + 12], "big") + 12
+    return starts
 
 
 def _segment_bytes(batches: list) -> tuple[bytes, list[int]]:  # type: ignore[type-arg]
@@ -170,9 +192,15 @@ def test_the_chunk_passes_in_c_decide_as_the_python_batch_filter(batches: list, 
     start = data.draw(st.integers(0, lasts[-1]))
     # the map pass: C over the chunk vs the Python batch path, table for table
     c_map, py_map = SkimpyOffsetMap(64 * 24, native=True), SkimpyOffsetMap(64 * 24, native=False)
-    at, entries, latest, stop, _, _ = cleaner_filter._cleancore.map_plain_batches(
-        seg, 0, len(seg), start, c_map.table_view, c_map.slots, 0, 40, -1)
-    assert (at, stop) == (len(seg), 0)
+    py_map.hash_key = c_map.hash_key
+    marks = bytearray()
+    at, entries, latest, stop, records, nbytes, keyless, _ = cleaner_filter._cleancore.map_plain_batches(
+        seg, 0, len(seg), start, c_map.table_view, c_map.slots, 0, 40, -1, c_map.hash_key, 0, marks, 1, 0)
+    assert (at, stop, nbytes) == (len(seg), 0, len(seg))
+    assert records == sum(len(recs) for recs, _, _ in batches)
+    assert keyless == sum(k is None for _, o, k in _record_offsets(batches) if o >= start)
+    # a mark for every batch (one every byte asked): each batch's base offset and position, as the walk found them
+    assert np.frombuffer(bytes(marks), dtype=np.int64).reshape(-1, 2).tolist() == _batch_starts(seg)
     c_map.entries, c_map.latest_offset = entries, latest
     cleaner = Cleaner(0, py_map, 4096, 1 << 20, 0.9, Throttler(float("inf")))
     view, pos = memoryview(seg), 0
@@ -188,9 +216,10 @@ def test_the_chunk_passes_in_c_decide_as_the_python_batch_filter(batches: list, 
     upper = data.draw(st.sampled_from([lasts[-1] + 1, 10**6]))
     now = T0 + data.draw(st.sampled_from([0, 10**6]))
     out, meta = bytearray(), bytearray()
-    at, stop, m_read, b_read, m_kept, b_kept, invalid = cleaner_filter._cleancore.filter_plain_batches(
-        seg, 0, len(seg), c_map.table_view, c_map.slots, c_map.latest_offset, upper, now, 500, retain, out, meta)
-    assert (at, stop) == (len(seg), 0)
+    at, stop, m_read, b_read, m_kept, b_kept, invalid, last_seen = cleaner_filter._cleancore.filter_plain_batches(
+        seg, 0, len(seg), c_map.table_view, c_map.slots, c_map.latest_offset, upper, now, 500, retain, out, meta,
+        c_map.hash_key)
+    assert (at, stop, last_seen) == (len(seg), 0, lasts[-1])
     stats = FilterStats()
     last_records = {5: LastRecord(int(retain[-1]), 0)} if len(retain) else {}
     f = BatchFilter(py_map, CleanedTransactionMetadata(), last_records, upper, now, 500, stats, "seg")
