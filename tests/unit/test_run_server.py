@@ -70,6 +70,14 @@ def test_produce_takes_an_array_one_object_or_lines_and_consume_answers_them_in_
     assert log is not None and log.log_end_offset == 5
 
 
+def test_json_lines_are_split_at_newlines_only(served: tuple[LogManager, str]) -> None:
+    _, url = served
+    body = '{"value": "a\u2028b\u0085c"}\r\n{"value": "d"}\n'.encode()  # raw U+2028 and U+0085 inside a string
+    assert json.loads(_call("POST", url + RECORDS, body)[1])["count"] == 2
+    got = json.loads(_call("GET", url + RECORDS)[1])["records"]
+    assert [r["value"] for r in got] == ["a\u2028b\u0085c", "d"]
+
+
 def test_consume_answers_at_least_one_record_and_stops_at_max_bytes(served: tuple[LogManager, str]) -> None:
     _, url = served
     _call("POST", url + RECORDS, json.dumps([{"value": "x" * 100} for _ in range(10)]).encode())
