@@ -1,5 +1,6 @@
-"""The session check of tests/conftest.py: a run that leaves a new entry in the temp dir fails naming it; one that
-cleans up passes. Run on a small test file in a child pytest whose temp dir is this test's own."""
+"""The session check of tests/conftest.py: a run that leaves a new entry in its temp dir fails naming it; one that
+cleans up passes; what other work writes to the system temp dir meanwhile does not count; the session's private
+temp dir is gone afterwards. Run on a small test file in a child pytest whose system temp dir is this test's own."""
 
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ def test_a_session_that_leaves_a_temp_entry_fails_naming_it(tmp_path: Path) -> N
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "1 passed" in proc.stdout and "FAILED (temp dir check): the test session left 1 new entry in" in proc.stdout
     assert "tiered-copy-" in proc.stdout
+    assert os.listdir(tmp_path / "temp") == [next(p for p in os.listdir(tmp_path / "temp") if p.startswith("pytest-of-"))]
+
+
+def test_what_other_work_writes_to_the_system_temp_dir_meanwhile_does_not_count(tmp_path: Path) -> None:
+    outside = tmp_path / "temp" / "someone-elses-file"
+    proc = _session(tmp_path, f"    assert tempfile.gettempdir() != {str(tmp_path / 'temp')!r}\n"
+                              f"    open({str(outside)!r}, 'w').close()")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "temp dir check" not in proc.stdout and outside.exists()
 
 
 def test_a_session_that_cleans_up_passes(tmp_path: Path) -> None:
