@@ -1,15 +1,23 @@
-"""A test-only RSM for ``tiered run`` subprocess tests: the local-directory backend whose first segment copy in a
+"""Test-only RSMs that stop at a point and wait for the test.
+
+:class:`GatedDir`, for ``tiered run`` subprocess tests: the local-directory backend whose first segment copy in a
 process stops after uploading the ``.log``, says ``GATE <key>`` on stderr, and waits until the test opens the FIFO
 named by ``rsm.config.gate`` for writing and closes it. Loaded by dotted path
-(``remote.log.storage.manager.class.name=tests.gated_rsm.GatedDir``), in the copier process as well."""
+(``remote.log.storage.manager.class.name=tests.gated_rsm.GatedDir``), in the copier process as well.
+
+:class:`GatedDeletes`, for races inside one process: deletes of chosen segments stop at a :class:`Gate` (events,
+never sleeps) until the test releases them."""
 
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.rsm import RemoteLogSegmentMetadata
 
 
 class GatedDir(LocalDirRemoteStorageManager):
@@ -27,3 +35,52 @@ class GatedDir(LocalDirRemoteStorageManager):
             print(f"GATE {key}", file=sys.stderr, flush=True)
             with open(str(self.gate), "rb") as fifo:  # blocks until the test opens it for writing
                 fifo.read()
+
+
+LIMIT = 60.0  # a failure bound only: every wait below ends at once when the code is right
+
+
+class Gate:
+    """A pause point in this process: the first thread to reach it says so (:attr:`arrived`) and waits there until
+    the test calls :meth:`release`; threads that reach it later pass."""
+
+    def __init__(self) -> None:
+        self.arrived = threading.Event()
+        self._go = threading.Event()
+        self._taken = False
+        self._lock = threading.Lock()
+
+    def reach(self) -> None:
+        with self._lock:
+            first, self._taken = not self._taken, True
+        if first:
+            self.arrived.set()
+            if not self._go.wait(LIMIT):
+                raise AssertionError("the test never released the gate")
+
+    def wait_arrived(self) -> None:
+        assert self.arrived.wait(LIMIT), "nothing reached the gate"
+
+    def release(self) -> None:
+        self._go.set()
+
+
+class GatedDeletes(LocalDirRemoteStorageManager):
+    """The local-directory backend whose ``delete_log_segment_data`` of a segment with a gate (by start offset, in
+    :attr:`gates`) stops there first; :attr:`deleted` lists the ``(start offset, segment id)`` of every delete that
+    went through, :attr:`fail_delete` makes deletes fail (an outage)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gates: dict[int, Gate] = {}
+        self.deleted: list[tuple[int, Any]] = []
+        self.fail_delete = False
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        gate = self.gates.get(metadata.start_offset)
+        if gate is not None:
+            gate.reach()
+        if self.fail_delete:
+            raise OSError("injected: delete during an outage")
+        super().delete_log_segment_data(metadata)
+        self.deleted.append((metadata.start_offset, metadata.remote_log_segment_id.id))
