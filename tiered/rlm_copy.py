@@ -230,9 +230,9 @@ class RLMCopyTask:
         failed = self._failed_copies
         cleaned = 0
         for sid, md in list(stale.items()):
-            parts.delete_remote_segment(md, reason=reason)
+            # False: the expiration task is deleting it (DELETE_SEGMENT_STARTED is its state meanwhile) or did.
+            cleaned += parts.delete_remote_segment(md, reason=reason)
             failed.pop(sid, None)
-            cleaned += 1
         for sid, md in list(failed.items()):
             # Not in the store's view: its STARTED event was never acknowledged. Delete whatever may exist.
             logger.info("purging the failed copy %s (%d-%d)", md.remote_log_segment_id, md.start_offset, md.end_offset)

@@ -114,7 +114,6 @@ def _no_task_failure(caplog: pytest.LogCaptureFixture) -> None:
     assert failures == [], [(r.getMessage(), r.exc_info[1] if r.exc_info else None) for r in failures]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27: fixed in the next commit")
 @pytest.mark.parametrize("restarted", [False, True], ids=["a-later-run", "the-first-run-after-a-restart"])
 def test_the_copy_tasks_cleanup_leaves_a_segment_the_expiration_task_is_deleting(
     node: Node, restarted: bool, caplog: pytest.LogCaptureFixture
@@ -141,7 +140,6 @@ def test_the_copy_tasks_cleanup_leaves_a_segment_the_expiration_task_is_deleting
     assert [m.start_offset for m in node.remote()] == [2, 4, 6]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27: fixed in the next commit")
 def test_the_copy_tasks_cleanup_never_restarts_a_deletion_the_expiration_task_finished(
     node: Node, caplog: pytest.LogCaptureFixture
 ) -> None:
