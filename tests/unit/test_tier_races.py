@@ -201,7 +201,6 @@ def _local_log(tmp_path: Path, time_: MockTime) -> Log:
     return log
 
 
-@pytest.mark.xfail(strict=True, reason="issue 27: fixed in the next commit")
 @pytest.mark.parametrize("other_files", [0, 4], ids=["alone", "other-files-opened-since"])
 def test_a_read_in_flight_finishes_on_its_own_file_after_retention_closed_the_segment(
     tmp_path: Path, other_files: int
