@@ -213,7 +213,7 @@ def test_a_read_in_flight_finishes_on_its_own_file_after_retention_closed_the_se
     log = _local_log(tmp_path, time_)
     first_segment = log.segments.first_segment
     assert first_segment is not None and log.number_of_segments() > 3
-    stem = first_segment.log.path.stem
+    stem = str(first_segment.log.path.with_suffix(""))  # the segment's files, in this test's dir only
     info = log.read(0, 1 << 20)
     assert log.delete_old_segments() >= 1 and log.local_log_start_offset > 0
     time_.sleep(1000)  # file.delete.delay.ms: the segment's files are closed and removed
