@@ -36,8 +36,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
+from tiered.checksums import SegmentChecksums, compute_segment_checksums
 from tiered.errors import RemoteStorageError
-from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata
+from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteLogSegmentState
 
 logger = logging.getLogger(__name__)
 _LEN = struct.Struct(">I")
@@ -130,6 +131,8 @@ class ProcessCopier:
         self.failed_to_start: str | None = None
         self.fallback_store: Any = None  # the object store whose put_bytes :meth:`put_bytes` stands for
         self._lock = threading.Condition()
+        # Puts deferred to the calling thread's next request (see ChildWritingStore): (key, data) in order.
+        self._deferred = threading.local()
         self._starting = 0
         self._idle: list[_Child] = []
         self._all: list[_Child] = []
@@ -140,6 +143,21 @@ class ProcessCopier:
         return self._run(("copy", metadata, data), f"copy of {metadata.remote_log_segment_id}",
                          lambda: self.fallback(metadata, data))
 
+    def copy_with_checksums(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData, checksum_chunk_bytes: int
+    ) -> tuple[SegmentChecksums, bytes | None]:
+        """The checksums of the segment's files (:func:`tiered.checksums.compute_segment_checksums`, before the
+        upload) and the plugin's ``copy_log_segment_data(metadata, data)``, both run by a child: reading the files
+        costs this process no GIL hand-off per read."""
+
+        def here() -> tuple[SegmentChecksums, bytes | None]:
+            return compute_segment_checksums(data, checksum_chunk_bytes), self.fallback(metadata, data)
+
+        result: tuple[SegmentChecksums, bytes | None] = self._run(
+            ("copy+checksums", metadata, data, checksum_chunk_bytes), f"copy of {metadata.remote_log_segment_id}", here
+        )
+        return result
+
     def put_bytes(self, key: str, data: bytes) -> None:
         """The object store's ``put_bytes(key, data)`` (remote metadata events), run by a child: each event is a
         written and fsynced file, a dozen system calls the parent no longer waits for the GIL after."""
@@ -147,7 +165,36 @@ class ProcessCopier:
         store = self.fallback_store
         self._run(("put", key, data), f"put of {key}", lambda: store.put_bytes(key, data))
 
+    def put_bytes_with_next_request(self, key: str, data: bytes) -> None:
+        """``put_bytes(key, data)``, done by the child just before the next request of this thread (a put or a
+        copy), in the same round trip. What must be in the store before a copy's objects (its COPY_SEGMENT_STARTED
+        event) costs no round trip of its own: under load each one is a few waits for the GIL (see the module
+        docstring). A failed deferred put fails that next request, naming the key."""
+        pending: list[tuple[str, bytes]] | None = getattr(self._deferred, "puts", None)
+        if pending is None:
+            pending = self._deferred.puts = []
+        pending.append((key, data))
+
+    def _take_deferred(self) -> list[tuple[str, bytes]]:
+        pending: list[tuple[str, bytes]] = getattr(self._deferred, "puts", None) or []
+        self._deferred.puts = []
+        return pending
+
     def _run(self, request: tuple[Any, ...], what: str, fallback: Callable[[], Any]) -> Any:
+        puts = self._take_deferred()
+        if puts:
+            request = ("after-puts", puts, request)
+            store = self.fallback_store
+            inner = fallback
+
+            def fallback() -> Any:
+                for key, data in puts:
+                    store.put_bytes(key, data)
+                return inner()
+
+        return self._run_request(request, what, fallback)
+
+    def _run_request(self, request: tuple[Any, ...], what: str, fallback: Callable[[], Any]) -> Any:
         with self._lock:
             # An idle child, or room for a new one (at most max_processes), or wait for one to be free.
             self._lock.wait_for(lambda: self._closed or self.failed_to_start is not None or bool(self._idle)
@@ -211,6 +258,28 @@ class ProcessCopier:
             child.close()
 
 
+def _serve(rsm: Any, request: tuple[Any, ...]) -> Any:
+    """One request of the parent, in the child."""
+    kind = request[0]
+    if kind == "after-puts":  # the deferred puts first, in order; the request only if they all landed
+        for key, data in request[1]:
+            try:
+                rsm.put_bytes(key, data)
+            except Exception as exc:
+                raise RemoteStorageError(
+                    f"put of {key} (deferred to this request) failed: {type(exc).__name__}: {exc}",
+                    retriable=getattr(exc, "retriable", True),
+                ) from exc
+        return _serve(rsm, request[2])
+    if kind == "copy":
+        return rsm.copy_log_segment_data(request[1], request[2])
+    if kind == "copy+checksums":
+        sums = compute_segment_checksums(request[2], request[3])
+        return sums, rsm.copy_log_segment_data(request[1], request[2])
+    rsm.put_bytes(request[1], request[2])
+    return None
+
+
 def main() -> int:
     """The child: configure the plugin, then copy segments until the parent closes the pipe."""
     inp, out = sys.stdin.buffer, sys.stdout.buffer
@@ -235,11 +304,7 @@ def main() -> int:
             except EOFError:
                 return 0
             try:
-                if request[0] == "copy":
-                    _send(out, ("ok", rsm.copy_log_segment_data(request[1], request[2])))
-                else:
-                    rsm.put_bytes(request[1], request[2])  # type: ignore[attr-defined]
-                    _send(out, ("ok", None))
+                _send(out, ("ok", _serve(rsm, request)))
             except Exception as exc:
                 _send(out, ("error", type(exc).__name__, str(exc), getattr(exc, "retriable", True)))
     finally:
@@ -248,6 +313,9 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+_COPY_STARTED_EVENT = f".{int(RemoteLogSegmentState.COPY_SEGMENT_STARTED)}.json"  # tiered.layout.metadata_event_key
 
 
 class ChildWritingStore:
@@ -260,7 +328,13 @@ class ChildWritingStore:
         copier.fallback_store = store
 
     def put_bytes(self, key: str, data: bytes) -> None:
-        self._copier.put_bytes(key, data)
+        if key.endswith(_COPY_STARTED_EVENT):
+            # A COPY_SEGMENT_STARTED event: only the copy's objects must come after it, and they are uploaded by
+            # the child too, in this thread's next request. It goes with that request (one round trip less per
+            # segment); a failure fails the copy, whose cleanup deletes what may have landed.
+            self._copier.put_bytes_with_next_request(key, data)
+        else:
+            self._copier.put_bytes(key, data)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

@@ -32,9 +32,14 @@ from typing import TYPE_CHECKING, Any
 from local.fetch import FetchDataInfo, FetchIsolation, TimestampAndOffset
 from local.scheduler import SYSTEM_TIME, Time
 from tiered.cache.segment_cache import RemoteSegmentCache
-from tiered.checksums import ChecksumVerifier, default_chunk_bytes
+from tiered.checksums import (
+    ChecksumVerifier,
+    SegmentChecksums,
+    compute_segment_checksums,
+    default_chunk_bytes,
+)
 from tiered.remote_log_reader import RemoteLogReader
-from tiered.rlm_copy import RLMCopyTask, candidate_segments, highest_offset_in_remote_storage
+from tiered.rlm_copy import CopyData, RLMCopyTask, candidate_segments, highest_offset_in_remote_storage
 from tiered.rlm_expiration import RLMExpirationTask
 from tiered.rlm_parts import PassResult, RateLimiter, RemoteTierParts, remote_log_metrics, topic_id_partition
 from tiered.rlm_tasks import RLMTaskScheduler, tiering_enabled
@@ -105,8 +110,8 @@ class RemoteLogManager:
         self._tasks_lock = threading.Lock()
         self.task_totals = PassResult()  # what the scheduled tasks did since start (tiered run reports it)
         self._closed = False
-        # The plugin's copy_log_segment_data, or a child process running it (tiered.copier_process).
-        self._copy_data: Callable[[RemoteLogSegmentMetadata, LogSegmentData], bytes | None] = rsm.copy_log_segment_data
+        # The checksums and the plugin's copy_log_segment_data, here or in a child process (tiered.copier_process).
+        self._copy_data: CopyData = self._copy_here
         self._process_copier: Any = None
 
     @property
@@ -121,11 +126,18 @@ class RemoteLogManager:
         from tiered.copier_process import ProcessCopier
 
         self._process_copier = ProcessCopier(class_name, props, self.rsm.copy_log_segment_data)
-        self._copy_data = self._process_copier
+        self._copy_data = self._process_copier.copy_with_checksums
         return self._process_copier
 
-    def _copy_segment_data(self, md: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
-        return self._copy_data(md, data)
+    def _copy_here(
+        self, md: RemoteLogSegmentMetadata, data: LogSegmentData, checksum_chunk_bytes: int
+    ) -> tuple[SegmentChecksums, bytes | None]:
+        return compute_segment_checksums(data, checksum_chunk_bytes), self.rsm.copy_log_segment_data(md, data)
+
+    def _copy_segment_data(
+        self, md: RemoteLogSegmentMetadata, data: LogSegmentData, checksum_chunk_bytes: int
+    ) -> tuple[SegmentChecksums, bytes | None]:
+        return self._copy_data(md, data, checksum_chunk_bytes)
 
     # ------------------------------------------------------------------------------------------------------
     # Identity and the partitions' tasks

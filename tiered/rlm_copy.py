@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from local import filenames
-from tiered.checksums import compute_segment_checksums
+from tiered.checksums import SegmentChecksums
 from tiered.errors import CustomMetadataSizeExceededError
 from tiered.rlm_parts import PassResult, RateLimiter, RemoteTierParts
 from tiered.rsm import (
@@ -47,7 +47,10 @@ logger = logging.getLogger(__name__)
 
 EMPTY_PRODUCER_SNAPSHOT = bytes.fromhex("000148674bc700000000")
 
-CopyData = Callable[[RemoteLogSegmentMetadata, LogSegmentData], "bytes | None"]
+# (metadata, the files, the checksum chunk size) -> the checksums of the files (tiered.checksums), computed before the
+# upload, and the plugin's custom metadata: copy_log_segment_data with the checksums, which a copier process computes
+# (a segment's reads are then off this process's GIL).
+CopyData = Callable[[RemoteLogSegmentMetadata, LogSegmentData, int], "tuple[SegmentChecksums, bytes | None]"]
 
 
 def highest_offset_in_remote_storage(parts: RemoteTierParts, tip: TopicIdPartition) -> int:
@@ -125,7 +128,9 @@ class RLMCopyTask:
                 logger.warning("cleanup of failed copies of %s failed; retried at the next pass", log.name, exc_info=True)
             candidates = candidate_segments(self.parts, self.tip, log)
             self._set_lag(log, candidates)
-            for seg, nxt in candidates:
+            lag_bytes = sum(s.size for s, _ in candidates)
+            highest_copied = -1
+            for i, (seg, nxt) in enumerate(candidates):
                 if self._stopping.is_set():
                     logger.info("stopping: the copy of %s ends before segment %d", log.name, seg.base_offset)
                     break
@@ -145,15 +150,22 @@ class RLMCopyTask:
                     break
                 result.segments_copied += 1
                 result.bytes_copied += seg.size
+                highest_copied = nxt.base_offset - 1
+                lag_bytes -= seg.size
+                self._set_lag_to(log, len(candidates) - i - 1, lag_bytes)  # a long run's gauges move as it copies
             self._set_lag(log, candidate_segments(self.parts, self.tip, log))
             if result.segments_copied:
+                log.note_highest_remote_offset(highest_copied)
                 self.parts.update_log_size(self.tip)
         return result
 
     def _set_lag(self, log: Log, candidates: list[tuple[LogSegment, LogSegment]]) -> None:
+        self._set_lag_to(log, len(candidates), sum(s.size for s, _ in candidates))
+
+    def _set_lag_to(self, log: Log, segments: int, size: int) -> None:
         metrics = self.parts.metrics
-        metrics.copy_lag_segments.labels(log.topic, log.partition).set(len(candidates))
-        metrics.copy_lag_bytes.labels(log.topic, log.partition).set(sum(s.size for s, _ in candidates))
+        metrics.copy_lag_segments.labels(log.topic, log.partition).set(segments)
+        metrics.copy_lag_bytes.labels(log.topic, log.partition).set(size)
 
     def _copy_segment(self, log: Log, seg: LogSegment, nxt: LogSegment) -> None:
         parts = self.parts
@@ -180,10 +192,9 @@ class RLMCopyTask:
             raise
         self._quota.acquire(seg.size)
         try:
-            with tempfile.TemporaryDirectory(prefix="tiered-copy-") as tmp:
-                data = segment_data(log, seg, nxt, Path(tmp))
-                checksums = compute_segment_checksums(data, self._checksum_chunk_bytes)
-                custom = self._copy_data(md, data)
+            with _Scratch() as scratch:
+                data = segment_data(log, seg, nxt, scratch)
+                checksums, custom = self._copy_data(md, data, self._checksum_chunk_bytes)
                 if custom is not None and len(custom) > self._custom_metadata_max_bytes:
                     raise CustomMetadataSizeExceededError(
                         f"custom metadata of {len(custom)} bytes for {segment_id} exceeds "
@@ -201,7 +212,10 @@ class RLMCopyTask:
             parts.metrics.copy_errors.inc()
             self._remove_failed_copy(md)
             raise
-        log.note_highest_remote_offset(end_offset)
+        if not log.has_remote_data:
+            # The partition dir remembers at once that it has remote data (local.remote_state); the highest offset
+            # is noted once per run (copy_log_segments), not with two fsyncs under the log lock per segment.
+            log.note_highest_remote_offset(end_offset)
         parts.metrics.copy_bytes.inc(seg.size)
         logger.info("copied segment %d-%d of %s to the remote tier as %s", seg.base_offset, end_offset, log.name, segment_id)
 
@@ -258,24 +272,51 @@ def segment_leader_epochs(log: Log, start: int, next_offset: int) -> dict[int, i
     return out
 
 
-def segment_data(log: Log, seg: LogSegment, nxt: LogSegment, tmp: Path) -> LogSegmentData:
-    """The files of ``seg`` to upload (an empty producer snapshot written to ``tmp`` when the log has none)."""
-    seg.flush()
+class _Scratch:
+    """A temporary directory made on first use (most copies need none) and removed at exit."""
+
+    def __init__(self) -> None:
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def __call__(self) -> Path:
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="tiered-copy-")
+        return Path(self._dir.name)
+
+    def __enter__(self) -> _Scratch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+
+
+def segment_data(log: Log, seg: LogSegment, nxt: LogSegment, scratch: Callable[[], Path]) -> LogSegmentData:
+    """The files of ``seg`` to upload (an empty producer snapshot written to ``scratch()``, a temporary directory,
+    when the log has none). Made durable and trimmed first (the roll's background flush usually did it already: a
+    flush is then no call at all); the indexes go by path, not opened for the copy (an open index holds a file
+    descriptor and a map for as long as its segment lives)."""
+    if log.recovery_point < nxt.base_offset or seg.trims_pending:
+        log.flush(nxt.base_offset)
     snapshot = log.producer_state_manager.fetch_snapshot(nxt.base_offset)
     if snapshot is None:
         # Older segments may have lost their snapshot to retention; an empty one keeps the copy going.
         logger.warning("no producer snapshot at %d for %s: uploading an empty one", nxt.base_offset, log.name)
-        snapshot = filenames.producer_snapshot_file(tmp, nxt.base_offset)
+        snapshot = filenames.producer_snapshot_file(scratch(), nxt.base_offset)
         snapshot.write_bytes(EMPTY_PRODUCER_SNAPSHOT)
     from local.checkpoint import encode_leader_epoch_checkpoint
 
     entries = [e for e in log.leader_epoch_cache.epoch_entries() if e.start_offset < nxt.base_offset]
     txn_path = seg.txn_index.path
+    try:
+        has_txn = txn_path.stat().st_size > 0
+    except FileNotFoundError:
+        has_txn = False
     return LogSegmentData(
         log_segment=seg.log.path,
-        offset_index=seg.offset_index.path,
-        time_index=seg.time_index.path,
-        transaction_index=txn_path if txn_path.exists() and txn_path.stat().st_size > 0 else None,
+        offset_index=seg.offset_index_path,
+        time_index=seg.time_index_path,
+        transaction_index=txn_path if has_txn else None,
         producer_snapshot_index=snapshot,
         leader_epoch_index=encode_leader_epoch_checkpoint(entries),
     )
