@@ -192,6 +192,34 @@ def test_memory_holds_at_most_memory_bytes_of_the_most_recently_used_chunks(tmp_
         assert f.calls == [(0, 999), (0, 999)]
 
 
+def _open_chunk_files(directory: Path) -> int:
+    """Files of the cache's chunks this process holds open (the SQLite database's own are not counted)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        count += target.startswith(str(directory)) and ".db" not in target
+    return count
+
+
+def test_the_memory_tier_keeps_at_most_its_full_chunks_worth_of_files_open(tmp_path: Path) -> None:
+    """Objects smaller than a chunk (remote segments smaller than the chunk size): each chunk held as a map of its
+    cache file keeps a file open. The memory tier holds at most memory_bytes // chunk_size of them, whatever their
+    bytes (the byte bound alone let 25 of these stay open, not 4), and close() lets them go."""
+    cache_dir = tmp_path / "cache"
+    size = 40 * 1024  # above diskcache's inline size (32 KiB): each chunk is a file of its own
+    with ChunkCache(cache_dir, chunk_size=256 * 1024, prefetch_chunks=0, memory_bytes=1024 * 1024) as cache:
+        assert cache.max_open_chunk_files == 4
+        for i in range(40):
+            data = os.urandom(size)
+            assert bytes(cache.read(f"o{i}", size, 0, size - 1, CountingFetcher(data))) == data
+        cache.flush()  # every chunk on disk: those the memory tier still holds are maps of their files now
+        assert 0 < _open_chunk_files(cache_dir) <= cache.max_open_chunk_files
+    assert _open_chunk_files(cache_dir) == 0
+
+
 def test_memory_evicts_the_least_recently_used_chunk(tmp_path: Path) -> None:
     data = os.urandom(10_000)
     with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0, memory_bytes=2000) as cache:

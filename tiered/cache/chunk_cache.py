@@ -140,7 +140,8 @@ class ChunkCache:
         self._max_buffers = max(4, 2 * max_workers * (self.prefetch_chunks + 2))
         # The shared state, under self._lock:
         self._lock = RankedLock("chunk cache state", CACHE_STATE)
-        self._memory = MemoryChunks(memory_bytes)
+        # At most as many chunks as full chunks fit in its bytes: each map is an open file (see MemoryChunks).
+        self._memory = MemoryChunks(memory_bytes, max_chunks=max(1, memory_bytes // chunk_size))
         self._flights: SingleFlight[Chunk] = SingleFlight()
         self._sizes: dict[str, int] = {}  # object sizes learnt from short chunks (when callers pass None)
         self._streams: dict[str, ChunkStream] = {}  # per object: the open fetch feeding its reader's read-ahead
@@ -472,7 +473,16 @@ class ChunkCache:
         self._stream_threads.shutdown()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._writer.shutdown(wait=True)
+        with self._lock:
+            self._memory.clear()  # the maps' file descriptors go with them (readers' views keep theirs)
         self._disk.close()
+
+    @property
+    def max_open_chunk_files(self) -> int:
+        """The most chunk files the memory tier keeps open (mapped), besides the chunks readers still hold."""
+        bound = self._memory.max_chunks
+        assert bound is not None
+        return bound
 
     def __enter__(self) -> ChunkCache:
         return self
