@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.soak.load import MIB, open_files, rss_bytes, run_load
+from tests.soak.load import MIB, open_files, open_files_bound, rss_bytes, run_load
 from tiered.cache.chunk_cache import DEFAULT_MEMORY_BYTES as CHUNK_MEMORY_BYTES
 
 SECONDS = float(os.environ.get("TIERED_SOAK_SECONDS", "60"))
@@ -27,6 +27,7 @@ def test_soak_readers_racing_tiering_and_retention(tmp_path: Path) -> None:
     result = run_load(tmp_path, SECONDS)
     print(result.summary())
     assert result.errors == []
+    assert result.task_failures == [], result.task_failures[:10]
     assert result.skips == [], result.skips[:10]
     assert result.wrong == [], result.wrong[:10]
     assert result.restarts == 1
@@ -35,8 +36,13 @@ def test_soak_readers_racing_tiering_and_retention(tmp_path: Path) -> None:
     assert result.remote_reads > 0
     assert result.remote_segments_copied > 0 and result.remote_segments_deleted > 0
     assert result.final_log_start > 0
-    # Bounded: open files (segments deleted by retention are closed) and memory (no growth through the run).
-    assert max(result.open_files) < files_before + 400, (files_before, max(result.open_files))
+    # Open files: at every sample, no more than the engine keeps open for the segments, caches and reads of that
+    # moment (open_files_bound: per segment, the chunk cache's configured bound, per read in flight). A leak, or
+    # a cache keeping files by chance, breaks it whatever the copy lag.
+    over = [(i, files, open_files_bound(result, i, files_before)) for i, files in enumerate(result.open_files)
+            if files > open_files_bound(result, i, files_before)]
+    assert over == [], over[:5]
+    # Memory: no growth through the run.
     # The heap does not grow; the whole RSS grows at most by what the segment cache's memory tier maps (chunk
     # files, file pages the kernel can reclaim), which fills up to its bound through the run.
     half = len(result.rss) // 2
