@@ -136,7 +136,8 @@ class LoadResult:
     # files the segment cache's memory tier keeps mapped (from its configuration).
     local_segments: list[int] = field(default_factory=list)
     deleted_segments: list[int] = field(default_factory=list)
-    remote_segments: list[int] = field(default_factory=list)
+    txn_index_files: list[int] = field(default_factory=list)
+    remote_index_files: list[int] = field(default_factory=list)
     chunk_files_bound: int = 0
     readers: int = 0
     rss: list[int] = field(default_factory=list)
@@ -292,15 +293,22 @@ class _Run:
                     offset = rng.randrange(start, end)
                 self._read(log, offset, rng.choice((4 * 1024, 64 * 1024, 512 * 1024)))
 
-    def _segment_counts(self) -> tuple[int, int, int]:
-        """(local segments, local segments deleted and not yet removed, remote segments), now."""
+    def _segment_counts(self) -> tuple[int, int, int, int]:
+        """(local segments, local segments deleted and not yet removed, transaction index files among them, files
+        in the remote index cache), now."""
         from tiered.remote_log_manager import RemoteLogManager
 
-        log = self.log
-        deleted = sum(1 for name in os.listdir(log.dir) if name.endswith(".log.deleted"))
+        # From the directory (one listing), not the log's segment list: retention takes a segment out of the list
+        # before it renames its files .deleted, and a sample in between would count its files nowhere.
+        names = os.listdir(self.log.dir)
+        local = sum(1 for name in names if name.endswith(".log"))
+        deleted = sum(1 for name in names if name.endswith(".log.deleted"))
+        txn = sum(1 for name in names if ".txnindex" in name)
         rlm = self.manager.remote_tier
-        remote = len(rlm.finished_segments(rlm.topic_id_partition(log))) if isinstance(rlm, RemoteLogManager) else 0
-        return log.number_of_segments(), deleted, remote
+        remote = 0
+        if isinstance(rlm, RemoteLogManager):
+            remote = sum(1 for name in os.listdir(rlm.index_cache.cache_dir) if not name.endswith(".tmp"))
+        return local, deleted, txn, remote
 
     def monitor(self) -> None:
         from tiered.remote_log_manager import RemoteLogManager
@@ -317,7 +325,8 @@ class _Run:
                 self.result.open_files.append(files)
                 self.result.local_segments.append(max(before[0], after[0]))
                 self.result.deleted_segments.append(max(before[1], after[1]))
-                self.result.remote_segments.append(max(before[2], after[2]))
+                self.result.txn_index_files.append(max(before[2], after[2]))
+                self.result.remote_index_files.append(max(before[3], after[3]))
                 self.result.rss.append(rss_bytes())
                 self.result.rss_anonymous.append(anonymous_rss_bytes())
                 self.result.copy_lag_segments.append(lag[0])
@@ -390,15 +399,16 @@ class _TaskFailures(logging.Handler):
             self._into.append(f"{record.name}: {record.getMessage()}: {type(exc).__name__}: {exc}")
 
 
-# Files the engine holds open per segment (the structure the soak's bound is made of):
-# - a local segment: its .log (one descriptor, shared by the reads' slices), its offset and time indexes once
-#   loaded (a map each; CPython's mmap keeps a descriptor, before 3.13), its transaction index once it has one;
-# - a remote segment read: its offset, time and transaction indexes in the RemoteIndexCache (maps and a file);
+# Files the engine holds open (the structure the soak's bound is made of):
+# - a local segment: its .log (one descriptor, shared by the reads' slices) and its offset and time indexes once
+#   loaded (a map each: CPython's mmap keeps a descriptor, before 3.13); a transaction index file when it has one
+#   (counted as files: the soak writes no transactions, so none);
+# - the remote index cache: at most one per file it holds (a map or a descriptor per index loaded);
 # - a read in flight: at most one more (the slice of a segment deleted meanwhile, or the map of a chunk the segment
 #   cache evicted meanwhile);
+# - the segment cache's memory tier: ChunkCache.max_open_chunk_files (memory_bytes // chunk_size);
 # - the copier process: a pipe each way per child (RemoteLogManager: at most 2 children).
-FILES_PER_LOCAL_SEGMENT = 4
-FILES_PER_REMOTE_SEGMENT = 3
+FILES_PER_LOCAL_SEGMENT = 3
 FILES_PER_READER = 1
 COPIER_FILES = 2 * 2
 
@@ -409,7 +419,8 @@ def open_files_bound(result: LoadResult, sample: int, files_before: int) -> int:
     return (
         files_before
         + FILES_PER_LOCAL_SEGMENT * (result.local_segments[sample] + result.deleted_segments[sample])
-        + FILES_PER_REMOTE_SEGMENT * result.remote_segments[sample]
+        + result.txn_index_files[sample]
+        + result.remote_index_files[sample]
         + result.chunk_files_bound
         + FILES_PER_READER * result.readers
         + COPIER_FILES

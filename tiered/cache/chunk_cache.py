@@ -148,6 +148,13 @@ class ChunkCache:
         # The chunk buffers streams read into, reused once nothing refers to them (the chunk is on disk and held
         # as a map, and no reader keeps a view): a fresh 4 MiB buffer costs 1,024 page faults.
         self._buffers: list[bytearray] = []
+        # Bytes of fetched chunks queued for the disk writer, at most max_pending_write_bytes: a queued chunk holds
+        # its bytes until written, and on a busy machine the writer (SQLite, files, the GIL) falls behind the
+        # fetches. Unbounded, the soak's heap grew by the writer's backlog (~90 chunks, 100+ MiB); bounded, a fetch
+        # waits for room (back pressure on the loads, not a chunk left off the disk). Own lock: it is waited on.
+        self._write_room = threading.Condition()
+        self._pending_write_bytes = 0
+        self.max_pending_write_bytes = max(2 * chunk_size, memory_bytes // 4)
         self._closed = False
 
     # Counters (kept as attributes of the cache for its callers) ----------------------------------------------
@@ -277,9 +284,35 @@ class ChunkCache:
         if data:
             with self._lock:
                 self._memory.put(name, data)
-            self._writer.submit(self._store, name, data, obj)
+            size = len(data)
+            with self._write_room:
+                # Room for it, or nothing queued (a chunk larger than the bound goes alone), or closing.
+                self._write_room.wait_for(lambda: self._closed or self._pending_write_bytes == 0
+                                          or self._pending_write_bytes + size <= self.max_pending_write_bytes)
+                self._pending_write_bytes += size
+            try:
+                self._writer.submit(self._store, name, data, obj)
+            except RuntimeError:  # closed meanwhile: nothing more is written
+                self._wrote(size)
+
+    @property
+    def pending_write_bytes(self) -> int:
+        """Bytes of fetched chunks waiting for the disk writer (at most :attr:`max_pending_write_bytes`, or one
+        chunk larger than that)."""
+        return self._pending_write_bytes
+
+    def _wrote(self, size: int) -> None:
+        with self._write_room:
+            self._pending_write_bytes -= size
+            self._write_room.notify_all()
 
     def _store(self, name: str, data: Chunk, obj: str) -> None:
+        try:
+            self._store_now(name, data, obj)
+        finally:
+            self._wrote(len(data))
+
+    def _store_now(self, name: str, data: Chunk, obj: str) -> None:
         try:
             self._disk.store(name, data, obj)
             # Held from now on as a map of the file just written: the fetched bytes are freed (unless a reader
@@ -486,6 +519,8 @@ class ChunkCache:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+        with self._write_room:
+            self._write_room.notify_all()  # loads waiting for the writer's room go on (and write nothing more)
         self._stop_streams()
         self._stream_threads.shutdown()
         self._pool.shutdown(wait=True, cancel_futures=True)
