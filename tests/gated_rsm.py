@@ -84,3 +84,40 @@ class GatedDeletes(LocalDirRemoteStorageManager):
             raise OSError("injected: delete during an outage")
         super().delete_log_segment_data(metadata)
         self.deleted.append((metadata.start_offset, metadata.remote_log_segment_id.id))
+
+
+class FlakyDir(LocalDirRemoteStorageManager):
+    """The local-directory backend failing once, in the process that loads it (the copier process too), at the
+    step ``rsm.config.fail`` names for the segment starting at ``rsm.config.fail.start``: ``started`` (the put of
+    its COPY_SEGMENT_STARTED event), ``copy`` (its upload: the objects land, then it fails), ``custom`` (its upload returns
+    ``rsm.config.fail.custom.bytes`` bytes of custom metadata). Loaded by dotted path
+    (``remote.log.storage.manager.class.name=tests.gated_rsm.FlakyDir``)."""
+
+    CONFIG_KEYS = (*LocalDirRemoteStorageManager.CONFIG_KEYS, "fail", "fail.start", "fail.custom.bytes")
+
+    def configure(self, props: Mapping[str, str]) -> None:
+        super().configure(props)
+        self.fail = str(props.get("fail", ""))
+        self.fail_start = int(props.get("fail.start", "-1"))
+        self.custom_bytes = int(props.get("fail.custom.bytes", "0"))
+        self.failed = False
+
+    def _once(self, step: str, start: int) -> bool:
+        if self.failed or self.fail != step or start != self.fail_start:
+            return False
+        self.failed = True
+        return True
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        if key.endswith(".0.json") and self._once("started", int(key.rsplit("/", 1)[1].split("-", 1)[0])):
+            raise OSError(f"injected: the put of {key} failed")
+        super().put_bytes(key, data)
+
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: Any) -> bytes | None:
+        if self._once("copy", metadata.start_offset):
+            super().copy_log_segment_data(metadata, segment_data)  # its objects land; the reply is lost
+            raise OSError(f"injected: the upload of segment {metadata.start_offset} failed")
+        custom = super().copy_log_segment_data(metadata, segment_data)
+        if self._once("custom", metadata.start_offset):
+            return b"c" * self.custom_bytes
+        return custom

@@ -137,6 +137,7 @@ class ProcessCopier:
         self._idle: list[_Child] = []
         self._all: list[_Child] = []
         self._closed = False
+        self.requests = 0  # requests sent to a child (or run here when none could start)
 
     def __call__(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
         """The plugin's ``copy_log_segment_data(metadata, data)``, run by a child."""
@@ -195,6 +196,7 @@ class ProcessCopier:
         return self._run_request(request, what, fallback)
 
     def _run_request(self, request: tuple[Any, ...], what: str, fallback: Callable[[], Any]) -> Any:
+        self.requests += 1
         with self._lock:
             # An idle child, or room for a new one (at most max_processes), or wait for one to be free.
             self._lock.wait_for(lambda: self._closed or self.failed_to_start is not None or bool(self._idle)
@@ -258,9 +260,43 @@ class ProcessCopier:
             child.close()
 
 
+def _copy_batch(rsm: Any, prefix: str, jobs: list[Any]) -> Any:
+    """A batch of segment copies, in the child (see :class:`BatchCopier`): for each job in order, its
+    COPY_SEGMENT_STARTED event, checksums, objects and COPY_SEGMENT_FINISHED event (the same bytes the parent's
+    metadata store would write), stopping at the first failure."""
+    from tiered import layout
+    from tiered.metadata import encode_metadata
+    from tiered.rlm_copy import CopyFailure, CopyOutcome
+    from tiered.rsm import RemoteLogSegmentMetadataUpdate
+
+    copied: list[tuple[SegmentChecksums, bytes | None]] = []
+    for job in jobs:
+        md = job.metadata
+        sid = md.remote_log_segment_id
+        stage = "started"
+        try:
+            rsm.put_bytes(layout.metadata_event_key(prefix, sid, md.start_offset, int(md.state)), encode_metadata(md))
+            stage = "copy"
+            sums = compute_segment_checksums(job.data, job.checksum_chunk_bytes)
+            custom = rsm.copy_log_segment_data(md, job.data)
+            if custom is not None and len(custom) > job.custom_metadata_max_bytes:
+                return CopyOutcome(copied, CopyFailure("custom", "", "", False, len(custom)))
+            stage = "finished"
+            finished = md.create_with_updates(RemoteLogSegmentMetadataUpdate(
+                sid, job.finished_at_ms, custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, md.broker_id))
+            key = layout.metadata_event_key(prefix, sid, md.start_offset, int(finished.state))
+            rsm.put_bytes(key, encode_metadata(finished, sums))
+        except Exception as exc:
+            return CopyOutcome(copied, CopyFailure(stage, type(exc).__name__, str(exc), bool(getattr(exc, "retriable", True))))
+        copied.append((sums, custom))
+    return CopyOutcome(copied)
+
+
 def _serve(rsm: Any, request: tuple[Any, ...]) -> Any:
     """One request of the parent, in the child."""
     kind = request[0]
+    if kind == "copy-batch":
+        return _copy_batch(rsm, request[1], request[2])
     if kind == "after-puts":  # the deferred puts first, in order; the request only if they all landed
         for key, data in request[1]:
             try:
@@ -316,6 +352,29 @@ if __name__ == "__main__":
 
 
 _COPY_STARTED_EVENT = f".{int(RemoteLogSegmentState.COPY_SEGMENT_STARTED)}.json"  # tiered.layout.metadata_event_key
+
+
+class BatchCopier:
+    """:class:`tiered.rlm_copy.CopyBatch` through a :class:`ProcessCopier`, for a :class:`RemoteLogMetadataStore`
+    in the plugin's own bucket (the child writes the events where the store reads them, under its ``prefix``).
+
+    A batch is one request: per segment, the STARTED event, the checksums, the objects and the FINISHED event,
+    written by the child in that order (what the parent's copy task does one call at a time). The parent then
+    records the events in its view (:meth:`record`, no second write). When no child can start, the batch runs in
+    this process, the same way."""
+
+    def __init__(self, copier: ProcessCopier, store: Any, rsm: Any) -> None:
+        self._copier = copier
+        self._store = store  # tiered.metadata.RemoteLogMetadataStore
+        self._rsm = rsm
+
+    def copy(self, jobs: list[Any]) -> Any:
+        prefix = self._store.prefix
+        what = f"copy of {len(jobs)} segment(s) from {jobs[0].metadata.remote_log_segment_id}" if jobs else "copy"
+        return self._copier._run(("copy-batch", prefix, jobs), what, lambda: _copy_batch(self._rsm, prefix, jobs))
+
+    def record(self, md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> None:
+        self._store.record_written(md, checksums)
 
 
 class ChildWritingStore:

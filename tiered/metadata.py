@@ -269,6 +269,19 @@ class RemoteLogMetadataStore:
                 self._checksums.pop(sid.id, None)
         return md
 
+    def record_written(self, md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> None:
+        """Record in this view an event another process already wrote to the store (the copier process's batch
+        copies, tiered.copier_process.BatchCopier): as add/update would, the transition checked, without writing
+        it again."""
+        sid = md.remote_log_segment_id
+        current = self._view(md.topic_id_partition).get(sid.id)
+        S.check_transition(current.state if current is not None else None, md.state)
+        with self._lock:
+            self._view(md.topic_id_partition)[sid.id] = md
+            self._readable.pop(md.topic_id_partition, None)
+            if checksums is not None:
+                self._checksums[sid.id] = checksums
+
     def purge(self, md: RemoteLogSegmentMetadata) -> None:
         """Delete every event of a copy that never finished (for one whose STARTED event may or may not have
         reached the store: a put that failed on the client's side) and forget it. Deleting what is gone is fine."""

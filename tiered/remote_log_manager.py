@@ -39,7 +39,13 @@ from tiered.checksums import (
     default_chunk_bytes,
 )
 from tiered.remote_log_reader import RemoteLogReader
-from tiered.rlm_copy import CopyData, RLMCopyTask, candidate_segments, highest_offset_in_remote_storage
+from tiered.rlm_copy import (
+    CopyBatch,
+    CopyData,
+    RLMCopyTask,
+    candidate_segments,
+    highest_offset_in_remote_storage,
+)
 from tiered.rlm_expiration import RLMExpirationTask
 from tiered.rlm_parts import PassResult, RateLimiter, RemoteTierParts, remote_log_metrics, topic_id_partition
 from tiered.rlm_tasks import RLMTaskScheduler, tiering_enabled
@@ -113,6 +119,8 @@ class RemoteLogManager:
         # The checksums and the plugin's copy_log_segment_data, here or in a child process (tiered.copier_process).
         self._copy_data: CopyData = self._copy_here
         self._process_copier: Any = None
+        # Batch copies through the copier process, events included (set by copy_in_batches; None: one by one).
+        self._copy_batch: CopyBatch | None = None
 
     @property
     def process_copier(self) -> Any:
@@ -128,6 +136,12 @@ class RemoteLogManager:
         self._process_copier = ProcessCopier(class_name, props, self.rsm.copy_log_segment_data)
         self._copy_data = self._process_copier.copy_with_checksums
         return self._process_copier
+
+    def copy_in_batches(self, batch: CopyBatch) -> None:
+        """Copy segments through ``batch`` (tiered.copier_process.BatchCopier): several per request to the copier
+        process, their metadata events written by it. Set before the tasks are first used (the composition root
+        does, with the copier process and a metadata store in the plugin's bucket)."""
+        self._copy_batch = batch
 
     def _copy_here(
         self, md: RemoteLogSegmentMetadata, data: LogSegmentData, checksum_chunk_bytes: int
@@ -160,7 +174,7 @@ class RemoteLogManager:
                     self.parts, tip, copy_data=self._copy_segment_data, quota=self._copy_quota,
                     custom_metadata_max_bytes=self.custom_metadata_max_bytes,
                     checksum_chunk_bytes=self.checksum_chunk_bytes, record=self.record_task_result,
-                    stopping=self._stopping,
+                    stopping=self._stopping, copy_batch=self._copy_batch,
                 )
                 tasks = self._partition_tasks[tip] = (copy, RLMExpirationTask(self.parts, tip, record=self.record_task_result))
             return tasks

@@ -96,3 +96,34 @@ def test_a_failed_deferred_put_fails_the_copy_naming_the_key_and_uploads_nothing
         assert not (remote / key).exists() and (remote / "other" / "key.json").exists()
     finally:
         copier.close()
+
+
+def test_a_batch_writes_each_segments_started_event_before_its_objects_and_finished_after(tmp_path: Path) -> None:
+    """At GatedDir's gate (the first .log of the batch uploaded), the child has written that segment's
+    COPY_SEGMENT_STARTED event and not its FINISHED one (a kill there leaves a STARTED copy, which the next run
+    deletes, never objects nobody knows of)."""
+    from tests.gated_rsm import GatedDir
+    from tiered.copier_process import BatchCopier
+    from tiered.rlm_copy import CopyJob
+
+    remote, gate = tmp_path / "remote", tmp_path / "gate"
+    os.mkfifo(gate)
+    props = {"dir": str(remote), "gate": str(gate)}
+    rsm = GatedDir()
+    rsm.configure(props)
+    copier = ProcessCopier("tests.gated_rsm.GatedDir", props, lambda m, d: pytest.fail("no fallback"))
+    store = RemoteLogMetadataStore(ChildWritingStore(rsm, copier))
+    md, data = _segment(tmp_path)
+    batch = BatchCopier(copier, store, rsm)
+    outcome: list[Any] = []
+    copy = threading.Thread(target=lambda: outcome.append(batch.copy([CopyJob(md, data, 4096, 128, 1)])))
+    copy.start()
+    try:
+        with open(gate, "wb"):  # blocks until the child waits at the gate
+            assert (remote / _started_key(rsm, md)).exists()
+            assert not (remote / _started_key(rsm, md).replace(".0.json", ".1.json")).exists()
+        copy.join(LIMIT)
+        assert not copy.is_alive() and outcome[0].failure is None and len(outcome[0].copied) == 1
+        assert (remote / _started_key(rsm, md).replace(".0.json", ".1.json")).exists()
+    finally:
+        copier.close()

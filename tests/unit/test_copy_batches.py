@@ -1,0 +1,127 @@
+"""Segments copied in batches through the copier process (tiered/copier_process.py BatchCopier,
+tiered/rlm_copy.py _copy_batch_of): several segments per request, each with its COPY_SEGMENT_STARTED event, checksums,
+objects and COPY_SEGMENT_FINISHED event written by the child in that order, recorded in the parent's view after;
+a failure at any step of any segment stops the batch there, keeps the copies before it, and cleans up as the
+one-by-one copy does. The failures are injected once in the child by tests.gated_rsm.FlakyDir."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import pytest
+
+from local import LogConfig
+from local.log import Log
+from local.manager import LogManager
+from local.records import MemoryRecords, SimpleRecord
+from tests.logutil import local_tier_props, read_all_values
+from tiered import layout
+from tiered.composition import open_log_manager, remote_log_manager_of
+from tiered.copier_process import BatchCopier
+from tiered.metadata import RemoteLogMetadataStore, encode_metadata
+from tiered.remote_log_manager import RemoteLogManager
+from tiered.rlm_copy import COPY_BATCH_SEGMENTS
+from tiered.rsm import RemoteLogSegmentState
+
+TIERED = {"remote.storage.enable": "true"}
+NOW = int(time.time() * 1000)
+SEGMENTS = COPY_BATCH_SEGMENTS + 3  # two requests
+
+
+def _manager(tmp: Path, **rsm: str) -> LogManager:
+    props = local_tier_props(tmp, **{f"rsm.config.{k}": v for k, v in rsm.items()})
+    if rsm:
+        props["remote.log.storage.manager.class.name"] = "tests.gated_rsm.FlakyDir"
+    return open_log_manager(LogConfig.from_properties(props), start_scheduler=False)
+
+
+def _produce(log: Log, segments: int) -> None:
+    for i in range(segments):
+        if i:
+            log.roll()
+        log.append(MemoryRecords.build([SimpleRecord(NOW, b"k%d" % o, b"v%d" % o) for o in range(log.log_end_offset, log.log_end_offset + 50)]))
+    log.roll()  # every segment written is closed
+
+
+def _rlm(manager: LogManager) -> RemoteLogManager:
+    rlm = remote_log_manager_of(manager)
+    assert rlm is not None and isinstance(rlm._copy_batch, BatchCopier)  # the composition root set batches up
+    return rlm
+
+
+def _store_view(tmp: Path, rlm: RemoteLogManager, log: Log) -> list[tuple[int, str]]:
+    """The segments as a new process finds them in the bucket (start offset, state)."""
+    fresh = RemoteLogMetadataStore(rlm.rsm)  # type: ignore[arg-type]
+    return [(m.start_offset, m.state.name) for m in fresh.list_remote_log_segments(rlm.topic_id_partition(log))]
+
+
+def _data_objects(tmp: Path) -> set[str]:
+    """The segment ids of every data object in the bucket."""
+    return {p.name.split("-", 1)[1].rsplit(".", 1)[0] for p in (tmp / "remote").rglob("*")
+            if p.is_file() and not p.name.endswith(".json") and "__remote_log_metadata" not in str(p)}
+
+
+def test_a_run_copies_in_batches_whose_events_are_the_ones_the_view_holds(tmp_path: Path) -> None:
+    with _manager(tmp_path) as manager:
+        log = manager.get_or_create_log("t", 0, TIERED)
+        _produce(log, SEGMENTS)
+        rlm = _rlm(manager)
+        copier = rlm.process_copier
+        before = copier.requests
+        assert rlm.run_once(manager.all_logs()).segments_copied == SEGMENTS
+        # Two requests for eleven segments, events included (one by one: three per segment).
+        assert copier.requests - before == 2
+        tip = rlm.topic_id_partition(log)
+        finished = rlm.finished_segments(tip)
+        assert [m.start_offset for m in finished] == [s.base_offset for s in list(log.segments.values())[:SEGMENTS]]
+        # What the child wrote is what the parent's view holds, byte for byte, checksums included.
+        for md in finished:
+            sums = rlm.metadata.segment_checksums(md)
+            assert sums is not None and ".log" in sums.objects
+            key = layout.metadata_event_key(rlm.rsm.prefix, md.remote_log_segment_id, md.start_offset, 1)  # type: ignore[attr-defined]
+            assert (tmp_path / "remote" / key).read_bytes() == encode_metadata(md, sums)
+        assert _store_view(tmp_path, rlm, log) == [(m.start_offset, "COPY_SEGMENT_FINISHED") for m in finished]
+        assert {layout.kafka_uuid(m.remote_log_segment_id.id) for m in finished} == _data_objects(tmp_path)
+        expected = read_all_values(log)
+        manager.cleanup_logs()
+    # Read back through a new process's view after local retention.
+    with _manager(tmp_path) as again:
+        log = again.get_or_create_log("t", 0, {**TIERED, "local.retention.bytes": "1"})
+        again.cleanup_logs()
+        assert log.local_log_start_offset > 0 and read_all_values(log) == expected
+
+
+@pytest.mark.parametrize("step", ["started", "copy", "custom"])
+def test_a_failure_in_a_batch_keeps_the_copies_before_it_and_cleans_up_after_it(
+    tmp_path: Path, step: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with _manager(tmp_path) as probe:  # where the third segment starts
+        _produce(probe.get_or_create_log("t", 0, TIERED), SEGMENTS)
+        third = list(probe.get_log("t", 0).segments.values())[2].base_offset  # type: ignore[union-attr]
+        probe.delete_log("t", 0)
+    with _manager(tmp_path, **{"fail": step, "fail.start": str(third), "fail.custom.bytes": "4096"}) as manager:
+        log = manager.get_or_create_log("t", 0, TIERED)
+        _produce(log, SEGMENTS)
+        rlm = _rlm(manager)
+        tip = rlm.topic_id_partition(log)
+        caplog.set_level(logging.ERROR)
+        first = rlm.run_once(manager.all_logs())
+        assert (first.segments_copied, first.copy_errors) == (2, 1)  # the two before it; none after it was tried
+        assert [m.start_offset for m in rlm.finished_segments(tip)] == [0, list(log.segments.values())[1].base_offset]
+        assert str(third) in caplog.text or "custom metadata" in caplog.text
+        if step == "custom":  # as Kafka: the task stops copying until a restart, the refused copy deleted
+            assert rlm.copy_task(log).cancelled is not None
+            assert rlm.run_once(manager.all_logs()).segments_copied == 0
+            assert [s for s, _ in _store_view(tmp_path, rlm, log)] == [m.start_offset for m in rlm.finished_segments(tip)]
+            return
+        second = rlm.run_once(manager.all_logs())  # the failure was once: the rest is copied now
+        assert second.segments_copied == SEGMENTS - 2
+        assert second.stale_copies_cleaned == (1 if step == "started" else 0)
+        finished = rlm.finished_segments(tip)
+        assert [m.start_offset for m in finished] == [s.base_offset for s in list(log.segments.values())[:SEGMENTS]]
+        # Nothing of the failed attempt is left: no data object, no event, of a segment not FINISHED.
+        assert _store_view(tmp_path, rlm, log) == [(m.start_offset, "COPY_SEGMENT_FINISHED") for m in finished]
+        assert {layout.kafka_uuid(m.remote_log_segment_id.id) for m in finished} == _data_objects(tmp_path)
+        assert all(m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in finished)
