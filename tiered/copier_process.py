@@ -34,6 +34,8 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from typing import IO, Any
 
 from tiered.checksums import SegmentChecksums, compute_segment_checksums
@@ -260,36 +262,87 @@ class ProcessCopier:
             child.close()
 
 
+# Segments of a batch uploaded at once by the child: their objects' writes (and a store's waits, an fsync per
+# object for the local directory) overlap; the FINISHED events are still written in offset order.
+BATCH_UPLOADS = 4
+_uploads: ThreadPoolExecutor | None = None
+_uploads_lock = threading.Lock()
+
+
+def _upload_pool() -> ThreadPoolExecutor:
+    global _uploads
+    with _uploads_lock:
+        if _uploads is None:
+            _uploads = ThreadPoolExecutor(BATCH_UPLOADS, thread_name_prefix="copier-upload")
+        return _uploads
+
+
+def _fsync_files(data: LogSegmentData) -> None:
+    for path in (data.log_segment, data.offset_index, data.time_index, data.transaction_index,
+                 data.producer_snapshot_index):
+        if path is None:
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def _copy_batch(rsm: Any, prefix: str, jobs: list[Any]) -> Any:
-    """A batch of segment copies, in the child (see :class:`BatchCopier`): for each job in order, its
-    COPY_SEGMENT_STARTED event, checksums, objects and COPY_SEGMENT_FINISHED event (the same bytes the parent's
-    metadata store would write), stopping at the first failure."""
+    """A batch of segment copies, in the child (see :class:`BatchCopier`). Each job's COPY_SEGMENT_STARTED event is
+    written (in order) before its checksums and objects, which are uploaded BATCH_UPLOADS segments at a time; then,
+    in offset order, each job's COPY_SEGMENT_FINISHED event (the same bytes the parent's metadata store writes) once
+    its objects are all up. The first failure stops it: no FINISHED event after it, so the remote copies never have
+    a hole (a FINISHED segment after an unfinished one would make the next copies start past the hole). Jobs after
+    it whose STARTED event was written are reported as abandoned (the parent cleans them up)."""
+    from concurrent.futures import Future
+
     from tiered import layout
     from tiered.metadata import encode_metadata
     from tiered.rlm_copy import CopyFailure, CopyOutcome
     from tiered.rsm import RemoteLogSegmentMetadataUpdate
 
-    copied: list[tuple[SegmentChecksums, bytes | None]] = []
+    def upload(job: Any) -> tuple[SegmentChecksums, bytes | None]:
+        if job.sync:  # not flushed by the log yet: durable before it is copied (the log's recovery point follows)
+            _fsync_files(job.data)
+        return compute_segment_checksums(job.data, job.checksum_chunk_bytes), rsm.copy_log_segment_data(job.metadata, job.data)
+
+    pool = _upload_pool()
+    uploads: list[Future[tuple[SegmentChecksums, bytes | None]]] = []
+    started_failure: CopyFailure | None = None
     for job in jobs:
         md = job.metadata
-        sid = md.remote_log_segment_id
-        stage = "started"
         try:
-            rsm.put_bytes(layout.metadata_event_key(prefix, sid, md.start_offset, int(md.state)), encode_metadata(md))
-            stage = "copy"
-            sums = compute_segment_checksums(job.data, job.checksum_chunk_bytes)
-            custom = rsm.copy_log_segment_data(md, job.data)
-            if custom is not None and len(custom) > job.custom_metadata_max_bytes:
-                return CopyOutcome(copied, CopyFailure("custom", "", "", False, len(custom)))
-            stage = "finished"
-            finished = md.create_with_updates(RemoteLogSegmentMetadataUpdate(
-                sid, job.finished_at_ms, custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, md.broker_id))
-            key = layout.metadata_event_key(prefix, sid, md.start_offset, int(finished.state))
-            rsm.put_bytes(key, encode_metadata(finished, sums))
+            rsm.put_bytes(layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset, int(md.state)),
+                          encode_metadata(md))
         except Exception as exc:
-            return CopyOutcome(copied, CopyFailure(stage, type(exc).__name__, str(exc), bool(getattr(exc, "retriable", True))))
+            started_failure = CopyFailure("started", type(exc).__name__, str(exc), bool(getattr(exc, "retriable", True)))
+            break
+        uploads.append(pool.submit(upload, job))
+    copied: list[tuple[SegmentChecksums, bytes | None]] = []
+    for i, fut in enumerate(uploads):
+        job = jobs[i]
+        md = job.metadata
+        stage, failure = "copy", None
+        try:
+            sums, custom = fut.result()
+            if custom is not None and len(custom) > job.custom_metadata_max_bytes:
+                failure = CopyFailure("custom", "", "", False, len(custom))
+            else:
+                stage = "finished"
+                finished = md.create_with_updates(RemoteLogSegmentMetadataUpdate(
+                    md.remote_log_segment_id, job.finished_at_ms, custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                    md.broker_id))
+                key = layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset, int(finished.state))
+                rsm.put_bytes(key, encode_metadata(finished, sums))
+        except Exception as exc:
+            failure = CopyFailure(stage, type(exc).__name__, str(exc), bool(getattr(exc, "retriable", True)))
+        if failure is not None:
+            futures_wait(uploads[i + 1 :])  # their objects land (or fail) before the parent cleans them up
+            return CopyOutcome(copied, failure, abandoned=len(uploads) - i - 1)
         copied.append((sums, custom))
-    return CopyOutcome(copied)
+    return CopyOutcome(copied, started_failure)
 
 
 def _serve(rsm: Any, request: tuple[Any, ...]) -> Any:

@@ -69,6 +69,7 @@ class CopyJob:
     checksum_chunk_bytes: int
     custom_metadata_max_bytes: int
     finished_at_ms: int
+    sync: bool = False  # fsync the segment's files before reading them (the log has not flushed them yet)
 
 
 @dataclass(frozen=True)
@@ -101,10 +102,13 @@ class CopyFailure:
 
 @dataclass(frozen=True)
 class CopyOutcome:
-    """The checksums and custom metadata of the jobs copied (a prefix of the batch), and why it stopped."""
+    """The checksums and custom metadata of the jobs copied (a prefix of the batch), why it stopped (the job after
+    them failed), and how many jobs after that one had their COPY_SEGMENT_STARTED written (abandoned: their
+    objects may be up; the parent deletes them)."""
 
     copied: list[tuple[SegmentChecksums, bytes | None]]
     failure: CopyFailure | None = None
+    abandoned: int = 0
 
 
 class CopyBatch(Protocol):
@@ -284,12 +288,14 @@ class RLMCopyTask:
                 md = self._new_metadata(log, seg, nxt)
                 self._quota.acquire(seg.size)
                 try:
-                    data = segment_data(log, seg, nxt, scratches.enter_context(_Scratch()))
+                    data = segment_data(log, seg, nxt, scratches.enter_context(_Scratch()),
+                                        synced_by_copier=log.recovery_point < nxt.base_offset)
                 except Exception as exc:
                     if not jobs:
                         return [], exc
                     break  # the segments before it go in this request; it is tried again in the next
-                jobs.append(CopyJob(md, data, self._checksum_chunk_bytes, self._custom_metadata_max_bytes, now))
+                jobs.append(CopyJob(md, data, self._checksum_chunk_bytes, self._custom_metadata_max_bytes, now,
+                                    sync=log.recovery_point < nxt.base_offset))
             try:
                 outcome = batch.copy(jobs)
             except Exception as exc:
@@ -318,6 +324,9 @@ class RLMCopyTask:
             self._remove_failed_copy(md)
         else:
             self._failed_copies[md.remote_log_segment_id.id] = md  # its STARTED event may have landed
+        for job in jobs[len(copied) + 1 : len(copied) + 1 + outcome.abandoned]:
+            batch.record(job.metadata)  # uploaded after the failed one: never FINISHED, deleted now
+            self._remove_failed_copy(job.metadata)
         return copied, failure.error(md, self._custom_metadata_max_bytes)
 
     def _copied(self, log: Log, md: RemoteLogSegmentMetadata, seg: LogSegment) -> None:
@@ -452,12 +461,19 @@ class _Scratch:
             self._dir.cleanup()
 
 
-def segment_data(log: Log, seg: LogSegment, nxt: LogSegment, scratch: Callable[[], Path]) -> LogSegmentData:
+def segment_data(
+    log: Log, seg: LogSegment, nxt: LogSegment, scratch: Callable[[], Path], *, synced_by_copier: bool = False
+) -> LogSegmentData:
     """The files of ``seg`` to upload (an empty producer snapshot written to ``scratch()``, a temporary directory,
     when the log has none). Made durable and trimmed first (the roll's background flush usually did it already: a
-    flush is then no call at all); the indexes go by path, not opened for the copy (an open index holds a file
-    descriptor and a map for as long as its segment lives)."""
-    if log.recovery_point < nxt.base_offset or seg.trims_pending:
+    flush is then no call at all); with ``synced_by_copier`` only trimmed here, the copier process syncing the files
+    before it reads them (tiered.copier_process: fsyncs here are long waits for the GIL under load). The indexes go
+    by path, not opened for the copy (an open index holds a file descriptor and a map for as long as its segment
+    lives)."""
+    if synced_by_copier:
+        if seg.trims_pending:
+            seg.trim_inactive()
+    elif log.recovery_point < nxt.base_offset or seg.trims_pending:
         log.flush(nxt.base_offset)
     snapshot = log.producer_state_manager.fetch_snapshot(nxt.base_offset)
     if snapshot is None:

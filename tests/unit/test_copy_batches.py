@@ -111,6 +111,11 @@ def test_a_failure_in_a_batch_keeps_the_copies_before_it_and_cleans_up_after_it(
         assert (first.segments_copied, first.copy_errors) == (2, 1)  # the two before it; none after it was tried
         assert [m.start_offset for m in rlm.finished_segments(tip)] == [0, list(log.segments.values())[1].base_offset]
         assert str(third) in caplog.text or "custom metadata" in caplog.text
+        # The segments after it, uploaded with it (BATCH_UPLOADS at a time), got no FINISHED event and were deleted:
+        # a FINISHED copy after an unfinished one would be a hole the next copies start past.
+        kept = rlm.finished_segments(tip)
+        assert _store_view(tmp_path, rlm, log) == [(m.start_offset, "COPY_SEGMENT_FINISHED") for m in kept]
+        assert {layout.kafka_uuid(m.remote_log_segment_id.id) for m in kept} == _data_objects(tmp_path)
         if step == "custom":  # as Kafka: the task stops copying until a restart, the refused copy deleted
             assert rlm.copy_task(log).cancelled is not None
             assert rlm.run_once(manager.all_logs()).segments_copied == 0
@@ -125,3 +130,41 @@ def test_a_failure_in_a_batch_keeps_the_copies_before_it_and_cleans_up_after_it(
         assert _store_view(tmp_path, rlm, log) == [(m.start_offset, "COPY_SEGMENT_FINISHED") for m in finished]
         assert {layout.kafka_uuid(m.remote_log_segment_id.id) for m in finished} == _data_objects(tmp_path)
         assert all(m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in finished)
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_a_batch_job_not_yet_flushed_by_the_log_is_synced_before_it_is_read(
+    tmp_path: Path, sync: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy task leaves the fsyncs of a segment the log has not flushed yet (recovery point below its end) to
+    the copier process (CopyJob.sync): each of its files is synced before its checksums are computed."""
+    import os
+    import uuid
+
+    from tiered import copier_process
+    from tiered.backends.local_dir import LocalDirRemoteStorageManager
+    from tiered.rlm_copy import CopyJob
+    from tiered.rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("0.log", "0.index", "0.timeindex", "1.snapshot"):
+        (src / name).write_bytes(b"x" * 64)
+    data = LogSegmentData(src / "0.log", src / "0.index", src / "0.timeindex", None, src / "1.snapshot", b"0\n0\n")
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(TopicIdPartition(uuid.uuid4(), "t", 0)),
+                                  0, 0, 0, 0, 0, 64, {0: 0})
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(tmp_path / "remote")})
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        if target.startswith(str(src)):
+            synced.append(Path(target).name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(copier_process.os, "fsync", fsync)
+    outcome = copier_process._copy_batch(rsm, rsm.prefix, [CopyJob(md, data, 4096, 128, 1, sync=sync)])
+    assert outcome.failure is None and len(outcome.copied) == 1
+    assert sorted(synced) == (["0.index", "0.log", "0.timeindex", "1.snapshot"] if sync else [])
