@@ -121,3 +121,18 @@ class FlakyDir(LocalDirRemoteStorageManager):
         if self._once("custom", metadata.start_offset):
             return b"c" * self.custom_bytes
         return custom
+
+
+class OrderedDeletes(LocalDirRemoteStorageManager):
+    """The local-directory backend refusing to delete a segment whose DELETE_SEGMENT_STARTED event is not in the
+    store yet (Kafka's order: the event, then the objects), wherever the delete runs (the copier process too)."""
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        from tiered import layout
+        from tiered.rsm import RemoteLogSegmentState
+
+        key = layout.metadata_event_key(self.prefix, metadata.remote_log_segment_id, metadata.start_offset,
+                                        int(RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
+        if not self.exists(key):
+            raise OSError(f"segment {metadata.remote_log_segment_id} deleted before its DELETE_SEGMENT_STARTED event")
+        super().delete_log_segment_data(metadata)

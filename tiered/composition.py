@@ -238,6 +238,7 @@ def _maybe_copy_in_child_process(
         # copy task sends it several segments per request (events included).
         metadata.store = ChildWritingStore(rsm, copier)
         rlm.copy_in_batches(BatchCopier(copier, metadata, rsm))
+        rlm.delete_in_child_process()  # and the deletes, each with its DELETE_SEGMENT_STARTED event
 
 
 def _close_quietly(part: Any) -> None:

@@ -140,6 +140,7 @@ class ProcessCopier:
         self._all: list[_Child] = []
         self._closed = False
         self.requests = 0  # requests sent to a child (or run here when none could start)
+        self.deletes_in_child = False  # set by ChildDeletingRsm: DELETE_SEGMENT_STARTED events go with the deletes
 
     def __call__(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
         """The plugin's ``copy_log_segment_data(metadata, data)``, run by a child."""
@@ -167,6 +168,14 @@ class ProcessCopier:
         assert self.fallback_store is not None
         store = self.fallback_store
         self._run(("put", key, data), f"put of {key}", lambda: store.put_bytes(key, data))
+
+    def delete_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """The plugin's ``delete_log_segment_data(metadata)``, run by a child (with this thread's deferred puts
+        first: the segment's DELETE_SEGMENT_STARTED event)."""
+        assert self.fallback_store is not None
+        rsm = self.fallback_store
+        self._run(("delete", metadata), f"delete of {metadata.remote_log_segment_id}",
+                  lambda: rsm.delete_log_segment_data(metadata))
 
     def put_bytes_with_next_request(self, key: str, data: bytes) -> None:
         """``put_bytes(key, data)``, done by the child just before the next request of this thread (a put or a
@@ -362,6 +371,9 @@ def _serve(rsm: Any, request: tuple[Any, ...]) -> Any:
         return _serve(rsm, request[2])
     if kind == "copy":
         return rsm.copy_log_segment_data(request[1], request[2])
+    if kind == "delete":
+        rsm.delete_log_segment_data(request[1])
+        return None
     if kind == "copy+checksums":
         sums = compute_segment_checksums(request[2], request[3])
         return sums, rsm.copy_log_segment_data(request[1], request[2])
@@ -430,6 +442,27 @@ class BatchCopier:
         self._store.record_written(md, checksums)
 
 
+_DELETE_STARTED_EVENT = f".{int(RemoteLogSegmentState.DELETE_SEGMENT_STARTED)}.json"
+
+
+class ChildDeletingRsm:
+    """The plugin, its ``delete_log_segment_data`` run by the copier process (RemoteLogManager.delete_in_child_process):
+    a segment's objects are deleted with one request instead of a blocking call per object here (each a wait for
+    the GIL under load), the segment's DELETE_SEGMENT_STARTED event in the same request, before them. Everything
+    else is the plugin's own."""
+
+    def __init__(self, rsm: Any, copier: ProcessCopier) -> None:
+        self._rsm = rsm
+        self._copier = copier
+        copier.deletes_in_child = True
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self._copier.delete_segment(metadata)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rsm, name)
+
+
 class ChildWritingStore:
     """An object store for :class:`tiered.metadata.RemoteLogMetadataStore` whose ``put_bytes`` runs in the copier
     process; everything else (listing, reading) is the parent's own store."""
@@ -440,10 +473,11 @@ class ChildWritingStore:
         copier.fallback_store = store
 
     def put_bytes(self, key: str, data: bytes) -> None:
-        if key.endswith(_COPY_STARTED_EVENT):
-            # A COPY_SEGMENT_STARTED event: only the copy's objects must come after it, and they are uploaded by
-            # the child too, in this thread's next request. It goes with that request (one round trip less per
-            # segment); a failure fails the copy, whose cleanup deletes what may have landed.
+        if key.endswith(_COPY_STARTED_EVENT) or (key.endswith(_DELETE_STARTED_EVENT) and self._copier.deletes_in_child):
+            # A COPY_SEGMENT_STARTED (DELETE_SEGMENT_STARTED) event: only the copy's objects (the deletion of the
+            # objects) must come after it, and the child does that too, in this thread's next request. It goes with
+            # that request (one round trip less per segment); a failure fails that request, and the copy's cleanup
+            # (the deletion's retry) handles what may have landed.
             self._copier.put_bytes_with_next_request(key, data)
         else:
             self._copier.put_bytes(key, data)

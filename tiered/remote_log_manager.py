@@ -27,7 +27,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from local.fetch import FetchDataInfo, FetchIsolation, TimestampAndOffset
 from local.scheduler import SYSTEM_TIME, Time
@@ -136,6 +136,17 @@ class RemoteLogManager:
         self._process_copier = ProcessCopier(class_name, props, self.rsm.copy_log_segment_data)
         self._copy_data = self._process_copier.copy_with_checksums
         return self._process_copier
+
+    def delete_in_child_process(self) -> None:
+        """Delete remote segments' objects through the copier process too (set with the copier process and a
+        metadata store in the plugin's bucket, whose DELETE_SEGMENT_STARTED event then goes to the child with the
+        delete: tiered.copier_process.ChildWritingStore). Set before the tasks are first used."""
+        from tiered.copier_process import ChildDeletingRsm
+
+        assert self._process_copier is not None, "copy_in_child_process first"
+        # The plugin itself for everything but deletes (a proxy: RemoteTierParts only deletes through it).
+        rsm = cast(RemoteStorageManager, ChildDeletingRsm(self.rsm, self._process_copier))
+        self.parts = dataclasses.replace(self.parts, rsm=rsm)
 
     def copy_in_batches(self, batch: CopyBatch) -> None:
         """Copy segments through ``batch`` (tiered.copier_process.BatchCopier): several per request to the copier

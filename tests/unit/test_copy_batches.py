@@ -168,3 +168,20 @@ def test_a_batch_job_not_yet_flushed_by_the_log_is_synced_before_it_is_read(
     outcome = copier_process._copy_batch(rsm, rsm.prefix, [CopyJob(md, data, 4096, 128, 1, sync=sync)])
     assert outcome.failure is None and len(outcome.copied) == 1
     assert sorted(synced) == (["0.index", "0.log", "0.timeindex", "1.snapshot"] if sync else [])
+
+
+def test_deletes_go_through_the_copier_process_after_their_delete_started_event(tmp_path: Path) -> None:
+    """Remote retention deletes each segment's objects in the copier process, its DELETE_SEGMENT_STARTED event
+    sent with the delete and written first (tests.gated_rsm.OrderedDeletes refuses a delete without it)."""
+    props = local_tier_props(tmp_path, **{"remote.log.storage.manager.class.name": "tests.gated_rsm.OrderedDeletes"})
+    with open_log_manager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+        log = manager.get_or_create_log("t", 0, {**TIERED, "retention.bytes": "1"})
+        _produce(log, 6)
+        rlm = _rlm(manager)
+        assert rlm.copy_log_segments(log).segments_copied == 6
+        requests = rlm.process_copier.requests
+        deleted = rlm.cleanup_remote_segments(log)
+        assert deleted >= 5 and rlm.process_copier.requests - requests == 2 * deleted  # the delete, then FINISHED
+        assert _store_view(tmp_path, rlm, log) == [(m.start_offset, "COPY_SEGMENT_FINISHED")
+                                                  for m in rlm.finished_segments(rlm.topic_id_partition(log))]
+        assert len(_data_objects(tmp_path)) == 6 - deleted
