@@ -15,6 +15,17 @@ the parent two hand-offs each (write the request, read the reply). Measured afte
 same four readers, and the soak's copy lag stays at a few segments. What still runs in the parent (the segment's
 fsync before upload, the producer snapshot lookup, a temporary directory per copy) is the next cost.
 
+Measured again on a machine loaded beside CPU-bound processes (issue 27): what costs the parent is not the system
+calls but the *long* waits (a reply from the child, an fsync), after each of which taking the GIL back costs up to
+the switch interval times the threads queued for it, plus the OS's wake-up latency (a 5 ms put to the child took
+60-78 ms with four CPU-bound threads). So the work per segment moved here and is batched: the copy task sends up to
+8 segments per request (:class:`BatchCopier`, with a metadata store in the plugin's bucket), and the child writes,
+for each, its COPY_SEGMENT_STARTED event, the checksums (:func:`tiered.checksums.compute_segment_checksums`), the
+objects (4 segments uploaded at once: the store's waits overlap) and its COPY_SEGMENT_FINISHED event, in offset
+order; a segment the log has not flushed yet is synced here first. Remote deletes go through the child too
+(:class:`ChildDeletingRsm`), each with its DELETE_SEGMENT_STARTED event. Events that must only precede what the
+child does next in the same thread (the STARTED ones) are deferred to that request (:class:`ChildWritingStore`).
+
 The parent keeps the copy's logic (states, quotas, cleanup of a failed attempt, metrics). The child builds its own
 plugin from the same ``remote.log.storage.manager.class.name`` and ``rsm.config.*``; a request is the (picklable)
 metadata and segment data, the reply the custom metadata or the error, raised in the parent as

@@ -11,6 +11,11 @@ crash mid-copy) is cleaned up the same way, and so is, at the next run, a failed
 metadata larger than ``remote.log.metadata.custom.metadata.max.bytes`` fails the copy the same way and, as in
 Kafka (which cancels the task), stops the partition's copies until a restart: a retry would upload it in vain.
 
+With the copier process (tiered.copier_process.BatchCopier) a run copies up to COPY_BATCH_SEGMENTS segments per
+request, the events written by the child in the same order (STARTED, objects, FINISHED per segment, the FINISHED
+ones in offset order and none after a failure) and recorded in this process's view after; a failed segment is
+cleaned up as above, the segments uploaded after it deleted. A stop waits for one batch.
+
 One task per partition (the :class:`tiered.remote_log_manager.RemoteLogManager` keeps them), holding the
 partition's copy state; its runs are serialised by its lock, apart from the expiration task's.
 """

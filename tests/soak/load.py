@@ -9,7 +9,9 @@ restart) while the workers wait at a gate.
 Every value is derived from its offset (:func:`expected_value`), so a reader checks what it got without a model:
 each read must return its fetch offset first (the first batch holds it) or raise ``OffsetOutOfRangeError``,
 and every record must be the one written at its offset, offsets consecutive. A monitor samples open files, RSS
-and the copy lag (Kafka's RemoteCopyLagSegments/RemoteCopyLagBytes) during the run.
+and the copy lag (Kafka's RemoteCopyLagSegments/RemoteCopyLagBytes) during the run, with what the engine keeps
+files open for at that moment (segment files in the partition dir, the remote index cache's files: see
+open_files_bound); tracebacks the engine's own tasks log are collected (task_failures).
 """
 
 from __future__ import annotations
