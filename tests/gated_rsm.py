@@ -1,7 +1,7 @@
 """Test-only RSMs that stop at a point and wait for the test.
 
-:class:`GatedDir`, for ``tiered run`` subprocess tests: the local-directory backend whose first segment copy in a
-process stops after uploading the ``.log``, says ``GATE <key>`` on stderr, and waits until the test opens the FIFO
+:class:`GatedDir`, for ``tiered run`` subprocess tests: the local-directory backend whose copy of the segment at
+offset 0 stops, once in a process, after uploading its ``.log``, says ``GATE <key>`` on stderr, and waits until the test opens the FIFO
 named by ``rsm.config.gate`` for writing and closes it. Loaded by dotted path
 (``remote.log.storage.manager.class.name=tests.gated_rsm.GatedDir``), in the copier process as well.
 
@@ -19,6 +19,8 @@ from typing import Any
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
 from tiered.rsm import RemoteLogSegmentMetadata
 
+_GATE_LOCK = threading.Lock()
+
 
 class GatedDir(LocalDirRemoteStorageManager):
     CONFIG_KEYS = (*LocalDirRemoteStorageManager.CONFIG_KEYS, "gate")
@@ -30,8 +32,11 @@ class GatedDir(LocalDirRemoteStorageManager):
 
     def put_file(self, key: str, path: Path) -> None:
         super().put_file(key, path)
-        if key.endswith(".log") and not self.gated:
-            self.gated = True
+        # The copier process uploads several segments at once: the one that stops is the segment at offset 0.
+        at_zero = key.endswith(".log") and key.rsplit("/", 1)[-1].startswith("0" * 20 + "-")
+        with _GATE_LOCK:
+            first, self.gated = at_zero and not self.gated, self.gated or at_zero
+        if first:
             print(f"GATE {key}", file=sys.stderr, flush=True)
             with open(str(self.gate), "rb") as fifo:  # blocks until the test opens it for writing
                 fifo.read()

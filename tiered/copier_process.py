@@ -39,14 +39,17 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
+from pathlib import Path
 from typing import IO, Any
 
 from tiered.checksums import SegmentChecksums, compute_segment_checksums
@@ -151,6 +154,9 @@ class ProcessCopier:
         self._all: list[_Child] = []
         self._closed = False
         self.requests = 0  # requests sent to a child (or run here when none could start)
+        # Exists while the copies are stopping: a child's batch starts no other segment (see _copy_batch).
+        self._stop_dir = Path(tempfile.mkdtemp(prefix="tiered-copier-"))
+        self.stop_file = self._stop_dir / "stop"
         self.deletes_in_child = False  # set by ChildDeletingRsm: DELETE_SEGMENT_STARTED events go with the deletes
 
     def __call__(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
@@ -273,7 +279,15 @@ class ProcessCopier:
     def processes(self) -> int:
         return len(self._all)
 
+    def request_stop(self) -> None:
+        """The batches in progress start no other segment (those in flight finish); until :meth:`resume`."""
+        self.stop_file.touch()
+
+    def resume(self) -> None:
+        self.stop_file.unlink(missing_ok=True)
+
     def close(self) -> None:
+        shutil.rmtree(self._stop_dir, ignore_errors=True)
         with self._lock:
             self._closed = True
             children, self._all, self._idle = self._all, [], []
@@ -309,13 +323,16 @@ def _fsync_files(data: LogSegmentData) -> None:
             os.close(fd)
 
 
-def _copy_batch(rsm: Any, prefix: str, jobs: list[Any]) -> Any:
-    """A batch of segment copies, in the child (see :class:`BatchCopier`). Each job's COPY_SEGMENT_STARTED event is
-    written (in order) before its checksums and objects, which are uploaded BATCH_UPLOADS segments at a time; then,
-    in offset order, each job's COPY_SEGMENT_FINISHED event (the same bytes the parent's metadata store writes) once
-    its objects are all up. The first failure stops it: no FINISHED event after it, so the remote copies never have
-    a hole (a FINISHED segment after an unfinished one would make the next copies start past the hole). Jobs after
-    it whose STARTED event was written are reported as abandoned (the parent cleans them up)."""
+def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = None) -> Any:
+    """A batch of segment copies, in the child (see :class:`BatchCopier`). Up to BATCH_UPLOADS segments are in
+    flight at once; each is started (its COPY_SEGMENT_STARTED event written) only when there is room, in offset order,
+    and not once ``stop_file`` exists (the parent is stopping: the segments in flight finish, no other starts, as
+    Kafka's copy task checks isCancelled() between segments). Each segment's checksums and objects go up, then, in
+    offset order, its COPY_SEGMENT_FINISHED event (the same bytes the parent's metadata store writes). The first
+    failure stops it: no FINISHED event after it, so the remote copies never have a hole (a FINISHED segment after an
+    unfinished one would make the next copies start past it). The segments in flight after it (and one whose STARTED
+    put failed, which may have landed) are reported as abandoned: the parent deletes them."""
+    from collections import deque
     from concurrent.futures import Future
 
     from tiered import layout
@@ -328,25 +345,33 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any]) -> Any:
             _fsync_files(job.data)
         return compute_segment_checksums(job.data, job.checksum_chunk_bytes), rsm.copy_log_segment_data(job.metadata, job.data)
 
+    def failed(stage: str, exc: Exception) -> Any:
+        return CopyFailure(stage, type(exc).__name__, str(exc), bool(getattr(exc, "retriable", True)))
+
     pool = _upload_pool()
-    uploads: list[Future[tuple[SegmentChecksums, bytes | None]]] = []
-    started_failure: CopyFailure | None = None
-    for job in jobs:
-        md = job.metadata
-        try:
-            rsm.put_bytes(layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset, int(md.state)),
-                          encode_metadata(md))
-        except Exception as exc:
-            started_failure = CopyFailure("started", type(exc).__name__, str(exc), bool(getattr(exc, "retriable", True)))
-            break
-        uploads.append(pool.submit(upload, job))
+    in_flight: deque[Future[tuple[SegmentChecksums, bytes | None]]] = deque()
+    started = 0
+    started_failure: Any = None
     copied: list[tuple[SegmentChecksums, bytes | None]] = []
-    for i, fut in enumerate(uploads):
-        job = jobs[i]
+    while True:
+        while (started_failure is None and started < len(jobs) and len(in_flight) < BATCH_UPLOADS
+               and not (stop_file is not None and os.path.exists(stop_file))):
+            md = jobs[started].metadata
+            try:
+                rsm.put_bytes(layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset,
+                                                        int(md.state)), encode_metadata(md))
+            except Exception as exc:
+                started_failure = failed("started", exc)
+                break
+            in_flight.append(pool.submit(upload, jobs[started]))
+            started += 1
+        if not in_flight:
+            return CopyOutcome(copied, started_failure)
+        job = jobs[len(copied)]
         md = job.metadata
         stage, failure = "copy", None
         try:
-            sums, custom = fut.result()
+            sums, custom = in_flight.popleft().result()
             if custom is not None and len(custom) > job.custom_metadata_max_bytes:
                 failure = CopyFailure("custom", "", "", False, len(custom))
             else:
@@ -357,19 +382,18 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any]) -> Any:
                 key = layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset, int(finished.state))
                 rsm.put_bytes(key, encode_metadata(finished, sums))
         except Exception as exc:
-            failure = CopyFailure(stage, type(exc).__name__, str(exc), bool(getattr(exc, "retriable", True)))
+            failure = failed(stage, exc)
         if failure is not None:
-            futures_wait(uploads[i + 1 :])  # their objects land (or fail) before the parent cleans them up
-            return CopyOutcome(copied, failure, abandoned=len(uploads) - i - 1)
+            futures_wait(in_flight)  # their objects land (or fail) before the parent cleans them up
+            return CopyOutcome(copied, failure, abandoned=len(in_flight) + (started_failure is not None))
         copied.append((sums, custom))
-    return CopyOutcome(copied, started_failure)
 
 
 def _serve(rsm: Any, request: tuple[Any, ...]) -> Any:
     """One request of the parent, in the child."""
     kind = request[0]
     if kind == "copy-batch":
-        return _copy_batch(rsm, request[1], request[2])
+        return _copy_batch(rsm, request[1], request[2], request[3])
     if kind == "after-puts":  # the deferred puts first, in order; the request only if they all landed
         for key, data in request[1]:
             try:
@@ -445,9 +469,9 @@ class BatchCopier:
         self._rsm = rsm
 
     def copy(self, jobs: list[Any]) -> Any:
-        prefix = self._store.prefix
+        prefix, stop = self._store.prefix, str(self._copier.stop_file)
         what = f"copy of {len(jobs)} segment(s) from {jobs[0].metadata.remote_log_segment_id}" if jobs else "copy"
-        return self._copier._run(("copy-batch", prefix, jobs), what, lambda: _copy_batch(self._rsm, prefix, jobs))
+        return self._copier._run(("copy-batch", prefix, jobs, stop), what, lambda: _copy_batch(self._rsm, prefix, jobs, stop))
 
     def record(self, md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> None:
         self._store.record_written(md, checksums)

@@ -265,6 +265,8 @@ class RemoteLogManager:
             if self._task_scheduler is not None or self._closed:
                 return
             self._stopping.clear()
+            if self._process_copier is not None:
+                self._process_copier.resume()
             self._task_scheduler = RLMTaskScheduler(
                 self, logs, self.task_interval_ms, self.copier_threads, self.expiration_threads
             )
@@ -272,12 +274,17 @@ class RemoteLogManager:
     def request_stop(self) -> None:
         """Tell the copy tasks to end after the segment each is copying, without waiting (``tiered run`` and
         ``tiered offload`` call it when signalled; :meth:`stop_tasks` then waits for them)."""
+        self._stop_copies()
+
+    def _stop_copies(self) -> None:
         self._stopping.set()
+        if self._process_copier is not None:
+            self._process_copier.request_stop()  # a batch in the copier process starts no other segment
 
     def stop_tasks(self) -> None:
         """Stop the scheduled tasks, waiting for the runs in progress (a LogManager calls it before closing logs):
         a copy task finishes the segment it is copying and copies no more."""
-        self._stopping.set()
+        self._stop_copies()
         with self._tasks_lock:
             scheduler, self._task_scheduler = self._task_scheduler, None
         if scheduler is not None:

@@ -221,6 +221,8 @@ class RLMCopyTask:
                 i += len(copied)
                 self._set_lag_to(log, len(candidates) - i, lag_bytes)  # a long run's gauges move as it copies
                 if error is None:
+                    if not copied:  # a batch the copier process stopped before its first segment (stopping)
+                        break
                     continue
                 result.copy_errors += 1
                 if isinstance(error, CustomMetadataSizeExceededError):

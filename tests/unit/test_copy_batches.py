@@ -7,6 +7,7 @@ one-by-one copy does. The failures are injected once in the child by tests.gated
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -185,3 +186,55 @@ def test_deletes_go_through_the_copier_process_after_their_delete_started_event(
         assert _store_view(tmp_path, rlm, log) == [(m.start_offset, "COPY_SEGMENT_FINISHED")
                                                   for m in rlm.finished_segments(rlm.topic_id_partition(log))]
         assert len(_data_objects(tmp_path)) == 6 - deleted
+
+
+def test_a_stop_lets_the_segments_in_flight_finish_and_starts_no_other(tmp_path: Path) -> None:
+    """The copier process's batch checks the stop file before starting each segment (Kafka's isCancelled()
+    between segments): a stop during the first upload lets the BATCH_UPLOADS segments already in flight finish,
+    FINISHED events included, and the others never get a STARTED event."""
+    import os
+    import uuid
+
+    from tiered import copier_process
+    from tiered.backends.local_dir import LocalDirRemoteStorageManager
+    from tiered.rlm_copy import CopyJob
+    from tiered.rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+    stop = tmp_path / "stop"
+
+    window_full = threading.Event()
+
+    class StoppedDuringTheFirstUpload(LocalDirRemoteStorageManager):
+        started = 0
+
+        def put_bytes(self, key: str, data: bytes) -> None:
+            super().put_bytes(key, data)
+            if key.endswith(".0.json"):
+                self.started += 1
+                if self.started == copier_process.BATCH_UPLOADS:
+                    window_full.set()
+
+        def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
+            if metadata.start_offset == 0:
+                assert window_full.wait(60)  # every slot taken: the next segment would start once this one ends
+                stop.touch()  # the parent is signalled while this segment uploads
+            return super().copy_log_segment_data(metadata, segment_data)
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("0.log", "0.index", "0.timeindex", "1.snapshot"):
+        (src / name).write_bytes(os.urandom(64))
+    data = LogSegmentData(src / "0.log", src / "0.index", src / "0.timeindex", None, src / "1.snapshot", b"0\n0\n")
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    jobs = [CopyJob(RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 10 * i, 10 * i + 9, 0, 0, 0, 64,
+                                             {0: 10 * i}), data, 4096, 128, 1) for i in range(copier_process.BATCH_UPLOADS + 2)]
+    rsm = StoppedDuringTheFirstUpload()
+    rsm.configure({"dir": str(tmp_path / "remote")})
+    outcome = copier_process._copy_batch(rsm, rsm.prefix, jobs, str(stop))
+    assert outcome.failure is None and len(outcome.copied) == copier_process.BATCH_UPLOADS
+    events = sorted(p.name.split("-", 1)[0] + p.name[-7:] for p in (tmp_path / "remote").rglob("*.json"))
+    started = [f"{10 * i:020d}.0.json" for i in range(copier_process.BATCH_UPLOADS)]
+    finished = [f"{10 * i:020d}.1.json" for i in range(copier_process.BATCH_UPLOADS)]
+    assert events == sorted(started + finished)
+    # Stopped before the batch: nothing starts.
+    assert copier_process._copy_batch(rsm, rsm.prefix, jobs[-2:], str(stop)).copied == []
