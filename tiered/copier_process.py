@@ -19,9 +19,9 @@ Measured again on a machine loaded beside CPU-bound processes (issue 27): what c
 calls but the *long* waits (a reply from the child, an fsync), after each of which taking the GIL back costs up to
 the switch interval times the threads queued for it, plus the OS's wake-up latency (a 5 ms put to the child took
 60-78 ms with four CPU-bound threads). So the work per segment moved here and is batched: the copy task sends up to
-8 segments per request (:class:`BatchCopier`, with a metadata store in the plugin's bucket), and the child writes,
+16 segments per request (:class:`BatchCopier`, with a metadata store in the plugin's bucket), and the child writes,
 for each, its COPY_SEGMENT_STARTED event, the checksums (:func:`tiered.checksums.compute_segment_checksums`), the
-objects (4 segments uploaded at once: the store's waits overlap) and its COPY_SEGMENT_FINISHED event, in offset
+objects (8 segments uploaded at once: the store's waits overlap) and its COPY_SEGMENT_FINISHED event, in offset
 order; a segment the log has not flushed yet is synced here first. Remote deletes go through the child too
 (:class:`ChildDeletingRsm`), each with its DELETE_SEGMENT_STARTED event. Events that must only precede what the
 child does next in the same thread (the STARTED ones) are deferred to that request (:class:`ChildWritingStore`).
@@ -298,7 +298,7 @@ class ProcessCopier:
 
 # Segments of a batch uploaded at once by the child: their objects' writes (and a store's waits, an fsync per
 # object for the local directory) overlap; the FINISHED events are still written in offset order.
-BATCH_UPLOADS = 4
+BATCH_UPLOADS = 8
 _uploads: ThreadPoolExecutor | None = None
 _uploads_lock = threading.Lock()
 
@@ -323,15 +323,23 @@ def _fsync_files(data: LogSegmentData) -> None:
             os.close(fd)
 
 
+class _StartedFailed(Exception):
+    """The put of a segment's COPY_SEGMENT_STARTED event failed (it may or may not have landed)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = None) -> Any:
     """A batch of segment copies, in the child (see :class:`BatchCopier`). Up to BATCH_UPLOADS segments are in
-    flight at once; each is started (its COPY_SEGMENT_STARTED event written) only when there is room, in offset order,
-    and not once ``stop_file`` exists (the parent is stopping: the segments in flight finish, no other starts, as
-    Kafka's copy task checks isCancelled() between segments). Each segment's checksums and objects go up, then, in
-    offset order, its COPY_SEGMENT_FINISHED event (the same bytes the parent's metadata store writes). The first
-    failure stops it: no FINISHED event after it, so the remote copies never have a hole (a FINISHED segment after an
-    unfinished one would make the next copies start past it). The segments in flight after it (and one whose STARTED
-    put failed, which may have landed) are reported as abandoned: the parent deletes them."""
+    flight at once; each is started only when there is room, in offset order, and not once ``stop_file`` exists (the
+    parent is stopping: the segments in flight finish, no other starts, as Kafka's copy task checks isCancelled()
+    between segments). A segment in flight writes its COPY_SEGMENT_STARTED event, then its checksums and objects;
+    then, in offset order, its COPY_SEGMENT_FINISHED event is written (the same bytes the parent's metadata store
+    writes). The first failure stops it: no FINISHED event after it, so the remote copies never have a hole (a
+    FINISHED segment after an unfinished one would make the next copies start past it). The segments in flight after
+    it are reported as abandoned: the parent deletes them (and their STARTED events)."""
     from collections import deque
     from concurrent.futures import Future
 
@@ -341,9 +349,15 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
     from tiered.rsm import RemoteLogSegmentMetadataUpdate
 
     def upload(job: Any) -> tuple[SegmentChecksums, bytes | None]:
+        md = job.metadata
+        try:  # the STARTED event before anything of the segment (the segments in flight write theirs at once)
+            rsm.put_bytes(layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset, int(md.state)),
+                          encode_metadata(md))
+        except Exception as exc:
+            raise _StartedFailed(exc) from exc
         if job.sync:  # not flushed by the log yet: durable before it is copied (the log's recovery point follows)
             _fsync_files(job.data)
-        return compute_segment_checksums(job.data, job.checksum_chunk_bytes), rsm.copy_log_segment_data(job.metadata, job.data)
+        return compute_segment_checksums(job.data, job.checksum_chunk_bytes), rsm.copy_log_segment_data(md, job.data)
 
     def failed(stage: str, exc: Exception) -> Any:
         return CopyFailure(stage, type(exc).__name__, str(exc), bool(getattr(exc, "retriable", True)))
@@ -351,27 +365,23 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
     pool = _upload_pool()
     in_flight: deque[Future[tuple[SegmentChecksums, bytes | None]]] = deque()
     started = 0
-    started_failure: Any = None
     copied: list[tuple[SegmentChecksums, bytes | None]] = []
     while True:
-        while (started_failure is None and started < len(jobs) and len(in_flight) < BATCH_UPLOADS
+        while (started < len(jobs) and len(in_flight) < BATCH_UPLOADS
                and not (stop_file is not None and os.path.exists(stop_file))):
-            md = jobs[started].metadata
-            try:
-                rsm.put_bytes(layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset,
-                                                        int(md.state)), encode_metadata(md))
-            except Exception as exc:
-                started_failure = failed("started", exc)
-                break
             in_flight.append(pool.submit(upload, jobs[started]))
             started += 1
         if not in_flight:
-            return CopyOutcome(copied, started_failure)
+            return CopyOutcome(copied)
         job = jobs[len(copied)]
         md = job.metadata
         stage, failure = "copy", None
         try:
-            sums, custom = in_flight.popleft().result()
+            try:
+                sums, custom = in_flight.popleft().result()
+            except _StartedFailed as exc:
+                stage = "started"
+                raise exc.cause from None
             if custom is not None and len(custom) > job.custom_metadata_max_bytes:
                 failure = CopyFailure("custom", "", "", False, len(custom))
             else:
@@ -384,8 +394,8 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
         except Exception as exc:
             failure = failed(stage, exc)
         if failure is not None:
-            futures_wait(in_flight)  # their objects land (or fail) before the parent cleans them up
-            return CopyOutcome(copied, failure, abandoned=len(in_flight) + (started_failure is not None))
+            futures_wait(in_flight)  # their events and objects land (or fail) before the parent cleans them up
+            return CopyOutcome(copied, failure, abandoned=len(in_flight))
         copied.append((sums, custom))
 
 

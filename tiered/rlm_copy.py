@@ -61,7 +61,7 @@ CopyData = Callable[[RemoteLogSegmentMetadata, LogSegmentData, int], "tuple[Segm
 
 
 # The most segments one request to the copier process copies: a stop (SIGTERM, Ctrl-C) waits for one request.
-COPY_BATCH_SEGMENTS = 8
+COPY_BATCH_SEGMENTS = 16
 
 
 @dataclass(frozen=True)
