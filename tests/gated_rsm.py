@@ -13,25 +13,24 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
 from tiered.rsm import RemoteLogSegmentMetadata
 
 _GATE_LOCK = threading.Lock()
 
 
-class GatedDir(LocalDirRemoteStorageManager):
-    CONFIG_KEYS = (*LocalDirRemoteStorageManager.CONFIG_KEYS, "gate")
+class GatedStore(LocalDirStore):
+    CONFIG_KEYS = (*LocalDirStore.CONFIG_KEYS, "gate")
 
     def configure(self, props: Mapping[str, str]) -> None:
         super().configure(props)
         self.gate = self.options.string("gate", required="the FIFO the test opens to let the first copy go on")
         self.gated = False
 
-    def put_file(self, key: str, path: Path) -> None:
-        super().put_file(key, path)
+    def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
+        super().put(key, data, if_absent=if_absent)
         # The copier process uploads several segments at once: the one that stops is the segment at offset 0.
         at_zero = key.endswith(".log") and key.rsplit("/", 1)[-1].startswith("0" * 20 + "-")
         with _GATE_LOCK:
@@ -40,6 +39,10 @@ class GatedDir(LocalDirRemoteStorageManager):
             print(f"GATE {key}", file=sys.stderr, flush=True)
             with open(str(self.gate), "rb") as fifo:  # blocks until the test opens it for writing
                 fifo.read()
+
+
+class GatedDir(LocalDirRemoteStorageManager):
+    store_class = GatedStore
 
 
 LIMIT = 60.0  # a failure bound only: every wait below ends at once when the code is right
@@ -91,14 +94,10 @@ class GatedDeletes(LocalDirRemoteStorageManager):
         self.deleted.append((metadata.start_offset, metadata.remote_log_segment_id.id))
 
 
-class FlakyDir(LocalDirRemoteStorageManager):
-    """The local-directory backend failing once, in the process that loads it (the copier process too), at the
-    step ``rsm.config.fail`` names for the segment starting at ``rsm.config.fail.start``: ``started`` (the put of
-    its COPY_SEGMENT_STARTED event), ``copy`` (its upload: the objects land, then it fails), ``custom`` (its upload returns
-    ``rsm.config.fail.custom.bytes`` bytes of custom metadata). Loaded by dotted path
-    (``remote.log.storage.manager.class.name=tests.gated_rsm.FlakyDir``)."""
+class FlakyStore(LocalDirStore):
+    """:class:`FlakyDir`'s store: the failure of the ``started`` step, and the state of the one failure."""
 
-    CONFIG_KEYS = (*LocalDirRemoteStorageManager.CONFIG_KEYS, "fail", "fail.start", "fail.custom.bytes")
+    CONFIG_KEYS = (*LocalDirStore.CONFIG_KEYS, "fail", "fail.start", "fail.custom.bytes")
 
     def configure(self, props: Mapping[str, str]) -> None:
         super().configure(props)
@@ -107,16 +106,30 @@ class FlakyDir(LocalDirRemoteStorageManager):
         self.custom_bytes = int(props.get("fail.custom.bytes", "0"))
         self.failed = False
 
-    def _once(self, step: str, start: int) -> bool:
+    def once(self, step: str, start: int) -> bool:
         if self.failed or self.fail != step or start != self.fail_start:
             return False
         self.failed = True
         return True
 
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
-        if key.endswith(".0.json") and self._once("started", int(key.rsplit("/", 1)[1].split("-", 1)[0])):
+    def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
+        if key.endswith(".0.json") and self.once("started", int(key.rsplit("/", 1)[1].split("-", 1)[0])):
             raise OSError(f"injected: the put of {key} failed")
-        super().put_bytes(key, data, if_absent=if_absent)
+        super().put(key, data, if_absent=if_absent)
+
+
+class FlakyDir(LocalDirRemoteStorageManager):
+    """The local-directory backend failing once, in the process that loads it (the copier process too), at the
+    step ``rsm.config.fail`` names for the segment starting at ``rsm.config.fail.start``: ``started`` (the put of
+    its COPY_SEGMENT_STARTED event), ``copy`` (its upload: the objects land, then it fails), ``custom`` (its upload returns
+    ``rsm.config.fail.custom.bytes`` bytes of custom metadata). Loaded by dotted path
+    (``remote.log.storage.manager.class.name=tests.gated_rsm.FlakyDir``)."""
+
+    store_class = FlakyStore
+    store: FlakyStore
+
+    def _once(self, step: str, start: int) -> bool:
+        return self.store.once(step, start)
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: Any) -> bytes | None:
         if self._once("copy", metadata.start_offset):
@@ -124,7 +137,7 @@ class FlakyDir(LocalDirRemoteStorageManager):
             raise OSError(f"injected: the upload of segment {metadata.start_offset} failed")
         custom = super().copy_log_segment_data(metadata, segment_data)
         if self._once("custom", metadata.start_offset):
-            return b"c" * self.custom_bytes
+            return b"c" * self.store.custom_bytes
         return custom
 
 
@@ -138,6 +151,6 @@ class OrderedDeletes(LocalDirRemoteStorageManager):
 
         key = layout.metadata_event_key(self.prefix, metadata.remote_log_segment_id, metadata.start_offset,
                                         int(RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
-        if not self.exists(key):
+        if not self.store.exists(key):
             raise OSError(f"segment {metadata.remote_log_segment_id} deleted before its DELETE_SEGMENT_STARTED event")
         super().delete_log_segment_data(metadata)

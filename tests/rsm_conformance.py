@@ -21,7 +21,7 @@ from local.errors import CorruptRecordError
 from local.log import Log
 from local.records import MemoryRecords, SimpleRecord
 from tiered import IndexType, LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
-from tiered.backends.base import ObjectStoreRemoteStorageManager
+from tiered.backends.composed import ObjectStoreRemoteStorageManager
 from tiered.cache.chunk_cache import ChunkCache
 from tiered.cache.index_cache import RemoteIndexCache
 from tiered.checksums import (
@@ -62,13 +62,13 @@ class CopyFaultConformance:
 
         from local import LogConfig, LogManager
         from local.records import MemoryRecords, SimpleRecord
-        from tests.faulty_rsm import FaultyObjectStore
+        from tests.faulty_rsm import faulty_rsm
         from tests.logutil import read_all_values
         from tiered.layout import partition_prefix
         from tiered.remote_log_manager import RemoteLogManager
 
-        faulty = FaultyObjectStore(rsm)
-        rlm = RemoteLogManager(faulty, RemoteLogMetadataStore(faulty), RemoteIndexCache(tmp_path / "data", faulty.fetch_index))
+        wrapped, faulty = faulty_rsm(rsm)
+        rlm = RemoteLogManager(wrapped, RemoteLogMetadataStore.in_bucket(wrapped), RemoteIndexCache(tmp_path / "data", wrapped.fetch_index))
         config = LogConfig.from_properties({"log.dirs": str(tmp_path / "data"), "log.segment.bytes": str(CHUNK)})
         with LogManager(config, remote_tier=rlm, start_scheduler=False) as manager:
             log = manager.get_or_create_log("faults", 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
@@ -86,15 +86,15 @@ class CopyFaultConformance:
             second = rlm.run_once(manager.all_logs())
             assert (second.stale_copies_cleaned, second.copy_errors) == (1, 0), second
             tip = rlm.topic_id_partition(log)
-            fresh = RemoteLogMetadataStore(rsm)  # what the bucket says
+            fresh = RemoteLogMetadataStore.in_bucket(rsm)  # what the bucket says
             assert fresh.find_stale_copies(tip) == []
             finished = {kafka_uuid(md.remote_log_segment_id.id) for md in fresh.readable_segments(tip)}
             assert len(finished) == candidates
-            keys = rsm.list_keys(partition_prefix(rsm.prefix, tip) + "/")
+            keys = rsm.store.list_keys(partition_prefix(rsm.prefix, tip) + "/")
             data_keys = [k for k in keys if "/__remote_log_metadata/" not in k]
             owners = {k.rsplit("/", 1)[1].split("-", 1)[1].split(".", 1)[0] for k in data_keys}
             assert owners == finished  # no object of the failed attempt is left
-            assert len(data_keys) == 5 * candidates
+            assert len(data_keys) == (3 if rsm.format.transformed else 5) * candidates  # manifest layout: 3 objects
             for md in fresh.readable_segments(tip):
                 assert verify_object_checksums(rsm, md) == []
             manager.cleanup_logs()
@@ -182,7 +182,7 @@ class RSMConformance(CopyFaultConformance):
         assert rsm.fetch_log_segment(md, 0).read() == log
         rsm.delete_log_segment_data(md)
         rsm.delete_log_segment_data(md)
-        assert not rsm.exists(segment_key(rsm.prefix, md, ".log"))
+        assert not rsm.store.exists(segment_key(rsm.prefix, md, ".log"))
         with pytest.raises(RemoteResourceNotFoundError):
             rsm.fetch_log_segment(md, 0)
 
@@ -192,7 +192,7 @@ class RSMConformance(CopyFaultConformance):
         rsm.copy_log_segment_data(md, data)
         tip = md.topic_id_partition
         expected_dir = f"conformance-{kafka_uuid(tip.topic_id)}/7/"
-        keys = rsm.list_keys((rsm.prefix + "/" if rsm.prefix else "") + expected_dir)
+        keys = rsm.store.list_keys((rsm.prefix + "/" if rsm.prefix else "") + expected_dir)
         name = f"00000000000000000042-{kafka_uuid(md.remote_log_segment_id.id)}"
         assert sorted(k.rsplit("/", 1)[1] for k in keys) == sorted(
             name + s for s in (".log", ".index", ".timeindex", ".txnindex", ".snapshot", ".leader-epoch-checkpoint")
@@ -206,15 +206,15 @@ class RSMConformance(CopyFaultConformance):
         with pytest.raises(RemoteStorageError):
             rsm.copy_log_segment_data(md, broken)
         tip = md.topic_id_partition
-        assert rsm.list_keys((rsm.prefix + "/" if rsm.prefix else "") + f"conformance-{kafka_uuid(tip.topic_id)}/") == []
+        assert rsm.store.list_keys((rsm.prefix + "/" if rsm.prefix else "") + f"conformance-{kafka_uuid(tip.topic_id)}/") == []
 
     def test_metadata_durable_in_the_store(self, rsm: ObjectStoreRemoteStorageManager) -> None:
         md = metadata()
-        store = RemoteLogMetadataStore(rsm)
+        store = RemoteLogMetadataStore.in_bucket(rsm)
         store.add_remote_log_segment_metadata(md)
         store.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
             md.remote_log_segment_id, T0 + 1, b"custom", RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 0))
-        fresh = RemoteLogMetadataStore(rsm)  # a new machine: only the bucket
+        fresh = RemoteLogMetadataStore.in_bucket(rsm)  # a new machine: only the bucket
         [found] = fresh.readable_segments(md.topic_id_partition)
         assert found.remote_log_segment_id == md.remote_log_segment_id and found.custom_metadata == b"custom"
         assert fresh.remote_log_segment_metadata(md.topic_id_partition, 150, 0) == found
@@ -225,26 +225,28 @@ class RSMConformance(CopyFaultConformance):
     def test_a_conditional_put_creates_once_and_an_owner_epoch_is_claimed_once(
         self, rsm: ObjectStoreRemoteStorageManager
     ) -> None:
+        from tiered.store import put_if_absent
+
         key = f"{rsm.prefix + '/' if rsm.prefix else ''}conditional-{uuid.uuid4().hex}"
-        rsm.put_bytes(key, b"first", if_absent=True)
+        put_if_absent(rsm.store, key, b"first")  # the store's own conditional put where it declares one
         with pytest.raises(ObjectExistsError) as raised:
-            rsm.put_bytes(key, b"second", if_absent=True)
+            put_if_absent(rsm.store, key, b"second")
         assert raised.value.key == key  # type: ignore[attr-defined]
-        assert rsm.get_range(key) == b"first"
-        rsm.put_bytes(key, b"third")  # an unconditional write replaces it
-        assert rsm.get_range(key) == b"third"
+        assert rsm.store.get(key) == b"first"
+        rsm.store.put(key, b"third")  # an unconditional write replaces it
+        assert rsm.store.get(key) == b"third"
         tip = metadata().topic_id_partition
-        RemoteLogMetadataStore(rsm).claim_ownership(tip, OwnerRecord(0, "a" * 32, ((0, 0),), T0))
+        RemoteLogMetadataStore.in_bucket(rsm).claim_ownership(tip, OwnerRecord(0, "a" * 32, ((0, 0),), T0))
         with pytest.raises(ObjectExistsError):
-            RemoteLogMetadataStore(rsm).claim_ownership(tip, OwnerRecord(0, "b" * 32, ((0, 0),), T0))
-        RemoteLogMetadataStore(rsm).claim_ownership(tip, OwnerRecord(1, "c" * 32, ((0, 0), (1, 10)), T0))
-        assert [r.owner_id for r in RemoteLogMetadataStore(rsm).owner_records(tip)] == ["a" * 32, "c" * 32]
+            RemoteLogMetadataStore.in_bucket(rsm).claim_ownership(tip, OwnerRecord(0, "b" * 32, ((0, 0),), T0))
+        RemoteLogMetadataStore.in_bucket(rsm).claim_ownership(tip, OwnerRecord(1, "c" * 32, ((0, 0), (1, 10)), T0))
+        assert [r.owner_id for r in RemoteLogMetadataStore.in_bucket(rsm).owner_records(tip)] == ["a" * 32, "c" * 32]
 
     @pytest.fixture
     def serializes_conditional_writes(self, rsm: ObjectStoreRemoteStorageManager) -> bool:
         """Whether the store behind ``rsm`` serializes two conditional creates of one key: what the backend declares,
         unless the server is a mock that checks, then writes (moto: see the S3 test classes)."""
-        return rsm.conditional_writes
+        return rsm.store.capabilities.conditional_writes
 
     def test_claimants_racing_to_one_epoch_have_one_winner_where_the_store_has_conditional_writes(
         self, rsm: ObjectStoreRemoteStorageManager, serializes_conditional_writes: bool
@@ -261,7 +263,7 @@ class RSMConformance(CopyFaultConformance):
             record = OwnerRecord(5, f"{i:032x}", ((5, 0),), T0)
             barrier.wait()
             try:
-                RemoteLogMetadataStore(rsm).claim_ownership(tip, record)
+                RemoteLogMetadataStore.in_bucket(rsm).claim_ownership(tip, record)
             except ObjectExistsError:
                 return
             won.append(record.owner_id)
@@ -271,7 +273,7 @@ class RSMConformance(CopyFaultConformance):
             t.start()
         for t in threads:
             t.join()
-        [stored] = RemoteLogMetadataStore(rsm).owner_records(tip)
+        [stored] = RemoteLogMetadataStore.in_bucket(rsm).owner_records(tip)
         if serializes_conditional_writes:
             assert won == [stored.owner_id]
         else:
@@ -289,20 +291,20 @@ class RSMConformance(CopyFaultConformance):
         topic = ("a.B-c_9" * 36)[:249]
         tip = TopicIdPartition(uuid.uuid4(), topic, 3)
         md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 99, T0, 0, T0, len(log), {0: 0})
-        store = RemoteLogMetadataStore(rsm)
+        store = RemoteLogMetadataStore.in_bucket(rsm)
         store.add_remote_log_segment_metadata(md)
         rsm.copy_log_segment_data(md, data)
         store.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
             md.remote_log_segment_id, T0 + 1, None, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 0))
         assert rsm.fetch_log_segment(md, 1000, 1999).read() == log[1000:2000]
         assert rsm.fetch_index(md, IndexType.OFFSET).read() == data.offset_index.read_bytes()
-        keys = rsm.list_keys(partition_prefix(rsm.prefix, tip) + "/")
-        assert segment_key(rsm.prefix, md, ".log") in keys and all(rsm.exists(k) for k in keys)  # the layout's keys
+        keys = rsm.store.list_keys(partition_prefix(rsm.prefix, tip) + "/")
+        assert segment_key(rsm.prefix, md, ".log") in keys and all(rsm.store.exists(k) for k in keys)  # the layout's keys
         assert len([k for k in keys if k.startswith(metadata_prefix(rsm.prefix, tip))]) == 2
-        [found] = RemoteLogMetadataStore(rsm).readable_segments(tip)  # a new machine: only the bucket
+        [found] = RemoteLogMetadataStore.in_bucket(rsm).readable_segments(tip)  # a new machine: only the bucket
         assert found.remote_log_segment_id == md.remote_log_segment_id and found.topic_id_partition.topic == topic
-        assert topic_ids_in_store(rsm, rsm.prefix, topic) == {tip.topic_id: {3}}  # how attach finds the topic
-        assert topic_ids_in_store(rsm, rsm.prefix, topic[:-1]) == {}
+        assert topic_ids_in_store(rsm.store, rsm.prefix, topic) == {tip.topic_id: {3}}  # how attach finds the topic
+        assert topic_ids_in_store(rsm.store, rsm.prefix, topic[:-1]) == {}
         rsm.delete_log_segment_data(md)
         with pytest.raises(RemoteResourceNotFoundError):
             rsm.fetch_log_segment(md, 0)
@@ -314,7 +316,7 @@ class RSMConformance(CopyFaultConformance):
         rsm: ObjectStoreRemoteStorageManager, data: LogSegmentData, with_checksums: bool = True
     ) -> tuple[RemoteLogSegmentMetadata, SegmentChecksums]:
         md = metadata()
-        store = RemoteLogMetadataStore(rsm)
+        store = RemoteLogMetadataStore.in_bucket(rsm)
         store.add_remote_log_segment_metadata(md)
         rsm.copy_log_segment_data(md, data)
         sums = compute_segment_checksums(data, CHUNK)
@@ -329,7 +331,7 @@ class RSMConformance(CopyFaultConformance):
     ) -> None:
         data, log = segment
         md, sums = self._copy_with_checksums(rsm, data)
-        fresh = RemoteLogMetadataStore(rsm)  # a new machine: only the bucket
+        fresh = RemoteLogMetadataStore.in_bucket(rsm)  # a new machine: only the bucket
         assert fresh.segment_checksums(md) == sums
         assert sums.objects[".log"].size == len(log) and len(sums.objects[".log"].crcs) == 4
         verifier = ChecksumVerifier(rsm, fresh.segment_checksums)
@@ -355,8 +357,8 @@ class RSMConformance(CopyFaultConformance):
         key = segment_key(rsm.prefix, md, ".log")
         damaged = bytearray(log)
         damaged[CHUNK + 12345] ^= 0x01
-        rsm.put_bytes(key, bytes(damaged))  # behind the backend's back: not through copy_log_segment_data
-        verifier = ChecksumVerifier(rsm, RemoteLogMetadataStore(rsm).segment_checksums)
+        rsm.store.put(key, bytes(damaged))  # behind the backend's back: not through copy_log_segment_data
+        verifier = ChecksumVerifier(rsm, RemoteLogMetadataStore.in_bucket(rsm).segment_checksums)
         raw = CountingFetch(rsm, md)
         fetch = verifier.fetcher(md, raw)
         assert fetch(0, 1000) == log[:1001]  # the chunks around it still read
@@ -386,9 +388,9 @@ class RSMConformance(CopyFaultConformance):
     ) -> None:
         data, log = segment
         md, _ = self._copy_with_checksums(rsm, data)
-        verifier = ChecksumVerifier(rsm, RemoteLogMetadataStore(rsm).segment_checksums)
+        verifier = ChecksumVerifier(rsm, RemoteLogMetadataStore.in_bucket(rsm).segment_checksums)
         index_key = segment_key(rsm.prefix, md, ".index")
-        rsm.put_bytes(index_key, b"\x00\x00\x00\x01\x00\x00\x10\x01")
+        rsm.store.put(index_key, b"\x00\x00\x00\x01\x00\x00\x10\x01")
         with pytest.raises(RemoteChecksumError) as info:
             verifier.fetch_index(md, IndexType.OFFSET)
         assert info.value.key == index_key
@@ -400,11 +402,11 @@ class RSMConformance(CopyFaultConformance):
         finally:
             cache.close()
         log_key = segment_key(rsm.prefix, md, ".log")
-        rsm.put_bytes(log_key, log[: 2 * CHUNK - 10])
+        rsm.store.put(log_key, log[: 2 * CHUNK - 10])
         with pytest.raises(RemoteChecksumError) as info:
             verifier.fetcher(md, CountingFetch(rsm, md))(CHUNK, CHUNK + 10)
         assert (info.value.key, info.value.kind) == (log_key, "short")
-        rsm.delete_many([segment_key(rsm.prefix, md, ".timeindex")])
+        rsm.store.delete_many([segment_key(rsm.prefix, md, ".timeindex")])
         kinds = {(p.kind, p.object) for p in verify_object_checksums(rsm, md)}
         assert kinds == {("mismatch", index_key), ("short", log_key), ("missing", segment_key(rsm.prefix, md, ".timeindex"))}
 
@@ -413,7 +415,7 @@ class RSMConformance(CopyFaultConformance):
     ) -> None:
         data, log = segment
         md, _ = self._copy_with_checksums(rsm, data, with_checksums=False)
-        store = RemoteLogMetadataStore(rsm)
+        store = RemoteLogMetadataStore.in_bucket(rsm)
         assert [s.remote_log_segment_id for s in store.readable_segments(md.topic_id_partition)] == [md.remote_log_segment_id]
         assert store.segment_checksums(md) is None
         verifier = ChecksumVerifier(rsm, store.segment_checksums)
@@ -474,10 +476,10 @@ class RSMConformance(CopyFaultConformance):
         log, remote = tiered_log
         md = remote[1]
         key = segment_key(rsm.prefix, md, ".log")
-        data = bytearray(rsm.get_range(key))
+        data = bytearray(rsm.store.get(key))
         bad = md.start_offset + 2000
         data[self._batch_position(data, bad) + 61 + 50] ^= 0x01  # inside a record of the batch at ``bad``
-        rsm.put_bytes(key, bytes(data))
+        rsm.store.put(key, bytes(data))
         got: list[tuple[int, bytes | None]] = []
         with pytest.raises((CorruptRecordError, RemoteStorageError)) as err:
             got.extend(self._consume(log, md.start_offset, md.end_offset + 1))
@@ -496,13 +498,13 @@ class RSMConformance(CopyFaultConformance):
         log, remote = tiered_log
         truncated, damaged, deleted = remote[:3]
         key = segment_key(rsm.prefix, truncated, ".log")
-        data = rsm.get_range(key)
-        rsm.put_bytes(key, data[: len(data) // 2])
+        data = rsm.store.get(key)
+        rsm.store.put(key, data[: len(data) // 2])
         key = segment_key(rsm.prefix, damaged, ".log")
-        first = bytearray(rsm.get_range(key))
+        first = bytearray(rsm.store.get(key))
         struct.pack_into(">i", first, 8, 0x0FFFFFFF)  # the first batch's length
-        rsm.put_bytes(key, bytes(first))
-        rsm.delete_many([segment_key(rsm.prefix, deleted, ".log")])
+        rsm.store.put(key, bytes(first))
+        rsm.store.delete_many([segment_key(rsm.prefix, deleted, ".log")])
         for md, offset in ((truncated, truncated.end_offset - 5), (damaged, damaged.start_offset),
                            (deleted, deleted.start_offset + 1)):
             with pytest.raises((CorruptRecordError, RemoteStorageError)) as err:

@@ -17,7 +17,7 @@ from local.errors import CorruptRecordError
 from local.log import Log
 from tests.rsm_conformance import CHUNK, RSMConformance, _names, _value, metadata
 from tiered import IndexType, LogSegmentData, RemoteLogSegmentMetadata
-from tiered.backends.base import MANIFEST_SUFFIX, PACKED_INDEXES_SUFFIX, ObjectStoreRemoteStorageManager
+from tiered.backends.composed import MANIFEST_SUFFIX, PACKED_INDEXES_SUFFIX, ObjectStoreRemoteStorageManager
 from tiered.checksums import ChecksumVerifier
 from tiered.errors import RemoteChunkError
 from tiered.layout import kafka_uuid, segment_key
@@ -30,9 +30,9 @@ def _flip_stored(rsm: ObjectStoreRemoteStorageManager, md: RemoteLogSegmentMetad
     manifest = rsm.manifest(md)
     assert manifest is not None, "the backend under test must store segments in the manifest layout"
     key = segment_key(rsm.prefix, md, ".log")
-    stored = bytearray(rsm.get_range(key))
+    stored = bytearray(rsm.store.get(key))
     stored[manifest.stored_offsets[chunk] + at] ^= 0x01
-    rsm.put_bytes(key, bytes(stored))
+    rsm.store.put(key, bytes(stored))
     return key
 
 
@@ -42,7 +42,7 @@ class ManifestConformance(RSMConformance):
         md = metadata(start=42, partition=7)
         rsm.copy_log_segment_data(md, data)
         expected_dir = f"conformance-{kafka_uuid(md.topic_id_partition.topic_id)}/7/"
-        keys = rsm.list_keys((rsm.prefix + "/" if rsm.prefix else "") + expected_dir)
+        keys = rsm.store.list_keys((rsm.prefix + "/" if rsm.prefix else "") + expected_dir)
         name = f"00000000000000000042-{kafka_uuid(md.remote_log_segment_id.id)}"
         assert sorted(k.rsplit("/", 1)[1] for k in keys) == sorted(name + s for s in (".log", PACKED_INDEXES_SUFFIX, MANIFEST_SUFFIX))
 
@@ -54,8 +54,8 @@ class ManifestConformance(RSMConformance):
         chunk = rsm.format.chunk_size
         key = _flip_stored(rsm, md, 1)
         fresh = type(rsm)()
-        fresh.configure(rsm.options.props)
-        verifier = ChecksumVerifier(fresh, RemoteLogMetadataStore(fresh).segment_checksums)
+        fresh.configure(rsm.props)
+        verifier = ChecksumVerifier(fresh, RemoteLogMetadataStore.in_bucket(fresh).segment_checksums)
         with fresh.fetch_log_segment(md, 0, chunk - 1) as s:
             assert s.read() == log[:chunk]  # the chunk before it still reads
         with pytest.raises(RemoteChunkError, match=f"chunk 1 of remote object {key}") as info, \
@@ -76,13 +76,13 @@ class ManifestConformance(RSMConformance):
         manifest = rsm.manifest(md)
         assert manifest is not None
         packed_key = segment_key(rsm.prefix, md, PACKED_INDEXES_SUFFIX)
-        packed = bytearray(rsm.get_range(packed_key))
+        packed = bytearray(rsm.store.get(packed_key))
         packed[manifest.indexes[".index"].offset] ^= 0x01
-        rsm.put_bytes(packed_key, bytes(packed))
+        rsm.store.put(packed_key, bytes(packed))
         log_key = segment_key(rsm.prefix, md, ".log")
-        rsm.put_bytes(log_key, rsm.get_range(log_key)[:-10])
+        rsm.store.put(log_key, rsm.store.get(log_key)[:-10])
         fresh = type(rsm)()
-        fresh.configure(rsm.options.props)
+        fresh.configure(rsm.props)
         with pytest.raises(RemoteChunkError, match=rf"the \.index index of remote object {packed_key}"):
             fresh.fetch_index(md, IndexType.OFFSET)
         assert fresh.fetch_index(md, IndexType.TIMESTAMP).read() == data.time_index.read_bytes()  # the others read

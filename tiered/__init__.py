@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from tiered.rsm import (
         TopicIdPartition as TopicIdPartition,
     )
+    from tiered.store import ObjectStore as ObjectStore
+    from tiered.store import StoreCapabilities as StoreCapabilities
 
 _EXPORTS = {
     "RemoteStorageManager": "tiered.rsm",
@@ -53,6 +55,8 @@ _EXPORTS = {
     "TopicIdPartition": "tiered.rsm",
     "LogSegmentData": "tiered.rsm",
     "IndexType": "tiered.rsm",
+    "ObjectStore": "tiered.store",
+    "StoreCapabilities": "tiered.store",
     "RemoteIndexCache": "tiered.cache.index_cache",
     "RemoteLogManager": "tiered.remote_log_manager",
     "RemoteLogMetadataManager": "tiered.rlmm",

@@ -76,7 +76,7 @@ def default_chunk_bytes(cache_chunk_bytes: int | None = None) -> int:
 
 def checksum_chunk_bytes(rsm_config: Mapping[str, Any]) -> int | None:
     """``rsm.config.checksum.chunk.bytes`` validated (4096..1 GiB), or None when it is not set."""
-    from tiered.backends.options import Options
+    from tiered.options import Options
 
     return Options(rsm_config).integer("checksum.chunk.bytes", None, MIN_CHUNK_BYTES, 1024 * MIB)
 
@@ -239,9 +239,8 @@ def compute_segment_checksums(data: LogSegmentData, chunk_bytes: int = DEFAULT_C
 
 def object_name(rsm: RemoteStorageManager | None, md: RemoteLogSegmentMetadata, suffix: str) -> str:
     """The object's key when the plugin has the object API, else the segment id and the suffix."""
-    prefix = getattr(rsm, "prefix", None)
-    if isinstance(prefix, str):
-        return layout.segment_key(prefix, md, suffix)
+    if rsm is not None and rsm.object_store is not None:
+        return layout.segment_key(rsm.prefix, md, suffix)
     return f"{md.remote_log_segment_id.id}{suffix}"
 
 

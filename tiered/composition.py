@@ -59,23 +59,21 @@ def build_remote_log_metadata_manager(
 ) -> RemoteLogMetadataManager:
     """Where ``rsm``'s segments' metadata lives (see the module docstring). ``read_only``: a ``local`` store creates
     nothing (a reader that must not write into the data dirs)."""
-    from tiered.backends.base import ObjectStoreRemoteStorageManager
-
     name = (getattr(config, "remote_log_metadata_manager_class_name", "") or "").strip()
-    is_object_store = isinstance(rsm, ObjectStoreRemoteStorageManager)
+    store = rsm.object_store
     if not name:
-        name = rlmm.BUCKET if is_object_store else rlmm.LOCAL
+        name = rlmm.BUCKET if store is not None else rlmm.LOCAL
         logger.debug("%s unset: remote log metadata in the %s store for %s", RLMM_KEY, name, type(rsm).__qualname__)
     if name == rlmm.BUCKET:
-        if not is_object_store:
+        if store is None:
             raise PluginConfigError(
                 f"Invalid value {name} for configuration {RLMM_KEY}: the bucket store keeps metadata in the remote "
-                f"storage manager's object store, and {_class_name(rsm)} is not an object-store backend (a subclass "
-                f"of tiered.backends.base.ObjectStoreRemoteStorageManager). Use {RLMM_KEY}={rlmm.LOCAL} (the default "
-                "for such plugins: metadata in rlmm.config.dir on this machine)", key=RLMM_KEY, value=name)
+                f"storage manager's object store, and {_class_name(rsm)} has none (its object_store is None: it is "
+                f"not built on a tiered.ObjectStore). Use {RLMM_KEY}={rlmm.LOCAL} (the default for such plugins: "
+                "metadata in rlmm.config.dir on this machine)", key=RLMM_KEY, value=name)
         from tiered.metadata import RemoteLogMetadataStore
 
-        return RemoteLogMetadataStore.in_bucket(rsm)  # type: ignore[arg-type]  # isinstance checked above
+        return RemoteLogMetadataStore.in_bucket(rsm)
     if name == rlmm.LOCAL:
         return _local_metadata_manager(config, read_only=read_only)
     return _load_metadata_manager_class(name, config.rlmm_config)
@@ -119,9 +117,9 @@ def _class_name(obj: object) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def build_chunk_cache(config: LogConfig, cache_dir: Path, registry: Any = None) -> ChunkCache | None:
-    """The remote segment cache in ``cache_dir``; None (with a warning) when ``diskcache`` is not installed.
-    ``registry``: where its metrics go (the remote tier's, which ``tiered run`` serves)."""
+def build_chunk_cache(config: LogConfig, cache_dir: Path, rsm: RemoteStorageManager, registry: Any = None) -> ChunkCache | None:
+    """The remote segment cache of ``rsm``'s segments in ``cache_dir``; None (with a warning) when ``diskcache`` is
+    not installed. ``registry``: where its metrics go (the remote tier's, which ``tiered run`` serves)."""
     try:
         from tiered.cache.chunk_cache import ChunkCache
     except ImportError as exc:  # diskcache is in the s3 extra
@@ -133,20 +131,17 @@ def build_chunk_cache(config: LogConfig, cache_dir: Path, registry: Any = None) 
         size_limit=config.remote_log_segment_cache_total_size_bytes,
         prefetch_chunks=config.remote_log_segment_cache_prefetch_chunks,
         registry=registry,
-        disk=not _plaintext_kept_off_disk(config),
+        disk=not _plaintext_kept_off_disk(config, rsm),
     )
 
 
-def _plaintext_kept_off_disk(config: LogConfig) -> bool:
+def _plaintext_kept_off_disk(config: LogConfig, rsm: RemoteStorageManager) -> bool:
     """Whether the segment cache stays in memory: the plugin can read encrypted segments (the cache holds their
     plaintext) and ``remote.log.segment.cache.plaintext.disk.enable`` does not allow plaintext on local disk.
 
     Reading is what counts, not writing: a key ring (or key provider) kept with ``encryption.enabled=false`` still
-    decrypts the segments written while it was on."""
-    rsm = config.rsm_config
-    encrypts = str(rsm.get("encryption.enabled", "false")).strip().lower() == "true"
-    decrypts = encrypts or bool(rsm.get("encryption.key.pairs")) or bool(rsm.get("encryption.key.provider.class"))
-    return decrypts and not config.remote_log_segment_cache_plaintext_disk_enable
+    decrypts the segments written while it was on (the plugin says so: ``decrypts``)."""
+    return rsm.decrypts and not config.remote_log_segment_cache_plaintext_disk_enable
 
 
 def build_remote_tier(
@@ -181,7 +176,7 @@ def build_remote_tier(
         )
         built.append(index_cache)
         chunk_cache = build_chunk_cache(config, segment_cache_dir or _segment_cache_dir(config, cache_root, log_dir),
-                                        registry)
+                                        rsm, registry)
         rlm = RemoteLogManager(
             rsm,
             metadata,
@@ -227,17 +222,19 @@ def _maybe_copy_in_child_process(
 ) -> None:
     """``remote.log.manager.copier.process.enable``: only for plugins whose storage another process sees (not an
     in-memory or in-process mocked store); see :mod:`tiered.copier_process`."""
-    if not (config.remote_log_manager_copier_process_enable and getattr(rsm, "shared_across_processes", False)):
+    store = rsm.object_store
+    if not (config.remote_log_manager_copier_process_enable and store is not None
+            and store.capabilities.shared_across_processes):
         return
     from tiered.metadata import RemoteLogMetadataStore
 
     copier = rlm.copy_in_child_process(config.remote_log_storage_manager_class_name, config.rsm_config)
-    if isinstance(metadata, RemoteLogMetadataStore) and metadata.store is rsm:
+    if isinstance(metadata, RemoteLogMetadataStore) and metadata.store is store:
         from tiered.copier_process import BatchCopier, ChildWritingStore
 
         # The bucket store: the metadata events of a copy (STARTED, FINISHED) are written by the child too, and the
         # copy task sends it several segments per request (events included).
-        metadata.store = ChildWritingStore(rsm, copier)
+        metadata.store = ChildWritingStore(store, rsm, copier)
         rlm.copy_in_batches(BatchCopier(copier, metadata, rsm))
         rlm.delete_in_child_process()  # and the deletes, each with its DELETE_SEGMENT_STARTED event
 

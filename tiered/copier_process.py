@@ -1,6 +1,7 @@
 """The segment copier in a child process (``remote.log.manager.copier.process.enable``, ours, default true; used
-for plugins that declare ``shared_across_processes``, i.e. whose objects another process configured alike sees:
-the local-directory tier. Not an in-memory store, nor S3 mocked in-process by a test).
+for plugins whose object store declares ``shared_across_processes`` (:class:`tiered.StoreCapabilities`), i.e. whose
+objects another process configured alike sees: the local-directory tier. Not an in-memory store, nor S3 mocked
+in-process by a test).
 
 Why a process, measured (tests/soak, ``python -m bench soak``, profiled with pyinstrument): copying one 1 MiB
 segment to the local-directory tier took ~50 ms alone and 300-450 ms with four reader threads decoding records,
@@ -10,7 +11,7 @@ segment's nine objects and its metadata events take. Each releases the GIL, and 
 readers costs up to the switch interval (5 ms) times the threads queued for it: the copy spent its time in the
 GIL queue, one hand-off per system call. Fewer calls per object would only shave that count; a bounded reader
 share cannot bound what a consumer does with its records outside the library, and slows every reader to speed up
-one thread. A child process has its own GIL: ``copy_log_segment_data`` and the metadata events' ``put_bytes`` cost
+one thread. A child process has its own GIL: ``copy_log_segment_data`` and the metadata events' ``put`` cost
 the parent two hand-offs each (write the request, read the reply). Measured after: ~210 ms per segment with the
 same four readers, and the soak's copy lag stays at a few segments. What still runs in the parent (the segment's
 fsync before upload, the producer snapshot lookup, a temporary directory per copy) is the next cost.
@@ -36,6 +37,7 @@ copies (several partitions) use up to ``max_processes`` children, started on dem
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import pickle
@@ -46,15 +48,16 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from tiered.checksums import SegmentChecksums, compute_segment_checksums
 from tiered.errors import RemoteStorageError
 from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteLogSegmentState
+from tiered.store import ObjectStore, read_all
 
 logger = logging.getLogger(__name__)
 _LEN = struct.Struct(">I")
@@ -145,7 +148,7 @@ class ProcessCopier:
         self.props = dict(props)
         self.fallback = fallback  # the in-process copy, used when no child can start
         self.failed_to_start: str | None = None
-        self.fallback_store: Any = None  # the object store whose put_bytes :meth:`put_bytes` stands for
+        self.fallback_rsm: Any = None  # the plugin (and its object store) a request runs on when no child can start
         self._lock = threading.Condition()
         # Puts deferred to the calling thread's next request (see ChildWritingStore): (key, data) in order.
         self._deferred = threading.local()
@@ -179,23 +182,23 @@ class ProcessCopier:
         )
         return result
 
-    def put_bytes(self, key: str, data: bytes) -> None:
-        """The object store's ``put_bytes(key, data)`` (remote metadata events), run by a child: each event is a
+    def put(self, key: str, data: bytes) -> None:
+        """The object store's ``put(key, data)`` (remote metadata events), run by a child: each event is a
         written and fsynced file, a dozen system calls the parent no longer waits for the GIL after."""
-        assert self.fallback_store is not None
-        store = self.fallback_store
-        self._run(("put", key, data), f"put of {key}", lambda: store.put_bytes(key, data))
+        assert self.fallback_rsm is not None
+        store = self.fallback_rsm.object_store
+        self._run(("put", key, data), f"put of {key}", lambda: store.put(key, data))
 
     def delete_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
         """The plugin's ``delete_log_segment_data(metadata)``, run by a child (with this thread's deferred puts
         first: the segment's DELETE_SEGMENT_STARTED event)."""
-        assert self.fallback_store is not None
-        rsm = self.fallback_store
+        assert self.fallback_rsm is not None
+        rsm = self.fallback_rsm
         self._run(("delete", metadata), f"delete of {metadata.remote_log_segment_id}",
                   lambda: rsm.delete_log_segment_data(metadata))
 
-    def put_bytes_with_next_request(self, key: str, data: bytes) -> None:
-        """``put_bytes(key, data)``, done by the child just before the next request of this thread (a put or a
+    def put_with_next_request(self, key: str, data: bytes) -> None:
+        """``put(key, data)``, done by the child just before the next request of this thread (a put or a
         copy), in the same round trip. What must be in the store before a copy's objects (its COPY_SEGMENT_STARTED
         event) costs no round trip of its own: under load each one is a few waits for the GIL (see the module
         docstring). A failed deferred put fails that next request, naming the key."""
@@ -213,12 +216,12 @@ class ProcessCopier:
         puts = self._take_deferred()
         if puts:
             request = ("after-puts", puts, request)
-            store = self.fallback_store
+            store = self.fallback_rsm.object_store
             inner = fallback
 
             def fallback() -> Any:
                 for key, data in puts:
-                    store.put_bytes(key, data)
+                    store.put(key, data)
                 return inner()
 
         return self._run_request(request, what, fallback)
@@ -351,8 +354,8 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
     def upload(job: Any) -> tuple[SegmentChecksums, bytes | None]:
         md = job.metadata
         try:  # the STARTED event before anything of the segment (the segments in flight write theirs at once)
-            rsm.put_bytes(layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset, int(md.state)),
-                          encode_metadata(md))
+            rsm.object_store.put(layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset,
+                                                           int(md.state)), encode_metadata(md))
         except Exception as exc:
             raise _StartedFailed(exc) from exc
         if job.sync:  # not flushed by the log yet: durable before it is copied (the log's recovery point follows)
@@ -390,7 +393,7 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
                     md.remote_log_segment_id, job.finished_at_ms, custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
                     md.broker_id))
                 key = layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset, int(finished.state))
-                rsm.put_bytes(key, encode_metadata(finished, sums))
+                rsm.object_store.put(key, encode_metadata(finished, sums))
         except Exception as exc:
             failure = failed(stage, exc)
         if failure is not None:
@@ -407,7 +410,7 @@ def _serve(rsm: Any, request: tuple[Any, ...]) -> Any:
     if kind == "after-puts":  # the deferred puts first, in order; the request only if they all landed
         for key, data in request[1]:
             try:
-                rsm.put_bytes(key, data)
+                rsm.object_store.put(key, data)
             except Exception as exc:
                 raise RemoteStorageError(
                     f"put of {key} (deferred to this request) failed: {type(exc).__name__}: {exc}",
@@ -422,7 +425,7 @@ def _serve(rsm: Any, request: tuple[Any, ...]) -> Any:
     if kind == "copy+checksums":
         sums = compute_segment_checksums(request[2], request[3])
         return sums, rsm.copy_log_segment_data(request[1], request[2])
-    rsm.put_bytes(request[1], request[2])
+    rsm.object_store.put(request[1], request[2])
     return None
 
 
@@ -508,26 +511,53 @@ class ChildDeletingRsm:
         return getattr(self._rsm, name)
 
 
-class ChildWritingStore:
-    """An object store for :class:`tiered.metadata.RemoteLogMetadataStore` whose ``put_bytes`` runs in the copier
-    process; everything else (listing, reading) is the parent's own store."""
+class ChildWritingStore(ObjectStore):
+    """The plugin's object store for :class:`tiered.metadata.RemoteLogMetadataStore`, whose writes run in the copier
+    process; reads, listings and deletes are the parent's own store's."""
 
-    def __init__(self, store: Any, copier: ProcessCopier) -> None:
+    def __init__(self, store: ObjectStore, rsm: Any, copier: ProcessCopier) -> None:
         self._store = store
         self._copier = copier
-        copier.fallback_store = store
+        self.capabilities = store.capabilities
+        copier.fallback_rsm = rsm
 
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+    def __repr__(self) -> str:
+        return f"{type(self).__qualname__}({self._store!r})"
+
+    def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
         if if_absent:
-            self._store.put_bytes(key, data, if_absent=True)  # an owner claim: rare, and its answer matters here
-        elif key.endswith(_COPY_STARTED_EVENT) or (key.endswith(_DELETE_STARTED_EVENT) and self._copier.deletes_in_child):
+            self._store.put(key, data, if_absent=True)  # an owner claim: rare, and its answer matters here
+            return
+        data = read_all(data)
+        if key.endswith(_COPY_STARTED_EVENT) or (key.endswith(_DELETE_STARTED_EVENT) and self._copier.deletes_in_child):
             # A COPY_SEGMENT_STARTED (DELETE_SEGMENT_STARTED) event: only the copy's objects (the deletion of the
             # objects) must come after it, and the child does that too, in this thread's next request. It goes with
             # that request (one round trip less per segment); a failure fails that request, and the copy's cleanup
             # (the deletion's retry) handles what may have landed.
-            self._copier.put_bytes_with_next_request(key, data)
+            self._copier.put_with_next_request(key, data)
         else:
-            self._copier.put_bytes(key, data)
+            self._copier.put(key, data)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+    def get(self, key: str) -> bytes:
+        return self._store.get(key)
+
+    def get_range(self, key: str, start: int, end_inclusive: int) -> bytes:
+        return self._store.get_range(key, start, end_inclusive)
+
+    def size(self, key: str) -> int:
+        return self._store.size(key)
+
+    def list(self, prefix: str) -> Iterable[str]:
+        return self._store.list(prefix)
+
+    def list_keys(self, prefix: str) -> builtins.list[str]:
+        return self._store.list_keys(prefix)
+
+    def exists(self, key: str) -> bool:
+        return self._store.exists(key)
+
+    def delete(self, key: str) -> None:
+        self._store.delete(key)
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        self._store.delete_many(keys)

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Iterator
@@ -99,8 +100,9 @@ DESCRIPTIONS: dict[str, str] = {
                                   "(INVALID_TRANSACTION_TIMEOUT above it).",
     "remote.log.storage.system.enable": "Enable the remote tier on this broker (topics opt in with "
                                         "`remote.storage.enable`).",
-    "remote.log.storage.manager.class.name": "The RemoteStorageManager: `local`, `s3`, `fsspec` or the dotted path "
-                                             "of your own subclass (docs/custom-rsm.md).",
+    "remote.log.storage.manager.class.name": "The RemoteStorageManager: a backend of the table below (`local`, `s3`, "
+                                             "`fsspec`, `store`: your own object store) or the dotted path of your "
+                                             "own RemoteStorageManager (docs/custom-rsm.md).",
     "remote.log.storage.manager.class.path": "Accepted for compatibility (Java class path); unused.",
     "remote.log.storage.manager.impl.prefix": "Prefix of the keys passed to the RemoteStorageManager (prefix removed).",
     "remote.log.segment.cache.plaintext.disk.enable": "Ours: whether the segment cache may keep the plaintext chunks "
@@ -194,6 +196,11 @@ RSM_DESCRIPTIONS: dict[str, dict[str, tuple[str, str, str]]] = {
         "max_attempts": ("5", "[1, 100]", "Attempts per request (botocore retries)."),
         "retry_mode": ("standard", "standard, legacy, adaptive", "botocore's retry mode."),
     },
+    "store": {
+        **_COMMON_RSM,
+        "store.class": ("required", "a dotted path", "Your tiered.ObjectStore subclass (package.module.Class)."),
+        "store.*": ("none", "per store", "Passed to the store's `configure`, prefix stripped."),
+    },
     "fsspec": {
         **_COMMON_RSM,
         "url": ("required", "an fsspec URL", "Where the tier lives: `s3://bucket/prefix`, `gs://...`, `file:///...`, "
@@ -238,15 +245,14 @@ def _description(key: str) -> str:
 
 
 def rsm_config_keys() -> dict[str, tuple[str, ...]]:
-    """Each bundled backend's ``rsm.config.*`` keys as the code declares them (``CONFIG_KEYS`` and prefixes)."""
-    from tiered.backends.fsspec_backend import FsspecRemoteStorageManager
-    from tiered.backends.local_dir import LocalDirRemoteStorageManager
-    from tiered.backends.s3 import S3RemoteStorageManager
+    """Each bundled backend's ``rsm.config.*`` keys as the code declares them (the table tiered.backends.BACKENDS,
+    each class's ``config_keys()``)."""
+    from tiered.backends import BACKENDS
 
     out = {}
-    for alias, cls in (("local", LocalDirRemoteStorageManager), ("s3", S3RemoteStorageManager),
-                       ("fsspec", FsspecRemoteStorageManager)):
-        out[alias] = (*cls.CONFIG_KEYS, *(p + "*" for p in cls.CONFIG_KEY_PREFIXES))
+    for backend in BACKENDS:
+        module, _, name = backend.class_path.rpartition(".")
+        out[backend.name] = getattr(importlib.import_module(module), name).config_keys()
     return out
 
 
@@ -293,6 +299,8 @@ def configuration_md() -> str:
         "removed. Secret values (keys, secrets, tokens, passwords, URL userinfo) never appear in errors or logs. "
         "An unknown key is logged as a warning.",
     ]
+    from tiered.backends import BY_NAME
+
     declared = rsm_config_keys()
     for alias, keys in declared.items():
         described = RSM_DESCRIPTIONS.get(alias, {})
@@ -301,7 +309,10 @@ def configuration_md() -> str:
         if missing or extra:
             raise SystemExit(f"tiered.docsgen: rsm.config keys of the {alias} backend: undescribed {missing}, "
                              f"described but not declared {extra}: update RSM_DESCRIPTIONS")
+        backend = BY_NAME[alias]
+        needs = f" Needs `{backend.install_hint}`." if backend.extra else ""
         lines += ["", f"### `remote.log.storage.manager.class.name={alias}`", "",
+                  f"{backend.description}{needs} Class `{backend.class_path}`.", "",
                   "| key | default | valid values | description |", "|---|---|---|---|"]
         for key in keys:
             default, valid, text = described[key]

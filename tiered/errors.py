@@ -26,6 +26,10 @@ class RemoteResourceNotFoundError(RemoteStorageError, FileNotFoundError):
     """The object asked for does not exist in the remote store (Kafka's RemoteResourceNotFoundException)."""
 
 
+class ObjectNotFoundError(RemoteResourceNotFoundError):
+    """An object store (:class:`tiered.ObjectStore`) has no object under the key asked for (``key``)."""
+
+
 class RemoteStorageTimeoutError(RemoteStorageError, TimeoutError):
     """A store call did not finish in time; retriable."""
 
@@ -35,7 +39,7 @@ class RemoteStorageTimeoutError(RemoteStorageError, TimeoutError):
 
 
 class ObjectExistsError(RemoteStorageError, FileExistsError):
-    """A conditional write (``put_bytes(key, data, if_absent=True)``) found the object already there: another writer
+    """A conditional write (``ObjectStore.put(key, data, if_absent=True)``) found the object already there: another writer
     created it first. Names the object (``key``)."""
 
     key: str

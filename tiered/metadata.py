@@ -14,11 +14,13 @@ A partition's owner records (``__remote_log_metadata/owner-<epoch>.json``, :mod:
 same listing: readers see only the FINISHED segments within the newest record's lineage, and
 :meth:`RemoteLogMetadataStore.claim_ownership` creates a record with a conditional write.
 
-The store implements :class:`tiered.rlmm.RemoteLogMetadataManager` on any :class:`MetadataObjects`: the object
+The store implements :class:`tiered.rlmm.RemoteLogMetadataManager` on any :class:`tiered.ObjectStore`: the object
 store of the RemoteStorageManager itself (:meth:`RemoteLogMetadataStore.in_bucket`, the ``bucket`` implementation)
 or a directory of this machine (:meth:`RemoteLogMetadataStore.in_directory`, the ``local`` implementation, which
 serves any RemoteStorageManager: the event objects are files there, written through a temp file, fsync and
-rename).
+rename). An owner claim is :func:`tiered.store.put_if_absent`: atomic on a store that declares conditional writes,
+and on another one a check and a write serialized in this process only, which is said once in a warning (two
+machines claiming one partition at the same moment may both believe they won).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import threading
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, BinaryIO
 
 from local.checkpoint import atomic_write, exclusive_write
 from tiered import layout
@@ -45,11 +47,10 @@ from tiered.rsm import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
+    RemoteStorageManager,
     TopicIdPartition,
 )
-
-if TYPE_CHECKING:
-    from tiered.backends.base import ObjectStoreRemoteStorageManager
+from tiered.store import ObjectStore, StoreCapabilities, not_found, put_if_absent, read_all
 
 logger = logging.getLogger(__name__)
 S = RemoteLogSegmentState
@@ -104,27 +105,11 @@ def _decode_metadata(d: dict[str, Any]) -> RemoteLogSegmentMetadata:
     )
 
 
-class MetadataObjects(Protocol):
-    """The part of the object API the store needs (an object-store backend has it; so has :class:`DirectoryObjects`)."""
-
-    prefix: str
-
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
-        """Write ``key``; with ``if_absent``, only if it does not exist (``ObjectExistsError`` otherwise)."""
-        ...
-
-    def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes: ...
-
-    def list_keys(self, prefix: str) -> list[str]: ...
-
-    def delete_many(self, keys: Iterable[str]) -> None: ...
-
-
-class DirectoryObjects:
+class DirectoryObjects(ObjectStore):
     """Metadata event objects as files under ``root`` (key = relative path). ``read_only``: never creates anything
     (a missing ``root`` holds no objects; a write raises ``PermissionError``)."""
 
-    prefix = ""
+    capabilities = StoreCapabilities(conditional_writes=True, shared_across_processes=True)
 
     def __init__(self, root: Path, *, read_only: bool = False) -> None:
         self.root = root
@@ -140,7 +125,7 @@ class DirectoryObjects:
             raise ValueError(f"remote log metadata key {key!r} escapes {self.root}")
         return path_of(self.root, key)  # a 249-character topic's directory is stored shortened, as local_dir does
 
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+    def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
         if self.read_only:
             raise PermissionError(f"remote log metadata dir {self.root} is open read-only: cannot write {key}")
         path = self._path(key)
@@ -148,20 +133,28 @@ class DirectoryObjects:
         write_name_files(self.root, key, atomic_write)
         if if_absent:
             try:
-                exclusive_write(path, data)
+                exclusive_write(path, read_all(data))
             except FileExistsError:
                 raise ObjectExistsError(f"remote log metadata file {path} exists already", key=key) from None
         else:
-            atomic_write(path, data)
+            atomic_write(path, read_all(data))
 
-    def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
+    def get(self, key: str) -> bytes:
         try:
-            data = self._path(key).read_bytes()
+            return self._path(key).read_bytes()
         except FileNotFoundError:
-            raise RemoteResourceNotFoundError(f"no remote log metadata file {self.root / key}", key=key) from None
-        return data[start:] if end_inclusive is None else data[start : end_inclusive + 1]
+            raise not_found(key, str(self.root)) from None
 
-    def list_keys(self, prefix: str) -> list[str]:
+    def get_range(self, key: str, start: int, end_inclusive: int) -> bytes:
+        return self.get(key)[start : end_inclusive + 1]
+
+    def size(self, key: str) -> int:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError:
+            raise not_found(key, str(self.root)) from None
+
+    def list(self, prefix: str) -> list[str]:
         base = self._path(prefix.rstrip("/")) if prefix.strip("/") else self.root
         search = base if base.is_dir() else base.parent
         if not search.is_dir():
@@ -170,20 +163,21 @@ class DirectoryObjects:
         keys = (key_of(self.root, p, originals) for p in search.rglob("*") if p.is_file())
         return sorted(k for k in keys if k is not None and k.startswith(prefix) and not k.endswith(".tmp"))
 
-    def delete_many(self, keys: Iterable[str]) -> None:
+    def delete(self, key: str) -> None:
         if self.read_only:
             raise PermissionError(f"remote log metadata dir {self.root} is open read-only: cannot delete")
-        for key in keys:
-            self._path(key).unlink(missing_ok=True)
+        self._path(key).unlink(missing_ok=True)
 
 
 class RemoteLogMetadataStore:
-    """See the module docstring. ``store``: where the event objects live (an object-store backend, or
-    :class:`DirectoryObjects`); ``prefix``: the key prefix (by default the backend's own)."""
+    """See the module docstring. ``store``: where the event objects live (the plugin's object store, or
+    :class:`DirectoryObjects`); ``prefix``: the key prefix of the objects (the plugin's ``rsm.config.prefix``)."""
 
-    def __init__(self, store: MetadataObjects, prefix: str | None = None) -> None:
+    _unfenced_warned = False
+
+    def __init__(self, store: ObjectStore, prefix: str = "") -> None:
         self.store = store
-        self.prefix = store.prefix if prefix is None else prefix
+        self.prefix = prefix
         self._lock = threading.RLock()
         self._segments: dict[TopicIdPartition, dict[uuid.UUID, RemoteLogSegmentMetadata]] = {}
         # Per partition, built at the first query after a change: the FINISHED segments in (start offset, event
@@ -197,9 +191,13 @@ class RemoteLogMetadataStore:
         self._owner_objects: dict[str, OwnerRecord] = {}
 
     @classmethod
-    def in_bucket(cls, rsm: ObjectStoreRemoteStorageManager) -> RemoteLogMetadataStore:
-        """The ``bucket`` implementation: events beside the segments, in ``rsm``'s object store."""
-        return cls(rsm)
+    def in_bucket(cls, rsm: RemoteStorageManager) -> RemoteLogMetadataStore:
+        """The ``bucket`` implementation: events beside the segments, in the plugin's object store
+        (``rsm.object_store``) under its ``prefix``."""
+        if rsm.object_store is None:
+            raise ValueError(f"{type(rsm).__qualname__} is not built on an object store: its metadata cannot be kept "
+                             "in the bucket")
+        return cls(rsm.object_store, rsm.prefix)
 
     @classmethod
     def in_directory(cls, directory: Path, *, read_only: bool = False) -> RemoteLogMetadataStore:
@@ -226,7 +224,7 @@ class RemoteLogMetadataStore:
                 owner_keys.append(key)
                 continue
             try:
-                md, sums = decode_record(self.store.get_range(key))
+                md, sums = decode_record(self.store.get(key))
             except (ValueError, KeyError, TypeError) as exc:
                 logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
                 continue
@@ -275,7 +273,7 @@ class RemoteLogMetadataStore:
             record = self._owner_objects.get(key)
             if record is None:
                 try:
-                    record = OwnerRecord.decode(self.store.get_range(key))
+                    record = OwnerRecord.decode(self.store.get(key))
                 except RemoteResourceNotFoundError:
                     continue
                 except ValueError as exc:
@@ -296,8 +294,13 @@ class RemoteLogMetadataStore:
     def claim_ownership(self, tip: TopicIdPartition, record: OwnerRecord) -> None:
         """Create ``record``'s object with a conditional write: :class:`ObjectExistsError` when that epoch is claimed
         already (by anyone). The caller then lists the records to see whether its claim is the newest."""
-        self.store.put_bytes(layout.owner_record_key(self.prefix, tip, record.owner_epoch), record.encode(),
-                             if_absent=True)
+        if not self.store.capabilities.conditional_writes and not self._unfenced_warned:
+            self._unfenced_warned = True
+            logger.warning("the remote store %r has no atomic conditional writes: ownership claims are serialized in "
+                           "this process only, so two data dirs on different machines claiming one partition at the "
+                           "same moment may both believe they own it (run one attach at a time per partition)",
+                           self.store)
+        put_if_absent(self.store, layout.owner_record_key(self.prefix, tip, record.owner_epoch), record.encode())
 
     def holds_metadata(self, tip: TopicIdPartition) -> bool:
         """Whether the store holds any metadata of the partition (an event of any state, or an owner record)."""
@@ -335,7 +338,7 @@ class RemoteLogMetadataStore:
     def _record(self, md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> None:
         sid = md.remote_log_segment_id
         key = layout.metadata_event_key(self.prefix, sid, md.start_offset, int(md.state))
-        self.store.put_bytes(key, encode_metadata(md, checksums))
+        self.store.put(key, encode_metadata(md, checksums))
         with self._lock:
             self._view(md.topic_id_partition)[sid.id] = md
             self._readable.pop(md.topic_id_partition, None)

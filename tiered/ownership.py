@@ -19,8 +19,8 @@ Owner records
 
 Claiming
     A claim is a conditional create of the next record (S3 ``If-None-Match: *``, an exclusive create on a
-    directory, see :meth:`tiered.backends.base.ObjectStoreRemoteStorageManager.put_bytes`): two claimants racing to
-    one epoch cannot both win, the loser gets :class:`tiered.errors.ObjectExistsError`. The claimant then lists the
+    directory, see :func:`tiered.store.put_if_absent`): two claimants racing to one epoch cannot both win (on a store
+    that declares conditional writes; on another, only within one process, and a warning says so), the loser gets :class:`tiered.errors.ObjectExistsError`. The claimant then lists the
     records again and owns the partition only if its record is the newest (a claim of a higher epoch made meanwhile
     wins). ``tiered attach`` claims epoch max(every epoch the store knows) + 1; a data dir that tiers a partition
     nobody claimed yet (a new topic, or remote data written before ownership existed) claims its log's latest leader

@@ -13,8 +13,8 @@ see that module):
 ``bucket``
     In the RemoteStorageManager's own object store, beside the segments (``<prefix>/<topic>-<topicId>/<partition>/
     __remote_log_metadata/``): a new machine or a Spark job finds every remote segment from the bucket alone. Needs
-    an object-store backend (``local``, ``s3``, ``fsspec``, or a subclass of
-    :class:`tiered.backends.base.ObjectStoreRemoteStorageManager`). The default for those.
+    a plugin built on an object store (``local``, ``s3``, ``fsspec``, ``store``: any whose ``object_store`` is set).
+    The default for those.
 ``local``
     In a directory on this machine: ``rlmm.config.dir``, by default ``remote-log-metadata/`` in the first data dir.
     Works with any RemoteStorageManager; the default for one that is not an object-store backend. The metadata

@@ -15,10 +15,13 @@ from abc import ABC
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from local.records.constants import INT32_MAX
 from tiered.errors import InvalidStateTransitionError, RemoteStorageError
+
+if TYPE_CHECKING:
+    from tiered.store import ObjectStore
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +191,15 @@ class RemoteStorageManager(ABC):  # noqa: B024 - abstract by contract: at least 
     #: The remote segment cache then serves a sequential reader from one open fetch per segment, opened to
     #: the segment's end, instead of one ranged fetch per chunk.
     fetch_streams: bool = False
+    #: True when the plugin holds keys that decrypt segments (not part of Kafka's interface): the segment cache
+    #: then keeps their plaintext off local disk unless remote.log.segment.cache.plaintext.disk.enable allows it.
+    decrypts: bool = False
+    #: The object store this plugin keeps its segments in and the key prefix of its objects (not part of Kafka's
+    #: interface): set by a plugin that composes a store with the segment format
+    #: (:class:`tiered.backends.composed.ObjectStoreRemoteStorageManager`), None otherwise. What works on the
+    #: objects themselves needs it: metadata in the bucket, ``verify --remote``, ``keys rotate``, ``attach``.
+    object_store: ObjectStore | None = None
+    prefix: str = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -1,7 +1,7 @@
 """The copying process the copy-crash test kills: ``python copy_child.py DATA_DIR REMOTE_DIR STEP``.
 
 It opens the broker's logs (written by the test beforehand) with a remote tier on the local-directory backend
-wrapped by :class:`StoppingDir`, a test-only RSM that, when the first segment copy reaches ``STEP``, prints
+wrapped by :class:`StoppingStore`, a test-only store that, when the first segment copy reaches ``STEP``, prints
 ``STOPPED <step> <key>`` and waits there for ever: the test then SIGKILLs it, so the copy dies between two of
 its steps with no ``finally`` or ``except`` of ours running. Steps:
 
@@ -18,9 +18,11 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from local import LogConfig, LogManager
-from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.backends.composed import ObjectStoreRemoteStorageManager
+from tiered.backends.local_dir import LocalDirStore
 from tiered.cache.index_cache import RemoteIndexCache
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager
@@ -41,9 +43,8 @@ def props(data_dir: Path, remote_dir: Path) -> dict[str, str]:
     }
 
 
-class StoppingDir(LocalDirRemoteStorageManager):
+class StoppingStore(LocalDirStore):
     def __init__(self, step: str) -> None:
-        super().__init__()
         if step not in STEPS:
             raise ValueError(f"unknown step {step!r}; one of {STEPS}")
         self.step = step
@@ -53,23 +54,22 @@ class StoppingDir(LocalDirRemoteStorageManager):
         while True:  # the parent's SIGKILL ends this
             signal.pause()
 
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+    def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
         if self.step == "finished" and key.endswith(FINISHED_SUFFIX):
             self._stop(key)
-        super().put_bytes(key, data, if_absent=if_absent)
+        super().put(key, data, if_absent=if_absent)
         if self.step == "started" and key.endswith(STARTED_SUFFIX):
             self._stop(key)
-
-    def put_file(self, key: str, path: Path) -> None:
-        super().put_file(key, path)
         if (self.step == "log" and key.endswith(".log")) or (self.step == "indexes" and key.endswith(".timeindex")):
             self._stop(key)
 
 
 def main(data_dir: str, remote_dir: str, step: str) -> None:
-    rsm = StoppingDir(step)
-    rsm.configure({"dir": remote_dir})
-    rlm = RemoteLogManager(rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(Path(data_dir), rsm.fetch_index))
+    store = StoppingStore(step)
+    store.configure({"dir": remote_dir})
+    rsm = ObjectStoreRemoteStorageManager(store)
+    rsm.configure({})
+    rlm = RemoteLogManager(rsm, RemoteLogMetadataStore.in_bucket(rsm), RemoteIndexCache(Path(data_dir), rsm.fetch_index))
     config = LogConfig.from_properties(props(Path(data_dir), Path(remote_dir)))
     with LogManager(config, remote_tier=rlm, start_scheduler=False) as manager:
         print("READY", flush=True)

@@ -115,7 +115,7 @@ def test_a_copy_killed_at_each_step_leaves_no_orphan_and_nothing_half_visible(tm
     # The dead attempt, as the bucket holds it: STARTED only, so invisible to any reader.
     rsm = LocalDirRemoteStorageManager()
     rsm.configure({"dir": str(remote)})
-    store = RemoteLogMetadataStore(rsm)
+    store = RemoteLogMetadataStore.in_bucket(rsm)
     keys = {p.relative_to(remote).as_posix() for p in remote.rglob("*") if p.is_file()}
     topic_dir = next(k.split("/")[0] for k in keys if k.startswith("c-"))
     with LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False) as plain:

@@ -18,7 +18,7 @@ from tests.integration.s3_servers import S3Endpoint
 from tests.integration.test_real_s3 import _bucket
 from tests.logutil import read_all_values
 from tiered.backends import load_rsm
-from tiered.backends.base import ObjectStoreRemoteStorageManager
+from tiered.backends.composed import ObjectStoreRemoteStorageManager
 from tiered.cache.index_cache import RemoteIndexCache
 from tiered.layout import kafka_uuid, partition_prefix
 from tiered.metadata import RemoteLogMetadataStore
@@ -43,7 +43,7 @@ def test_an_s3_outage_in_the_middle_of_a_copy_leaves_no_orphan_after_the_next_pa
         config = {**s3_server.rsm_config(bucket, prefix), "endpoint_url": f"http://127.0.0.1:{proxy.port}",
                   "connect_timeout_ms": "1000", "read_timeout_ms": "1500", "max_attempts": "2"}
         rsm = load_rsm("s3", config)
-        rlm = RemoteLogManager(rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index))
+        rlm = RemoteLogManager(rsm, RemoteLogMetadataStore.in_bucket(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index))
         log_config = LogConfig.from_properties({"log.dirs": str(tmp_path / "data"), "log.segment.bytes": str(MIB)})
         with LogManager(log_config, remote_tier=rlm, start_scheduler=False) as manager:
             log = manager.get_or_create_log("outage", 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
@@ -59,20 +59,20 @@ def test_an_s3_outage_in_the_middle_of_a_copy_leaves_no_orphan_after_the_next_pa
             proxy.fail_on(b".timeindex", mode)  # the .log and the .index are up, then the store goes down
             first_pass = rlm.run_once(manager.all_logs())
             assert proxy.triggered.is_set() and first_pass.copy_errors == 1 and first_pass.segments_copied == 0
-            left = [k for k in direct.list_keys(data_prefix) if "/__remote_log_metadata/" not in k]
+            left = [k for k in direct.store.list_keys(data_prefix) if "/__remote_log_metadata/" not in k]
             assert any(k.endswith(".log") for k in left)  # the outage left the attempt's objects behind
-            assert RemoteLogMetadataStore(direct).find_stale_copies(tip) != []  # and its STARTED metadata
+            assert RemoteLogMetadataStore.in_bucket(direct).find_stale_copies(tip) != []  # and its STARTED metadata
 
             proxy.up()  # the store is back; the same process, no restart
             second = rlm.run_once(manager.all_logs())
             assert second.stale_copies_cleaned == 1 and second.copy_errors == 0
             assert second.segments_copied == candidates
 
-            bucket_view = RemoteLogMetadataStore(direct)
+            bucket_view = RemoteLogMetadataStore.in_bucket(direct)
             assert bucket_view.find_stale_copies(tip) == []
             finished = bucket_view.readable_segments(tip)
             ids = {kafka_uuid(md.remote_log_segment_id.id) for md in finished}
-            data_keys = [k for k in direct.list_keys(data_prefix) if "/__remote_log_metadata/" not in k]
+            data_keys = [k for k in direct.store.list_keys(data_prefix) if "/__remote_log_metadata/" not in k]
             assert {k.rsplit("/", 1)[1].split("-", 1)[1].split(".", 1)[0] for k in data_keys} == ids  # no orphan
             for md in finished:
                 assert verify_object_checksums(direct, md) == []

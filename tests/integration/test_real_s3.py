@@ -14,7 +14,7 @@ from local.records import MemoryRecords, SimpleRecord
 from tests.integration.s3_servers import S3Endpoint
 from tests.rsm_conformance import RSMConformance
 from tiered.backends import load_rsm
-from tiered.backends.base import ObjectStoreRemoteStorageManager
+from tiered.backends.composed import ObjectStoreRemoteStorageManager
 
 pytestmark = pytest.mark.integration
 
@@ -52,8 +52,9 @@ def test_multipart_upload_of_a_large_segment(s3_server: S3Endpoint, tmp_path: Pa
                           "multipart_chunk_size_bytes": str(5 * 2**20)})
     data = bytes(range(256)) * (70 * 1024)  # 17.5 MiB: four parts
     (tmp_path / "big").write_bytes(data)
-    rsm.put_file("big", tmp_path / "big")  # type: ignore[attr-defined]
-    assert rsm.get_range("big", 16 * 2**20, 16 * 2**20 + 99) == data[16 * 2**20 : 16 * 2**20 + 100]  # type: ignore[attr-defined]
+    with open(tmp_path / "big", "rb") as f:
+        rsm.store.put("big", f)
+    assert rsm.store.get_range("big", 16 * 2**20, 16 * 2**20 + 99) == data[16 * 2**20 : 16 * 2**20 + 100]  # type: ignore[attr-defined]
     rsm.close()
 
 

@@ -25,7 +25,7 @@ from tests.integration.test_real_s3 import _bucket
 from tests.rsm_conformance_manifest import ManifestConformance
 from tiered import IndexType, RemoteLogSegmentMetadata
 from tiered.backends import load_rsm
-from tiered.backends.base import ObjectStoreRemoteStorageManager
+from tiered.backends.composed import ObjectStoreRemoteStorageManager
 from tiered.errors import RemoteChunkError
 from tiered.layout import segment_key
 
@@ -111,7 +111,7 @@ def test_old_plain_segments_in_the_same_bucket_and_a_tampered_chunk(s3_config: d
         key = segment_key(rsm.prefix, new_md, ".log")
         m = rsm.manifest(new_md)
         assert m is not None
-        stored = bytearray(rsm.get_range(key))
+        stored = bytearray(rsm.store.get(key))
         stored[m.stored_offsets[3] + 20] ^= 0x80
         s3_server.client().put_object(Bucket=s3_config["bucket"], Key=key, Body=bytes(stored))
     for fresh in _rsm(s3_config, **combo_config("zstd+aes", pairs, 4096)):

@@ -243,7 +243,7 @@ def _bucket(root: Path, topic: str) -> tuple[RemoteLogMetadataStore, TopicIdPart
     with LogManager(LogConfig.from_properties({"log.dirs": str(root / "data")}), start_scheduler=False) as plain:
         log = plain.get_log(topic, 0)
         assert log is not None and log.topic_id is not None
-        return RemoteLogMetadataStore(rsm), TopicIdPartition(log.topic_id, topic, 0)
+        return RemoteLogMetadataStore.in_bucket(rsm), TopicIdPartition(log.topic_id, topic, 0)
 
 
 def _orphans(root: Path, store: RemoteLogMetadataStore, tip: TopicIdPartition) -> list[str]:

@@ -50,7 +50,7 @@ segment = st.tuples(
 def test_lookup_agrees_with_a_plain_scan(segments: list[tuple[int, int, list[int], int, bool]], probes: list[tuple[int, int | None]]) -> None:
     tip = TopicIdPartition(uuid.UUID(int=7), "t", 0)
     with tempfile.TemporaryDirectory() as tmp:
-        store = RemoteLogMetadataStore(load_rsm("local", {"dir": str(Path(tmp) / "remote")}))  # type: ignore[arg-type]
+        store = RemoteLogMetadataStore.in_bucket(load_rsm("local", {"dir": str(Path(tmp) / "remote")}))
         recorded = []
         for n, (start, length, extra, first_epoch, finished) in enumerate(segments):
             end = start + length

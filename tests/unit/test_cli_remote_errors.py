@@ -177,7 +177,7 @@ def test_unknown_backend_lists_the_known_ones(tmp_path: Path, capsys: pytest.Cap
         rc, line = run(capsys, *command, "--log-dirs", str(tmp_path / "data"), *opts)
         assert rc == 2, command
         assert "Invalid value s4 for configuration remote.log.storage.manager.class.name" in line
-        assert "local, fsspec, s3" in line
+        assert "local, s3, fsspec, store" in line
 
 
 def test_local_backend_without_its_dir_is_a_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -205,11 +205,11 @@ def test_the_backend_names_a_missing_bucket_beyond_the_first_contact(stub: StubS
                    "aws_access_key_id": "AKIDEXAMPLE", "aws_secret_access_key": "s3cr3t-value", "max_attempts": "1"})
     try:
         with pytest.raises(RemoteStorageError, match=f"the bucket 'bkt' does not exist at {stub.url}") as info:
-            rsm.list_keys("topic-x/0/")
+            rsm.store.list_keys("topic-x/0/")
         assert not isinstance(info.value, RemoteResourceNotFoundError)
         stub.status, stub.code = 403, "InvalidAccessKeyId"
         with pytest.raises(RemoteStorageError, match="the S3 credentials were rejected"):
-            rsm.get_range("topic-x/0/00000000000000000000-x.log")
+            rsm.store.get("topic-x/0/00000000000000000000-x.log")
     finally:
         rsm.close()
 

@@ -75,7 +75,7 @@ def test_an_object_store_backend_keeps_its_metadata_in_its_own_bucket(tmp_path: 
 
     rlm = build_remote_tier(_config(tmp_path, **{"remote.log.manager.copier.process.enable": "false"}))
     try:
-        assert isinstance(rlm.metadata, RemoteLogMetadataStore) and rlm.metadata.store is rlm.rsm
+        assert isinstance(rlm.metadata, RemoteLogMetadataStore) and rlm.metadata.store is rlm.rsm.object_store
         assert not (tmp_path / "data" / "remote-log-metadata").exists()
     finally:
         rlm.close()

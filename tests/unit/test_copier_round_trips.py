@@ -47,7 +47,7 @@ def test_the_started_event_goes_with_the_copy_and_lands_before_its_objects(tmp_p
     rsm = GatedDir()
     rsm.configure(props)
     copier = ProcessCopier("tests.gated_rsm.GatedDir", props, lambda m, d: pytest.fail("no fallback"))
-    store = RemoteLogMetadataStore(ChildWritingStore(rsm, copier))
+    store = RemoteLogMetadataStore(ChildWritingStore(rsm.store, rsm, copier), rsm.prefix)
     md, data = _segment(tmp_path)
     started = remote / _started_key(rsm, md)
     recorded, results = threading.Event(), []
@@ -78,7 +78,7 @@ def test_a_failed_deferred_put_fails_the_copy_naming_the_key_and_uploads_nothing
     rsm = LocalDirRemoteStorageManager()
     rsm.configure({"dir": str(remote)})
     copier = ProcessCopier("local", {"dir": str(remote)}, lambda m, d: pytest.fail("no fallback"))
-    store = RemoteLogMetadataStore(ChildWritingStore(rsm, copier))
+    store = RemoteLogMetadataStore(ChildWritingStore(rsm.store, rsm, copier), rsm.prefix)
     md, data = _segment(tmp_path)
     key = _started_key(rsm, md)
     # Where the event's directory must go, a file: the child's put of the event fails.
@@ -92,7 +92,7 @@ def test_a_failed_deferred_put_fails_the_copy_naming_the_key_and_uploads_nothing
         assert [p for p in remote.rglob("*") if p.is_file() and p.name != (remote / key).parent.name] == []
         # The next request of the thread carries nothing left over.
         (remote / key).parent.unlink()
-        copier.put_bytes("other/key.json", b"{}")
+        copier.put("other/key.json", b"{}")
         assert not (remote / key).exists() and (remote / "other" / "key.json").exists()
     finally:
         copier.close()
@@ -112,7 +112,7 @@ def test_a_batch_writes_each_segments_started_event_before_its_objects_and_finis
     rsm = GatedDir()
     rsm.configure(props)
     copier = ProcessCopier("tests.gated_rsm.GatedDir", props, lambda m, d: pytest.fail("no fallback"))
-    store = RemoteLogMetadataStore(ChildWritingStore(rsm, copier))
+    store = RemoteLogMetadataStore(ChildWritingStore(rsm.store, rsm, copier), rsm.prefix)
     md, data = _segment(tmp_path)
     batch = BatchCopier(copier, store, rsm)
     outcome: list[Any] = []

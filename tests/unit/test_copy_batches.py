@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -54,7 +55,7 @@ def _rlm(manager: LogManager) -> RemoteLogManager:
 
 def _store_view(tmp: Path, rlm: RemoteLogManager, log: Log) -> list[tuple[int, str]]:
     """The segments as a new process finds them in the bucket (start offset, state)."""
-    fresh = RemoteLogMetadataStore(rlm.rsm)  # type: ignore[arg-type]
+    fresh = RemoteLogMetadataStore.in_bucket(rlm.rsm)  # type: ignore[arg-type]
     return [(m.start_offset, m.state.name) for m in fresh.list_remote_log_segments(rlm.topic_id_partition(log))]
 
 
@@ -196,7 +197,7 @@ def test_a_stop_lets_the_segments_in_flight_finish_and_starts_no_other(tmp_path:
     import uuid
 
     from tiered import copier_process
-    from tiered.backends.local_dir import LocalDirRemoteStorageManager
+    from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
     from tiered.rlm_copy import CopyJob
     from tiered.rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
@@ -204,15 +205,18 @@ def test_a_stop_lets_the_segments_in_flight_finish_and_starts_no_other(tmp_path:
 
     window_full = threading.Event()
 
-    class StoppedDuringTheFirstUpload(LocalDirRemoteStorageManager):
+    class CountingStarts(LocalDirStore):
         started = 0
 
-        def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
-            super().put_bytes(key, data, if_absent=if_absent)
+        def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
+            super().put(key, data, if_absent=if_absent)
             if key.endswith(".0.json"):
                 self.started += 1
                 if self.started == copier_process.BATCH_UPLOADS:
                     window_full.set()
+
+    class StoppedDuringTheFirstUpload(LocalDirRemoteStorageManager):
+        store_class = CountingStarts
 
         def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
             if metadata.start_offset == 0:

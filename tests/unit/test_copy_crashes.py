@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
 from local import LogConfig, LogManager
 from local.records import MemoryRecords, SimpleRecord
-from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
 from tiered.cache.index_cache import RemoteIndexCache
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager
@@ -22,25 +23,27 @@ class Crash(BaseException):
     """Stands for the process dying: nothing catches it, so no cleanup runs."""
 
 
-class CrashingDir(LocalDirRemoteStorageManager):
+class CrashingStore(LocalDirStore):
     crash_on: str | None = None
 
-    def put_file(self, key: str, path: Path) -> None:
-        super().put_file(key, path)
-        if self.crash_on and key.endswith(self.crash_on):
-            raise Crash(key)
-
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+    def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
         if self.crash_on == "FINISHED" and key.endswith(f".{int(RemoteLogSegmentState.COPY_SEGMENT_FINISHED)}.json"):
             raise Crash(key)
-        super().put_bytes(key, data, if_absent=if_absent)
+        super().put(key, data, if_absent=if_absent)
+        if self.crash_on and self.crash_on != "FINISHED" and key.endswith(self.crash_on):
+            raise Crash(key)
+
+
+class CrashingDir(LocalDirRemoteStorageManager):
+    store_class = CrashingStore
+    store: CrashingStore
 
 
 def _rlm(tmp: Path, crash_on: str | None) -> RemoteLogManager:
     rsm = CrashingDir()
     rsm.configure({"dir": str(tmp / "remote")})
-    rsm.crash_on = crash_on
-    return RemoteLogManager(rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp / "data", rsm.fetch_index))
+    rsm.store.crash_on = crash_on
+    return RemoteLogManager(rsm, RemoteLogMetadataStore.in_bucket(rsm), RemoteIndexCache(tmp / "data", rsm.fetch_index))
 
 
 @pytest.mark.parametrize("crash_on", [".log", ".index", ".timeindex", ".snapshot", "FINISHED"])
@@ -66,7 +69,7 @@ def test_crash_at_each_copy_step(tmp_path: Path, crash_on: str) -> None:
         os.close(fd)  # ...and the kernel released its data-dir locks
 
     restarted = _rlm(tmp_path, None)
-    stale = RemoteLogMetadataStore(restarted.rsm).find_stale_copies(tip)  # type: ignore[arg-type]
+    stale = RemoteLogMetadataStore.in_bucket(restarted.rsm).find_stale_copies(tip)  # type: ignore[arg-type]
     assert len(stale) == 1
     with LogManager(LogConfig.from_properties(props), remote_tier=restarted, start_scheduler=False) as m2:
         log2 = m2.get_log("c", 0)

@@ -10,6 +10,7 @@ import logging
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import BinaryIO
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -22,7 +23,7 @@ from local.records import MemoryRecords, SimpleRecord
 from local.scheduler import MockTime
 from tests.logutil import local_tier_props, records
 from tiered import layout
-from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
 from tiered.cache.index_cache import RemoteIndexCache
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager
@@ -74,16 +75,28 @@ def test_a_segment_without_epochs_gets_the_latest_or_0(latest: int | None, expec
 # Copies through a real LogManager
 
 
+class _MetadataPutsFail(LocalDirStore):
+    fail_metadata_put = False
+
+    def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
+        if self.fail_metadata_put and key.endswith(".json"):
+            raise OSError("injected: metadata put during an outage")
+        super().put(key, data, if_absent=if_absent)
+
+
 class Recording(LocalDirRemoteStorageManager):
     """Records every copy: its metadata, the producer snapshot and the epoch checkpoint it was given. ``on_copy``
     runs first; ``fail_copy`` / ``fail_delete`` / ``fail_metadata_put`` make those calls raise (an outage)."""
+
+    store_class = _MetadataPutsFail
+    store: _MetadataPutsFail
 
     def __init__(self) -> None:
         super().__init__()
         self.copied: list[tuple[RemoteLogSegmentMetadata, bytes, bytes]] = []
         self.txn_indexes: list[Path | None] = []
         self.on_copy = lambda: None
-        self.fail_copy = self.fail_delete = self.fail_metadata_put = False
+        self.fail_copy = self.fail_delete = False
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
         self.on_copy()
@@ -99,10 +112,13 @@ class Recording(LocalDirRemoteStorageManager):
             raise OSError("injected: delete during an outage")
         super().delete_log_segment_data(metadata)
 
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
-        if self.fail_metadata_put and key.endswith(".json"):
-            raise OSError("injected: metadata put during an outage")
-        super().put_bytes(key, data, if_absent=if_absent)
+    @property
+    def fail_metadata_put(self) -> bool:
+        return self.store.fail_metadata_put
+
+    @fail_metadata_put.setter
+    def fail_metadata_put(self, value: bool) -> None:
+        self.store.fail_metadata_put = value
 
 
 class Tier:
@@ -111,7 +127,7 @@ class Tier:
     def __init__(self, tmp: Path, **rlm_kwargs: object) -> None:
         self.rsm = Recording()
         self.rsm.configure({"dir": str(tmp / "remote")})
-        self.store = RemoteLogMetadataStore(self.rsm)
+        self.store = RemoteLogMetadataStore.in_bucket(self.rsm)
         self.registry = CollectorRegistry()
         self.rlm = RemoteLogManager(
             self.rsm, self.store, RemoteIndexCache(tmp / "data", self.rsm.fetch_index), registry=self.registry,

@@ -51,7 +51,7 @@ def test_a_damaged_chunk_past_the_first_is_refused_alone_through_the_ranged_fetc
     rsm = LocalDirRemoteStorageManager()
     rsm.configure({"dir": str(tmp_path / "remote")})
     rlm = RemoteLogManager(
-        rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index),
+        rsm, RemoteLogMetadataStore.in_bucket(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index),
         chunk_cache=None, checksum_chunk_bytes=C, registry=CollectorRegistry(),
     )
     with LogManager(LogConfig.from_properties(local_tier_props(tmp_path)), remote_tier=rlm,

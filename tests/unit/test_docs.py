@@ -72,9 +72,9 @@ def test_a_description_of_a_key_the_code_does_not_define_stops_the_generator(mon
 
 
 def test_a_backend_key_without_a_description_stops_the_generator(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tiered.backends.s3 import S3RemoteStorageManager
+    from tiered.backends.s3 import S3Store
 
-    monkeypatch.setattr(S3RemoteStorageManager, "CONFIG_KEYS", (*S3RemoteStorageManager.CONFIG_KEYS, "new_knob"))
+    monkeypatch.setattr(S3Store, "CONFIG_KEYS", (*S3Store.CONFIG_KEYS, "new_knob"))
     with pytest.raises(SystemExit, match=r"s3 backend: undescribed \['new_knob'\]"):
         docsgen.configuration_md()
 

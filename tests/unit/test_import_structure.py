@@ -90,3 +90,36 @@ def test_no_import_cycles_among_tiered_modules() -> None:
 def test_local_never_imports_tiered() -> None:
     graph = import_graph("local")
     assert [(a, b) for a, targets in graph.items() for b in targets if b.split(".")[0] == "tiered"] == []
+
+
+def package_graph(package: str) -> dict[str, set[str]]:
+    """The import graph with every module of a subpackage merged into it (``tiered.format.keyring`` ->
+    ``tiered.format``); top-level modules stay themselves."""
+    def merged(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    graph: dict[str, set[str]] = {}
+    for name, targets in import_graph(package).items():
+        graph.setdefault(merged(name), set()).update(merged(t) for t in targets if merged(t) != merged(name))
+    return graph
+
+
+def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
+    seen, todo = set(), list(graph.get(start, ()))
+    while todo:
+        node = todo.pop()
+        if node == goal:
+            return True
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph.get(node, ()))
+    return False
+
+
+def test_the_stores_and_the_segment_format_are_in_no_package_cycle() -> None:
+    # The segment format never reaches back into the backends that store it; a store (tiered.store) is a leaf.
+    graph = package_graph("tiered")
+    assert "tiered.backends" not in graph["tiered.format"]
+    assert graph["tiered.store"] <= {"tiered.errors"}
+    for package in ("tiered.format", "tiered.backends", "tiered.store", "tiered.metadata", "tiered.options"):
+        assert not _reaches(graph, package, package), package

@@ -16,7 +16,7 @@ from tests.formatutil import (
     write_key_pair,
 )
 from tiered.backends import load_rsm
-from tiered.backends.base import MANIFEST_SUFFIX, ObjectStoreRemoteStorageManager
+from tiered.backends.composed import MANIFEST_SUFFIX, ObjectStoreRemoteStorageManager
 from tiered.cli import main
 from tiered.errors import EncryptionKeyNotFoundError
 from tiered.layout import segment_key

@@ -277,7 +277,7 @@ def _store_and_log(tmp_path: Path) -> tuple[Path, Path]:
 def _mark_first_delete_started(bucket: Path) -> RemoteLogSegmentMetadata:
     rsm = LocalDirRemoteStorageManager()
     rsm.configure({"dir": str(bucket)})
-    store = RemoteLogMetadataStore(rsm)
+    store = RemoteLogMetadataStore.in_bucket(rsm)
     [tip] = {md.topic_id_partition for md in _all_segments(store, bucket)}
     first = store.readable_segments(tip)[0]
     store.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
@@ -322,7 +322,7 @@ def test_a_failed_copy_left_delete_started_is_never_read(tmp_path: Path) -> None
     objects: no read may use it (and the next pass deletes it)."""
     rsm = LocalDirRemoteStorageManager()
     rsm.configure({"dir": str(tmp_path / "bucket")})
-    store = RemoteLogMetadataStore(rsm)
+    store = RemoteLogMetadataStore.in_bucket(rsm)
     tip = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
     good = _md(tip, 0, 99)
     bad = _md(tip, 100, 199)
@@ -330,7 +330,7 @@ def test_a_failed_copy_left_delete_started_is_never_read(tmp_path: Path) -> None
         store.add_remote_log_segment_metadata(md)
     store.update_remote_log_segment_metadata(_update(good, RemoteLogSegmentState.COPY_SEGMENT_FINISHED))
     store.update_remote_log_segment_metadata(_update(bad, RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
-    for reader in (store, RemoteLogMetadataStore(rsm)):  # this process's view, and a new reader's
+    for reader in (store, RemoteLogMetadataStore.in_bucket(rsm)):  # this process's view, and a new reader's
         assert [m.start_offset for m in reader.readable_segments(tip)] == [0]
         assert reader.remote_log_segment_metadata(tip, 150) is None
         assert [m.start_offset for m in reader.find_stale_copies(tip)] == [100]
@@ -357,7 +357,7 @@ def test_two_claimants_of_one_epoch_cannot_both_win(tmp_path: Path) -> None:
     barrier = threading.Barrier(8)
 
     def claim(i: int) -> None:
-        store = RemoteLogMetadataStore(rsm)
+        store = RemoteLogMetadataStore.in_bucket(rsm)
         record = OwnerRecord(3, f"{i:032x}", ((0, 0), (3, 100)), 0)
         barrier.wait()
         try:
@@ -373,14 +373,14 @@ def test_two_claimants_of_one_epoch_cannot_both_win(tmp_path: Path) -> None:
         t.join()
     winners = [o for o in outcomes if o != "lost"]
     assert len(winners) == 1 and len(outcomes) == 8
-    [record] = RemoteLogMetadataStore(rsm).owner_records(tip)
+    [record] = RemoteLogMetadataStore.in_bucket(rsm).owner_records(tip)
     assert record.owner_id == winners[0]
 
 
 def test_readers_follow_the_newest_owner_records_lineage(tmp_path: Path) -> None:
     rsm = LocalDirRemoteStorageManager()
     rsm.configure({"dir": str(tmp_path / "bucket")})
-    store = RemoteLogMetadataStore(rsm)
+    store = RemoteLogMetadataStore.in_bucket(rsm)
     tip = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
     a1, a2 = _md(tip, 0, 99), _md(tip, 100, 199)  # A, epoch 0
     for md in (a1, a2):
@@ -389,7 +389,7 @@ def test_readers_follow_the_newest_owner_records_lineage(tmp_path: Path) -> None
     assert [m.start_offset for m in store.readable_segments(tip)] == [0, 100]  # no owner records: everything
     store.claim_ownership(tip, OwnerRecord(0, "a" * 32, ((0, 0),), 0))
     store.claim_ownership(tip, OwnerRecord(1, "b" * 32, ((0, 0), (1, 100)), 0))  # B adopted up to 99
-    reader = RemoteLogMetadataStore(rsm)
+    reader = RemoteLogMetadataStore.in_bucket(rsm)
     assert [m.start_offset for m in reader.readable_segments(tip)] == [0]
     assert reader.remote_log_segment_metadata(tip, 150) is None
     assert [m.remote_log_segment_id for m in reader.foreign_segments(tip)] == [a2.remote_log_segment_id]
@@ -490,7 +490,7 @@ def test_the_copy_and_expiration_tasks_claiming_at_once_both_find_this_data_dir_
     with open_log_manager(LogConfig.from_properties(str(config)), start_scheduler=False) as manager:
         log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true"})
         tip = topic_id_partition(log)
-        guard = OwnershipGuard(SlowFirstClaim(rsm), clock=lambda: 0, store_name="bucket")
+        guard = OwnershipGuard(SlowFirstClaim(rsm.store, rsm.prefix), clock=lambda: 0, store_name="bucket")
         outcomes: list[object] = []
 
         def ensure() -> None:
@@ -508,4 +508,4 @@ def test_the_copy_and_expiration_tasks_claiming_at_once_both_find_this_data_dir_
         second.join()
         assert outcomes == [OWNER, OWNER]
         assert guard.states()[tip].state == OWNER
-        assert len(RemoteLogMetadataStore(rsm).owner_records(tip)) == 1
+        assert len(RemoteLogMetadataStore.in_bucket(rsm).owner_records(tip)) == 1

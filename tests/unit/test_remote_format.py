@@ -24,7 +24,7 @@ from tests.formatutil import (
 )
 from tiered import IndexType, RemoteLogSegmentMetadata
 from tiered.backends import load_rsm
-from tiered.backends.base import MANIFEST_SUFFIX, PACKED_INDEXES_SUFFIX, ObjectStoreRemoteStorageManager
+from tiered.backends.composed import MANIFEST_SUFFIX, PACKED_INDEXES_SUFFIX, ObjectStoreRemoteStorageManager
 from tiered.errors import (
     EncryptionKeyNotFoundError,
     RemoteChunkError,
@@ -97,14 +97,14 @@ def test_round_trip_every_combination(backend: tuple[str, dict[str, str]], pairs
         assert path is not None
         assert rsm.fetch_index(md, index_type).read() == path.read_bytes(), index_type
     assert rsm.fetch_index(md, IndexType.LEADER_EPOCH).read() == data.leader_epoch_index
-    stored = rsm.get_range(segment_key(rsm.prefix, md, ".log"))
+    stored = rsm.store.get(segment_key(rsm.prefix, md, ".log"))
     manifest = rsm.manifest(md)
     if combo == "plain":  # the plain layout: Kafka's files as they are, no manifest
         assert manifest is None and stored == log
-        assert not rsm.exists(segment_key(rsm.prefix, md, MANIFEST_SUFFIX))
+        assert not rsm.store.exists(segment_key(rsm.prefix, md, MANIFEST_SUFFIX))
     else:
         assert manifest is not None and manifest.chunk_count == -(-SEGMENT // chunk)
-        assert not rsm.exists(segment_key(rsm.prefix, md, ".index"))  # packed into .indexes instead
+        assert not rsm.store.exists(segment_key(rsm.prefix, md, ".index"))  # packed into .indexes instead
         assert log[:200] not in stored
         if "zstd" in combo:
             assert len(stored) < SEGMENT // 2
@@ -112,9 +112,9 @@ def test_round_trip_every_combination(backend: tuple[str, dict[str, str]], pairs
             assert manifest.envelope is not None and manifest.envelope.key_id == "k1"
     # a fresh instance (no cached manifest) reads the same
     assert _read(_rsm(backend, **combo_config(combo, pairs, chunk)), md, chunk - 1, 2 * chunk) == log[chunk - 1 : 2 * chunk + 1]
-    assert len(rsm.list_keys(partition_prefix(rsm.prefix, md.topic_id_partition))) == (6 if combo == "plain" else 3)
+    assert len(rsm.store.list_keys(partition_prefix(rsm.prefix, md.topic_id_partition))) == (6 if combo == "plain" else 3)
     rsm.delete_log_segment_data(md)
-    assert rsm.list_keys(partition_prefix(rsm.prefix, md.topic_id_partition)) == []
+    assert rsm.store.list_keys(partition_prefix(rsm.prefix, md.topic_id_partition)) == []
 
 
 def test_a_segment_without_a_transaction_index_reports_it_missing(pairs: list[KeyPairPaths], tmp_path: Path) -> None:
@@ -171,13 +171,13 @@ def encrypted(pairs: list[KeyPairPaths], tmp_path: Path) -> tuple[ObjectStoreRem
 
 
 def _fresh(rsm: ObjectStoreRemoteStorageManager, **extra: str) -> ObjectStoreRemoteStorageManager:
-    return load_rsm("local", {**{k: str(v) for k, v in rsm.options.props.items()}, **extra})  # type: ignore[return-value]
+    return load_rsm("local", {**{k: str(v) for k, v in rsm.props.items()}, **extra})  # type: ignore[return-value]
 
 
 def test_a_flipped_byte_in_a_stored_chunk_is_refused_naming_object_and_chunk(encrypted: tuple) -> None:  # type: ignore[type-arg]
     rsm, md, log = encrypted
     key = segment_key(rsm.prefix, md, ".log")
-    path = rsm.root / key  # type: ignore[attr-defined]
+    path = rsm.store.root / key  # type: ignore[attr-defined]
     stored = bytearray(path.read_bytes())
     manifest = rsm.manifest(md)
     assert manifest is not None
@@ -195,7 +195,7 @@ def test_swapped_chunks_are_refused_by_the_tag_even_with_matching_crcs(encrypted
     m = rsm.manifest(md)
     assert m is not None
     key = segment_key(rsm.prefix, md, ".log")
-    path = rsm.root / key  # type: ignore[attr-defined]
+    path = rsm.store.root / key  # type: ignore[attr-defined]
     stored = path.read_bytes()
     o = m.stored_offsets
     c1, c2 = stored[o[1] : o[2]], stored[o[2] : o[3]]
@@ -205,7 +205,7 @@ def test_swapped_chunks_are_refused_by_the_tag_even_with_matching_crcs(encrypted
     crcs[1], crcs[2] = crcs[2], crcs[1]  # an attacker fixing up the manifest's crcs too
     doctored = SegmentManifest(m.segment_id, m.size, m.chunk_size, m.stored_offsets, tuple(crcs), m.compression_level,
                                m.envelope, m.indexes)
-    rsm.put_bytes(segment_key(rsm.prefix, md, MANIFEST_SUFFIX), doctored.encode())
+    rsm.store.put(segment_key(rsm.prefix, md, MANIFEST_SUFFIX), doctored.encode())
     with pytest.raises(RemoteChunkError, match=r"chunk 1 .*AES-GCM authentication failed") as info:
         _read(_fresh(rsm), md, 1024, 1100)
     assert info.value.chunk == 1
@@ -219,7 +219,7 @@ def test_a_wrong_data_key_is_refused(encrypted: tuple, pairs: list[KeyPairPaths]
 
     assert rsm.key_provider is not None
     kid, algorithm, wrapped = rsm.key_provider.wrap(os.urandom(32), "k1")  # a valid wrap of another key
-    rsm.put_bytes(segment_key(rsm.prefix, md, MANIFEST_SUFFIX), m.with_envelope(Envelope(kid, algorithm, wrapped)).encode())
+    rsm.store.put(segment_key(rsm.prefix, md, MANIFEST_SUFFIX), m.with_envelope(Envelope(kid, algorithm, wrapped)).encode())
     with pytest.raises(RemoteChunkError, match=r"chunk 0 .*authentication failed"):
         _read(_fresh(rsm), md, 0, 10)
     with pytest.raises(RemoteChunkError, match=r"the \.index index of remote object .*\.indexes"):
@@ -228,20 +228,20 @@ def test_a_wrong_data_key_is_refused(encrypted: tuple, pairs: list[KeyPairPaths]
 
 def test_a_key_id_missing_from_the_ring_is_named(encrypted: tuple, pairs: list[KeyPairPaths], tmp_path: Path) -> None:  # type: ignore[type-arg]
     rsm, md, _ = encrypted
-    only_k2 = load_rsm("local", {"dir": str(rsm.root), **ring_config([pairs[1]], "k2")})  # type: ignore[attr-defined]
+    only_k2 = load_rsm("local", {"dir": str(rsm.store.root), **ring_config([pairs[1]], "k2")})  # type: ignore[attr-defined]
     with pytest.raises(EncryptionKeyNotFoundError, match=r"key pair 'k1' is not in the key ring .*k2.*to read") as info:
         _read(only_k2, md, 0, 10)  # type: ignore[arg-type]
     manifest = segment_key(rsm.prefix, md, MANIFEST_SUFFIX)  # type: ignore[attr-defined]
     assert info.value.key_id == "k1" and info.value.key == manifest  # type: ignore[attr-defined]
     assert str(info.value).startswith(f"segment {kafka_uuid(md.remote_log_segment_id.id)} (manifest {manifest}): ")
-    no_ring = load_rsm("local", {"dir": str(rsm.root)})
+    no_ring = load_rsm("local", {"dir": str(rsm.store.root)})
     with pytest.raises(EncryptionKeyNotFoundError, match=r"key pair 'k1' .*no key ring"):
         _read(no_ring, md, 0, 10)  # type: ignore[arg-type]
 
 
 def test_a_truncated_object_names_the_short_chunk(encrypted: tuple) -> None:  # type: ignore[type-arg]
     rsm, md, _ = encrypted
-    path = rsm.root / segment_key(rsm.prefix, md, ".log")  # type: ignore[attr-defined]
+    path = rsm.store.root / segment_key(rsm.prefix, md, ".log")  # type: ignore[attr-defined]
     path.write_bytes(path.read_bytes()[:-10])
     with pytest.raises(RemoteChunkError, match=r"chunk 4 .*ends after"):
         _read(_fresh(rsm), md, 0, None)
@@ -249,9 +249,9 @@ def test_a_truncated_object_names_the_short_chunk(encrypted: tuple) -> None:  # 
 
 def test_a_manifest_of_an_unknown_version_is_a_clear_error(encrypted: tuple) -> None:  # type: ignore[type-arg]
     rsm, md, _ = encrypted
-    doc = json.loads(rsm.get_range(segment_key(rsm.prefix, md, MANIFEST_SUFFIX)))
+    doc = json.loads(rsm.store.get(segment_key(rsm.prefix, md, MANIFEST_SUFFIX)))
     doc["version"] = 9
-    rsm.put_bytes(segment_key(rsm.prefix, md, MANIFEST_SUFFIX), json.dumps(doc).encode())
+    rsm.store.put(segment_key(rsm.prefix, md, MANIFEST_SUFFIX), json.dumps(doc).encode())
     from tiered.errors import RemoteStorageError
 
     with pytest.raises(RemoteStorageError, match=r"rsm-manifest cannot be read: .*version 9 is not supported"):
@@ -308,7 +308,7 @@ def test_the_private_key_path_is_never_shown(tmp_path: Path) -> None:
 def test_the_manifest_upload_comes_last_and_a_failed_copy_leaves_nothing(pairs: list[KeyPairPaths], tmp_path: Path) -> None:
     rsm: ObjectStoreRemoteStorageManager = load_rsm("local", {"dir": str(tmp_path / "r"), **combo_config("zstd+aes", pairs, 1024)})  # type: ignore[assignment]
     order: list[str] = []
-    real_put = rsm.put_bytes
+    real_put = rsm.store.put
 
     def put(key: str, data: bytes) -> None:
         order.append(key.rsplit(".", 1)[-1])
@@ -316,14 +316,14 @@ def test_the_manifest_upload_comes_last_and_a_failed_copy_leaves_nothing(pairs: 
             raise OSError("store down")
         real_put(key, data)
 
-    rsm.put_bytes = put  # type: ignore[method-assign]
+    rsm.store.put = put  # type: ignore[method-assign,assignment]
     md = metadata()
     from tiered.errors import RemoteStorageError
 
     with pytest.raises(RemoteStorageError, match="store down"):
         rsm.copy_log_segment_data(md, segment_files(tmp_path / "seg", text_like(4000)))
     assert order == [PACKED_INDEXES_SUFFIX[1:], MANIFEST_SUFFIX[1:]]
-    assert rsm.list_keys("") == []
+    assert rsm.store.list_keys("") == []
 
 
 def test_a_segment_costs_one_manifest_get_one_index_get_and_one_unwrap(pairs: list[KeyPairPaths], tmp_path: Path) -> None:
@@ -332,13 +332,18 @@ def test_a_segment_costs_one_manifest_get_one_index_get_and_one_unwrap(pairs: li
     writer.copy_log_segment_data(md, segment_files(tmp_path / "seg", log))
     rsm: ObjectStoreRemoteStorageManager = _fresh(writer)  # type: ignore[arg-type]
     gets: list[str] = []
-    real_get = rsm.get_range
+    real_get, real_get_range = rsm.store.get, rsm.store.get_range
 
-    def counting_get(key: str, start: int = 0, end: int | None = None) -> bytes:
+    def counting_get(key: str) -> bytes:
         gets.append(key.rsplit(".", 1)[-1])
-        return real_get(key, start, end)
+        return real_get(key)
 
-    rsm.get_range = counting_get  # type: ignore[method-assign]
+    def counting_get_range(key: str, start: int, end: int) -> bytes:
+        gets.append(key.rsplit(".", 1)[-1])
+        return real_get_range(key, start, end)
+
+    rsm.store.get = counting_get  # type: ignore[method-assign]
+    rsm.store.get_range = counting_get_range  # type: ignore[method-assign]
     assert rsm.key_provider is not None
     unwraps: list[str] = []
     real_unwrap = rsm.key_provider.unwrap
@@ -405,7 +410,7 @@ def test_a_manifest_of_another_segment_is_refused(pairs: list[KeyPairPaths], tmp
     rsm.copy_log_segment_data(a, segment_files(tmp_path / "a", text_like(3000)))
     rsm.copy_log_segment_data(b, segment_files(tmp_path / "b", text_like(4000)))
     for suffix in (".log", PACKED_INDEXES_SUFFIX, MANIFEST_SUFFIX):  # compression only: no AAD to catch it
-        rsm.put_bytes(segment_key(rsm.prefix, b, suffix), rsm.get_range(segment_key(rsm.prefix, a, suffix)))
+        rsm.store.put(segment_key(rsm.prefix, b, suffix), rsm.store.get(segment_key(rsm.prefix, a, suffix)))
     from tiered.errors import RemoteStorageError
 
     with pytest.raises(RemoteStorageError, match=r"describes segment .*, not .*: refused"):

@@ -12,7 +12,7 @@ import pytest
 from tests.formatutil import KeyPairPaths, combo_config, write_key_pair
 from tests.rsm_conformance_manifest import ManifestConformance
 from tiered.backends import load_rsm
-from tiered.backends.base import ObjectStoreRemoteStorageManager
+from tiered.backends.composed import ObjectStoreRemoteStorageManager
 
 CHUNK_SIZE = 256 * 1024 + 3  # does not divide the conformance segment
 

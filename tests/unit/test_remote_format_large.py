@@ -35,7 +35,7 @@ _CHILD = textwrap.dedent("""
                       data.producer_snapshot_index, data.leader_epoch_index)
     tip = TopicIdPartition(uuid.UUID(int=7), "big", 0)
     md = RemoteLogSegmentMetadata(RemoteLogSegmentId(tip, uuid.UUID(int=9)), 0, 1, 2, 0, 2, 2**31 - 1, {0: 0})
-    rsm.put_bytes("warm-up", b"x")  # imports and first allocations before the baseline
+    rsm.store.put("warm-up", b"x")  # imports and first allocations before the baseline
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     rsm.copy_log_segment_data(md, data)
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

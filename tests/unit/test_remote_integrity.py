@@ -12,7 +12,7 @@ import time
 import traceback
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 from hypothesis import given, settings
@@ -25,7 +25,7 @@ from local.records import MemoryRecords, SimpleRecord
 from tests.logutil import local_tier_props, read_all_values
 from tiered import TopicIdPartition
 from tiered.backends import load_rsm
-from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
 from tiered.cache.chunk_cache import ChunkCache
 from tiered.cache.index_cache import RemoteIndexCache
 from tiered.checksums import ObjectChecksums, SegmentChecksums
@@ -196,7 +196,7 @@ def test_checksum_chunk_size_is_configurable_and_recorded(tmp_path: Path) -> Non
         assert isinstance(rlm, RemoteLogManager)
         rlm.run_once(manager.all_logs())
         md = rlm.finished_segments(rlm.topic_id_partition(log))[0]
-        sums = RemoteLogMetadataStore(rlm.rsm).segment_checksums(md)  # type: ignore[arg-type]
+        sums = RemoteLogMetadataStore.in_bucket(rlm.rsm).segment_checksums(md)  # type: ignore[arg-type]
         assert sums is not None and sums.chunk_bytes == 65536
         assert len(sums.objects[".log"].crcs) == -(-sums.objects[".log"].size // 65536)
     with pytest.raises(ConfigError, match=r"Invalid value 100 for configuration rsm.config.checksum.chunk.bytes: must be in 4096\.\."):
@@ -222,9 +222,9 @@ def test_checksums_round_trip_in_both_forms(chunk: int, objects: dict[str, bytes
 # Failed copies are cleaned at the next pass, not at a restart ----------------------------------------------------
 
 
-class OutageDir(LocalDirRemoteStorageManager):
+class OutageStore(LocalDirStore):
     """Goes down (every call fails, deletes included) right after storing an object whose key ends with
-    ``down_after``, as an S3 outage in the middle of a copy does; ``up()`` ends the outage."""
+    ``down_after``, as an S3 outage in the middle of a copy does; ``down = False`` ends the outage."""
 
     down_after: str | None = None
     down = False
@@ -238,17 +238,16 @@ class OutageDir(LocalDirRemoteStorageManager):
             self.down, self.down_after = True, None
             raise RemoteStorageError(f"put of {key}: connection reset", retriable=True)
 
-    def put_file(self, key: str, path: Path) -> None:
+    def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
         self._check(key)
-        super().put_file(key, path)
+        super().put(key, data, if_absent=if_absent)
         self._stored(key)
 
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+    def get(self, key: str) -> bytes:
         self._check(key)
-        super().put_bytes(key, data, if_absent=if_absent)
-        self._stored(key)
+        return super().get(key)
 
-    def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
+    def get_range(self, key: str, start: int, end_inclusive: int) -> bytes:
         self._check(key)
         return super().get_range(key, start, end_inclusive)
 
@@ -257,9 +256,14 @@ class OutageDir(LocalDirRemoteStorageManager):
         self._check(keys[0] if keys else "delete")
         super().delete_many(keys)
 
-    def list_keys(self, prefix: str) -> list[str]:
+    def list(self, prefix: str) -> list[str]:
         self._check(prefix)
-        return super().list_keys(prefix)
+        return super().list(prefix)
+
+
+class OutageDir(LocalDirRemoteStorageManager):
+    store_class = OutageStore
+    store: OutageStore
 
 
 @pytest.mark.parametrize("down_after", [".index", ".0.json", ".snapshot"],
@@ -267,7 +271,7 @@ class OutageDir(LocalDirRemoteStorageManager):
 def test_a_copy_failing_in_an_outage_leaves_no_orphan_after_the_next_pass(tmp_path: Path, down_after: str) -> None:
     rsm = OutageDir()
     rsm.configure({"dir": str(tmp_path / "remote")})
-    rlm = RemoteLogManager(rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index))
+    rlm = RemoteLogManager(rsm, RemoteLogMetadataStore.in_bucket(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index))
     config = LogConfig.from_properties({"log.dirs": str(tmp_path / "data"), "log.segment.bytes": str(MIB)})
     with LogManager(config, remote_tier=rlm, start_scheduler=False) as manager:
         log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)
@@ -277,15 +281,15 @@ def test_a_copy_failing_in_an_outage_leaves_no_orphan_after_the_next_pass(tmp_pa
         rlm.run_once(manager.all_logs())  # loads the (empty) partition: the once-per-process scan is done
         assert rlm.finished_segments(tip) != []
         _produce(log, 12_000)  # more segments to copy
-        rsm.down_after = down_after
+        rsm.store.down_after = down_after
         first = rlm.run_once(manager.all_logs())
-        assert first.copy_errors == 1 and rsm.down
+        assert first.copy_errors == 1 and rsm.store.down
         assert (tmp_path / "remote").exists()
         leftovers = {p.name for p in (tmp_path / "remote").rglob("*") if p.is_file()}
-        rsm.down = False  # the outage ends; the same process goes on
+        rsm.store.down = False  # the outage ends; the same process goes on
         second = rlm.run_once(manager.all_logs())
         assert second.stale_copies_cleaned == 1 and second.copy_errors == 0
-        fresh = RemoteLogMetadataStore(rsm)
+        fresh = RemoteLogMetadataStore.in_bucket(rsm)
         assert fresh.find_stale_copies(tip) == []
         finished = {kafka_id(md) for md in fresh.readable_segments(tip)}
         data_objects = [p.name for p in (tmp_path / "remote").rglob("*") if p.is_file() and p.suffix != ".json"]
@@ -396,12 +400,12 @@ def test_secrets_from_a_library_error_are_masked_and_not_chained(tmp_path: Path)
     def broken(*args: Any, **kwargs: Any) -> bytes:
         raise OSError("cannot reach https://admin:hunter2-pw@store.example/x with password hunter2-pw")
 
-    rsm.fs.cat_file = broken  # type: ignore[attr-defined]
+    rsm.store.fs.cat_file = broken  # type: ignore[attr-defined]
     with pytest.raises(RemoteStorageError) as info:
-        rsm.get_range("k")  # type: ignore[attr-defined]
+        rsm.store.get("k")  # type: ignore[attr-defined]
     text = "".join(traceback.format_exception(info.value))
     assert "hunter2-pw" not in text and "admin" not in text and "https://***@store.example" in text
-    from tiered.backends.options import redact_config
+    from tiered.options import redact_config
 
     assert redact_config({"storage_options.password": "p", "storage_options.key": "k", "url": "s3://u:p@h/x"}) == {
         "storage_options.password": "[hidden]", "storage_options.key": "[hidden]", "url": "s3://***@h/x"}

@@ -46,7 +46,7 @@ def test_remote_segment_past_2_gib(tmp_path: Path) -> None:
                                                  seg / "1.snapshot", b"0\n1\n0 0\n"))
     (seg / "0.log").unlink()
     assert rsm.fetch_log_segment(md, FAR, FAR + len(far) - 1).read() == far
-    rlm = RemoteLogManager(rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp_path / "cache", rsm.fetch_index))  # type: ignore[arg-type]
+    rlm = RemoteLogManager(rsm, RemoteLogMetadataStore.in_bucket(rsm), RemoteIndexCache(tmp_path / "cache", rsm.fetch_index))  # type: ignore[arg-type]
     got = rlm.reader.read_segment(md, 1, 1024, True)
     batch = next(MemoryRecords(got.data).batches())
     assert batch.base_offset == 1 and next(batch.records()).value == b"far past 2 GiB"

@@ -81,7 +81,7 @@ def test_the_copy_task_pays_for_each_segment_before_uploading_it(tmp_path: Path,
     rsm = Recording()
     rsm.configure({"dir": str(tmp_path / "remote")})
     rlm = RemoteLogManager(
-        rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index),
+        rsm, RemoteLogMetadataStore.in_bucket(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index),
         copy_max_bytes_per_second=rate,
     )
     config = LogConfig.from_properties(local_tier_props(tmp_path))

@@ -10,7 +10,7 @@ import time
 import uuid
 import warnings
 from pathlib import Path
-from typing import IO
+from typing import IO, BinaryIO
 
 import pytest
 
@@ -31,7 +31,7 @@ from tiered import (
     layout,
 )
 from tiered.backends import load_rsm
-from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
 from tiered.cache.index_cache import RemoteIndexCache
 from tiered.checksums import ObjectChecksums, SegmentChecksums
 from tiered.errors import InvalidStateTransitionError, RemoteResourceNotFoundError, RemoteStorageError
@@ -166,20 +166,24 @@ def test_remote_retention_advances_log_start(manager: LogManager) -> None:
     assert read_all_values(log)[0][0] == log.log_start_offset
 
 
+class _FailingAfterLogStore(LocalDirStore):
+    def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
+        super().put(key, data, if_absent=if_absent)
+        if key.endswith(".index"):
+            raise OSError("injected failure after upload")
+
+
 class _FailingAfterLog(LocalDirRemoteStorageManager):
     """Fails the copy after the .log was uploaded: the fault seam of the conformance tests."""
 
-    def put_file(self, key: str, path: Path) -> None:
-        super().put_file(key, path)
-        if key.endswith(".index"):
-            raise OSError("injected failure after upload")
+    store_class = _FailingAfterLogStore
 
 
 def test_failed_copy_leaves_no_orphans_and_next_pass_copies(tmp_path: Path) -> None:
     config = LogConfig.from_properties(_props(tmp_path))
     failing = _FailingAfterLog()
     failing.configure({"dir": str(tmp_path / "remote")})
-    store = RemoteLogMetadataStore(failing)
+    store = RemoteLogMetadataStore.in_bucket(failing)
     cache = RemoteIndexCache(tmp_path / "data", failing.fetch_index)
     rlm = RemoteLogManager(failing, store, cache)
     with LogManager(config, remote_tier=rlm, start_scheduler=False) as m:
@@ -217,7 +221,7 @@ def test_custom_metadata_over_the_limit_fails_the_copy_and_stops_the_partitions_
     config = LogConfig.from_properties(_props(tmp_path))
     rsm = _CustomMetadata(size)
     rsm.configure({"dir": str(tmp_path / "remote")})
-    store = RemoteLogMetadataStore(rsm)
+    store = RemoteLogMetadataStore.in_bucket(rsm)
     rlm = RemoteLogManager(rsm, store, RemoteIndexCache(tmp_path / "data", rsm.fetch_index), custom_metadata_max_bytes=128)
     with LogManager(config, remote_tier=rlm, start_scheduler=False) as m:
         log = m.get_or_create_log("t", 0, TOPIC_OVERRIDES)
@@ -250,12 +254,12 @@ def test_custom_metadata_over_the_limit_fails_the_copy_and_stops_the_partitions_
 
 def test_stale_started_copy_after_a_crash_is_cleaned(tmp_path: Path) -> None:
     rsm = load_rsm("local", {"dir": str(tmp_path / "remote")})
-    store = RemoteLogMetadataStore(rsm)  # type: ignore[arg-type]
+    store = RemoteLogMetadataStore.in_bucket(rsm)  # type: ignore[arg-type]
     tip = TopicIdPartition(uuid.uuid4(), "t", 0)
     md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, T0, 0, T0, 100, {0: 0})
     store.add_remote_log_segment_metadata(md)
-    rsm.put_bytes(f"t-x/0/{md.start_offset:020d}-orphan.log", b"x")  # type: ignore[attr-defined]
-    fresh = RemoteLogMetadataStore(rsm)  # type: ignore[arg-type]
+    rsm.store.put(f"t-x/0/{md.start_offset:020d}-orphan.log", b"x")  # type: ignore[attr-defined]
+    fresh = RemoteLogMetadataStore.in_bucket(rsm)  # type: ignore[arg-type]
     assert [s.remote_log_segment_id for s in fresh.find_stale_copies(tip)] == [md.remote_log_segment_id]
     assert fresh.readable_segments(tip) == []
 
@@ -269,8 +273,8 @@ def test_an_event_recorded_while_another_thread_loads_the_partition_is_kept(tmp_
     class SlowFirstListing(DirectoryObjects):
         calls = 0
 
-        def list_keys(self, prefix: str) -> list[str]:
-            keys = super().list_keys(prefix)
+        def list(self, prefix: str) -> list[str]:
+            keys = super().list(prefix)
             type(self).calls += 1
             if type(self).calls == 1:  # the reader's listing: taken, then held until the copy has recorded
                 listed.set()
@@ -299,13 +303,13 @@ def test_an_event_recorded_while_another_thread_loads_the_partition_is_kept(tmp_
     hidden = layout.metadata_event_key(
         store.prefix, md.remote_log_segment_id, 0, int(S.COPY_SEGMENT_FINISHED)
     )
-    data = store.store.get_range(hidden)
+    data = store.store.get(hidden)
     store.store.delete_many([hidden])
     try:
         assert [m.state for m in store.load(tip).values()] == [S.COPY_SEGMENT_FINISHED]
         assert store.segment_checksums(finished) == sums
     finally:
-        store.store.put_bytes(hidden, data)
+        store.store.put(hidden, data)
     fresh = RemoteLogMetadataStore(DirectoryObjects(tmp_path / "meta"))
     assert fresh.readable_segments(tip) == [finished]
     assert fresh.segment_checksums(finished) == sums
@@ -366,7 +370,7 @@ class Legacy32(RemoteStorageManager):
 def test_legacy_32_bit_plugin_end_to_end(tmp_path: Path) -> None:
     rsm = Legacy32()
     rsm.configure({"dir": str(tmp_path / "remote")})
-    store = RemoteLogMetadataStore(rsm.inner)
+    store = RemoteLogMetadataStore.in_bucket(rsm.inner)
     rlm = RemoteLogManager(rsm, store, RemoteIndexCache(tmp_path / "data", rsm.fetch_index))
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)  # the default 64-bit path must not warn

@@ -97,7 +97,7 @@ class _Tier:
         self.remote_dir = tmp / "remote"
         self.rsm = rsm or LocalDirRemoteStorageManager()
         self.rsm.configure({"dir": str(self.remote_dir)})
-        self.store = RemoteLogMetadataStore(self.rsm)
+        self.store = RemoteLogMetadataStore.in_bucket(self.rsm)
         self.rlm = RemoteLogManager(
             self.rsm, self.store, RemoteIndexCache(tmp / "data", self.rsm.fetch_index), time=clock,
             registry=CollectorRegistry(),

@@ -10,7 +10,7 @@ import pytest
 
 from tests.rsm_conformance import RSMConformance
 from tiered.backends import load_rsm
-from tiered.backends.base import ObjectStoreRemoteStorageManager
+from tiered.backends.composed import ObjectStoreRemoteStorageManager
 
 
 class TestLocalDir(RSMConformance):
@@ -54,7 +54,7 @@ class TestS3Moto(RSMConformance):
 def test_an_s3_body_that_breaks_mid_read_is_a_retriable_remote_storage_error() -> None:
     from botocore.exceptions import ReadTimeoutError, ResponseStreamingError
 
-    from tiered.backends.s3 import S3RemoteStorageManager, _Body
+    from tiered.backends.s3 import S3Store, _Body
     from tiered.errors import RemoteStorageError, RemoteStorageTimeoutError
 
     class Broken:
@@ -67,7 +67,7 @@ def test_an_s3_body_that_breaks_mid_read_is_a_retriable_remote_storage_error() -
         def close(self) -> None:
             self.closed = True
 
-    rsm = S3RemoteStorageManager()
+    rsm = S3Store()
     rsm.bucket = "b"
     body = Broken(ResponseStreamingError(error="connection reset"))
     stream = _Body(rsm, "t/0.log", body)
@@ -86,16 +86,16 @@ def test_the_local_directory_stores_keys_that_fit_as_their_paths_and_shortens_on
 
     rsm = load_rsm("local", {"dir": str(tmp_path)})
     fits = "p/" + "t" * 232 + "-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000000-x.log"  # a 255-byte component
-    rsm.put_bytes(fits, b"old")  # type: ignore[attr-defined]
+    rsm.store.put(fits, b"old")  # type: ignore[attr-defined]
     assert (tmp_path / fits).read_bytes() == b"old"
     long = "p/" + "é" * 130 + "/0/seg.log"  # 260 bytes of UTF-8 in one component
-    rsm.put_bytes(long, b"new")  # type: ignore[attr-defined]
+    rsm.store.put(long, b"new")  # type: ignore[attr-defined]
     short = stored_name("é" * 130)
     assert short.startswith("é" * 100 + "~") and len(short.encode()) <= 255
     assert (tmp_path / "p" / short / "0" / "seg.log").read_bytes() == b"new"
     assert (tmp_path / "p" / f"{short}.tiered-name").read_text() == "é" * 130
-    assert rsm.list_keys("p/") == sorted([fits, long]) and rsm.list_keys("p/é") == [long]  # type: ignore[attr-defined]
-    assert rsm.get_range(long) == b"new" and rsm.exists(long)  # type: ignore[attr-defined]
+    assert rsm.store.list_keys("p/") == sorted([fits, long]) and rsm.store.list_keys("p/é") == [long]  # type: ignore[attr-defined]
+    assert rsm.store.get(long) == b"new" and rsm.store.exists(long)  # type: ignore[attr-defined]
 
 
 def test_the_local_remote_log_metadata_directory_holds_a_topic_of_the_longest_name(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ class Node:
 
     def _rlm(self) -> RemoteLogManager:
         return RemoteLogManager(
-            self.rsm, RemoteLogMetadataStore(self.rsm), RemoteIndexCache(self.tmp / "data", self.rsm.fetch_index),
+            self.rsm, RemoteLogMetadataStore.in_bucket(self.rsm), RemoteIndexCache(self.tmp / "data", self.rsm.fetch_index),
             registry=self.registry, time=MockTime(ms=NOW),
         )
 

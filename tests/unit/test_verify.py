@@ -576,7 +576,7 @@ def bucket(request: pytest.FixtureRequest, template: Path) -> Any:
     request.addfinalizer(rsm.close)
     for path in sorted((template / "remote").rglob("*")):
         if path.is_file():
-            rsm.put_bytes(f"pre/fix/{path.relative_to(template / 'remote').as_posix()}", path.read_bytes())  # type: ignore[attr-defined]
+            rsm.store.put(f"pre/fix/{path.relative_to(template / 'remote').as_posix()}", path.read_bytes())  # type: ignore[attr-defined]
     return rsm
 
 
@@ -593,13 +593,13 @@ def test_other_backends_verify_clean_and_find_damage(bucket: Any, template: Path
     assert t0.remote_segments >= 4 and result.remote is not None and result.remote.prefix == "pre/fix"
     assert t0.remote_bytes == sum(p.stat().st_size for p in remote_objects(template, ".log"))
 
-    logs = sorted(k for k in bucket.list_keys("pre/fix/") if k.endswith(".log"))
-    victim = bytearray(bucket.get_range(logs[1]))
+    logs = sorted(k for k in bucket.store.list_keys("pre/fix/") if k.endswith(".log"))
+    victim = bytearray(bucket.store.get(logs[1]))
     position = batch_positions_of(bytes(victim))[7]
     victim[position + 99] ^= 1
-    bucket.put_bytes(logs[1], bytes(victim))
-    bucket.delete_many([logs[2].replace(".log", ".timeindex")])
-    bucket.put_bytes(logs[0].rsplit("/", 1)[0] + "/not-a-segment.bin", b"?")
+    bucket.store.put(logs[1], bytes(victim))
+    bucket.store.delete_many([logs[2].replace(".log", ".timeindex")])
+    bucket.store.put(logs[0].rsplit("/", 1)[0] + "/not-a-segment.bin", b"?")
     result = scrub(data, bucket)
     found = {(p.kind, p.object, p.position) for part in result.partitions for p in part.problems}
     assert found == {("crc_mismatch", logs[1], position), ("checksum_mismatch", logs[1], 0),

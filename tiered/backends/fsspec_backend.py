@@ -1,4 +1,5 @@
-"""FsspecRemoteStorageManager: the remote tier on any fsspec filesystem (s3fs, gcsfs, local, memory...).
+"""FsspecStore: the remote tier on any fsspec filesystem (s3fs, gcsfs, local, memory...); ``FsspecRemoteStorageManager``
+is the segment format on it.
 
 Config: ``url`` (e.g. ``memory://bucket/prefix``, ``file:///srv/tier``, ``s3://bucket/prefix``) and
 ``storage_options.<name>`` keys passed to the filesystem (e.g. ``storage_options.endpoint_url``).
@@ -6,29 +7,33 @@ Config: ``url`` (e.g. ``memory://bucket/prefix``, ``file:///srv/tier``, ``s3://b
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, NoReturn
 
 from local.checkpoint import exclusive_write
-from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
+from tiered.backends import BY_NAME
+from tiered.backends.composed import ObjectStoreRemoteStorageManager
 from tiered.backends.long_names import NAME_FILE_SUFFIX, is_name_file, is_shortened, shortened, stored_parts
-from tiered.backends.options import LIBRARY_LOG_REDACTION
 from tiered.errors import ObjectExistsError, RemoteStorageError
+from tiered.options import LIBRARY_LOG_REDACTION, Options, raise_failure, storage_failure
+from tiered.store import ObjectStore, StoreCapabilities, not_found, read_all
 
 _OPTION_PREFIX = "storage_options."
 
 
-class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
-    CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "url")
-    CONFIG_KEY_PREFIXES = (*ObjectStoreRemoteStorageManager.CONFIG_KEY_PREFIXES, _OPTION_PREFIX)
+class FsspecStore(ObjectStore):
+    CONFIG_KEYS = ("url",)
+    CONFIG_KEY_PREFIXES = (_OPTION_PREFIX,)
 
     def configure(self, props: Mapping[str, str]) -> None:
-        super().configure(props)
+        self.options = Options(props, known=self.CONFIG_KEYS, known_prefixes=self.CONFIG_KEY_PREFIXES)
+        self.redact = self.options.redactor
         try:
             import fsspec
         except ImportError as exc:  # pragma: no cover
-            raise RemoteStorageError("the fsspec backend needs fsspec: pip install 'tiered[s3]'") from exc
+            raise RemoteStorageError(f"the fsspec backend needs fsspec: {BY_NAME['fsspec'].install_hint}") from exc
         url = self.options.string("url", required="the fsspec URL of the remote tier, e.g. s3://bucket/prefix")
         assert url is not None
         options: dict[str, Any] = {}
@@ -64,7 +69,11 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
         self._needs_dirs = bool({"file", "local"} & set(protocols))  # object stores have no directories
         # pipe_file(mode="create") is atomic on s3fs (If-None-Match) and, by an exclusive create, on a local
         # filesystem; fsspec's other filesystems check for the file, then write it.
-        self.conditional_writes = self._needs_dirs or bool({"s3", "s3a"} & set(protocols))
+        # A directory tree is seen by every process of the machine; an object store by every machine.
+        self.capabilities = StoreCapabilities(conditional_writes=self._needs_dirs or bool({"s3", "s3a"} & set(protocols)))
+
+    def _fail(self, message: str, exc: BaseException | None, **context: Any) -> NoReturn:
+        raise_failure(storage_failure(self.redact, message, exc, **context))
 
     def _target(self, key: str) -> str:
         """Where ``key`` is written: on a directory tree, its directories made and the original of each component
@@ -89,17 +98,16 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
         return f"{self.root}/{key}" if self.root else key
 
     def __repr__(self) -> str:
-        return f"{type(self).__qualname__}(url={getattr(self, '_display', None)!r}, prefix={self.prefix!r})"
+        return f"{type(self).__qualname__}(url={getattr(self, '_display', None)!r})"
 
-    def put_file(self, key: str, path: Path) -> None:
-        try:
-            self.fs.put_file(str(path), self._target(key))
-        except Exception as exc:
-            self._fail(f"upload of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
-
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+    def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
         path = self._target(key)
         try:
+            if not if_absent and not isinstance(data, bytes | bytearray | memoryview):
+                with self.fs.open(path, "wb") as out:
+                    shutil.copyfileobj(data, out, 8 * 1024 * 1024)
+                return
+            data = read_all(data)
             if not if_absent:
                 self.fs.pipe_file(path, data)
             elif self._needs_dirs:
@@ -122,24 +130,37 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
         except Exception as exc:
             self._fail(f"upload of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
 
-    def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
+    def get(self, key: str) -> bytes:
+        return self._cat(key, 0, None)
+
+    def get_range(self, key: str, start: int, end_inclusive: int) -> bytes:
+        return self._cat(key, start, end_inclusive + 1)
+
+    def _cat(self, key: str, start: int, end: int | None) -> bytes:
         try:
-            return bytes(self.fs.cat_file(self._path(key), start=start, end=None if end_inclusive is None else end_inclusive + 1))
+            return bytes(self.fs.cat_file(self._path(key), start=start, end=end))
         except FileNotFoundError:
-            raise not_found(key) from None
+            raise not_found(key, self._display) from None
         except Exception as exc:
             self._fail(f"get of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
 
-    def delete_many(self, keys: Iterable[str]) -> None:
-        for key in keys:
-            try:
-                self.fs.rm_file(self._path(key))
-            except FileNotFoundError:
-                continue
-            except Exception as exc:
-                self._fail(f"delete of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
+    def size(self, key: str) -> int:
+        try:
+            return int(self.fs.size(self._path(key)))
+        except FileNotFoundError:
+            raise not_found(key, self._display) from None
+        except Exception as exc:
+            self._fail(f"size of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
 
-    def list_keys(self, prefix: str) -> list[str]:
+    def delete(self, key: str) -> None:
+        try:
+            self.fs.rm_file(self._path(key))
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            self._fail(f"delete of {key} failed: {exc}", exc, retriable=isinstance(exc, OSError), key=key)
+
+    def list(self, prefix: str) -> list[str]:
         strip = self.fs._strip_protocol
         root = strip(self.root).rstrip("/") if self.root else ""
         # Keys that begin with ``prefix``: everything under its last whole directory, filtered (``<topic>-`` is the
@@ -168,3 +189,10 @@ class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
 
     def exists(self, key: str) -> bool:
         return bool(self.fs.exists(self._path(key)))
+
+
+class FsspecRemoteStorageManager(ObjectStoreRemoteStorageManager):
+    """The segment format on an :class:`FsspecStore` (``remote.log.storage.manager.class.name=fsspec``)."""
+
+    store_class = FsspecStore
+    store: FsspecStore

@@ -1,33 +1,37 @@
-"""LocalDirRemoteStorageManager: the embedded default remote tier, a directory (like Kafka's LocalTieredStorage).
+"""LocalDirStore: the embedded default remote tier, a directory (like Kafka's LocalTieredStorage).
 
-Config: ``dir`` (required), ``prefix`` (optional). Objects are files named by their keys; writes go through a temp
-file and an atomic rename, ranged reads use ``os.pread``. A key component longer than a file name can be (a
-249-character topic's ``<topic>-<topicId>``) is stored under a shortened name, its original in a file beside it
-(:mod:`tiered.backends.long_names`); every other key is its own path.
+Config: ``dir`` (required). Objects are files named by their keys; writes go through a temp file and an atomic
+rename, ranged reads use ``os.pread``. A key component longer than a file name can be (a 249-character topic's
+``<topic>-<topicId>``) is stored under a shortened name, its original in a file beside it
+(:mod:`tiered.backends.long_names`); every other key is its own path. ``put(..., if_absent=True)`` is an exclusive
+create (a hard link refuses an existing name), and another process configured alike sees the same objects.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import IO, BinaryIO
 
 from local.checkpoint import exclusive_write
-from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
+from tiered.backends.composed import ObjectStoreRemoteStorageManager
 from tiered.backends.long_names import key_of, path_of, write_name_files
 from tiered.errors import ObjectExistsError, RemoteStorageError
+from tiered.options import Options
+from tiered.store import ObjectStore, StoreCapabilities, not_found, read_all
 
 
-class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
+class LocalDirStore(ObjectStore):
     root: Path
-    CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "dir")
-    shared_across_processes = True  # another process configured alike sees the same objects (copier process)
-    conditional_writes = True  # an exclusive create: a hard link refuses an existing name
+    CONFIG_KEYS = ("dir",)
+    capabilities = StoreCapabilities(conditional_writes=True, shared_across_processes=True)
 
     def configure(self, props: Mapping[str, str]) -> None:
-        super().configure(props)
+        self.options = Options(props, known=self.CONFIG_KEYS)
         directory = self.options.string("dir", required="the directory of the local directory remote tier")
         self.root = Path(str(directory))
         try:
@@ -38,7 +42,7 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
             raise self.options.bad("dir", directory, "not a directory")
 
     def __repr__(self) -> str:
-        return f"{type(self).__qualname__}(dir={str(self.root)!r}, prefix={self.prefix!r})"
+        return f"{type(self).__qualname__}(dir={str(getattr(self, 'root', None))!r})"
 
     def _path(self, key: str) -> Path:
         path = path_of(self.root, key).resolve()
@@ -46,19 +50,19 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
             raise RemoteStorageError(f"object key {key!r} escapes the remote directory", key=key)
         return path
 
-    def _write(self, key: str, write: object) -> None:
+    def _write(self, key: str, write: Callable[[IO[bytes]], object]) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_name_files(self.root, key, lambda name_file, data: self._replace(name_file, lambda out: out.write(data)))
         self._replace(path, write)
 
     @staticmethod
-    def _replace(path: Path, write: object) -> None:
+    def _replace(path: Path, write: Callable[[IO[bytes]], object]) -> None:
         head = path.name.encode("utf-8", "surrogateescape")[:200].decode("utf-8", "ignore")  # a temp name fits too
         fd, tmp = tempfile.mkstemp(prefix=f".{head}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as out:
-                write(out)  # type: ignore[operator]
+                write(out)
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, path)
@@ -66,42 +70,41 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def put_file(self, key: str, path: Path) -> None:
-        def copy(out: object) -> None:
-            with open(path, "rb") as src:
-                shutil.copyfileobj(src, out, 8 * 1024 * 1024)  # type: ignore[arg-type]
-
-        self._write(key, copy)
-
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
-        if not if_absent:
+    def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
+        if if_absent:
+            path = self._path(key)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_name_files(self.root, key, lambda name_file, text: self._replace(name_file, lambda out: out.write(text)))
+            try:
+                exclusive_write(path, read_all(data))
+            except FileExistsError:
+                raise ObjectExistsError(f"object {key!r} exists already in {self.root}", key=key) from None
+        elif isinstance(data, bytes | bytearray | memoryview):
             self._write(key, lambda out: out.write(data))
-            return
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_name_files(self.root, key, lambda name_file, text: self._replace(name_file, lambda out: out.write(text)))
-        try:
-            exclusive_write(path, data)
-        except FileExistsError:
-            raise ObjectExistsError(f"object {key!r} exists already in {self.root}", key=key) from None
+        else:
+            self._write(key, lambda out: shutil.copyfileobj(data, out, 8 * 1024 * 1024))
 
     def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
-        def write(out: object) -> None:
+        def write(out: IO[bytes]) -> None:
             for chunk in chunks:
-                out.write(chunk)  # type: ignore[attr-defined]
+                out.write(chunk)
 
         self._write(key, write)
 
-    def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
+    def get(self, key: str) -> bytes:
+        return self._read(key, 0, None)
+
+    def get_range(self, key: str, start: int, end_inclusive: int) -> bytes:
+        return self._read(key, start, end_inclusive)
+
+    def _read(self, key: str, start: int, end_inclusive: int | None) -> bytes:
         try:
             fd = os.open(self._path(key), os.O_RDONLY)
         except FileNotFoundError:
-            raise not_found(key) from None
+            raise not_found(key, str(self.root)) from None
         try:
             size = os.fstat(fd).st_size
             end = size if end_inclusive is None else min(size, end_inclusive + 1)
-            if start >= end:
-                return b""
             chunks = []
             pos = start
             while pos < end:
@@ -114,17 +117,19 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
         finally:
             os.close(fd)
 
+    def open_range(self, key: str, start: int, end_inclusive: int | None = None) -> IO[bytes]:
+        return io.BytesIO(self._read(key, start, end_inclusive))
+
     def size(self, key: str) -> int:
         try:
             return self._path(key).stat().st_size
         except FileNotFoundError:
-            raise not_found(key) from None
+            raise not_found(key, str(self.root)) from None
 
-    def delete_many(self, keys: Iterable[str]) -> None:
-        for key in keys:
-            self._path(key).unlink(missing_ok=True)
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
 
-    def list_keys(self, prefix: str) -> list[str]:
+    def list(self, prefix: str) -> list[str]:
         base = self.root.resolve()  # as _path's: a relative rsm.config.dir lists too
         start = self._path(prefix.rstrip("/")) if prefix.strip("/") else base
         search = start if start.is_dir() else start.parent
@@ -141,3 +146,9 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
 
     def exists(self, key: str) -> bool:
         return self._path(key).exists()
+
+
+class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
+    """The segment format on a :class:`LocalDirStore` (``remote.log.storage.manager.class.name=local``)."""
+
+    store_class = LocalDirStore

@@ -1,7 +1,7 @@
-"""S3RemoteStorageManager: any S3-compatible store through boto3.
+"""S3Store: any S3-compatible store through boto3 (``S3RemoteStorageManager``: the segment format on it).
 
 Config (``rsm.config.*``, each validated: a bad value fails at configure naming the key, the value and the range):
-``bucket`` (required), ``prefix``, ``region``, ``endpoint_url`` (http/https), ``aws_access_key_id``,
+``bucket`` (required), ``region``, ``endpoint_url`` (http/https), ``aws_access_key_id``,
 ``aws_secret_access_key``, ``aws_session_token``, ``path_style`` (true/false), ``sse`` (AES256 or aws:kms),
 ``sse_kms_key_id``, ``multipart_threshold_bytes`` (8 MiB, >= 5 MiB), ``multipart_chunk_size_bytes`` (8 MiB,
 5 MiB..5 GiB), ``max_concurrency`` (4, 1..256), ``connect_timeout_ms`` (10000), ``read_timeout_ms`` (30000, both
@@ -15,7 +15,7 @@ Uploads go through boto3's transfer manager (multipart parts streamed from the f
 memory); reads are ranged GETs. Throttling, 5xx and timeouts are retried with backoff by botocore; what still
 fails is mapped: missing keys -> RemoteResourceNotFoundError, everything else -> RemoteStorageError saying
 whether a retry may help. A missing bucket, missing or rejected credentials and an unreachable endpoint are named
-as such (never "no object ..."). :meth:`S3RemoteStorageManager.check_access` asks once, without retries and with a
+as such (never "no object ..."). :meth:`S3Store.check_access` asks once, without retries and with a
 connect timeout of at most 5 s, whether the bucket can be listed: the CLI calls it before it works, so a wrong
 endpoint, bucket or key fails in seconds with one line naming it.
 """
@@ -26,12 +26,13 @@ import io
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import IO, Any, NoReturn, cast
+from typing import IO, Any, BinaryIO, NoReturn, cast
 
-from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
-from tiered.backends.options import LIBRARY_LOG_REDACTION
+from tiered.backends import BY_NAME
+from tiered.backends.composed import ObjectStoreRemoteStorageManager
 from tiered.errors import ObjectExistsError, RemoteConfigError, RemoteStorageError, RemoteStorageTimeoutError
+from tiered.options import LIBRARY_LOG_REDACTION, Options, Redactor, storage_failure
+from tiered.store import ObjectStore, StoreCapabilities, not_found
 
 logger = logging.getLogger(__name__)
 
@@ -49,25 +50,27 @@ _LIBRARY_LOGGERS = ("botocore", "botocore.endpoint", "botocore.auth", "botocore.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$", re.IGNORECASE)
 
 
-class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
+class S3Store(ObjectStore):
     bucket: str
-    fetch_streams = True  # fetch_log_segment hands back the GET's body, read as it arrives
+    # streams: open_range hands back the GET's body, read as it arrives; multipart: put_stream uploads parts.
     # S3's conditional PUT (If-None-Match: *): AWS since 2024-08; SeaweedFS and LocalStack serialize racing creates
     # too, moto honours the header without serializing (the conformance suite races claimants on each server).
-    conditional_writes = True
-    CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "bucket", "region", "endpoint_url",
+    capabilities = StoreCapabilities(streams=True, multipart=True, conditional_writes=True)
+    redact: Redactor = Redactor()
+    CONFIG_KEYS = ("bucket", "region", "endpoint_url",
                    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "path_style", "sse",
                    "sse_kms_key_id", "multipart_threshold_bytes", "multipart_chunk_size_bytes", "max_concurrency",
                    "connect_timeout_ms", "read_timeout_ms", "max_attempts", "retry_mode")
 
     def configure(self, props: Mapping[str, str]) -> None:
-        super().configure(props)
+        self.options = Options(props, known=self.CONFIG_KEYS)
+        self.redact = self.options.redactor
         try:
             import boto3
             from boto3.s3.transfer import TransferConfig
             from botocore.config import Config
         except ImportError:  # pragma: no cover - the s3 extra is part of the test install
-            raise RemoteStorageError("the S3 backend needs boto3: pip install 'tiered[s3]'") from None
+            raise RemoteStorageError(f"the S3 backend needs boto3: {BY_NAME['s3'].install_hint}") from None
         o = self.options
         bucket = o.string("bucket", required="the S3 bucket of the remote tier")
         assert bucket is not None
@@ -127,8 +130,11 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         )
 
     def __repr__(self) -> str:
-        return (f"{type(self).__qualname__}(bucket={getattr(self, 'bucket', None)!r}, prefix={self.prefix!r}, "
+        return (f"{type(self).__qualname__}(bucket={getattr(self, 'bucket', None)!r}, "
                 f"endpoint_url={getattr(self, '_endpoint', None)!r})")
+
+    def _failure(self, message: str, exc: BaseException | None, **context: Any) -> RemoteStorageError:
+        return storage_failure(self.redact, message, exc, **context)
 
     @property
     def endpoint(self) -> str:
@@ -136,7 +142,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         return self._endpoint or f"AWS S3 ({self._client_args.get('region_name') or 'default region'})"
 
     def check_access(self) -> None:
-        """List at most one key of the bucket under the prefix, once (no retries), with a connect timeout of at
+        """List at most one key of the bucket, once (no retries), with a connect timeout of at
         most 5 s. Raises RemoteStorageError naming an unreachable endpoint, a missing bucket or rejected
         credentials; RemoteConfigError when no credentials are found at all."""
         import boto3
@@ -148,7 +154,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         ))
         client = boto3.session.Session().client("s3", config=probe_config, **self._client_args)
         try:
-            listing = client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+            listing = client.list_objects_v2(Bucket=self.bucket, MaxKeys=1)
             if "IsTruncated" not in listing and "Name" not in listing:  # any 200 parses: S3's always has these
                 raise self._not_s3(listing.get("ResponseMetadata", {}).get("HTTPStatusCode"), "a listing")
         except RemoteStorageError:
@@ -157,7 +163,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             if _error_code(exc) == "":  # an HTTP error with no S3 error document: another kind of server
                 raise self._not_s3(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode"),  # type: ignore[attr-defined]
                                    "an S3 error document") from None
-            err = self.storage_error(exc, "list", self.prefix)
+            err = self.storage_error(exc, "list", "")
             if isinstance(err, FileNotFoundError):  # a 404 listing a bucket: no such bucket (or not an S3 server)
                 raise self._failure(f"the bucket {self.bucket!r} does not exist at {self.endpoint} (HTTP 404 listing "
                                     "it): create it first or fix rsm.config.bucket and rsm.config.endpoint_url",
@@ -223,14 +229,16 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             return self._failure(f"S3 {action} of s3://{self.bucket}/{key}: {exc}", exc, retriable=True, key=key)
         return self._failure(f"S3 {action} of s3://{self.bucket}/{key} failed: {exc}", exc, key=key)
 
-    def put_file(self, key: str, path: Path) -> None:
-        try:
-            self.client.upload_file(str(path), self.bucket, key, ExtraArgs=self.extra_args or None,
-                                    Config=self.transfer_config)
-        except Exception as exc:
-            _reraise(self.storage_error(exc, "upload", key))
-
-    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+    def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
+        if not isinstance(data, bytes | bytearray | memoryview) and not if_absent:
+            try:  # the transfer manager: multipart parts streamed from the file, never the whole of it in memory
+                self.client.upload_fileobj(data, self.bucket, key, ExtraArgs=self.extra_args or None,
+                                           Config=self.transfer_config)
+            except Exception as exc:
+                _reraise(self.storage_error(exc, "upload", key))
+            return
+        if not isinstance(data, bytes | bytearray | memoryview):
+            data = data.read()
         condition = {"IfNoneMatch": "*"} if if_absent else {}
         try:
             self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **condition, **self.extra_args)
@@ -293,11 +301,15 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
                     raise
                 _reraise(self.storage_error(exc, action, key))
 
-    def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
+    def get(self, key: str) -> bytes:
+        with self.open_range(key, 0) as stream:
+            return stream.read()
+
+    def get_range(self, key: str, start: int, end_inclusive: int) -> bytes:
         with self.open_range(key, start, end_inclusive) as stream:
             return stream.read()
 
-    def open_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> IO[bytes]:
+    def open_range(self, key: str, start: int, end_inclusive: int | None = None) -> IO[bytes]:
         """The GET's body as a stream: bytes come off the connection as they are read, and an error while reading
         is mapped as a failed GET is."""
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
@@ -313,6 +325,15 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             _reraise(self.storage_error(exc, "get", key))
         return cast(IO[bytes], _Body(self, key, response["Body"]))
 
+    def size(self, key: str) -> int:
+        try:
+            return int(self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
+        except Exception as exc:
+            _reraise(self.storage_error(exc, "head", key))
+
+    def delete(self, key: str) -> None:
+        self.delete_many([key])
+
     def delete_many(self, keys: Iterable[str]) -> None:
         batch = [{"Key": k} for k in keys]
         for i in range(0, len(batch), 1000):
@@ -324,7 +345,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             if errors:
                 raise self._failure(f"S3 delete of {len(errors)} object(s) failed: {errors[:3]}", None, retriable=True)
 
-    def list_keys(self, prefix: str) -> list[str]:
+    def list(self, prefix: str) -> list[str]:
         keys: list[str] = []
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
@@ -372,7 +393,7 @@ def _first_line(value: object) -> str:
 
 
 def _reraise(err: RemoteStorageError) -> NoReturn:
-    """Raise a mapped error chained as :meth:`S3RemoteStorageManager._error` decided (not to an error that mentions a
+    """Raise a mapped error chained as :meth:`S3Store.storage_error` decided (not to an error that mentions a
     secret)."""
     raise err from err.__cause__
 
@@ -381,7 +402,7 @@ class _Body(io.BufferedIOBase):
     """A GET's streaming body whose read errors (reset connections, read timeouts, short bodies) come out as
     RemoteStorageError like those of the request."""
 
-    def __init__(self, rsm: S3RemoteStorageManager, key: str, body: Any) -> None:
+    def __init__(self, rsm: S3Store, key: str, body: Any) -> None:
         self._rsm, self._key, self._body = rsm, key, body
 
     def readable(self) -> bool:
@@ -404,3 +425,10 @@ class _Body(io.BufferedIOBase):
         if not self.closed:
             self._body.close()
         super().close()
+
+
+class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
+    """The segment format on an :class:`S3Store` (``remote.log.storage.manager.class.name=s3``)."""
+
+    store_class = S3Store
+    store: S3Store

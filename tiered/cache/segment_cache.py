@@ -80,7 +80,7 @@ class RemoteSegmentCache:
         self._rsm = rsm
         self._checksums = checksums
         self.chunks = chunks
-        self._streams = bool(getattr(rsm, "fetch_streams", False))
+        self._streams = rsm.fetch_streams
         self._sources: OrderedDict[RemoteLogSegmentId, _Source] = OrderedDict()
         self._lock = threading.Lock()
 

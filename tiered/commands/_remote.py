@@ -1,9 +1,9 @@
 """What the commands that talk to the remote tier share: a first contact that fails fast and names what is wrong,
 the remote metadata of a partition read from the store alone, and the topics the store holds.
 
-:func:`check_remote_access` builds the configured plugin and, when it offers ``check_access()`` (the S3 backend
-does), asks it once whether the bucket can be listed: an unreachable endpoint, a missing bucket or rejected
-credentials fail in seconds with one line, before any data dir is opened.
+:func:`check_remote_access` builds the configured plugin and, when it is built on an object store, asks the store
+once whether it answers (:meth:`tiered.ObjectStore.check_access`; the S3 store lists the bucket): an unreachable
+endpoint, a missing bucket or rejected credentials fail in seconds with one line, before any data dir is opened.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from tiered.commands._common import UsageError
 
 if TYPE_CHECKING:
     from local.config import LogConfig
-    from tiered.backends.base import ObjectStoreRemoteStorageManager
     from tiered.metadata import RemoteLogMetadataStore
+    from tiered.rsm import RemoteStorageManager
+    from tiered.store import ObjectStore
 
 REMOTE_TIER_HINT = (
     "set remote.log.storage.system.enable=true and remote.log.storage.manager.class.name (with its rsm.config.* "
@@ -39,21 +40,28 @@ def check_remote_access(config: LogConfig) -> None:
     if not remote_tier_enabled(config):
         return
     rsm = load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
-    try:  # any plugin (a custom one need not have the object API): only those with a check are asked
-        probe = getattr(rsm, "check_access", None)
-        if callable(probe):
-            probe()
+    try:  # any plugin (a custom one need not be built on an object store): only a store is asked
+        if rsm.object_store is not None:
+            rsm.object_store.check_access()
     finally:
         rsm.close()
 
 
 @contextlib.contextmanager
 def remote_store(config: LogConfig, *, check: bool = True, reader: bool = False) -> Iterator[RemoteLogMetadataStore]:
-    """The remote metadata store of the configured plugin (which must have the object API), closed on exit.
-    ``check``: let the plugin check its store first. ``reader``: the caller only reads (status, attach), so the
-    local-directory tier's missing directory is an error rather than a directory to create."""
-    from tiered.backends import ALIASES, load_rsm
-    from tiered.backends.base import ObjectStoreRemoteStorageManager
+    """The remote metadata store of the configured plugin (see :func:`remote_plugin`), closed on exit."""
+    with remote_plugin(config, check=check, reader=reader) as (_, store):
+        yield store
+
+
+@contextlib.contextmanager
+def remote_plugin(
+    config: LogConfig, *, check: bool = True, reader: bool = False
+) -> Iterator[tuple[RemoteStorageManager, RemoteLogMetadataStore]]:
+    """The configured plugin (which must be built on an object store) and the remote metadata store in its bucket,
+    closed on exit. ``check``: let the store check it answers first. ``reader``: the caller only reads (status,
+    attach), so the local-directory tier's missing directory is an error rather than a directory to create."""
+    from tiered.backends import BY_NAME, load_rsm
     from tiered.errors import RemoteStorageError
     from tiered.metadata import RemoteLogMetadataStore
 
@@ -61,24 +69,24 @@ def remote_store(config: LogConfig, *, check: bool = True, reader: bool = False)
         raise UsageError(f"the remote tier is not enabled: {REMOTE_TIER_HINT}")
     class_name = config.remote_log_storage_manager_class_name
     directory = config.rsm_config.get("dir")
-    is_local = ALIASES.get(class_name, class_name) == ALIASES["local"]
+    is_local = class_name in ("local", BY_NAME["local"].class_path)
     if reader and is_local and directory and not Path(directory).is_dir():
         # Configuring the local-directory tier creates its directory: a reader must not (nothing to read there).
         raise RemoteStorageError(f"the remote tier's directory {directory} (rsm.config.dir) does not exist")
     rsm = load_rsm(class_name, config.rsm_config)
     try:
-        probe = getattr(rsm, "check_access", None)
-        if check and callable(probe):
-            probe()
-        if not isinstance(rsm, ObjectStoreRemoteStorageManager):
-            raise UsageError(f"the remote storage manager {type(rsm).__qualname__} has no object API: its remote "
-                             "metadata cannot be read from the store")
-        yield RemoteLogMetadataStore.in_bucket(rsm)
+        store = rsm.object_store
+        if store is None:
+            raise UsageError(f"the remote storage manager {type(rsm).__qualname__} is not built on an object store: "
+                             "its remote metadata cannot be read from the store")
+        if check:
+            store.check_access()
+        yield rsm, RemoteLogMetadataStore.in_bucket(rsm)
     finally:
         rsm.close()
 
 
-def topic_ids_in_store(store: ObjectStoreRemoteStorageManager, prefix: str, topic: str) -> dict[uuid.UUID, set[int]]:
+def topic_ids_in_store(store: ObjectStore, prefix: str, topic: str) -> dict[uuid.UUID, set[int]]:
     """Every topic id the store holds remote metadata of for ``topic``, with the partitions of each: keys
     ``<prefix>/<topic>-<22-char id>/<partition>/__remote_log_metadata/...`` (a topic named ``<topic>-x`` is not
     mistaken for it: the id must be the whole rest of the name)."""
@@ -86,7 +94,7 @@ def topic_ids_in_store(store: ObjectStoreRemoteStorageManager, prefix: str, topi
 
     head = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
     found: dict[uuid.UUID, set[int]] = {}
-    for key in store.list_keys(f"{head}{topic}-"):
+    for key in store.list(f"{head}{topic}-"):
         parts = key[len(head):].split("/")
         if len(parts) < 4 or parts[2] != layout.METADATA_DIR:
             continue

@@ -83,13 +83,13 @@ def run(args: argparse.Namespace) -> int:
 
 def attach(config: Any, topic: str, topic_id_text: str | None = None) -> list[str]:
     """Adopt ``topic`` from the remote store into the data dirs; one line per partition saying what it holds."""
-    from tiered.commands._remote import remote_store
+    from tiered.commands._remote import remote_plugin
     from tiered.composition import open_log_manager
 
-    with remote_store(config, reader=True) as store:
+    with remote_plugin(config, reader=True) as (rsm, store):
         topic_id = _pick_topic_id(store, topic, topic_id_text)
         remote = [_remote_partition(store, topic, topic_id, p) for p in sorted(_partitions(store, topic, topic_id))]
-        snapshots = {r.partition: _snapshot(store, r) for r in remote if r.last_segment is not None}
+        snapshots = {r.partition: _snapshot(rsm, r) for r in remote if r.last_segment is not None}
         with _locked(config.log_dirs):
             placed = _check_existing(config, topic, topic_id, [r.partition for r in remote])
             claims = {r.partition: _claim(config, store, TopicIdPartition(topic_id, topic, r.partition), r)
@@ -198,13 +198,13 @@ def _remote_partition(store: Any, topic: str, topic_id: uuid.UUID, partition: in
     )
 
 
-def _snapshot(store: Any, remote: RemotePartition) -> bytes | None:
+def _snapshot(rsm: Any, remote: RemotePartition) -> bytes | None:
     """The producer snapshot uploaded with the last remote segment (None when it has none)."""
     from tiered.errors import RemoteResourceNotFoundError
     from tiered.rsm import IndexType
 
     try:
-        with store.store.fetch_index(remote.last_segment, IndexType.PRODUCER_SNAPSHOT) as f:
+        with rsm.fetch_index(remote.last_segment, IndexType.PRODUCER_SNAPSHOT) as f:
             data = f.read()
     except RemoteResourceNotFoundError:
         return None

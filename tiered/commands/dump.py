@@ -28,8 +28,9 @@ def _key_provider(args: argparse.Namespace) -> object:
     if not getattr(args, "config", None):
         return None
     from local.properties import read_properties
-    from tiered.backends.options import PREFIX, Options, format_settings
     from tiered.format.keyring import RsaKeyRing, load_key_provider
+    from tiered.format.settings import format_settings
+    from tiered.options import PREFIX, Options
 
     props = read_properties(args.config)
     settings = format_settings(Options({k[len(PREFIX):]: v for k, v in props.items() if k.startswith(PREFIX)}))

@@ -26,9 +26,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tiered.backends import load_rsm
-    from tiered.backends.base import MANIFEST_SUFFIX, ObjectStoreRemoteStorageManager
+    from tiered.backends.composed import ObjectStoreRemoteStorageManager
     from tiered.errors import TieredStorageError
     from tiered.format import SegmentManifest
+    from tiered.format.manifest import MANIFEST_SUFFIX
 
     config = load_config(args)
     if not config.remote_log_storage_system_enable:
@@ -36,8 +37,11 @@ def run(args: argparse.Namespace) -> int:
                          "remote.log.storage.manager.class.name and rsm.config.* (pass --config FILE)")
     rsm = load_rsm(config.remote_log_storage_manager_class_name, dict(config.rsm_config))
     try:
-        if not isinstance(rsm, ObjectStoreRemoteStorageManager):
-            raise UsageError(f"{type(rsm).__qualname__} has no object API: its segments' keys cannot be rotated")
+        if not isinstance(rsm, ObjectStoreRemoteStorageManager):  # the format's settings and key ring are its own
+            raise UsageError(f"{type(rsm).__qualname__} does not store segments in the segment format (it is not an "
+                             "object store's RemoteStorageManager): its segments' keys cannot be rotated")
+        store = rsm.store
+        store.check_access()
         provider = rsm.key_provider
         new_id = args.new_key_pair_id
         if provider is None:
@@ -45,10 +49,10 @@ def run(args: argparse.Namespace) -> int:
                              "the ones the segments are wrapped under)")
         _check_new_key(provider, new_id)
         counts = {"rewrapped": 0, "already": 0, "plain": 0, "failed": 0}
-        keys = [k for k in rsm.list_keys(f"{rsm.prefix}/" if rsm.prefix else "") if k.endswith(MANIFEST_SUFFIX)]
+        keys = sorted(k for k in store.list(f"{rsm.prefix}/" if rsm.prefix else "") if k.endswith(MANIFEST_SUFFIX))
         for key in keys:
             try:
-                manifest = SegmentManifest.decode(rsm.get_range(key))
+                manifest = SegmentManifest.decode(store.get(key))
                 env = manifest.envelope
                 if env is None:
                     counts["plain"] += 1
@@ -57,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
                     counts["already"] += 1
                     continue
                 if not args.dry_run:
-                    _rewrap(rsm, provider, key, manifest, new_id)
+                    _rewrap(store, provider, key, manifest, new_id)
                 counts["rewrapped"] += 1
             except (TieredStorageError, ValueError, OSError) as exc:
                 counts["failed"] += 1
@@ -83,7 +87,7 @@ def _check_new_key(provider: Any, new_id: str) -> None:
         raise UsageError(f"--new-key-pair-id {new_id}: {exc}") from None
 
 
-def _rewrap(rsm: Any, provider: Any, key: str, manifest: Any, new_id: str) -> None:
+def _rewrap(store: Any, provider: Any, key: str, manifest: Any, new_id: str) -> None:
     """Rewrite one manifest with its data key wrapped under ``new_id``; checked to unwrap back before it is written."""
     from tiered.errors import RemoteStorageError
     from tiered.format import Envelope
@@ -93,4 +97,4 @@ def _rewrap(rsm: Any, provider: Any, key: str, manifest: Any, new_id: str) -> No
     kid, algorithm, wrapped = provider.wrap(data_key, new_id)
     if provider.unwrap(kid, algorithm, wrapped) != data_key:
         raise RemoteStorageError(f"the data key wrapped under {kid} does not unwrap to itself: {key} left unchanged")
-    rsm.put_bytes(key, manifest.with_envelope(Envelope(kid, algorithm, wrapped)).encode())
+    store.put(key, manifest.with_envelope(Envelope(kid, algorithm, wrapped)).encode())

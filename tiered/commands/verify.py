@@ -68,9 +68,8 @@ def run(args: argparse.Namespace) -> int:
     rsm = _remote_tier(config) if args.remote or args.remote_only else None
     remote_by_default = bool(config.topic_config().remote_storage_enable)
     try:
-        probe = getattr(rsm, "check_access", None)
-        if callable(probe):  # an unreachable endpoint, a missing bucket or bad credentials: one line, at once
-            probe()
+        if rsm is not None and rsm.object_store is not None:
+            rsm.object_store.check_access()  # an unreachable endpoint, a missing bucket or bad credentials: at once
         with _progress(enabled=not args.json and sys.stdout.isatty()) as progress:
             result = scrub(dirs, rsm, topic=args.topic, progress=progress, remote_by_default=remote_by_default)
     finally:
@@ -86,7 +85,6 @@ def run(args: argparse.Namespace) -> int:
 def _remote_tier(config: Any) -> Any:
     """The configured plugin, loaded without creating anything (a local-directory tier's missing dir is an error,
     not a directory to make)."""
-    from tiered.backends.base import ObjectStoreRemoteStorageManager
     from tiered.composition import build_remote_storage_manager
     from tiered.errors import TieredStorageError
 
@@ -100,10 +98,10 @@ def _remote_tier(config: Any) -> Any:
         rsm = build_remote_storage_manager(config)
     except (TieredStorageError, ValueError) as exc:
         raise UsageError(f"cannot load the remote tier: {exc}") from exc
-    if not isinstance(rsm, ObjectStoreRemoteStorageManager):
+    if rsm.object_store is None:
         rsm.close()
-        raise UsageError(f"{type(rsm).__qualname__} has no object API (listing, ranged reads): its remote tier "
-                         "cannot be verified")
+        raise UsageError(f"{type(rsm).__qualname__} is not built on an object store (listing, ranged reads): its "
+                         "remote tier cannot be verified")
     return rsm
 
 

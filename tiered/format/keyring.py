@@ -23,8 +23,8 @@ from typing import Protocol, runtime_checkable
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
-from tiered.backends.options import FormatSettings
 from tiered.errors import EncryptionKeyNotFoundError, RemoteConfigError, RemoteStorageError
+from tiered.format.settings import FormatSettings
 
 RSA_OAEP = "RSA-OAEP-SHA512"
 

@@ -23,8 +23,15 @@ import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tiered.errors import RemoteResourceNotFoundError, RemoteStorageError
+
+if TYPE_CHECKING:
+    from tiered.store import ObjectStore
+
+MANIFEST_SUFFIX = ".rsm-manifest"  # the manifest object of a segment: <segment key><suffix>
+PACKED_INDEXES_SUFFIX = ".indexes"  # its packed indexes
 FORMAT = "tiered-segment-manifest"
 VERSION = 1
 CIPHER = "AES-256-GCM"
@@ -173,3 +180,20 @@ class SegmentManifest:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
+
+
+def read_manifest(store: ObjectStore, key: str, segment_id: str) -> SegmentManifest | None:
+    """The manifest object ``key`` of segment ``segment_id`` (Kafka's base64 form), None when there is none (a
+    segment in the plain layout); RemoteStorageError when it cannot be read or describes another segment."""
+    try:
+        raw = store.get(key)
+    except RemoteResourceNotFoundError:
+        return None
+    try:
+        manifest = SegmentManifest.decode(raw)
+    except ValueError as exc:
+        raise RemoteStorageError(f"segment manifest {key} cannot be read: {exc}", key=key) from exc
+    if manifest.segment_id != segment_id:
+        raise RemoteStorageError(f"segment manifest {key} describes segment {manifest.segment_id}, not "
+                                 f"{segment_id}: refused", key=key)
+    return manifest

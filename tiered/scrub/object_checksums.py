@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tiered.backends.base import ObjectStoreRemoteStorageManager
 from tiered.checksums import LOG, MIB, ChecksumProblem, SegmentChecksums, check_range, object_name
 from tiered.errors import RemoteResourceNotFoundError, RemoteStorageError
 from tiered.metadata import RemoteLogMetadataStore
@@ -76,9 +75,9 @@ def _resolve(
     if isinstance(checksums, SegmentChecksums):
         return checksums
     if checksums is None:
-        if not isinstance(rsm, ObjectStoreRemoteStorageManager):
+        if rsm.object_store is None:
             return None
-        checksums = RemoteLogMetadataStore(rsm)
+        checksums = RemoteLogMetadataStore.in_bucket(rsm)
     return checksums.segment_checksums(md)
 
 

@@ -2,7 +2,7 @@
 
 Read-only: it lists keys and reads objects (metadata events with ``get_range``, segments through the plugin's
 ``fetch_log_segment``/``fetch_index``), never writes, deletes or cleans up. It needs a backend with the object
-API (:class:`tiered.backends.base.ObjectStoreRemoteStorageManager`): listing the bucket is how orphans are found.
+store (the plugin's ``object_store``, a :class:`tiered.ObjectStore`): listing the bucket is how orphans are found.
 
 Per partition found in the store (``<prefix>/<topic>-<topicId>/<partition>/``):
 
@@ -39,6 +39,7 @@ from typing import Any
 from local.records.constants import INT32_MAX
 from tiered import layout
 from tiered.errors import RemoteChunkError, RemoteResourceNotFoundError, TieredStorageError
+from tiered.format.manifest import MANIFEST_SUFFIX, PACKED_INDEXES_SUFFIX, SegmentManifest, read_manifest
 from tiered.ownership import OwnerRecord, within_lineage
 from tiered.rsm import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tiered.scrub.batches import CHUNK_BYTES, BatchScanner, Progress
@@ -51,14 +52,15 @@ from tiered.scrub.files import (
     offset_entry_sizes_of_bytes,
 )
 from tiered.scrub.report import PartitionReport, Problem
+from tiered.store import ObjectStore
 
 S = RemoteLogSegmentState
 _ID = r"[A-Za-z0-9_-]{22}"
 _SEGMENT_OBJECT = re.compile(rf"^(\d{{20}})-({_ID})\.(.+)$")
 _METADATA_OBJECT = re.compile(rf"^(\d{{20}})-({_ID})\.(\d+)\.json$")
 _REQUIRED = (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.PRODUCER_SNAPSHOT, IndexType.LEADER_EPOCH)
-_MANIFEST = ".rsm-manifest"  # tiered.backends.base.MANIFEST_SUFFIX / PACKED_INDEXES_SUFFIX
-_PACKED = ".indexes"
+_MANIFEST = MANIFEST_SUFFIX
+_PACKED = PACKED_INDEXES_SUFFIX
 _SUFFIX_NAMES = {layout.LOG_SUFFIX.lstrip("."): layout.LOG_SUFFIX, **{t.suffix.lstrip("."): t.suffix for t in IndexType},
                  _MANIFEST[1:]: _MANIFEST, _PACKED[1:]: _PACKED}
 
@@ -151,13 +153,14 @@ class RemoteScrub:
 
     def __init__(self, rsm: Any, *, progress: Progress, add_total: Callable[[int], None]) -> None:
         self.rsm = rsm
-        self.prefix = str(getattr(rsm, "prefix", "") or "")
+        self.store: ObjectStore = rsm.object_store
+        self.prefix = rsm.prefix
         self.progress = progress
         self.add_total = add_total
         self.report = RemoteReport(f"{type(rsm).__module__}.{type(rsm).__qualname__}", self.prefix)
 
     def discover(self) -> dict[TopicIdPartition, _RemotePartition]:
-        keys = self.rsm.list_keys(f"{self.prefix}/" if self.prefix else "")
+        keys = self.store.list_keys(f"{self.prefix}/" if self.prefix else "")
         self.report.objects = len(keys)
         return _group_keys(keys, self.prefix, self.report)
 
@@ -168,7 +171,7 @@ class RemoteScrub:
         for key in group.metadata_keys:
             start, sid, state = _METADATA_OBJECT.match(key.rsplit("/", 1)[1]).groups()  # type: ignore[union-attr]
             try:
-                data = self.rsm.get_range(key)
+                data = self.store.get(key)
             except (TieredStorageError, OSError) as exc:
                 out.problems.append(Problem("unreadable", f"cannot read remote metadata: {exc}", object=key))
                 continue
@@ -197,7 +200,7 @@ class RemoteScrub:
         for key in group.owner_keys:
             epoch = layout.owner_epoch_of_key(key)
             try:
-                record = OwnerRecord.decode(self.rsm.get_range(key))
+                record = OwnerRecord.decode(self.store.get(key))
             except (TieredStorageError, OSError) as exc:
                 out.problems.append(Problem("unreadable", f"cannot read the owner record: {exc}", object=key))
                 continue
@@ -278,13 +281,17 @@ class RemoteScrub:
                                                  int(md.state)), offset=md.start_offset))
         return kept
 
+    def _manifest(self, md: RemoteLogSegmentMetadata) -> SegmentManifest | None:
+        return read_manifest(self.store, layout.segment_key(self.prefix, md, _MANIFEST),
+                             layout.kafka_uuid(md.remote_log_segment_id.id))
+
     def _manifest_layout(self, md: RemoteLogSegmentMetadata, present: dict[str, str], keys: dict[str, str],
                          out: PartitionReport) -> dict[str, str] | None:
         """For a segment in the manifest layout: the objects that hold its parts (each index present maps to the
         packed ``.indexes`` object), or None when its manifest cannot be read (reported)."""
         manifest_key = present[_MANIFEST]
         try:
-            manifest = self.rsm.manifest(md)
+            manifest = self._manifest(md)
         except (TieredStorageError, OSError) as exc:
             out.problems.append(Problem("unreadable", f"cannot read the segment manifest: {exc}", object=manifest_key))
             return None
@@ -309,7 +316,7 @@ class RemoteScrub:
                                         f"{_PACKED} object is there): its chunks cannot be read without it",
                                         object=layout.segment_key(self.prefix, md, _MANIFEST), offset=md.start_offset))
             return
-        if _MANIFEST in present and hasattr(self.rsm, "manifest"):
+        if _MANIFEST in present:
             found = self._manifest_layout(md, present, keys, out)
             if found is None:
                 return
@@ -359,15 +366,15 @@ class RemoteScrub:
     def _failed_position(self, md: RemoteLogSegmentMetadata, exc: Exception, scanned: int) -> int:
         """Where in the segment a read failed: a refused stored chunk's own start (the scan may not have reached it:
         a window of chunks is fetched at once), else how far the scan got."""
-        if isinstance(exc, RemoteChunkError) and hasattr(self.rsm, "manifest"):
-            manifest = self.rsm.manifest(md)  # cached by the read that failed
+        if isinstance(exc, RemoteChunkError):
+            manifest = self._manifest(md)
             if manifest is not None:
                 return int(exc.chunk) * manifest.chunk_size
         return scanned
 
     def _log_chunks(self, md: RemoteLogSegmentMetadata) -> Iterator[bytes]:
         """The remote ``.log`` in chunks: one streamed GET when the backend streams, else ranged fetches."""
-        if getattr(self.rsm, "fetch_streams", False):
+        if self.rsm.fetch_streams:
             stream = self.rsm.fetch_log_segment(md, 0)
             try:
                 while chunk := stream.read(CHUNK_BYTES):
