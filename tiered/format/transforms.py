@@ -47,39 +47,96 @@ def new_data_key() -> bytes:
     return os.urandom(DATA_KEY_BYTES)
 
 
-class ChunkCodec:
-    """Transforms the chunks of one segment: zstd at ``level`` when it is not None, AES-256-GCM under ``data_key``
-    when it is not None. Safe to share between threads."""
+class ChunkTransform:
+    """One step of a chunk's transformation; its :attr:`name` is what the manifest lists in ``transforms``. A
+    transform keeps no state between chunks but per-thread (de)compressors: safe to share between threads."""
 
-    def __init__(self, segment_id: uuid.UUID, *, level: int | None = None, data_key: bytes | None = None) -> None:
-        if data_key is not None and len(data_key) != DATA_KEY_BYTES:
-            raise ValueError(f"an AES-256 data key has {DATA_KEY_BYTES} bytes, got {len(data_key)}")
-        self.segment_id = segment_id
+    name: str
+
+    def encode(self, obj: str, index: int, size: int, data: bytes) -> bytes:
+        """``data`` (the previous step's output for chunk ``index`` of ``obj``, whose original length is ``size``)
+        transformed."""
+        raise NotImplementedError
+
+    def decode(self, obj: str, index: int, size: int, data: bytes) -> bytes:
+        """:meth:`encode` undone; ValueError saying why when ``data`` is refused."""
+        raise NotImplementedError
+
+
+class Zstd(ChunkTransform):
+    """zstd at ``level``; a decompressed chunk is never longer than its original length."""
+
+    name = "zstd"
+
+    def __init__(self, level: int) -> None:
         self.level = level
-        self._aead = AESGCM(data_key) if data_key is not None else None
         self._local = threading.local()
 
-    @property
-    def identity(self) -> bool:
-        return self.level is None and self._aead is None
-
-    def _compressor(self) -> zstandard.ZstdCompressor:
+    def encode(self, obj: str, index: int, size: int, data: bytes) -> bytes:
         c = getattr(self._local, "compressor", None)
         if c is None:
-            c = self._local.compressor = zstandard.ZstdCompressor(level=self.level or 3)
-        return c
+            c = self._local.compressor = zstandard.ZstdCompressor(level=self.level or 3)  # 0: the default
+        return bytes(c.compress(data))
 
-    def _decompressor(self) -> zstandard.ZstdDecompressor:
+    def decode(self, obj: str, index: int, size: int, data: bytes) -> bytes:
         d = getattr(self._local, "decompressor", None)
         if d is None:
             d = self._local.decompressor = zstandard.ZstdDecompressor()
-        return d
+        try:
+            return bytes(d.decompress(data, max_output_size=size))
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"zstd cannot decompress it: {exc}") from None
+
+
+class AesGcm(ChunkTransform):
+    """AES-256-GCM under the segment's data key: a fresh random nonce in front, the tag behind, the chunk's place
+    (:func:`chunk_aad`) authenticated with it."""
+
+    name = "aes-256-gcm"
+
+    def __init__(self, segment_id: uuid.UUID, data_key: bytes) -> None:
+        if len(data_key) != DATA_KEY_BYTES:
+            raise ValueError(f"an AES-256 data key has {DATA_KEY_BYTES} bytes, got {len(data_key)}")
+        self.segment_id = segment_id
+        self._aead = AESGCM(data_key)
+
+    def encode(self, obj: str, index: int, size: int, data: bytes) -> bytes:
+        nonce = os.urandom(NONCE_BYTES)
+        return nonce + self._aead.encrypt(nonce, data, chunk_aad(self.segment_id, obj, index, size))
+
+    def decode(self, obj: str, index: int, size: int, data: bytes) -> bytes:
+        if len(data) < NONCE_BYTES + TAG_BYTES:
+            raise ValueError(f"{len(data)} bytes cannot hold a nonce and a tag")
+        try:
+            return self._aead.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], chunk_aad(self.segment_id, obj, index, size))
+        except InvalidTag:
+            raise ValueError("AES-GCM authentication failed (altered, moved from another position or segment, or "
+                             "the data key is wrong)") from None
+
+
+class ChunkCodec:
+    """The transforms of one segment's chunks, in the order they apply on write (:class:`Zstd` at ``level`` when it
+    is not None, then :class:`AesGcm` under ``data_key`` when it is not None), undone in reverse on read. Safe to
+    share between threads."""
+
+    def __init__(self, segment_id: uuid.UUID, *, level: int | None = None, data_key: bytes | None = None) -> None:
+        self.segment_id = segment_id
+        self.level = level
+        steps: list[ChunkTransform] = []
+        if level is not None:
+            steps.append(Zstd(level))
+        if data_key is not None:
+            steps.append(AesGcm(segment_id, data_key))
+        self.transforms: tuple[ChunkTransform, ...] = tuple(steps)
+
+    @property
+    def identity(self) -> bool:
+        return not self.transforms
 
     def encode(self, obj: str, index: int, plain: bytes) -> bytes:
-        data = self._compressor().compress(plain) if self.level is not None else plain
-        if self._aead is not None:
-            nonce = os.urandom(NONCE_BYTES)
-            data = nonce + self._aead.encrypt(nonce, data, chunk_aad(self.segment_id, obj, index, len(plain)))
+        data = plain
+        for step in self.transforms:
+            data = step.encode(obj, index, len(plain), data)
         return data
 
     def decode(self, obj: str, index: int, stored: bytes, size: int, crc: int, *, key: str) -> bytes:
@@ -94,20 +151,11 @@ class ChunkCodec:
         if actual != crc:
             raise fail(f"crc32c {actual:#010x} of its {len(stored)} stored bytes, the manifest says {crc:#010x}")
         data = stored
-        if self._aead is not None:
-            if len(data) < NONCE_BYTES + TAG_BYTES:
-                raise fail(f"{len(data)} bytes cannot hold a nonce and a tag")
+        for step in reversed(self.transforms):
             try:
-                data = self._aead.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:],
-                                          chunk_aad(self.segment_id, obj, index, size))
-            except InvalidTag:
-                raise fail("AES-GCM authentication failed (altered, moved from another position or segment, or "
-                           "the data key is wrong)") from None
-        if self.level is not None:
-            try:
-                data = self._decompressor().decompress(data, max_output_size=size)
-            except zstandard.ZstdError as exc:
-                raise fail(f"zstd cannot decompress it: {exc}") from None
+                data = step.decode(obj, index, size, data)
+            except ValueError as exc:
+                raise fail(str(exc)) from None
         if len(data) != size:
             raise fail(f"it decodes to {len(data)} bytes, the manifest says {size}")
         return data
