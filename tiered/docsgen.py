@@ -144,73 +144,6 @@ DESCRIPTIONS: dict[str, str] = {
     "log.cleaner.io.max.bytes.per.second": "Throttle of the cleaner threads' reads and writes together.",
 }
 
-# rsm.config.* of the bundled backends: key -> (default, valid values, description).
-_COMMON_RSM = {
-    "prefix": ("\"\"", "a path", "Object key prefix of everything the tier writes."),
-    "checksum.chunk.bytes": ("1 MiB", "[4096, 1 GiB]", "Bytes per crc32c of each uploaded object; every fetch is "
-                                                         "checked against them."),
-    # The manifest format (docs/remote-format.md): used when compression or encryption is on.
-    "chunk.size": ("4 MiB", "[1 KiB, 1 GiB]", "Bytes of the original segment per stored chunk (the unit of "
-                                              "compression, encryption and ranged reads)."),
-    "compression.enabled": ("false", "true, false", "zstd per chunk."),
-    "compression.heuristic.enabled": ("false", "true, false", "Skip compression of a segment whose first batch is "
-                                                              "already compressed (needs `compression.enabled`)."),
-    "compression.level": ("3", "[-7, 22]", "zstd level."),
-    "encryption.enabled": ("false", "true, false", "AES-256-GCM per chunk under a random data key per segment, "
-                                                   "wrapped by the key pair `encryption.key.pair.id`."),
-    "encryption.key.pair.id": ("none", "an id of `encryption.key.pairs`", "The key pair that wraps new segments' "
-                                                                           "data keys (`tiered keys rotate` re-wraps "
-                                                                           "old ones)."),
-    "encryption.key.pairs": ("none", "comma-separated ids", "The key ring: ids of RSA key pairs, each with "
-                                                            "`encryption.key.pairs.<id>.public.key.file` and "
-                                                            "`.private.key.file` (PEM)."),
-    "encryption.key.pairs.*": ("none", "PEM file paths", "`<id>.public.key.file` and `<id>.private.key.file` of "
-                                                         "each key pair of the ring."),
-    "encryption.key.provider.class": ("none", "a dotted path", "A KeyProvider class (a KMS client) instead of the "
-                                                               "PEM key ring."),
-    "encryption.key.provider.*": ("none", "per provider", "Settings passed to the key provider class, prefix "
-                                                          "stripped."),
-}
-RSM_DESCRIPTIONS: dict[str, dict[str, tuple[str, str, str]]] = {
-    "local": {**_COMMON_RSM, "dir": ("required", "a directory", "The directory holding the remote tier (created if "
-                                                                 "missing).")},
-    "s3": {
-        **_COMMON_RSM,
-        "bucket": ("required", "3..63 of a-z 0-9 . - _", "The bucket. It must exist: nothing creates it."),
-        "region": ("the SDK's", "a region name", "The bucket's region."),
-        "endpoint_url": ("AWS", "http(s)://host[:port]", "An S3-compatible endpoint (MinIO, SeaweedFS, LocalStack)."
-                                                          " `http://ACCESS:SECRET@host` gives credentials too."),
-        "aws_access_key_id": ("the SDK's chain", "a string", "Access key id (else environment, profile, instance "
-                                                               "role). Never logged."),
-        "aws_secret_access_key": ("the SDK's chain", "a string", "Secret access key. Never logged."),
-        "aws_session_token": ("none", "a string", "Session token of temporary credentials. Never logged."),
-        "path_style": ("false", "true, false", "Path-style addressing (`host/bucket/key`), for most S3-compatible "
-                                               "servers."),
-        "sse": ("none", "AES256, aws:kms", "Server-side encryption of uploads."),
-        "sse_kms_key_id": ("none", "a KMS key id", "The KMS key (needs `sse=aws:kms`)."),
-        "multipart_threshold_bytes": ("8 MiB", "[5 MiB, 5 GiB]", "Objects from this size are uploaded in parts."),
-        "multipart_chunk_size_bytes": ("8 MiB", "[5 MiB, 5 GiB]", "Size of one part."),
-        "max_concurrency": ("4", "[1, 256]", "Parallel part uploads of one object."),
-        "connect_timeout_ms": ("10000", "[1, 3600000]", "Connection timeout."),
-        "read_timeout_ms": ("30000", "[1, 3600000]", "Read timeout."),
-        "max_attempts": ("5", "[1, 100]", "Attempts per request (botocore retries)."),
-        "retry_mode": ("standard", "standard, legacy, adaptive", "botocore's retry mode."),
-    },
-    "store": {
-        **_COMMON_RSM,
-        "store.class": ("required", "a dotted path", "Your tiered.ObjectStore subclass (package.module.Class)."),
-        "store.*": ("none", "per store", "Passed to the store's `configure`, prefix stripped."),
-    },
-    "fsspec": {
-        **_COMMON_RSM,
-        "url": ("required", "an fsspec URL", "Where the tier lives: `s3://bucket/prefix`, `gs://...`, `file:///...`, "
-                                             "`memory://...`."),
-        "storage_options.*": ("none", "per filesystem", "Passed to the filesystem, e.g. "
-                                                        "`storage_options.endpoint_url`, `storage_options.key`."),
-    },
-}
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # configuration.md
 
@@ -244,16 +177,20 @@ def _description(key: str) -> str:
         raise SystemExit(f"tiered.docsgen: configuration key {key} has no description: add one to DESCRIPTIONS") from None
 
 
-def rsm_config_keys() -> dict[str, tuple[str, ...]]:
-    """Each bundled backend's ``rsm.config.*`` keys as the code declares them (the table tiered.backends.BACKENDS,
-    each class's ``config_keys()``)."""
+def _backend_classes() -> dict[str, Any]:
+    """Each backend of the table tiered.backends.BACKENDS, by name: its class."""
     from tiered.backends import BACKENDS
 
     out = {}
     for backend in BACKENDS:
         module, _, name = backend.class_path.rpartition(".")
-        out[backend.name] = getattr(importlib.import_module(module), name).config_keys()
+        out[backend.name] = getattr(importlib.import_module(module), name)
     return out
+
+
+def rsm_config_keys() -> dict[str, tuple[str, ...]]:
+    """Each bundled backend's ``rsm.config.*`` keys as the code declares them (each class's ``config_keys()``)."""
+    return {name: cls.config_keys() for name, cls in _backend_classes().items()}
 
 
 def configuration_md() -> str:
@@ -301,14 +238,13 @@ def configuration_md() -> str:
     ]
     from tiered.backends import BY_NAME
 
-    declared = rsm_config_keys()
-    for alias, keys in declared.items():
-        described = RSM_DESCRIPTIONS.get(alias, {})
+    for alias, cls in _backend_classes().items():
+        keys, described = cls.config_keys(), cls.config_docs()
         missing = [k for k in keys if k not in described]
         extra = [k for k in described if k not in keys]
         if missing or extra:
             raise SystemExit(f"tiered.docsgen: rsm.config keys of the {alias} backend: undescribed {missing}, "
-                             f"described but not declared {extra}: update RSM_DESCRIPTIONS")
+                             f"described but not declared {extra}: update the CONFIG_DOCS of its store")
         backend = BY_NAME[alias]
         needs = f" Needs `{backend.install_hint}`." if backend.extra else ""
         lines += ["", f"### `remote.log.storage.manager.class.name={alias}`", "",

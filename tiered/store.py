@@ -39,7 +39,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, ClassVar
 
 from tiered.errors import ObjectExistsError, ObjectNotFoundError
 
@@ -65,6 +65,8 @@ class ObjectStore(ABC):
     #: the settings :meth:`configure` reads, and the prefixes of families of them (for the generated docs)
     CONFIG_KEYS: tuple[str, ...] = ()
     CONFIG_KEY_PREFIXES: tuple[str, ...] = ()
+    #: each of those (``<prefix>*`` for a family) -> (default, valid values, description), for the docs
+    CONFIG_DOCS: ClassVar[Mapping[str, tuple[str, str, str]]] = {}
 
     def configure(self, props: Mapping[str, str]) -> None:  # noqa: B027 - optional hook
         """Receive the store's settings (``rsm.config.store.*`` with that prefix stripped, for a store named by

@@ -46,6 +46,7 @@ from tiered.format.manifest import (
 )
 from tiered.format.segment import ChunkRangeReader, log_chunks, pack_indexes, unpack_index
 from tiered.format.settings import (
+    FORMAT_DOCS,
     FORMAT_KEYS,
     KEY_PAIRS_PREFIX,
     KEY_PROVIDER_PREFIX,
@@ -66,6 +67,17 @@ STORE_CLASS_KEY = "store.class"
 #: the ``rsm.config.*`` keys (prefix stripped) this class reads; ``checksum.chunk.bytes`` is the copy task's
 #: (tiered.checksums), passed to every plugin with the rest
 RSM_KEYS = ("prefix", "checksum.chunk.bytes", *FORMAT_KEYS)
+RSM_DOCS: dict[str, tuple[str, str, str]] = {
+    "prefix": ("\"\"", "a path",
+        "Object key prefix of everything the tier writes."),
+    "checksum.chunk.bytes": ("1 MiB", "[4096, 1 GiB]",
+        "Bytes per crc32c of each uploaded object; every fetch is checked against them."),
+}
+RSM_DOCS.update(FORMAT_DOCS)
+STORE_DOCS: dict[str, tuple[str, str, str]] = {
+    "store.class": ("required", "a dotted path", "Your tiered.ObjectStore subclass (package.module.Class)."),
+    "store.*": ("none", "per store", "Passed to the store's `configure`, prefix stripped."),
+}
 
 
 class ObjectStoreRemoteStorageManager(RemoteStorageManager):
@@ -139,6 +151,12 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                                       if cls.store_class is not None else ((STORE_CLASS_KEY,), (STORE_PREFIX,)))
         prefixes = (KEY_PAIRS_PREFIX, KEY_PROVIDER_PREFIX, *store_prefixes)
         return (*RSM_KEYS, *store_keys, *(p + "*" for p in prefixes))
+
+    @classmethod
+    def config_docs(cls) -> dict[str, tuple[str, str, str]]:
+        """Each key of :meth:`config_keys` (and others described but not read: the generator refuses those) ->
+        (default, valid values, description), for docs/configuration.md."""
+        return {**RSM_DOCS, **(cls.store_class.CONFIG_DOCS if cls.store_class is not None else STORE_DOCS)}
 
     def __repr__(self) -> str:
         return f"{type(self).__qualname__}({getattr(self, 'store', None)!r}, prefix={self.prefix!r})"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import Any, BinaryIO, ClassVar, NoReturn
 
 from local.checkpoint import exclusive_write
 from tiered.backends import BY_NAME
@@ -26,6 +26,12 @@ _OPTION_PREFIX = "storage_options."
 class FsspecStore(ObjectStore):
     CONFIG_KEYS = ("url",)
     CONFIG_KEY_PREFIXES = (_OPTION_PREFIX,)
+    CONFIG_DOCS: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "url": ("required", "an fsspec URL",
+            "Where the tier lives: `s3://bucket/prefix`, `gs://...`, `file:///...`, `memory://...`."),
+        "storage_options.*": ("none", "per filesystem",
+            "Passed to the filesystem, e.g. `storage_options.endpoint_url`, `storage_options.key`."),
+    }
 
     def configure(self, props: Mapping[str, str]) -> None:
         self.options = Options(props, known=self.CONFIG_KEYS, known_prefixes=self.CONFIG_KEY_PREFIXES)

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, ClassVar
 
 from local.checkpoint import exclusive_write
 from tiered.backends.composed import ObjectStoreRemoteStorageManager
@@ -28,6 +28,10 @@ from tiered.store import ObjectStore, StoreCapabilities, not_found, read_all
 class LocalDirStore(ObjectStore):
     root: Path
     CONFIG_KEYS = ("dir",)
+    CONFIG_DOCS: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "dir": ("required", "a directory",
+            "The directory holding the remote tier (created if missing)."),
+    }
     capabilities = StoreCapabilities(conditional_writes=True, shared_across_processes=True)
 
     def configure(self, props: Mapping[str, str]) -> None:

@@ -26,7 +26,7 @@ import io
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from typing import IO, Any, BinaryIO, NoReturn, cast
+from typing import IO, Any, BinaryIO, ClassVar, NoReturn, cast
 
 from tiered.backends import BY_NAME
 from tiered.backends.composed import ObjectStoreRemoteStorageManager
@@ -61,6 +61,42 @@ class S3Store(ObjectStore):
                    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "path_style", "sse",
                    "sse_kms_key_id", "multipart_threshold_bytes", "multipart_chunk_size_bytes", "max_concurrency",
                    "connect_timeout_ms", "read_timeout_ms", "max_attempts", "retry_mode")
+
+    CONFIG_DOCS: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "bucket": ("required", "3..63 of a-z 0-9 . - _",
+            "The bucket. It must exist: nothing creates it."),
+        "region": ("the SDK's", "a region name",
+            "The bucket's region."),
+        "endpoint_url": ("AWS", "http(s)://host[:port]",
+            "An S3-compatible endpoint (MinIO, SeaweedFS, LocalStack). `http://ACCESS:SECRET@host` "
+            "gives credentials too."),
+        "aws_access_key_id": ("the SDK's chain", "a string",
+            "Access key id (else environment, profile, instance role). Never logged."),
+        "aws_secret_access_key": ("the SDK's chain", "a string",
+            "Secret access key. Never logged."),
+        "aws_session_token": ("none", "a string",
+            "Session token of temporary credentials. Never logged."),
+        "path_style": ("false", "true, false",
+            "Path-style addressing (`host/bucket/key`), for most S3-compatible servers."),
+        "sse": ("none", "AES256, aws:kms",
+            "Server-side encryption of uploads."),
+        "sse_kms_key_id": ("none", "a KMS key id",
+            "The KMS key (needs `sse=aws:kms`)."),
+        "multipart_threshold_bytes": ("8 MiB", "[5 MiB, 5 GiB]",
+            "Objects from this size are uploaded in parts."),
+        "multipart_chunk_size_bytes": ("8 MiB", "[5 MiB, 5 GiB]",
+            "Size of one part."),
+        "max_concurrency": ("4", "[1, 256]",
+            "Parallel part uploads of one object."),
+        "connect_timeout_ms": ("10000", "[1, 3600000]",
+            "Connection timeout."),
+        "read_timeout_ms": ("30000", "[1, 3600000]",
+            "Read timeout."),
+        "max_attempts": ("5", "[1, 100]",
+            "Attempts per request (botocore retries)."),
+        "retry_mode": ("standard", "standard, legacy, adaptive",
+            "botocore's retry mode."),
+    }
 
     def configure(self, props: Mapping[str, str]) -> None:
         self.options = Options(props, known=self.CONFIG_KEYS)

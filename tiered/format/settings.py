@@ -18,6 +18,33 @@ DEFAULT_CHUNK_SIZE = 4 * 1024 * 1024
 MIN_CHUNK_SIZE = 1024
 MAX_CHUNK_SIZE = 1024 * 1024 * 1024
 _KEY_PAIR_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+#: key (``<prefix>*`` for a family) -> (default, valid values, description), for docs/configuration.md
+FORMAT_DOCS: dict[str, tuple[str, str, str]] = {
+    "chunk.size": ("4 MiB", "[1 KiB, 1 GiB]",
+        "Bytes of the original segment per stored chunk (the unit of compression, encryption and "
+        "ranged reads)."),
+    "compression.enabled": ("false", "true, false",
+        "zstd per chunk."),
+    "compression.heuristic.enabled": ("false", "true, false",
+        "Skip compression of a segment whose first batch is already compressed (needs "
+        "`compression.enabled`)."),
+    "compression.level": ("3", "[-7, 22]",
+        "zstd level."),
+    "encryption.enabled": ("false", "true, false",
+        "AES-256-GCM per chunk under a random data key per segment, wrapped by the key pair "
+        "`encryption.key.pair.id`."),
+    "encryption.key.pair.id": ("none", "an id of `encryption.key.pairs`",
+        "The key pair that wraps new segments' data keys (`tiered keys rotate` re-wraps old ones)."),
+    "encryption.key.pairs": ("none", "comma-separated ids",
+        "The key ring: ids of RSA key pairs, each with `encryption.key.pairs.<id>.public.key.file` "
+        "and `.private.key.file` (PEM)."),
+    "encryption.key.pairs.*": ("none", "PEM file paths",
+        "`<id>.public.key.file` and `<id>.private.key.file` of each key pair of the ring."),
+    "encryption.key.provider.class": ("none", "a dotted path",
+        "A KeyProvider class (a KMS client) instead of the PEM key ring."),
+    "encryption.key.provider.*": ("none", "per provider",
+        "Settings passed to the key provider class, prefix stripped."),
+}
 
 
 @dataclass(frozen=True)
