@@ -77,7 +77,7 @@ def test_round_trip_every_combination(s3_config: dict[str, str], pairs: list[Key
     for fresh in _rsm(s3_config, **combo_config(combo, pairs, chunk)):
         assert _read(fresh, md, 0, None) == log
         fresh.delete_log_segment_data(md)
-        assert fresh.list_keys(fresh.prefix) == []
+        assert fresh.store.list_keys(fresh.prefix) == []
 
 
 @pytest.mark.parametrize("combo", ["aes", "zstd+aes"])

@@ -40,7 +40,6 @@ from tiered.format.keyring import KeyProvider, NoKeyRing, RsaKeyRing, load_key_p
 from tiered.format.manifest import (
     MANIFEST_SUFFIX,
     PACKED_INDEXES_SUFFIX,
-    Envelope,
     SegmentManifest,
     read_manifest,
 )
@@ -53,7 +52,7 @@ from tiered.format.settings import (
     FormatSettings,
     format_settings,
 )
-from tiered.format.transforms import ChunkCodec, batches_are_compressed, new_data_key
+from tiered.format.transforms import ChunkCodec, batches_are_compressed
 from tiered.options import Options
 from tiered.rsm import IndexType, LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager
 from tiered.store import ObjectStore, not_found
@@ -213,15 +212,8 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         """Upload the chunked ``.log``, the packed indexes, then the manifest (see the module docstring)."""
         settings = self.format
         compress = settings.compression and not (settings.compression_heuristic and batches_are_compressed(data.log_segment))
-        level = settings.compression_level if compress else None
-        envelope = data_key = None
-        if settings.encryption:
-            assert self.key_provider is not None
-            data_key = new_data_key()
-            key_id, algorithm, wrapped = self.key_provider.wrap(data_key)
-            envelope = Envelope(key_id, algorithm, wrapped)
         sid = metadata.remote_log_segment_id.id
-        codec = ChunkCodec(sid, level=level, data_key=data_key)
+        codec, envelope = ChunkCodec.writing(sid, settings, self.key_provider, compress=compress)
         offsets: list[int] = [0]
         crcs: list[int] = []
         size = data.log_segment.stat().st_size
@@ -239,7 +231,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         packed, entries = pack_indexes(indexes, codec)
         self.store.put(layout.segment_key(self.prefix, metadata, PACKED_INDEXES_SUFFIX), packed)
         manifest = SegmentManifest(layout.kafka_uuid(sid), size, settings.chunk_size, tuple(offsets), tuple(crcs),
-                                   level, envelope, entries)
+                                   settings.compression_level if compress else None, envelope, entries)
         self.store.put(layout.segment_key(self.prefix, metadata, MANIFEST_SUFFIX), manifest.encode())
         self.caches.remember(sid, manifest)
 
@@ -270,7 +262,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
                     key = layout.segment_key(self.prefix, metadata, MANIFEST_SUFFIX)
                     raise type(exc)(f"segment {layout.kafka_uuid(sid)} (manifest {key}): {exc}",
                                     **{**exc.context, "key": key}) from None
-            return ChunkCodec(sid, level=manifest.compression_level, data_key=data_key)
+            return ChunkCodec.reading(sid, manifest, data_key)
 
         return self.caches.codec(sid, manifest, make)
 

@@ -56,7 +56,7 @@ def _codec(m: SegmentManifest, provider: KeyProvider | None) -> ChunkCodec:
     if m.envelope is not None:
         env = m.envelope
         data_key = (provider or NoKeyRing()).unwrap(env.key_id, env.key_wrap, env.wrapped_key)
-    return ChunkCodec(layout.parse_kafka_uuid(m.segment_id), level=m.compression_level, data_key=data_key)
+    return ChunkCodec.reading(layout.parse_kafka_uuid(m.segment_id), m, data_key)
 
 
 def decode_beside(stored: Path, manifest_path: Path, out_dir: Path, provider: KeyProvider | None) -> list[Path]:

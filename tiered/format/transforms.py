@@ -21,6 +21,7 @@ import struct
 import threading
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import zstandard
 from crc32c import crc32c
@@ -29,6 +30,11 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from local.checkpoint import kafka_uuid_to_str
 from tiered.errors import RemoteChunkError
+
+if TYPE_CHECKING:
+    from tiered.format.keyring import KeyProvider
+    from tiered.format.manifest import Envelope, SegmentManifest
+    from tiered.format.settings import FormatSettings
 
 NONCE_BYTES = 12
 TAG_BYTES = 16
@@ -128,6 +134,27 @@ class ChunkCodec:
         if data_key is not None:
             steps.append(AesGcm(segment_id, data_key))
         self.transforms: tuple[ChunkTransform, ...] = tuple(steps)
+
+    @classmethod
+    def writing(cls, segment_id: uuid.UUID, settings: FormatSettings, key_provider: KeyProvider | None, *,
+                compress: bool) -> tuple[ChunkCodec, Envelope | None]:
+        """The codec of a new segment under ``settings`` (zstd when ``compress``; with encryption, a fresh data key
+        wrapped by ``key_provider``) and the envelope its manifest keeps (None when not encrypted)."""
+        from tiered.format.manifest import Envelope
+
+        level = settings.compression_level if compress else None
+        if not settings.encryption:
+            return cls(segment_id, level=level), None
+        if key_provider is None:
+            raise ValueError("encryption is on and no key provider wraps the data keys")
+        data_key = new_data_key()
+        key_id, algorithm, wrapped = key_provider.wrap(data_key)
+        return cls(segment_id, level=level, data_key=data_key), Envelope(key_id, algorithm, wrapped)
+
+    @classmethod
+    def reading(cls, segment_id: uuid.UUID, manifest: SegmentManifest, data_key: bytes | None) -> ChunkCodec:
+        """The codec that undoes the transforms ``manifest`` names, with its envelope's data key unwrapped."""
+        return cls(segment_id, level=manifest.compression_level, data_key=data_key)
 
     @property
     def identity(self) -> bool:
