@@ -49,14 +49,19 @@ def _store_rsm(root: Path, **extra: str) -> ObjectStoreRemoteStorageManager:
     return rsm
 
 
-class _KeysAsPaths:
-    """The example keeps each key as its path: a topic of 249 characters makes a component of 272, more than a file
-    name holds (the bundled local-directory store shortens it, tiered.backends.long_names). The copy fails, saying
-    so, and leaves nothing."""
+class _FolderStoreCases:
+    """What differs for the example store: conditional creates emulated in this process, keys kept as paths."""
+
+    @pytest.fixture
+    def serializes_conditional_writes(self) -> bool:
+        return True  # the claimants are threads of this process: the emulation's lock lets exactly one win
 
     def test_a_topic_of_the_longest_valid_name_is_stored_listed_and_found_again(
         self, rsm: ObjectStoreRemoteStorageManager, segment: tuple[LogSegmentData, bytes]
     ) -> None:
+        """The example keeps each key as its path: a topic of 249 characters makes a component of 272, more than a
+        file name holds (the bundled local-directory store shortens it, tiered.backends.long_names). The copy
+        fails, saying so, and leaves nothing."""
         data, log = segment
         tip = TopicIdPartition(uuid.uuid4(), ("a.B-c_9" * 36)[:249], 3)
         md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 99, 0, 0, 0, len(log), {0: 0})
@@ -65,13 +70,13 @@ class _KeysAsPaths:
         assert rsm.store.list_keys("") == []
 
 
-class TestFolderStorePlain(_KeysAsPaths, RSMConformance):
+class TestFolderStorePlain(_FolderStoreCases, RSMConformance):
     @pytest.fixture
     def rsm(self, tmp_path: Path) -> ObjectStoreRemoteStorageManager:
         return _store_rsm(tmp_path / "remote", prefix="tiered")
 
 
-class TestFolderStoreZstdAes(_KeysAsPaths, ManifestConformance):
+class TestFolderStoreZstdAes(_FolderStoreCases, ManifestConformance):
     @pytest.fixture
     def rsm(self, tmp_path: Path, pairs: list[KeyPairPaths]) -> ObjectStoreRemoteStorageManager:
         return _store_rsm(tmp_path / "remote", **combo_config("zstd+aes", pairs[:1], 256 * 1024 + 3))
