@@ -122,7 +122,7 @@ class ObjectStore(ABC):
     def exists(self, key: str) -> bool:
         try:
             self.size(key)
-        except ObjectNotFoundError:
+        except FileNotFoundError:  # ObjectNotFoundError is one; so is a store's own "no such file"
             return False
         return True
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tiered.errors import RemoteResourceNotFoundError, RemoteStorageError
+from tiered.errors import RemoteStorageError
 
 if TYPE_CHECKING:
     from tiered.store import ObjectStore
@@ -187,7 +187,7 @@ def read_manifest(store: ObjectStore, key: str, segment_id: str) -> SegmentManif
     segment in the plain layout); RemoteStorageError when it cannot be read or describes another segment."""
     try:
         raw = store.get(key)
-    except RemoteResourceNotFoundError:
+    except FileNotFoundError:  # ObjectNotFoundError, or a store's own "no such file"
         return None
     try:
         manifest = SegmentManifest.decode(raw)
