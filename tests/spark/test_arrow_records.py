@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 from local.errors import CorruptRecordError
 from local.records import CompressionType, MemoryRecords, SimpleRecord
 from local.records.legacy import build_legacy_message
-from tiered.spark.arrow_records import ArrowBatchBuilder, batches_to_table
+from tiered.spark.arrow_records import ARROW_SCHEMA, ArrowBatchBuilder, batches_to_table
 
 T0 = 1_700_000_000_000
 
@@ -94,3 +95,40 @@ def test_a_damaged_batch_raises_with_its_offset(where: int) -> None:
     buf[where] ^= 0x01
     with pytest.raises(CorruptRecordError, match="offset 40"):
         batches_to_table("t", 0, [bytes(buf)])
+
+
+@settings(max_examples=30, deadline=None)
+@given(batches=st.lists(st.tuples(records, st.sampled_from(list(CompressionType))), min_size=1, max_size=4),
+       columns=st.sets(st.sampled_from(ARROW_SCHEMA.names), min_size=1))
+def test_a_subset_of_columns_is_the_same_columns_of_the_whole(batches: list[tuple[list[SimpleRecord], CompressionType]],
+                                                               columns: set[str]) -> None:
+    bufs, offset = [], 0
+    for recs, codec in batches:
+        bufs.append(bytes(MemoryRecords.build(recs, codec, base_offset=offset)))
+        offset += len(recs)
+    bufs.insert(0, build_legacy_message(0, b"k", b"v", magic=1, timestamp=T0))  # the legacy path too
+    whole = batches_to_table("t", 0, bufs)
+    builder = ArrowBatchBuilder("t", 0, columns=columns)
+    part = pa.Table.from_batches([rb for b in bufs for rb in builder.add(b)] + builder.flush())
+    assert part.schema.names == [c for c in ARROW_SCHEMA.names if c in columns]
+    assert part == whole.select(part.schema.names)
+
+
+def test_only_the_columns_asked_for_are_cut_out_of_the_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiered.spark import arrow_records
+
+    cut: list[int] = []
+    real = arrow_records._slices
+
+    def counting(*args: object) -> object:
+        cut.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(arrow_records, "_slices", counting)
+    buf = bytes(MemoryRecords.build([SimpleRecord(T0, b"k", b"v" * 10, headers=[("h", b"1")]) for _ in range(50)]))
+    builder = ArrowBatchBuilder("t", 0, columns={"offset", "value"})
+    (rb,) = builder.add(buf) + builder.flush()
+    assert rb.schema.names == ["value", "offset"] and len(cut) == 1  # the values; not the keys
+    assert rb.column("value").to_pylist() == [b"v" * 10] * 50
+    with pytest.raises(ValueError, match="not columns of the source: nosuch"):
+        ArrowBatchBuilder("t", 0, columns={"offset", "nosuch"})

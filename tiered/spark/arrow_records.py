@@ -18,6 +18,8 @@ for a bad CRC or a record that does not fit its batch, with the batch's offset; 
 from __future__ import annotations
 
 import struct
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import crc32c
@@ -53,9 +55,24 @@ SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int, "
     "headers array<struct<key:string,value:binary>>, leaderEpoch int"
 )
+COLUMNS = tuple(ARROW_SCHEMA.names)
 _PAD = bytes(16)  # a varint read near the end of the buffer never indexes past it
 CHUNK_RECORDS = 64 * 1024
 CHUNK_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The columns a read asked for (a user schema made of some of the source's columns): which of the source's
+    columns, in the order asked, and the Arrow schema Spark expects back (the user's names and nullability, the
+    source's types)."""
+
+    columns: tuple[str, ...]
+    schema: pa.Schema
+
+    def apply(self, rb: pa.RecordBatch) -> pa.RecordBatch:
+        """``rb`` (the source's columns, at least these) as the read asked for it."""
+        return pa.RecordBatch.from_arrays([rb.column(c) for c in self.columns], schema=self.schema)
 
 
 def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int,
@@ -200,13 +217,20 @@ class ArrowBatchBuilder:
     """Collects whole batches of one partition and turns them into Arrow record batches (module docstring).
 
     ``add`` returns record batches when the collected ones reach :data:`CHUNK_RECORDS`; ``flush`` the rest. Only
-    the records with ``from_offset <= offset < until_offset`` are kept."""
+    the records with ``from_offset <= offset < until_offset`` are kept. ``columns``: build only these of the
+    source's columns (in the schema's order; None: all of them)."""
 
-    def __init__(self, topic: str, partition: int, from_offset: int = 0, until_offset: int = 2**63 - 1) -> None:
+    def __init__(self, topic: str, partition: int, from_offset: int = 0, until_offset: int = 2**63 - 1,
+                 columns: Collection[str] | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.from_offset = from_offset
         self.until_offset = until_offset
+        unknown = set(columns or ()) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"not columns of the source: {', '.join(sorted(unknown))}")
+        self.columns = COLUMNS if columns is None else tuple(c for c in COLUMNS if c in columns)
+        self.schema = ARROW_SCHEMA if columns is None else pa.schema([ARROW_SCHEMA.field(c) for c in self.columns])
         self._bodies: list[bytes | memoryview] = []
         self._meta: list[tuple[int, int, int, int, int, int]] = []  # base offset, base ts, max ts, attrs, epoch, count
         self._records = 0
@@ -322,15 +346,21 @@ class ArrowBatchBuilder:
         if (header_start[plain] != rec_end[plain]).any() or (header_count < 0).any():
             self._check_within(rec_end + 1, rec_end, batch_of, m)  # raises with the batch's offset
         data_buf = pa.py_buffer(data)
-        keys = _slices(arr, data_buf, key_start, key_len)
-        values = _slices(arr, data_buf, value_start, value_len)
+        wanted = self.columns
+        keys = _slices(arr, data_buf, key_start, key_len) if "key" in wanted else None
+        values = _slices(arr, data_buf, value_start, value_len) if "value" in wanted else None
         base_offsets = m[:, 0][batch_of]
         offsets = base_offsets + off_delta
         attrs = m[:, 3][batch_of]
         log_append = (attrs & TIMESTAMP_TYPE_MASK) != 0
         timestamps = np.where(log_append, m[:, 2][batch_of], m[:, 1][batch_of] + ts_delta)
         epochs = m[:, 4][batch_of].astype(np.int32)
-        headers = self._headers(data, header_start, header_count, rec_end, n) if has_headers.any() else _empty_headers(n)
+        if "headers" not in wanted:
+            headers = None
+        elif has_headers.any():
+            headers = self._headers(data, header_start, header_count, rec_end, n)
+        else:
+            headers = _empty_headers(n)
         del total_len
         rb = self._assemble(keys, values, offsets, timestamps, log_append.astype(np.int32), headers, epochs, n)
         if partial:
@@ -377,15 +407,21 @@ class ArrowBatchBuilder:
                                            fields=list(HEADER_TYPE))
         return pa.ListArray.from_arrays(pa.array(list_offsets), items, type=pa.list_(HEADER_TYPE))
 
-    def _assemble(self, keys: pa.Array, values: pa.Array, offsets: np.ndarray, timestamps: np.ndarray,
-                  ts_type: np.ndarray, headers: pa.Array, epochs: np.ndarray, n: int) -> pa.RecordBatch:
-        ts = pa.array(timestamps * 1000, pa.int64()).view(pa.timestamp("us", tz="UTC"))
-        epoch_arr = pa.array(epochs, pa.int32(), mask=epochs < 0) if (epochs < 0).any() else pa.array(epochs, pa.int32())
-        return pa.RecordBatch.from_arrays([
-            keys, values, pa.repeat(pa.scalar(self.topic, pa.string()), n),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), n), pa.array(offsets, pa.int64()), ts,
-            pa.array(ts_type, pa.int32()), headers, epoch_arr,
-        ], schema=ARROW_SCHEMA)
+    def _assemble(self, keys: pa.Array | None, values: pa.Array | None, offsets: np.ndarray, timestamps: np.ndarray,
+                  ts_type: np.ndarray, headers: pa.Array | None, epochs: np.ndarray, n: int) -> pa.RecordBatch:
+        build = {
+            "key": lambda: keys,
+            "value": lambda: values,
+            "topic": lambda: pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            "partition": lambda: pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            "offset": lambda: pa.array(offsets, pa.int64()),
+            "timestamp": lambda: pa.array(timestamps * 1000, pa.int64()).view(pa.timestamp("us", tz="UTC")),
+            "timestampType": lambda: pa.array(ts_type, pa.int32()),
+            "headers": lambda: headers,
+            "leaderEpoch": lambda: (pa.array(epochs, pa.int32(), mask=epochs < 0) if (epochs < 0).any()
+                                    else pa.array(epochs, pa.int32())),
+        }
+        return pa.RecordBatch.from_arrays([build[c]() for c in self.columns], schema=self.schema)
 
     # ------------------------------------------------------------------------------------------------------
     def _legacy(self, view: memoryview) -> pa.RecordBatch | None:
@@ -399,13 +435,14 @@ class ArrowBatchBuilder:
         ts_type = 1 if batch.magic == 1 and batch.attributes & 0x08 else 0
         timestamps = np.array([r.timestamp for r in recs], np.int64)
         ts = pa.array(timestamps * 1000, pa.int64(), mask=timestamps < 0).view(pa.timestamp("us", tz="UTC"))
-        return pa.RecordBatch.from_arrays([
+        full = pa.RecordBatch.from_arrays([
             pa.array([r.key for r in recs], pa.binary()), pa.array([r.value for r in recs], pa.binary()),
             pa.repeat(pa.scalar(self.topic, pa.string()), n), pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             pa.array([r.offset for r in recs], pa.int64()), ts,
             pa.array([ts_type if batch.magic == 1 else -1] * n, pa.int32()), _empty_headers(n),
             pa.nulls(n, pa.int32()),
         ], schema=ARROW_SCHEMA)
+        return full if self.schema is ARROW_SCHEMA else full.select(list(self.columns))
 
 
 def _empty_headers(n: int) -> pa.Array:

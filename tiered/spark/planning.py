@@ -88,16 +88,54 @@ def _resolve(spec: int | dict[str, dict[int, int]], topic: str, partition: int, 
     return spec.get(topic, {}).get(partition, default)
 
 
-def plan(opts: SourceOptions, bounds: Bounds | None = None) -> list[Piece]:
-    """Every input partition of a batch read (see the module docstring)."""
+def check_subscription(opts: SourceOptions, wanted: list[tuple[str, int]]) -> None:
+    """Refuse a read whose topics are not there: a topic of ``topics`` without partitions, a ``topicPattern`` that
+    matches no topic, a topic or partition of ``startingOffsets``/``endingOffsets`` that the read does not include
+    (``wanted``: the partitions it matched)."""
+    where = opts.props.get("log.dirs", opts.props.get("log.dir"))
+    have: dict[str, list[int]] = {}
+    for topic, partition in sorted(wanted):
+        have.setdefault(topic, []).append(partition)
+    if opts.topics is not None:
+        missing = [t for t in opts.topics if t not in have]
+        if missing:
+            raise SparkSourceOptionError(f"no partition of topic(s) {', '.join(missing)} in {where}")
+    elif not have:
+        raise SparkSourceOptionError(f"topicPattern={opts.topic_pattern!r} matches no topic in {where}")
+    for name, spec in (("startingOffsets", opts.starting), ("endingOffsets", opts.ending)):
+        if isinstance(spec, int):
+            continue
+        for topic, parts in spec.items():
+            if topic not in have:
+                raise SparkSourceOptionError(
+                    f"{name} names topic {topic}, which this read does not include (it reads {', '.join(have)})")
+            unknown = sorted(set(parts) - set(have[topic]))
+            if unknown:
+                raise SparkSourceOptionError(
+                    f"{name} names partition {topic}-{unknown[0]}, which does not exist ({topic} has partitions "
+                    f"{_ranges(have[topic])})")
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``0-3, 7``: sorted numbers as ranges."""
+    groups: list[list[int]] = []
+    for n in numbers:
+        if groups and n == groups[-1][-1] + 1:
+            groups[-1].append(n)
+        else:
+            groups.append([n])
+    return ", ".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in groups)
+
+
+def plan(opts: SourceOptions, bounds: Bounds | None = None, check: bool = True) -> list[Piece]:
+    """Every input partition of a batch read (see the module docstring); ``check``: refuse a subscription that
+    does not match the data dirs (:func:`check_subscription`)."""
     bounds = bounds or Bounds()
     pieces: list[Piece] = []
     with open_read_only(opts.props) as manager:
         wanted = sorted(tp for tp in manager.partitions() if opts.topic_matches(tp[0]))
-        if opts.topics is not None:
-            missing = [t for t in opts.topics if not any(tp[0] == t for tp in wanted)]
-            if missing:
-                raise SparkSourceOptionError(f"no partition of topic(s) {', '.join(missing)} in {opts.props.get('log.dirs')}")
+        if check:
+            check_subscription(opts, wanted)
         for topic, partition in wanted:
             if bounds.partitions is not None and partition not in bounds.partitions:
                 continue

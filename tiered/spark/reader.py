@@ -27,7 +27,7 @@ import pyarrow as pa
 from local.errors import CorruptRecordError
 from local.records.batch import HEADER_SIZE_UP_TO_MAGIC
 from local.records.walk import checked_batch_size
-from tiered.spark.arrow_records import ArrowBatchBuilder
+from tiered.spark.arrow_records import ArrowBatchBuilder, Projection
 from tiered.spark.planning import Piece, SparkSourceDataLossError
 
 READ_BYTES = 8 * 1024 * 1024
@@ -138,8 +138,9 @@ def iter_raw_batches(read: Callable[[int, int], bytes | memoryview], start: int,
         pos += size
 
 
-def read_piece(piece: Piece) -> Iterator[pa.RecordBatch]:
-    """The records of one piece, as Arrow record batches (see the module docstring)."""
+def read_piece(piece: Piece, projection: Projection | None = None) -> Iterator[pa.RecordBatch]:
+    """The records of one piece, as Arrow record batches (see the module docstring): the source's columns, or those
+    of ``projection`` (only they, and those the pushed filters need, are built)."""
     if piece.local_path is not None:
         from local.file_records import FileRecords
 
@@ -154,18 +155,20 @@ def read_piece(piece: Piece) -> Iterator[pa.RecordBatch]:
             return
         try:
             end = piece.end_position if piece.end_position is not None else records.size_in_bytes
-            yield from _decode(piece, records.read, piece.start_position, min(end, records.size_in_bytes), path)
+            yield from _decode(piece, records.read, piece.start_position, min(end, records.size_in_bytes), path,
+                               projection)
         finally:
             records.close_handlers()
     else:
         read, where, size = _remote_range_reader(piece)
         yield from _decode(piece, read, piece.start_position,
-                           piece.end_position if piece.end_position is not None else size, where)
+                           piece.end_position if piece.end_position is not None else size, where, projection)
 
 
 def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start: int, end: int | None,
-            where: str) -> Iterator[pa.RecordBatch]:
-    builder = ArrowBatchBuilder(piece.topic, piece.partition, piece.from_offset, piece.until_offset)
+            where: str, projection: Projection | None) -> Iterator[pa.RecordBatch]:
+    columns = None if projection is None else {*projection.columns, *(f[0] for f in piece.filters)}
+    builder = ArrowBatchBuilder(piece.topic, piece.partition, piece.from_offset, piece.until_offset, columns)
     aborted = piece.aborted if piece.read_committed else []
     ts_floor = piece.timestamp_lo_ms
     for pos, batch in iter_raw_batches(read, start, end, piece.until_offset, where):
@@ -188,7 +191,7 @@ def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start:
         for rb in out:
             rb = apply_filters(rb, piece.filters)
             if rb.num_rows:
-                yield rb
+                yield rb if projection is None else projection.apply(rb)
     try:
         rest = builder.flush()
     except CorruptRecordError as exc:
@@ -196,7 +199,7 @@ def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start:
     for rb in rest:
         rb = apply_filters(rb, piece.filters)
         if rb.num_rows:
-            yield rb
+            yield rb if projection is None else projection.apply(rb)
 
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)

@@ -12,8 +12,8 @@ Options: ``config``/``config.<key>`` (the broker config, as for reads), ``topic`
 compression, above this many bytes; 16384; never above what the log accepts, the topic's ``max.message.bytes`` and
 ``segment.bytes``, whatever this says), ``compression`` (Kafka's
 ``compression.type`` of a producer: none, gzip, snappy, lz4, zstd), ``numPartitions`` (create the topic with this
-many partitions if it does not exist; without it a missing topic is an error) and ``stagingDir`` (see below). Only
-``append`` mode: a log is append-only.
+many partitions if it does not exist; without it a missing topic is an error) and ``stagingDir`` (see below); any
+other option is refused. Only ``append`` mode: a log is append-only.
 
 Commit protocol: staging, not transactional markers. The data dirs are locked by one writing ``LogManager`` per
 process, and Spark's tasks run in Python workers of their own (on other machines on a cluster): they cannot append
@@ -70,9 +70,10 @@ from local.records import CompressionType, MemoryRecords, SimpleRecord
 from local.records.batch import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
 from local.records.record import record_size
 from tiered.errors import TieredStorageError
-from tiered.spark.options import SparkSourceOptionError, broker_props
+from tiered.spark.options import SparkSourceOptionError, broker_props, check_known
 
 IGNORED_COLUMNS = ("topic", "offset", "timestampType", "leaderEpoch")
+WRITE_OPTIONS = ("config", "topic", "batchSize", "compression", "numPartitions", "stagingDir")
 DEFAULT_BATCH_SIZE = 16384
 APPEND_CHUNK = 1024 * 1024  # staged bytes handed to one Log.append
 _REMOVE_PASSES = 20  # rmtree passes an abort makes at most (_remove_job_dir)
@@ -146,6 +147,7 @@ def plan_write(options: Mapping[str, Any], schema: StructType, overwrite: bool) 
     """Check the options and the DataFrame's columns, and resolve the topic on the driver."""
     if overwrite:
         raise SparkSinkError("mode overwrite: a topic's log is append-only; write with mode('append')")
+    check_known(options, WRITE_OPTIONS, "a write")
     opts = {str(k).lower(): str(v) for k, v in options.items()}
     props = broker_props(options)
     topic = opts.get("topic")
