@@ -117,18 +117,29 @@ def test_a_subset_of_columns_is_the_same_columns_of_the_whole(batches: list[tupl
 def test_only_the_columns_asked_for_are_cut_out_of_the_records(monkeypatch: pytest.MonkeyPatch) -> None:
     from tiered.spark import arrow_records
 
-    cut: list[int] = []
-    real = arrow_records._slices
+    cut: list[str] = []
+    real_slices = arrow_records._slices
 
     def counting(*args: object) -> object:
-        cut.append(1)
-        return real(*args)  # type: ignore[arg-type]
+        cut.append("numpy")
+        return real_slices(*args)  # type: ignore[arg-type]
 
+    class Native:
+        def decode(self, *args: object) -> object:
+            out = args[-1]
+            assert isinstance(out, list)
+            cut.extend(["native key"] * (out[5] is not None) + ["native value"] * (out[8] is not None))
+            return real_native.decode(*args)
+
+    real_native = arrow_records._arrowdecode
     monkeypatch.setattr(arrow_records, "_slices", counting)
+    monkeypatch.setattr(arrow_records, "_arrowdecode", Native())
     buf = bytes(MemoryRecords.build([SimpleRecord(T0, b"k", b"v" * 10, headers=[("h", b"1")]) for _ in range(50)]))
-    builder = ArrowBatchBuilder("t", 0, columns={"offset", "value"})
-    (rb,) = builder.add(buf) + builder.flush()
-    assert rb.schema.names == ["value", "offset"] and len(cut) == 1  # the values; not the keys
-    assert rb.column("value").to_pylist() == [b"v" * 10] * 50
+    for native, expected in ((False, ["numpy"]), (True, ["native value"])):  # the values; not the keys
+        cut.clear()
+        builder = ArrowBatchBuilder("t", 0, columns={"offset", "value"}, native=native)
+        (rb,) = builder.add(buf) + builder.flush()
+        assert rb.schema.names == ["value", "offset"] and cut == expected
+        assert rb.column("value").to_pylist() == [b"v" * 10] * 50
     with pytest.raises(ValueError, match="not columns of the source: nosuch"):
         ArrowBatchBuilder("t", 0, columns={"offset", "nosuch"})
