@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from local.errors import CorruptRecordError
@@ -143,3 +145,43 @@ def test_only_the_columns_asked_for_are_cut_out_of_the_records(monkeypatch: pyte
         assert rb.column("value").to_pylist() == [b"v" * 10] * 50
     with pytest.raises(ValueError, match="not columns of the source: nosuch"):
         ArrowBatchBuilder("t", 0, columns={"offset", "nosuch"})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=8), reads=st.lists(st.integers(1, 900), min_size=1),
+       until=st.integers(0, 300), cut=st.integers(0, 3), read_bytes=st.sampled_from([64, 1000, 8 * 1024 * 1024]))
+def test_raw_batches_are_cut_alike_whatever_lengths_the_reads_return(
+        monkeypatch: pytest.MonkeyPatch, sizes: list[int], reads: list[int], until: int, cut: int,
+        read_bytes: int) -> None:
+    """``iter_raw_batches`` yields each whole batch, the same bytes at the same position, whether reads return all
+    that was asked or less (a remote read stops at its cache chunk's end), and refuses a batch the data cuts."""
+    from local.errors import CorruptRecordError
+    from tiered.spark import reader
+
+    monkeypatch.setattr(reader, "READ_BYTES", read_bytes)
+    batches, offset = [], 0
+    for n in sizes:
+        batches.append(bytes(MemoryRecords.build([SimpleRecord(T0, None, b"x" * (offset % 50))] * n,
+                                                 base_offset=offset)))
+        offset += n
+    data = b"".join(batches)[: -cut or None]
+    lengths = itertools.cycle(reads)
+
+    def read(position: int, n: int) -> memoryview:
+        return memoryview(data)[position:position + min(n, next(lengths))]
+
+    expected, pos, offset = [], 0, 0
+    for b, n in zip(batches, sizes, strict=True):
+        if offset >= until:
+            break
+        expected.append((pos, b))
+        pos, offset = pos + len(b), offset + n
+    got: list[tuple[int, bytes]] = []
+    try:
+        for position, view in reader.iter_raw_batches(read, 0, None, until, "here"):
+            got.append((position, bytes(view)))
+    except CorruptRecordError as exc:
+        assert cut and "here: " in str(exc)
+        assert got == expected[: len(got)] and len(got) == len(expected) - 1  # the last batch, cut
+        return
+    assert got == expected

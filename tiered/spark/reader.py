@@ -77,6 +77,20 @@ def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
     )
 
 
+_chunk_sizes: dict[tuple[tuple[str, str], ...], int] = {}
+
+
+def _cache_chunk_size(props: dict[str, str]) -> int:
+    """The remote segment cache's chunk size under these broker properties."""
+    key = tuple(sorted(props.items()))
+    size = _chunk_sizes.get(key)
+    if size is None:
+        from local import LogConfig
+
+        size = _chunk_sizes[key] = LogConfig.from_properties(props).remote_log_segment_cache_chunk_size_bytes
+    return size
+
+
 def _remote_range_reader(piece: Piece) -> tuple[Callable[[int, int], bytes | memoryview], str, int | None]:
     from tiered.cache.segment_cache import object_size
     from tiered.metadata import decode_metadata
@@ -84,10 +98,12 @@ def _remote_range_reader(piece: Piece) -> tuple[Callable[[int, int], bytes | mem
     assert piece.remote_metadata is not None
     md = decode_metadata(piece.remote_metadata)
     reader = remote_log_manager(piece.props, piece.cache_dir).reader
+    chunk = _cache_chunk_size(piece.props)
 
     def read(position: int, n: int) -> bytes | memoryview:
-        # The remote read path (RemoteLogReader: segment cache, read-ahead, quota, checksums).
-        return reader.read_range(md, position, position + n)
+        # The remote read path (RemoteLogReader: segment cache, read-ahead, quota, checksums), within the cache chunk
+        # holding `position`: the cache answers that with a view of its chunk, a range across chunks with a copy.
+        return reader.read_range(md, position, position + min(n, chunk - position % chunk))
 
     return read, f"remote segment {md.remote_log_segment_id} ({md.start_offset}-{md.end_offset})", object_size(md)
 
@@ -95,46 +111,61 @@ def _remote_range_reader(piece: Piece) -> tuple[Callable[[int, int], bytes | mem
 def iter_raw_batches(read: Callable[[int, int], bytes | memoryview], start: int, end: int | None, until_offset: int,
                      where: str) -> Iterator[tuple[int, memoryview]]:
     """(position, whole batch) from ``start`` to ``end`` (None: the end of the data), stopping at the first batch
-    at or past ``until_offset``. A batch cut short by the end of the range or of the data raises."""
-    pos = start
-    buf: bytes | memoryview = b""
-    buf_start = start
+    at or past ``until_offset``. A batch cut short by the end of the range or of the data raises.
+
+    Reads are ``READ_BYTES`` long and each starts where the previous one ended (the remote reader's sign of a
+    sequential reader, which it reads ahead for). A batch is a view into the read that holds it; only one that
+    straddles two reads is copied (joining whole reads cost a copy of everything: a third of the source's time)."""
+    pieces: list[tuple[int, bytes | memoryview]] = []  # the reads, (position, data), covering [pos, at) in order
+    at = pos = start
     eof = False
 
-    def fill(need: int) -> int:
-        """Bytes available from ``pos``, after reading more when fewer than ``need`` are buffered."""
-        nonlocal buf, buf_start, eof
-        rel = pos - buf_start
-        have = len(buf) - rel
-        if have >= need or eof:
-            return have
-        at = buf_start + len(buf)
-        want = max(need - have, READ_BYTES)
-        if end is not None:
-            want = min(want, end - at)
-        more = read(at, want) if want > 0 else b""
-        if len(more) < want or want <= 0:
-            eof = True
-        buf = b"".join((memoryview(buf)[rel:], more))
-        buf_start = pos
-        return len(buf)
+    def ensure(need: int) -> int:
+        """Bytes available from ``pos``, after reading more when fewer than ``need`` are."""
+        nonlocal at, eof
+        while at - pos < need and not eof:
+            want = max(need - (at - pos), READ_BYTES)
+            if end is not None:
+                want = min(want, end - at)
+            data = read(at, want) if want > 0 else b""
+            if not len(data):  # a read may return fewer bytes than asked (a remote one stops at its chunk's end)
+                eof = True
+            else:
+                pieces.append((at, data))
+                at += len(data)
+        return at - pos
+
+    def view(n: int) -> memoryview:
+        """``n`` bytes (available) from ``pos``: a view into one read, or a copy joining several."""
+        while pieces[0][0] + len(pieces[0][1]) <= pos:
+            pieces.pop(0)
+        first, data = pieces[0]
+        rel = pos - first
+        if rel + n <= len(data):
+            return memoryview(data)[rel:rel + n]
+        parts, got = [memoryview(data)[rel:]], len(data) - rel
+        for _first, more in pieces[1:]:
+            parts.append(memoryview(more)[:n - got])
+            got += len(parts[-1])
+            if got >= n:
+                break
+        return memoryview(b"".join(parts))
 
     while end is None or pos < end:
-        have = fill(HEADER_SIZE_UP_TO_MAGIC)
+        have = ensure(HEADER_SIZE_UP_TO_MAGIC)
         if have == 0 and end is None:
             return
         if have < HEADER_SIZE_UP_TO_MAGIC:
             raise CorruptRecordError(f"{where}: truncated batch header at position {pos}", position=pos)
-        rel = pos - buf_start
-        base_offset, _ = _HEAD.unpack_from(buf, rel)
-        size = checked_batch_size(buf, rel, pos, where, {"offset": base_offset})
+        header = view(HEADER_SIZE_UP_TO_MAGIC)
+        base_offset, _ = _HEAD.unpack_from(header, 0)
+        size = checked_batch_size(header, 0, pos, where, {"offset": base_offset})
         if base_offset >= until_offset:
             return
-        if fill(size) < size:
+        if ensure(size) < size:
             raise CorruptRecordError(f"{where}: batch at position {pos} ({size} bytes) is cut short by the end of the "
                                      f"{'range' if end is not None else 'segment'}", position=pos, offset=base_offset)
-        rel = pos - buf_start
-        yield pos, memoryview(buf)[rel:rel + size]
+        yield pos, view(size)
         pos += size
 
 
