@@ -23,7 +23,9 @@
  *           pyarrow's pool: memory it reuses, where fresh pages would cost a page fault each) and wraps them in
  *           Arrow arrays without a copy.
  *
- * Returns (rows, epoch nulls, key nulls, value nulls, headers): the records kept; null counts; headers None (not
+ * Returns (rows, epoch nulls, key nulls, key bytes, value nulls, value bytes, headers): the records kept; null
+ * counts and the bytes of data written (the buffers are larger: Arrow must be given them sliced, or it would send
+ * the unused part to Spark too); headers None (not
  * wanted) or (int32 list offsets, number of headers, int32 key offsets, key bytes (UTF-8 unchecked), int32 value
  * offsets, value bytes, value validity or None, value null count), bytes objects of their own (headers are rare).
  * Every record is checked whether it is kept or not: lengths that chain through the body to its end, exactly
@@ -352,7 +354,8 @@ static PyObject *finish(Decode *d)
     } else {
         hdrs = Py_NewRef(Py_None);
     }
-    return Py_BuildValue("(nnnnN)", d->rows, d->epoch_nulls, d->key.nulls, d->value.nulls, hdrs);
+    return Py_BuildValue("(nnnnnnN)", d->rows, d->epoch_nulls, d->key.nulls, d->key.len, d->value.nulls, d->value.len,
+                         hdrs);
 }
 
 /* out[i] as a writable buffer of at least `size` bytes (views[i] holds it until released). */

@@ -405,7 +405,7 @@ class ArrowBatchBuilder:
             out += ([pa.allocate_buffer(k) for k in (4 * (n + 1), size, bitmap)] if column in self.columns
                     else [None, None, None])
         try:
-            rows, epoch_nulls, key_nulls, value_nulls, hdrs = _arrowdecode.decode(
+            rows, epoch_nulls, key_nulls, key_bytes, value_nulls, value_bytes, hdrs = _arrowdecode.decode(
                 list(bodies), np.array(meta, np.int64), want, self.from_offset, self.until_offset, partial, out)
         except ValueError as exc:
             if len(exc.args) != 2 or not isinstance(exc.args[0], int):
@@ -427,21 +427,33 @@ class ArrowBatchBuilder:
             headers = pa.Array.from_buffers(pa.list_(HEADER_TYPE), rows, [None, pa.py_buffer(list_offsets)],
                                             children=[items])
 
-        def binary(first: int, nulls: int) -> pa.Array:
-            validity, offsets, data = out[first + 2], out[first], out[first + 1]
-            return pa.Array.from_buffers(pa.binary(), rows, [validity if nulls else None, offsets, data], nulls)
+        bitmap = (rows + 7) // 8
+
+        def used(i: int, size: int) -> pa.Buffer:
+            """Buffer ``i`` cut to what was written: Arrow sends a buffer whole to Spark, unused bytes too."""
+            buf = out[i]
+            assert buf is not None
+            return buf.slice(0, size)
+
+        def binary(first: int, nulls: int, size: int) -> pa.Array:
+            validity = used(first + 2, bitmap) if nulls else None
+            return pa.Array.from_buffers(pa.binary(), rows, [validity, used(first, 4 * (rows + 1)), used(first + 1, size)],
+                                         nulls)
+
+        def fixed(kind: pa.DataType, i: int, width: int) -> pa.Array:
+            return pa.Array.from_buffers(kind, rows, [None, used(i, width * rows)])
 
         build = {
-            "key": lambda: binary(5, key_nulls),
-            "value": lambda: binary(8, value_nulls),
+            "key": lambda: binary(5, key_nulls, key_bytes),
+            "value": lambda: binary(8, value_nulls, value_bytes),
             "topic": lambda: pa.repeat(pa.scalar(self.topic, pa.string()), rows),
             "partition": lambda: pa.repeat(pa.scalar(self.partition, pa.int32()), rows),
-            "offset": lambda: pa.Array.from_buffers(pa.int64(), rows, [None, out[0]]),
-            "timestamp": lambda: pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), rows, [None, out[1]]),
-            "timestampType": lambda: pa.Array.from_buffers(pa.int32(), rows, [None, out[2]]),
+            "offset": lambda: fixed(pa.int64(), 0, 8),
+            "timestamp": lambda: fixed(pa.timestamp("us", tz="UTC"), 1, 8),
+            "timestampType": lambda: fixed(pa.int32(), 2, 4),
             "headers": lambda: headers,
-            "leaderEpoch": lambda: pa.Array.from_buffers(pa.int32(), rows, [out[4] if epoch_nulls else None, out[3]],
-                                                         epoch_nulls),
+            "leaderEpoch": lambda: pa.Array.from_buffers(
+                pa.int32(), rows, [used(4, bitmap) if epoch_nulls else None, used(3, 4 * rows)], epoch_nulls),
         }
         return pa.RecordBatch.from_arrays([build[c]() for c in self.columns], schema=self.schema)
 

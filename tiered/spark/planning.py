@@ -13,7 +13,7 @@ filters): nothing on the executor depends on the driver's state.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -205,8 +205,11 @@ def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, b
                 cursor = md.end_offset + 1
                 continue
             lo, hi = max(cursor, md.start_offset), min(md.end_offset + 1, remote_end)
-            index = rlm.index_cache.get_index_entry(md).offset_index
             size = md.segment_size_in_bytes if 0 <= md.segment_size_in_bytes < 2**31 - 1 else None
+
+            def index(md: Any = md) -> Any:  # fetched only to start inside the segment or to split it
+                return rlm.index_cache.get_index_entry(md).offset_index
+
             for a, b in _byte_ranges(index, md.start_offset, lo, size, opts.max_bytes_per_partition):
                 pieces.append(Piece(**base, from_offset=lo, until_offset=hi, start_position=a, end_position=b,
                                     remote_metadata=encode_metadata(md)))
@@ -229,7 +232,11 @@ def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, b
             if bounds.timestamp_lo_ms is not None and seg.largest_timestamp < bounds.timestamp_lo_ms:
                 continue
             lo, hi = max(cursor, seg.base_offset), min(seg_end, end)
-            for a, b in _byte_ranges(seg.offset_index, seg.base_offset, lo, seg.size, opts.max_bytes_per_partition):
+
+            def local_index(seg: Any = seg) -> Any:
+                return seg.offset_index
+
+            for a, b in _byte_ranges(local_index, seg.base_offset, lo, seg.size, opts.max_bytes_per_partition):
                 pieces.append(Piece(**base, from_offset=lo, until_offset=hi, start_position=a, end_position=b,
                                     local_path=str(_original_path(log, seg))))
         if opts.read_committed and cursor < end:
@@ -257,13 +264,15 @@ def _original_path(log: Log, seg: Any) -> Any:
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
-def _byte_ranges(index: Any, base_offset: int, from_offset: int, size: int | None,
+def _byte_ranges(offset_index: Callable[[], Any], base_offset: int, from_offset: int, size: int | None,
                  max_bytes: int) -> list[tuple[int, int | None]]:
     """Byte ranges of a segment, cut at batch boundaries from its offset index, each about ``max_bytes``; the first
-    starts at the batch holding ``from_offset`` (the index's floor entry)."""
-    start = 0 if from_offset <= base_offset else index.lookup(from_offset).position
+    starts at the batch holding ``from_offset`` (the index's floor entry). ``offset_index`` gives the index, asked
+    for only when it is needed (a remote one is fetched: the whole segment in one range needs none)."""
+    start = 0 if from_offset <= base_offset else offset_index().lookup(from_offset).position
     if size is None or size - start <= max_bytes:
         return [(start, size)]
+    index = offset_index()
     n = index.entries
     positions = [index.entry(i).position for i in range(n)]
     ranges: list[tuple[int, int | None]] = []
