@@ -63,7 +63,7 @@ SCHEMA_DDL = (
 )
 COLUMNS = tuple(ARROW_SCHEMA.names)
 try:  # the record walk in C (tiered/spark/_arrowdecode.c), built where a compiler exists; numpy's otherwise
-    from tiered.spark import _arrowdecode
+    import tiered.spark._arrowdecode as _arrowdecode  # the extension alone, not the package (its __init__ imports us)
 except ImportError:  # pragma: no cover - a machine without a C compiler
     _arrowdecode = None  # type: ignore[assignment]
 NATIVE_DECODE = _arrowdecode is not None
