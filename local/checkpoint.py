@@ -132,6 +132,29 @@ def atomic_write(path: Path, data: bytes, sync: bool = True) -> None:
         _fsync_dir(path.parent)
 
 
+def exclusive_write(path: Path, data: bytes) -> None:
+    """Create ``path`` holding ``data`` whole, only if no file has that name: the bytes go to a unique temp file
+    (fsynced), which is then hard-linked into place (``link`` refuses an existing name atomically, where a rename
+    would replace it), and the directory is fsynced. ``FileExistsError`` when the name exists; the temp file is
+    removed either way."""
+    import tempfile
+
+    head = path.name.encode("utf-8", "surrogateescape")[:200].decode("utf-8", "ignore")  # the temp name fits too
+    fd, tmp = tempfile.mkstemp(prefix=f".{head}.", suffix=".tmp", dir=path.parent)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.link(tmp, path)
+        _fsync_dir(path.parent)
+    finally:
+        os.unlink(tmp)
+
+
 def fsync_file(path: Path) -> bool:
     """fsync ``path`` and its directory; False when the file is gone (deleted meanwhile: nothing to keep)."""
     try:
@@ -144,6 +167,11 @@ def fsync_file(path: Path) -> bool:
         os.close(fd)
     _fsync_dir(path.parent)
     return True
+
+
+def fsync_dir(directory: Path) -> None:
+    """fsync a directory: the renames and creations in it are durable."""
+    _fsync_dir(directory)
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -54,6 +54,26 @@ def _long(lo: int | None = None, hi: int = LONG_MAX) -> Callable[[str, Any], int
     return conv
 
 
+def _double(lo: float | None = None, hi: float | None = None) -> Callable[[str, Any], float]:
+    def conv(key: str, value: Any) -> float:
+        if isinstance(value, bool):
+            raise _bad(key, value, "expected a number")
+        try:
+            v = float(str(value).strip())
+        except ValueError:
+            raise _bad(key, value, "expected a number") from None
+        if v != v:  # NaN
+            raise _bad(key, value, "expected a number")
+        if lo is not None and v < lo:
+            raise _bad(key, value, f"must be at least {lo}")
+        if hi is not None and v > hi:
+            raise _bad(key, value, f"must be at most {hi}")
+        return v
+
+    conv.valid = f"[{'...' if lo is None else lo}, {'...' if hi is None else hi}]"  # type: ignore[attr-defined]
+    return conv
+
+
 def _bool(key: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -106,15 +126,13 @@ def _cleanup_policy(key: str, value: Any) -> str:
     parts = [p.strip() for p in str(value).split(",") if p.strip()]
     if not parts or any(p not in ("delete", "compact") for p in parts):
         raise _bad(key, value, "must be a list of delete and/or compact")
-    if "compact" in parts:
-        logger.warning("%s=%s: compaction is not implemented; only deletion applies", key, value)
     return ",".join(parts)
 
 
 _bool.valid = "true, false"  # type: ignore[attr-defined]
 _string.valid = "a string"  # type: ignore[attr-defined]
 _host_port.valid = "HOST:PORT (port 0: a free one)"  # type: ignore[attr-defined]
-_cleanup_policy.valid = "a list of delete, compact (compaction is not implemented)"  # type: ignore[attr-defined]
+_cleanup_policy.valid = "a list of delete, compact"  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -147,6 +165,11 @@ _TOPIC_DEFS = [
          _long(0), 3_600_000),
     _Def("preallocate", "log.preallocate", "preallocate", _bool, False),
     _Def("cleanup.policy", "log.cleanup.policy", "cleanup_policy", _cleanup_policy, "delete"),
+    # The log cleaner's topic keys (local.cleaner), with Kafka's broker synonyms and defaults.
+    _Def("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", "min_cleanable_dirty_ratio", _double(0, 1), 0.5),
+    _Def("delete.retention.ms", "log.cleaner.delete.retention.ms", "delete_retention_ms", _long(0), 86_400_000),
+    _Def("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", "min_compaction_lag_ms", _long(0), 0),
+    _Def("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", "max_compaction_lag_ms", _long(1), LONG_MAX),
     _Def("min.insync.replicas", "min.insync.replicas", "min_insync_replicas", _long(1, INT_MAX), 1),
     _Def("compression.type", "compression.type", "compression_type",
          _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer"),
@@ -159,6 +182,30 @@ _TOPIC_DEFS = [
 
 _BROKER_DEFS = [
     _Def(None, "broker.id", "broker_id", _long(-1, INT_MAX), 0),
+    # The Kafka protocol listener of `tiered run --kafka-listen` (tiered/kafka/): Kafka's keys and defaults, but
+    # queued.max.request.bytes (Kafka: -1, no bound), so that what clients send is bounded in memory.
+    _Def(None, "socket.request.max.bytes", "socket_request_max_bytes", _long(1, INT_MAX), 104_857_600),
+    _Def(None, "queued.max.request.bytes", "queued_max_request_bytes", _long(1), 512 * MIB),
+    _Def(None, "fetch.max.bytes", "fetch_max_bytes", _long(1024, INT_MAX), 57_671_680),
+    _Def(None, "connections.max.idle.ms", "connections_max_idle_ms", _long(1), 600_000),
+    _Def(None, "max.connections", "max_connections", _long(0, INT_MAX), INT_MAX),
+    _Def(None, "num.io.threads", "num_io_threads", _long(1, INT_MAX), 8),
+    _Def(None, "auto.create.topics.enable", "auto_create_topics_enable", _bool, True),
+    _Def(None, "num.partitions", "num_partitions", _long(1, INT_MAX), 1),
+    _Def(None, "delete.topic.enable", "delete_topic_enable", _bool, True),
+    _Def(None, "offsets.topic.num.partitions", "offsets_topic_num_partitions", _long(1, INT_MAX), 50),
+    _Def(None, "offsets.topic.segment.bytes", "offsets_topic_segment_bytes", _long(MIB, INT_MAX), 100 * MIB),
+    _Def(None, "offsets.retention.minutes", "offsets_retention_minutes", _long(1, INT_MAX), 10_080),
+    _Def(None, "offsets.retention.check.interval.ms", "offsets_retention_check_interval_ms", _long(1), 600_000),
+    _Def(None, "offset.metadata.max.bytes", "offset_metadata_max_bytes", _long(0, INT_MAX), 4096),
+    _Def(None, "group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", _long(0, INT_MAX), 3000),
+    _Def(None, "group.min.session.timeout.ms", "group_min_session_timeout_ms", _long(0, INT_MAX), 6000),
+    _Def(None, "group.max.session.timeout.ms", "group_max_session_timeout_ms", _long(0, INT_MAX), 1_800_000),
+    _Def(None, "transaction.state.log.num.partitions", "transaction_state_log_num_partitions", _long(1, INT_MAX), 50),
+    _Def(None, "transaction.state.log.segment.bytes", "transaction_state_log_segment_bytes", _long(MIB, INT_MAX),
+         100 * MIB),
+    _Def(None, "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+         "transaction_abort_timed_out_transaction_cleanup_interval_ms", _long(1, INT_MAX), 10_000),
     _Def(None, "num.recovery.threads.per.data.dir", "num_recovery_threads_per_data_dir", _long(1, INT_MAX), 1),
     _Def(None, "num.segment.loading.threads.per.data.dir", "num_segment_loading_threads_per_data_dir", _long(1, INT_MAX), 1),
     _Def(None, "log.retention.check.interval.ms", "log_retention_check_interval_ms", _long(1), 300_000),
@@ -200,6 +247,15 @@ _BROKER_DEFS = [
     _Def(None, "remote.log.segment.cache.prefetch.chunks", "remote_log_segment_cache_prefetch_chunks", _long(0, 64), 2),
     _Def(None, "remote.log.segment.cache.plaintext.disk.enable", "remote_log_segment_cache_plaintext_disk_enable",
          _bool, False),
+    # Kafka's CleanerConfig (local.cleaner): the log cleaner threads of LogManager.
+    _Def(None, "log.cleaner.enable", "log_cleaner_enable", _bool, True),
+    _Def(None, "log.cleaner.threads", "log_cleaner_threads", _long(0, INT_MAX), 1),
+    _Def(None, "log.cleaner.backoff.ms", "log_cleaner_backoff_ms", _long(0), 15_000),
+    _Def(None, "log.cleaner.dedupe.buffer.size", "log_cleaner_dedupe_buffer_size", _long(0), 128 * MIB),
+    _Def(None, "log.cleaner.io.buffer.load.factor", "log_cleaner_io_buffer_load_factor", _double(0, 1), 0.9),
+    _Def(None, "log.cleaner.io.buffer.size", "log_cleaner_io_buffer_size", _long(0, INT_MAX), 512 * 1024),
+    _Def(None, "log.cleaner.io.max.bytes.per.second", "log_cleaner_io_max_bytes_per_second", _double(0),
+         1.7976931348623157e308),
     # Ours: where `tiered run` serves /metrics, produce, consume and /health (tiered/http_server.py).
     _Def(None, "tiered.http.listen", "tiered_http_listen", _host_port, "127.0.0.1:8080"),
 ]
@@ -269,6 +325,10 @@ class TopicConfig:
     message_timestamp_after_max_ms: int
     preallocate: bool
     cleanup_policy: str
+    min_cleanable_dirty_ratio: float
+    delete_retention_ms: int
+    min_compaction_lag_ms: int
+    max_compaction_lag_ms: int
     min_insync_replicas: int
     compression_type: str
     remote_storage_enable: bool
@@ -276,6 +336,16 @@ class TopicConfig:
     local_retention_bytes: int
     remote_log_copy_disable: bool
     remote_log_delete_on_disable: bool
+
+    @property
+    def compact(self) -> bool:
+        """``cleanup.policy`` holds ``compact``: the log cleaner dedupes it (Kafka's ``LogConfig.compact``)."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """``cleanup.policy`` holds ``delete``: retention deletes its old segments."""
+        return "delete" in self.cleanup_policy.split(",")
 
     @property
     def effective_local_retention_ms(self) -> int:
@@ -293,26 +363,57 @@ class TopicConfig:
         return out
 
 
-def _validate_topic(cfg: TopicConfig, large_index_enabled: bool, source: str) -> None:
+def _validate_topic(cfg: TopicConfig, large_index_enabled: bool, source: str, *, broker_remote: bool = False) -> None:
+    """The rules across keys. The local retention ones apply to a topic with ``remote.storage.enable=true`` and, as
+    Kafka's ``validateBrokerLogConfigValues`` does, to the broker's defaults when ``broker_remote`` (the broker has
+    ``remote.log.storage.system.enable=true``), named by their broker keys."""
     if cfg.segment_bytes > INT_MAX and not large_index_enabled:
         raise ConfigError(
             f"Invalid value {cfg.segment_bytes} for configuration {source}: segments above {INT_MAX} bytes need the "
             f"large-index feature (KIP-1333); finalize it first with `{LARGE_INDEX_HINT}`",
             key=source, value=cfg.segment_bytes,
         )
-    if cfg.remote_storage_enable:
+    if cfg.remote_storage_enable and cfg.compact:
+        # Kafka's LogConfig.validateNoRemoteStorageForCompactedTopic: a cleaner rewriting segments the remote tier
+        # already holds has no remote counterpart.
+        raise ConfigError(
+            f"Invalid value true for configuration remote.storage.enable: remote log storage is unsupported for "
+            f"compacted topics (cleanup.policy={cfg.cleanup_policy}); use cleanup.policy=delete, or keep the topic "
+            "local", key="remote.storage.enable", value=True)
+    if cfg.remote_storage_enable or broker_remote:
+        prefix = "log." if broker_remote else ""
         lrb, rb = cfg.local_retention_bytes, cfg.retention_bytes
         if lrb not in (-2, -1) and rb != -1 and lrb > rb:
-            raise _bad("local.retention.bytes", lrb, f"must not exceed retention.bytes ({rb})")
+            raise _bad(f"{prefix}local.retention.bytes", lrb, f"must not exceed {prefix}retention.bytes ({rb})")
         lrm, rm = cfg.local_retention_ms, cfg.retention_ms
         if lrm not in (-2, -1) and rm != -1 and lrm > rm:
-            raise _bad("local.retention.ms", lrm, f"must not exceed retention.ms ({rm})")
+            raise _bad(f"{prefix}local.retention.ms", lrm, f"must not exceed {prefix}retention.ms ({rm})")
 
 
 class LogConfig:
     """The broker's log configuration; see the module docstring."""
 
     broker_id: int
+    socket_request_max_bytes: int
+    queued_max_request_bytes: int
+    fetch_max_bytes: int
+    connections_max_idle_ms: int
+    max_connections: int
+    num_io_threads: int
+    auto_create_topics_enable: bool
+    num_partitions: int
+    delete_topic_enable: bool
+    offsets_topic_num_partitions: int
+    offsets_topic_segment_bytes: int
+    offsets_retention_minutes: int
+    offsets_retention_check_interval_ms: int
+    offset_metadata_max_bytes: int
+    group_initial_rebalance_delay_ms: int
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
+    transaction_state_log_num_partitions: int
+    transaction_state_log_segment_bytes: int
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int
     num_recovery_threads_per_data_dir: int
     num_segment_loading_threads_per_data_dir: int
     log_retention_check_interval_ms: int
@@ -342,6 +443,13 @@ class LogConfig:
     remote_log_segment_cache_chunk_size_bytes: int
     remote_log_segment_cache_prefetch_chunks: int
     remote_log_segment_cache_plaintext_disk_enable: bool
+    log_cleaner_enable: bool
+    log_cleaner_threads: int
+    log_cleaner_backoff_ms: int
+    log_cleaner_dedupe_buffer_size: int
+    log_cleaner_io_buffer_load_factor: float
+    log_cleaner_io_buffer_size: int
+    log_cleaner_io_max_bytes_per_second: float
     tiered_http_listen: str
 
     def __init__(self, originals: Mapping[str, Any], large_index_enabled: bool | None = None) -> None:
@@ -375,7 +483,8 @@ class LogConfig:
             large_index_enabled = large_index_finalized(self.log_dirs)
         self.large_index_enabled = large_index_enabled
         self._default_topic = TopicConfig(**self._topic_defaults)
-        _validate_topic(self._default_topic, large_index_enabled, "log.segment.bytes")
+        _validate_topic(self._default_topic, large_index_enabled, "log.segment.bytes",
+                        broker_remote=self.remote_log_storage_system_enable)
 
     @classmethod
     def from_properties(cls, source: str | os.PathLike[str] | Mapping[str, Any], *,

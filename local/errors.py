@@ -101,6 +101,20 @@ class OffsetOutOfRangeError(KafkaStorageError):
     """A read at an offset below the log start offset or above the log end offset."""
 
 
+class LostOffsetsError(KafkaStorageError):
+    """A read of an offset that a recovery cut out of the middle of the log (a damaged closed segment truncated,
+    the segments after it kept), as recorded in the partition's ``tiered-lost-offsets`` (:mod:`local.lost_offsets`).
+    Unlike a gap compaction left, such a read is never answered with the next batch. Carries ``offset``,
+    ``first_offset``/``last_offset`` (the lost range), ``next_offset`` (where reading may go on), ``path`` (the
+    segment file the operator knows) and ``topic``/``partition``."""
+
+
+class LogCleaningAbortedError(KafkaStorageError):
+    """A log cleaning stopped before its swap (Kafka's ``LogCleaningAbortedException``): the cleaner stopping, the
+    partition's cleaning aborted, or the log changed under it (truncated, segments deleted). Nothing of it is
+    visible: its ``.cleaned`` files are deleted."""
+
+
 class InvalidProducerEpochError(KafkaStorageError):
     """A batch from a producer epoch older than the one the log has seen."""
 

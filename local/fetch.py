@@ -6,8 +6,6 @@ import enum
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from local.errors import CorruptRecordError
-
 UNKNOWN_OFFSET = -1
 
 
@@ -64,26 +62,3 @@ class TimestampAndOffset:
     timestamp: int
     offset: int
     leader_epoch: int | None = None
-
-
-def ensure_read_holds(offset: int, segment: Any, found: LogOffsetPosition | None, dense: bool) -> None:
-    """Raise CorruptRecordError unless ``found`` (the batch a read of ``offset`` in ``segment`` starts with) may
-    answer it. Its offsets must come after those of the batch before it (base offsets are outside the CRC: a damaged
-    one shows as an overlap, which no log holds). When the log's offsets are ``dense`` (not compacted) a read never
-    answers with later data than asked: a segment with no batch at or after ``offset``, or whose batch found starts
-    after it, is damaged (a torn or altered batch header)."""
-    if found is None:
-        if dense:
-            raise CorruptRecordError(
-                f"no batch holds offset {offset} in {segment.log.path} (segment {segment.base_offset}): the segment "
-                "ends before it, or a batch header is damaged", offset=offset, path=str(segment.log.path))
-        return
-    base = found.base_offset
-    # The batch before it is the previous segment's when this one is the segment's first.
-    previous = found.previous_last_offset if found.position else segment.base_offset - 1
-    if base >= 0 and (base <= previous or (dense and base > offset)):
-        after = f" (the batch before it ends at {previous})" if previous >= 0 else ""
-        raise CorruptRecordError(
-            f"no batch holds offset {offset} in {segment.log.path}: the batch at position {found.position} holds "
-            f"offsets {base}..{found.offset}{after}: a batch header is damaged",
-            offset=offset, position=found.position, path=str(segment.log.path))

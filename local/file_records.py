@@ -21,7 +21,7 @@ import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from local.fetch import LogOffsetPosition, TimestampAndOffset
 from local.records import MemoryRecords
@@ -33,6 +33,19 @@ logger = logging.getLogger(__name__)
 
 READ_CHUNK = 1024 * 1024
 _unpack_offset = struct.Struct(">q").unpack_from
+
+
+class OffsetSearch(NamedTuple):
+    """What :meth:`FileRecords.search_for_offset` found: the batch (None when the file holds nothing at or after
+    the offset), the batch walked over last before it (or before the end), and two signs of damage a consumer's
+    read looks at: ``torn_at``, where the whole batches stopped
+    short of the file's end when none was found (a cut file, a damaged length), and ``overlap_at``, the position of
+    a batch walked over before the one found whose offsets do not come after the batch before it."""
+
+    found: LogOffsetPosition | None
+    torn_at: int | None
+    overlap_at: int | None
+    previous: tuple[int, int] | None = None  # position and size of the last batch walked over, if any
 
 
 class FileChannelRecordBatch:
@@ -242,17 +255,31 @@ class FileRecords:
         Walks batch headers only: a small window is read and refilled at the next header, so large batches are
         skipped without being read (a fetch reads them once, as a slice).
         """
-        previous_last = -1
+        return self.search_for_offset(target_offset, starting_position)[0]
+
+    def search_for_offset(self, target_offset: int, starting_position: int, previous_last: int = -1) -> OffsetSearch:
+        """:meth:`search_for_offset_from_position`, with what a consumer's read checks of the walk (see
+        :class:`OffsetSearch`); ``previous_last`` is the last offset before the first batch walked, when known (a
+        segment's base offset - 1 from its start). The end is the size when the walk began: an append meanwhile is
+        no torn tail."""
+        overlap_at: int | None = None
+        end = self.size_in_bytes
+        walked = starting_position
+        previous: tuple[int, int] | None = None
         for pos, size, view, at in walk_batches(
-            self.read_into, self.size_in_bytes, starting_position, whole=False, window=8192, origin=str(self._source),
+            self.read_into, end, starting_position, whole=False, window=8192, origin=str(self._source),
             base_position=self._start, context={"path": str(self._source)},
         ):
             last = last_offset(view, at)
             base = _unpack_offset(view, at)[0] if view[at + MAGIC_OFFSET] == MAGIC_V2 else -1  # legacy: last only
             if last >= target_offset:
-                return LogOffsetPosition(last, pos, size, base, previous_last)
+                return OffsetSearch(LogOffsetPosition(last, pos, size, base, previous_last), None, overlap_at, previous)
+            if overlap_at is None and view[at + MAGIC_OFFSET] == MAGIC_V2 and (base < 0 or base <= previous_last):
+                overlap_at = pos
             previous_last = last
-        return None
+            previous = (pos, size)
+            walked = pos + size
+        return OffsetSearch(None, walked if walked < end else None, overlap_at, previous)
 
     def search_for_timestamp(self, target_timestamp: int, starting_position: int, starting_offset: int) -> TimestampAndOffset | None:
         """The first record at or after ``starting_offset`` whose timestamp is >= ``target_timestamp``."""

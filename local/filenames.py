@@ -32,6 +32,7 @@ LOG_START_OFFSET_CHECKPOINT_FILENAME = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT_FILENAME = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILENAME = ".kafka_cleanshutdown"
 FEATURES_FILENAME = "tiered-features.properties"
+LOST_OFFSETS_FILENAME = "tiered-lost-offsets"  # offsets a recovery cut out of a log (local.lost_offsets)
 
 _PREFIX_RE = re.compile(r"^(\d{20})\.")
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")

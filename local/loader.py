@@ -13,8 +13,14 @@ What a partition dir may hold after a crash, and what loading does about it, in 
    this thread opens the segments, see :mod:`local.load_worker`); a missing or corrupt index
    means the segment is recovered, its indexes rebuilt from its log (phase 2: sequentially, in offset order,
    because recovering a segment replays the producer state of the segments before it);
+   A segment below the recovery point (or after a clean shutdown) that this recovery cuts short while later
+   segments follow (a closed segment truncated by hand, or its index pointing past its end) keeps those later
+   segments, as Kafka does, and the offsets it lost up to the next segment's base offset are recorded in
+   ``tiered-lost-offsets`` (:mod:`local.lost_offsets`) with an ERROR naming the file and the range: a hole is
+   never silent;
 4. after an unclean shutdown every segment from the recovery point on is recovered; the first one that had to
-   truncate bytes (a torn or corrupt batch) deletes every later segment, so the log stays a prefix;
+   truncate bytes (a torn or corrupt batch) deletes every later segment, so the log stays a prefix (an ERROR
+   names the offsets lost with them, a torn tail of the last segment being a WARNING);
 5. a log end offset below the log start offset (segment files deleted behind the broker's back) deletes every
    segment and starts empty at the log start offset;
 6. the leader epoch cache is cut to the loaded offsets, the producer state rebuilt from the latest valid snapshot,
@@ -23,8 +29,8 @@ What a partition dir may hold after a crash, and what loading does about it, in 
 Once the large-index feature is finalized (``use_large_index``) an offset index rebuilt by recovery is written in
 the 12-byte format; an intact 8-byte index keeps its format (KIP-1333).
 
-Every fault found and every file deleted or renamed because of one is logged as a WARNING naming the file and
-what was done, and counted in :class:`LoadStats`.
+Every fault found and every file deleted or renamed because of one is logged as a WARNING (an ERROR when offsets
+are lost) naming the file and what was done, and counted in :class:`LoadStats`.
 """
 
 from __future__ import annotations
@@ -39,13 +45,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from local import filenames, load_worker, metrics
-from local.errors import InvalidOffsetError, KafkaStorageIOError
+from local.errors import InvalidOffsetError, KafkaStorageError, KafkaStorageIOError
 from local.index.entries import LARGE_OFFSET_ENTRY_SIZE, LEGACY_OFFSET_ENTRY_SIZE
+from local.index.offset_index import LAST_ENTRY_PAST_LOG
 
 # The byte-level index checks live with the indexes; re-exported here, where they used to be.
 from local.index.offset_index import check_offset_index as check_offset_index
 from local.index.sanity import check_segment_index_files as check_segment_index_files
 from local.index.time_index import check_time_index as check_time_index
+from local.lost_offsets import LOST_OFFSETS_FILENAME, LostOffsets, LostOffsetsSet
 from local.producer_rebuild import rebuild_producer_state
 from local.producer_state import ProducerStateManager
 from local.scheduler import Time
@@ -86,6 +94,7 @@ class LoadStats:
     bytes_truncated: int = 0
     orphan_indexes_deleted: int = 0
     swap_files_recovered: int = 0
+    offsets_lost: int = 0
     elapsed_ms: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
@@ -117,6 +126,7 @@ class LogLoader:
         remote_storage_enabled: bool,
         remaining_segments_callback: RemainingSegmentsCallback | None,
         read_only: bool,
+        lost_offsets: LostOffsetsSet,
     ) -> None:
         if num_segment_loading_threads < 1:
             raise ValueError(
@@ -135,6 +145,7 @@ class LogLoader:
         self.num_threads = num_segment_loading_threads
         self.remote_storage_enabled = remote_storage_enabled
         self.read_only = read_only  # .log files opened read-only (a scratch copy of links, see local.read_only)
+        self.lost_offsets = lost_offsets  # where a hole left by recovering a segment is recorded
         self.stats = LoadStats()
         self._remaining_callback = remaining_segments_callback if num_segment_loading_threads > 1 else None
         self._gauge_threads: set[str] = set()
@@ -329,7 +340,7 @@ class LogLoader:
         # A segment that unclean-shutdown recovery (step 4) will recover anyway is left to it, so that its
         # truncation, if any, also deletes the segments after it.
         recovered_later = self._unflushed_bases()
-        for segment, reason in results:
+        for i, (segment, reason) in enumerate(results):
             if reason is None:
                 continue
             log_name = filenames.log_file(self.dir, segment.base_offset).name
@@ -348,7 +359,35 @@ class LogLoader:
                 logger.info("%s: %s (expected after an unclean shutdown)", self.dir.name, message)
             else:
                 self._warn(message)
-                self._recover_segment(segment)
+                recovered, truncated = self._recover_segment(segment)
+                if i + 1 < len(results):
+                    self._record_lost_offsets(recovered, truncated, reason, results[i + 1][0].base_offset)
+
+    def _record_lost_offsets(self, segment: LogSegment, truncated: int, reason: str, next_base: int) -> None:
+        """A segment recovered while later segments follow: when the recovery shows it held more than it now does
+        (bytes cut, or an index pointing past its end), the offsets up to the next segment's base are lost,
+        recorded and logged as an ERROR (see :mod:`local.lost_offsets`)."""
+        if truncated == 0 and LAST_ENTRY_PAST_LOG not in reason:
+            return
+        end = segment.read_next_offset()
+        if end >= next_base:
+            return
+        source = segment.log.source_path
+        self.lost_offsets.add(LostOffsets(end, next_base - 1, segment.size, source.name))
+        self.stats.offsets_lost += next_base - end
+        if self.read_only:
+            self._error(
+                f"{source} is damaged: this read-only view ends it at byte {segment.size}, so offsets {end}.."
+                f"{next_base - 1} cannot be read (reads there fail; the segments from offset {next_base} are read); "
+                f"the files are not changed (a writer opening this dir would cut the segment there, keep the later "
+                f"segments and record the lost offsets in {LOST_OFFSETS_FILENAME})"
+            )
+        else:
+            self._error(
+                f"{source} was damaged: recovery cut it at byte {segment.size} and offsets {end}..{next_base - 1} "
+                f"are lost (recorded in {self.lost_offsets.path}; reads there fail, tiered verify reports them); the "
+                f"later segments, from offset {next_base}, are kept"
+            )
 
     def _unflushed_bases(self) -> set[int]:
         if self.had_clean_shutdown:
@@ -509,17 +548,22 @@ class LogLoader:
                 self.stats.bytes_truncated += truncated
             if truncated > 0:
                 rest = unflushed[i + 1 :]
+                end = segment.read_next_offset()
+                # Offsets the later segments held are lost with them: an ERROR naming them (a torn tail: a WARNING).
+                report = self._error if rest else self._warn
+                lost = f": offsets {end}..{_lost_end(rest[-1])} are lost ({segment.log.source_path} and the later " \
+                       "segments)" if rest else ""
                 if self.read_only:  # nothing is deleted or cut on disk: the view ends there
-                    self._warn(
+                    report(
                         f"corruption found in segment {segment.base_offset}: this read-only view ends at offset "
-                        f"{segment.read_next_offset()} and leaves out {truncated} byte(s) of it and the "
-                        f"{len(rest)} later segment(s); the files are not changed (a writer opening this dir would "
-                        "truncate the segment there and delete the later ones)"
+                        f"{end} and leaves out {truncated} byte(s) of it and the {len(rest)} later segment(s); the "
+                        "files are not changed (a writer opening this dir would truncate the segment there and "
+                        f"delete the later ones){lost.replace('are lost', 'are left out')}"
                     )
                 else:
-                    self._warn(
+                    report(
                         f"corruption found in segment {segment.base_offset}: truncated {truncated} byte(s), the log "
-                        f"now ends at offset {segment.read_next_offset()}; deleting the {len(rest)} later segment(s)"
+                        f"now ends at offset {end}; deleting the {len(rest)} later segment(s){lost}"
                     )
                 self._delete_segments(rest)  # not yet recovered, so never replaced
                 break
@@ -538,6 +582,19 @@ class LogLoader:
         logger.warning("%s: %s", self.dir.name, message)
         self.stats.warnings.append(message)
 
+    def _error(self, message: str) -> None:
+        """A fault that lost data: logged as an ERROR (and kept with the warnings)."""
+        logger.error("%s: %s", self.dir.name, message)
+        self.stats.warnings.append(message)
+
+
+
+def _lost_end(segment: LogSegment) -> str:
+    """The last offset ``segment`` (not recovered, about to be deleted) holds, as a message says it."""
+    try:
+        return str(segment.read_next_offset() - 1)
+    except KafkaStorageError:  # its tail is damaged too
+        return f"(at least) {segment.base_offset}"
 
 
 def _base_offset(name: str) -> int | None:
@@ -559,5 +616,6 @@ def stats_summary(stats: LoadStats) -> dict[str, Any]:
         "bytes_truncated": stats.bytes_truncated,
         "orphan_indexes_deleted": stats.orphan_indexes_deleted,
         "swap_files_recovered": stats.swap_files_recovered,
+        "offsets_lost": stats.offsets_lost,
         "elapsed_ms": round(stats.elapsed_ms, 3),
     }

@@ -12,6 +12,7 @@ after ``file.delete.delay.ms``, so a read already in flight finishes on the open
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import random
@@ -21,24 +22,28 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from local import filenames
-from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile, fsync_file
+from local.checkpoint import LeaderEpochCheckpointFile, PartitionMetadataFile, fsync_dir, fsync_file
 from local.dir_failure import LogDirFailureChannel
 from local.epoch import LeaderEpochFileCache
 from local.errors import (
     InvalidRecordError,
     KafkaStorageError,
     KafkaStorageIOError,
+    LogCleaningAbortedError,
     LogDirOfflineError,
+    LostOffsetsError,
     OffsetOutOfRangeError,
     ReadOnlyLogError,
     RemoteStorageNotConfiguredError,
 )
 from local.fetch import FetchDataInfo, FetchIsolation, LogOffsetMetadata, TimestampAndOffset
 from local.loader import LogLoader
+from local.lost_offsets import LostOffsets, LostOffsetsSet
 from local.producer_rebuild import analyze_producer_state, rebuild_producer_state
 from local.producer_state import AppendOrigin, ProducerStateManager
 from local.records import MemoryRecords, RecordBatch, TimestampType
@@ -137,6 +142,7 @@ class Log:
         remote_log_state: RemoteLogState | None = None,
         read_only: bool = False,
         log_dir_failure_channel: LogDirFailureChannel | None = None,
+        lost_offsets: LostOffsetsSet | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.topic, self.partition = _topic_partition_from_dir(self.dir)
@@ -151,6 +157,8 @@ class Log:
         self.use_large_index = use_large_index
         self.remote_log_state = remote_log_state or RemoteLogState()
         self.read_only = read_only
+        # Offsets a recovery cut out of the middle of the log (local.lost_offsets): a read there raises.
+        self.lost_offsets = lost_offsets or LostOffsetsSet(self.dir, read_only)
         self._lock = threading.RLock()
         self._closed = False
         # Where an I/O error is reported (the LogManager's channel, else a private one), and why this log is
@@ -158,11 +166,23 @@ class Log:
         self.log_dir_failure_channel = log_dir_failure_channel or LogDirFailureChannel()
         self._offline: str | None = None
         self._handles_released = False
-        self._leader_epoch = leader_epoch_cache.latest_epoch() or 0
+        # The epoch appends carry: the latest of the epoch cache, or the owner epoch this data dir claimed for the
+        # partition's remote data (a claim at the log end is dropped from the cache by a load until an append, as
+        # a Kafka leader's epoch is re-assigned when it becomes leader again).
+        self._leader_epoch = max(leader_epoch_cache.latest_epoch() or 0, self.remote_log_state.owner_epoch)
         self._pending_deletes: list[LogSegment] = []
+        # Bumped (under the lock) whenever segments leave or change other than by an append or roll: a cleaning
+        # that began before it must not swap in segments built from what is gone (see replace_segments).
+        self.segments_generation = 0
         # Called (under the log lock) each time the log start offset moves, before anything below it is deleted:
         # the LogManager writes its log-start-offset checkpoint there.
         self.log_start_offset_checkpointer: Callable[[Log], None] | None = None
+        # Called (outside the log lock) after each append that wrote records: the LogManager tells its append
+        # listeners (the Kafka listener wakes the fetches waiting for data, whichever path appended).
+        self.append_listener: Callable[[Log], None] | None = None
+        # Called (under the log lock) after a truncation with the new log end: the LogManager brings the log
+        # cleaner's checkpoint down to it.
+        self.truncation_listener: Callable[[Log, int], None] | None = None
         self._log_start_checkpoint_failed = False
         active = segments.active_segment
         assert active is not None, "a loaded log always has an active segment"
@@ -239,6 +259,7 @@ class Log:
             time=time.milliseconds,
         )
         segments = LogSegments()
+        lost_offsets = LostOffsetsSet(directory, read_only)
         loader = LogLoader(
             directory,
             config,
@@ -257,8 +278,13 @@ class Log:
             or (remote_tier is not None and bool(getattr(config, "remote_storage_enable", False))),
             remaining_segments_callback=remaining_segments_callback,
             read_only=read_only,
+            lost_offsets=lost_offsets,
         )
         loaded = loader.load()
+        lost_offsets.drop_below(loaded.log_start_offset)
+        last = segments.last_segment
+        if last is not None:  # a load that ended the log earlier took the offsets after it out of any hole
+            lost_offsets.truncate_from(last.read_next_offset())
         log = cls(
             directory,
             config,
@@ -275,6 +301,7 @@ class Log:
             remote_log_state=remote_state,
             read_only=read_only,
             log_dir_failure_channel=log_dir_failure_channel,
+            lost_offsets=lost_offsets,
         )
         log.load_stats = loader.stats
         return log
@@ -311,6 +338,13 @@ class Log:
         return self.segments.size_in_bytes()
 
     @property
+    def source_dir(self) -> Path:
+        """The partition dir as the operator knows it, for messages: a read-only view is loaded from a scratch copy
+        (``dir``) whose segments are links into it (see :mod:`local.read_only`)."""
+        first = self.segments.first_segment
+        return first.log.source_path.parent if first is not None else self.dir
+
+    @property
     def remote_storage_enabled(self) -> bool:
         return self.remote_tier is not None and bool(getattr(self.config, "remote_storage_enable", False))
 
@@ -327,7 +361,18 @@ class Log:
             state = self.remote_log_state
             if offset <= state.highest_remote_offset and state.remote_storage_enabled:
                 return
-            new = RemoteLogState(True, max(offset, state.highest_remote_offset))
+            new = dataclasses.replace(state, remote_storage_enabled=True,
+                                      highest_remote_offset=max(offset, state.highest_remote_offset))
+            if not self.read_only:
+                RemoteLogStateFile(self.dir).write(new)
+            self.remote_log_state = new
+
+    def note_remote_owner(self, owner_epoch: int, owner_id: str) -> None:
+        """Remember (durably, in ``remote-log-state``) that this data dir claimed ownership of the partition's remote
+        data at ``owner_epoch`` (the remote tier's fencing: see :mod:`local.remote_state`)."""
+        with self._lock:
+            new = dataclasses.replace(self.remote_log_state, remote_storage_enabled=True, owner_epoch=owner_epoch,
+                                      owner_id=owner_id)
             if not self.read_only:
                 RemoteLogStateFile(self.dir).write(new)
             self.remote_log_state = new
@@ -404,14 +449,18 @@ class Log:
         data = records.buffer if isinstance(records, MemoryRecords) else records
         epoch = self._leader_epoch if leader_epoch is None else leader_epoch
         try:
+            info = None
             if origin is AppendOrigin.CLIENT and self._plain_limits is not None:
                 info = self._append_plain_batch(data if type(data) is bytes else _unchangeable(data), epoch)
-                if info is not None:
-                    return info
-            # Our own copy: offsets and the epoch are patched into it.
-            return self._append(bytearray(data), origin, True, epoch)
+            if info is None:
+                # Our own copy: offsets and the epoch are patched into it.
+                info = self._append(bytearray(data), origin, True, epoch)
         except OSError as exc:  # a write, a roll, an index, a snapshot or a checkpoint failed: the dir goes offline
             self._handle_io_error("appending to", exc)
+        listener = self.append_listener
+        if listener is not None and info.first_offset >= 0 and not info.duplicate:
+            listener(self)
+        return info
 
     def append_as_follower(self, records: MemoryRecords | bytes | bytearray) -> LogAppendInfo:
         """Append batches whose offsets and epochs were assigned by a leader; out-of-order offsets are rejected."""
@@ -712,6 +761,10 @@ class Log:
             max_offset = self.last_stable_offset
         if offset < self.log_start_offset or offset > leo.message_offset:
             raise self._out_of_range(offset, leo.message_offset)
+        if self.lost_offsets.entries:
+            lost = self.lost_offsets.find(offset)
+            if lost is not None:
+                raise self._lost(offset, lost)
         remote = self.remote_tier
         try:
             info = None
@@ -740,6 +793,22 @@ class Log:
             raise self._out_of_range(offset, leo.message_offset)
         return info
 
+    def _lost(self, offset: int, lost: LostOffsets) -> LostOffsetsError:
+        source_dir = self.source_dir
+        path = source_dir / lost.segment
+        record = source_dir / self.lost_offsets.path.name
+        if self.lost_offsets.is_recorded(lost):
+            what = f"were lost: a recovery found {path} damaged and cut it at byte {lost.position} (recorded in {record})"
+        else:  # what a read-only view found: nothing on disk says so yet
+            what = (f"are lost to damage: {path} is damaged from byte {lost.position} (a writer opening the dir would "
+                    f"cut it there and record the loss in {record})")
+        return LostOffsetsError(
+            f"offsets {lost.first_offset}..{lost.last_offset} of {self.name} {what}; offset {offset} cannot be read, "
+            f"the log goes on at offset {lost.last_offset + 1}",
+            offset=offset, first_offset=lost.first_offset, last_offset=lost.last_offset,
+            next_offset=lost.last_offset + 1, path=str(path), topic=self.topic, partition=self.partition,
+        )
+
     def _out_of_range(self, offset: int, log_end_offset: int) -> OffsetOutOfRangeError:
         log_start = self.log_start_offset
         return OffsetOutOfRangeError(
@@ -766,9 +835,10 @@ class Log:
             info = None
             while segment is not None:
                 max_position = self._max_position(segment, max_offset, leo)
-                # Offsets are dense unless compacted: then a read never answers with later ones than asked.
+                # An offset in a gap (compaction's, a real broker's) is answered with the next batch, in this
+                # segment or a later one, as Kafka does; the segment checks that what it answers is no damage.
                 info = segment.read(
-                    offset, max_bytes, max_position, min_one_message, "compact" not in self.config.cleanup_policy
+                    offset, max_bytes, max_position, min_one_message, True, partial(_next_base, segments, segment)
                 )
                 if info is not None:
                     if isolation is FetchIsolation.TXN_COMMITTED:
@@ -966,6 +1036,7 @@ class Log:
             # between the two must not bring back a log start below deleted data.
             self._log_start_checkpoint_failed = True
             self.ensure_log_start_offset_checkpointed()
+            self.lost_offsets.drop_below(new_offset)
             return True
 
     def ensure_log_start_offset_checkpointed(self) -> None:
@@ -985,8 +1056,9 @@ class Log:
         (the ``local.*`` values when the remote tier holds a finished copy). Returns the number deleted.
         """
         self._check_writable()
-        if "delete" not in str(self.config.cleanup_policy):
-            return 0
+        if not self.config.delete:
+            # compact alone: only what a moved log start offset left below it goes (Kafka's deleteOldSegments)
+            return self._delete_log_start_offset_breached_segments()
         self.check_remote_tier_present("retention")
         return (
             self._delete_log_start_offset_breached_segments()
@@ -1083,6 +1155,7 @@ class Log:
                 self.maybe_increment_log_start_offset(new_start, LogStartOffsetIncrementReason.SEGMENT_DELETION)
             self.local_log_start_offset = max(self.local_log_start_offset, new_start)
             self.ensure_log_start_offset_checkpointed()
+            self.segments_generation += 1
             for seg in segments:
                 logger.info("deleting segment %d of %s: %s", seg.base_offset, self.name, reason)
                 self.segments.remove(seg.base_offset)
@@ -1090,6 +1163,56 @@ class Log:
             for seg in segments:
                 self._async_delete(seg)
         return len(segments)
+
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment],
+                         generation: int | None = None) -> int:
+        """Swap ``new_segments`` (written as ``.cleaned`` files, flushed) in for ``old_segments``, crash-safely: Kafka's
+        ``replaceSegments``. The new files are renamed ``.swap`` (highest base offset first, so that the loader can
+        tell a complete set of swaps from an incomplete one) and the directory synced; they replace the old ones in
+        the lookup list; the old files are renamed ``.deleted`` and removed after ``file.delete.delay.ms`` (reads in
+        flight finish on them); the ``.swap`` files take their plain names; the directory is synced. A crash before
+        every ``.swap`` exists is undone by the loader, after it is finished by the loader.
+
+        Raises ``LogCleaningAbortedError`` (nothing changed) when the log changed since ``generation`` was read
+        (:attr:`segments_generation`) or an old segment is no longer the log's. Returns the generation after the
+        swap (a cleaning swapping several groups expects that one next).
+        """
+        self._check_writable()
+        with self._lock:
+            self._check_open()
+            if generation is not None and generation != self.segments_generation:
+                raise LogCleaningAbortedError(f"the segments of {self.name} changed while it was cleaned")
+            for seg in old_segments:
+                if self.segments.get(seg.base_offset) is not seg:
+                    raise LogCleaningAbortedError(f"segment {seg.base_offset} of {self.name} left the log while it was "
+                                                  "cleaned")
+            new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
+            for seg in reversed(new_sorted):
+                seg.change_file_suffixes(filenames.CLEANED_FILE_SUFFIX, filenames.SWAP_FILE_SUFFIX)
+            fsync_dir(self.dir)  # every .swap durable before any old file is renamed .deleted
+            for seg in reversed(new_sorted):
+                self.segments.add(seg)
+            new_bases = {seg.base_offset for seg in new_sorted}
+            deleted_not_replaced = []
+            for seg in sorted(old_segments, key=lambda s: s.base_offset):
+                if seg.base_offset not in new_bases:
+                    self.segments.remove(seg.base_offset)
+                    deleted_not_replaced.append(seg)
+                self._async_delete(seg)
+            for seg in new_sorted:
+                seg.change_file_suffixes(filenames.SWAP_FILE_SUFFIX, "")
+            fsync_dir(self.dir)
+            for seg in deleted_not_replaced:
+                self.producer_state_manager.remove_snapshot(seg.base_offset)
+            self.segments_generation += 1
+            return self.segments_generation
+
+    def last_records_of_active_producers(self) -> dict[int, tuple[int | None, int]]:
+        """Each active producer's last data offset (None when its last entry is a transaction marker) and epoch
+        (Kafka's ``lastRecordsOfActiveProducers``): the batches the cleaner keeps for producer state."""
+        with self._lock:
+            return {pid: (e.last_data_offset if e.last_data_offset >= 0 else None, e.producer_epoch)
+                    for pid, e in self.producer_state_manager.active_producers.items()}
 
     def _async_delete(self, segment: LogSegment) -> None:
         """Rename to ``.deleted`` now; close and remove after ``file.delete.delay.ms`` (readers in flight finish)."""
@@ -1119,6 +1242,8 @@ class Log:
                 self.truncate_fully_and_start_at(target_offset)
                 return True
             self.leader_epoch_cache.truncate_from_end(target_offset)
+            self.lost_offsets.truncate_from(target_offset)
+            self.segments_generation += 1
             for seg in list(self.segments.values()):
                 if seg.base_offset > target_offset:
                     self.segments.remove(seg.base_offset)
@@ -1138,6 +1263,8 @@ class Log:
             rebuild_producer_state(
                 self.producer_state_manager, self.segments, self.log_start_offset, target_offset, self.time
             )
+            if self.truncation_listener is not None:
+                self.truncation_listener(self, target_offset)
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -1148,6 +1275,7 @@ class Log:
             # segment for its offset finds it below the log start, and answers out of range naming it.
             self.log_start_offset = new_offset
             self.local_log_start_offset = new_offset
+            self.segments_generation += 1
             for seg in list(self.segments.values()):
                 self.segments.remove(seg.base_offset)
                 self._async_delete(seg)
@@ -1156,8 +1284,11 @@ class Log:
             self._leo = LogOffsetMetadata(new_offset, new_offset, 0)
             self.leader_epoch_cache.clear_and_flush()
             self.producer_state_manager.truncate_full_and_start_at(new_offset)
+            self.lost_offsets.clear()
             self.recovery_point = new_offset
             self._high_watermark = new_offset
+            if self.truncation_listener is not None:
+                self.truncation_listener(self, new_offset)
 
     # ------------------------------------------------------------------------------------------------------
     # Leader epochs
@@ -1286,6 +1417,12 @@ def _unchangeable(data: bytes | bytearray | memoryview) -> bytes | memoryview:
 
 def _as_offset(value: Any) -> int:
     return value.message_offset if hasattr(value, "message_offset") else int(value)
+
+
+def _next_base(segments: LogSegments, segment: LogSegment) -> int | None:
+    """The base offset of the segment after ``segment`` (None for the last)."""
+    nxt = segments.higher_segment(segment.base_offset)
+    return None if nxt is None else nxt.base_offset
 
 
 def _delete_segment_files(segment: LogSegment) -> None:

@@ -34,7 +34,7 @@ import threading
 import time as _time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +56,7 @@ from local.log import Log
 from local.scheduler import SYSTEM_TIME, Scheduler, Time
 
 if TYPE_CHECKING:
+    from local.cleaner.log_cleaner import LogCleaner
     from local.config import LogConfig
     from local.remote import RemoteTier, RemoteTierFactory
 
@@ -128,11 +129,13 @@ class LogManager:
         self._offline_lock = threading.Lock()
         self.log_dir_failure_channel = LogDirFailureChannel()
         self.log_dir_failure_channel.add_listener(self._on_log_dir_failure)
+        self._append_listeners: tuple[Callable[[Log], None], ...] = ()
         self.load_stats: dict[str, dict[str, Any]] = {}
         self._topic_configs: dict[str, Mapping[str, Any]] = {}  # topic -> overrides (persisted per partition)
         self._closed = False
         self._checkpoint_lock = threading.Lock()  # one writer at a time per checkpoint file (same .tmp name)
         self.live_dirs: list[Path] = []
+        self.cleaner: LogCleaner | None = None  # set after loading (a writer's, log.cleaner.enable)
         if read_only:
             self._scratch_root = self._open_dirs_read_only([Path(d) for d in config.log_dirs])
         for data_dir in [] if read_only else config.log_dirs:
@@ -153,6 +156,12 @@ class LogManager:
             self._index_read_only()
             return
         self._load_logs()
+        # Kafka's LogCleaner for the compacted topics (local.cleaner); its threads start with startup().
+        if config.log_cleaner_enable:
+            from local.cleaner.log_cleaner import LogCleaner
+
+            self.cleaner = LogCleaner(config, self._logs_by_partition, self._data_dir_of_key, time=time,
+                                      on_io_error=self._handle_io_error)
         if start_scheduler:
             self.startup()
 
@@ -282,6 +291,9 @@ class LogManager:
                     self._offline_logs[key] = log
                     dropped.append(log)
             fd = self._dir_locks.pop(data_dir, None)
+        cleaner = self.cleaner
+        if cleaner is not None:
+            cleaner.manager.handle_log_dir_failure(data_dir)
         for log in dropped:
             try:
                 log.mark_offline(why)
@@ -387,6 +399,8 @@ class LogManager:
                     metrics.REMAINING_LOGS_TO_LOAD.labels(label).set(remaining)
                 return
             log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
+            log.append_listener = self._appended
+            log.truncation_listener = self._on_truncation
             with self._offline_lock:
                 self._logs[(topic, partition)] = log
                 self._log_dirs_of[(topic, partition)] = data_dir
@@ -477,10 +491,29 @@ class LogManager:
 
     def _persist_overrides(self, partition_dir: Path, overrides: Mapping[str, Any]) -> None:
         from local.checkpoint import atomic_write
+        from local.properties import format_properties
 
-        text = "".join(f"{k}={v}\n" for k, v in sorted(overrides.items()))
+        text = format_properties({str(k): str(v) for k, v in overrides.items()})
         partition_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write(partition_dir / TOPIC_CONFIG_FILENAME, text.encode())
+        atomic_write(partition_dir / TOPIC_CONFIG_FILENAME, text.encode("ascii"))
+
+    # ------------------------------------------------------------------------------------------------------
+    # Append listeners
+
+    def add_append_listener(self, listener: Callable[[Log], None]) -> None:
+        """Call ``listener(log)`` after every append that writes records to any log of this manager, from the
+        appending thread, outside the log's lock (Kafka's purgatory check after an append: the Kafka listener
+        wakes its waiting fetches there, whichever path appended). It must be quick and must not raise."""
+        with self._offline_lock:
+            self._append_listeners = (*self._append_listeners, listener)
+
+    def remove_append_listener(self, listener: Callable[[Log], None]) -> None:
+        with self._offline_lock:
+            self._append_listeners = tuple(x for x in self._append_listeners if x != listener)
+
+    def _appended(self, log: Log) -> None:
+        for listener in self._append_listeners:
+            listener(log)
 
     # ------------------------------------------------------------------------------------------------------
     # Logs
@@ -563,6 +596,8 @@ class LogManager:
                     self._logs[key] = log
                     self._log_dirs_of[key] = data_dir
                     log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
+                    log.append_listener = self._appended
+                    log.truncation_listener = self._on_truncation
                     return log
                 failed = OfflinePartition(topic, partition, data_dir, str(pdir), dir_failure, True)
                 self.offline_partitions[key] = failed
@@ -592,12 +627,30 @@ class LogManager:
     def data_dir_of(self, topic: str, partition: int) -> Path | None:
         return self._log_dirs_of.get((topic, partition))
 
+    def _logs_by_partition(self) -> dict[tuple[str, int], Log]:
+        with self._offline_lock:
+            return dict(self._logs)
+
+    def _data_dir_of_key(self, key: tuple[str, int]) -> Path | None:
+        return self._log_dirs_of.get(key)
+
+    def _on_truncation(self, log: Log, offset: int) -> None:
+        """A log truncated to ``offset``: a cleaner checkpoint past it comes down (Kafka's LogManager.truncateTo)."""
+        data_dir = self._log_dirs_of.get((log.topic, log.partition))
+        if self.cleaner is not None and data_dir is not None:
+            self.cleaner.manager.maybe_truncate_checkpoint(data_dir, (log.topic, log.partition), offset)
+
     def delete_log(self, topic: str, partition: int) -> None:
         with self._lock:
             with self._offline_lock:  # both maps in one step: a dir failure sees the partition in both or neither
                 log = self._logs.pop((topic, partition), None)
                 self._log_dirs_of.pop((topic, partition), None)
             if log is not None:
+                cleaner = self.cleaner
+                data_dir = log.dir.parent
+                if cleaner is not None:  # Kafka: abort its cleaning, forget its cleaner checkpoint
+                    cleaner.manager.abort_cleaning((topic, partition))
+                    cleaner.manager.update_checkpoints(data_dir, remove=(topic, partition))
                 log.delete()
 
     # ------------------------------------------------------------------------------------------------------
@@ -621,12 +674,30 @@ class LogManager:
             # Kafka's RemoteLogManager: per-partition copy and expiration tasks every
             # remote.log.manager.task.interval.ms, on the remote tier's own copier and expiration pools.
             self.remote_tier.start_tasks(self.all_logs)
+        if self.cleaner is not None:
+            self.cleaner.startup()
 
     def cleanup_logs(self) -> int:
-        """One retention pass over every log; returns the number of segments deleted."""
+        """One retention pass over the logs that are not compacted; returns the number of segments deleted. (As in
+        Kafka, a compacted log's retention, ``compact,delete``, is the log cleaner's: see :mod:`local.cleaner`.)"""
         self._check_writable("run retention")
         total = 0
-        for log in self.all_logs():
+        cleaner = self.cleaner
+        if cleaner is not None:  # Kafka: paused for the pass, so that a policy changing under it races nothing
+            paused = cleaner.manager.pause_cleaning_for_non_compacted_partitions()
+            logs = [log for _, log in paused]
+        else:
+            logs = [log for log in self.all_logs() if not log.config.compact]
+        try:
+            total = self._delete_old_segments(logs)
+        finally:
+            if cleaner is not None:
+                cleaner.manager.resume_cleaning([key for key, _ in paused])
+        return total
+
+    def _delete_old_segments(self, logs: list[Log]) -> int:
+        total = 0
+        for log in logs:
             try:
                 total += log.delete_old_segments()
             except RemoteStorageNotConfiguredError as exc:
@@ -710,6 +781,8 @@ class LogManager:
                 return
             if self.remote_tier is not None:
                 self.remote_tier.stop_tasks()  # before the logs close: no copy or expiration runs on a closed log
+            if self.cleaner is not None:
+                self.cleaner.shutdown()  # a cleaning in flight stops before its swap
             self.scheduler.shutdown(run_pending=True)
             if self.remote_tier is not None and hasattr(self.remote_tier, "close"):
                 self.remote_tier.close()

@@ -303,6 +303,10 @@ class ProducerStateManager:
             del self._snapshots[i]
         filenames.producer_snapshot_file(self.dir, offset).unlink(missing_ok=True)
 
+    def remove_snapshot(self, offset: int) -> None:
+        """Delete the snapshot at ``offset`` (a segment that left the log took it along), if there is one."""
+        self._remove_snapshot(offset)
+
     def delete_snapshots_before(self, offset: int) -> None:
         for snap in [s for s in self._snapshots if s < offset]:
             self._remove_snapshot(snap)

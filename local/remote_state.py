@@ -11,7 +11,18 @@ written by the remote tier whenever it learns something new::
     remote_storage_enabled: true
     highest_remote_offset: 1234
 
-``highest_remote_offset`` is the last offset of a finished remote copy (-1: none yet). The file is written
+``highest_remote_offset`` is the last offset of a finished remote copy (-1: none yet). Once the remote tier has
+claimed ownership of the partition's remote data (``tiered.ownership``: one writer per partition across machines
+sharing a store), the file is version 1 and also holds the owner epoch and the claim's id::
+
+    version: 1
+    remote_storage_enabled: true
+    highest_remote_offset: 1234
+    owner_epoch: 3
+    owner_id: 9f0c2d4e8a1b4c6d8e0f1a2b3c4d5e6f
+
+The remote tier compares them with the owner records in the store: a data dir whose claim is not the newest one
+has lost the partition and copies and deletes nothing more there. The file is written
 through a temp file, fsync and rename (a crash leaves the old or the new one); a missing file means "never
 tiered"; a malformed one is an error naming the file (a partition whose remote state is unknown must not be
 trimmed). This module is the codec and the file; what the log does with it lives in :mod:`local.log`.
@@ -27,6 +38,7 @@ from local.errors import KafkaStorageError
 
 REMOTE_LOG_STATE_FILENAME = "remote-log-state"
 _VERSION = 0
+_OWNED_VERSION = 1  # with owner_epoch and owner_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,24 +47,33 @@ class RemoteLogState:
 
     remote_storage_enabled: bool = False
     highest_remote_offset: int = -1
+    owner_epoch: int = -1  # the owner epoch this data dir claimed (-1: never claimed)
+    owner_id: str = ""  # the claim's id, as its owner record in the store holds it
 
     @property
     def has_remote_data(self) -> bool:
         return self.highest_remote_offset >= 0
 
+    @property
+    def claimed(self) -> bool:
+        return self.owner_epoch >= 0
+
     def encode(self) -> bytes:
-        return (
-            f"version: {_VERSION}\n"
+        text = (
+            f"version: {_OWNED_VERSION if self.claimed else _VERSION}\n"
             f"remote_storage_enabled: {'true' if self.remote_storage_enabled else 'false'}\n"
             f"highest_remote_offset: {self.highest_remote_offset}\n"
-        ).encode()
+        )
+        if self.claimed:
+            text += f"owner_epoch: {self.owner_epoch}\nowner_id: {self.owner_id}\n"
+        return text.encode()
 
     @classmethod
     def decode(cls, data: bytes, source: str = REMOTE_LOG_STATE_FILENAME) -> RemoteLogState:
         try:
             fields = dict(_parse_line(line) for line in data.decode("utf-8").splitlines() if line.strip())
             version = int(fields.pop("version"))
-            if version != _VERSION:
+            if version not in (_VERSION, _OWNED_VERSION):
                 raise ValueError(f"unsupported version {version}")
             enabled = fields.pop("remote_storage_enabled")
             if enabled not in ("true", "false"):
@@ -60,11 +81,17 @@ class RemoteLogState:
             highest = int(fields.pop("highest_remote_offset"))
             if highest < -1:
                 raise ValueError(f"highest_remote_offset must be >= -1, got {highest}")
+            owner_epoch, owner_id = -1, ""
+            if version == _OWNED_VERSION:
+                owner_epoch = int(fields.pop("owner_epoch"))
+                owner_id = fields.pop("owner_id")
+                if owner_epoch < 0 or not owner_id:
+                    raise ValueError(f"owner_epoch must be >= 0 and owner_id set, got {owner_epoch} and {owner_id!r}")
             if fields:
                 raise ValueError(f"unknown field(s) {sorted(fields)}")
         except (KeyError, ValueError, UnicodeDecodeError) as exc:
             raise KafkaStorageError(f"malformed {source}: {exc}", path=source) from None
-        return cls(enabled == "true", highest)
+        return cls(enabled == "true", highest, owner_epoch, owner_id)
 
 
 def _parse_line(line: str) -> tuple[str, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,13 +31,13 @@ from local.errors import (
     UnsupportedCompressionTypeError,
 )
 from local.fetch import (
+    UNKNOWN_OFFSET,
     FetchDataInfo,
     LogOffsetMetadata,
     LogOffsetPosition,
     TimestampAndOffset,
-    ensure_read_holds,
 )
-from local.file_records import FileRecords
+from local.file_records import FileRecords, OffsetSearch
 from local.index import (
     DEFAULT_MAX_INDEX_SIZE,
     AbortedTxn,
@@ -60,11 +61,13 @@ from local.records.batch import (
 from local.records.compression import MAX_CODEC_ID
 from local.records.constants import INT32_MAX
 from local.records.legacy import LegacyRecordBatch
-from local.records.memory_records import batch_from_buffer
+from local.records.memory_records import batch_from_buffer, corrupt_batch_error
 from local.records.walk import walk_batches
 from local.validation import validate_legacy_batch
 
 logger = logging.getLogger(__name__)
+
+_OFFSET = struct.Struct(">q")  # a batch's first field: its base offset (a legacy entry's: its last offset)
 
 RECOVERY_READ_BYTES = 8 << 20  # recovery reads the log in blocks of this size
 
@@ -361,20 +364,24 @@ class LogSegment(SegmentCore):
 
     def read(
         self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False,
-        dense: bool | None = None,
+        checked: bool = False, next_base: Callable[[], int | None] | None = None,
     ) -> FetchDataInfo | None:
         """Batches from the one holding ``start_offset``, up to ``max_size`` bytes (and ``max_position``).
 
-        None when no batch in this segment holds ``start_offset`` or a later offset. A consumer's read (``dense``
-        given: whether the log's offsets have no gaps, i.e. it is not compacted) checks the batch found: one that
-        overlaps the batch before it is a CorruptRecordError, and so, when ``dense``, are no batch at all and one
-        that starts after ``start_offset``. Internal reads (``dense`` None: loading, producer state) check nothing.
+        None when no batch in this segment holds ``start_offset`` or a later offset. A consumer's read
+        (``checked``) checks the answer as :meth:`check_read` says; ``next_base`` gives the base offset of the
+        segment after this one (None for the last), asked only when the batch found follows a gap. Internal reads
+        (loading, producer state) check nothing.
         """
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for a read of segment {self.base_offset}")
-        found = self.translate_offset(start_offset)
-        if dense is not None:
-            ensure_read_holds(start_offset, self, found, dense)
+        position = self.offset_index.lookup(start_offset).position
+        if checked:
+            search = self.log.search_for_offset(start_offset, position, self.base_offset - 1 if position == 0 else -1)
+            found = search.found
+            self.check_read(start_offset, search, next_base)
+        else:
+            found = self.log.search_for_offset_from_position(start_offset, position)
         if found is None:
             return None
         start_position = found.position
@@ -385,6 +392,84 @@ class LogSegment(SegmentCore):
         limit = self.size if max_position is None else max_position
         fetch_size = max(0, min(limit - start_position, adjusted))
         return FetchDataInfo(meta, self.log.slice(start_position, fetch_size), adjusted < found.size)
+
+    def check_read(self, offset: int, search: OffsetSearch, next_base: Callable[[], int | None] | None = None) -> None:
+        """Raise CorruptRecordError unless the batch a read of ``offset`` found (``search``) may answer the read,
+        naming the operator's file.
+
+        Kafka's read semantics: an offset in a gap (removed by compaction, or never written: a real broker's
+        compacted topics, whatever the topic's config says) is answered with the next batch, and a segment that
+        ends before the offset leads to the next segment. Damage is told apart by what is outside the CRC: bytes
+        that are not a whole batch before the segment's end; a batch whose offsets do not come after the batch
+        before it; and, for a batch found after a gap, a CRC that does not match, a batch after it (the next one in
+        the segment, else the next segment's base offset) that does not come after it, or batches walked over
+        before it that overlap: a base offset damaged up or down opens a gap that its neighbours contradict.
+        """
+        source = self.log.source_path
+        found, torn_at = search.found, search.torn_at
+        if found is None:
+            if torn_at is not None:
+                raise CorruptRecordError(
+                    f"no batch holds offset {offset} in {source} (segment {self.base_offset}): the bytes from "
+                    f"position {torn_at} are not a whole batch (the segment is cut short, or a batch length is "
+                    "damaged)", offset=offset, position=torn_at, path=str(source))
+            self._check_batches_before_gap(offset, search)  # the read goes on to the next segment: a gap
+            return
+        base = found.base_offset
+        if base == UNKNOWN_OFFSET:  # a legacy entry: its header holds only its last offset
+            return
+        # The batch before it is the previous segment's when this one is the segment's first.
+        previous = found.previous_last_offset if found.position else self.base_offset - 1
+        if base <= previous or base < 0:
+            after = f" (the batch before it ends at {previous})" if previous >= 0 else ""
+            raise CorruptRecordError(
+                f"no batch holds offset {offset} in {source}: the batch at position {found.position} holds "
+                f"offsets {base}..{found.offset}{after}: a batch header is damaged",
+                offset=offset, position=found.position, path=str(source))
+        if base > offset:
+            self._check_batches_before_gap(offset, search)
+            self._check_batch_after_gap(offset, found, next_base)
+
+    def _check_batches_before_gap(self, offset: int, search: OffsetSearch) -> None:
+        """The batches walked over before a gap must be in order (a base offset damaged downwards overlaps the batch
+        before it) and the last of them must pass its CRC (a damaged last offset delta or magic byte would open the
+        gap)."""
+        if search.overlap_at is not None:
+            source = self.log.source_path
+            raise CorruptRecordError(
+                f"no batch holds offset {offset} in {source}: the batch at position {search.overlap_at}, before the "
+                "gap the read found, overlaps the one before it: a batch header is damaged",
+                offset=offset, position=search.overlap_at, path=str(source))
+        if search.previous is not None:
+            position, size = search.previous
+            self._check_crc(self.log.read(position, size), position)
+
+    def _check_crc(self, data: bytes, position: int) -> None:
+        source = self.log.source_path
+        batch = batch_from_buffer(data)
+        if not batch.is_valid():
+            raise corrupt_batch_error(batch, str(source), position, {"path": str(source)})
+
+    def _check_batch_after_gap(
+        self, offset: int, found: LogOffsetPosition, next_base: Callable[[], int | None] | None
+    ) -> None:
+        """The batch a read of ``offset`` found after a gap must pass its CRC, and the batch after it (the next in
+        the segment, else the next segment's base offset) must start after it."""
+        source = self.log.source_path
+        self._check_crc(self.log.read(found.position, found.size), found.position)
+        after = found.position + found.size
+        head = self.log.read(after, 8) if after < self.log.size_in_bytes else b""
+        if len(head) == 8:
+            # The next batch's first 8 bytes: a v2 base offset or a legacy entry's last offset, after ours either way.
+            following, where = _OFFSET.unpack(head)[0], f"the batch after it (position {after}) starts at"
+        else:
+            following = next_base() if next_base is not None else None
+            where = "the next segment starts at"
+        if following is not None and following <= found.offset:
+            raise CorruptRecordError(
+                f"no batch holds offset {offset} in {source}: the batch at position {found.position} holds offsets "
+                f"{found.base_offset}..{found.offset} and {where} offset {following}: a batch header is damaged",
+                offset=offset, position=found.position, path=str(source))
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> TimestampAndOffset | None:
         entry = self.time_index.lookup(timestamp)
@@ -549,6 +634,13 @@ class LogSegment(SegmentCore):
             for batch in self.log.batches(verify=False):
                 self.rolling_based_timestamp = batch.max_timestamp
                 break
+
+    def first_batch_timestamp(self) -> int:
+        """The first batch's max timestamp, or Long.MAX_VALUE when it has none (Kafka's ``getFirstBatchTimestamp``:
+        how old the segment's data is, for ``max.compaction.lag.ms``)."""
+        self._load_first_batch_timestamp()
+        ts = self.rolling_based_timestamp
+        return ts if ts is not None and ts >= 0 else 2**63 - 1
 
     def time_waited_for_roll(self, now: int, message_timestamp: int) -> int:
         """KIP-33: time since the first batch's timestamp (measured in message time), else since creation."""

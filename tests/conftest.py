@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,3 +22,49 @@ def golden_dir(tmp_path: Path) -> Path:
         path.chmod(0o755 if path.is_dir() else 0o644)
     target.chmod(0o755)
     return target
+
+
+# Nothing left behind in the temp dir ---------------------------------------------------------------------------
+# The session gets a private temp dir (tiered-tests-*, under the system temp dir): TMPDIR and tempfile point at it
+# for this process and everything it starts (writers, servers, Spark's JVMs and workers are given it too), so what
+# other work on the machine writes to the system temp dir meanwhile is no concern. At the session's end an entry
+# still in it is something a test, the code under test or a server it started left behind: the session fails naming
+# it, and the private dir is removed either way. pytest's own tmp_path root (pytest-of-<user>, which keeps the last
+# runs on purpose) stays in the system temp dir. TIERED_TEMP_CHECK=0 turns the check off.
+
+_PRIVATE_TEMP: Path | None = None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    global _PRIVATE_TEMP
+    if os.environ.get("TIERED_TEMP_CHECK", "1") == "0" or _PRIVATE_TEMP is not None:
+        return
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is not None:
+        factory.getbasetemp()  # made now, in the system temp dir, before TMPDIR moves
+    _PRIVATE_TEMP = Path(tempfile.mkdtemp(prefix="tiered-tests-"))
+    os.environ["TMPDIR"] = str(_PRIVATE_TEMP)
+    tempfile.tempdir = str(_PRIVATE_TEMP)
+
+
+def _left_in_temp() -> list[str]:
+    return sorted(os.listdir(_PRIVATE_TEMP)) if _PRIVATE_TEMP is not None and _PRIVATE_TEMP.is_dir() else []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _PRIVATE_TEMP is None:
+        return
+    try:
+        if exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.USAGE_ERROR) or session.config.option.collectonly:
+            return
+        left = _left_in_temp()
+        if left:
+            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+            message = (f"the test session left {len(left)} new entr{'y' if len(left) == 1 else 'ies'} in its temp "
+                       f"dir {_PRIVATE_TEMP}: {', '.join(left[:20])}{', ...' if len(left) > 20 else ''}")
+            if reporter is not None:
+                reporter.write_line(f"FAILED (temp dir check): {message}", red=True, bold=True)
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    finally:
+        shutil.rmtree(_PRIVATE_TEMP, ignore_errors=True)

@@ -49,9 +49,9 @@ class FaultyObjectStore(ObjectStoreRemoteStorageManager):
         self.inner.put_file(key, path)
         self._uploaded(key)
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         self._check(key)
-        self.inner.put_bytes(key, data)
+        self.inner.put_bytes(key, data, if_absent=if_absent)
         self._uploaded(key)
 
     def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:

@@ -29,9 +29,15 @@ from tiered.checksums import (
     SegmentChecksums,
     compute_segment_checksums,
 )
-from tiered.errors import RemoteChecksumError, RemoteResourceNotFoundError, RemoteStorageError
+from tiered.errors import (
+    ObjectExistsError,
+    RemoteChecksumError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
 from tiered.layout import kafka_uuid, segment_key
 from tiered.metadata import RemoteLogMetadataStore
+from tiered.ownership import OwnerRecord
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 from tiered.scrub.object_checksums import verify_object_checksums
@@ -72,6 +78,7 @@ class CopyFaultConformance:
             expected = read_all_values(log)
             candidates = len(rlm.candidate_segments(log))
             assert candidates >= 2
+            rlm.ownership.ensure_owner(log, rlm.topic_id_partition(log))  # the claim lands before the outage
             faulty.fail_after_uploads(fail_after)
             first_pass = rlm.run_once(manager.all_logs())
             assert first_pass.copy_errors == 1 and faulty.down
@@ -212,6 +219,93 @@ class RSMConformance(CopyFaultConformance):
         assert found.remote_log_segment_id == md.remote_log_segment_id and found.custom_metadata == b"custom"
         assert fresh.remote_log_segment_metadata(md.topic_id_partition, 150, 0) == found
         assert fresh.find_stale_copies(md.topic_id_partition) == []
+
+    # Conditional writes and owner claims (tiered.ownership) ------------------------------------------------------
+
+    def test_a_conditional_put_creates_once_and_an_owner_epoch_is_claimed_once(
+        self, rsm: ObjectStoreRemoteStorageManager
+    ) -> None:
+        key = f"{rsm.prefix + '/' if rsm.prefix else ''}conditional-{uuid.uuid4().hex}"
+        rsm.put_bytes(key, b"first", if_absent=True)
+        with pytest.raises(ObjectExistsError) as raised:
+            rsm.put_bytes(key, b"second", if_absent=True)
+        assert raised.value.key == key  # type: ignore[attr-defined]
+        assert rsm.get_range(key) == b"first"
+        rsm.put_bytes(key, b"third")  # an unconditional write replaces it
+        assert rsm.get_range(key) == b"third"
+        tip = metadata().topic_id_partition
+        RemoteLogMetadataStore(rsm).claim_ownership(tip, OwnerRecord(0, "a" * 32, ((0, 0),), T0))
+        with pytest.raises(ObjectExistsError):
+            RemoteLogMetadataStore(rsm).claim_ownership(tip, OwnerRecord(0, "b" * 32, ((0, 0),), T0))
+        RemoteLogMetadataStore(rsm).claim_ownership(tip, OwnerRecord(1, "c" * 32, ((0, 0), (1, 10)), T0))
+        assert [r.owner_id for r in RemoteLogMetadataStore(rsm).owner_records(tip)] == ["a" * 32, "c" * 32]
+
+    @pytest.fixture
+    def serializes_conditional_writes(self, rsm: ObjectStoreRemoteStorageManager) -> bool:
+        """Whether the store behind ``rsm`` serializes two conditional creates of one key: what the backend declares,
+        unless the server is a mock that checks, then writes (moto: see the S3 test classes)."""
+        return rsm.conditional_writes
+
+    def test_claimants_racing_to_one_epoch_have_one_winner_where_the_store_has_conditional_writes(
+        self, rsm: ObjectStoreRemoteStorageManager, serializes_conditional_writes: bool
+    ) -> None:
+        """Eight claimants of one epoch at once: where the store serializes conditional creates, exactly one wins and
+        its record is stored; elsewhere (a backend without conditional writes, docs/operations.md, or a mock server)
+        at least one wins and what is stored is a winner's record."""
+        import threading
+        tip = metadata().topic_id_partition
+        barrier = threading.Barrier(8)
+        won: list[str] = []
+
+        def claim(i: int) -> None:
+            record = OwnerRecord(5, f"{i:032x}", ((5, 0),), T0)
+            barrier.wait()
+            try:
+                RemoteLogMetadataStore(rsm).claim_ownership(tip, record)
+            except ObjectExistsError:
+                return
+            won.append(record.owner_id)
+
+        threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        [stored] = RemoteLogMetadataStore(rsm).owner_records(tip)
+        if serializes_conditional_writes:
+            assert won == [stored.owner_id]
+        else:
+            assert stored.owner_id in won
+
+    def test_a_topic_of_the_longest_valid_name_is_stored_listed_and_found_again(
+        self, rsm: ObjectStoreRemoteStorageManager, segment: tuple[LogSegmentData, bytes]
+    ) -> None:
+        """249 characters (Kafka's limit): ``<topic>-<topicId>`` is 272, more than a file name can hold. Keys stay the
+        layout's; a directory backend stores the long component shortened (tiered.backends.long_names)."""
+        from tiered.commands._remote import topic_ids_in_store
+        from tiered.layout import metadata_prefix, partition_prefix
+
+        data, log = segment
+        topic = ("a.B-c_9" * 36)[:249]
+        tip = TopicIdPartition(uuid.uuid4(), topic, 3)
+        md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 99, T0, 0, T0, len(log), {0: 0})
+        store = RemoteLogMetadataStore(rsm)
+        store.add_remote_log_segment_metadata(md)
+        rsm.copy_log_segment_data(md, data)
+        store.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+            md.remote_log_segment_id, T0 + 1, None, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 0))
+        assert rsm.fetch_log_segment(md, 1000, 1999).read() == log[1000:2000]
+        assert rsm.fetch_index(md, IndexType.OFFSET).read() == data.offset_index.read_bytes()
+        keys = rsm.list_keys(partition_prefix(rsm.prefix, tip) + "/")
+        assert segment_key(rsm.prefix, md, ".log") in keys and all(rsm.exists(k) for k in keys)  # the layout's keys
+        assert len([k for k in keys if k.startswith(metadata_prefix(rsm.prefix, tip))]) == 2
+        [found] = RemoteLogMetadataStore(rsm).readable_segments(tip)  # a new machine: only the bucket
+        assert found.remote_log_segment_id == md.remote_log_segment_id and found.topic_id_partition.topic == topic
+        assert topic_ids_in_store(rsm, rsm.prefix, topic) == {tip.topic_id: {3}}  # how attach finds the topic
+        assert topic_ids_in_store(rsm, rsm.prefix, topic[:-1]) == {}
+        rsm.delete_log_segment_data(md)
+        with pytest.raises(RemoteResourceNotFoundError):
+            rsm.fetch_log_segment(md, 0)
 
     # End-to-end checksums (tiered.checksums): recorded with the FINISHED metadata, checked on every fetch -------
 

@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "offload": "run one pass of the remote copy and expiration tasks",
     "run": "run the log manager and remote tasks until interrupted, serving /metrics and HTTP produce/consume",
     "verify": "scrub data dirs (and the remote tier with --remote) for damage, changing nothing",
+    "compact": "run one pass of the log cleaner over the compacted topics (cleanup.policy=compact)",
     "features": "describe or finalize feature levels (KIP-1333 large indexes)",
     "topics": "create, describe, alter or list topics and their configs (kafka-topics / kafka-configs)",
     "attach": "adopt a topic's partitions from the remote store alone (a new machine with only the bucket)",

@@ -196,6 +196,7 @@ def build_remote_tier(
             task_interval_ms=config.remote_log_manager_task_interval_ms,
             checksum_chunk_bytes=_checksum_chunk_bytes(config, chunk_cache.chunk_size if chunk_cache is not None else None),
             registry=registry,
+            log_dirs=[str(d) for d in config.log_dirs],
         )
     except BaseException:
         for part in reversed(built):

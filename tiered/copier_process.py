@@ -259,8 +259,11 @@ class ChildWritingStore:
         self._copier = copier
         copier.fallback_store = store
 
-    def put_bytes(self, key: str, data: bytes) -> None:
-        self._copier.put_bytes(key, data)
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        if if_absent:
+            self._store.put_bytes(key, data, if_absent=True)  # an owner claim: rare, and its answer matters here
+        else:
+            self._copier.put_bytes(key, data)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

@@ -45,7 +45,14 @@ DESCRIPTIONS: dict[str, str] = {
     "message.timestamp.before.max.ms": "Refuse batches whose timestamp is further in the past than this (CreateTime).",
     "message.timestamp.after.max.ms": "Refuse batches whose timestamp is further in the future than this (CreateTime).",
     "preallocate": "Preallocate the segment file when it is created.",
-    "cleanup.policy": "delete (retention by time and size); compact is accepted but not implemented (a warning).",
+    "cleanup.policy": "delete (retention by time and size), compact (the log cleaner keeps the latest record of each "
+                      "key), or both. compact cannot be combined with remote.storage.enable=true (as in Kafka).",
+    "min.cleanable.dirty.ratio": "A compacted log is cleaned once its dirty bytes exceed this share of it (or a dirty "
+                                 "segment is older than max.compaction.lag.ms).",
+    "delete.retention.ms": "How long a tombstone (a record with a null value) stays after the cleaning that first "
+                           "keeps it; also how long an empty transaction's marker stays.",
+    "min.compaction.lag.ms": "A record stays uncompacted at least this long (segments newer than this are not cleaned).",
+    "max.compaction.lag.ms": "A dirty segment older than this is cleaned whatever the dirty ratio.",
     "min.insync.replicas": "Accepted for compatibility; there is one replica.",
     "compression.type": "Recompress appended batches with this codec; producer keeps the producer's.",
     "remote.storage.enable": "Tier this topic: closed segments are copied to the remote tier. Needs "
@@ -55,7 +62,31 @@ DESCRIPTIONS: dict[str, str] = {
     "remote.log.copy.disable": "Stop copying new segments of a tiered topic; remote data stays readable and expires.",
     "remote.log.delete.on.disable": "Allow `remote.storage.enable=false` on a topic with remote data, deleting it.",
     # broker keys
-    "broker.id": "The broker id recorded in remote segment metadata.",
+    "broker.id": "The broker id recorded in remote segment metadata, and the node id of the Kafka protocol listener.",
+    # the Kafka protocol listener (tiered run --kafka-listen; docs/kafka-protocol.md)
+    "socket.request.max.bytes": "Largest request a Kafka client may send; a larger frame closes its connection.",
+    "queued.max.request.bytes": "Bytes of requests read and not yet answered, over all connections; a connection "
+                                "waits before reading more (Kafka's default is -1, no bound).",
+    "fetch.max.bytes": "Most record bytes one Fetch answer holds, whatever the client asks (one whole batch at "
+                       "least).",
+    "connections.max.idle.ms": "Close a Kafka client connection idle (or stalled mid-request) this long.",
+    "max.connections": "Kafka client connections accepted at once; more are closed at once.",
+    "num.io.threads": "Threads running Kafka requests against the engine.",
+    "auto.create.topics.enable": "Create a topic a client's Metadata request names (with `num.partitions`).",
+    "num.partitions": "Partitions of an auto-created topic, and of CreateTopics asking for the default (-1).",
+    "delete.topic.enable": "Allow DeleteTopics.",
+    "offsets.topic.num.partitions": "Partitions of `__consumer_offsets` when it is created.",
+    "offsets.topic.segment.bytes": "`segment.bytes` of `__consumer_offsets`.",
+    "offsets.retention.minutes": "Committed offsets of a group with no members expire after this long.",
+    "offsets.retention.check.interval.ms": "How often expired committed offsets are removed.",
+    "offset.metadata.max.bytes": "Largest metadata string of one committed offset.",
+    "group.initial.rebalance.delay.ms": "How long the first rebalance of an empty group waits for more members.",
+    "group.min.session.timeout.ms": "Smallest session timeout a consumer may ask for.",
+    "group.max.session.timeout.ms": "Largest session timeout a consumer may ask for.",
+    "transaction.state.log.num.partitions": "Partitions of `__transaction_state` when it is created.",
+    "transaction.state.log.segment.bytes": "`segment.bytes` of `__transaction_state`.",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "How often transactions open longer than their "
+                                                                   "timeout are aborted.",
     "num.recovery.threads.per.data.dir": "Threads per data dir loading (and recovering) partitions at startup.",
     "num.segment.loading.threads.per.data.dir": "Ours: threads per data dir opening the segments of one partition "
                                                 "at startup.",
@@ -64,7 +95,8 @@ DESCRIPTIONS: dict[str, str] = {
     "log.flush.offset.checkpoint.interval.ms": "How often the recovery-point checkpoint is written.",
     "log.flush.start.offset.checkpoint.interval.ms": "How often the log-start-offset checkpoint is written.",
     "producer.id.expiration.ms": "Forget an idempotent producer's state after this long without a write.",
-    "transaction.max.timeout.ms": "Longest transaction timeout accepted.",
+    "transaction.max.timeout.ms": "Longest transaction timeout a transactional producer may ask for "
+                                  "(INVALID_TRANSACTION_TIMEOUT above it).",
     "remote.log.storage.system.enable": "Enable the remote tier on this broker (topics opt in with "
                                         "`remote.storage.enable`).",
     "remote.log.storage.manager.class.name": "The RemoteStorageManager: `local`, `s3`, `fsspec` or the dotted path "
@@ -98,6 +130,16 @@ DESCRIPTIONS: dict[str, str] = {
     "remote.log.segment.cache.chunk.size.bytes": "Ours: size of one cached chunk of a remote segment.",
     "remote.log.segment.cache.prefetch.chunks": "Ours: chunks read ahead of a sequential reader.",
     "tiered.http.listen": "Ours: where `tiered run` serves /metrics, produce, consume and /health (`--listen`).",
+    "log.cleaner.enable": "Run the log cleaner threads (tiered run) for the compacted topics; off, they grow unbounded "
+                          "and their retention does not run.",
+    "log.cleaner.threads": "Cleaner threads; each cleans one log at a time with its share of the dedupe buffer.",
+    "log.cleaner.backoff.ms": "How long a cleaner thread sleeps when no log needs cleaning.",
+    "log.cleaner.dedupe.buffer.size": "Memory of the key -> offset maps of all cleaner threads (24 bytes a key; at most "
+                                      "2 GiB a thread): keys a cleaning can dedupe at once.",
+    "log.cleaner.io.buffer.load.factor": "How full a cleaner's map may get before the cleaning stops mapping keys "
+                                         "(Kafka's name for the dedupe buffer's load factor).",
+    "log.cleaner.io.buffer.size": "Memory of the cleaner threads' read and write buffers, split among them.",
+    "log.cleaner.io.max.bytes.per.second": "Throttle of the cleaner threads' reads and writes together.",
 }
 
 # rsm.config.* of the bundled backends: key -> (default, valid values, description).

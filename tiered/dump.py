@@ -39,10 +39,13 @@ def file_kind(path: Path) -> str:
         return "leader-epoch-checkpoint"
     if name == filenames.PARTITION_METADATA_FILENAME:
         return "partition-metadata"
+    if name == filenames.LOST_OFFSETS_FILENAME:
+        return "lost-offsets"
     if name.endswith("-checkpoint"):
         return "offset-checkpoint"
     raise ValueError(f"don't know how to dump {path.name}: expected .log, .index, .timeindex, .txnindex, .snapshot, "
-                     "leader-epoch-checkpoint, partition.metadata, an offset checkpoint, or a remote segment's "
+                     f"leader-epoch-checkpoint, partition.metadata, {filenames.LOST_OFFSETS_FILENAME}, an offset checkpoint, or a "
+                     "remote segment's "
                      ".rsm-manifest or .indexes")
 
 
@@ -74,17 +77,15 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
         with OffsetIndex(path, base, writable=False, use_large_format=size != LEGACY_OFFSET_ENTRY_SIZE) as index:
             result.items.append({"entry_size": index.entry_size})
             entries = [index.entry(i) for i in range(index.entries)]
-        for op in entries:
-            result.items.append({"offset": op.offset, "position": op.position})
+        _add_index_entries(path, base, [(op.offset, op.position) for op in entries], ("offset", "position"), result)
         if verify:
             _verify_offset_index(path, base, result)
     elif kind == "time-index":
         from local.index import TimeIndex
 
         with TimeIndex(path, base, writable=False) as tindex:
-            for i in range(tindex.entries):
-                te = tindex.entry(i)
-                result.items.append({"timestamp": te.timestamp, "offset": te.offset})
+            pairs = [(te.timestamp, te.offset) for te in map(tindex.entry, range(tindex.entries))]
+        _add_index_entries(path, base, pairs, ("timestamp", "offset"), result)
     elif kind == "txn-index":
         from local.index import TransactionIndex
 
@@ -113,6 +114,12 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
         from local.checkpoint import PartitionMetadataFile, kafka_uuid_to_str
 
         result.items.append({"version": 0, "topic_id": kafka_uuid_to_str(PartitionMetadataFile(path).read())})
+    elif kind == "lost-offsets":
+        from local.lost_offsets import read_lost_offsets
+
+        for lost in read_lost_offsets(path):
+            result.items.append({"first_offset": lost.first_offset, "last_offset": lost.last_offset,
+                                 "position": lost.position, "segment": lost.segment})
     else:
         from local.checkpoint import OffsetCheckpointFile
 
@@ -208,6 +215,33 @@ def _dump_log(path: Path, result: DumpResult, deep: bool, max_batches: int | Non
         result.problems.append(str(exc))
     finally:
         records.close_handlers()
+
+
+def _add_index_entries(path: Path, base: int, pairs: list[tuple[int, int]], names: tuple[str, str],
+                       result: DumpResult) -> None:
+    """An offset index's (offset, position) or a time index's (timestamp, offset) entries, up to a zero-filled tail
+    (preallocated space, where kafka-dump-log stops too) or the first entry no index of that kind can hold: then a
+    problem saying the file is not such an index or is corrupt (exit 1), never a negative offset printed as data.
+    Both kinds only grow: offsets from the base offset up, positions and timestamps from 0 up."""
+    kind = "an offset index" if names[0] == "offset" else "a time index"
+    previous = (-1, -1)
+    for i, pair in enumerate(pairs):
+        offset = pair[0] if names[0] == "offset" else pair[1]
+        if i > 0 and offset == base and (pair[1] if names[0] == "offset" else pair[0]) == 0:
+            break  # the zero-filled tail of an index: relative offset 0, position/timestamp 0
+        why = None
+        if offset < base:
+            why = f"offset {offset} is below the base offset {base} of its file name"
+        elif min(pair) < 0:
+            why = f"{names[0] if pair[0] < 0 else names[1]} {min(pair)} is negative"
+        elif pair[0] < previous[0] or pair[1] < previous[1]:
+            why = f"it goes back from entry {i - 1} ({names[0]} {previous[0]}, {names[1]} {previous[1]})"
+        if why is not None:
+            result.problems.append(f"{path.name} is not {kind} or is corrupt: entry {i} ({names[0]} {pair[0]}, "
+                                   f"{names[1]} {pair[1]}): {why}")
+            return
+        result.items.append({names[0]: pair[0], names[1]: pair[1]})
+        previous = pair
 
 
 def _verify_offset_index(path: Path, base: int, result: DumpResult) -> None:

@@ -34,6 +34,25 @@ class RemoteStorageTimeoutError(RemoteStorageError, TimeoutError):
         super().__init__(message, **context)
 
 
+class ObjectExistsError(RemoteStorageError, FileExistsError):
+    """A conditional write (``put_bytes(key, data, if_absent=True)``) found the object already there: another writer
+    created it first. Names the object (``key``)."""
+
+    key: str
+
+
+class NotPartitionOwnerError(RemoteStorageError):
+    """This data dir does not own the partition's remote data (see :mod:`tiered.ownership`): another data dir took
+    ownership with a higher owner epoch (``tiered attach``), or claimed the same epoch first. Nothing is copied to or
+    deleted from the partition's remote data here any more; its local data stays as it is. Not retriable."""
+
+
+class RemoteStoreMismatchError(RemoteStorageError):
+    """The configured remote store holds none of the metadata of a partition whose data dir says it has remote data
+    there: a wrong bucket or ``rsm.config.prefix`` (see :mod:`tiered.ownership`). Nothing is copied or read. Not
+    retriable."""
+
+
 class CustomMetadataSizeExceededError(RemoteStorageError):
     """Custom metadata returned by a plugin is larger than remote.log.metadata.custom.metadata.max.bytes."""
 

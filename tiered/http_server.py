@@ -6,26 +6,38 @@
   scraper asks for it): the log manager's (``local.metrics``: ``remaining_logs_to_load``,
   ``offline_log_directory_count``...) and the remote tier's (Kafka's ``RemoteCopyBytesPerSec``,
   ``RemoteCopyLagSegments``..., the index and segment caches').
-- ``POST /topics/<topic>/partitions/<p>/records``: append records, one batch per request. The body is the record
-  format of ``tiered produce --json`` (``{"key":..., "value":..., "headers": {...}, "timestamp": ...}``): a JSON
-  array of such objects, one object, or one object per line. Optional query ``compression`` (none, gzip, snappy,
-  lz4, zstd). Answers ``{"topic", "partition", "count", "first_offset", "last_offset"}``. The partition is created
-  when it does not exist (with the topic's stored config, as ``tiered produce`` creates it).
+- ``POST /topics/<topic>/partitions/<p>/records``: append records. The body (``Content-Length`` or
+  ``Transfer-Encoding: chunked``, at most MAX_BODY_BYTES) is a JSON array of records, one record, or one record per
+  line, in the JSON record format (:mod:`tiered.record_json`, docs/record-json.md) ``tiered produce --json`` reads.
+  Optional query ``compression`` (none, gzip, snappy, lz4, zstd). The records are cut into batches of at most the
+  topic's ``max.message.bytes`` (:mod:`tiered.batching`) and appended in one append (several, of whole batches,
+  when they exceed ``segment.bytes``). Answers ``{"topic", "partition", "count", "batches", "first_offset",
+  "last_offset"}``. A missing topic is created with one partition, 0 (with its stored config, as ``tiered produce``
+  creates it); any other partition of a missing topic, or one an existing topic lacks, is 404 naming the command
+  that makes it.
 - ``GET /topics/<topic>/partitions/<p>/records?offset=&max_bytes=&isolation=``: read from ``offset`` (default:
   the log start offset), local and remote tiers alike, records of ``max_bytes`` at most (default 1 MiB; at least
   one record, as a Kafka fetch returns at least one batch). ``isolation``: ``high_watermark`` (default),
   ``log_end`` or ``txn_committed``. Answers ``{"records": [...], "next_offset", "log_start_offset",
-  "log_end_offset", "high_watermark"}``, each record as ``tiered consume --json`` prints it. An offset outside
-  ``log start..log end`` is ``416`` naming the range; an unknown partition ``404``.
+  "log_end_offset", "high_watermark"}``, each record in the JSON record format (as ``tiered consume --json`` prints
+  it, so POSTing them back stores the same bytes). An offset outside ``log start..log end`` is ``416`` naming the
+  range; an unknown partition ``404``; an offset a recovery recorded as lost (:mod:`local.lost_offsets`) ``410``
+  with ``first_lost_offset``, ``last_lost_offset`` and ``next_offset`` (where to read on), and a read that reaches
+  such offsets answers the records before them.
 - ``GET /health``: ``200`` with ``{"status": "serving", "offline_log_dirs": {dir: why}, "offline_partitions":
   [...], "remote_tier": bool}`` while serving (offline dirs are reported, not fatal, as in Kafka); ``503`` with
   ``"status": "stopping"`` once a stop began.
 
-Errors are JSON ``{"error": "..."}`` with ``400`` for a request that cannot work (bad JSON, a bad timestamp, an
-invalid topic name), ``404`` for an unknown path or partition, ``405`` (with ``Allow``) for a method a
-path does not serve (``HEAD`` is answered as ``GET``, without the body), ``413`` for a body larger than
-``MAX_BODY_BYTES``, ``500`` for a storage failure (its one-line message). Requests are served on threads
-(``ThreadingHTTPServer``); the log's own locks order concurrent appends.
+Every answer is JSON, errors included: ``{"error": "..."}`` with ``400`` for a request that cannot work (bad or
+too deeply nested JSON, a bad timestamp or base64, an invalid topic name, an invalid ``Content-Length`` or chunked
+body, a record above ``max.message.bytes``, a malformed request line), ``404`` for an unknown path or partition,
+``405`` (with ``Allow``) for a method a path does not serve (``HEAD`` is answered as ``GET``, without the body),
+``410`` for lost offsets (above), ``411`` for a POST without a length, ``413`` for a body larger than
+``MAX_BODY_BYTES``, ``500`` for a storage
+failure (its one-line message); the standard library's own refusals (``414``, ``431``, ``505``) are JSON too
+(``send_error``). A request refused before its body was read closes the connection: its body is never parsed as
+the next request. Requests are served on threads (``ThreadingHTTPServer``); the log's own locks order concurrent
+appends.
 """
 
 from __future__ import annotations
@@ -49,6 +61,8 @@ logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_BYTES = 1024 * 1024
+_MAX_CHUNK_LINE = 1024  # a chunk size line, with its extensions; and a trailer field
+_MAX_TRAILERS = 100
 _RECORDS_PATH = re.compile(r"^/topics/(?P<topic>[^/]+)/partitions/(?P<partition>[^/]+)/records/?$")
 _ALLOWED = {"/metrics": ("GET",), "/health": ("GET",)}  # and GET or POST on _RECORDS_PATH; HEAD wherever GET is
 
@@ -109,9 +123,10 @@ class Endpoint:
     # produce --------------------------------------------------------------------------------------------------
 
     def produce(self, topic: str, partition: int, body: bytes, compression: str) -> dict[str, Any]:
-        from local.records import MemoryRecords
+        from local.records import CompressionType
+        from tiered.batching import build_batches, group_appends
         from tiered.commands._common import check_partition_to_write
-        from tiered.commands.produce import json_record
+        from tiered.record_json import record_from_json
 
         _check_partition_name(topic, partition)
         now = int(time.time() * 1000)
@@ -119,22 +134,28 @@ class Endpoint:
         if not objects:
             raise HttpError(HTTPStatus.BAD_REQUEST, "no records in the request body")
         try:
-            records = [json_record(obj, now) for obj in objects]
+            records = [record_from_json(obj, now) for obj in objects]
         except ValueError as exc:
             raise HttpError(HTTPStatus.BAD_REQUEST, str(exc)) from None
-        try:
-            batch = MemoryRecords.build(records, compression=compression)
-        except (ValueError, KeyError) as exc:
-            raise HttpError(HTTPStatus.BAD_REQUEST, f"cannot build the batch: {exc}") from None
+        CompressionType.from_name(compression)  # before the topic is created: an unknown codec is a 400
         check_partition_to_write(self.manager, topic, partition)
         log = self.manager.get_or_create_log(topic, partition)
-        info = log.append(batch)
-        return {"topic": topic, "partition": partition, "count": len(records),
-                "first_offset": info.first_offset, "last_offset": info.last_offset}
+        # One batch per max.message.bytes of records (Kafka's limit on a batch), one append per segment.bytes of
+        # batches: a POST is one append, all or nothing, unless it is larger than a segment.
+        limit = min(log.config.max_message_bytes, log.config.segment_bytes)
+        batches = build_batches(records, limit, compression)
+        first = last = -1
+        for data in group_appends(batches, log.config.segment_bytes):
+            info = log.append(data)
+            first = info.first_offset if first < 0 else first
+            last = info.last_offset
+        return {"topic": topic, "partition": partition, "count": len(records), "batches": len(batches),
+                "first_offset": first, "last_offset": last}
 
     # consume ---------------------------------------------------------------------------------------------------
 
     def consume(self, topic: str, partition: int, query: dict[str, list[str]]) -> dict[str, Any]:
+        from local.errors import LostOffsetsError
         from local.fetch import FetchIsolation
         from tiered.commands.consume import record_json, records_from
 
@@ -157,13 +178,18 @@ class Endpoint:
         records: list[dict[str, Any]] = []
         size = 0
         next_offset = offset
-        for batch, rec in records_from(log, offset, isolation):
-            rec_size = len(rec.key or b"") + len(rec.value or b"") + sum(len(k) + len(v or b"") for k, v in rec.headers)
-            if records and size + rec_size > max_bytes:
-                break
-            records.append(record_json(batch, rec))
-            size += rec_size
-            next_offset = rec.offset + 1
+        try:
+            for batch, rec in records_from(log, offset, isolation):
+                rec_size = len(rec.key or b"") + len(rec.value or b"") + sum(len(k) + len(v or b"") for k, v in rec.headers)
+                if records and size + rec_size > max_bytes:
+                    break
+                records.append(record_json(batch, rec))
+                size += rec_size
+                next_offset = rec.offset + 1
+        except LostOffsetsError:
+            if not records:
+                raise  # 410: the read starts in the hole
+            # else the records before the hole, and next_offset at it: the next request is answered 410
         return {"records": records, "next_offset": next_offset, "log_start_offset": log.log_start_offset,
                 "log_end_offset": log.log_end_offset, "high_watermark": log.high_watermark}
 
@@ -180,19 +206,23 @@ def _check_partition_name(topic: str, partition: int) -> None:
 
 def _json_objects(body: bytes) -> list[Any]:
     """A JSON array of records, one record, or one record per line."""
+    from tiered.record_json import NestedTooDeeply, loads
+
     try:
         text = body.decode()
     except UnicodeDecodeError:
         raise HttpError(HTTPStatus.BAD_REQUEST, "the request body is not UTF-8") from None
     try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError:
+        parsed = loads(text)
+    except NestedTooDeeply as exc:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"the request body is not a record: {exc}") from None
+    except ValueError:
         out = []
-        for lineno, line in enumerate(text.splitlines(), 1):
+        for lineno, line in enumerate(text.split("\n"), 1):  # not splitlines: U+2028 may be inside a JSON string
             if line.strip():
                 try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as exc:
+                    out.append(loads(line))
+                except ValueError as exc:
                     raise HttpError(HTTPStatus.BAD_REQUEST, f"line {lineno} of the body is not JSON: {exc}") from None
         return out
     return parsed if isinstance(parsed, list) else [parsed]
@@ -251,14 +281,21 @@ class _Handler(BaseHTTPRequestHandler):
     def do_OPTIONS(self) -> None:
         self._serve("OPTIONS")
 
+    def __getattr__(self, name: str) -> Any:
+        # Any other method (``do_FOO``): refused by _serve as 405 naming the path's methods, or 404 for a path it
+        # does not know, in JSON, rather than the standard library's HTML 501.
+        if name.startswith("do_") and name[3:]:
+            return lambda: self._serve(name[3:])
+        raise AttributeError(name)
+
     def _serve(self, method: str) -> None:
         endpoint = self.server.endpoint
+        self._body_read = False
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         try:
             allowed = _ALLOWED.get(url.path) or (("GET", "POST") if _RECORDS_PATH.match(url.path) else None)
             if allowed is not None and method not in allowed:
-                self.close_connection = True  # a body it may carry is not read
                 raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} {url.path} is not served: use "
                                 f"{' or '.join(allowed)}", allow=", ".join(allowed))
             if method == "GET" and url.path == "/metrics":
@@ -284,16 +321,84 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(*_error_status(exc))
 
     def _body(self) -> bytes:
-        try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            raise HttpError(HTTPStatus.LENGTH_REQUIRED, "a POST needs a Content-Length") from None
-        if length > MAX_BODY_BYTES:
-            raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                            f"the body is {length} bytes, more than {MAX_BODY_BYTES}: send fewer records per request")
-        return self.rfile.read(length)
+        """The request's body: ``Content-Length`` bytes, or a chunked body decoded (``Transfer-Encoding:
+        chunked``), at most MAX_BODY_BYTES. A body that cannot be read whole is refused and the connection closed,
+        so none of its bytes is ever taken for the next request."""
+        encoding = self.headers.get("Transfer-Encoding")
+        if encoding is not None:
+            if self.headers.get("Content-Length") is not None:
+                self.close_connection = True  # RFC 9112 6.1: the chunked framing wins, the connection ends after
+            if encoding.strip().lower() != "chunked":
+                raise HttpError(HTTPStatus.NOT_IMPLEMENTED, f"Transfer-Encoding {encoding!r} is not supported: send "
+                                "the body with a Content-Length or as Transfer-Encoding: chunked")
+            body = self._read_chunked()
+        else:
+            lengths = self.headers.get_all("Content-Length") or []
+            if not lengths:
+                self.close_connection = True  # whatever follows may be a body sent without a length: never a request
+                raise HttpError(HTTPStatus.LENGTH_REQUIRED, "a POST needs a Content-Length (or Transfer-Encoding: "
+                                "chunked)")
+            text = lengths[0].strip()
+            if len(set(lengths)) > 1 or not re.fullmatch(r"[0-9]{1,19}", text):
+                raise HttpError(HTTPStatus.BAD_REQUEST, f"invalid Content-Length {', '.join(lengths)!r}: expected "
+                                "one whole number of bytes >= 0")
+            length = int(text)
+            if length > MAX_BODY_BYTES:
+                raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                f"the body is {length} bytes, more than {MAX_BODY_BYTES}: send fewer records per request")
+            body = self.rfile.read(length)
+            if len(body) < length:
+                raise HttpError(HTTPStatus.BAD_REQUEST, f"the body ended after {len(body)} of its {length} bytes")
+        self._body_read = True
+        return body
+
+    def _read_chunked(self) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(_MAX_CHUNK_LINE + 1)
+            size_text = line.split(b";", 1)[0].strip()
+            if not line.endswith(b"\n") or not re.fullmatch(rb"[0-9A-Fa-f]{1,15}", size_text):
+                raise HttpError(HTTPStatus.BAD_REQUEST, f"invalid chunk size line {line[:40]!r} in a chunked body")
+            size = int(size_text, 16)
+            if size == 0:
+                break
+            total += size
+            if total > MAX_BODY_BYTES:
+                raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                f"the chunked body is more than {MAX_BODY_BYTES} bytes: send fewer records per request")
+            data = self.rfile.read(size)
+            if len(data) < size or self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                raise HttpError(HTTPStatus.BAD_REQUEST, f"a chunk of {size} bytes in a chunked body is cut short or "
+                                "not followed by CRLF")
+            parts.append(data)
+        for _ in range(_MAX_TRAILERS + 1):  # trailer fields, ignored, up to the empty line
+            line = self.rfile.readline(_MAX_CHUNK_LINE + 1)
+            if line in (b"\r\n", b"\n"):
+                return b"".join(parts)
+            if not line.endswith(b"\n"):
+                break
+        raise HttpError(HTTPStatus.BAD_REQUEST, "a chunked body's trailer does not end with an empty line")
+
+    def _has_unread_body(self) -> bool:
+        headers = getattr(self, "headers", None)  # not there when the request line itself was refused
+        if headers is None or getattr(self, "_body_read", False):
+            return False
+        return headers.get("Transfer-Encoding") is not None or (headers.get("Content-Length") or "").strip() not in ("", "0")
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The standard library's errors (a malformed request line or header, a URI too long) as JSON, as every
+        other answer is; ``message`` is its one line."""
+        if not str(getattr(self, "request_version", "")).startswith("HTTP/1."):
+            self.request_version = self.protocol_version  # an unparsed line: answer with a status line anyway
+        status = HTTPStatus(code)
+        self.close_connection = True
+        self._json(status, {"error": message or status.phrase}, {"Connection": "close"})
 
     def _json(self, status: HTTPStatus, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        if status >= 400 and self._has_unread_body():
+            self.close_connection = True  # the body's bytes are not read: they must not be taken for a request
+            headers = {**(headers or {}), "Connection": "close"}
         self._send(status, (json.dumps(body) + "\n").encode(), "application/json", headers)
 
     def _send(self, status: HTTPStatus, payload: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
@@ -316,6 +421,7 @@ def _error_status(exc: Exception) -> tuple[HTTPStatus, dict[str, Any]]:
         InvalidRecordError,
         InvalidTimestampError,
         KafkaStorageError,
+        LostOffsetsError,
         OffsetOutOfRangeError,
         RecordTooLargeError,
         UnknownTopicOrPartitionError,
@@ -326,6 +432,9 @@ def _error_status(exc: Exception) -> tuple[HTTPStatus, dict[str, Any]]:
     message = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, OffsetOutOfRangeError):
         return HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE, {"error": message}
+    if isinstance(exc, LostOffsetsError):  # a recorded hole (local.lost_offsets): gone for good, read on after it
+        return HTTPStatus.GONE, {"error": message, "first_lost_offset": exc.first_offset,  # type: ignore[attr-defined]
+                                 "last_lost_offset": exc.last_offset, "next_offset": exc.next_offset}  # type: ignore[attr-defined]
     if isinstance(exc, UnknownTopicOrPartitionError):
         return HTTPStatus.NOT_FOUND, {"error": message}
     if isinstance(exc, (ConfigError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError,

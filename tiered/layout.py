@@ -12,6 +12,9 @@ from tiered.rsm import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, 
 
 LOG_SUFFIX = ".log"
 METADATA_DIR = "__remote_log_metadata"
+#: A partition's owner records (:mod:`tiered.ownership`) live beside its metadata events:
+#: ``__remote_log_metadata/owner-<10-digit owner epoch>.json``.
+OWNER_RECORD_PREFIX = "owner-"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, *(t.suffix for t in IndexType))
 
 
@@ -45,3 +48,20 @@ def metadata_prefix(prefix: str, tip: TopicIdPartition) -> str:
 
 def metadata_event_key(prefix: str, segment_id: RemoteLogSegmentId, start_offset: int, state: int) -> str:
     return f"{metadata_prefix(prefix, segment_id.topic_id_partition)}{start_offset:020d}-{kafka_uuid(segment_id.id)}.{state}.json"
+
+
+def owner_records_prefix(prefix: str, tip: TopicIdPartition) -> str:
+    return f"{metadata_prefix(prefix, tip)}{OWNER_RECORD_PREFIX}"
+
+
+def owner_record_key(prefix: str, tip: TopicIdPartition, owner_epoch: int) -> str:
+    return f"{owner_records_prefix(prefix, tip)}{owner_epoch:010d}.json"
+
+
+def owner_epoch_of_key(key: str) -> int | None:
+    """The owner epoch an owner record's key names, or None for a key that is not an owner record."""
+    name = key.rsplit("/", 1)[-1]
+    if not name.startswith(OWNER_RECORD_PREFIX) or not name.endswith(".json"):
+        return None
+    digits = name[len(OWNER_RECORD_PREFIX):-len(".json")]
+    return int(digits) if len(digits) == 10 and digits.isdigit() else None

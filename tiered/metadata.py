@@ -10,6 +10,10 @@ The COPY_SEGMENT_FINISHED event of a segment copied with checksums also holds th
 :mod:`tiered.checksums`): :meth:`RemoteLogMetadataStore.segment_checksums` gives them to readers. Events written
 before checksums existed have no such field and decode as before.
 
+A partition's owner records (``__remote_log_metadata/owner-<epoch>.json``, :mod:`tiered.ownership`) come with the
+same listing: readers see only the FINISHED segments within the newest record's lineage, and
+:meth:`RemoteLogMetadataStore.claim_ownership` creates a record with a conditional write.
+
 The store implements :class:`tiered.rlmm.RemoteLogMetadataManager` on any :class:`MetadataObjects`: the object
 store of the RemoteStorageManager itself (:meth:`RemoteLogMetadataStore.in_bucket`, the ``bucket`` implementation)
 or a directory of this machine (:meth:`RemoteLogMetadataStore.in_directory`, the ``local`` implementation, which
@@ -30,10 +34,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from local.checkpoint import atomic_write
+from local.checkpoint import atomic_write, exclusive_write
 from tiered import layout
+from tiered.backends.long_names import key_of, path_of, write_name_files
 from tiered.checksums import SegmentChecksums
-from tiered.errors import RemoteResourceNotFoundError
+from tiered.errors import ObjectExistsError, RemoteResourceNotFoundError
+from tiered.ownership import OwnerRecord, within_lineage
 from tiered.rsm import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -103,7 +109,9 @@ class MetadataObjects(Protocol):
 
     prefix: str
 
-    def put_bytes(self, key: str, data: bytes) -> None: ...
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        """Write ``key``; with ``if_absent``, only if it does not exist (``ObjectExistsError`` otherwise)."""
+        ...
 
     def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes: ...
 
@@ -130,14 +138,21 @@ class DirectoryObjects:
     def _path(self, key: str) -> Path:
         if Path(key).is_absolute() or ".." in Path(key).parts:
             raise ValueError(f"remote log metadata key {key!r} escapes {self.root}")
-        return self.root / key
+        return path_of(self.root, key)  # a 249-character topic's directory is stored shortened, as local_dir does
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         if self.read_only:
             raise PermissionError(f"remote log metadata dir {self.root} is open read-only: cannot write {key}")
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, data)
+        write_name_files(self.root, key, atomic_write)
+        if if_absent:
+            try:
+                exclusive_write(path, data)
+            except FileExistsError:
+                raise ObjectExistsError(f"remote log metadata file {path} exists already", key=key) from None
+        else:
+            atomic_write(path, data)
 
     def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:
         try:
@@ -151,8 +166,9 @@ class DirectoryObjects:
         search = base if base.is_dir() else base.parent
         if not search.is_dir():
             return []
-        keys = (p.relative_to(self.root).as_posix() for p in search.rglob("*") if p.is_file())
-        return sorted(k for k in keys if k.startswith(prefix) and not k.endswith(".tmp"))
+        originals: dict[Path, str] = {}
+        keys = (key_of(self.root, p, originals) for p in search.rglob("*") if p.is_file())
+        return sorted(k for k in keys if k is not None and k.startswith(prefix) and not k.endswith(".tmp"))
 
     def delete_many(self, keys: Iterable[str]) -> None:
         if self.read_only:
@@ -175,6 +191,10 @@ class RemoteLogMetadataStore:
         # segment by bisection instead of sorting every segment of the partition.
         self._readable: dict[TopicIdPartition, tuple[list[RemoteLogSegmentMetadata], list[int], list[int]]] = {}
         self._checksums: dict[uuid.UUID, SegmentChecksums] = {}  # per segment id, from its FINISHED event
+        # Per partition, its owner records (tiered.ownership) by ascending epoch, as last listed; each record's
+        # object is read once (records are immutable).
+        self._owners: dict[TopicIdPartition, list[OwnerRecord]] = {}
+        self._owner_objects: dict[str, OwnerRecord] = {}
 
     @classmethod
     def in_bucket(cls, rsm: ObjectStoreRemoteStorageManager) -> RemoteLogMetadataStore:
@@ -198,8 +218,12 @@ class RemoteLogMetadataStore:
         than the listing (an event whose object the listing missed)."""
         latest: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
         checksums: dict[uuid.UUID, SegmentChecksums] = {}
+        owner_keys = []
         for key in self.store.list_keys(layout.metadata_prefix(self.prefix, tip)):
             if not key.endswith(".json"):
+                continue
+            if layout.owner_epoch_of_key(key) is not None:
+                owner_keys.append(key)
                 continue
             try:
                 md, sums = decode_record(self.store.get_range(key))
@@ -228,12 +252,84 @@ class RemoteLogMetadataStore:
             self._segments[tip] = latest
             self._readable.pop(tip, None)
             self._checksums.update(checksums)
+        self._read_owner_records(tip, owner_keys)
         return latest
 
     def _view(self, tip: TopicIdPartition) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
         with self._lock:
             view = self._segments.get(tip)
         return view if view is not None else self.load(tip)
+
+    # Ownership (tiered.ownership) -----------------------------------------------------------------------------
+    def owner_records(self, tip: TopicIdPartition) -> list[OwnerRecord]:
+        """The partition's owner records by ascending epoch, listed from the store now (one LIST; each record
+        object is read once). A record that cannot be read is skipped with a warning (``tiered verify`` reports it)."""
+        return self._read_owner_records(tip, self.store.list_keys(layout.owner_records_prefix(self.prefix, tip)))
+
+    def _read_owner_records(self, tip: TopicIdPartition, keys: Iterable[str]) -> list[OwnerRecord]:
+        records: dict[int, OwnerRecord] = {}
+        for key in keys:
+            epoch = layout.owner_epoch_of_key(key)
+            if epoch is None:
+                continue
+            record = self._owner_objects.get(key)
+            if record is None:
+                try:
+                    record = OwnerRecord.decode(self.store.get_range(key))
+                except RemoteResourceNotFoundError:
+                    continue
+                except ValueError as exc:
+                    logger.warning("ignoring unreadable owner record %s: %s", key, exc)
+                    continue
+                if record.owner_epoch != epoch:
+                    logger.warning("ignoring owner record %s: it holds owner epoch %d", key, record.owner_epoch)
+                    continue
+                self._owner_objects[key] = record
+            records[epoch] = record
+        ordered = [records[e] for e in sorted(records)]
+        with self._lock:
+            if self._owners.get(tip, []) != ordered:
+                self._owners[tip] = ordered
+                self._readable.pop(tip, None)  # the lineage readers follow may have changed
+        return ordered
+
+    def claim_ownership(self, tip: TopicIdPartition, record: OwnerRecord) -> None:
+        """Create ``record``'s object with a conditional write: :class:`ObjectExistsError` when that epoch is claimed
+        already (by anyone). The caller then lists the records to see whether its claim is the newest."""
+        self.store.put_bytes(layout.owner_record_key(self.prefix, tip, record.owner_epoch), record.encode(),
+                             if_absent=True)
+
+    def holds_metadata(self, tip: TopicIdPartition) -> bool:
+        """Whether the store holds any metadata of the partition (an event of any state, or an owner record)."""
+        view = self._view(tip)
+        with self._lock:
+            return bool(view) or bool(self._owners.get(tip))
+
+    def max_epoch(self, tip: TopicIdPartition) -> int:
+        """The highest leader epoch the store knows of the partition (its owner records' and its segments'), -1 when
+        none."""
+        view = self._view(tip)
+        with self._lock:
+            owners = list(self._owners.get(tip, []))
+        epochs = [r.owner_epoch for r in owners]
+        epochs += [e for md in view.values() for e in md.segment_leader_epochs]
+        return max(epochs, default=-1)
+
+    def current_owner(self, tip: TopicIdPartition) -> OwnerRecord | None:
+        """The newest owner record this view knows (as of the last listing), None when the partition has none."""
+        self._view(tip)
+        with self._lock:
+            owners = self._owners.get(tip)
+            return owners[-1] if owners else None
+
+    def foreign_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """Segments copied (or being copied) outside the current owner's lineage: a former owner's copies made after
+        it lost the partition. Never read; the owner's remote retention deletes them. Empty without owner records."""
+        owner = self.current_owner(tip)
+        if owner is None:
+            return []
+        return [m for m in self.list_remote_log_segments(tip)
+                if m.state in (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED) and not within_lineage(m, owner.lineage)]
 
     # Events -----------------------------------------------------------------------------------------------
     def _record(self, md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> None:
@@ -299,14 +395,18 @@ class RemoteLogMetadataStore:
         return sorted(segs, key=lambda m: (m.start_offset, m.event_timestamp_ms))
 
     def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-        """The FINISHED segments of the partition, ordered by start offset."""
+        """The FINISHED segments of the partition within the current owner's lineage (every FINISHED segment when it
+        has no owner records), ordered by start offset: what reads, retention, ``status`` and ``attach`` see."""
         return list(self._readable_index(tip)[0])
 
     def _readable_index(self, tip: TopicIdPartition) -> tuple[list[RemoteLogSegmentMetadata], list[int], list[int]]:
         with self._lock:
             index = self._readable.get(tip)
             if index is None:
-                segs = [m for m in self.list_remote_log_segments(tip) if m.state is S.COPY_SEGMENT_FINISHED]
+                listed = self.list_remote_log_segments(tip)  # loads the partition (and its owners) when new
+                owners = self._owners.get(tip)
+                lineage = owners[-1].lineage if owners else ()
+                segs = [m for m in listed if m.state is S.COPY_SEGMENT_FINISHED and within_lineage(m, lineage)]
                 max_ends = list(itertools.accumulate((m.end_offset for m in segs), max))
                 index = self._readable[tip] = (segs, [m.start_offset for m in segs], max_ends)
             return index
@@ -314,8 +414,8 @@ class RemoteLogMetadataStore:
     def remote_log_segment_metadata(
         self, tip: TopicIdPartition, offset: int, leader_epoch: int | None = None
     ) -> RemoteLogSegmentMetadata | None:
-        """The first FINISHED segment, in start offset order, holding ``offset`` (in ``leader_epoch``'s range, when
-        given). Segments overlap only across lineages, so the scan back from the bisection point is short: it
+        """The first readable segment (:meth:`readable_segments`), in start offset order, holding ``offset`` (in
+        ``leader_epoch``'s range, when given). Segments overlap only across lineages, so the scan back from the bisection point is short: it
         stops where no earlier segment reaches the offset."""
         segs, starts, max_ends = self._readable_index(tip)
         found = None

@@ -9,7 +9,9 @@ segment only once its remote copy is FINISHED. It builds the parts and delegates
   (:class:`tiered.cache.segment_cache.RemoteSegmentCache`) and the :class:`tiered.cache.index_cache.RemoteIndexCache`;
 - copy: one :class:`tiered.rlm_copy.RLMCopyTask` per partition (holding the partition's copy state);
 - remote retention: one :class:`tiered.rlm_expiration.RLMExpirationTask` per partition;
-- what they share (metadata store, metrics, the delete protocol): :mod:`tiered.rlm_parts`.
+- what they share (metadata store, metrics, the delete protocol): :mod:`tiered.rlm_parts`;
+- one writer per partition across machines sharing the store: :class:`tiered.ownership.OwnershipGuard`
+  (:attr:`RemoteLogManager.ownership`), asked before every copy and deletion.
 
 Scheduling (:mod:`tiered.rlm_tasks`): a LogManager with the remote tier calls :meth:`RemoteLogManager.start_tasks`
 when its scheduler starts; each remote-enabled partition's copy and expiration tasks then run every
@@ -25,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +35,7 @@ from local.fetch import FetchDataInfo, FetchIsolation, TimestampAndOffset
 from local.scheduler import SYSTEM_TIME, Time
 from tiered.cache.segment_cache import RemoteSegmentCache
 from tiered.checksums import ChecksumVerifier, default_chunk_bytes
+from tiered.ownership import Ownership, OwnershipGuard
 from tiered.remote_log_reader import RemoteLogReader
 from tiered.rlm_copy import RLMCopyTask, candidate_segments, highest_offset_in_remote_storage
 from tiered.rlm_expiration import RLMExpirationTask
@@ -73,6 +76,7 @@ class RemoteLogManager:
         time: Time = SYSTEM_TIME,
         registry: Any = None,
         checksum_chunk_bytes: int | None = None,
+        log_dirs: Sequence[str] = (),
     ) -> None:
         self.rsm = rsm
         self.metadata = metadata_store
@@ -90,7 +94,12 @@ class RemoteLogManager:
             index_cache.verifier = self.checksums  # downloaded (and reopened) indexes are checked too
         self.metrics = remote_log_metrics(registry)
         self.segments = RemoteSegmentCache(rsm, self.checksums, chunk_cache)
-        self.parts = RemoteTierParts(rsm, metadata_store, index_cache, self.segments, self.metrics, time, broker_id)
+        # One writer per partition across machines sharing the store (tiered.ownership): checked before every copy
+        # and deletion, and by reads for a store that lacks a partition's data.
+        self.ownership = OwnershipGuard(metadata_store, clock=time.milliseconds, store_name=repr(rsm),
+                                        log_dirs=log_dirs, on_change=self._ownership_changed)
+        self.parts = RemoteTierParts(rsm, metadata_store, index_cache, self.segments, self.metrics, time, broker_id,
+                                     self.ownership)
         self.reader = RemoteLogReader(
             metadata_store, index_cache, self.segments,
             fetch_quota=RateLimiter(fetch_max_bytes_per_second), metrics=self.metrics,
@@ -172,11 +181,17 @@ class RemoteLogManager:
     def read(
         self, log: Log, fetch_offset: int, max_bytes: int, isolation: FetchIsolation, min_one_message: bool
     ) -> FetchDataInfo:
-        """See :meth:`tiered.remote_log_reader.RemoteLogReader.read`."""
+        """See :meth:`tiered.remote_log_reader.RemoteLogReader.read`. A store that holds none of the partition's
+        remote data (a wrong bucket or prefix) raises :class:`tiered.errors.RemoteStoreMismatchError`."""
+        self.ownership.check_store(log, topic_id_partition(log), f"cannot read offset {fetch_offset} of {log.name}")
         return self.reader.read(log, fetch_offset, max_bytes, isolation, min_one_message)
 
     def offset_for_timestamp(self, log: Log, timestamp: int) -> TimestampAndOffset | None:
+        self.ownership.check_store(log, topic_id_partition(log), f"cannot search {log.name} by timestamp")
         return self.reader.offset_for_timestamp(log, timestamp)
+
+    def _ownership_changed(self, tip: TopicIdPartition, found: Ownership) -> None:
+        self.metrics.ownership.labels(tip.topic, tip.partition).state(found.state)
 
     def read_range(self, md: RemoteLogSegmentMetadata, start: int, end_inclusive: int) -> bytes | memoryview:
         """Bytes [start, end_inclusive] of the remote ``.log`` of ``md`` (shorter at the object's end): see

@@ -9,9 +9,11 @@ It owns, and nothing else decides:
   partition without epochs falls back to the offsets alone.
 - **The batch walk** (:meth:`RemoteLogReader.read_segment`): from the position the offset index gives (or the
   segment's start, or where the same reader's previous read ended), whole batches are cut by their headers only
-  (CRCs are checked by whoever decodes them). It never skips: a short object, a damaged header, a batch after the
-  offset asked for (a gap, unless the log is compacted) or offsets overlapping the batch before raise
-  ``CorruptRecordError`` naming the segment and the position.
+  (CRCs are checked by whoever decodes them). It never skips: a short object, a damaged header or offsets
+  overlapping the batch before raise ``CorruptRecordError`` naming the segment and the position. An offset in a
+  gap (compaction's, or a real broker's compacted topic's, whatever the topic's config says) is answered with the
+  next batch, as Kafka does, once that batch is checked to be intact: its CRC, and neighbours that do not
+  contradict its base offset (outside the CRC), as the local read checks them.
 - **Sequential readers** (one mechanism, :class:`SequentialReaders`): a read that starts where an earlier read
   ended (by offset for log reads, by position for byte-range reads) is the same reader going on. It needs no
   index lookup (the position is known), and only it gets read-ahead: within its segment, and into the next
@@ -44,6 +46,7 @@ from local.records.batch import (
     MAGIC_OFFSET,
     MAGIC_V2,
 )
+from local.records.memory_records import batch_from_buffer, corrupt_batch_error
 from local.records.walk import checked_batch_size
 from local.records.walk import last_offset as _last_offset
 from tiered.cache.segment_cache import object_size
@@ -66,6 +69,7 @@ logger = logging.getLogger(__name__)
 
 READ_SLACK = 64 * 1024  # read past max_bytes a little so a batch straddling the limit can be completed
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
+_OFFSET = struct.Struct(">q")
 _LAST_OFFSET_DELTA_END = LAST_OFFSET_DELTA_OFFSET + 4
 _READERS_PER_SCOPE = 16  # sequential readers of one partition (or one segment) told apart
 _SCOPES = 4096  # partitions and segments whose readers are remembered (a process reads ever more segments)
@@ -75,9 +79,7 @@ _SCAN_BYTES = 1024 * 1024  # what the timestamp scan reads at a time
 class SegmentLookup(Protocol):
     """The metadata store as the reader uses it."""
 
-    def list_remote_log_segments(
-        self, tip: TopicIdPartition, leader_epoch: int | None = None
-    ) -> list[RemoteLogSegmentMetadata]: ...
+    def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]: ...
 
     def remote_log_segment_metadata(
         self, tip: TopicIdPartition, offset: int, leader_epoch: int
@@ -99,8 +101,9 @@ NOTHING = SegmentRead(b"", 0, -1, 0, False)
 
 
 def allows_gaps(log: Log) -> bool:
-    """Whether offsets may be missing from the log (a compacted topic's, as Kafka's cleaner leaves them): only
-    then may a read answer with a batch after the offset asked for, or go on to the next segment."""
+    """Whether remote segments' metadata may leave offsets out (a compacted topic's): only then does a read go on
+    from an offset no segment's metadata covers to the next segment. (Within a segment, an intact batch after a
+    gap answers a read whatever the config: see :meth:`RemoteLogReader.read_segment`.)"""
     return "compact" in str(getattr(log.config, "cleanup_policy", ""))
 
 
@@ -229,7 +232,7 @@ class RemoteLogReader:
 
     def read_segment(
         self, md: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one_message: bool,
-        position: int | None = None, gaps: bool = False,
+        position: int | None = None,
     ) -> SegmentRead:
         """The whole batches of ``md`` from the one holding ``offset``, up to ``max_bytes`` (at least one when
         ``min_one_message``): a view into the cache when they lie in one chunk, so a sequential consumer's read
@@ -238,9 +241,9 @@ class RemoteLogReader:
         ended, the batch there starting at ``offset``), is where to start instead of the index's answer.
 
         Raises CorruptRecordError naming the segment and the position when the object ends inside a batch
-        before one is returned, is shorter than its metadata says, holds a batch length below a header's, or
-        (unless ``gaps``) its first batch from ``offset`` starts after it. ``found`` is False only when the
-        object ends cleanly with no batch at or after ``offset``."""
+        before one is returned, is shorter than its metadata says, holds a batch length below a header's, or its
+        first batch from ``offset`` starts after it (a gap) and is not intact (:meth:`_check_after_gap`).
+        ``found`` is False only when the object ends cleanly with no batch at or after ``offset``."""
         previous_last = offset - 1 if position is not None else -1
         if position is None:
             # From the start when the offset is the segment's first (or below it): no index needed.
@@ -250,15 +253,17 @@ class RemoteLogReader:
         want = max(max_bytes, 1)
         walk = _Walk(self, md, position, offset,
                      self.read_bytes(md, position, position + want + READ_SLACK, spare=True))
-        pos = self._skip_to(walk, offset, previous_last, gaps)
+        pos = self._skip_to(walk, offset, previous_last)
         if pos < 0:
             return NOTHING
         return self._whole_batches(walk, pos, max_bytes, min_one_message)
 
-    def _skip_to(self, walk: _Walk, offset: int, previous_last: int, gaps: bool) -> int:
+    def _skip_to(self, walk: _Walk, offset: int, previous_last: int) -> int:
         """The position (in ``walk.data``) of the first batch whose last offset is ``offset`` or later, checked
         against the batch before it; -1 when the object ends cleanly before one."""
         data, pos = walk.data, 0
+        overlap_at: int | None = None  # a batch walked over whose offsets do not come after the one before it
+        previous_at: int | None = None  # the last batch walked over
         while True:
             if len(data) - pos < _LAST_OFFSET_DELTA_END:
                 data = walk.extend(pos + _LAST_OFFSET_DELTA_END)
@@ -267,6 +272,7 @@ class RemoteLogReader:
                     if size is not None and walk.position + pos < size:
                         raise walk.damaged(
                             f"is short: it ends after {walk.position + pos} bytes, its metadata says {size}", pos)
+                    self._check_before_gap(walk, offset, overlap_at, previous_at)  # the next segment answers
                     return -1
                 if len(data) - pos < MAGIC_OFFSET + 1:
                     raise walk.damaged("ends inside a batch header", pos)
@@ -276,17 +282,56 @@ class RemoteLogReader:
             last_offset = _last_offset(data, pos)
             if last_offset >= offset:
                 break
+            if overlap_at is None and data[pos + MAGIC_OFFSET] >= MAGIC_V2 and (
+                    (base := _base_offset(data, pos)) < 0 or base <= previous_last):
+                overlap_at = pos  # a negative base offset or one not after the batch before: damaged
             previous_last = last_offset
+            previous_at = pos
             pos += length + LOG_OVERHEAD
         if data[pos + MAGIC_OFFSET] >= MAGIC_V2:
             base = _base_offset(data, pos)
             if base <= previous_last:  # base offsets are outside the CRC: a damaged one overlaps the batch before
                 raise walk.damaged(f"holds a batch with offsets {base}..{_last_offset(data, pos)} that overlap the "
                                    f"offset {previous_last} before it", pos)
-            if not gaps and base > offset:
-                raise walk.damaged(f"has no batch holding offset {offset}: the batch found starts at offset {base}",
-                                   pos)
+            if base > offset:
+                self._check_before_gap(walk, offset, overlap_at, previous_at)
+                self._check_after_gap(walk, offset, pos)
         return pos
+
+    @staticmethod
+    def _check_crc(walk: _Walk, pos: int) -> int:
+        """Raise CorruptRecordError naming the segment unless the batch at ``pos`` passes its CRC; its size."""
+        size = walk.batch_size(pos)
+        data = walk.extend(pos + size + _OFFSET.size)
+        if len(data) >= pos + size:  # (cut short: the batch walk after this says so)
+            batch = batch_from_buffer(memoryview(data)[pos : pos + size])
+            if not batch.is_valid():
+                sid = walk.md.remote_log_segment_id
+                raise corrupt_batch_error(batch, f"remote segment {sid}", walk.position + pos, {"segment_id": str(sid)})
+        return size
+
+    def _check_before_gap(self, walk: _Walk, offset: int, overlap_at: int | None, previous_at: int | None) -> None:
+        """A read of ``offset`` found a gap: the batches walked over before it must be in order (``overlap_at``
+        None: a base offset damaged downwards overlaps the batch before it) and the last of them must pass its CRC
+        (a damaged last offset delta or magic byte would open the gap)."""
+        if overlap_at is not None:
+            raise walk.damaged(f"has no batch holding offset {offset}: the batch before the gap the read found "
+                               "overlaps the one before it", overlap_at)
+        if previous_at is not None:
+            self._check_crc(walk, previous_at)
+
+    def _check_after_gap(self, walk: _Walk, offset: int, pos: int) -> None:
+        """The batch at ``pos`` answers a read of ``offset`` in a gap: it must be intact (its CRC), and the batch
+        after it, when the object holds one, must start after it. Its last offset against the segment's end offset
+        is :meth:`_whole_batches`' check."""
+        base, last = _base_offset(walk.data, pos), _last_offset(walk.data, pos)
+        where = f"has no batch holding offset {offset}: the batch found holds offsets {base}..{last}"
+        size = self._check_crc(walk, pos)
+        data = walk.data
+        if len(data) >= pos + size + _OFFSET.size:
+            following = _OFFSET.unpack_from(data, pos + size)[0]  # a v2 base offset or a legacy last offset
+            if following <= last:
+                raise walk.damaged(f"{where} and the batch after it starts at offset {following}", pos)
 
     def _whole_batches(self, walk: _Walk, start: int, max_bytes: int, min_one_message: bool) -> SegmentRead:
         """Whole batches from ``start`` up to ``max_bytes`` (one at least when ``min_one_message``). The header at
@@ -344,11 +389,13 @@ class RemoteLogReader:
         """Batches from the one holding ``fetch_offset``, out of the remote segment holding it.
 
         Never skips: an offset no remote segment holds raises (``OffsetOutOfRangeError`` when retention removed it
-        meanwhile, else ``RemoteResourceNotFoundError``), and a short object, a damaged batch header or a batch
-        after the offset (a gap) raises ``CorruptRecordError`` naming the segment and the position. Only a
-        compacted log may have gaps: there a segment without the offset leads to the next one, as in Kafka. The
-        answer's ``records`` know their segment and position: a corrupt batch found by their ``batches()`` (CRC
-        checked) names them too.
+        meanwhile, else ``RemoteResourceNotFoundError``), and a short object or a damaged batch header (one that a
+        gap's neighbours contradict included) raises ``CorruptRecordError`` naming the segment and the position.
+        An offset in a gap is answered with the next intact batch, as in Kafka; a segment whose object ends
+        cleanly before the offset (its size the metadata's) leads to the next one. Offsets that no segment's
+        metadata covers are a gap in the remote tier (copies cover their segments' whole offset range) unless the
+        log is compacted. The answer's ``records`` know their segment and position: a corrupt batch found by their
+        ``batches()`` (CRC checked) names them too.
         """
         tip = topic_id_partition(log)
         self.metrics.fetch_requests.inc()
@@ -376,10 +423,12 @@ class RemoteLogReader:
             position = resumed[1] if resumed is not None and resumed[0] == sid else None
             if position is not None or offset <= md.start_offset:
                 self._read_ahead(log, tip, md, position or 0, resumed is not None)
-            got = self.read_segment(md, offset, max_bytes, min_one_message, position, gaps)
+            got = self.read_segment(md, offset, max_bytes, min_one_message, position)
             if got.found:
                 return self._answer(md, tip, fetch_offset, got, isolation, log)
-            if not gaps and offset <= md.end_offset:
+            # The object ended cleanly before the offset: a gap at the segment's end when its size is the metadata's
+            # (a short object raised), as in a local segment; unknown (a clamped size) only a compacted log's.
+            if not gaps and offset <= md.end_offset and object_size(md) is None:
                 raise CorruptRecordError(
                     f"remote segment {sid} ends before offset {offset} (its metadata says it holds "
                     f"{md.start_offset}..{md.end_offset}): the object is short or damaged",
@@ -456,21 +505,20 @@ class RemoteLogReader:
     def offset_for_timestamp(self, log: Log, timestamp: int) -> TimestampAndOffset | None:
         """The first remote record at or after ``timestamp`` (and at or after the log start offset), or None."""
         tip = topic_id_partition(log)
-        gaps = allows_gaps(log)
         for md in finished_segments(self.metadata, tip):
             if md.max_timestamp_ms < timestamp or md.end_offset < log.log_start_offset:
                 continue
-            found = self._scan_for_timestamp(md, timestamp, max(md.start_offset, log.log_start_offset), gaps)
+            found = self._scan_for_timestamp(md, timestamp, max(md.start_offset, log.log_start_offset))
             if found is not None:
                 return found
         return None
 
     def _scan_for_timestamp(
-        self, md: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int, gaps: bool
+        self, md: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int
     ) -> TimestampAndOffset | None:
         offset = starting_offset
         while offset <= md.end_offset:
-            got = self.read_segment(md, offset, _SCAN_BYTES, True, None, gaps)
+            got = self.read_segment(md, offset, _SCAN_BYTES, True, None)
             if not got.data:
                 return None
             records = MemoryRecords(got.data, origin=f"remote segment {md.remote_log_segment_id}", position=got.start,

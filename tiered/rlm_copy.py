@@ -11,6 +11,9 @@ crash mid-copy) is cleaned up the same way, and so is, at the next run, a failed
 metadata larger than ``remote.log.metadata.custom.metadata.max.bytes`` fails the copy the same way and, as in
 Kafka (which cancels the task), stops the partition's copies until a restart: a retry would upload it in vain.
 
+Ownership (:mod:`tiered.ownership`): a run first makes sure this data dir owns the partition's remote data (claiming
+it when nobody has), and again before each segment; a data dir that lost it copies nothing (``not_owned``).
+
 One task per partition (the :class:`tiered.remote_log_manager.RemoteLogManager` keeps them), holding the
 partition's copy state; its runs are serialised by its lock, apart from the expiration task's.
 """
@@ -28,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from local import filenames
 from tiered.checksums import compute_segment_checksums
-from tiered.errors import CustomMetadataSizeExceededError
+from tiered.errors import CustomMetadataSizeExceededError, NotPartitionOwnerError, RemoteStoreMismatchError
 from tiered.rlm_parts import PassResult, RateLimiter, RemoteTierParts
 from tiered.rsm import (
     LogSegmentData,
@@ -118,6 +121,8 @@ class RLMCopyTask:
             logger.debug("copies of %s are stopped: %s", log.name, self.cancelled)
             return result
         with self.lock:
+            if not self._owned(log, result):
+                return result
             try:
                 result.stale_copies_cleaned += self._cleanup_stale_copies()
             except Exception:
@@ -129,6 +134,8 @@ class RLMCopyTask:
                 if self._stopping.is_set():
                     logger.info("stopping: the copy of %s ends before segment %d", log.name, seg.base_offset)
                     break
+                if not self._owned(log, result):
+                    break  # another data dir claimed the partition since the run began
                 try:
                     self._copy_segment(log, seg, nxt)
                 except CustomMetadataSizeExceededError as exc:
@@ -149,6 +156,21 @@ class RLMCopyTask:
             if result.segments_copied:
                 self.parts.update_log_size(self.tip)
         return result
+
+    def _owned(self, log: Log, result: PassResult) -> bool:
+        """Whether this data dir (still) owns the partition's remote data, claiming it when nobody has
+        (:mod:`tiered.ownership`); the guard logs the ERROR when it is lost. A store error counts as a copy error."""
+        try:
+            self.parts.ownership.ensure_owner(log, self.tip)
+        except (NotPartitionOwnerError, RemoteStoreMismatchError):
+            result.not_owned += 1
+            return False
+        except Exception:
+            result.copy_errors += 1
+            logger.warning("cannot check the ownership of %s's remote data; retried at the next pass", log.name,
+                           exc_info=True)
+            return False
+        return True
 
     def _set_lag(self, log: Log, candidates: list[tuple[LogSegment, LogSegment]]) -> None:
         metrics = self.parts.metrics

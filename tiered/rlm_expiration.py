@@ -7,21 +7,31 @@ stays. Kafka's order: the log start offset moves first (the LogManager checkpoin
 the segments below it are deleted, so a read racing the deletion sees the new log start and raises
 ``OffsetOutOfRangeError`` (see ``Log.read``).
 
+Ownership (:mod:`tiered.ownership`): only the data dir that owns the partition's remote data deletes there (checked
+at the start of a run and before each segment); it also deletes the segments a former owner copied outside its
+lineage (never read by anyone).
+
 One task per partition; its runs are serialised by its own lock, so a deletion pass (seconds under load) never
 holds back the copy task of the same partition.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tiered.errors import NotPartitionOwnerError, RemoteStoreMismatchError
 from tiered.rlm_parts import PassResult, RemoteTierParts
 from tiered.rsm import RemoteLogSegmentMetadata, TopicIdPartition
 
 if TYPE_CHECKING:
     from local.log import Log
+
+logger = logging.getLogger(__name__)
+
+_OUTSIDE_LINEAGE = "outside the owner's lineage (a former owner's copy, made after it lost the partition)"
 
 
 class RLMExpirationTask:
@@ -45,21 +55,42 @@ class RLMExpirationTask:
 
         parts = self.parts
         with self.lock:
-            segs = parts.finished_segments(self.tip)
-            if not segs:
+            if not self._owned(log):
                 return 0
-            doomed = self._doomed(log, segs)
+            foreign = parts.metadata.foreign_segments(self.tip)
+            segs = parts.finished_segments(self.tip)
+            if not segs and not foreign:
+                return 0
+            doomed = self._doomed(log, segs) if segs else []
             self._set_lag(log, len(doomed), sum(m.segment_size_in_bytes for m, _ in doomed))
             if doomed:
                 # Kafka's order: the log start offset moves (and is checkpointed, by the log's hook) BEFORE any
                 # segment below it is deleted, so a reader that finds a segment gone sees it out of range.
                 log.maybe_increment_log_start_offset(doomed[-1][0].end_offset + 1, LogStartOffsetIncrementReason.SEGMENT_DELETION)
                 log.ensure_log_start_offset_checkpointed()  # a previous pass's checkpoint may have failed
-            for md, reason in doomed:
+            deleted = 0
+            for md, reason in [*((m, _OUTSIDE_LINEAGE) for m in foreign), *doomed]:
+                if not self._owned(log):
+                    break  # another data dir claimed the partition since the run began
                 parts.delete_remote_segment(md, reason=reason)
+                deleted += 1
             parts.update_log_size(self.tip)
             self._set_lag(log, 0, 0)
-            return len(doomed)
+            return deleted
+
+    def _owned(self, log: Log) -> bool:
+        """Whether this data dir (still) owns the partition's remote data (:mod:`tiered.ownership`: the guard claims
+        it when nobody has, and logs the ERROR when it is lost). A store that cannot be asked (an outage) deletes
+        nothing this run; the next run asks again."""
+        try:
+            self.parts.ownership.ensure_owner(log, self.tip)
+        except (NotPartitionOwnerError, RemoteStoreMismatchError):
+            return False
+        except Exception:
+            logger.warning("cannot check the ownership of %s's remote data: no remote segment is deleted until the "
+                           "next pass", log.name, exc_info=True)
+            return False
+        return True
 
     def _doomed(self, log: Log, segs: list[RemoteLogSegmentMetadata]) -> list[tuple[RemoteLogSegmentMetadata, str]]:
         """The oldest segments of ``segs`` that breach a rule, up to the first that breaches none, each with the

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from local.scheduler import Time
 from tiered.errors import RemoteStorageError
+from tiered.ownership import STATES, OwnershipGuard
 from tiered.rsm import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
@@ -42,9 +43,7 @@ logger = logging.getLogger(__name__)
 class SegmentLister(Protocol):
     """The metadata store as the parts read it."""
 
-    def list_remote_log_segments(
-        self, tip: TopicIdPartition, leader_epoch: int | None = None
-    ) -> list[RemoteLogSegmentMetadata]: ...
+    def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]: ...
 
 
 def topic_id_partition(log: Log) -> TopicIdPartition:
@@ -55,10 +54,9 @@ def topic_id_partition(log: Log) -> TopicIdPartition:
 
 
 def finished_segments(metadata: SegmentLister, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-    """FINISHED copies of a partition, ordered by start offset (the only ones reads and retention see)."""
-    return [
-        md for md in metadata.list_remote_log_segments(tip) if md.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED
-    ]
+    """FINISHED copies of a partition within its owner's lineage, ordered by start offset (the only ones reads and
+    retention see: :meth:`tiered.rlmm.RemoteLogMetadataManager.readable_segments`)."""
+    return metadata.readable_segments(tip)
 
 
 @dataclass
@@ -70,13 +68,13 @@ class PassResult:
     segments_deleted: int = 0
     copy_errors: int = 0
     stale_copies_cleaned: int = 0
+    # Runs that did nothing because this data dir does not own the partition's remote data, or because the store
+    # lacks it (tiered.ownership): the reason is the partition's state in RemoteLogManager.ownership.
+    not_owned: int = 0
 
     def add(self, other: PassResult) -> None:
-        self.segments_copied += other.segments_copied
-        self.bytes_copied += other.bytes_copied
-        self.segments_deleted += other.segments_deleted
-        self.copy_errors += other.copy_errors
-        self.stale_copies_cleaned += other.stale_copies_cleaned
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def since(self, earlier: PassResult) -> PassResult:
         """What was done after ``earlier``, an earlier copy of the same running totals (``tiered run`` records
@@ -111,7 +109,7 @@ class RemoteLogMetrics:
     remote log size per partition). The process's one set, in the exposed registry: see :func:`remote_log_metrics`."""
 
     def __init__(self, registry: Any) -> None:
-        from prometheus_client import Counter, Gauge
+        from prometheus_client import Counter, Enum, Gauge
 
         r = self.registry = registry  # where they are exposed (`tiered run`'s /metrics serves it)
         self.copy_requests = Counter("RemoteCopyRequestsPerSec", "Segment copies attempted", registry=r)
@@ -128,6 +126,10 @@ class RemoteLogMetrics:
         self.delete_lag_bytes = Gauge("RemoteDeleteLagBytes", "Bytes of remote segments pending deletion", labels, registry=r)
         self.delete_lag_segments = Gauge("RemoteDeleteLagSegments", "Remote segments pending deletion", labels, registry=r)
         self.log_size_bytes = Gauge("RemoteLogSizeBytes", "Bytes held in the remote tier", labels, registry=r)
+        self.ownership = Enum(
+            "RemoteLogOwnership", "Whether this data dir owns the partition's remote data (tiered.ownership): owner, "
+            "lost (another data dir claimed it: nothing is copied or deleted here) or wrong_store (the store holds "
+            "none of it)", labels, states=list(STATES), registry=r)
 
 
 _metrics: dict[int, tuple[Any, RemoteLogMetrics]] = {}  # id(registry) -> (the registry, kept alive; its metrics)
@@ -159,6 +161,7 @@ class RemoteTierParts:
     metrics: RemoteLogMetrics
     time: Time
     broker_id: int
+    ownership: OwnershipGuard
 
     def finished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         return finished_segments(self.metadata, tip)

@@ -25,7 +25,9 @@ The dotted path of a class implementing :class:`RemoteLogMetadataManager` with a
 
 Differences from Kafka's interface, kept because the RemoteLogManager's copy and cleanup need them: a
 COPY_SEGMENT_FINISHED update carries the segment's checksums (:mod:`tiered.checksums`); ``find_stale_copies``,
-``unfinished_segments`` and ``purge`` clean up after a crashed or failed copy. Calls are synchronous (Kafka's
+``unfinished_segments`` and ``purge`` clean up after a crashed or failed copy; ``readable_segments``,
+``foreign_segments``, ``owner_records``, ``claim_ownership``, ``holds_metadata`` and ``max_epoch`` give one writer
+per partition across machines sharing a store (:mod:`tiered.ownership`). Calls are synchronous (Kafka's
 return futures). ``remote_log_segment_metadata`` takes the offset before the (optional) epoch.
 """
 
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from tiered.checksums import SegmentChecksums
+    from tiered.ownership import OwnerRecord
     from tiered.rsm import RemoteLogSegmentMetadata, RemoteLogSegmentMetadataUpdate, TopicIdPartition
 
 #: ``remote.log.metadata.manager.class.name`` short names (see the module docstring).
@@ -70,6 +73,32 @@ class RemoteLogMetadataManager(Protocol):
     ) -> list[RemoteLogSegmentMetadata]:
         """Every segment of the partition not yet DELETE_SEGMENT_FINISHED (with ``leader_epoch`` among its epochs,
         when given), ordered by start offset."""
+        ...
+
+    def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """The COPY_SEGMENT_FINISHED segments reads may use, ordered by start offset: those within the current
+        owner's lineage (:mod:`tiered.ownership`), never a segment whose deletion started."""
+        ...
+
+    def foreign_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """Segments copied (or being copied) outside the current owner's lineage, for its retention to delete."""
+        ...
+
+    def owner_records(self, tip: TopicIdPartition) -> list[OwnerRecord]:
+        """The partition's owner records (:mod:`tiered.ownership`) by ascending epoch, as the store holds them now;
+        empty for a manager that keeps none (ownership is then never checked)."""
+        ...
+
+    def claim_ownership(self, tip: TopicIdPartition, record: OwnerRecord) -> None:
+        """Create ``record`` only if its epoch has none (``tiered.errors.ObjectExistsError`` otherwise)."""
+        ...
+
+    def holds_metadata(self, tip: TopicIdPartition) -> bool:
+        """Whether any metadata of the partition (an event or an owner record) is there."""
+        ...
+
+    def max_epoch(self, tip: TopicIdPartition) -> int:
+        """The highest leader epoch known of the partition (owner records and segments), -1 when none."""
         ...
 
     def segment_checksums(self, metadata: RemoteLogSegmentMetadata) -> SegmentChecksums | None:

@@ -311,6 +311,11 @@ def first_bad_offset_entry(entries: np.ndarray[Any, np.dtype[Any]]) -> int | Non
     return int(hits[0]) if hits.size else None
 
 
+LAST_ENTRY_PAST_LOG = "past the log's"
+"""In :func:`check_offset_index`'s answer when the index's last entry points past the end of its log: the log held
+more than it does now (cut short), which the loader records as lost offsets (:mod:`local.lost_offsets`)."""
+
+
 def check_offset_index(data: bytes, base_offset: int, log_size: int, requested_entry_size: int) -> str | None:
     """What is wrong with the bytes of an offset index (None when nothing): :meth:`OffsetIndex.sanity_check` plus
     the segment's check that the last entry points inside its ``log_size``-byte log, without mapping the file.
@@ -350,5 +355,5 @@ def _entries_problem(data: bytes, base_offset: int, log_size: int, entry_size: i
         ), False
     pos = entries["pos"].astype(np.int64)
     if int(pos[-1]) >= log_size:
-        return f"the last entry points at position {int(pos[-1])}, past the log's {log_size} bytes", False
+        return f"the last entry points at position {int(pos[-1])}, {LAST_ENTRY_PAST_LOG} {log_size} bytes", False
     return None, bool((np.diff(pos[:SAMPLE_ENTRIES]) > 0).all())

@@ -53,10 +53,10 @@ class StoppingDir(LocalDirRemoteStorageManager):
         while True:  # the parent's SIGKILL ends this
             signal.pause()
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         if self.step == "finished" and key.endswith(FINISHED_SUFFIX):
             self._stop(key)
-        super().put_bytes(key, data)
+        super().put_bytes(key, data, if_absent=if_absent)
         if self.step == "started" and key.endswith(STARTED_SUFFIX):
             self._stop(key)
 

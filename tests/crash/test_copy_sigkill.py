@@ -56,13 +56,20 @@ def _write_log(data: Path, remote: Path) -> int:
         return log.number_of_segments()
 
 
+def _temp_dir(data: Path) -> Path:
+    temp = data.parent / "child-temp"
+    temp.mkdir(exist_ok=True)
+    return temp
+
+
 class Child:
     """The copying process and the lines it prints (read on a thread; ``stopped`` is set on ``STOPPED``)."""
 
     def __init__(self, data: Path, remote: Path, step: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(CHILD), str(data), str(remote), step],
-            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+            # its temp dir (the copy's tiered-copy-*, which a SIGKILL leaves behind) inside the test's own dir
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(_temp_dir(data))},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )
         self.lines: list[str] = []

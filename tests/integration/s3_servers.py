@@ -33,6 +33,9 @@ class S3Endpoint:
     access_key: str = "tiered"
     secret_key: str = "tiered-secret"
     region: str = "us-east-1"
+    # Whether two conditional creates of one key (If-None-Match: *) racing each other have one winner: SeaweedFS and
+    # LocalStack serialize them, as AWS does; moto checks, then writes, without a lock.
+    serializes_conditional_writes: bool = True
 
     def client(self):  # type: ignore[no-untyped-def]
         import boto3
@@ -138,7 +141,7 @@ def moto_server(timeout: float = 30) -> Iterator[S3Endpoint]:
     server.start()
     try:
         _wait_http(f"http://127.0.0.1:{port}/moto-api/", timeout, None, None)
-        yield S3Endpoint("moto-server", f"http://127.0.0.1:{port}")
+        yield S3Endpoint("moto-server", f"http://127.0.0.1:{port}", serializes_conditional_writes=False)
     finally:
         server.stop()
 

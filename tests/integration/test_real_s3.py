@@ -33,6 +33,10 @@ def _bucket(endpoint: S3Endpoint) -> str:
 
 
 class TestRealS3(RSMConformance):
+
+    @pytest.fixture
+    def serializes_conditional_writes(self, s3_server: S3Endpoint) -> bool:
+        return s3_server.serializes_conditional_writes
     @pytest.fixture
     def rsm(self, s3_server: S3Endpoint) -> Iterator[ObjectStoreRemoteStorageManager]:
         config = s3_server.rsm_config(_bucket(s3_server), prefix=f"it-{uuid.uuid4().hex[:8]}")

@@ -124,5 +124,9 @@ class TestManifestConformanceRealS3(ManifestConformance):
     """The conformance suite, zstd+aes, on each real server."""
 
     @pytest.fixture
+    def serializes_conditional_writes(self, s3_server: S3Endpoint) -> bool:
+        return s3_server.serializes_conditional_writes
+
+    @pytest.fixture
     def rsm(self, s3_config: dict[str, str], pairs: list[KeyPairPaths]) -> Iterator[ObjectStoreRemoteStorageManager]:
         yield from _rsm(s3_config, **combo_config("zstd+aes", pairs, 256 * 1024 + 3))

@@ -60,6 +60,12 @@ def _write_config(root: Path, props: dict[str, str]) -> Path:
     return path
 
 
+def _temp_dir(parent: Path) -> Path:
+    temp = parent / "child-temp"
+    temp.mkdir(exist_ok=True)
+    return temp
+
+
 class RunProcess:
     """``tiered run`` (or another ``command``) in a child process; its stdout and stderr lines are collected on
     threads."""
@@ -67,7 +73,9 @@ class RunProcess:
     def __init__(self, config: Path, *extra: str, command: tuple[str, ...] = ("run", "--listen", "127.0.0.1:0")) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tiered.cli", "--config", str(config), *command, *extra],
-            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            # its temp dir in the test's (a copy cut short by the test leaves its tiered-copy-* dir there)
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(_temp_dir(config.parent))},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, signalled as a whole as systemd or a terminal does
         )
         self.out: list[str] = []
@@ -168,7 +176,7 @@ def test_metrics_move_while_records_produced_over_http_are_copied_and_read_back(
         sent = []
         now = int(time.time() * 1000)  # recent: retention.ms (7 days) keeps them in the remote tier
         for n in range(40):  # 40 x 100 records of ~1 KiB: four 1 MiB segments roll
-            batch = [{"key": f"k{n}-{i}", "value": "v" * 1000 + str(i), "headers": {"n": str(n)},
+            batch = [{"key": f"k{n}-{i}", "value": "v" * 1000 + str(i), "headers": [{"key": "n", "value": str(n)}],
                       "timestamp": now + n} for i in range(100)]
             status, body = _http("POST", url + "/topics/events/partitions/0/records", batch)
             assert status == 200, body
@@ -339,3 +347,66 @@ def test_ctrl_c_during_offload_finishes_the_copy_in_flight_starts_no_other_and_e
     assert [md.start_offset for md in store.readable_segments(tip)] == [0]
     assert store.find_stale_copies(tip) == []
     assert _orphans(tmp_path, store, tip) == []
+
+
+def test_a_hole_cut_by_hand_is_an_error_line_then_410s_and_verify_fails_naming_the_file(tmp_path: Path) -> None:
+    """Issue 27's hole, as an operator meets it: a closed segment in the middle of a log truncated by hand, then
+    ``tiered run``. Its load logs one ERROR naming the real file and the lost range; HTTP reads before the hole
+    answer the records up to it, in it 410 with the range (never 500), after it the records; ``verify`` exits 1."""
+    from tests.unit.test_lost_offsets import PER_SEGMENT, _segment, _write
+
+    pdir = _write(tmp_path / "data")
+    middle = _segment(pdir, PER_SEGMENT)
+    os.truncate(middle, 1000)  # a careless hand, on the real file
+    config = _write_config(tmp_path, {"log.dirs": str(tmp_path / "data")})
+    run = RunProcess(config)
+    try:
+        url = run.url
+        line = run.wait_line(run.err, "ERROR local.loader: t-0: ")
+        assert f"{middle} was damaged: recovery cut it at byte {middle.stat().st_size} and offsets " in line
+        first_lost = int(line.split(" and offsets ")[1].split("..")[0])
+        assert f"offsets {first_lost}..1999 are lost (recorded in {pdir / 'tiered-lost-offsets'}" in line
+        status, body = _http("GET", url + "/topics/t/partitions/0/records?offset=999")
+        reply = json.loads(body)
+        assert status == 200 and reply["next_offset"] == first_lost
+        assert [r["offset"] for r in reply["records"]] == list(range(999, first_lost))
+        for offset in (first_lost, 1500, 1999):
+            status, body = _http("GET", url + f"/topics/t/partitions/0/records?offset={offset}")
+            assert status == 410, body
+            assert json.loads(body)["next_offset"] == 2000 and str(middle) in json.loads(body)["error"]
+        status, body = _http("GET", url + "/topics/t/partitions/0/records?offset=2000")
+        assert status == 200 and json.loads(body)["records"][0]["value"] == "v2000"
+        assert run.stop() == 0, run.err
+    finally:
+        run.kill()
+    proc = subprocess.run([sys.executable, "-m", "tiered.cli", "verify", "--log-dirs", str(tmp_path / "data")],
+                          capture_output=True, text=True, timeout=LIMIT)
+    assert proc.returncode == 1 and f"{middle}, position {middle.stat().st_size}, offset {first_lost}: [lost_offsets]" \
+        in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_tiered_run_cleans_a_compacted_topic_and_serves_the_latest_values(tmp_path: Path) -> None:
+    """Issue 30: `tiered run` runs Kafka's log cleaner threads: a compacted topic's closed segments are cleaned
+    (cleaner-offset-checkpoint moves to the active segment), HTTP reads answer the latest value of each key, and the
+    cleaner's gauges are on /metrics."""
+    props = {"log.dirs": str(tmp_path / "data"), "log.cleaner.backoff.ms": "100",
+             "log.cleaner.min.cleanable.ratio": "0.01"}
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        log = m.get_or_create_log("users", 0, {"cleanup.policy": "compact"})
+        for i in range(3000):
+            log.append(MemoryRecords.build([SimpleRecord(int(time.time() * 1000), b"user-%d" % (i % 30), b"v%d" % i)]))
+        log.roll()
+    run = RunProcess(_write_config(tmp_path, props))
+    checkpoint = tmp_path / "data" / "cleaner-offset-checkpoint"
+    try:
+        url = run.url
+        _poll("the cleaning of users-0", lambda: checkpoint.exists() and "users 0 3000" in checkpoint.read_text())
+        status, body = _http("GET", url + "/topics/users/partitions/0/records?offset=0")
+        assert status == 200, body
+        got = {r["key"]: (r["offset"], r["value"]) for r in json.loads(body)["records"]}
+        assert got == {f"user-{k}": (2970 + k, f"v{2970 + k}") for k in range(30)}
+        assert len(json.loads(body)["records"]) == 30
+        assert "max_dirty_percent" in _metrics(url) and "cleaner_recopy_percent" in _metrics(url)
+        assert run.stop() == 0, run.err
+    finally:
+        run.kill()

@@ -11,10 +11,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from local.errors import RecordBatchTooLargeError
 from local.log import Log
 from local.scheduler import MockTime
 from tests.logutil import read_all_values, records, topic_config
@@ -50,7 +52,14 @@ class LogMachine(RuleBasedStateMachine):
     @rule(vals=values)
     def append(self, vals: list[bytes]) -> None:
         self.time.sleep(1)
-        info = self.log.append(records(*vals, timestamp=self.time.milliseconds()))
+        batch = records(*vals, timestamp=self.time.milliseconds())
+        if len(bytes(batch)) > self.config.segment_bytes:
+            # Kafka refuses a batch no segment can hold (RecordBatchTooLargeException), and writes nothing.
+            with pytest.raises(RecordBatchTooLargeError):
+                self.log.append(batch)
+            assert self.log.log_end_offset == self.next_offset
+            return
+        info = self.log.append(batch)
         assert info.first_offset == self.next_offset
         for v in vals:
             self.model.append((self.next_offset, v))

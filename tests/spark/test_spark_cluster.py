@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +22,13 @@ MIB = 1024 * 1024
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
+def cluster(start_session: Callable[..., Any]) -> Iterator[Any]:
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     root = str(Path(__file__).resolve().parents[2])
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    import tiered.spark
-
-    session = tiered.spark.local_session("local-cluster[2,1,1024]", "tiered-cluster-test",
-                                         **{"spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"]})
+    session = start_session("local-cluster[2,1,1024]", "tiered-cluster-test",
+                            **{"spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"]})
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -13,7 +13,7 @@ import pytest
 from local import LogConfig, LogManager
 from local.checkpoint import LeaderEpochCheckpointFile
 from local.records import MemoryRecords, SimpleRecord
-from local.remote_state import RemoteLogState, RemoteLogStateFile
+from local.remote_state import RemoteLogStateFile
 from tests.logutil import local_tier_props
 from tiered.cli import main
 
@@ -83,9 +83,12 @@ def test_attach_reads_every_remote_offset_of_the_first_from_the_bucket_alone(
         assert adopted == original[: highest + 1]  # keys, values, timestamps, headers and leader epochs alike
         pdir = tmp_path / "b" / "data" / f"ev-{p}"
         assert (pdir / "partition.metadata").read_bytes() == (tmp_path / "a" / "data" / f"ev-{p}" / "partition.metadata").read_bytes()
-        assert [(e.epoch, e.start_offset) for e in LeaderEpochCheckpointFile(pdir / "leader-epoch-checkpoint").read()] == [
+        # The second took ownership at a new owner epoch (one above the first's 3), from the remote log end on: its
+        # first append writes the epoch's entry (as a Kafka leader's does; a load drops one at the log end).
+        assert [(e.epoch, e.start_offset) for e in LeaderEpochCheckpointFile(pdir / "leader-epoch-checkpoint").read()][:2] == [
             (0, 0), (3, RECORDS // 2)]
-        assert RemoteLogStateFile(pdir).read() == RemoteLogState(True, highest)
+        state = RemoteLogStateFile(pdir).read()
+        assert (state.remote_storage_enabled, state.highest_remote_offset, state.owner_epoch) == (True, highest, 4)
     # A process without the remote tier's config knows the partitions hold remote data (from remote-log-state): the
     # log starts at the remote log start, and reading there asks for the remote tier instead of printing nothing.
     rc, out, err = cli(capsys, "status", "--json", "--log-dirs", str(tmp_path / "b" / "data"))
@@ -99,6 +102,8 @@ def test_attach_reads_every_remote_offset_of_the_first_from_the_bucket_alone(
         end = log.log_end_offset
         assert log.log_start_offset == 0 and log.local_log_start_offset == end
         assert log.append(MemoryRecords.build([SimpleRecord(0, None, b"new")])).first_offset == end
+        assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.epoch_entries()][-1] == (4, end)
+        assert next(log.read(end, 1 << 20).records.batches()).partition_leader_epoch == 4
     # Attaching again changes nothing.
     rc, out, err = cli(capsys, "--config", str(second), "attach", "-t", "ev")
     assert rc == 0, err
@@ -196,3 +201,33 @@ def test_status_shows_the_last_pass_of_run_too(tiered_topic: tuple[Path, Path], 
     rc, text, err = cli(capsys, "--config", str(first), "status")
     assert rc == 0, err
     assert f"copied {copied} segment(s)" in text
+
+
+def test_a_topic_of_249_characters_is_tiered_read_back_and_attached_on_the_local_directory_tier(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kafka's longest topic name: its remote directory ``<topic>-<topicId>`` (272 characters) is longer than a file
+    name may be. It went OFFLINE with "File name too long"; now it is stored shortened (tiered.backends.long_names)."""
+    topic = ("long.topic_name-" * 16)[:249]
+    bucket = tmp_path / "bucket"
+    first = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{"rsm.config.dir": str(bucket)}))
+    rc, _, err = cli(capsys, "--config", str(first), "topics", "create", "-t", topic,
+                     "--topic-config", "remote.storage.enable=true", "--topic-config", "local.retention.bytes=1")
+    assert rc == 0, err
+    produce(first, topic, 1)
+    rc, out, err = cli(capsys, "--config", str(first), "offload")
+    assert rc == 0 and out.startswith("copied 3 segment(s)"), out + err
+    rc, out, _ = cli(capsys, "--config", str(first), "status", "--json")
+    [partition] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert "offline" not in partition and partition["local_log_start_offset"] > 0  # copied, then deleted locally
+    original = consume_all(capsys, first, topic, 0)  # the old offsets from the remote tier
+    assert [r["offset"] for r in original] == list(range(RECORDS))
+    [stored] = [p.name for p in bucket.iterdir() if p.is_dir()]  # the topic's directory, shortened
+    assert stored.startswith(topic[:200] + "~") and (bucket / f"{stored}.tiered-name").read_text().startswith(f"{topic}-")
+    second = write_config(tmp_path / "b.properties", local_tier_props(tmp_path / "b", **{"rsm.config.dir": str(bucket)}))
+    rc, out, err = cli(capsys, "--config", str(second), "attach", "-t", topic)
+    assert rc == 0 and f"attached {topic}-0" in out, err
+    adopted = consume_all(capsys, second, topic, 0)
+    assert adopted and adopted == original[: len(adopted)]
+    rc, out, err = cli(capsys, "--config", str(second), "verify", "--remote")  # the owner now (tiered.ownership)
+    assert rc == 0, out + err

@@ -23,6 +23,7 @@ class StubS3:
 
     def __init__(self) -> None:
         self.status, self.code, self.requests = 404, "NoSuchBucket", 0
+        self.html = False  # answer as a web server that is not S3 does, with an HTML page
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -30,8 +31,10 @@ class StubS3:
                 stub.requests += 1
                 body = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{stub.code}</Code>'
                         f"<Message>stub</Message><RequestId>1</RequestId></Error>").encode()
+                if stub.html:
+                    body = b"<html><body><h1>Not here</h1></body></html>"
                 self.send_response(stub.status)
-                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Type", "text/html" if stub.html else "application/xml")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 if self.command != "HEAD":
@@ -93,6 +96,16 @@ def test_a_404_listing_the_bucket_is_a_missing_bucket_too(stub: StubS3, tmp_path
     stub.code = "404"  # a server that answers without an S3 error code
     rc, line = run(capsys, "offload", "--log-dirs", str(tmp_path / "data"), *s3_options(stub.url))
     assert rc == 1 and "the bucket 'bkt' does not exist" in line
+
+
+@pytest.mark.parametrize("status", [404, 200, 403])
+def test_an_endpoint_that_is_not_s3_is_named_so_not_as_a_missing_bucket(
+    stub: StubS3, tmp_path: Path, capsys: pytest.CaptureFixture[str], status: int,
+) -> None:
+    stub.status, stub.html = status, True  # e.g. endpoint_url pointing at a web server or the wrong port
+    rc, line = run(capsys, "offload", "--log-dirs", str(tmp_path / "data"), *s3_options(stub.url))
+    assert rc == 1 and f"the endpoint {stub.url} does not answer as S3 does (HTTP {status} without" in line
+    assert "rsm.config.endpoint_url" in line and "does not exist" not in line and "access denied" not in line
 
 
 @pytest.mark.parametrize("code", ["InvalidAccessKeyId", "SignatureDoesNotMatch"])

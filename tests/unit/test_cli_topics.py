@@ -126,7 +126,7 @@ def test_alter_partitions_grows_the_topic_with_its_id_and_overrides_and_never_sh
     assert rc == 2 and "--partitions does not apply to 'topics describe'" in one_line(err)
 
 
-def test_a_write_to_a_partition_an_existing_topic_lacks_is_refused_and_a_new_topic_is_created(
+def test_a_write_to_a_partition_an_existing_topic_lacks_is_refused_and_a_new_topic_is_created_at_partition_0(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import io
@@ -139,9 +139,14 @@ def test_a_write_to_a_partition_an_existing_topic_lacks_is_refused_and_a_new_top
         rc, _, err = cli(capsys, "produce", "-t", topic, "-p", str(partition), "--log-dirs", str(data))
         return rc, err
 
-    assert produce("fresh", 3)[0] == 0  # auto-create: a new topic at the partition named
+    rc, err = produce("fresh", 3)  # a new topic made of partition 3 alone: refused, naming how to make 4
+    assert rc == 1 and one_line(err) == (
+        "tiered produce: topic fresh does not exist and a write creates a topic only at partition 0 (one "
+        "partition); for a topic of 4 partitions: tiered topics create --topic fresh --partitions 4")
+    assert not data.exists() or not any(data.glob("fresh-*"))
+    assert produce("fresh", 0)[0] == 0  # auto-create: a new topic of one partition
     rc, err = produce("fresh", 5)
-    assert rc == 1 and one_line(err) == ("tiered produce: topic fresh has no partition 5 (it has 1: 3); to add "
+    assert rc == 1 and one_line(err) == ("tiered produce: topic fresh has no partition 5 (it has 1: 0); to add "
                                          "partitions: tiered topics alter --topic fresh --partitions 6")
     assert not (data / "fresh-5").exists()
     with LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False) as manager:

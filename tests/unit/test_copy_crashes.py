@@ -30,10 +30,10 @@ class CrashingDir(LocalDirRemoteStorageManager):
         if self.crash_on and key.endswith(self.crash_on):
             raise Crash(key)
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         if self.crash_on == "FINISHED" and key.endswith(f".{int(RemoteLogSegmentState.COPY_SEGMENT_FINISHED)}.json"):
             raise Crash(key)
-        super().put_bytes(key, data)
+        super().put_bytes(key, data, if_absent=if_absent)
 
 
 def _rlm(tmp: Path, crash_on: str | None) -> RemoteLogManager:

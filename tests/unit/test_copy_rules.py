@@ -99,10 +99,10 @@ class Recording(LocalDirRemoteStorageManager):
             raise OSError("injected: delete during an outage")
         super().delete_log_segment_data(metadata)
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         if self.fail_metadata_put and key.endswith(".json"):
             raise OSError("injected: metadata put during an outage")
-        super().put_bytes(key, data)
+        super().put_bytes(key, data, if_absent=if_absent)
 
 
 class Tier:
@@ -299,6 +299,7 @@ def test_copies_whose_started_event_never_landed_are_purged_at_the_next_pass(tie
     purges both."""
     log = tier.log()
     _segments(log, [2, 2, 1])
+    tier.rlm.ownership.ensure_owner(log, tier.rlm.topic_id_partition(log))  # the claim lands before the outage
     tier.rsm.fail_metadata_put = tier.rsm.fail_delete = True
     for _ in range(2):
         assert tier.run().copy_errors == 1

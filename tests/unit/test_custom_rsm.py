@@ -60,8 +60,10 @@ def test_a_custom_rsm_by_dotted_path_produces_offloads_and_serves_remote_offsets
 
     # The segments are in the plugin's own layout; their metadata in the default local store in the data dir.
     assert len(list((tmp_path / "remote").rglob("segment.log"))) == 2
-    events = sorted((tmp_path / "data" / "remote-log-metadata").rglob("*.json"))
+    events = sorted(p for p in (tmp_path / "data" / "remote-log-metadata").rglob("*.json")
+                    if not p.name.startswith("owner-"))
     assert len(events) == 4  # COPY_SEGMENT_STARTED and COPY_SEGMENT_FINISHED of each segment
+    assert len(list((tmp_path / "data" / "remote-log-metadata").rglob("owner-*.json"))) == 1  # the partition's claim
     assert not (tmp_path / "data" / "t-0" / "00000000000000000000.log").exists()  # offset 0 lives remotely only
 
     first = run_cli("--config", config, "consume", "-t", "t", "--offset", "0", "--max-messages", "2", "--json")

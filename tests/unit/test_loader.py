@@ -813,11 +813,11 @@ def test_segment_file_names_give_their_base_offsets() -> None:
 def test_the_load_summary_names_every_counter() -> None:
     stats = loader_module.LoadStats(
         segments_loaded=1, segments_recovered=2, segments_deleted=3, bytes_truncated=4, orphan_indexes_deleted=5,
-        swap_files_recovered=6, elapsed_ms=7.123456, warnings=["left out"],
+        swap_files_recovered=6, offsets_lost=8, elapsed_ms=7.123456, warnings=["left out"],
     )
     assert loader_module.stats_summary(stats) == {
         "segments_loaded": 1, "segments_recovered": 2, "segments_deleted": 3, "bytes_truncated": 4,
-        "orphan_indexes_deleted": 5, "swap_files_recovered": 6, "elapsed_ms": 7.123,
+        "orphan_indexes_deleted": 5, "swap_files_recovered": 6, "offsets_lost": 8, "elapsed_ms": 7.123,
     }
 
 

@@ -327,12 +327,11 @@ def test_a_compacted_read_past_the_end_of_its_segment_goes_on_to_the_next(tmp_pa
     log.roll(10)  # offsets 1..9 compacted away, the next segment starting at 10
     log.append_as_follower(records(b"c", base_offset=10))
     assert [b.base_offset for b in _batches_of(log, 3)] == [10]
-    dense = make_log(tmp_path / "dense")
-    dense.append_as_follower(records(b"a", base_offset=0))
-    dense.roll(10)
-    dense.append_as_follower(records(b"c", base_offset=10))
-    with pytest.raises(Exception, match="no batch holds offset 3"):  # not compacted: a gap is damage
-        dense.read(3)
+    plain = make_log(tmp_path / "plain")  # whatever the policy: the data dir may be a real broker's compacted topic
+    plain.append_as_follower(records(b"a", base_offset=0))
+    plain.roll(10)
+    plain.append_as_follower(records(b"c", base_offset=10))
+    assert [b.base_offset for b in _batches_of(plain, 3)] == [10]
 
 
 # batches_from ------------------------------------------------------------------------------------------------------

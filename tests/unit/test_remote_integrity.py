@@ -243,9 +243,9 @@ class OutageDir(LocalDirRemoteStorageManager):
         super().put_file(key, path)
         self._stored(key)
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         self._check(key)
-        super().put_bytes(key, data)
+        super().put_bytes(key, data, if_absent=if_absent)
         self._stored(key)
 
     def get_range(self, key: str, start: int = 0, end_inclusive: int | None = None) -> bytes:

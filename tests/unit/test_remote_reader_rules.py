@@ -30,14 +30,14 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from local.errors import CorruptRecordError, OffsetOutOfRangeError
+from local.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
 from local.fetch import FetchIsolation, LogOffsetMetadata
 from local.index.entries import AbortedTxn, TxnIndexSearchResult
 from local.records import MemoryRecords, SimpleRecord
 from local.records.batch import LENGTH_OFFSET
 from local.records.constants import INT32_MAX
 from tiered import remote_log_reader
-from tiered.errors import RemoteResourceNotFoundError
+from tiered.errors import RemoteResourceNotFoundError, TieredStorageError
 from tiered.remote_log_reader import NOTHING, READ_SLACK, RemoteLogReader, SequentialReaders
 from tiered.rlm_parts import RateLimiter, RemoteLogMetrics
 from tiered.rsm import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
@@ -117,7 +117,7 @@ class _Store:
     def __init__(self, *segments: _Segment) -> None:
         self.mds = sorted((s.md for s in segments), key=lambda m: m.start_offset)
 
-    def list_remote_log_segments(self, tip: TopicIdPartition, leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
+    def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         assert tip == TIP
         return list(self.mds)
 
@@ -218,8 +218,8 @@ def _damage(err: pytest.ExceptionInfo[CorruptRecordError], seg: _Segment, positi
 def test_a_read_from_the_segment_start_or_below_needs_no_index_and_a_later_one_starts_at_the_indexs_position() -> None:
     seg = _segment(100, batches=6)
     tier = _Tier(seg)
-    for offset, gaps in ((100, False), (99, True)):  # below the start: only a compacted log's read gets there
-        got = tier.reader.read_segment(seg.md, offset, 1 << 20, True, gaps=gaps)
+    for offset in (100, 99):  # below the start: a read in a gap before the segment's first batch
+        got = tier.reader.read_segment(seg.md, offset, 1 << 20, True)
         assert got.found and got.start == 0 and _offsets(got.data)[0] == 100
     assert tier.index.lookups == []
     tier.index.entries[seg.md.remote_log_segment_id] = {120: seg.positions[2]}
@@ -399,17 +399,35 @@ def test_a_batch_at_the_indexs_position_checks_its_base_offset_against_nothing_b
 
 
 @pytest.mark.parametrize("fill", [b"v", b"\0"])  # values of zero bytes: no stray byte may stand in for the magic
-def test_a_batch_after_the_offset_asked_for_is_an_error_unless_gaps_are_allowed(fill: bytes) -> None:
+def test_a_batch_after_the_offset_asked_for_answers_a_read_in_a_gap_when_it_is_intact(fill: bytes) -> None:
+    gapped = _segment(0, per=10, bases=[0, 10, 25, 35], fill=fill)  # 20..24 gone, as a cleaner leaves them
+    tier = _Tier(gapped)
+    got = tier.reader.read_segment(gapped.md, 21, 1 << 20, True)
+    assert _offsets(got.data)[0] == 25 and got.start == gapped.positions[2]
+    assert _offsets(tier.reader.read_segment(gapped.md, 25, 1 << 20, True).data)[0] == 25  # exactly its base: fine
+    # a base offset damaged upwards (20..29 relabelled 25..34) opens a gap that the batch after it contradicts
     seg = _segment(0, batches=4, fill=fill)
     at = seg.positions[2]
-    struct.pack_into(">q", seg.data, at, 25)  # 25..34: offsets 20..24 missing
+    struct.pack_into(">q", seg.data, at, 25)
     tier = _Tier(seg)
     with pytest.raises(CorruptRecordError) as err:
         tier.reader.read_segment(seg.md, 21, 1 << 20, True)
-    assert "has no batch holding offset 21: the batch found starts at offset 25" in _damage(err, seg, at)
-    got = tier.reader.read_segment(seg.md, 21, 1 << 20, True, gaps=True)
-    assert _offsets(got.data)[0] == 25 and got.start == at
-    assert _offsets(tier.reader.read_segment(seg.md, 25, 1 << 20, True).data)[0] == 25  # exactly its base: fine
+    assert ("has no batch holding offset 21: the batch found holds offsets 25..34 and the batch after it starts at "
+            "offset 30") in _damage(err, seg, at)
+    # ... and the batch after a gap must pass its CRC
+    bad = _segment(0, per=10, bases=[0, 10, 25, 35], fill=fill)
+    bad.data[bad.positions[2] + 70] ^= 0x01
+    with pytest.raises(CorruptRecordError, match=f"is corrupt: position {bad.positions[2]} of remote segment"):
+        _Tier(bad).reader.read_segment(bad.md, 21, 1 << 20, True)
+
+
+def test_a_batch_relabelled_downwards_before_a_gap_is_an_error() -> None:
+    seg = _segment(0, batches=5)
+    struct.pack_into(">q", seg.data, seg.positions[2], 12)  # 20..29 relabelled 12..21: it overlaps 10..19
+    tier = _Tier(seg)
+    with pytest.raises(CorruptRecordError) as err:
+        tier.reader.read_segment(seg.md, 25, 1 << 20, True)  # walks over it into a "gap" 22..29
+    assert "the batch before the gap the read found overlaps the one before it" in _damage(err, seg, seg.positions[2])
 
 
 def test_a_batch_past_the_segments_end_offset_is_an_error_first_and_a_stop_later() -> None:
@@ -614,17 +632,24 @@ def test_a_gap_between_remote_segments_is_an_error_unless_the_log_is_compacted()
     assert _offsets(bytes(info.records))[0] == 30
 
 
-def test_a_segment_ending_before_its_end_offset_is_an_error_unless_compacted_where_the_next_one_is_read() -> None:
-    short, following = _segment(0, batches=2, end=29), _segment(30, batches=2)
+def test_a_segment_ending_cleanly_before_its_end_offset_leads_to_the_next_and_a_short_one_is_an_error() -> None:
+    # metadata 0..29, batches 0..19, the object as long as the metadata says: a gap at the segment's end (a cleaner's)
+    gapped, following = _segment(0, batches=2, end=29), _segment(30, batches=2)
+    tier = _Tier(gapped, following)
+    for offset in (25, 29):
+        info = tier.read(_Log(), offset)
+        assert _offsets(bytes(info.records))[0] == 30 and info.fetch_offset_metadata.message_offset == offset
+    short = _segment(0, batches=2, end=29)
+    short.md = dataclasses.replace(short.md, segment_size_in_bytes=len(short.data) + 100)  # the object is cut
     tier = _Tier(short, following)
-    with pytest.raises(CorruptRecordError) as err:
+    with pytest.raises(CorruptRecordError, match="is short") as err:
         tier.read(_Log(), 25)
-    assert "ends before offset 25 (its metadata says it holds 0..29)" in str(err.value)
-    with pytest.raises(CorruptRecordError, match="ends before offset 29"):  # its last offset: never the next segment's
-        tier.read(_Log(), 29)
-    assert err.value.segment_id == str(short.md.remote_log_segment_id) and err.value.offset == 25  # type: ignore[attr-defined]
-    info = tier.read(_Log(compact=True), 25)
-    assert _offsets(bytes(info.records))[0] == 30 and info.fetch_offset_metadata.message_offset == 25
+    assert err.value.segment_id == str(short.md.remote_log_segment_id)  # type: ignore[attr-defined]
+    clamped = _segment(0, batches=2, end=29, size=2**31 - 1)  # a size the metadata cannot say: only compacted logs
+    tier = _Tier(clamped, following)
+    with pytest.raises(CorruptRecordError, match=r"ends before offset 25 \(its metadata says it holds 0\.\.29\)"):
+        tier.read(_Log(), 25)
+    assert _offsets(bytes(tier.read(_Log(compact=True), 25).records))[0] == 30
 
 
 def test_a_compacted_log_goes_on_to_the_local_log_after_its_last_remote_segment() -> None:
@@ -779,10 +804,40 @@ def test_the_timestamp_scan_reads_a_segment_in_steps_and_names_a_corrupt_batch(m
         assert tier.reader.offset_for_timestamp(_Log(), T0 + offset).offset == offset  # type: ignore[arg-type, union-attr]
 
 
-def test_the_timestamp_scan_of_a_compacted_log_goes_over_its_gaps() -> None:
+def test_the_timestamp_scan_goes_over_gaps_whatever_the_policy() -> None:
     seg = _segment(0, per=10, ts=T0, bases=[0, 15])  # as the cleaner left it: 10..14 gone
     tier = _Tier(seg)
-    found = tier.reader.offset_for_timestamp(_Log(compact=True, log_start=11), T0)  # type: ignore[arg-type]
-    assert found is not None and found.offset == 15
-    with pytest.raises(CorruptRecordError):
-        tier.reader.offset_for_timestamp(_Log(log_start=11), T0)  # type: ignore[arg-type]
+    for compact in (True, False):
+        found = tier.reader.offset_for_timestamp(_Log(compact=compact, log_start=11), T0)  # type: ignore[arg-type]
+        assert found is not None and found.offset == 15
+
+
+def test_every_bit_of_a_remote_batch_header_flipped_is_an_error_or_changes_nothing() -> None:
+    """As tests/property/test_bit_flip_reads.py for a local segment: reads answer a gap's offsets with the next
+    batch, so every flip of a header bit (outside the CRC, or opening what looks like a gap) must be an error or
+    change nothing read. Exhaustive over the headers of the first, a middle and the last batch, from 4 offsets."""
+    template = _segment(0, batches=5, per=10)
+    expected = [(r.offset, bytes(r.value)) for b in MemoryRecords(bytes(template.data)).batches() for r in b.records()]
+    wrong = []
+    for at in (template.positions[0], template.positions[2], template.positions[-1]):
+        for position in range(at, at + 61):
+            for bit in range(8):
+                seg = dataclasses.replace(template, data=bytearray(template.data))
+                seg.data[position] ^= 1 << bit
+                tier = _Tier(seg)
+                for start in (0, 5, 25, 45):
+                    got: list[tuple[int, bytes]] = []
+                    offset = start
+                    try:
+                        while offset < 50:
+                            batches = list(tier.read(_Log(local_start=50), offset).records.batches())
+                            if not batches:
+                                raise CorruptRecordError("an empty answer before the end")
+                            for batch in batches:
+                                got += [(r.offset, bytes(r.value)) for r in batch.records() if r.offset >= offset]
+                                offset = batch.last_offset + 1
+                    except (KafkaStorageError, TieredStorageError):
+                        continue
+                    if got != expected[start:]:
+                        wrong.append((position, bit, start))
+    assert wrong == [], f"(byte, bit, start) flips read back wrong with no error: {wrong[:10]}"

@@ -231,7 +231,8 @@ def test_a_manager_without_the_remote_tier_never_moves_the_log_start_past_remote
         local_start = log.local_log_start_offset
         assert local_start > 0 and log.log_start_offset == 0
         highest = rlm.highest_offset_in_remote_storage(log)
-    assert RemoteLogStateFile(tmp_path / "data" / f"{TOPIC}-0").read() == RemoteLogState(True, highest)
+    state = RemoteLogStateFile(tmp_path / "data" / f"{TOPIC}-0").read()
+    assert (state.remote_storage_enabled, state.highest_remote_offset, state.owner_epoch) == (True, highest, 0)
 
     with LogManager(LogConfig.from_properties(_props(tmp_path, remote=False)), start_scheduler=False) as bare:
         log = bare.get_log(TOPIC, 0)

@@ -32,6 +32,10 @@ class TestFsspecLocal(RSMConformance):
 
 
 class TestS3Moto(RSMConformance):
+
+    @pytest.fixture
+    def serializes_conditional_writes(self) -> bool:
+        return False  # moto checks If-None-Match, then writes, without a lock: racing creates may both succeed
     @pytest.fixture
     def rsm(self) -> Iterator[ObjectStoreRemoteStorageManager]:
         from moto import mock_aws
@@ -74,3 +78,33 @@ def test_an_s3_body_that_breaks_mid_read_is_a_retriable_remote_storage_error() -
     assert body.closed
     with pytest.raises(RemoteStorageTimeoutError):
         _Body(rsm, "t/0.log", Broken(ReadTimeoutError(endpoint_url="http://x"))).read(10)
+
+
+def test_the_local_directory_stores_keys_that_fit_as_their_paths_and_shortens_only_longer_components(tmp_path: Path) -> None:
+    """A bucket written before the long-name rule reads as it did: only a component of more than 255 bytes changes."""
+    from tiered.backends.long_names import stored_name
+
+    rsm = load_rsm("local", {"dir": str(tmp_path)})
+    fits = "p/" + "t" * 232 + "-AAAAAAAAAAAAAAAAAAAAAA/0/00000000000000000000-x.log"  # a 255-byte component
+    rsm.put_bytes(fits, b"old")  # type: ignore[attr-defined]
+    assert (tmp_path / fits).read_bytes() == b"old"
+    long = "p/" + "é" * 130 + "/0/seg.log"  # 260 bytes of UTF-8 in one component
+    rsm.put_bytes(long, b"new")  # type: ignore[attr-defined]
+    short = stored_name("é" * 130)
+    assert short.startswith("é" * 100 + "~") and len(short.encode()) <= 255
+    assert (tmp_path / "p" / short / "0" / "seg.log").read_bytes() == b"new"
+    assert (tmp_path / "p" / f"{short}.tiered-name").read_text() == "é" * 130
+    assert rsm.list_keys("p/") == sorted([fits, long]) and rsm.list_keys("p/é") == [long]  # type: ignore[attr-defined]
+    assert rsm.get_range(long) == b"new" and rsm.exists(long)  # type: ignore[attr-defined]
+
+
+def test_the_local_remote_log_metadata_directory_holds_a_topic_of_the_longest_name(tmp_path: Path) -> None:
+    """The ``local`` RLMM (any plugin without the object API) keeps events under ``<topic>-<topicId>/`` too."""
+    from tiered import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+    from tiered.metadata import RemoteLogMetadataStore
+
+    tip = TopicIdPartition(uuid.uuid4(), "x" * 249, 0)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, 1, 0, 1, 100, {0: 0})
+    RemoteLogMetadataStore.in_directory(tmp_path / "rlmm").add_remote_log_segment_metadata(md)
+    fresh = RemoteLogMetadataStore.in_directory(tmp_path / "rlmm", read_only=True)
+    assert list(fresh.load(tip)) == [md.remote_log_segment_id.id]  # listed and read back from the directory

@@ -5,6 +5,7 @@ The subprocess tests (signals, copies, metrics moving) are in tests/integration/
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -63,10 +64,18 @@ def test_produce_takes_an_array_one_object_or_lines_and_consume_answers_them_in_
     reply = json.loads(payload)
     assert status == 200 and reply["next_offset"] == 5 and reply["log_end_offset"] == 5
     assert [(r["offset"], r["key"], r["value"], r["headers"]) for r in reply["records"]] == [
-        (1, "k", "b", {"h": "1"}), (2, None, '{"n":1}', {}), (3, None, "c", {}), (4, None, None, {})]
+        (1, "k", "b", [{"key": "h", "value": "1"}]), (2, None, '{"n":1}', []), (3, None, "c", []), (4, None, None, [])]
     assert reply["records"][0]["timestamp"] == 5
     log = manager.get_log("t", 0)
     assert log is not None and log.log_end_offset == 5
+
+
+def test_json_lines_are_split_at_newlines_only(served: tuple[LogManager, str]) -> None:
+    _, url = served
+    body = '{"value": "a\u2028b\u0085c"}\r\n{"value": "d"}\n'.encode()  # raw U+2028 and U+0085 inside a string
+    assert json.loads(_call("POST", url + RECORDS, body)[1])["count"] == 2
+    got = json.loads(_call("GET", url + RECORDS)[1])["records"]
+    assert [r["value"] for r in got] == ["a\u2028b\u0085c", "d"]
 
 
 def test_consume_answers_at_least_one_record_and_stops_at_max_bytes(served: tuple[LogManager, str]) -> None:
@@ -99,6 +108,15 @@ def test_consume_answers_at_least_one_record_and_stops_at_max_bytes(served: tupl
     ("POST", "/health", b"{}", 405, "POST /health is not served: use GET"),
     ("PUT", RECORDS, b'{"value": "a"}', 405, f"PUT {RECORDS} is not served: use GET or POST"),
     ("PATCH", "/nope", None, 404, "no endpoint PATCH /nope"),
+    ("POST", RECORDS, b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),  # it was a 500 RecursionError
+    ("POST", RECORDS, b'{"valueBase64": "@@"}', 400, "invalid valueBase64"),
+    # A wrapper object or a typo stored a tombstone (a null value): refused, naming the field.
+    ("POST", RECORDS, b'{"records": [{"value": "a"}]}', 400, "unknown field(s) 'records' in a record"),
+    ("POST", RECORDS, b'[{"key": "k", "vaule": "a"}]', 400, "unknown field(s) 'vaule' in a record"),
+    ("POST", RECORDS, b'[{"key": "k"}]', 400, 'a record needs "value"'),
+    ("POST", "/topics/fresh/partitions/5/records", b'{"value": "a"}', 404,
+     "topic fresh does not exist and a write creates a topic only at partition 0 (one partition); for a topic of 6 "
+     "partitions: tiered topics create --topic fresh --partitions 6"),
 ])
 def test_a_careless_request_gets_its_status_and_a_one_line_reason(
     served: tuple[LogManager, str], method: str, path: str, body: bytes | None, status: int, says: str,
@@ -107,6 +125,92 @@ def test_a_careless_request_gets_its_status_and_a_one_line_reason(
     assert _call("POST", url + RECORDS, b'{"value": "first"}')[0] == 200
     got, message = _error(method, url + path, body)
     assert got == status and says in message and "\n" not in message, message
+
+
+def _exchange(url: str, data: bytes, answers: int = 1) -> tuple[list[tuple[int, dict[str, str], Any]], bool]:
+    """Send ``data`` raw on one connection; the ``answers`` responses read (status, headers, JSON body) and whether
+    the server closed the connection after them."""
+    import socket
+
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
+        sock.sendall(data)
+        reader = sock.makefile("rb")
+        out = []
+        for _ in range(answers):
+            status = int(reader.readline().split()[1])
+            headers = {}
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode().partition(":")
+                headers[name.strip().lower()] = value.strip()
+            out.append((status, headers, json.loads(reader.read(int(headers["content-length"])))))
+        closed = reader.read(1) == b""
+    return out, closed
+
+
+def test_a_chunked_post_is_read_whole_and_the_connection_goes_on(served: tuple[LogManager, str]) -> None:
+    _, url = served
+    body = b'[{"value": "a"}, {"value": "b"}]'
+    chunked = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(part), part) for part in (body[:5], body[5:20], body[20:]))
+    request = (f"POST {RECORDS} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode() + chunked
+               + b"0\r\nX-Trailer: t\r\n\r\n" + f"GET {RECORDS}?offset=0 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    (posted, got), _ = _exchange(url, request, answers=2)
+    assert posted[0] == 200 and posted[2]["count"] == 2
+    assert got[0] == 200 and [r["value"] for r in got[2]["records"]] == ["a", "b"]  # the body was not a request
+
+
+@pytest.mark.parametrize(("head", "body", "status", "says"), [
+    ("Content-Length: -5", b"", 400, "invalid Content-Length '-5'"),
+    ("Content-Length: 5\r\nContent-Length: 6", b"", 400, "invalid Content-Length '5, 6'"),
+    ("", b'{"value": "a"}', 411, "a POST needs a Content-Length (or Transfer-Encoding: chunked)"),
+    ("Transfer-Encoding: chunked", b"zz\r\n{}\r\n0\r\n\r\n", 400, "invalid chunk size line"),
+    ("Transfer-Encoding: chunked", b"10\r\n{}\r\n0\r\n\r\n", 400, "cut short or not followed by CRLF"),
+    ("Transfer-Encoding: gzip", b"", 501, "Transfer-Encoding 'gzip' is not supported"),
+    (f"Content-Length: {64 * 1024 * 1024 + 1}", b"", 413, "more than 67108864"),
+])
+def test_a_body_that_cannot_be_read_whole_is_refused_in_json_and_never_parsed_as_a_request(
+    served: tuple[LogManager, str], head: str, body: bytes, status: int, says: str,
+) -> None:
+    manager, url = served
+    # the body is an HTTP request: were it taken for the next one, it would append to t-0
+    smuggled = f"POST {RECORDS} HTTP/1.1\r\nContent-Length: 14\r\n\r\n{{\"value\": \"x\"}}".encode()
+    request = f"POST {RECORDS} HTTP/1.1\r\nHost: x\r\n{head}\r\n\r\n".replace("\r\n\r\n\r\n", "\r\n\r\n").encode()
+    (answer,), closed = _exchange(url, request + body + smuggled)
+    assert answer[0] == status and says in answer[2]["error"] and answer[1]["content-type"] == "application/json"
+    assert closed and manager.get_log("t", 0) is None
+
+
+@pytest.mark.parametrize(("line", "status", "says"), [
+    (b"GARBAGE", 400, "Bad request syntax"),
+    (b"GET /metrics HTTP/9.1", 505, "Invalid HTTP version"),
+    (b"GET /metrics FTP/1.1", 400, "Bad request version"),
+    (b"FOO /metrics HTTP/1.1", 405, "FOO /metrics is not served: use GET"),
+    (b"GET /" + b"a" * 70_000 + b" HTTP/1.1", 414, "Request-URI Too Long"),
+])
+def test_a_malformed_request_line_gets_a_json_error_with_a_status_line(
+    served: tuple[LogManager, str], line: bytes, status: int, says: str,
+) -> None:
+    _, url = served
+    (answer,), _ = _exchange(url, line + b"\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert answer[0] == status and says in answer[2]["error"] and answer[1]["content-type"] == "application/json"
+
+
+def test_a_post_larger_than_max_message_bytes_is_cut_into_batches_under_it(served: tuple[LogManager, str]) -> None:
+    manager, url = served
+    log = manager.get_or_create_log("t", 0, {"max.message.bytes": "20000", "segment.bytes": str(1 << 20)})
+    records = [{"key": f"k{i}", "value": "v" * 1000 + str(i)} for i in range(1500)]  # 1.5 MB: also past a segment
+    status, payload, _ = _call("POST", url + RECORDS, json.dumps(records).encode())
+    reply = json.loads(payload)
+    assert status == 200 and (reply["count"], reply["first_offset"], reply["last_offset"]) == (1500, 0, 1499)
+    batches = [b for segment in log.segments.values() for b in segment.log.batches()]
+    assert reply["batches"] == len(batches) > 75 and max(b.size_in_bytes for b in batches) <= 20000
+    got = [r.value for b in batches for r in b.records()]
+    assert got == [f"{'v' * 1000}{i}".encode() for i in range(1500)]
+    status, payload, _ = _call("POST", url + RECORDS, json.dumps([{"value": "a"}, {"value": "v" * 30000}]).encode())
+    message = json.loads(payload)["error"]
+    assert status == 400 and message.startswith("record 1 of the request takes a batch of ")
+    assert message.endswith(" bytes, above the topic's max.message.bytes 20000")
+    assert log.log_end_offset == 1500  # nothing of a refused request is appended
 
 
 def test_a_method_not_served_is_405_with_allow_and_head_is_get_without_a_body(served: tuple[LogManager, str]) -> None:
@@ -200,3 +304,33 @@ def test_run_that_fails_on_its_config_leaves_no_data_dir_it_made(tmp_path: Path,
     (tmp_path / "data").mkdir()  # a dir it did not make stays
     assert _run_cli(tmp_path, "--listen", "127.0.0.1:0", "--duration", "0", *options).returncode == 2
     assert (tmp_path / "data").is_dir()
+
+
+def test_reads_of_offsets_a_recovery_recorded_as_lost_answer_410_and_the_records_before_them(tmp_path: Path) -> None:
+    # a middle segment cut by hand; the manager's load records the hole (local.lost_offsets)
+    from tests.unit.test_lost_offsets import PER_SEGMENT, _segment, _write
+
+    pdir = _write(tmp_path / "data")
+    os.truncate(_segment(pdir, PER_SEGMENT), 1000)
+    manager = LogManager(LogConfig.from_properties({"log.dirs": str(tmp_path / "data")}))
+    server = Server(Endpoint(manager), "127.0.0.1", 0)
+    server.start()
+    try:
+        log = manager.get_log("t", 0)
+        assert log is not None
+        first_lost = log.lost_offsets.entries[0].first_offset
+        status, payload, _ = _call("GET", server.url + RECORDS + "?offset=999")
+        reply = json.loads(payload)
+        assert status == 200 and [r["offset"] for r in reply["records"]] == list(range(999, first_lost))
+        assert reply["next_offset"] == first_lost
+        for offset in (first_lost, 1999):
+            status, payload, content_type = _call("GET", server.url + RECORDS + f"?offset={offset}")
+            body = json.loads(payload)
+            assert (status, content_type) == (410, "application/json")
+            assert (body["first_lost_offset"], body["last_lost_offset"], body["next_offset"]) == (first_lost, 1999, 2000)
+            assert str(_segment(pdir, PER_SEGMENT)) in body["error"] and "\n" not in body["error"]
+        status, payload, _ = _call("GET", server.url + RECORDS + "?offset=2000&max_bytes=1")
+        assert status == 200 and [r["value"] for r in json.loads(payload)["records"]] == ["v2000"]
+    finally:
+        server.stop()
+        manager.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -426,13 +427,18 @@ def test_read_returns_where_it_starts_and_checks_what_a_consumer_read_finds(tmp_
         s.read(40, -1)
     partial = s.read(40, 10)
     assert partial is not None and partial.records.size_in_bytes == 10, "min_one_message is off by default"
-    # a consumer's read of a dense log past the segment's end: no batch holds it
+    # a consumer's read past the segment's end, which ends on a whole batch: the next segment holds it
     assert s.read(50, 1000) is None
-    with pytest.raises(CorruptRecordError, match="no batch holds offset 50"):
-        s.read(50, 1000, dense=True)
-    assert s.read(50, 1000, dense=False) is None
-    held = s.read(43, 1000, dense=True)
+    assert s.read(50, 1000, checked=True) is None
+    held = s.read(43, 1000, checked=True)
     assert held is not None and [b.base_offset for b in held.records.batches()] == [42]
+    # ... but bytes after the last whole batch are damage, not the end of the segment
+    whole = s.size
+    s.log.append(bytes(batch(45, b"f"))[:30])
+    assert s.read(50, 1000) is None, "internal reads check nothing"
+    with pytest.raises(CorruptRecordError, match=re.escape(f"no batch holds offset 50 in {s.log.path} (segment 40): "
+                                                           f"the bytes from position {whole} are not a whole batch")):
+        s.read(50, 1000, checked=True)
 
 
 def test_find_offset_by_timestamp_starts_at_the_segment_start_by_default(tmp_path: Path) -> None:

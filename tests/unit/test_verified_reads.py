@@ -175,13 +175,47 @@ def test_a_batch_relabelled_to_earlier_offsets_is_an_error_not_wrong_offsets(loc
             assert all(r.value == _value(r.offset) for r in batch.records())
 
 
-def test_a_compacted_log_may_have_gaps_and_a_read_answers_with_the_next_batch(tmp_path: Path) -> None:
-    log = make_log(tmp_path, segment_bytes=MIB, cleanup_policy="compact")
+def _gapped_log(tmp_path: Path, policy: str) -> Log:
+    """A log with gaps as a cleaner (or a real broker's compacted topic) leaves them: segment 0's first batch holds
+    offset 2, a gap inside it (5..9), and segment 20 after a gap at the end of segment 0 (13..19)."""
+    log = make_log(tmp_path, cleanup_policy=policy)
+    for base, values in ((2, (b"a", b"b", b"c")), (10, (b"d", b"e", b"f"))):
+        log.append_as_follower(MemoryRecords.build([SimpleRecord(T0, b"k", v) for v in values], base_offset=base))
+    log.roll(20)
+    log.append_as_follower(MemoryRecords.build([SimpleRecord(T0, b"k", b"g")], base_offset=20))
+    return log
+
+
+@pytest.mark.parametrize("policy", ["delete", "compact"])
+def test_a_read_in_a_gap_answers_with_the_next_batch_whatever_the_cleanup_policy(tmp_path: Path, policy: str) -> None:
+    # A data dir carries no topic configs (a real broker keeps them in its metadata): an intact batch after a gap is
+    # Kafka's normal case, never damage, whatever the policy says.
+    log = _gapped_log(tmp_path, policy)
     try:
-        _produce(log, 1000, 1_700_000_000_000)
-        _damage_local(log, 300, 0, struct.pack(">q", 350))  # as if the cleaner had left offsets 300..349 out
-        first = next(log.read(300).records.batches())
-        assert first.base_offset == 350  # Kafka's answer for an offset in a compacted gap: the next batch
+        for offset, base in ((0, 2), (1, 2), (2, 2), (5, 10), (9, 10), (12, 10), (13, 20), (19, 20), (20, 20)):
+            assert next(log.read(offset).records.batches()).base_offset == base, offset
+        assert read_all_values(log, 0) == [(2, b"a"), (3, b"b"), (4, b"c"), (10, b"d"), (11, b"e"), (12, b"f"), (20, b"g")]
+    finally:
+        log.close()
+
+
+def test_a_damaged_batch_after_a_gap_is_still_an_error(tmp_path: Path) -> None:
+    log = _gapped_log(tmp_path, "delete")
+    try:
+        path, position = _damage_local(log, 10, RECORD_BATCH_OVERHEAD + 3)
+        with pytest.raises(CorruptRecordError, match="is corrupt") as err:
+            log.read(7)  # the batch that would answer it fails its CRC: the read raises, it never skips it
+        assert (err.value.path, err.value.position) == (str(path), position)  # type: ignore[attr-defined]
+    finally:
+        log.close()
+
+
+def test_a_last_batch_relabelled_upwards_is_caught_by_the_next_segments_base_offset(tmp_path: Path) -> None:
+    log = _gapped_log(tmp_path, "delete")
+    try:
+        _damage_local(log, 10, 0, struct.pack(">q", 18))  # 10..12 now claims 18..20: the next segment starts at 20
+        with pytest.raises(CorruptRecordError, match="the next segment starts at offset 20: a batch header is damaged"):
+            log.read(13)
     finally:
         log.close()
 

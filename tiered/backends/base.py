@@ -43,7 +43,7 @@ from tiered.backends.options import (
     format_settings,
 )
 from tiered.checksums import checksum_chunk_bytes
-from tiered.errors import RemoteResourceNotFoundError, RemoteStorageError
+from tiered.errors import ObjectExistsError, RemoteResourceNotFoundError, RemoteStorageError
 from tiered.rsm import IndexType, LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager
 
 if TYPE_CHECKING:
@@ -108,8 +108,20 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
     @abstractmethod
     def put_file(self, key: str, path: Path) -> None: ...
 
+    #: Whether ``put_bytes(key, data, if_absent=True)`` is atomic on this backend: two writers racing to create one
+    #: key cannot both succeed (S3's ``If-None-Match: *``, an exclusive create on a filesystem). Where False, it is
+    #: an existence check followed by a write (see docs/operations.md, "Ownership").
+    conditional_writes: bool = False
+
     @abstractmethod
-    def put_bytes(self, key: str, data: bytes) -> None: ...
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        """Write ``data`` as ``key``. With ``if_absent``, only if ``key`` does not exist:
+        :class:`tiered.errors.ObjectExistsError` when it does (atomically where :attr:`conditional_writes`)."""
+
+    def _refuse_existing(self, key: str) -> None:
+        """``if_absent`` on a backend without conditional writes: an existence check before the write (racy)."""
+        if self.exists(key):
+            raise ObjectExistsError(f"object {key!r} exists already in the remote store", key=key)
 
     def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
         """Upload the concatenation of ``chunks`` as ``key`` holding only a few of them in memory: by default

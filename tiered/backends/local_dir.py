@@ -1,7 +1,9 @@
 """LocalDirRemoteStorageManager: the embedded default remote tier, a directory (like Kafka's LocalTieredStorage).
 
 Config: ``dir`` (required), ``prefix`` (optional). Objects are files named by their keys; writes go through a temp
-file and an atomic rename, ranged reads use ``os.pread``.
+file and an atomic rename, ranged reads use ``os.pread``. A key component longer than a file name can be (a
+249-character topic's ``<topic>-<topicId>``) is stored under a shortened name, its original in a file beside it
+(:mod:`tiered.backends.long_names`); every other key is its own path.
 """
 
 from __future__ import annotations
@@ -12,14 +14,17 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from local.checkpoint import exclusive_write
 from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
-from tiered.errors import RemoteStorageError
+from tiered.backends.long_names import key_of, path_of, write_name_files
+from tiered.errors import ObjectExistsError, RemoteStorageError
 
 
 class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
     root: Path
     CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "dir")
     shared_across_processes = True  # another process configured alike sees the same objects (copier process)
+    conditional_writes = True  # an exclusive create: a hard link refuses an existing name
 
     def configure(self, props: Mapping[str, str]) -> None:
         super().configure(props)
@@ -36,7 +41,7 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
         return f"{type(self).__qualname__}(dir={str(self.root)!r}, prefix={self.prefix!r})"
 
     def _path(self, key: str) -> Path:
-        path = (self.root / key).resolve()
+        path = path_of(self.root, key).resolve()
         if self.root.resolve() not in path.parents:
             raise RemoteStorageError(f"object key {key!r} escapes the remote directory", key=key)
         return path
@@ -44,7 +49,13 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
     def _write(self, key: str, write: object) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        write_name_files(self.root, key, lambda name_file, data: self._replace(name_file, lambda out: out.write(data)))
+        self._replace(path, write)
+
+    @staticmethod
+    def _replace(path: Path, write: object) -> None:
+        head = path.name.encode("utf-8", "surrogateescape")[:200].decode("utf-8", "ignore")  # a temp name fits too
+        fd, tmp = tempfile.mkstemp(prefix=f".{head}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as out:
                 write(out)  # type: ignore[operator]
@@ -62,8 +73,17 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
 
         self._write(key, copy)
 
-    def put_bytes(self, key: str, data: bytes) -> None:
-        self._write(key, lambda out: out.write(data))
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        if not if_absent:
+            self._write(key, lambda out: out.write(data))
+            return
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_name_files(self.root, key, lambda name_file, text: self._replace(name_file, lambda out: out.write(text)))
+        try:
+            exclusive_write(path, data)
+        except FileExistsError:
+            raise ObjectExistsError(f"object {key!r} exists already in {self.root}", key=key) from None
 
     def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
         def write(out: object) -> None:
@@ -111,10 +131,11 @@ class LocalDirRemoteStorageManager(ObjectStoreRemoteStorageManager):
         if not search.exists():
             return []
         out = []
+        originals: dict[Path, str] = {}
         for path in search.rglob("*"):
             if path.is_file() and not path.name.endswith(".tmp"):
-                key = path.relative_to(base).as_posix()
-                if key.startswith(prefix):
+                key = key_of(base, path, originals)
+                if key is not None and key.startswith(prefix):
                     out.append(key)
         return sorted(out)
 

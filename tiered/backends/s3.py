@@ -31,7 +31,7 @@ from typing import IO, Any, NoReturn, cast
 
 from tiered.backends.base import ObjectStoreRemoteStorageManager, not_found
 from tiered.backends.options import LIBRARY_LOG_REDACTION
-from tiered.errors import RemoteConfigError, RemoteStorageError, RemoteStorageTimeoutError
+from tiered.errors import ObjectExistsError, RemoteConfigError, RemoteStorageError, RemoteStorageTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,9 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$", re.IGNORECASE)
 class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
     bucket: str
     fetch_streams = True  # fetch_log_segment hands back the GET's body, read as it arrives
+    # S3's conditional PUT (If-None-Match: *): AWS since 2024-08; SeaweedFS and LocalStack serialize racing creates
+    # too, moto honours the header without serializing (the conformance suite races claimants on each server).
+    conditional_writes = True
     CONFIG_KEYS = (*ObjectStoreRemoteStorageManager.CONFIG_KEYS, "bucket", "region", "endpoint_url",
                    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "path_style", "sse",
                    "sse_kms_key_id", "multipart_threshold_bytes", "multipart_chunk_size_bytes", "max_concurrency",
@@ -145,8 +148,15 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         ))
         client = boto3.session.Session().client("s3", config=probe_config, **self._client_args)
         try:
-            client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+            listing = client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+            if "IsTruncated" not in listing and "Name" not in listing:  # any 200 parses: S3's always has these
+                raise self._not_s3(listing.get("ResponseMetadata", {}).get("HTTPStatusCode"), "a listing")
+        except RemoteStorageError:
+            raise
         except Exception as exc:
+            if _error_code(exc) == "":  # an HTTP error with no S3 error document: another kind of server
+                raise self._not_s3(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode"),  # type: ignore[attr-defined]
+                                   "an S3 error document") from None
             err = self.storage_error(exc, "list", self.prefix)
             if isinstance(err, FileNotFoundError):  # a 404 listing a bucket: no such bucket (or not an S3 server)
                 raise self._failure(f"the bucket {self.bucket!r} does not exist at {self.endpoint} (HTTP 404 listing "
@@ -155,6 +165,11 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             _reraise(err)
         finally:
             client.close()
+
+    def _not_s3(self, status: object, missing: str) -> RemoteStorageError:
+        return self._failure(f"the endpoint {self.endpoint} does not answer as S3 does (HTTP {status} without "
+                             f"{missing}, listing bucket {self.bucket!r}): check rsm.config.endpoint_url (and "
+                             "rsm.config.path_style)", None)
 
     def storage_error(self, exc: Exception, action: str, key: str) -> RemoteStorageError:
         """The project's error for a boto3/botocore failure of ``action`` on ``key`` (a missing bucket, rejected
@@ -185,7 +200,8 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if code == "NoSuchBucket":
                 return self._failure(f"the bucket {self.bucket!r} does not exist at {self.endpoint}: create it first "
-                                     "(the remote tier never creates buckets) or fix rsm.config.bucket", None, key=key)
+                                     f"(the remote tier never creates buckets; e.g. aws s3 mb s3://{self.bucket}, the "
+                                     "README has a command for each backend) or fix rsm.config.bucket", None, key=key)
             if code in _CREDENTIAL_CODES:
                 return self._failure(f"the S3 credentials were rejected by {self.endpoint} ({code}) for bucket "
                                      f"{self.bucket!r}: check rsm.config.aws_access_key_id and "
@@ -214,10 +230,13 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
         except Exception as exc:
             _reraise(self.storage_error(exc, "upload", key))
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        condition = {"IfNoneMatch": "*"} if if_absent else {}
         try:
-            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **self.extra_args)
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **condition, **self.extra_args)
         except Exception as exc:
+            if if_absent and _precondition_failed(exc):
+                raise ObjectExistsError(f"object s3://{self.bucket}/{key} exists already", key=key) from None
             _reraise(self.storage_error(exc, "put", key))
 
     def put_stream(self, key: str, chunks: Iterable[bytes]) -> None:
@@ -326,6 +345,26 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
 
     def close(self) -> None:
         self.client.close()
+
+
+def _precondition_failed(exc: Exception) -> bool:
+    """A conditional PUT refused because the key exists: 412 PreconditionFailed, or 409 ConditionalRequestConflict
+    (a concurrent conditional write of the same key is in flight)."""
+    from botocore.exceptions import ClientError
+
+    if not isinstance(exc, ClientError):
+        return False
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412)
+
+
+def _error_code(exc: Exception) -> str | None:
+    """The S3 error code of a botocore ClientError ("" when the answer held no S3 error document), else None."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict) or "Error" not in response:
+        return None
+    return str(response["Error"].get("Code", ""))
 
 
 def _first_line(value: object) -> str:

@@ -44,13 +44,31 @@ def non_negative_int(text: str) -> int:
     return _whole_number(text, 0, "must be >= 0")
 
 
+def non_negative_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0 (durations, timeouts)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected a number of seconds >= 0") from None
+    if not 0 <= value < float("inf"):  # NaN fails both comparisons
+        raise argparse.ArgumentTypeError(f"invalid value {text}: expected a number of seconds >= 0")
+    return value
+
+
 def check_partition_to_write(manager: Any, topic: str, partition: int) -> None:
-    """Raise UnknownTopicOrPartitionError when ``topic`` exists without ``partition``: a write (produce, HTTP POST)
-    creates a new topic at the partition it names, as Kafka's auto-create does, but never adds a partition to an
-    existing topic behind its back (nor a second topic id); ``tiered topics alter --partitions N`` does that."""
+    """Raise UnknownTopicOrPartitionError when a write (produce, HTTP POST) to ``topic``-``partition`` would make a
+    partition nobody asked for: a write creates a missing topic with one partition, 0 (as Kafka's auto-create with
+    ``num.partitions=1``), never a topic made of partition 5 alone, and never adds a partition to an existing topic
+    behind its back (nor a second topic id). ``tiered topics create --partitions N`` and ``tiered topics alter
+    --partitions N`` do those."""
     from local.errors import UnknownTopicOrPartitionError
 
     have = sorted(p for t, p in manager.partitions() if t == topic)
+    if not have and partition != 0:
+        raise UnknownTopicOrPartitionError(
+            f"topic {topic} does not exist and a write creates a topic only at partition 0 (one partition); for a "
+            f"topic of {partition + 1} partitions: tiered topics create --topic {topic} --partitions {partition + 1}",
+            topic=topic, partition=partition)
     if have and partition not in have:
         raise UnknownTopicOrPartitionError(
             f"topic {topic} has no partition {partition} (it has {len(have)}: {', '.join(map(str, have[:10]))}"
@@ -75,7 +93,7 @@ def load_config(args: argparse.Namespace) -> LogConfig:
     props: dict[str, Any] = {}
     config_file = getattr(args, "config", None)
     if config_file:
-        props.update(LogConfig.read_properties(config_file) if hasattr(LogConfig, "read_properties") else _read(config_file))
+        props.update(LogConfig.read_properties(config_file))  # ISO-8859-1, as Java reads a .properties file
     if getattr(args, "log_dirs", None):
         props["log.dirs"] = args.log_dirs
     for item in getattr(args, "override", []) or []:
@@ -86,13 +104,6 @@ def load_config(args: argparse.Namespace) -> LogConfig:
     if "log.dirs" not in props and "log.dir" not in props:
         raise UsageError("no data dir: pass --log-dirs DIR or --config FILE with log.dirs")
     return LogConfig.from_properties(props)
-
-
-def _read(path: str) -> dict[str, str]:
-    from local.config import parse_properties
-
-    with open(path, encoding="utf-8") as f:
-        return dict(parse_properties(f.read()))
 
 
 def parse_topic_overrides(items: list[str]) -> dict[str, str]:

@@ -5,10 +5,14 @@ the topic's remote metadata (``<topic>-<id>/<partition>/__remote_log_metadata/``
 its topic id, its partitions and per partition the finished remote segments. Each partition dir is written as
 Kafka's would be after that step:
 
+- an owner record in the store (:mod:`tiered.ownership`): ownership of the partition's remote data, at a new owner
+  epoch above every epoch the store knows, claimed with a conditional write; the data dir that owned it copies and
+  deletes nothing more there once it sees the claim (its next copy or expiration);
 - ``partition.metadata`` with the bucket's topic id (so reads address the same remote segments);
-- ``remote-log-state`` with remote storage enabled and the highest remote offset (the partition holds remote data:
-  no process trims it as local-only);
-- ``leader-epoch-checkpoint`` from the segments' leader epochs (each epoch with the first offset written in it);
+- ``remote-log-state`` with remote storage enabled, the highest remote offset (the partition holds remote data: no
+  process trims it as local-only) and the claim;
+- ``leader-epoch-checkpoint``: the claim's lineage, the segments' leader epochs (each with the first offset written
+  in it) then the new owner epoch at the remote log end, which new appends carry;
 - an empty active segment at the remote log end (highest remote offset + 1) and, when the last remote segment has
   one, its producer snapshot there (as Kafka restores it);
 - ``tiered-topic.properties`` with ``remote.storage.enable=true``;
@@ -38,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from tiered.commands._common import UsageError, check_topic_name, load_config
+from tiered.rsm import TopicIdPartition
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -85,9 +90,11 @@ def attach(config: Any, topic: str, topic_id_text: str | None = None) -> list[st
         topic_id = _pick_topic_id(store, topic, topic_id_text)
         remote = [_remote_partition(store, topic, topic_id, p) for p in sorted(_partitions(store, topic, topic_id))]
         snapshots = {r.partition: _snapshot(store, r) for r in remote if r.last_segment is not None}
-    with _locked(config.log_dirs):
-        placed = _check_existing(config, topic, topic_id, [r.partition for r in remote])
-        written = _write_partitions(config, topic, topic_id, remote, placed, snapshots)
+        with _locked(config.log_dirs):
+            placed = _check_existing(config, topic, topic_id, [r.partition for r in remote])
+            claims = {r.partition: _claim(config, store, TopicIdPartition(topic_id, topic, r.partition), r)
+                      for r in remote if r.partition not in placed}
+            written = _write_partitions(config, topic, topic_id, remote, placed, snapshots, claims)
     lines = []
     # Load them as the engine does: proves the loader takes what was written (and writes its checkpoints back).
     with open_log_manager(config, start_scheduler=False) as manager:
@@ -96,11 +103,38 @@ def attach(config: Any, topic: str, topic_id_text: str | None = None) -> list[st
             state = "attached" if r.partition in written else "already attached"
             if log is None:
                 raise AttachError(f"{topic}-{r.partition} did not load after attaching; see the log (-v)")
+            owner = log.remote_log_state.owner_epoch
             lines.append(
                 f"{state} {topic}-{r.partition}: {r.segments} remote segment(s), {r.size_bytes:,} bytes, log start "
                 f"offset {log.log_start_offset}, log end offset {log.log_end_offset}"
+                + (f", owner epoch {owner}" if owner >= 0 else "")
             )
     return lines
+
+
+def _claim(config: Any, store: Any, tip: Any, r: RemotePartition) -> Any:
+    """Take ownership of the partition's remote data (:mod:`tiered.ownership`): a new owner epoch above every epoch
+    the store knows, whose lineage is the remote segments' epochs up to the remote log end, then the new epoch from
+    there. The data dir that owned it finds, at its next copy or expiration, that it lost it."""
+    import socket
+    import time
+
+    from tiered.errors import ObjectExistsError
+    from tiered.ownership import OwnerRecord, claim_lineage
+
+    epoch = max(store.max_epoch(tip), -1) + 1
+    record = OwnerRecord(epoch, uuid.uuid4().hex, claim_lineage(r.epochs, r.highest_offset + 1, epoch),
+                         int(time.time() * 1000), socket.gethostname(), tuple(str(d) for d in config.log_dirs))
+    try:
+        store.claim_ownership(tip, record)
+    except ObjectExistsError:
+        pass  # claimed by another attach at the same moment: the listing below names it
+    newest = store.owner_records(tip)[-1:]
+    if not newest or newest[0].owner_id != record.owner_id:
+        held = newest[0].describe() if newest else "nobody"
+        raise AttachError(f"{tip.topic}-{tip.partition}: another data dir took ownership of its remote data at the same "
+                          f"time ({held}): nothing was written here; run attach again to take it over")
+    return record
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -144,8 +178,6 @@ def _partitions(store: Any, topic: str, topic_id: uuid.UUID) -> set[int]:
 
 
 def _remote_partition(store: Any, topic: str, topic_id: uuid.UUID, partition: int) -> RemotePartition:
-    from tiered.rsm import TopicIdPartition
-
     segments = store.readable_segments(TopicIdPartition(topic_id, topic, partition))
     if not segments:
         return RemotePartition(partition, -1, -1, 0, 0, [], None)
@@ -230,7 +262,7 @@ def _locked(dirs: list[Path]) -> Iterator[None]:
 
 def _write_partitions(
     config: Any, topic: str, topic_id: uuid.UUID, remote: list[RemotePartition], present: dict[int, Path],
-    snapshots: dict[int, bytes | None],
+    snapshots: dict[int, bytes | None], claims: dict[int, Any],
 ) -> set[int]:
     """Write the partition dirs not yet present (see the module docstring); returns their partitions."""
     from local import filenames
@@ -243,7 +275,7 @@ def _write_partitions(
     for i, r in enumerate(p for p in remote if p.partition not in present):
         data_dir = dirs[i % len(dirs)]
         pdir = data_dir / filenames.partition_dir_name(topic, r.partition)
-        _write_partition_dir(pdir, topic_id, r, snapshots.get(r.partition))
+        _write_partition_dir(pdir, topic_id, r, snapshots.get(r.partition), claims[r.partition])
         end = r.highest_offset + 1
         start_offsets.setdefault(data_dir, {})[(topic, r.partition)] = max(r.log_start_offset, 0)
         recovery_points.setdefault(data_dir, {})[(topic, r.partition)] = end
@@ -258,7 +290,7 @@ def _write_partitions(
     return written
 
 
-def _write_partition_dir(pdir: Path, topic_id: uuid.UUID, r: RemotePartition, snapshot: bytes | None) -> None:
+def _write_partition_dir(pdir: Path, topic_id: uuid.UUID, r: RemotePartition, snapshot: bytes | None, claim: Any) -> None:
     from local import filenames
     from local.checkpoint import EpochEntry, LeaderEpochCheckpointFile, PartitionMetadataFile, atomic_write
     from local.manager import TOPIC_CONFIG_FILENAME
@@ -270,9 +302,10 @@ def _write_partition_dir(pdir: Path, topic_id: uuid.UUID, r: RemotePartition, sn
     LogSegment.open(pdir, end).close()  # the empty active segment at the remote log end
     if snapshot is not None:
         atomic_write(filenames.producer_snapshot_file(pdir, end), snapshot)
+    # The claim's lineage: the remote epochs, then the new owner epoch from the log end (new appends carry it).
     LeaderEpochCheckpointFile(pdir / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME).write(
-        EpochEntry(epoch, start) for epoch, start in r.epochs
+        EpochEntry(epoch, start) for epoch, start in claim.lineage
     )
-    RemoteLogStateFile(pdir).write(RemoteLogState(True, r.highest_offset))
+    RemoteLogStateFile(pdir).write(RemoteLogState(True, r.highest_offset, claim.owner_epoch, claim.owner_id))
     atomic_write(pdir / TOPIC_CONFIG_FILENAME, b"remote.storage.enable=true\n")
     PartitionMetadataFile(pdir / filenames.PARTITION_METADATA_FILENAME).write(topic_id)  # last: marks it complete

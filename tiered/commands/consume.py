@@ -1,7 +1,10 @@
 """``tiered consume``: print the records of a topic-partition, local and remote tiers alike.
 
 Starts at ``--offset`` (default: the log start offset) or at the first record whose timestamp is at or after
-``--timestamp``; stops at ``--to-offset`` (exclusive), after ``--max-messages``, or at the end of the log.
+``--timestamp`` (or at one of Kafka's special ListOffsets timestamps, -1..-5); stops at ``--to-offset``
+(exclusive), after ``--max-messages``, or at the end of the log. ``--json`` prints one object per record in the JSON
+record format (:mod:`tiered.record_json`, docs/record-json.md), which ``produce --json`` stores back byte for byte;
+text mode prints each value's bytes as they are and ``null`` for null, as Kafka's console consumer does.
 
 Every batch's CRC is checked before any of its records is printed (``--no-check-crcs`` turns that off, like a
 Kafka consumer's ``check.crcs=false``). Bad data (a corrupt batch, a damaged or missing remote object, a read
@@ -31,7 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partition", "-p", type=partition_number, default=0)
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--offset", type=non_negative_int, help="first offset to print (default: the log start offset)")
-    start.add_argument("--timestamp", type=int, help="start at the first record with timestamp >= this (ms)")
+    start.add_argument(
+        "--timestamp", type=timestamp_arg, metavar="MS",
+        help="start at the first record with timestamp >= MS (ms since the epoch), or at one of Kafka's special "
+             "values: -1 latest (the log end offset), -2 earliest (the log start offset), -3 the record with the "
+             "largest timestamp, -4 earliest local (the local log start offset), -5 latest tiered (the last offset "
+             "in the remote tier)")
     parser.add_argument("--to-offset", type=non_negative_int, help="stop before this offset")
     parser.add_argument("--max-messages", type=non_negative_int, help="stop after this many records")
     parser.add_argument(
@@ -46,15 +54,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def record_json(batch: Any, rec: Any) -> dict[str, Any]:
-    """A record as ``--json`` prints it (and ``tiered run``'s HTTP consume answers): text as UTF-8, other bytes as
-    ``base64:...``."""
-    from tiered.dump import payload_text
+SPECIAL_TIMESTAMPS = {-1: "latest", -2: "earliest", -3: "max timestamp", -4: "earliest local", -5: "latest tiered"}
 
-    return {
-        "offset": rec.offset, "timestamp": rec.timestamp, "key": payload_text(rec.key), "value": payload_text(rec.value),
-        "headers": {k: payload_text(v) for k, v in rec.headers}, "partition_leader_epoch": batch.partition_leader_epoch,
-    }
+
+def timestamp_arg(text: str) -> int:
+    """An argparse type: milliseconds since the epoch, or one of Kafka's special ListOffsets values -1..-5."""
+    specials = ", ".join(f"{k} {v}" for k, v in SPECIAL_TIMESTAMPS.items())
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid timestamp {text!r}: expected milliseconds since the epoch or one "
+                                         f"of Kafka's special values ({specials})") from None
+    if value < min(SPECIAL_TIMESTAMPS):
+        raise argparse.ArgumentTypeError(f"invalid timestamp {value}: expected milliseconds since the epoch (>= 0) or "
+                                         f"one of Kafka's special values ({specials})")
+    return value
+
+
+def record_json(batch: Any, rec: Any) -> dict[str, Any]:
+    """A record as ``--json`` prints it and ``tiered run``'s HTTP consume answers it (:mod:`tiered.record_json`)."""
+    from tiered.record_json import record_to_json
+
+    return record_to_json(rec.offset, rec.timestamp, rec.key, rec.value, rec.headers, batch.partition_leader_epoch)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,7 +104,7 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
 
     isolation = FetchIsolation[args.isolation.upper()]
     printed = 0
-    from tiered.dump import payload_text  # the one text form of a payload (dump's too)
+    out = sys.stdout.buffer
     # Read-only: nothing is written to the data dirs (no lock, no checkpoint, no recovery on disk).
     with open_log_manager(config, start_scheduler=False, read_only=True) as manager:
         log = manager.get_log(args.topic, args.partition)
@@ -92,6 +113,10 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
             return 1
         if args.timestamp is not None:
             found = log.offset_for_timestamp(args.timestamp)
+            if found is not None and found.offset < 0:  # -5 (latest tiered) with nothing in the remote tier
+                print(f"tiered consume: no offset of {log.name} is in the remote tier (--timestamp -5 is the last "
+                      "offset there)", file=sys.stderr)
+                return 0
             if found is None:  # a range that exists and is empty: exit 0, said on stderr
                 print(f"tiered consume: no record of {log.name} has a timestamp at or after {args.timestamp} "
                       f"(offsets {log.log_start_offset}..{log.log_end_offset - 1})", file=sys.stderr)
@@ -115,13 +140,19 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
             if args.max_messages is not None and printed >= args.max_messages:
                 break
             if args.json:
-                print(json.dumps(record_json(batch, rec)))
+                out.write(json.dumps(record_json(batch, rec)).encode("ascii") + b"\n")
             elif args.print_key:
-                print(f"{payload_text(rec.key)}\t{payload_text(rec.value)}")
+                out.write(_plain(rec.key) + b"\t" + _plain(rec.value) + b"\n")
             else:
-                print(payload_text(rec.value))
+                out.write(_plain(rec.value) + b"\n")
             printed += 1
     return 0
+
+
+def _plain(data: bytes | None) -> bytes:
+    """A key or value in text mode, as Kafka's console consumer prints it: its bytes as they are, ``null`` for
+    null (``--json`` tells bytes, text and null apart)."""
+    return b"null" if data is None else bytes(data)
 
 
 def records_from(log: Any, offset: int, isolation: Any, check_crcs: bool = True) -> Iterator[tuple[Any, Any]]:
@@ -137,7 +168,6 @@ def records_from(log: Any, offset: int, isolation: Any, check_crcs: bool = True)
     )
     aborting: set[int] = set()
     previous_last = -1  # the last offset of the batch before (a fetch may start inside a batch, never before one)
-    dense = "compact" not in str(getattr(log.config, "cleanup_policy", ""))  # no gaps in the offsets
     while offset < end:
         info = log.read(offset, 1024 * 1024, isolation, True)
         pending = sorted((t.first_offset, t.producer_id) for t in (info.aborted_transactions or []))
@@ -145,7 +175,7 @@ def records_from(log: Any, offset: int, isolation: Any, check_crcs: bool = True)
         for batch in info.records.batches(verify=check_crcs):  # each checked before any of its records is used
             got = True
             if check_crcs:
-                _check_offsets(log, offset, batch, previous_last, dense)
+                _check_offsets(log, offset, batch, previous_last)
             previous_last = batch.last_offset
             while pending and pending[0][0] <= batch.last_offset:
                 aborting.add(pending.pop(0)[1])
@@ -163,13 +193,14 @@ def records_from(log: Any, offset: int, isolation: Any, check_crcs: bool = True)
                 f"before the end offset {end}", offset=offset)
 
 
-def _check_offsets(log: Any, offset: int, batch: Any, previous_last: int, dense: bool) -> None:
-    """Base offsets are outside the CRC: a damaged one shows as a batch that overlaps the one before it, leaves a
-    gap in a log whose offsets are dense (not compacted), or reaches past the log end offset."""
+def _check_offsets(log: Any, offset: int, batch: Any, previous_last: int) -> None:
+    """Base offsets are outside the CRC: a damaged one shows as a batch that overlaps the one before it or reaches
+    past the log end offset. A gap before a batch is no damage (compaction's, a real broker's: Kafka's reads answer
+    an offset in a gap with the next batch; the log's read checked the batch after a gap against its neighbours)."""
     from local.errors import CorruptRecordError
 
     base, last = batch.base_offset, batch.last_offset
-    if previous_last >= 0 and (base <= previous_last or (dense and base != previous_last + 1)):
+    if previous_last >= 0 and base <= previous_last:
         problem = f"does not follow the batch before it, which ends at offset {previous_last}"
     elif last >= log.log_end_offset:
         problem = f"reaches past the log end offset {log.log_end_offset}"

@@ -27,11 +27,11 @@ def _key_provider(args: argparse.Namespace) -> object:
     """The key ring (or key provider class) of ``--config``'s ``rsm.config.encryption.*`` settings, or None."""
     if not getattr(args, "config", None):
         return None
+    from local.properties import read_properties
     from tiered.backends.options import PREFIX, Options, format_settings
-    from tiered.commands._common import _read
     from tiered.format.keyring import RsaKeyRing, load_key_provider
 
-    props = _read(args.config)
+    props = read_properties(args.config)
     settings = format_settings(Options({k[len(PREFIX):]: v for k, v in props.items() if k.startswith(PREFIX)}))
     return load_key_provider(settings) if settings.key_provider_class else RsaKeyRing.from_settings(settings)
 

@@ -5,7 +5,9 @@ Only partitions whose topic has ``remote.storage.enable=true`` are copied: the o
 to enable it (``tiered topics alter --topic T --add-config remote.storage.enable=true``). The store is asked once
 before anything opens (an unreachable endpoint, a missing bucket or rejected credentials fail in seconds). What the
 pass did, with the warnings and errors the remote tier logged, is recorded in each data dir for ``tiered status``
-(:mod:`tiered.pass_report`)."""
+(:mod:`tiered.pass_report`). A partition whose remote data this data dir does not own (another took it with ``tiered
+attach``), or that the configured store lacks (a wrong bucket or prefix), is named in one line and makes the exit
+code 1 (:mod:`tiered.ownership`)."""
 
 from __future__ import annotations
 
@@ -107,11 +109,27 @@ def run(args: argparse.Namespace) -> int:
                       f"({result.bytes_copied:,} bytes); local retention not run", file=sys.stderr)
                 return 130
         record_pass(manager.live_dirs, result, errors)
+        not_owned = _ownership_problems(manager)
     print(
         f"copied {result.segments_copied} segment(s) ({result.bytes_copied:,} bytes), deleted "
         f"{result.segments_deleted} remote segment(s), local retention deleted {deleted} segment(s)"
     )
+    for line in not_owned:
+        print(f"tiered offload: {line}", file=sys.stderr)
     if result.copy_errors:
         print(f"tiered offload: {result.copy_errors} copy error(s); see the log (-v)", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if result.copy_errors or not_owned else 0
+
+
+def _ownership_problems(manager: LogManager) -> list[str]:
+    """One line per partition this data dir may not copy to or delete from (:mod:`tiered.ownership`): its remote
+    data is owned by another data dir, or the store holds none of it."""
+    from tiered.composition import remote_log_manager_of
+    from tiered.ownership import OWNER
+
+    rlm = remote_log_manager_of(manager)
+    if rlm is None:
+        return []
+    states = rlm.ownership.states()
+    return [states[tip].detail for tip in sorted(states, key=lambda t: (t.topic, t.partition))
+            if states[tip].state != OWNER]

@@ -1,10 +1,10 @@
 """``tiered produce``: append records read from stdin to a topic-partition of a data dir.
 
 Each input line is one record. Plain lines are values; with ``--key-separator`` the part before the first
-separator is the key; with ``--json`` each line is an object ``{"key":..., "value":..., "headers": {...},
-"timestamp": ...}`` (strings are UTF-8 encoded, null stays null, other values are stored as their JSON text;
-``timestamp`` is milliseconds since the epoch, default now; other fields, such as ``consume --json``'s ``offset``,
-are ignored, so ``consume --json`` output produces again). Records are batched ``--batch-size`` at a time and
+separator is the key; with ``--json`` each line is a record object in the format of docs/record-json.md
+(:mod:`tiered.record_json`: ``{"key": ..., "value": ..., "headers": [...], "timestamp": ...}``, bytes that are not
+UTF-8 as ``valueBase64``, ``"value": null`` a tombstone), the format ``consume --json`` prints, so its output
+produces the same bytes again. Records are batched ``--batch-size`` at a time and
 appended batch by batch as stdin streams in; a batch with a bad line is not appended, and input whose first batch
 has one creates nothing (no data dir, no topic).
 """
@@ -12,7 +12,6 @@ has one creates nothing (no data dir, no topic).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Iterator
@@ -44,31 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the batches' codec (default: none)")
     parser.add_argument("--batch-size", type=positive_int, default=500, help="records per batch (default: 500)")
     parser.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE", help="topic config override")
-
-
-def _encode(value: object) -> bytes | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.encode()
-    return json.dumps(value, separators=(",", ":")).encode()
-
-
-def json_record(obj: object, now_ms: int, headers: list[tuple[str, bytes | None]] | None = None) -> SimpleRecord:
-    """One ``--json`` record object (the format of the module docstring; ``tiered run``'s HTTP produce takes the
-    same) as a record stamped ``now_ms`` unless it has a ``timestamp``. Raises ValueError naming what is wrong."""
-    from local.records import SimpleRecord
-
-    if not isinstance(obj, dict):
-        raise ValueError(f"a record must be a JSON object, got {type(obj).__name__}")
-    timestamp = obj.get("timestamp", now_ms)
-    if isinstance(timestamp, bool) or not isinstance(timestamp, int) or not -1 <= timestamp <= 2**63 - 1:
-        raise ValueError(f"invalid timestamp {timestamp!r}: expected milliseconds since the epoch (a whole number)")
-    rec_headers = obj.get("headers") or {}
-    if not isinstance(rec_headers, dict):
-        raise ValueError("headers must be a JSON object of name: value")
-    all_headers = list(headers or []) + [(str(k), _encode(v)) for k, v in rec_headers.items()]
-    return SimpleRecord(timestamp, _encode(obj.get("key")), _encode(obj.get("value")), all_headers)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,6 +120,7 @@ def _records(args: argparse.Namespace, headers: list[tuple[str, bytes | None]]) 
     Lines are read as bytes: a plain line's bytes are the value as they are (any encoding, or none), as Kafka's
     console producer stores them. Only ``--json`` lines are decoded, as UTF-8."""
     from local.records import SimpleRecord
+    from tiered.record_json import loads, record_from_json
 
     separator = args.key_separator.encode("utf-8", "surrogateescape") if args.key_separator else None
     for lineno, raw in enumerate(sys.stdin.buffer, 1):
@@ -153,15 +128,15 @@ def _records(args: argparse.Namespace, headers: list[tuple[str, bytes | None]]) 
         now = int(time.time() * 1000)
         if args.json:
             try:
-                obj = json.loads(line.decode("utf-8"))
+                obj = loads(line.decode("utf-8"))
             except UnicodeDecodeError as exc:
                 raise _BadLine(f"line {lineno} is not UTF-8: {exc.reason} at byte {exc.start}") from None
-            except json.JSONDecodeError as exc:
+            except ValueError as exc:
                 raise _BadLine(f"line {lineno} is not JSON: {exc}") from None
             if not isinstance(obj, dict):
                 raise _BadLine(f"line {lineno} must be a JSON object")
             try:
-                record = json_record(obj, now, headers)
+                record = record_from_json(obj, now, headers)
             except ValueError as exc:
                 raise _BadLine(f"line {lineno}: {exc}") from None
             yield record

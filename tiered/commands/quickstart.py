@@ -88,7 +88,10 @@ def run(args: argparse.Namespace) -> int:
         # Restart: everything must still be there, remote segments found from the bucket alone.
         with open_log_manager(LogConfig.from_properties(props), start_scheduler=False) as manager:
             log = manager.get_or_create_log("quickstart", 0, topic_overrides)
-            console.print(f"restarted: {log}")
+            console.print(
+                f"restarted: {log.name} reopened with log start offset {log.log_start_offset}, local log start offset "
+                f"{log.local_log_start_offset}, log end offset {log.log_end_offset}, {log.number_of_segments()} local "
+                "segment(s)")
             ok &= _verify(console, log, args)
             seg = log.active_segment
         from tiered.dump import dump_file

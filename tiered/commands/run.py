@@ -15,6 +15,9 @@ stdout is ``listening on http://HOST:PORT`` (the port actually bound), so a scri
 before any data dir is opened, the remote store is asked once (:func:`tiered.commands._remote.check_remote_access`):
 an unreachable endpoint, a missing bucket or rejected credentials end the command in one line (exit 1).
 
+With ``--kafka-listen HOST:PORT`` it also serves Kafka's wire protocol (:mod:`tiered.kafka`); that listener binds
+before the HTTP one prints, and its line ``kafka listening on HOST:PORT`` comes first on stdout.
+
 Stopping: SIGINT (Ctrl-C) or SIGTERM, or the end of ``--duration``. The endpoint stops taking requests, each copy
 task finishes the segment it is copying and copies no more (a copy the remote store fails is rolled back as
 always), the logs are closed cleanly (checkpoints, clean-shutdown marker), and the command exits 0. If that takes
@@ -34,7 +37,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tiered.commands._common import UsageError, load_config
+from tiered.commands._common import UsageError, load_config, non_negative_seconds
 
 if TYPE_CHECKING:
     from local.manager import LogManager
@@ -45,13 +48,19 @@ DEFAULT_STOP_TIMEOUT_S = 30.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, help="stop after this many seconds (default: until signalled)")
+    parser.add_argument("--duration", type=non_negative_seconds, metavar="SECONDS",
+                        help="stop after this many seconds, >= 0 (default: until signalled)")
     parser.add_argument(
         "--listen", metavar="HOST:PORT",
         help="where the HTTP endpoint listens (default: tiered.http.listen, 127.0.0.1:8080; port 0 picks a free one)",
     )
     parser.add_argument(
-        "--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S, metavar="SECONDS",
+        "--kafka-listen", metavar="HOST:PORT",
+        help="also serve Kafka clients here (the Kafka protocol: docs/kafka-protocol.md; off by default; port 0 "
+             "picks a free one; e.g. 127.0.0.1:9092)",
+    )
+    parser.add_argument(
+        "--stop-timeout", type=non_negative_seconds, default=DEFAULT_STOP_TIMEOUT_S, metavar="SECONDS",
         help=f"how long a stop may wait for the copies in progress (default: {DEFAULT_STOP_TIMEOUT_S:g})",
     )
 
@@ -74,6 +83,12 @@ def run(args: argparse.Namespace) -> int:
         host, port = parse_host_port(listen)
     except ValueError as exc:
         raise UsageError(f"invalid --listen {listen!r}: {exc}") from None
+    kafka_address = None
+    if args.kafka_listen is not None:
+        try:
+            kafka_address = parse_host_port(args.kafka_listen)
+        except ValueError as exc:
+            raise UsageError(f"invalid --kafka-listen {args.kafka_listen!r}: {exc}") from None
     # As offload and consume do, before any data dir is created or locked: a store that cannot be reached fails here
     # in one line, not later in every scheduled pass of a process that looks healthy.
     check_remote_access(config)
@@ -89,15 +104,28 @@ def run(args: argparse.Namespace) -> int:
             manager.close()
             raise UsageError(f"cannot listen on {listen}: {exc.strerror or exc}; pass --listen HOST:PORT "
                              "(port 0 picks a free one)") from None
+        kafka = None
+        if kafka_address is not None:
+            from tiered.kafka import start_listener
+
+            try:
+                kafka = start_listener(manager, config, *kafka_address)
+            except OSError as exc:
+                server.server_close()
+                manager.close()
+                raise UsageError(f"cannot listen on {args.kafka_listen}: {exc.strerror or exc}; pass --kafka-listen "
+                                 "HOST:PORT (port 0 picks a free one)") from None
         passes = _PassRecorder.of(manager, errors)
         server.start()
+        if kafka is not None:
+            print(f"kafka listening on {kafka.address}", flush=True)
         print(f"listening on {server.url}", flush=True)
         deadline = None if args.duration is None else time.monotonic() + args.duration
         try:
             _watch(manager, console, stop, deadline, passes)
         except KeyboardInterrupt:
             pass
-        return _stop(manager, server, console, signals, args.stop_timeout, passes)
+        return _stop(manager, server, console, signals, args.stop_timeout, passes, kafka)
 
 
 class _PassRecorder:
@@ -184,11 +212,14 @@ def _watch(
 
 
 def _stop(
-    manager: Any, server: Any, console: Any, signals: list[int], timeout: float, passes: _PassRecorder | None
+    manager: Any, server: Any, console: Any, signals: list[int], timeout: float, passes: _PassRecorder | None,
+    kafka: Any = None,
 ) -> int:
     """Stop taking requests, let each copy task end after its segment, close the manager within ``timeout``. The
     last pass (up to the copies that were in flight) is recorded before the data dirs are unlocked."""
     server.stop()
+    if kafka is not None:
+        kafka.stop()
     rlm = manager.remote_tier
     if rlm is not None and hasattr(rlm, "request_stop"):
         rlm.request_stop()

@@ -10,11 +10,13 @@ Nothing is written and no lock is taken.
 Per data dir: clean shutdown or not (recovery pending), the last load's counters, the last remote pass (when, what it
 copied and deleted, its errors: :mod:`tiered.pass_report`); per partition, both tiers: the log start offset (the
 earliest remote offset when the partition has remote data, as the engine keeps it), the local log start offset, the
-log end offset, the recovery point, local segments and bytes, leftover ``.swap``/``.cleaned``/``.deleted`` files,
-the highest remote offset its ``remote-log-state`` remembers, and, when the broker config enables the remote tier,
+log end offset, the recovery point, local segments and bytes, ``.deleted`` files awaiting removal and leftover
+``.swap``/``.cleaned`` files, the highest remote offset its ``remote-log-state`` remembers, and, when the broker config enables the remote tier,
 the remote segments and bytes read from the store's metadata and the copy lag (local segments below the active
-one not yet wholly in the remote tier, and their bytes: Kafka's RemoteCopyLagSegments/RemoteCopyLagBytes). The
-store is only read; one that cannot be reached is a problem, and the local part is still shown.
+one not yet wholly in the remote tier, and their bytes: Kafka's RemoteCopyLagSegments/RemoteCopyLagBytes), and who
+owns the partition's remote data (:mod:`tiered.ownership`: a partition this data dir lost to another, or whose
+remote data the configured store does not hold, is a problem). The store is only read; one that cannot be reached
+is a problem, and the local part is still shown.
 
 Offline partitions and dirs: the per-partition files a corrupt copy of which keeps a partition from loading
 (``partition.metadata``, ``leader-epoch-checkpoint``, ``remote-log-state``) are parsed with the broker's own
@@ -24,8 +26,8 @@ dir the broker cannot open for writing (not writable, its ``.lock`` not a file) 
 at startup; so is a full file system (less than 1 MiB free, reported in ``free_bytes``): appends there fail with
 ENOSPC and take the dir offline. A corrupt producer snapshot is only a note: the loader deletes it and rebuilds
 the producer state from the log.
-Exit codes: 0 ok, 1 a data dir is missing, unwritable or full, a checkpoint is corrupt or a partition is offline,
-2 usage.
+Exit codes: 0 ok, 1 a data dir is missing, unwritable or full, a checkpoint is corrupt, a partition is offline or
+its remote data is owned elsewhere or missing from the store, 2 usage.
 """
 
 from __future__ import annotations
@@ -137,6 +139,7 @@ def dir_status(data_dir: Path, topic: str | None = None, store: Any = None) -> d
             out["problems"].append(f"unreadable {marker.name}")
     recovery_points = _checkpoint(data_dir / filenames.RECOVERY_POINT_CHECKPOINT_FILENAME, out["problems"])
     start_offsets = _checkpoint(data_dir / filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME, out["problems"])
+    cleaner_offsets = _checkpoint(data_dir / "cleaner-offset-checkpoint", out["problems"])
     out["last_load"] = _of_topic(metrics.read_load_report(data_dir), topic)
     out["last_remote_pass"] = read_pass_report(data_dir)
     offline_at_last_load = (out["last_load"] or {}).get("offline_partitions") or {}
@@ -149,11 +152,15 @@ def dir_status(data_dir: Path, topic: str | None = None, store: Any = None) -> d
             continue
         try:
             status = partition_status(child, recovery_points.get(name), start_offsets.get(name, 0))
+            _compaction_status(child, status, cleaner_offsets.get(name))
             if store is not None and "offline" not in status:
                 try:
                     status.update(remote_status(child, status, store))
                 except TieredStorageError as exc:
                     out["problems"].append(f"partition {child.name}: remote tier: {_one_line(exc)}")
+                ownership = (status.get("remote") or {}).get("ownership") or {}
+                if ownership.get("state") in ("lost", "wrong_store"):
+                    out["problems"].append(f"partition {ownership['detail']}")
         except OSError as exc:
             status = {"partition": child.name, "offline": f"unreadable: {exc}", "segments": 0, "size_bytes": 0,
                       "recovery_point": None, "producer_snapshots": 0, "transient_files": [],
@@ -251,6 +258,23 @@ def partition_status(partition_dir: Path, recovery_point: int | None, checkpoint
     return out
 
 
+def _compaction_status(partition_dir: Path, status: dict[str, Any], cleaner_offset: int | None) -> None:
+    """A compacted partition's cleaner offset (its first dirty offset: ``cleaner-offset-checkpoint``, else the log
+    start) and dirty ratio (see :func:`local.cleaner.manager.dirty_ratio_of_files`)."""
+    from local.cleaner.manager import dirty_ratio_of_files
+    from local.config import read_properties
+
+    try:
+        policy = str(read_properties(partition_dir / "tiered-topic.properties").get("cleanup.policy", ""))
+    except (OSError, ValueError):
+        policy = ""
+    if "compact" not in policy and cleaner_offset is None:
+        return
+    first_dirty = cleaner_offset if cleaner_offset is not None else status.get("log_start_offset") or 0
+    status["cleaner_offset"] = cleaner_offset
+    status["dirty_ratio"] = round(dirty_ratio_of_files(status.get("_segments", []), first_dirty), 4)
+
+
 def _highest_remote_offset(partition_dir: Path) -> int | None:
     """The highest remote offset ``remote-log-state`` remembers (-1: tiered, nothing copied yet; None: no file or
     unreadable, which check_partition_files reports)."""
@@ -275,7 +299,8 @@ def remote_status(partition_dir: Path, status: dict[str, Any], store: Any) -> di
     if not meta.exists():
         return {"remote": None}
     topic, partition = filenames.parse_partition_dir_name(partition_dir.name)
-    segs = store.readable_segments(TopicIdPartition(meta.read(), topic, partition))
+    tip = TopicIdPartition(meta.read(), topic, partition)
+    segs = store.readable_segments(tip)
     highest = max((m.end_offset for m in segs), default=-1)
     remote: dict[str, Any] = {
         "segments": len(segs),
@@ -295,10 +320,40 @@ def remote_status(partition_dir: Path, status: dict[str, Any], store: Any) -> di
     lag = [(base, size) for (base, size), (nxt, _) in itertools.pairwise(local) if nxt - 1 > highest]
     remote["copy_lag_segments"] = len(lag) if tiered else None
     remote["copy_lag_bytes"] = sum(size for _, size in lag) if tiered else None
+    remote["ownership"] = _ownership(partition_dir, status, store, tip)
     out: dict[str, Any] = {"remote": remote}
     if segs and remote["log_start_offset"] is not None:
         out["log_start_offset"] = min(status["log_start_offset"], remote["log_start_offset"])
     return out
+
+
+def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any) -> dict[str, Any]:
+    """Who owns the partition's remote data (:mod:`tiered.ownership`), from the store's owner records and this data
+    dir's claim: ``state`` owner, lost, wrong_store or unclaimed (nobody claimed it yet: the next copy does)."""
+    from local.errors import KafkaStorageError
+    from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogStateFile
+    from tiered.ownership import assess
+
+    try:
+        local = RemoteLogStateFile(partition_dir).read()
+    except KafkaStorageError:
+        return {"state": "unknown", "detail": f"unreadable {REMOTE_LOG_STATE_FILENAME}"}
+    records = store.owner_records(tip)
+    start, local_start = status.get("log_start_offset"), status.get("local_log_start_offset")
+    found = assess(
+        partition_dir.name, local.owner_epoch, local.owner_id, records, has_remote_data=local.has_remote_data,
+        below_local_start=start is not None and local_start is not None and start < local_start,
+        holds_metadata=bool(records) or store.holds_metadata(tip),
+        state_file=str(partition_dir / REMOTE_LOG_STATE_FILENAME), store=repr(store.store),
+    )
+    newest = records[-1] if records else None
+    return {
+        "state": found.state if found is not None else "unclaimed",
+        "owner_epoch": newest.owner_epoch if newest is not None else None,
+        "owner": newest.describe() if newest is not None else None,
+        "claimed_epoch": local.owner_epoch if local.claimed else None,
+        "detail": found.detail if found is not None else None,
+    }
 
 
 def log_end_from_files(partition_dir: Path, base_offset: int) -> int:
@@ -418,11 +473,19 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
         rows = [header]
         for p in d["partitions"]:
             rp = p["recovery_point"]
-            notes = [f"{len(p['transient_files'])} leftover .swap/.cleaned/.deleted file(s)"] if p["transient_files"] else []
+            notes = _transient_notes(p["transient_files"])
             if "offline" in p:
                 notes.insert(0, f"OFFLINE: {p['offline']}")
+            if "dirty_ratio" in p:
+                cleaned = "never cleaned" if p["cleaner_offset"] is None else f"cleaned below offset {p['cleaner_offset']}"
+                notes.append(f"compacted: {cleaned}, dirty ratio {p['dirty_ratio']:.2f}")
             notes += p.get("notes", [])
             remote = p.get("remote")
+            owner = (remote or {}).get("ownership") or {}
+            if owner.get("state") == "lost":
+                notes.insert(0, f"OWNERSHIP LOST to {owner['owner']}")
+            elif owner.get("state") == "wrong_store":
+                notes.insert(0, "WRONG STORE: it holds none of this partition's remote data")
             highest = remote["highest_offset"] if remote else p.get("highest_remote_offset")
             rows.append(
                 (p["partition"], _offset(p["log_start_offset"]), _offset(p.get("local_log_start_offset")),
@@ -435,3 +498,16 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
         for row in rows:
             out.write("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+
+
+def _transient_notes(names: list[str]) -> list[str]:
+    """``.deleted`` files wait out ``file.delete.delay.ms`` (Kafka's asynchronous delete) and are then removed by the
+    process that deleted them, or at the next start: normal, not leftovers. ``.swap``/``.cleaned`` files are what an
+    interrupted swap left; the next start finishes or removes them."""
+    from local import filenames
+
+    waiting = sum(1 for name in names if name.endswith(filenames.DELETED_FILE_SUFFIX))
+    notes = [f"{waiting} deleted segment file(s) awaiting removal (file.delete.delay.ms)"] if waiting else []
+    if len(names) > waiting:
+        notes.append(f"{len(names) - waiting} leftover .swap/.cleaned file(s) (the next start finishes or removes them)")
+    return notes

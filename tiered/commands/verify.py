@@ -205,7 +205,10 @@ def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: An
             report.topic_id = tid
         progress.describe(f"{tip.topic}-{tip.partition} (remote)")
         latest = remote.load_metadata(group, report)
-        remote.scrub_partition(group, latest, report)
+        owners = remote.load_owners(group, report)
+        remote.scrub_partition(group, latest, report, owners)
+        if report.data_dir is not None and owners:
+            _check_claim(report, owners[-1])
     for report in local.values():
         enabled = report.remote_storage_enable if report.remote_storage_enable is not None else remote_by_default
         if enabled or report.remote_segments:
@@ -213,6 +216,24 @@ def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: An
             # first segment's base offset, so a gap there is not data lost)
             check_tier_gap(report)
     result.problems += [("remote tier", p) for p in remote.report.problems]
+
+
+def _check_claim(report: Any, owner: Any) -> None:
+    """A data dir whose claim on the partition's remote data is not the newest owner record's has lost it."""
+    from local.errors import KafkaStorageError
+    from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogStateFile
+    from tiered.scrub.report import Problem
+
+    pdir = Path(report.data_dir) / f"{report.topic}-{report.partition}"
+    try:
+        state = RemoteLogStateFile(pdir).read()
+    except KafkaStorageError:
+        return  # the local scrub reports the file
+    if (state.owner_epoch, state.owner_id) != (owner.owner_epoch, owner.owner_id):
+        mine = f"owner epoch {state.owner_epoch}" if state.claimed else "no claim"
+        report.problems.append(Problem(
+            "not_owner", f"this data dir ({mine}) does not own the partition's remote data: the store's current owner "
+            f"is {owner.describe()}; it copies and deletes nothing there", file=str(pdir / REMOTE_LOG_STATE_FILENAME)))
 
 
 def _note_duplicates(partitions: list[PartitionReport]) -> None:

@@ -101,6 +101,9 @@ def scrub_partition(pdir: Path, topic: str, partition: int, dir_report: DataDirR
         if not entry.is_file():
             continue
         name = entry.name
+        if name.endswith(filenames.DELETED_FILE_SUFFIX):  # Kafka's asynchronous delete: normal, not a leftover
+            report.notes.append(f"{name} awaits removal (file.delete.delay.ms, or the next start)")
+            continue
         if name.endswith(filenames.TRANSIENT_SUFFIXES) or name.endswith(filenames.TMP_FILE_SUFFIX):
             report.notes.append(f"leftover {name} (the next start finishes or removes it)")
             continue
@@ -131,7 +134,30 @@ def scrub_partition(pdir: Path, topic: str, partition: int, dir_report: DataDirR
     for path in others.get(filenames.PRODUCER_SNAPSHOT_FILE_SUFFIX, []):
         report.problems += check_producer_snapshot(_read(path, report), str(path), remote=False)
     _check_checkpoint_offsets(report, dir_report)
+    _check_lost_offsets(pdir, report)
     return report
+
+
+def _check_lost_offsets(pdir: Path, report: PartitionReport) -> None:
+    """Every range a recovery recorded as lost (:mod:`local.lost_offsets`) at or above the log start: a problem naming
+    the segment file it was cut out of. (A gap compaction left is no problem: nothing records it.)"""
+    from local.errors import KafkaStorageError
+    from local.lost_offsets import LostOffsetsFile
+
+    record = LostOffsetsFile(pdir)
+    try:
+        entries = record.read()
+    except (KafkaStorageError, OSError, ValueError) as exc:
+        report.problems.append(Problem("checkpoint", f"malformed lost-offsets record: {exc}", file=str(record.path)))
+        return
+    start = report.log_start_offset if report.log_start_offset is not None else -1
+    for entry in entries:
+        if entry.last_offset < start:
+            continue  # retention removed what was around it (the next writer drops the entry)
+        report.problems.append(Problem(
+            "lost_offsets", f"offsets {entry.first_offset}..{entry.last_offset} of {report.name} were lost: a recovery "
+            f"found the segment damaged and cut it at byte {entry.position} (recorded in {record.path})",
+            file=str(pdir / entry.segment), position=entry.position, offset=entry.first_offset))
 
 
 def _read(path: Path, report: PartitionReport) -> bytes:

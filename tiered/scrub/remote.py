@@ -20,7 +20,11 @@ Per partition found in the store (``<prefix>/<topic>-<topicId>/<partition>/``):
   garbage until the next copy pass removes them); objects of a DELETE_SEGMENT_FINISHED segment, and objects no
   metadata names, are orphans;
 * consecutive FINISHED segments leave no offsets uncovered; with the local data dir, no offsets between the log
-  start offset and the local log start are in neither tier.
+  start offset and the local log start are in neither tier;
+* ownership (:mod:`tiered.ownership`): every owner record parses and agrees with its key; a FINISHED segment outside
+  the newest record's lineage (a former owner's copy made after it lost the partition) and two segments of the
+  lineage holding the same offsets are problems; so is, with the local data dir, a claim that is not the newest
+  record's (the data dir lost the partition). The checks above apply to the lineage's segments.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 from local.records.constants import INT32_MAX
 from tiered import layout
 from tiered.errors import RemoteChunkError, RemoteResourceNotFoundError, TieredStorageError
+from tiered.ownership import OwnerRecord, within_lineage
 from tiered.rsm import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tiered.scrub.batches import CHUNK_BYTES, BatchScanner, Progress
 from tiered.scrub.files import (
@@ -101,6 +106,7 @@ class RemoteReport:
 class _RemotePartition:
     tip: TopicIdPartition
     metadata_keys: list[str] = field(default_factory=list)
+    owner_keys: list[str] = field(default_factory=list)
     objects: dict[tuple[int, str], dict[str, str]] = field(default_factory=dict)  # (start, id) -> suffix -> key
     stray: list[str] = field(default_factory=list)  # keys under the partition matching no layout name
 
@@ -117,6 +123,9 @@ def _group_keys(keys: list[str], prefix: str, report: RemoteReport) -> dict[Topi
         group = groups.setdefault(tip, _RemotePartition(tip))
         if len(parts) == 4 and parts[2] == layout.METADATA_DIR and _METADATA_OBJECT.match(parts[3]):
             group.metadata_keys.append(key)
+            continue
+        if len(parts) == 4 and parts[2] == layout.METADATA_DIR and layout.owner_epoch_of_key(parts[3]) is not None:
+            group.owner_keys.append(key)
             continue
         match = _SEGMENT_OBJECT.match(parts[2]) if len(parts) == 3 else None
         suffix = _SUFFIX_NAMES.get(match.group(3)) if match else None
@@ -182,8 +191,28 @@ class RemoteScrub:
                 self.add_total(max(0, md.segment_size_in_bytes))
         return latest
 
+    def load_owners(self, group: _RemotePartition, out: PartitionReport) -> list[OwnerRecord]:
+        """The partition's owner records by ascending epoch; a record that cannot be read is a problem."""
+        records: dict[int, OwnerRecord] = {}
+        for key in group.owner_keys:
+            epoch = layout.owner_epoch_of_key(key)
+            try:
+                record = OwnerRecord.decode(self.rsm.get_range(key))
+            except (TieredStorageError, OSError) as exc:
+                out.problems.append(Problem("unreadable", f"cannot read the owner record: {exc}", object=key))
+                continue
+            except ValueError as exc:
+                out.problems.append(Problem("remote_metadata", str(exc), object=key))
+                continue
+            if record.owner_epoch != epoch:
+                out.problems.append(Problem("remote_metadata", f"the owner record holds owner epoch "
+                                            f"{record.owner_epoch}, not what its key says", object=key))
+                continue
+            records[record.owner_epoch] = record
+        return [records[e] for e in sorted(records)]
+
     def scrub_partition(self, group: _RemotePartition, latest: dict[str, RemoteLogSegmentMetadata],
-                        out: PartitionReport) -> None:
+                        out: PartitionReport, owners: list[OwnerRecord] | None = None) -> None:
         for key in group.stray:
             out.problems.append(Problem("orphaned_object", "object name matches no remote segment object", object=key))
         named = {(md.start_offset, sid) for sid, md in latest.items() if md.state is not S.DELETE_SEGMENT_FINISHED}
@@ -197,6 +226,7 @@ class RemoteScrub:
                 out.problems.append(Problem("orphaned_object", f"orphaned object: {why}", object=key, offset=start))
         finished = sorted((md for md in latest.values() if md.state is S.COPY_SEGMENT_FINISHED),
                           key=lambda m: (m.start_offset, m.end_offset))
+        finished = self._check_lineage(finished, owners or [], out)
         for sid, md in sorted(latest.items(), key=lambda kv: kv[1].start_offset):
             if md.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED):
                 out.problems.append(Problem(
@@ -208,10 +238,16 @@ class RemoteScrub:
         for md in finished:
             self._scrub_segment(md, group.objects.get((md.start_offset, layout.kafka_uuid(md.remote_log_segment_id.id)),
                                                       {}), out)
-        reach = None  # the highest end offset of the segments so far (segments of two lineages may overlap)
+        reach = None  # the segment reaching the highest end offset so far
         for before, after in itertools.pairwise(finished):
             reach = before if reach is None or before.end_offset > reach.end_offset else reach
-            if after.start_offset > reach.end_offset + 1:
+            if after.start_offset <= reach.end_offset:
+                out.problems.append(Problem(
+                    "conflicting_segments", f"segments {layout.kafka_uuid(reach.remote_log_segment_id.id)} "
+                    f"({reach.start_offset}..{reach.end_offset}) and {layout.kafka_uuid(after.remote_log_segment_id.id)} "
+                    f"({after.start_offset}..{after.end_offset}) both hold offsets {after.start_offset}.."
+                    f"{min(reach.end_offset, after.end_offset)}: reads take the first", offset=after.start_offset))
+            elif after.start_offset > reach.end_offset + 1:
                 out.problems.append(Problem(
                     "offset_gap", f"offsets {reach.end_offset + 1}..{after.start_offset - 1} are in no remote segment "
                     f"(between segments {layout.kafka_uuid(reach.remote_log_segment_id.id)} and "
@@ -219,6 +255,28 @@ class RemoteScrub:
         out.remote_segments += len(finished)
         out.remote_end_offset = max((md.end_offset for md in finished), default=out.remote_end_offset)
         self.report.segments += len(finished)
+
+    def _check_lineage(self, finished: list[RemoteLogSegmentMetadata], owners: list[OwnerRecord],
+                       out: PartitionReport) -> list[RemoteLogSegmentMetadata]:
+        """The segments of ``finished`` within the newest owner record's lineage; the others are problems."""
+        if not owners:
+            return finished
+        owner = owners[-1]
+        kept = []
+        for md in finished:
+            if within_lineage(md, owner.lineage):
+                kept.append(md)
+                continue
+            epochs = ", ".join(f"{e} from {s}" for e, s in sorted(md.segment_leader_epochs.items(), key=lambda kv: kv[1]))
+            lineage = ", ".join(f"{e} from {s}" for e, s in owner.lineage)
+            out.problems.append(Problem(
+                "outside_lineage", f"segment {layout.kafka_uuid(md.remote_log_segment_id.id)} ({md.start_offset}.."
+                f"{md.end_offset}, leader epochs {epochs}) lies outside the lineage of the current owner "
+                f"({owner.describe()}; lineage {lineage}): a former owner copied it after it lost the partition; it is "
+                "never read, and the owner's remote retention deletes it",
+                object=layout.metadata_event_key(self.prefix, md.remote_log_segment_id, md.start_offset,
+                                                 int(md.state)), offset=md.start_offset))
+        return kept
 
     def _manifest_layout(self, md: RemoteLogSegmentMetadata, present: dict[str, str], keys: dict[str, str],
                          out: PartitionReport) -> dict[str, str] | None:

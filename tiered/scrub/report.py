@@ -59,7 +59,11 @@ PROBLEM_KINDS = (
     "object_size",  # a remote .log whose size is not the metadata's segment size
     "incomplete_remote_operation",  # a copy or delete left STARTED: its objects are garbage until cleaned
     "offset_gap",  # offsets held by neither tier between the log start and the log end
+    "lost_offsets",  # offsets a recovery cut out of the middle of a log (recorded in tiered-lost-offsets)
     "checksum_mismatch",  # a remote object whose recorded chunk checksums do not match its bytes
+    "outside_lineage",  # a remote segment outside the current owner's lineage (a former owner's late copy)
+    "conflicting_segments",  # two remote segments of the owner's lineage holding the same offsets
+    "not_owner",  # a data dir whose claim on a partition's remote data is not the current owner's
 )
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from local.errors import OffsetOutOfRangeError
+from local.filenames import LOST_OFFSETS_FILENAME
 from tiered.spark.options import EARLIEST, LATEST, SourceOptions, SparkSourceOptionError
 
 if TYPE_CHECKING:
@@ -181,6 +182,12 @@ def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, b
     start, end = offset_range(log, topic, partition, opts, bounds)
     if start >= end:
         return []
+    lost = log.lost_offsets.overlapping(start, end)  # a recovery cut them out of the log (local.lost_offsets)
+    if lost is not None and opts.fail_on_data_loss:
+        raise SparkSourceDataLossError(
+            f"{topic}-{partition}: offsets {lost.first_offset}..{lost.last_offset} were lost (a recovery cut "
+            f"{lost.segment} at byte {lost.position}, recorded in {LOST_OFFSETS_FILENAME}); set failOnDataLoss=false "
+            "to skip them", offset=lost.first_offset)
     base: dict[str, Any] = {
         "topic": topic, "partition": partition, "props": opts.props, "read_committed": opts.read_committed,
         "fail_on_data_loss": opts.fail_on_data_loss, "cache_dir": opts.cache_dir, "filters": bounds.filters,

@@ -1,0 +1,155 @@
+"""Careless input to the CLI (issue 28): each gets one line on stderr and the right exit code (0 ok, 1 failure, 2
+usage), and what was confusing says what it is. The HTTP ones are in test_run_server.py, the S3 endpoint that is not
+S3 in test_cli_remote_errors.py."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from local import LogConfig, LogManager
+from local.errors import ConfigError
+from local.properties import format_properties, parse_properties, read_properties
+from local.records import MemoryRecords, SimpleRecord
+from tiered.cli import main
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return rc, out, err
+
+
+def _log_with_records(data: Path, topic: str = "t", count: int = 3) -> None:
+    with LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False) as manager:
+        manager.get_or_create_log(topic, 0).append(
+            MemoryRecords.build([SimpleRecord(1000 + i, None, f"v{i}".encode()) for i in range(count)]))
+
+
+def test_a_timestamp_below_kafkas_special_values_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _log_with_records(tmp_path / "data")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["consume", "-t", "t", "--log-dirs", str(tmp_path / "data"), "--timestamp=-6"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert err.splitlines()[-1] == (
+        "tiered consume: error: argument --timestamp: invalid timestamp -6: expected milliseconds since the epoch (>= "
+        "0) or one of Kafka's special values (-1 latest, -2 earliest, -3 max timestamp, -4 earliest local, -5 latest "
+        "tiered)")
+
+
+def test_the_timestamp_help_names_kafkas_special_values_and_each_works(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["consume", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for special in ("-1 latest (the log end offset)", "-2 earliest (the log start offset)",
+                    "-3 the record with the largest timestamp", "-4 earliest local (the local log start offset)",
+                    "-5 latest tiered (the last offset in the remote tier)"):
+        assert special in help_text
+    data = str(tmp_path / "data")
+    _log_with_records(tmp_path / "data")
+    assert cli(capsys, "consume", "-t", "t", "--log-dirs", data, "--timestamp", "-2")[1].split() == ["v0", "v1", "v2"]
+    assert cli(capsys, "consume", "-t", "t", "--log-dirs", data, "--timestamp", "-3")[1].split() == ["v2"]
+    rc, out, err = cli(capsys, "consume", "-t", "t", "--log-dirs", data, "--timestamp", "-1")
+    assert (rc, out) == (0, "") and "it is the log end offset" in err
+    rc, out, err = cli(capsys, "consume", "-t", "t", "--log-dirs", data, "--timestamp", "-5")
+    assert (rc, out) == (0, "") and err == "tiered consume: no offset of t-0 is in the remote tier (--timestamp -5 is the last offset there)\n"
+
+
+def test_a_properties_file_is_read_as_iso_8859_1_like_java(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "broker.properties"
+    (tmp_path / "data").mkdir()
+    config.write_bytes(b"# caf\xe9 \xff\nlog.dirs=" + str(tmp_path / "data").encode() + b"\nx.note=\xff\\u20ac\n")
+    assert read_properties(config)["x.note"] == "\u00ff\u20ac"  # 0xff is U+00FF; \u escapes for the rest
+    rc, _, err = cli(capsys, "--config", str(config), "topics", "list")
+    assert rc == 0 and "UnicodeDecodeError" not in err
+    # only \n, \r and \r\n end a line, as in Java (0x85 read as ISO-8859-1 is U+0085, which str.splitlines splits at)
+    assert parse_properties("a=x\x85y\nb=2") == {"a": "x\x85y", "b": "2"}
+
+
+@given(st.dictionaries(st.text(min_size=1), st.text()))
+def test_properties_written_are_read_back_the_same(props: dict[str, str]) -> None:
+    text = format_properties(props)
+    assert text.isascii() and parse_properties(text.encode("ascii").decode("iso-8859-1")) == props
+
+
+def test_topic_configs_are_stored_as_java_writes_properties(tmp_path: Path) -> None:
+    with LogManager(LogConfig.from_properties({"log.dirs": str(tmp_path)}), start_scheduler=False) as manager:
+        manager.get_or_create_log("t", 0, {"retention.ms": "1000", "cleanup.policy": "delete"})
+    stored = tmp_path / "t-0" / "tiered-topic.properties"
+    assert stored.read_bytes().isascii() and read_properties(stored)["retention.ms"] == "1000"
+
+
+def test_files_waiting_out_the_delete_delay_are_not_called_leftovers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    _log_with_records(data)
+    (data / "t-0" / "00000000000000000007.log.deleted").write_bytes(b"")  # Kafka's asynchronous delete, waiting
+    rc, out, _ = cli(capsys, "status", "--log-dirs", str(data))
+    assert rc == 0 and "1 deleted segment file(s) awaiting removal (file.delete.delay.ms)" in out and "leftover" not in out
+    rc, out, _ = cli(capsys, "verify", "--log-dirs", str(data))
+    assert rc == 0 and "00000000000000000007.log.deleted awaits removal" in out and "leftover" not in out
+    (data / "t-0" / "00000000000000000009.log.swap").write_bytes(b"")  # an interrupted swap: a leftover
+    rc, out, _ = cli(capsys, "status", "--log-dirs", str(data))
+    assert "1 leftover .swap/.cleaned file(s)" in out
+
+
+@pytest.mark.parametrize(("option", "value"), [("--duration", "-1"), ("--duration", "nan"), ("--stop-timeout", "-3")])
+def test_run_refuses_a_negative_duration(tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--log-dirs", str(tmp_path / "data"), option, value])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert err.splitlines()[-1] == f"tiered run: error: argument {option}: invalid value {value}: expected a number of seconds >= 0"
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize("suffix", [".index", ".timeindex"])
+def test_dump_of_random_bytes_named_as_an_index_reports_it_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str,
+) -> None:
+    rng = random.Random(28)
+    for n in range(20):  # several random files: each is refused, none prints an offset below its base offset
+        path = tmp_path / f"{n * 100:020d}{suffix}"
+        path.write_bytes(rng.randbytes(4096))
+        rc, out, _ = cli(capsys, "dump", str(path))
+        assert rc == 1, out
+        assert f"ERROR: {path.name} is not {'an offset' if suffix == '.index' else 'a time'} index or is corrupt" in out
+        for line in out.splitlines()[1:-1]:
+            if line.startswith("entry_size"):
+                continue
+            fields = dict(zip(line.split()[::2], line.split()[1::2], strict=True))
+            assert int(fields["offset:"]) >= n * 100 and min(map(int, fields.values())) >= 0
+
+
+def test_dump_of_an_index_with_a_zero_filled_tail_stops_at_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / f"{50:020d}.index"
+    path.write_bytes((1).to_bytes(4, "big") + (0).to_bytes(4, "big") + (3).to_bytes(4, "big") + (70).to_bytes(4, "big")
+                     + bytes(80))  # two entries, then preallocated space
+    rc, out, _ = cli(capsys, "dump", str(path))
+    assert rc == 0 and out.splitlines()[1:] == ["entry_size: 8", "offset: 51 position: 0", "offset: 53 position: 70"]
+
+
+def test_a_broker_local_retention_above_the_total_is_refused_at_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    remote = ["-o", "remote.log.storage.system.enable=true", "-o", "remote.log.storage.manager.class.name=local",
+              "-o", f"rsm.config.dir={tmp_path / 'remote'}"]
+    rc, _, err = cli(capsys, "status", "--log-dirs", str(tmp_path / "data"), *remote,
+                     "-o", "log.retention.ms=60000", "-o", "log.local.retention.ms=3600000")
+    assert rc == 2 and err == ("tiered status: Invalid value 3600000 for configuration log.local.retention.ms: must not "
+                               "exceed log.retention.ms (60000)\n")
+    with pytest.raises(ConfigError, match=r"log\.local\.retention\.bytes: must not exceed log\.retention\.bytes"):
+        LogConfig.from_properties({"log.dirs": str(tmp_path), "remote.log.storage.system.enable": "true",
+                                   "log.retention.bytes": "10", "log.local.retention.bytes": "11"})
+    # without the remote tier the local keys do nothing, as in Kafka: not refused
+    LogConfig.from_properties({"log.dirs": str(tmp_path), "log.retention.ms": "1", "log.local.retention.ms": "2"})
+
+
+def test_a_missing_config_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = cli(capsys, "--config", str(tmp_path / "nope.properties"), "status")
+    assert rc == 2 and err.startswith(f"tiered status: cannot read configuration file {tmp_path / 'nope.properties'}")
+    assert err.count("\n") == 1 and os.listdir(tmp_path) == []

@@ -1,0 +1,199 @@
+"""Topics and their configs over the Kafka protocol: CreateTopics, DeleteTopics, DescribeConfigs and
+IncrementalAlterConfigs, spoken with kio requests at every version served, and through librdkafka's AdminClient."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from tests.kafkautil import RawClient, build, listener, ms
+from tiered.kafka.dispatcher import SUPPORTED
+
+
+@pytest.fixture
+def kafka(tmp_path: Path):
+    with listener(tmp_path) as k:
+        yield k
+
+
+def _create(client: RawClient, version: int, name: str, partitions: int = 2, replication: int = 1,
+            configs: dict[str, str] | None = None, validate_only: bool = False):
+    cfg = tuple(build(19, version, "CreatableTopicConfig", name=k, value=v) for k, v in (configs or {}).items())
+    topic = build(19, version, "CreatableTopic", name=name, num_partitions=partitions, replication_factor=replication,
+                  assignments=(), configs=cfg)
+    response = client.call(19, version, build(19, version, topics=(topic,), timeout=ms(30_000),
+                                              validate_only=validate_only))
+    return response.topics[0]
+
+
+def _describe(client: RawClient, version: int, resource_type: int, name: str, keys: tuple[str, ...] | None = None):
+    resource = build(32, version, "DescribeConfigsResource", resource_type=resource_type, resource_name=name,
+                     configuration_keys=keys)
+    return client.call(32, version, build(32, version, resources=(resource,), include_synonyms=True,
+                                          include_documentation=False)).results[0]
+
+
+def _alter(client: RawClient, version: int, topic: str, changes: list[tuple[str, int, str | None]],
+           validate_only: bool = False):
+    configs = tuple(build(44, version, "AlterableConfig", name=n, config_operation=op, value=v) for n, op, v in changes)
+    resource = build(44, version, "AlterConfigsResource", resource_type=2, resource_name=topic, configs=configs)
+    return client.call(44, version, build(44, version, resources=(resource,), validate_only=validate_only)).responses[0]
+
+
+@pytest.mark.parametrize("version", range(SUPPORTED[19][0], SUPPORTED[19][1] + 1))
+def test_create_topics_at_every_version(kafka, version):
+    with RawClient(kafka.address) as client:
+        result = _create(client, version, "t", configs={"retention.ms": "1000"})
+        assert (result.name, result.error_code) == ("t", ErrorCode.none)
+        if hasattr(result, "configs") and result.configs is not None:
+            assert {c.name: c.value for c in result.configs}["retention.ms"] == "1000"
+            assert result.num_partitions == 2
+        again = _create(client, version, "t")
+        assert again.error_code == ErrorCode.topic_already_exists
+    assert kafka.broker.partitions_of("t") == [0, 1]
+    assert kafka.broker.topic_overrides("t") == {"retention.ms": "1000"}
+    assert kafka.broker.log("t", 1).config.retention_ms == 1000
+
+
+def test_create_topics_refusals_and_validate_only(kafka):
+    with RawClient(kafka.address) as client:
+        assert _create(client, 7, "r3", replication=3).error_code == ErrorCode.invalid_replication_factor
+        assert _create(client, 7, "zero", partitions=0).error_code == ErrorCode.invalid_partitions
+        assert _create(client, 7, "bad/name").error_code == ErrorCode.invalid_topic_exception
+        bad = _create(client, 7, "cfg", configs={"retention.ms": "soon"})
+        assert bad.error_code == ErrorCode.invalid_config and "retention.ms" in bad.error_message
+        assert _create(client, 7, "cfg", configs={"no.such.key": "1"}).error_code == ErrorCode.invalid_config
+        remote = _create(client, 7, "remote", configs={"remote.storage.enable": "true"})
+        assert remote.error_code == ErrorCode.invalid_config  # the broker has no remote storage system
+        assert _create(client, 7, "dry", validate_only=True).error_code == ErrorCode.none
+        default = _create(client, 7, "dflt", partitions=-1, replication=-1)
+        assert (default.error_code, default.num_partitions) == (ErrorCode.none, 1)
+    assert sorted(kafka.broker.topics()) == ["dflt"]
+
+
+def test_create_topics_refuses_an_excessively_large_request_as_a_whole(kafka):
+    """Kafka's controller refuses an operation of more than 10,000 records (POLICY_VIOLATION) before it creates
+    anything: a careless --partitions 10001 makes no partition dir; many duplicate names are answered quickly."""
+    with RawClient(kafka.address) as client:
+        huge = _create(client, 7, "huge", partitions=10_001)
+        assert (huge.error_code, huge.error_message) == (ErrorCode.policy_violation,
+                                                         "Unable to perform excessively large batch operation.")
+        topics = tuple(build(19, 7, "CreatableTopic", name=name, num_partitions=1, replication_factor=1,
+                             assignments=(), configs=()) for name in ("small", "big"))
+        topics += (build(19, 7, "CreatableTopic", name="big", num_partitions=9_999, replication_factor=1,
+                         assignments=(), configs=()),)
+        response = client.call(19, 7, build(19, 7, topics=topics, timeout=ms(30_000), validate_only=False))
+        assert {t.error_code for t in response.topics} == {ErrorCode.policy_violation}
+        many = tuple(build(19, 7, "CreatableTopic", name="dup", num_partitions=1, replication_factor=1,
+                           assignments=(), configs=()) for _ in range(5_000))
+        response = client.call(19, 7, build(19, 7, topics=many, timeout=ms(30_000), validate_only=False))
+        assert {t.error_code for t in response.topics} == {ErrorCode.invalid_request}
+    assert kafka.broker.topics() == {}
+
+
+@pytest.mark.parametrize("version", range(SUPPORTED[20][0], SUPPORTED[20][1] + 1))
+def test_delete_topics(kafka, version):
+    with RawClient(kafka.address) as client:
+        _create(client, 7, "gone")
+        response = client.call(20, version, build(20, version, topic_names=("gone", "never"), timeout=ms(30_000)))
+    codes = {r.name: r.error_code for r in response.responses}
+    assert codes == {"gone": ErrorCode.none, "never": ErrorCode.unknown_topic_or_partition}
+    assert kafka.broker.partitions_of("gone") == []
+
+
+def test_deleting_a_topic_removes_its_committed_offsets(tmp_path):
+    """Kafka's onPartitionsDeleted: a topic created again under the name does not resume at the old commits."""
+    def commit(client: RawClient, topic: str) -> None:
+        part = build(8, 8, "OffsetCommitRequestPartition", partition_index=0, committed_offset=42,
+                     committed_leader_epoch=-1, committed_metadata="")
+        body = build(8, 8, group_id="g", generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
+                     topics=(build(8, 8, "OffsetCommitRequestTopic", name=topic, partitions=(part,)),))
+        assert client.call(8, 8, body).topics[0].partitions[0].error_code == ErrorCode.none
+
+    def committed(client: RawClient) -> dict[tuple[str, int], int]:
+        response = client.call(9, 7, build(9, 7, group_id="g", topics=None, require_stable=False))
+        return {(t.name, p.partition_index): p.committed_offset for t in response.topics for p in t.partitions}
+
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        client.call(10, 4, build(10, 4, key_type=0, coordinator_keys=("g",)))
+        _create(client, 7, "gone")
+        _create(client, 7, "kept")
+        commit(client, "gone")
+        commit(client, "kept")
+        response = client.call(20, 5, build(20, 5, topic_names=("gone",), timeout=ms(30_000)))
+        assert response.responses[0].error_code == ErrorCode.none
+        assert committed(client) == {("kept", 0): 42}
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        assert committed(client) == {("kept", 0): 42}  # the tombstone is in __consumer_offsets
+
+
+def test_delete_topic_disabled_and_internal(tmp_path):
+    with listener(tmp_path, **{"delete.topic.enable": "false"}) as kafka, RawClient(kafka.address) as client:
+        _create(client, 7, "kept")
+        response = client.call(20, 5, build(20, 5, topic_names=("kept", "__consumer_offsets"), timeout=ms(1000)))
+        assert {r.name: r.error_code for r in response.responses} == {
+            "kept": ErrorCode.topic_deletion_disabled, "__consumer_offsets": ErrorCode.topic_deletion_disabled}
+
+
+@pytest.mark.parametrize("version", range(SUPPORTED[32][0], SUPPORTED[32][1] + 1))
+def test_describe_configs_of_a_topic_and_the_broker(kafka, version):
+    with RawClient(kafka.address) as client:
+        _create(client, 7, "t", configs={"cleanup.policy": "delete", "segment.bytes": str(2 * 1024 * 1024)})
+        result = _describe(client, version, 2, "t")
+        assert result.error_code == ErrorCode.none
+        configs = {c.name: c for c in result.configs}
+        assert configs["segment.bytes"].value == str(2 * 1024 * 1024)
+        assert configs["segment.bytes"].config_source == 1  # DYNAMIC_TOPIC_CONFIG
+        assert configs["retention.ms"].value == str(7 * 24 * 3600 * 1000)
+        assert configs["retention.ms"].config_source == 5  # DEFAULT_CONFIG
+        assert configs["remote.storage.enable"].value == "false"
+        only = _describe(client, version, 2, "t", keys=("retention.ms",))
+        assert [c.name for c in only.configs] == ["retention.ms"]
+        assert _describe(client, version, 2, "nope").error_code == ErrorCode.unknown_topic_or_partition
+        broker = _describe(client, version, 4, "0")
+        assert broker.error_code == ErrorCode.none
+        assert {c.name for c in broker.configs} >= {"log.dirs", "broker.id", "num.io.threads"}
+        assert all(c.read_only for c in broker.configs)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_incremental_alter_configs(kafka, version):
+    with RawClient(kafka.address) as client:
+        _create(client, 7, "t", configs={"retention.ms": "1000", "segment.bytes": str(2 * 1024 * 1024)})
+        set_delete = _alter(client, version, "t", [("retention.ms", 0, "5000"), ("segment.bytes", 1, None)])
+        assert set_delete.error_code == ErrorCode.none
+        assert kafka.broker.topic_overrides("t") == {"retention.ms": "5000"}
+        assert kafka.broker.log("t", 0).config.retention_ms == 5000
+        appended = _alter(client, version, "t", [("cleanup.policy", 2, "compact")])
+        assert appended.error_code == ErrorCode.none
+        assert kafka.broker.topic_overrides("t")["cleanup.policy"] == "delete,compact"
+        assert _alter(client, version, "t", [("cleanup.policy", 3, "delete")]).error_code == ErrorCode.none
+        assert kafka.broker.topic_overrides("t")["cleanup.policy"] == "compact"
+        assert _alter(client, version, "t", [("retention.ms", 2, "1")]).error_code == ErrorCode.invalid_config
+        bad = _alter(client, version, "t", [("retention.ms", 0, "-9")])
+        assert bad.error_code == ErrorCode.invalid_config and "retention.ms" in bad.error_message
+        assert _alter(client, version, "t", [("retention.ms", 0, "1")], validate_only=True).error_code == ErrorCode.none
+        assert _alter(client, version, "missing", [("retention.ms", 0, "1")]).error_code == (
+            ErrorCode.unknown_topic_or_partition)
+    assert kafka.broker.topic_overrides("t") == {"retention.ms": "5000", "cleanup.policy": "compact"}
+
+
+def test_librdkafka_admin_client(kafka):
+    import confluent_kafka.admin as admin
+
+    client = admin.AdminClient({"bootstrap.servers": kafka.address})
+    for future in client.create_topics([admin.NewTopic("ck", 3, 1, config={"retention.ms": "60000"})]).values():
+        future.result(30)
+    resource = admin.ConfigResource(admin.ResourceType.TOPIC, "ck")
+    described = client.describe_configs([resource])[resource].result(30)
+    assert described["retention.ms"].value == "60000"
+    change = admin.ConfigResource(admin.ResourceType.TOPIC, "ck", incremental_configs=[
+        admin.ConfigEntry("retention.ms", "120000", incremental_operation=admin.AlterConfigOpType.SET)])
+    client.incremental_alter_configs([change])[change].result(30)
+    assert kafka.broker.topic_overrides("ck") == {"retention.ms": "120000"}
+    assert sorted(client.list_topics(timeout=30).topics) == ["ck"]
+    for future in client.delete_topics(["ck"]).values():
+        future.result(30)
+    assert kafka.broker.topics() == {}

@@ -1,0 +1,459 @@
+"""One writer per partition across data dirs sharing a bucket (tiered.ownership), through the CLI and the engine:
+a data dir that lost the partition to ``tiered attach`` copies and deletes nothing more there, readers follow the
+owner's lineage only, a wrong prefix is refused, segments whose deletion started are never read, counted or
+adopted. Local-directory bucket; the S3 servers are in tests/integration/test_ownership_s3.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from local import LogConfig, LogManager
+from local.records import MemoryRecords, SimpleRecord
+from local.remote_state import RemoteLogState, RemoteLogStateFile
+from tests.logutil import local_tier_props
+from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.cli import main
+from tiered.composition import open_log_manager, remote_log_manager_of
+from tiered.errors import ObjectExistsError
+from tiered.metadata import RemoteLogMetadataStore
+from tiered.ownership import OwnerRecord, claim_lineage, within_lineage
+from tiered.rsm import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+
+TOPIC = "ev"
+BATCH = 100
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def write_config(path: Path, props: dict[str, str]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+def produce(config: Path, label: str, batches: int) -> tuple[int, int]:
+    """``batches`` batches of 100 records valued ``<label>-<offset>`` (~30 KiB each: a 1 MiB segment rolls every ~34
+    batches), then a roll, so everything written can be copied. Returns the offsets written [first, end)."""
+    now = int(time.time() * 1000)
+    with LogManager(LogConfig.from_properties(str(config)), start_scheduler=False) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None
+        first = log.log_end_offset
+        for _ in range(batches):
+            at = log.log_end_offset
+            log.append(MemoryRecords.build([SimpleRecord(now, None, f"{label}-{at + j}".encode() + b"x" * 300)
+                                            for j in range(BATCH)]))
+        log.roll()
+        return first, log.log_end_offset
+
+
+def consume(capsys: pytest.CaptureFixture[str], config: Path, *extra: str) -> tuple[int, list[dict[str, object]], str]:
+    rc, out, err = cli(capsys, "--config", str(config), "consume", "-t", TOPIC, "--json", *extra)
+    return rc, [json.loads(line) for line in out.splitlines()], err
+
+
+def attach(capsys: pytest.CaptureFixture[str], config: Path) -> str:
+    """``tiered attach`` of the topic, then its local retention as the first data dir's (topic configs are not in
+    the bucket)."""
+    rc, out, err = cli(capsys, "--config", str(config), "attach", "-t", TOPIC)
+    assert rc == 0, err
+    rc, _, err = cli(capsys, "--config", str(config), "topics", "alter", "-t", TOPIC, "--add-config",
+                     "local.retention.bytes=1")
+    assert rc == 0, err
+    return out
+
+
+def remote_logs(bucket: Path) -> list[Path]:
+    return sorted(bucket.rglob("*.log"))
+
+
+@pytest.fixture
+def two_dirs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, Path, Path]:
+    """A (which created and offloaded topic ev) and B (an empty data dir) sharing one bucket; returns their configs
+    and the bucket."""
+    bucket = tmp_path / "bucket"
+    a = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{"rsm.config.dir": str(bucket)}))
+    b = write_config(tmp_path / "b.properties", local_tier_props(tmp_path / "b", **{"rsm.config.dir": str(bucket)}))
+    rc, _, err = cli(capsys, "--config", str(a), "topics", "create", "-t", TOPIC, "--topic-config",
+                     "remote.storage.enable=true", "--topic-config", "local.retention.bytes=1")
+    assert rc == 0, err
+    produce(a, "A", 100)
+    rc, _, err = cli(capsys, "--config", str(a), "offload")
+    assert rc == 0, err
+    return a, b, bucket
+
+
+def test_a_data_dir_that_lost_the_partition_copies_nothing_and_b_reads_only_its_own_records(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    a, b, bucket = two_dirs
+    highest = RemoteLogStateFile(tmp_path / "a" / "data" / f"{TOPIC}-0").read().highest_remote_offset
+    assert "owner epoch 1" in attach(capsys, b)
+    # Both keep producing: B after the remote log end, A after its own log end (offsets B writes too).
+    b_first, b_end = produce(b, "B", 80)
+    assert b_first == highest + 1
+    produce(a, "A", 80)
+    before = remote_logs(bucket)
+    rc, out, err = cli(capsys, "--config", str(a), "offload")
+    assert rc == 1
+    lost = [line for line in err.splitlines() if "lost ownership" in line]
+    assert len(lost) == 1 and "owner epoch 1" in lost[0] and str(tmp_path / "a" / "data" / f"{TOPIC}-0") in lost[0]
+    assert remote_logs(bucket) == before  # A copied (and deleted) nothing
+    assert "copied 0 segment(s)" in out
+    # B tiers its own records; once its local retention deleted them, every offset reads back as B wrote it.
+    rc, _, err = cli(capsys, "--config", str(b), "offload")
+    assert rc == 0, err
+    with LogManager(LogConfig.from_properties(str(b)), start_scheduler=False, read_only=True) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None and log.local_log_start_offset > b_first + 1000
+    rc, records, err = consume(capsys, b, "--offset", str(highest - 5))
+    assert rc == 0, err
+    assert [r["offset"] for r in records] == list(range(highest - 5, b_end))
+    assert all(str(r["value"]).startswith(f"A-{r['offset']}x") for r in records[:6])
+    assert all(str(r["value"]).startswith(f"B-{r['offset']}x") for r in records[6:])
+    # verify: B's view is clean; A is told it is not the owner (exit 1).
+    rc, out, err = cli(capsys, "--config", str(b), "verify", "--remote")
+    assert rc == 0, out + err
+    rc, out, err = cli(capsys, "--config", str(a), "verify", "--remote", "--json")
+    assert rc == 1
+    kinds = {p["kind"] for part in json.loads(out)["partitions"] for p in part["problems"]}
+    assert kinds == {"not_owner"}
+    # status: A's partition is lost (a problem, exit 1), B's is owned.
+    rc, out, err = cli(capsys, "--config", str(a), "status", "--json")
+    assert rc == 1 and "lost ownership" in err
+    [part] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert part["remote"]["ownership"]["state"] == "lost" and part["remote"]["ownership"]["owner_epoch"] == 1
+    rc, out, err = cli(capsys, "--config", str(b), "status", "--json")
+    assert rc == 0, err
+    [part] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert part["remote"]["ownership"]["state"] == "owner"
+
+
+def test_a_late_copy_of_the_former_owner_is_never_read_verify_reports_it_and_the_owner_deletes_it(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The window fencing leaves: A checked its ownership just before B's claim and copies one more segment. That
+    segment holds offsets B writes too, in A's epoch: outside B's lineage."""
+    a, b, bucket = two_dirs
+    highest = RemoteLogStateFile(tmp_path / "a" / "data" / f"{TOPIC}-0").read().highest_remote_offset
+    produce(a, "A", 40)
+    config_a = LogConfig.from_properties(str(a))
+    with open_log_manager(config_a, start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None
+        attach(capsys, b)
+        rlm.ownership.ensure_owner = lambda log, tip: None  # type: ignore[method-assign]  # checked before the claim
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None
+        assert rlm.copy_log_segments(log).segments_copied >= 1  # the copy task only: its run in the window
+    b_first, b_end = produce(b, "B", 40)
+    rc, out, err = cli(capsys, "--config", str(b), "verify", "--remote", "--json")
+    assert rc == 1
+    problems = [p for part in json.loads(out)["partitions"] for p in part["problems"]]
+    assert problems and {p["kind"] for p in problems} == {"outside_lineage"}
+    assert all(p["offset"] > highest for p in problems)
+    # B reads its own records at those offsets, from the local log and, after its offload, from the remote tier.
+    late = {p["object"] for p in problems}
+    for i in range(2):
+        rc, records, err = consume(capsys, b, "--offset", str(b_first))
+        assert rc == 0, err
+        assert [r["offset"] for r in records] == list(range(b_first, b_end))
+        assert all(str(r["value"]).startswith("B-") for r in records)
+        if i == 0:
+            rc, out, err = cli(capsys, "--config", str(b), "offload")  # deletes A's late copies, copies B's
+            assert rc == 0, err
+            assert f"deleted {len(late)} remote segment(s)" in out
+            assert not any((bucket / key).exists() for key in late)
+    rc, out, err = cli(capsys, "--config", str(b), "verify", "--remote")
+    assert rc == 0, out + err
+
+
+def test_a_wrong_prefix_is_refused_naming_the_state_file_and_the_store(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    a, _, bucket = two_dirs
+    produce(a, "A", 40)
+    state_file = str(tmp_path / "a" / "data" / f"{TOPIC}-0" / "remote-log-state")
+    wrong = ("-o", "rsm.config.prefix=other")
+    rc, out, err = cli(capsys, "--config", str(a), *wrong, "offload")
+    assert rc == 1
+    [line] = [x for x in err.splitlines() if "rsm.config.prefix" in x]
+    assert state_file in line and "prefix='other'" in line
+    assert not list((bucket / "other").rglob("*.log")) and not list((bucket / "other").rglob("owner-*"))
+    rc, out, err = cli(capsys, "--config", str(a), *wrong, "status")
+    assert rc == 1 and "WRONG STORE" in out and "rsm.config.prefix" in err
+    rc, out, err = cli(capsys, "--config", str(a), *wrong, "consume", "-t", TOPIC, "--offset", "0")
+    assert rc == 1 and out == "" and "rsm.config.prefix" in err and len(err.strip().splitlines()) == 1
+    assert state_file in err and "tiered-read-only-" not in err  # the operator's file, not the read-only copy
+    # The right prefix still works.
+    rc, _, err = cli(capsys, "--config", str(a), "offload")
+    assert rc == 0, err
+
+
+def test_a_legacy_data_dir_with_remote_data_and_a_store_without_it_is_refused(tmp_path: Path) -> None:
+    """Remote data written before ownership existed (no claim in remote-log-state) and a store that holds none of
+    the partition: a wrong bucket, refused (the log start is below the local log start)."""
+    props = local_tier_props(tmp_path)
+    config = LogConfig.from_properties(props)
+    with open_log_manager(config, start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+        for _ in range(80):
+            log.append(MemoryRecords.build([SimpleRecord(None, b"x" * 30_000)]))
+        log.roll()
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None and rlm.run_once(manager.all_logs()).segments_copied > 0
+        manager.cleanup_logs()
+        assert log.log_start_offset < log.local_log_start_offset
+    pdir = tmp_path / "data" / f"{TOPIC}-0"
+    state = RemoteLogStateFile(pdir).read()
+    RemoteLogStateFile(pdir).write(RemoteLogState(True, state.highest_remote_offset))  # as written before ownership
+    other = LogConfig.from_properties({**props, "rsm.config.dir": str(tmp_path / "empty-bucket")})
+    with open_log_manager(other, start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None
+        result = rlm.run_once(manager.all_logs())
+        assert (result.segments_copied, result.not_owned) == (0, 1)
+        [found] = rlm.ownership.states().values()
+        assert found.state == "wrong_store" and str(pdir / "remote-log-state") in found.detail
+    assert not list((tmp_path / "empty-bucket").rglob("*.json"))
+
+
+def test_the_former_owner_says_it_lost_the_partition_once_and_metrics_show_it(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b, _ = two_dirs
+    attach(capsys, b)
+    produce(a, "A", 40)
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None
+        caplog.set_level(logging.ERROR, logger="tiered")
+        for _ in range(3):
+            result = rlm.run_once(manager.all_logs())
+            assert (result.segments_copied, result.segments_deleted, result.not_owned) == (0, 0, 1)
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and "lost ownership" in errors[0]
+        value = rlm.metrics.registry.get_sample_value(
+            "RemoteLogOwnership", {"topic": TOPIC, "partition": "0", "RemoteLogOwnership": "lost"})
+        assert value == 1.0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Segments whose deletion started
+
+
+def _store_and_log(tmp_path: Path) -> tuple[Path, Path]:
+    config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{
+        "rsm.config.dir": str(tmp_path / "bucket")}))
+    with open_log_manager(LogConfig.from_properties(str(config)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+        for i in range(90):
+            log.append(MemoryRecords.build([SimpleRecord(None, f"v{i}".encode() + b"x" * 30_000)]))
+        log.roll()
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None and rlm.run_once(manager.all_logs()).segments_copied >= 3
+        manager.cleanup_logs()
+    return config, tmp_path / "bucket"
+
+
+def _mark_first_delete_started(bucket: Path) -> RemoteLogSegmentMetadata:
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(bucket)})
+    store = RemoteLogMetadataStore(rsm)
+    [tip] = {md.topic_id_partition for md in _all_segments(store, bucket)}
+    first = store.readable_segments(tip)[0]
+    store.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+        first.remote_log_segment_id, 0, None, RemoteLogSegmentState.DELETE_SEGMENT_STARTED, 0))
+    return first
+
+
+def _all_segments(store: RemoteLogMetadataStore, bucket: Path) -> list[RemoteLogSegmentMetadata]:
+    from tiered.metadata import decode_metadata
+
+    return [decode_metadata(p.read_bytes()) for p in bucket.rglob("*.json") if not p.name.startswith("owner-")]
+
+
+def test_a_segment_whose_deletion_started_is_never_read_counted_or_adopted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, bucket = _store_and_log(tmp_path)
+    rc, out, _ = cli(capsys, "--config", str(config), "status", "--json")
+    [before] = json.loads(out)["data_dirs"][0]["partitions"]
+    first = _mark_first_delete_started(bucket)
+    assert first.start_offset == 0
+    # Read: its offsets are not served from its objects (still in the bucket).
+    assert list(bucket.rglob(f"*{first.start_offset:020d}-*.log"))
+    rc, records, err = consume(capsys, config, "--offset", "0")
+    assert not any(r["offset"] <= first.end_offset for r in records)
+    # Counted: status leaves it out of the remote segments, bytes and log start.
+    rc, out, _ = cli(capsys, "--config", str(config), "status", "--json")
+    [after] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert after["remote"]["segments"] == before["remote"]["segments"] - 1
+    assert after["remote"]["size_bytes"] == before["remote"]["size_bytes"] - first.segment_size_in_bytes
+    assert after["remote"]["log_start_offset"] == first.end_offset + 1
+    # Adopted: a new data dir attaching the topic starts after it.
+    other = write_config(tmp_path / "b.properties", local_tier_props(tmp_path / "b", **{"rsm.config.dir": str(bucket)}))
+    rc, out, err = cli(capsys, "--config", str(other), "attach", "-t", TOPIC)
+    assert rc == 0, err
+    assert f"log start offset {first.end_offset + 1}," in out
+    assert f"{after['remote']['segments']} remote segment(s)" in out
+
+
+def test_a_failed_copy_left_delete_started_is_never_read(tmp_path: Path) -> None:
+    """A copy that failed after uploading, whose cleanup failed too, sits in DELETE_SEGMENT_STARTED with whole
+    objects: no read may use it (and the next pass deletes it)."""
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(tmp_path / "bucket")})
+    store = RemoteLogMetadataStore(rsm)
+    tip = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    good = _md(tip, 0, 99)
+    bad = _md(tip, 100, 199)
+    for md in (good, bad):
+        store.add_remote_log_segment_metadata(md)
+    store.update_remote_log_segment_metadata(_update(good, RemoteLogSegmentState.COPY_SEGMENT_FINISHED))
+    store.update_remote_log_segment_metadata(_update(bad, RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
+    for reader in (store, RemoteLogMetadataStore(rsm)):  # this process's view, and a new reader's
+        assert [m.start_offset for m in reader.readable_segments(tip)] == [0]
+        assert reader.remote_log_segment_metadata(tip, 150) is None
+        assert [m.start_offset for m in reader.find_stale_copies(tip)] == [100]
+
+
+def _md(tip: TopicIdPartition, start: int, end: int, epochs: dict[int, int] | None = None) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), start, end, 0, 0, 0, 10,
+                                    epochs if epochs is not None else {0: start})
+
+
+def _update(md: RemoteLogSegmentMetadata, state: RemoteLogSegmentState) -> RemoteLogSegmentMetadataUpdate:
+    return RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, 0, None, state, 0)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Claims and the lineage rule
+
+
+def test_two_claimants_of_one_epoch_cannot_both_win(tmp_path: Path) -> None:
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(tmp_path / "bucket")})
+    tip = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    outcomes: list[str] = []
+    barrier = threading.Barrier(8)
+
+    def claim(i: int) -> None:
+        store = RemoteLogMetadataStore(rsm)
+        record = OwnerRecord(3, f"{i:032x}", ((0, 0), (3, 100)), 0)
+        barrier.wait()
+        try:
+            store.claim_ownership(tip, record)
+            outcomes.append(record.owner_id)
+        except ObjectExistsError:
+            outcomes.append("lost")
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [o for o in outcomes if o != "lost"]
+    assert len(winners) == 1 and len(outcomes) == 8
+    [record] = RemoteLogMetadataStore(rsm).owner_records(tip)
+    assert record.owner_id == winners[0]
+
+
+def test_readers_follow_the_newest_owner_records_lineage(tmp_path: Path) -> None:
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(tmp_path / "bucket")})
+    store = RemoteLogMetadataStore(rsm)
+    tip = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    a1, a2 = _md(tip, 0, 99), _md(tip, 100, 199)  # A, epoch 0
+    for md in (a1, a2):
+        store.add_remote_log_segment_metadata(md)
+        store.update_remote_log_segment_metadata(_update(md, RemoteLogSegmentState.COPY_SEGMENT_FINISHED))
+    assert [m.start_offset for m in store.readable_segments(tip)] == [0, 100]  # no owner records: everything
+    store.claim_ownership(tip, OwnerRecord(0, "a" * 32, ((0, 0),), 0))
+    store.claim_ownership(tip, OwnerRecord(1, "b" * 32, ((0, 0), (1, 100)), 0))  # B adopted up to 99
+    reader = RemoteLogMetadataStore(rsm)
+    assert [m.start_offset for m in reader.readable_segments(tip)] == [0]
+    assert reader.remote_log_segment_metadata(tip, 150) is None
+    assert [m.remote_log_segment_id for m in reader.foreign_segments(tip)] == [a2.remote_log_segment_id]
+    b1 = _md(tip, 100, 149, {1: 100})
+    reader.add_remote_log_segment_metadata(b1)
+    reader.update_remote_log_segment_metadata(_update(b1, RemoteLogSegmentState.COPY_SEGMENT_FINISHED))
+    found = reader.remote_log_segment_metadata(tip, 120)
+    assert found is not None and found.remote_log_segment_id == b1.remote_log_segment_id
+    # The view of the first store learns the claim at its next listing of the owner records.
+    store.owner_records(tip)
+    assert store.remote_log_segment_metadata(tip, 150) is None
+
+
+def test_claim_lineage_keeps_the_epochs_before_the_log_end_then_the_owner_epoch() -> None:
+    assert claim_lineage([(0, 0), (3, 500)], 900, 4) == ((0, 0), (3, 500), (4, 900))
+    assert claim_lineage([(0, 0), (3, 500)], 900, 3) == ((0, 0), (3, 500))
+    assert claim_lineage([], 0, 0) == ((0, 0),)
+    assert claim_lineage([(0, 0), (2, 950)], 900, 5) == ((0, 0), (5, 900))  # an epoch past the end is not adopted
+
+
+def _model_within(md: RemoteLogSegmentMetadata, lineage: tuple[tuple[int, int], ...]) -> bool:
+    """Offset by offset: each offset's epoch in the segment must be the lineage's epoch there (the first entry
+    reaching down to 0), or an epoch from the owner's on, from the owner's start."""
+    owner, owner_start = lineage[-1]
+    seg = sorted(md.segment_leader_epochs.items(), key=lambda kv: kv[1])
+    for offset in range(md.start_offset, md.end_offset + 1):
+        epoch = [e for e, s in seg if s <= offset][-1]
+        if epoch >= owner:
+            if len(lineage) > 1 and offset < owner_start:
+                return False
+            continue
+        expected = [e for e, s in lineage if s <= offset] or [lineage[0][0]]
+        if expected[-1] != epoch:
+            return False
+    return True
+
+
+@st.composite
+def _lineage_and_segment(draw: st.DrawFn) -> tuple[tuple[tuple[int, int], ...], RemoteLogSegmentMetadata]:
+    epochs = sorted(draw(st.sets(st.integers(0, 8), min_size=1, max_size=4)))
+    starts = sorted(draw(st.lists(st.integers(0, 60), min_size=len(epochs), max_size=len(epochs), unique=True)))
+    lineage = tuple(zip(epochs, starts))
+    start = draw(st.integers(0, 70))
+    end = draw(st.integers(start, start + 30))
+    n_cuts = draw(st.integers(0, min(2, end - start)))
+    cuts = sorted(draw(st.lists(st.integers(start + 1, end), min_size=n_cuts, max_size=n_cuts, unique=True))) if n_cuts else []
+    seg_epochs = sorted(draw(st.sets(st.integers(0, 9), min_size=n_cuts + 1, max_size=n_cuts + 1)))
+    tip = TopicIdPartition(uuid.UUID(int=1), TOPIC, 0)
+    return lineage, _md(tip, start, end, dict(zip(seg_epochs, [start, *cuts])))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])  # a busy machine
+@given(_lineage_and_segment())
+def test_within_lineage_agrees_with_an_offset_by_offset_model(
+    case: tuple[tuple[tuple[int, int], ...], RemoteLogSegmentMetadata]
+) -> None:
+    lineage, md = case
+    assert within_lineage(md, lineage) == _model_within(md, lineage)
+
+
+def test_an_owner_record_round_trips_and_refuses_what_is_not_one() -> None:
+    record = OwnerRecord(2, "c" * 32, ((0, 0), (2, 10)), 5, "host", ("/d1", "/d2"))
+    assert OwnerRecord.decode(record.encode()) == record
+    for bad in (b"{}", b"[]", b"\xff", b'{"version":9}', record.encode().replace(b'"lineage":[[0,0],[2,10]]',
+                                                                                 b'"lineage":[[0,0]]')):
+        with pytest.raises(ValueError, match="owner record"):
+            OwnerRecord.decode(bad)

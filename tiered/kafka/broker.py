@@ -1,0 +1,288 @@
+"""The node behind the Kafka listener: one broker, the controller and the leader of every partition.
+
+:class:`KafkaBroker` is what every handler is given: the running :class:`local.LogManager`, the broker config, this
+node's id (``broker.id``) and the address it advertises, and the shared parts (the append notifier that wakes
+long-polling fetches, the group coordinator, the producer id allocator). It also owns the topic operations the
+protocol needs (list, create, delete), with the rules of ``tiered topics``: a topic is its partition dirs, one topic
+id for all of them, its config overrides stored beside each partition.
+
+Leader epoch: a single node never changes leadership, so a partition's leader epoch is the latest one of its
+leader-epoch cache (0 for a new partition: the epoch the engine stamps on client appends); responses give it where
+Kafka's carry one, and requests that name a current leader epoch are checked against it (FENCED_LEADER_EPOCH
+below, UNKNOWN_LEADER_EPOCH above).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import threading
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kio.schema.errors import ErrorCode
+
+from local import filenames
+from local.errors import ConfigError
+
+if TYPE_CHECKING:
+    from local.config import LogConfig
+    from local.log import Log
+    from local.manager import LogManager
+    from tiered.kafka.group_coordinator import GroupCoordinator
+    from tiered.kafka.producer_ids import ProducerIdManager
+    from tiered.kafka.txn_coordinator import TxnCoordinator
+
+logger = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+# A KRaft broker's metadata log sits in its data dir like a partition; Kafka never shows it to clients.
+HIDDEN_TOPICS = frozenset({"__cluster_metadata"})
+
+
+class TopicError(Exception):
+    """A topic operation refused with Kafka's ``code`` and a message for the response."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class AppendNotifier:
+    """Wakes fetches waiting for data (Kafka's delayed fetch purgatory, reduced to "something was appended").
+
+    :meth:`notify` is the LogManager's append listener: every append to any log calls it (the listener's produce,
+    a transaction marker, the HTTP endpoint, ``tiered produce`` in this process), on the appending thread.
+    Waiters are coroutines on the server's event loop. ``version`` counts the appends notified so far: a fetch reads
+    it before it reads the log, and waits only while it is unchanged, so an append between the read and the wait is
+    never missed. The loop is woken only when a fetch waits (the version check and the waiter's registration are
+    under the same lock as the version's increment and the check for waiters), so appends cost no wake-up then.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._version = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def notify(self, _log: object = None) -> None:
+        with self._lock:
+            self._version += 1
+            waiting = bool(self._waiters)
+        loop = self._loop
+        if waiting and loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._wake)
+            except RuntimeError:  # the loop closed meanwhile: nobody waits any more
+                pass
+
+    def _wake(self) -> None:
+        with self._lock:
+            waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_past(self, version: int, timeout_s: float) -> None:
+        """Return once an append after ``version`` was notified, or after ``timeout_s``. On the loop thread only."""
+        assert self._loop is not None
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        with self._lock:
+            if self._version != version or timeout_s <= 0:
+                return
+            self._waiters.add(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                self._waiters.discard(waiter)
+
+
+class KafkaBroker:
+    """See the module docstring."""
+
+    def __init__(self, manager: LogManager, config: LogConfig, host: str, port: int) -> None:
+        self.manager = manager
+        self.config = config
+        self.node_id = max(config.broker_id, 0)
+        self.host = host
+        self.port = port
+        self.cluster_id = _cluster_id(config)
+        self.appends = AppendNotifier()
+        self._topics_lock = threading.RLock()
+        self.coordinator: GroupCoordinator | None = None
+        self.txn_coordinator: TxnCoordinator | None = None
+        self.producer_ids: ProducerIdManager | None = None
+
+    # Topics -------------------------------------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, list[int]]:
+        """Every topic of the live data dirs with its partitions, in order."""
+        out: dict[str, list[int]] = {}
+        for topic, partition in self.manager.partitions():
+            if topic not in HIDDEN_TOPICS:
+                out.setdefault(topic, []).append(partition)
+        return {t: sorted(ps) for t, ps in sorted(out.items())}
+
+    def partitions_of(self, topic: str) -> list[int]:
+        if topic in HIDDEN_TOPICS:
+            return []
+        return sorted(p for t, p in self.manager.partitions() if t == topic)
+
+    def known_partitions(self, topics: set[str]) -> set[tuple[str, int]]:
+        """The partitions of these topics that exist, online or in an offline data dir (Kafka's metadata cache)."""
+        known = {(t, p) for t, p in self.manager.partitions() if t in topics and t not in HIDDEN_TOPICS}
+        known.update((t, p) for t, p in self.manager.offline_partitions if t in topics)
+        return known
+
+    def log(self, topic: str, partition: int) -> Log | None:
+        return None if topic in HIDDEN_TOPICS else self.manager.get_log(topic, partition)
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        for partition in self.partitions_of(topic):
+            log = self.manager.get_log(topic, partition)
+            if log is not None and log.topic_id is not None:
+                return log.topic_id
+        return None
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        """The topic's config overrides as stored beside its first partition."""
+        from tiered.commands.topics import topic_overrides
+
+        for partition in self.partitions_of(topic):
+            pdir = self.manager.data_dir_of(topic, partition)
+            if pdir is not None:
+                return topic_overrides(Path(pdir) / filenames.partition_dir_name(topic, partition))
+        return {}
+
+    def create_topic(self, topic: str, partitions: int, overrides: Mapping[str, str], *,
+                     validate_only: bool = False) -> uuid.UUID | None:
+        """Create ``topic`` with ``partitions`` partitions and ``overrides``; raises :class:`TopicError`."""
+        from tiered.commands.topics import _check_remote_allowed
+
+        try:
+            filenames.validate_topic(topic)
+        except ValueError as exc:
+            raise TopicError(ErrorCode.invalid_topic_exception, str(exc)) from None
+        if topic in HIDDEN_TOPICS:
+            raise TopicError(ErrorCode.invalid_topic_exception, f"{topic} is a KRaft broker's metadata log, not a topic")
+        if partitions < 1:
+            raise TopicError(ErrorCode.invalid_partitions, f"number of partitions must be at least 1, got {partitions}")
+        try:
+            self.config.topic_config(dict(overrides))
+            _check_remote_allowed(self.config, dict(overrides))
+        except ConfigError as exc:
+            raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+        with self._topics_lock:
+            if self.partitions_of(topic):
+                raise TopicError(ErrorCode.topic_already_exists, f"Topic '{topic}' already exists.")
+            if validate_only:
+                return None
+            topic_id = uuid.uuid4()
+            for partition in range(partitions):
+                self.manager.get_or_create_log(topic, partition, dict(overrides), topic_id=topic_id)
+            logger.info("created topic %s with %d partition(s)", topic, partitions)
+            return topic_id
+
+    def auto_create_topic(self, topic: str) -> bool:
+        """Kafka's auto topic creation on Metadata: ``num.partitions`` partitions, no overrides. False when the
+        name is not valid or auto creation is off."""
+        if not self.config.auto_create_topics_enable or topic in INTERNAL_TOPICS | HIDDEN_TOPICS:
+            return False
+        try:
+            self.create_topic(topic, self.config.num_partitions, {})
+        except TopicError as exc:
+            return exc.code == ErrorCode.topic_already_exists
+        return True
+
+    def delete_topic(self, topic: str) -> None:
+        if not self.config.delete_topic_enable:
+            raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled (delete.topic.enable)")
+        if topic in INTERNAL_TOPICS:
+            raise TopicError(ErrorCode.invalid_topic_exception, f"Topic {topic} is internal: it cannot be deleted")
+        with self._topics_lock:
+            partitions = self.partitions_of(topic)
+            if not partitions:
+                raise TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
+            logs = [self.manager.get_log(topic, p) for p in partitions]
+            held = [log.name for log in logs if log is not None and log.has_remote_data]
+            if held:
+                # The engine's delete_log removes local data only: the remote segments would be left behind.
+                raise TopicError(ErrorCode.policy_violation,
+                                 f"topic {topic} has data in remote storage ({', '.join(held)}): deleting it over the "
+                                 "Kafka protocol would leave the remote segments behind, so it is refused")
+            for partition in partitions:
+                self.manager.delete_log(topic, partition)
+            logger.info("deleted topic %s", topic)
+            if self.coordinator is not None:
+                self.coordinator.on_partitions_deleted(topic, partitions)
+
+    def alter_topic_config(self, topic: str, overrides: Mapping[str, str], *, validate_only: bool = False) -> None:
+        """Replace the topic's overrides by ``overrides`` (validated first, every partition checked first)."""
+        from local.manager import _validate_turning_off_remote_storage
+        from tiered.commands.topics import _check_remote_allowed
+
+        with self._topics_lock:
+            partitions = self.partitions_of(topic)
+            if not partitions:
+                raise TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
+            try:
+                new_config = self.config.topic_config(dict(overrides))
+                _check_remote_allowed(self.config, dict(overrides))
+                for partition in partitions:
+                    log = self.manager.get_log(topic, partition)
+                    if log is not None:
+                        _validate_turning_off_remote_storage(log, new_config)
+            except ConfigError as exc:
+                raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+            except Exception as exc:
+                raise TopicError(ErrorCode.invalid_config, str(exc)) from None
+            if validate_only:
+                return
+            for partition in partitions:
+                self.manager.get_or_create_log(topic, partition, dict(overrides))
+
+
+def _cluster_id(config: LogConfig) -> str:
+    """Kafka's ``cluster.id`` from a ``meta.properties`` a Kafka broker left in the first data dir; otherwise one
+    derived from that dir's path (stable while the dir stays where it is; clients only show it)."""
+    from local.config import read_properties
+
+    first = Path(config.log_dirs[0])
+    meta = first / "meta.properties"
+    if meta.exists():
+        try:
+            cluster_id = read_properties(meta).get("cluster.id")
+        except (OSError, ValueError):
+            cluster_id = None
+        if cluster_id:
+            return str(cluster_id)
+    raw = uuid.uuid5(uuid.NAMESPACE_URL, f"tiered:{first.resolve()}").bytes
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def leader_epoch(log: Log) -> int:
+    """The partition's leader epoch: the latest of its leader-epoch cache, 0 when it has none yet."""
+    return log.latest_epoch or 0
+
+
+def current_leader_epoch_error(requested: int, log: Log) -> ErrorCode:
+    """Kafka's check of a request's ``current_leader_epoch`` against the partition's (-1: not checked)."""
+    current = leader_epoch(log)
+    if requested < 0 or requested == current:
+        return ErrorCode.none
+    return ErrorCode.fenced_leader_epoch if requested < current else ErrorCode.unknown_leader_epoch

@@ -1,0 +1,289 @@
+"""The Kafka listener: an asyncio server on its own thread, the engine's work on a thread pool.
+
+Connections, framing and waiting live on the event loop; every request is parsed there (a header and a ``kio``
+decode), then handled and its response encoded on a pool of ``num.io.threads`` threads, because the engine's calls
+block (file and remote reads, fsyncs, locks). A handler may answer later instead of at once: a fetch that found
+less than ``min_bytes`` waits on the loop for an append (or its ``max_wait_ms``) and runs again, and a JoinGroup or
+SyncGroup hands back a future the group coordinator completes; neither holds a pool thread while it waits.
+
+Requests of one connection are handled one at a time, in order, and answered in order (Kafka mutes a connection
+while its request is in flight), so an idempotent producer's pipelined batches reach the log in the order sent.
+
+Bounds, so that no client can exhaust the process or stall the others:
+
+- a frame larger than ``socket.request.max.bytes`` (or of negative size) closes its connection before anything is
+  read into memory; so does a request that cannot be parsed, an unknown API key or a version not served (Kafka's
+  ``InvalidRequestException``), and a handler that fails unexpectedly (logged; the others go on);
+- each connection holds at most two requests (one being handled, the next one read), and the bytes of all requests
+  read and not yet answered stay under ``queued.max.request.bytes``: a connection waits before reading a body
+  that would exceed it;
+- a connection idle for ``connections.max.idle.ms``, or that takes that long to send one request or to read
+  one response, is closed (slow senders and readers alike);
+- at most ``max.connections`` connections: more are closed as soon as they are accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tiered.kafka.protocol import ProtocolError, Request, frame_size, parse_request
+
+logger = logging.getLogger(__name__)
+
+NO_RESPONSE = object()  # a request answered with nothing (Produce with acks=0)
+
+
+class WaitForAppend:
+    """A handler's answer "not yet": call ``retry()`` (on the pool) once an append after ``version`` was notified
+    or the monotonic ``deadline`` passed. ``retry`` answers like a handler; past its deadline it must answer."""
+
+    __slots__ = ("deadline", "retry", "version")
+
+    def __init__(self, version: int, deadline: float, retry: Callable[[], Any]) -> None:
+        self.version = version
+        self.deadline = deadline
+        self.retry = retry
+
+
+class _CloseConnection(Exception):
+    pass
+
+
+class _ByteBudget:
+    """``queued.max.request.bytes``: bytes of requests read and not yet answered, over every connection."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.free = total
+        self._changed = asyncio.Condition()
+
+    async def acquire(self, size: int) -> int:
+        size = min(size, self.total)  # a request larger than the whole budget waits for all of it
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.free >= size)
+            self.free -= size
+        return size
+
+    async def release(self, size: int) -> None:
+        async with self._changed:
+            self.free += size
+            self._changed.notify_all()
+
+
+class KafkaServer:
+    """See the module docstring. ``handle(request)`` runs on the pool and returns the encoded response bytes, a
+    :class:`WaitForAppend`, a ``concurrent.futures.Future`` of either, or ``NO_RESPONSE``."""
+
+    def __init__(self, broker: Any, handle: Callable[[Request], Any], supported: dict[int, tuple[int, int]],
+                 host: str, port: int) -> None:
+        config = broker.config
+        self.broker = broker
+        self._handle = handle
+        self._supported = supported
+        self.max_request_bytes = config.socket_request_max_bytes
+        self.idle_timeout_s = config.connections_max_idle_ms / 1000
+        self.max_connections = config.max_connections
+        self._queued_bytes = config.queued_max_request_bytes
+        self._pool = concurrent.futures.ThreadPoolExecutor(config.num_io_threads, thread_name_prefix="kafka-io")
+        self._sock = socket.create_server((host, port), reuse_port=False)
+        self._sock.setblocking(False)
+        self.host, self.port = self._sock.getsockname()[:2]
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="kafka-listener", daemon=True)
+        self._started = threading.Event()
+        self._connections: set[asyncio.Task[None]] = set()
+        self._server: asyncio.AbstractServer | None = None
+        self._budget: _ByteBudget | None = None
+        self.connections_accepted = 0
+        self.connections_refused = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    # Life cycle ---------------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+        self._started.wait()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self.broker.appends.bind(self._loop)
+        self._budget = _ByteBudget(self._queued_bytes)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._accept, sock=self._sock, limit=64 * 1024))
+        self._started.set()
+        try:
+            self._loop.run_forever()
+        finally:
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop accepting, close every connection, wait for the requests in the pool to end."""
+        if not self._thread.is_alive():
+            self._pool.shutdown(wait=True)
+            return
+        future = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+        with contextlib.suppress(concurrent.futures.TimeoutError):
+            future.result(timeout_s)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout_s)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        tasks = list(self._connections)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # Connections --------------------------------------------------------------------------------------------------
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self._connections) >= self.max_connections:
+            self.connections_refused += 1
+            logger.warning("closing a Kafka connection from %s: max.connections (%d) reached",
+                           writer.get_extra_info("peername"), self.max_connections)
+            writer.close()
+            return
+        self.connections_accepted += 1
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._serve(reader, writer, peer)
+        except _CloseConnection as exc:
+            logger.info("closing the Kafka connection from %s: %s", peer, exc)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: Any) -> None:
+        frames: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=1)
+        host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
+        busy = [False]  # a request of this connection is being handled: the connection is not idle
+        receiving = asyncio.ensure_future(self._receive(reader, frames, busy))
+        try:
+            while True:
+                frame = await frames.get()
+                if frame is None:
+                    break
+                busy[0] = True
+                try:
+                    response = await self._process(frame, host)
+                finally:
+                    busy[0] = False
+                    assert self._budget is not None
+                    await self._budget.release(min(len(frame), self._budget.total))
+                if response is not None:
+                    writer.write(response)
+                    try:
+                        await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
+                    except TimeoutError:
+                        raise _CloseConnection(
+                            f"it did not read a response within connections.max.idle.ms ({self.idle_timeout_s:g} s)"
+                        ) from None
+            reason = receiving.result() if receiving.done() else None
+            if reason:
+                raise _CloseConnection(reason)
+        finally:
+            receiving.cancel()
+            with contextlib.suppress(BaseException):
+                await receiving
+            while not frames.empty():  # a frame read but never handled gives its bytes back
+                frame = frames.get_nowait()
+                if frame is not None and self._budget is not None:
+                    await self._budget.release(min(len(frame), self._budget.total))
+
+    async def _receive(self, reader: asyncio.StreamReader, frames: asyncio.Queue[bytes | None],
+                       busy: list[bool]) -> str | None:
+        """Read frames into ``frames`` until the client closes or breaks a bound; the reason to close, if any. The
+        wait for the next request counts as idle only while no request of the connection is being handled (a
+        JoinGroup may wait for a rebalance as long as its rebalance timeout)."""
+        assert self._budget is not None
+        try:
+            while True:
+                try:
+                    prefix = await self._next_prefix(reader, busy)
+                except asyncio.IncompleteReadError:
+                    return None  # the client closed
+                except TimeoutError:
+                    return f"idle for connections.max.idle.ms ({self.idle_timeout_s:g} s)"
+                size = frame_size(prefix)
+                if size < 0 or size > self.max_request_bytes:
+                    return (f"a request of {size} bytes is outside 0..socket.request.max.bytes "
+                            f"({self.max_request_bytes})")
+                held = await self._budget.acquire(size)
+                try:
+                    frame = await asyncio.wait_for(reader.readexactly(size), self.idle_timeout_s)
+                except (asyncio.IncompleteReadError, TimeoutError, ConnectionError) as exc:
+                    await self._budget.release(held)
+                    if isinstance(exc, TimeoutError):
+                        return (f"a request of {size} bytes did not arrive within connections.max.idle.ms "
+                                f"({self.idle_timeout_s:g} s)")
+                    return None
+                await frames.put(frame)
+        except ConnectionError:
+            return None
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                frames.put_nowait(None)
+
+    async def _next_prefix(self, reader: asyncio.StreamReader, busy: list[bool]) -> bytes:
+        while True:
+            try:
+                # a cancelled readexactly consumes nothing: what arrived stays buffered for the next wait
+                return await asyncio.wait_for(reader.readexactly(4), self.idle_timeout_s)
+            except TimeoutError:
+                if not busy[0]:
+                    raise
+
+    # Requests -----------------------------------------------------------------------------------------------------
+
+    async def _process(self, frame: bytes, client_host: str) -> bytes | None:
+        try:
+            request = dataclasses.replace(parse_request(frame, self._supported), client_host=client_host)
+        except ProtocolError as exc:
+            raise _CloseConnection(str(exc)) from None
+        loop = asyncio.get_running_loop()
+        result = await self._on_pool(loop, self._handle, request)
+        while True:
+            if isinstance(result, WaitForAppend):
+                await self.broker.appends.wait_past(result.version, result.deadline - time.monotonic())
+                result = await self._on_pool(loop, result.retry)
+            elif isinstance(result, concurrent.futures.Future):
+                result = await asyncio.wrap_future(result)
+            else:
+                break
+        if result is NO_RESPONSE:
+            return None
+        assert isinstance(result, bytes)
+        return result
+
+    async def _on_pool(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return await loop.run_in_executor(self._pool, fn, *args)
+        except ProtocolError as exc:
+            raise _CloseConnection(str(exc)) from None
+        except Exception as exc:
+            logger.error("a Kafka request failed unexpectedly: %s", exc, exc_info=exc)
+            raise _CloseConnection(f"the request failed: {type(exc).__name__}: {exc}") from None

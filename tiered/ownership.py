@@ -1,0 +1,343 @@
+"""Ownership of a partition's remote data: one writer per partition across machines that share a store.
+
+Kafka fences with leader epochs: a new leader has a higher epoch, and a deposed leader's later writes are not in
+the new leader's epoch lineage, so nothing acts on them. Here several data dirs (machines) may point at one bucket,
+and ``tiered attach`` moves a partition to a new one while the old one may still be running, so the store itself
+records who owns each partition's remote data.
+
+Owner records
+    ``<prefix>/<topic>-<topicId>/<partition>/__remote_log_metadata/owner-<10-digit owner epoch>.json``, one small
+    immutable JSON object per claim (:class:`OwnerRecord`)::
+
+        {"version": 0, "owner_epoch": 1, "owner_id": "<32 hex digits>", "claimed_at_ms": 1764200000000,
+         "host": "machine-b", "log_dirs": ["/var/lib/tiered"], "lineage": [[0, 0], [1, 48000]]}
+
+    The owner epoch is a leader epoch: the claimant's log appends in it from the claim on. ``lineage`` is the
+    leader-epoch lineage the claimant adopted (each epoch with its first offset, Kafka's leader-epoch checkpoint),
+    ending with its own epoch at the first offset it writes. The newest record (highest epoch) names the current
+    owner. Records are never deleted.
+
+Claiming
+    A claim is a conditional create of the next record (S3 ``If-None-Match: *``, an exclusive create on a
+    directory, see :meth:`tiered.backends.base.ObjectStoreRemoteStorageManager.put_bytes`): two claimants racing to
+    one epoch cannot both win, the loser gets :class:`tiered.errors.ObjectExistsError`. The claimant then lists the
+    records again and owns the partition only if its record is the newest (a claim of a higher epoch made meanwhile
+    wins). ``tiered attach`` claims epoch max(every epoch the store knows) + 1; a data dir that tiers a partition
+    nobody claimed yet (a new topic, or remote data written before ownership existed) claims its log's latest leader
+    epoch at its first copy or expiration. The data dir remembers its claim in ``remote-log-state``
+    (:mod:`local.remote_state`).
+
+Fencing
+    Before each copy and expiration run, and again before each segment it copies or deletes, the remote tier lists
+    the partition's owner records (one LIST). A data dir whose claim is not the newest has lost the partition: it
+    copies and deletes nothing more there, logs one ERROR, reports the state (``status``, ``/metrics``
+    ``RemoteLogOwnership``, exit 1 from ``offload``), and its local data stays as it is. The window left is one
+    segment: a deposed owner that checked just before the new claim finishes that copy or deletion (Kafka's old
+    leader has the same window). A copy it finishes lies outside the new lineage (below); a deletion it finishes was
+    due by its retention rules when it decided.
+
+Lineage
+    Readers anywhere (a log's remote reads, ``consume``, Spark, ``attach``, ``status``) see only the FINISHED segments
+    within the newest record's lineage (:func:`within_lineage`, Kafka's ``isRemoteSegmentWithinLeaderEpochs``): every
+    leader epoch of the segment is in the lineage and its offsets end before the next epoch of the lineage starts. A
+    deposed owner's copies made after the claim hold offsets past its epoch's end in the new lineage: they are never
+    read, and the current owner's remote retention deletes them. A partition without owner records (remote data
+    written before ownership existed, or by a metadata manager without ownership) is read as before.
+
+Wrong store
+    A data dir whose ``remote-log-state`` says a partition has remote data refuses a store that holds none of that
+    partition's metadata (:class:`tiered.errors.RemoteStoreMismatchError`, naming both): no copy, expiration or read
+    goes to a wrong bucket or ``rsm.config.prefix``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from local.remote_state import REMOTE_LOG_STATE_FILENAME
+from tiered.errors import NotPartitionOwnerError, ObjectExistsError, RemoteStoreMismatchError
+from tiered.rsm import RemoteLogSegmentMetadata, TopicIdPartition
+
+if TYPE_CHECKING:
+    from local.log import Log
+
+logger = logging.getLogger(__name__)
+
+_VERSION = 0
+Lineage = tuple[tuple[int, int], ...]  # (leader epoch, first offset), ascending
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRecord:
+    """One claim of a partition's remote data (see the module docstring)."""
+
+    owner_epoch: int
+    owner_id: str
+    lineage: Lineage
+    claimed_at_ms: int
+    host: str = ""
+    log_dirs: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.owner_epoch < 0:
+            raise ValueError(f"owner epoch must be >= 0, got {self.owner_epoch}")
+        if not self.lineage or self.lineage[-1][0] != self.owner_epoch:
+            raise ValueError(f"the lineage {list(self.lineage)} must end with the owner epoch {self.owner_epoch}")
+        epochs = [e for e, _ in self.lineage]
+        starts = [s for _, s in self.lineage]
+        if epochs != sorted(set(epochs)) or starts != sorted(starts) or starts[0] < 0:
+            raise ValueError(f"the lineage {list(self.lineage)} must have ascending epochs and offsets")
+
+    @property
+    def start_offset(self) -> int:
+        """The first offset the owner writes (its epoch's start in the lineage)."""
+        return self.lineage[-1][1]
+
+    def describe(self) -> str:
+        where = f"{self.host}:{','.join(self.log_dirs)}" if self.host else ",".join(self.log_dirs) or "?"
+        return f"owner epoch {self.owner_epoch} (claimed by {where}, from offset {self.start_offset})"
+
+    def encode(self) -> bytes:
+        return json.dumps({
+            "version": _VERSION, "owner_epoch": self.owner_epoch, "owner_id": self.owner_id,
+            "claimed_at_ms": self.claimed_at_ms, "host": self.host, "log_dirs": list(self.log_dirs),
+            "lineage": [list(entry) for entry in self.lineage],
+        }, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> OwnerRecord:
+        """The record in ``data``; ``ValueError`` naming what is wrong for anything else."""
+        try:
+            d = json.loads(data)
+            if d["version"] != _VERSION:
+                raise ValueError(f"unsupported version {d['version']!r}")
+            return cls(int(d["owner_epoch"]), str(d["owner_id"]),
+                       tuple((int(e), int(s)) for e, s in d["lineage"]), int(d["claimed_at_ms"]),
+                       str(d.get("host", "")), tuple(str(p) for p in d.get("log_dirs", ())))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"malformed owner record: {exc!r}") from None
+
+
+def segment_epoch_ranges(md: RemoteLogSegmentMetadata) -> list[tuple[int, int, int]]:
+    """``(epoch, first offset, last offset)`` of each leader epoch of the segment, in offset order."""
+    items = sorted(md.segment_leader_epochs.items(), key=lambda kv: kv[1])
+    return [(epoch, start, items[i + 1][1] - 1 if i + 1 < len(items) else md.end_offset)
+            for i, (epoch, start) in enumerate(items)]
+
+
+def within_lineage(md: RemoteLogSegmentMetadata, lineage: Lineage) -> bool:
+    """Whether every leader epoch of ``md`` lies within ``lineage`` (see the module docstring).
+
+    An epoch of the lineage but its last must end before the lineage's next epoch starts (a deposed owner's later
+    offsets do not); the first entry has no lower bound (the log start moves); epochs from the owner epoch on belong
+    to the owner, from its start offset."""
+    if not lineage:
+        return True
+    owner_epoch, owner_start = lineage[-1]
+    position = {epoch: i for i, (epoch, _) in enumerate(lineage)}
+    for epoch, first, last in segment_epoch_ranges(md):
+        if epoch >= owner_epoch:
+            if len(lineage) > 1 and first < owner_start:
+                return False
+            continue
+        i = position.get(epoch)
+        if i is None:
+            return False
+        if i > 0 and first < lineage[i][1]:
+            return False
+        if last >= lineage[i + 1][1]:
+            return False
+    return True
+
+
+def claim_lineage(epochs: Iterable[tuple[int, int]], end_offset: int, owner_epoch: int) -> Lineage:
+    """The lineage of a claim at ``owner_epoch`` by a data dir whose log continues at ``end_offset``: the entries of
+    ``epochs`` (ascending) that start before it, then the owner epoch from there (or from the first entry's start,
+    when the owner epoch is the latest of ``epochs`` already)."""
+    kept = [(e, s) for e, s in epochs if s < end_offset and e < owner_epoch]
+    mine = [(e, s) for e, s in epochs if e == owner_epoch]
+    start = mine[0][1] if mine else end_offset
+    return (*kept, (owner_epoch, start))
+
+
+class OwnershipStore(Protocol):
+    """What the guard needs of the metadata store (:class:`tiered.metadata.RemoteLogMetadataStore` has it)."""
+
+    def owner_records(self, tip: TopicIdPartition) -> list[OwnerRecord]: ...
+
+    def claim_ownership(self, tip: TopicIdPartition, record: OwnerRecord) -> None: ...
+
+    def holds_metadata(self, tip: TopicIdPartition) -> bool: ...
+
+    def max_epoch(self, tip: TopicIdPartition) -> int: ...
+
+    def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]: ...
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The states a data dir's partition can be in, as the remote tier and `tiered status` report them
+
+OWNER = "owner"
+LOST = "lost"
+WRONG_STORE = "wrong_store"
+STATES = (OWNER, LOST, WRONG_STORE)
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    """Where a data dir's partition stands (``state`` one of :data:`STATES`); ``detail`` is the one-line reason."""
+
+    state: str
+    detail: str
+    owner: OwnerRecord | None = None
+
+
+def assess(
+    name: str, local_epoch: int, local_id: str, records: Sequence[OwnerRecord], *, has_remote_data: bool,
+    below_local_start: bool, holds_metadata: bool, state_file: str, store: str,
+) -> Ownership | None:
+    """The ownership of partition ``name`` from its data dir's claim (``local_epoch``/``local_id``, -1/"" when none)
+    and the store's ``records``; None when nobody claimed it yet and nothing is wrong (the data dir may claim it)."""
+    if records:
+        newest = records[-1]
+        if local_epoch == newest.owner_epoch and local_id == newest.owner_id:
+            return Ownership(OWNER, f"{name}: this data dir owns its remote data at {newest.describe()}", newest)
+        mine = f"this data dir's claim is owner epoch {local_epoch}" if local_epoch >= 0 else "this data dir never claimed it"
+        if local_epoch == newest.owner_epoch:
+            mine += " with another claim id (a copy of a data dir?)"
+        return Ownership(LOST, f"{name}: this data dir lost ownership of its remote data to {newest.describe()} "
+                               f"({mine}, {state_file}): it copies and deletes nothing there any more; its local data "
+                               "stays as it is", newest)
+    if local_epoch >= 0:
+        return Ownership(WRONG_STORE, f"{name}: {state_file} says this data dir owns its remote data at owner epoch "
+                                      f"{local_epoch}, but {store} holds no owner record of it: a wrong bucket or "
+                                      "rsm.config.prefix? (nothing is copied, deleted or read there)")
+    if has_remote_data and below_local_start and not holds_metadata:
+        return Ownership(WRONG_STORE, f"{name}: {state_file} says it has remote data, but {store} holds no metadata "
+                                      "of it: a wrong bucket or rsm.config.prefix? (nothing is copied, deleted or "
+                                      "read there)")
+    return None
+
+
+class OwnershipGuard:
+    """Checks, and claims when nobody has, ownership of each partition's remote data for one remote tier (see the
+    module docstring). Thread-safe; one per :class:`tiered.remote_log_manager.RemoteLogManager`."""
+
+    def __init__(
+        self, store: OwnershipStore, *, clock: Callable[[], int], store_name: str,
+        log_dirs: Sequence[str] = (), on_change: Callable[[TopicIdPartition, Ownership], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._store_name = store_name
+        self._log_dirs = tuple(str(d) for d in log_dirs)
+        self._host = socket.gethostname()
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._states: dict[TopicIdPartition, Ownership] = {}
+        self._store_checked: set[TopicIdPartition] = set()
+
+    def states(self) -> Mapping[TopicIdPartition, Ownership]:
+        with self._lock:
+            return dict(self._states)
+
+    def ensure_owner(self, log: Log, tip: TopicIdPartition) -> Ownership:
+        """Raise unless this data dir owns ``tip``'s remote data, claiming it first when nobody has (see the module
+        docstring). :class:`NotPartitionOwnerError` for a lost partition, :class:`RemoteStoreMismatchError` for a
+        store that lacks it; a store error propagates (the caller retries at its next run)."""
+        found = self._assess(log, tip, self._store.owner_records(tip))
+        if found is None:
+            found = self._claim(log, tip)
+        self._set(tip, found)
+        if found.state == LOST:
+            raise NotPartitionOwnerError(found.detail, retriable=False)
+        if found.state == WRONG_STORE:
+            raise RemoteStoreMismatchError(found.detail, retriable=False)
+        return found
+
+    def check_store(self, log: Log, tip: TopicIdPartition, action: str = "") -> None:
+        """For reads: raise :class:`RemoteStoreMismatchError` when the store lacks the partition's metadata (asked
+        once per partition while the answer is fine), its message starting with ``action`` (what was asked: "cannot
+        read offset 10"). A lost partition still reads: the new owner's lineage."""
+        if tip in self._store_checked:
+            return
+        state = log.remote_log_state
+        if not state.has_remote_data and not state.claimed:
+            return  # nothing remote to read there
+        found = self._assess(log, tip, self._store.owner_records(tip))
+        if found is not None and found.state == WRONG_STORE:
+            self._set(tip, found)
+            raise RemoteStoreMismatchError(f"{action}: {found.detail}" if action else found.detail, retriable=False)
+        with self._lock:
+            self._store_checked.add(tip)
+
+    def _assess(self, log: Log, tip: TopicIdPartition, records: Sequence[OwnerRecord]) -> Ownership | None:
+        state = log.remote_log_state
+        return assess(
+            log.name, state.owner_epoch, state.owner_id, records, has_remote_data=state.has_remote_data,
+            below_local_start=log.log_start_offset < log.local_log_start_offset,
+            holds_metadata=bool(records) or self._store.holds_metadata(tip),
+            state_file=str(log.source_dir / REMOTE_LOG_STATE_FILENAME), store=self._store_name,
+        )
+
+    def _claim(self, log: Log, tip: TopicIdPartition) -> Ownership:
+        """Claim ``tip`` for this data dir at its log's latest leader epoch (at least every epoch the store knows)."""
+        epoch = max(log.latest_epoch or 0, self._store.max_epoch(tip), 0)
+        cached = log.leader_epoch_cache.epoch_entries()
+        if not cached or cached[-1].epoch < epoch:
+            log.assign_epoch_start_offset(epoch)  # appends from here on carry the owner epoch
+        record = OwnerRecord(epoch, uuid.uuid4().hex, claim_lineage(self._known_epochs(log, tip), log.log_end_offset, epoch),
+                             self._clock(), self._host, self._log_dirs or (str(log.dir.parent),))
+        try:
+            self._store.claim_ownership(tip, record)
+        except ObjectExistsError:
+            pass  # another data dir claimed this epoch first: the listing below names it
+        records = self._store.owner_records(tip)
+        if not records:  # a metadata manager that keeps no owner records (a custom one): nothing to fence with
+            return Ownership(OWNER, f"{log.name}: its metadata manager keeps no owner records (ownership not checked)")
+        if records[-1].owner_id == record.owner_id:
+            log.note_remote_owner(record.owner_epoch, record.owner_id)
+            logger.info("%s: claimed ownership of its remote data at %s", log.name, record.describe())
+            return Ownership(OWNER, f"{log.name}: this data dir owns its remote data at {record.describe()}", record)
+        found = self._assess(log, tip, records)
+        assert found is not None and found.state != OWNER  # our id is not the newest record's
+        return found
+
+    def _known_epochs(self, log: Log, tip: TopicIdPartition) -> list[tuple[int, int]]:
+        """The leader epochs of the log (its cache) and of the remote segments this data dir copied before anyone
+        claimed the partition (their epochs may reach below the cache's first entry), each with its first offset,
+        ascending. The cache alone when the two disagree on the order."""
+        cached = [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.epoch_entries()]
+        first: dict[int, int] = dict(cached)
+        for md in self._store.readable_segments(tip):
+            for epoch, start in md.segment_leader_epochs.items():
+                first[epoch] = min(start, first.get(epoch, start))
+        merged = sorted(first.items(), key=lambda kv: (kv[1], kv[0]))
+        return merged if [e for e, _ in merged] == sorted(first) else cached
+
+    def _set(self, tip: TopicIdPartition, found: Ownership) -> None:
+        with self._lock:
+            before = self._states.get(tip)
+            self._states[tip] = found
+        if before is None or before.state != found.state:
+            if found.state != OWNER:
+                logger.error("%s", found.detail)
+            elif before is not None:
+                logger.info("%s", found.detail)
+            if self._on_change is not None:
+                self._on_change(tip, found)
+
+
+
+__all__ = [
+    "LOST", "OWNER", "STATES", "WRONG_STORE", "Lineage", "OwnerRecord", "Ownership", "OwnershipGuard", "assess",
+    "claim_lineage", "segment_epoch_ranges", "within_lineage",
+]
+
