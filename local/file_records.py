@@ -8,6 +8,13 @@ nothing here stops at 2 GiB.
 After a crash the file may end in a torn batch (its declared size runs past the end): iteration stops there and
 recovery truncates it.
 
+A read in flight keeps its file open: the descriptor is shared by the file and its slices (:class:`_OpenFile`)
+and closed once the file is closed AND no slice holds it. A fetch answers a slice, decoded later by the consumer,
+maybe after retention closed the segment (``file.delete.delay.ms`` after deleting it): it still reads its own
+file, never a closed descriptor (EBADF) nor another file opened since under the same number. So the deleted files
+the process holds open are bounded by the slices alive (the reads in flight), not by the segments retention
+deleted. Reads through a closed file itself (no slice holding it) raise ``OSError(EBADF)`` naming the file.
+
 Reads are verified where they are decoded: :meth:`FileRecords.batches` (what a consumer of ``Log.read``'s answer
 iterates) checks each batch's CRC before yielding it, as Kafka's consumer does with ``check.crcs=true``, and
 raises :class:`CorruptRecordError` naming the file, the batch's position in it and its offset. Serving a slice
@@ -16,9 +23,11 @@ raises :class:`CorruptRecordError` naming the file, the batch's position in it a
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -71,11 +80,39 @@ class FileChannelRecordBatch:
         return f"FileChannelRecordBatch(position={self.position}, {self._batch!r})"
 
 
+class _OpenFile:
+    """A file descriptor shared by a :class:`FileRecords` and its slices: each holds it (the file from its open to
+    its close, a slice for its life) and the last to let go closes it."""
+
+    __slots__ = ("_holders", "_lock", "fd", "path")
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd = fd
+        self.path = path
+        self._holders = 1  # the FileRecords that opened it
+        self._lock = threading.RLock()  # (re-entrant: a slice's __del__ may run in a thread holding it)
+
+    def hold(self) -> int:
+        """One more holder; the descriptor. ``OSError(EBADF)`` naming the file once it is closed."""
+        with self._lock:
+            if self._holders <= 0:
+                raise OSError(errno.EBADF, "the file is closed (its segment was deleted or the log closed)", str(self.path))
+            self._holders += 1
+            return self.fd
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            last = self._holders == 0
+        if last:
+            os.close(self.fd)
+
+
 class FileRecords:
     """See the module docstring. Open with :meth:`open`; :meth:`slice` gives bounded read-only views."""
 
     def __init__(
-        self, path: Path, fd: int, start: int, end: int | None, is_slice: bool, mutable: bool,
+        self, path: Path, file: _OpenFile, start: int, end: int | None, is_slice: bool, mutable: bool,
         source: Path | None = None,
     ) -> None:
         self._path = path if isinstance(path, Path) else Path(path)
@@ -84,13 +121,21 @@ class FileRecords:
         self._source = source or (
             Path(os.path.realpath(self._path)) if not mutable and not is_slice and self._path.is_symlink() else self._path
         )
-        self._fd = fd
+        # A slice holds the descriptor for its life (see the module docstring); the file holds it until closed.
+        self._fd = file.hold() if is_slice else file.fd
+        self._file: _OpenFile | None = file
         self._start = start
         self._end = end  # None: unbounded (the whole file)
         self._is_slice = is_slice
         self._mutable = mutable
-        self._size = 0 if is_slice else os.fstat(fd).st_size
+        self._size = 0 if is_slice else os.fstat(self._fd).st_size
         self._closed = False
+
+    def __del__(self) -> None:
+        file = getattr(self, "_file", None)
+        if file is not None and self._is_slice:
+            self._file = None
+            file.release()
 
     @classmethod
     def open(
@@ -105,7 +150,11 @@ class FileRecords:
         path = path if isinstance(path, Path) else Path(path)
         flags = os.O_RDWR | os.O_CREAT if mutable else os.O_RDONLY
         fd = os.open(path, flags, 0o644)
-        records = cls(path, fd, 0, None, False, mutable)
+        try:
+            records = cls(path, _OpenFile(fd, path), 0, None, False, mutable)
+        except BaseException:
+            os.close(fd)
+            raise
         if mutable and preallocate and not file_already_exists and init_file_size > 0:
             os.posix_fallocate(fd, 0, init_file_size) if hasattr(os, "posix_fallocate") else None
             records._size = 0
@@ -182,12 +231,29 @@ class FileRecords:
             raise ValueError(f"position {position} outside [0, {limit}] of {self}")
         view = memoryview(buffer)[: max(0, min(len(buffer), limit - position))]
         done = 0
-        while done < len(view):
-            count = os.preadv(self._fd, [view[done:]], self._start + position + done)
-            if not count:
-                break
-            done += count
+        fd = self._hold()
+        try:
+            while done < len(view):
+                count = os.preadv(fd, [view[done:]], self._start + position + done)
+                if not count:
+                    break
+                done += count
+        finally:
+            self._unhold()
         return done
+
+    def _hold(self) -> int:
+        """The descriptor for one read: a slice holds it already; the file itself holds it for the read, so a close
+        racing the read waits for it to end (and a read after the close raises ``OSError(EBADF)`` naming the file)."""
+        if self._is_slice:
+            return self._fd
+        if self._file is None:
+            raise OSError(errno.EBADF, "the file is closed", str(self._path))
+        return self._file.hold()
+
+    def _unhold(self) -> None:
+        if not self._is_slice and self._file is not None:
+            self._file.release()
 
     def read(self, position: int, size: int) -> bytes:
         """``size`` bytes at ``position`` (relative to this view), fewer at the end of the view."""
@@ -197,12 +263,16 @@ class FileRecords:
         size = min(size, limit - position)
         if size <= 0:
             return b""
-        data = os.pread(self._fd, size, self._start + position)
-        while len(data) < size:  # pread may return short; loop for the rest
-            more = os.pread(self._fd, size - len(data), self._start + position + len(data))
-            if not more:
-                break
-            data += more
+        fd = self._hold()
+        try:
+            data = os.pread(fd, size, self._start + position)
+            while len(data) < size:  # pread may return short; loop for the rest
+                more = os.pread(fd, size - len(data), self._start + position + len(data))
+                if not more:
+                    break
+                data += more
+        finally:
+            self._unhold()
         return data
 
     def slice(self, position: int, size: int) -> FileRecords:
@@ -213,8 +283,10 @@ class FileRecords:
             raise ValueError(f"invalid slice size {size}")
         available = self.size_in_bytes
         end = min(self._start + position + size, self._start + available)
+        if self._file is None:
+            raise OSError(errno.EBADF, "the file is closed", str(self._path))
         view = FileRecords(
-            self._path, self._fd, self._start + position, max(end, self._start + position), True, False, self._source
+            self._path, self._file, self._start + position, max(end, self._start + position), True, False, self._source
         )
         return view
 
@@ -315,7 +387,11 @@ class FileRecords:
 
     def flush(self) -> None:
         if not self._closed and self._mutable:
-            os.fsync(self._fd)
+            fd = self._hold()  # a close racing the flush (retention, a closing log) waits for the fsync to end
+            try:
+                os.fsync(fd)
+            finally:
+                self._unhold()
 
     def trim(self) -> None:
         """Drop preallocated space past the logical end."""
@@ -330,9 +406,12 @@ class FileRecords:
         self.close_handlers()
 
     def close_handlers(self) -> None:
+        """Let go of the descriptor: closed now, or when the last slice holding it goes (a read in flight)."""
         if not self._closed and not self._is_slice:
             self._closed = True
-            os.close(self._fd)
+            file, self._file = self._file, None
+            if file is not None:
+                file.release()
 
     def delete_if_exists(self) -> bool:
         self.close_handlers()

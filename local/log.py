@@ -971,8 +971,14 @@ class Log:
             leo = self.log_end_offset
             target = leo if offset is None else min(offset, leo)
             if target <= self.recovery_point:
-                return
-            to_flush = self.segments.values(self.recovery_point, target)
+                # Nothing to sync, but a roll at the recovery point (a full flush just before it) still owes the
+                # rolled segment the trims it deferred to this flush: its index files stay preallocated otherwise.
+                rolled = self.segments.lower_segment(target) if target > 0 else None
+                if rolled is None or not rolled.trims_pending:
+                    return
+                to_flush = [rolled]
+            else:
+                to_flush = self.segments.values(self.recovery_point, target)
             active = self.active_segment
             if target == leo and active not in to_flush:
                 to_flush.append(active)

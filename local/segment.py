@@ -695,6 +695,11 @@ class LogSegment(SegmentCore):
         if not defer_trim:
             self.trim_inactive()
 
+    @property
+    def trims_pending(self) -> bool:
+        """Whether the trims of a roll (:meth:`on_become_inactive_segment` with ``defer_trim``) are still to do."""
+        return self._trim_pending
+
     def trim_inactive(self) -> None:
         """The trims :meth:`on_become_inactive_segment` deferred: indexes to their entries, the log file to its
         size (preallocated space). Idempotent; a no-op for a segment that was not rolled."""

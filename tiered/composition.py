@@ -233,10 +233,13 @@ def _maybe_copy_in_child_process(
 
     copier = rlm.copy_in_child_process(config.remote_log_storage_manager_class_name, config.rsm_config)
     if isinstance(metadata, RemoteLogMetadataStore) and metadata.store is rsm:
-        from tiered.copier_process import ChildWritingStore
+        from tiered.copier_process import BatchCopier, ChildWritingStore
 
-        # The bucket store: the metadata events of a copy (STARTED, FINISHED) are written by the child too.
+        # The bucket store: the metadata events of a copy (STARTED, FINISHED) are written by the child too, and the
+        # copy task sends it several segments per request (events included).
         metadata.store = ChildWritingStore(rsm, copier)
+        rlm.copy_in_batches(BatchCopier(copier, metadata, rsm))
+        rlm.delete_in_child_process()  # and the deletes, each with its DELETE_SEGMENT_STARTED event
 
 
 def _close_quietly(part: Any) -> None:

@@ -15,6 +15,17 @@ the parent two hand-offs each (write the request, read the reply). Measured afte
 same four readers, and the soak's copy lag stays at a few segments. What still runs in the parent (the segment's
 fsync before upload, the producer snapshot lookup, a temporary directory per copy) is the next cost.
 
+Measured again on a machine loaded beside CPU-bound processes (issue 27): what costs the parent is not the system
+calls but the *long* waits (a reply from the child, an fsync), after each of which taking the GIL back costs up to
+the switch interval times the threads queued for it, plus the OS's wake-up latency (a 5 ms put to the child took
+60-78 ms with four CPU-bound threads). So the work per segment moved here and is batched: the copy task sends up to
+16 segments per request (:class:`BatchCopier`, with a metadata store in the plugin's bucket), and the child writes,
+for each, its COPY_SEGMENT_STARTED event, the checksums (:func:`tiered.checksums.compute_segment_checksums`), the
+objects (8 segments uploaded at once: the store's waits overlap) and its COPY_SEGMENT_FINISHED event, in offset
+order; a segment the log has not flushed yet is synced here first. Remote deletes go through the child too
+(:class:`ChildDeletingRsm`), each with its DELETE_SEGMENT_STARTED event. Events that must only precede what the
+child does next in the same thread (the STARTED ones) are deferred to that request (:class:`ChildWritingStore`).
+
 The parent keeps the copy's logic (states, quotas, cleanup of a failed attempt, metrics). The child builds its own
 plugin from the same ``remote.log.storage.manager.class.name`` and ``rsm.config.*``; a request is the (picklable)
 metadata and segment data, the reply the custom metadata or the error, raised in the parent as
@@ -28,16 +39,22 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import shutil
 import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
+from pathlib import Path
 from typing import IO, Any
 
+from tiered.checksums import SegmentChecksums, compute_segment_checksums
 from tiered.errors import RemoteStorageError
-from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata
+from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteLogSegmentState
 
 logger = logging.getLogger(__name__)
 _LEN = struct.Struct(">I")
@@ -130,15 +147,37 @@ class ProcessCopier:
         self.failed_to_start: str | None = None
         self.fallback_store: Any = None  # the object store whose put_bytes :meth:`put_bytes` stands for
         self._lock = threading.Condition()
+        # Puts deferred to the calling thread's next request (see ChildWritingStore): (key, data) in order.
+        self._deferred = threading.local()
         self._starting = 0
         self._idle: list[_Child] = []
         self._all: list[_Child] = []
         self._closed = False
+        self.requests = 0  # requests sent to a child (or run here when none could start)
+        # Exists while the copies are stopping: a child's batch starts no other segment (see _copy_batch).
+        self._stop_dir = Path(tempfile.mkdtemp(prefix="tiered-copier-"))
+        self.stop_file = self._stop_dir / "stop"
+        self.deletes_in_child = False  # set by ChildDeletingRsm: DELETE_SEGMENT_STARTED events go with the deletes
 
     def __call__(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
         """The plugin's ``copy_log_segment_data(metadata, data)``, run by a child."""
         return self._run(("copy", metadata, data), f"copy of {metadata.remote_log_segment_id}",
                          lambda: self.fallback(metadata, data))
+
+    def copy_with_checksums(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData, checksum_chunk_bytes: int
+    ) -> tuple[SegmentChecksums, bytes | None]:
+        """The checksums of the segment's files (:func:`tiered.checksums.compute_segment_checksums`, before the
+        upload) and the plugin's ``copy_log_segment_data(metadata, data)``, both run by a child: reading the files
+        costs this process no GIL hand-off per read."""
+
+        def here() -> tuple[SegmentChecksums, bytes | None]:
+            return compute_segment_checksums(data, checksum_chunk_bytes), self.fallback(metadata, data)
+
+        result: tuple[SegmentChecksums, bytes | None] = self._run(
+            ("copy+checksums", metadata, data, checksum_chunk_bytes), f"copy of {metadata.remote_log_segment_id}", here
+        )
+        return result
 
     def put_bytes(self, key: str, data: bytes) -> None:
         """The object store's ``put_bytes(key, data)`` (remote metadata events), run by a child: each event is a
@@ -147,7 +186,45 @@ class ProcessCopier:
         store = self.fallback_store
         self._run(("put", key, data), f"put of {key}", lambda: store.put_bytes(key, data))
 
+    def delete_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """The plugin's ``delete_log_segment_data(metadata)``, run by a child (with this thread's deferred puts
+        first: the segment's DELETE_SEGMENT_STARTED event)."""
+        assert self.fallback_store is not None
+        rsm = self.fallback_store
+        self._run(("delete", metadata), f"delete of {metadata.remote_log_segment_id}",
+                  lambda: rsm.delete_log_segment_data(metadata))
+
+    def put_bytes_with_next_request(self, key: str, data: bytes) -> None:
+        """``put_bytes(key, data)``, done by the child just before the next request of this thread (a put or a
+        copy), in the same round trip. What must be in the store before a copy's objects (its COPY_SEGMENT_STARTED
+        event) costs no round trip of its own: under load each one is a few waits for the GIL (see the module
+        docstring). A failed deferred put fails that next request, naming the key."""
+        pending: list[tuple[str, bytes]] | None = getattr(self._deferred, "puts", None)
+        if pending is None:
+            pending = self._deferred.puts = []
+        pending.append((key, data))
+
+    def _take_deferred(self) -> list[tuple[str, bytes]]:
+        pending: list[tuple[str, bytes]] = getattr(self._deferred, "puts", None) or []
+        self._deferred.puts = []
+        return pending
+
     def _run(self, request: tuple[Any, ...], what: str, fallback: Callable[[], Any]) -> Any:
+        puts = self._take_deferred()
+        if puts:
+            request = ("after-puts", puts, request)
+            store = self.fallback_store
+            inner = fallback
+
+            def fallback() -> Any:
+                for key, data in puts:
+                    store.put_bytes(key, data)
+                return inner()
+
+        return self._run_request(request, what, fallback)
+
+    def _run_request(self, request: tuple[Any, ...], what: str, fallback: Callable[[], Any]) -> Any:
+        self.requests += 1
         with self._lock:
             # An idle child, or room for a new one (at most max_processes), or wait for one to be free.
             self._lock.wait_for(lambda: self._closed or self.failed_to_start is not None or bool(self._idle)
@@ -202,13 +279,151 @@ class ProcessCopier:
     def processes(self) -> int:
         return len(self._all)
 
+    def request_stop(self) -> None:
+        """The batches in progress start no other segment (those in flight finish); until :meth:`resume`."""
+        self.stop_file.touch()
+
+    def resume(self) -> None:
+        self.stop_file.unlink(missing_ok=True)
+
     def close(self) -> None:
+        shutil.rmtree(self._stop_dir, ignore_errors=True)
         with self._lock:
             self._closed = True
             children, self._all, self._idle = self._all, [], []
             self._lock.notify_all()
         for child in children:
             child.close()
+
+
+# Segments of a batch uploaded at once by the child: their objects' writes (and a store's waits, an fsync per
+# object for the local directory) overlap; the FINISHED events are still written in offset order.
+BATCH_UPLOADS = 8
+_uploads: ThreadPoolExecutor | None = None
+_uploads_lock = threading.Lock()
+
+
+def _upload_pool() -> ThreadPoolExecutor:
+    global _uploads
+    with _uploads_lock:
+        if _uploads is None:
+            _uploads = ThreadPoolExecutor(BATCH_UPLOADS, thread_name_prefix="copier-upload")
+        return _uploads
+
+
+def _fsync_files(data: LogSegmentData) -> None:
+    for path in (data.log_segment, data.offset_index, data.time_index, data.transaction_index,
+                 data.producer_snapshot_index):
+        if path is None:
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class _StartedFailed(Exception):
+    """The put of a segment's COPY_SEGMENT_STARTED event failed (it may or may not have landed)."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = None) -> Any:
+    """A batch of segment copies, in the child (see :class:`BatchCopier`). Up to BATCH_UPLOADS segments are in
+    flight at once; each is started only when there is room, in offset order, and not once ``stop_file`` exists (the
+    parent is stopping: the segments in flight finish, no other starts, as Kafka's copy task checks isCancelled()
+    between segments). A segment in flight writes its COPY_SEGMENT_STARTED event, then its checksums and objects;
+    then, in offset order, its COPY_SEGMENT_FINISHED event is written (the same bytes the parent's metadata store
+    writes). The first failure stops it: no FINISHED event after it, so the remote copies never have a hole (a
+    FINISHED segment after an unfinished one would make the next copies start past it). The segments in flight after
+    it are reported as abandoned: the parent deletes them (and their STARTED events)."""
+    from collections import deque
+    from concurrent.futures import Future
+
+    from tiered import layout
+    from tiered.metadata import encode_metadata
+    from tiered.rlm_copy import CopyFailure, CopyOutcome
+    from tiered.rsm import RemoteLogSegmentMetadataUpdate
+
+    def upload(job: Any) -> tuple[SegmentChecksums, bytes | None]:
+        md = job.metadata
+        try:  # the STARTED event before anything of the segment (the segments in flight write theirs at once)
+            rsm.put_bytes(layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset, int(md.state)),
+                          encode_metadata(md))
+        except Exception as exc:
+            raise _StartedFailed(exc) from exc
+        if job.sync:  # not flushed by the log yet: durable before it is copied (the log's recovery point follows)
+            _fsync_files(job.data)
+        return compute_segment_checksums(job.data, job.checksum_chunk_bytes), rsm.copy_log_segment_data(md, job.data)
+
+    def failed(stage: str, exc: Exception) -> Any:
+        return CopyFailure(stage, type(exc).__name__, str(exc), bool(getattr(exc, "retriable", True)))
+
+    pool = _upload_pool()
+    in_flight: deque[Future[tuple[SegmentChecksums, bytes | None]]] = deque()
+    started = 0
+    copied: list[tuple[SegmentChecksums, bytes | None]] = []
+    while True:
+        while (started < len(jobs) and len(in_flight) < BATCH_UPLOADS
+               and not (stop_file is not None and os.path.exists(stop_file))):
+            in_flight.append(pool.submit(upload, jobs[started]))
+            started += 1
+        if not in_flight:
+            return CopyOutcome(copied)
+        job = jobs[len(copied)]
+        md = job.metadata
+        stage, failure = "copy", None
+        try:
+            try:
+                sums, custom = in_flight.popleft().result()
+            except _StartedFailed as exc:
+                stage = "started"
+                raise exc.cause from None
+            if custom is not None and len(custom) > job.custom_metadata_max_bytes:
+                failure = CopyFailure("custom", "", "", False, len(custom))
+            else:
+                stage = "finished"
+                finished = md.create_with_updates(RemoteLogSegmentMetadataUpdate(
+                    md.remote_log_segment_id, job.finished_at_ms, custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+                    md.broker_id))
+                key = layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset, int(finished.state))
+                rsm.put_bytes(key, encode_metadata(finished, sums))
+        except Exception as exc:
+            failure = failed(stage, exc)
+        if failure is not None:
+            futures_wait(in_flight)  # their events and objects land (or fail) before the parent cleans them up
+            return CopyOutcome(copied, failure, abandoned=len(in_flight))
+        copied.append((sums, custom))
+
+
+def _serve(rsm: Any, request: tuple[Any, ...]) -> Any:
+    """One request of the parent, in the child."""
+    kind = request[0]
+    if kind == "copy-batch":
+        return _copy_batch(rsm, request[1], request[2], request[3])
+    if kind == "after-puts":  # the deferred puts first, in order; the request only if they all landed
+        for key, data in request[1]:
+            try:
+                rsm.put_bytes(key, data)
+            except Exception as exc:
+                raise RemoteStorageError(
+                    f"put of {key} (deferred to this request) failed: {type(exc).__name__}: {exc}",
+                    retriable=getattr(exc, "retriable", True),
+                ) from exc
+        return _serve(rsm, request[2])
+    if kind == "copy":
+        return rsm.copy_log_segment_data(request[1], request[2])
+    if kind == "delete":
+        rsm.delete_log_segment_data(request[1])
+        return None
+    if kind == "copy+checksums":
+        sums = compute_segment_checksums(request[2], request[3])
+        return sums, rsm.copy_log_segment_data(request[1], request[2])
+    rsm.put_bytes(request[1], request[2])
+    return None
 
 
 def main() -> int:
@@ -235,11 +450,7 @@ def main() -> int:
             except EOFError:
                 return 0
             try:
-                if request[0] == "copy":
-                    _send(out, ("ok", rsm.copy_log_segment_data(request[1], request[2])))
-                else:
-                    rsm.put_bytes(request[1], request[2])  # type: ignore[attr-defined]
-                    _send(out, ("ok", None))
+                _send(out, ("ok", _serve(rsm, request)))
             except Exception as exc:
                 _send(out, ("error", type(exc).__name__, str(exc), getattr(exc, "retriable", True)))
     finally:
@@ -248,6 +459,53 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+_COPY_STARTED_EVENT = f".{int(RemoteLogSegmentState.COPY_SEGMENT_STARTED)}.json"  # tiered.layout.metadata_event_key
+
+
+class BatchCopier:
+    """:class:`tiered.rlm_copy.CopyBatch` through a :class:`ProcessCopier`, for a :class:`RemoteLogMetadataStore`
+    in the plugin's own bucket (the child writes the events where the store reads them, under its ``prefix``).
+
+    A batch is one request: per segment, the STARTED event, the checksums, the objects and the FINISHED event,
+    written by the child in that order (what the parent's copy task does one call at a time). The parent then
+    records the events in its view (:meth:`record`, no second write). When no child can start, the batch runs in
+    this process, the same way."""
+
+    def __init__(self, copier: ProcessCopier, store: Any, rsm: Any) -> None:
+        self._copier = copier
+        self._store = store  # tiered.metadata.RemoteLogMetadataStore
+        self._rsm = rsm
+
+    def copy(self, jobs: list[Any]) -> Any:
+        prefix, stop = self._store.prefix, str(self._copier.stop_file)
+        what = f"copy of {len(jobs)} segment(s) from {jobs[0].metadata.remote_log_segment_id}" if jobs else "copy"
+        return self._copier._run(("copy-batch", prefix, jobs, stop), what, lambda: _copy_batch(self._rsm, prefix, jobs, stop))
+
+    def record(self, md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> None:
+        self._store.record_written(md, checksums)
+
+
+_DELETE_STARTED_EVENT = f".{int(RemoteLogSegmentState.DELETE_SEGMENT_STARTED)}.json"
+
+
+class ChildDeletingRsm:
+    """The plugin, its ``delete_log_segment_data`` run by the copier process (RemoteLogManager.delete_in_child_process):
+    a segment's objects are deleted with one request instead of a blocking call per object here (each a wait for
+    the GIL under load), the segment's DELETE_SEGMENT_STARTED event in the same request, before them. Everything
+    else is the plugin's own."""
+
+    def __init__(self, rsm: Any, copier: ProcessCopier) -> None:
+        self._rsm = rsm
+        self._copier = copier
+        copier.deletes_in_child = True
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self._copier.delete_segment(metadata)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rsm, name)
 
 
 class ChildWritingStore:
@@ -262,6 +520,12 @@ class ChildWritingStore:
     def put_bytes(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         if if_absent:
             self._store.put_bytes(key, data, if_absent=True)  # an owner claim: rare, and its answer matters here
+        elif key.endswith(_COPY_STARTED_EVENT) or (key.endswith(_DELETE_STARTED_EVENT) and self._copier.deletes_in_child):
+            # A COPY_SEGMENT_STARTED (DELETE_SEGMENT_STARTED) event: only the copy's objects (the deletion of the
+            # objects) must come after it, and the child does that too, in this thread's next request. It goes with
+            # that request (one round trip less per segment); a failure fails that request, and the copy's cleanup
+            # (the deletion's retry) handles what may have landed.
+            self._copier.put_bytes_with_next_request(key, data)
         else:
             self._copier.put_bytes(key, data)
 

@@ -365,6 +365,19 @@ class RemoteLogMetadataStore:
                 self._checksums.pop(sid.id, None)
         return md
 
+    def record_written(self, md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> None:
+        """Record in this view an event another process already wrote to the store (the copier process's batch
+        copies, tiered.copier_process.BatchCopier): as add/update would, the transition checked, without writing
+        it again."""
+        sid = md.remote_log_segment_id
+        current = self._view(md.topic_id_partition).get(sid.id)
+        S.check_transition(current.state if current is not None else None, md.state)
+        with self._lock:
+            self._view(md.topic_id_partition)[sid.id] = md
+            self._readable.pop(md.topic_id_partition, None)
+            if checksums is not None:
+                self._checksums[sid.id] = checksums
+
     def purge(self, md: RemoteLogSegmentMetadata) -> None:
         """Delete every event of a copy that never finished (for one whose STARTED event may or may not have
         reached the store: a put that failed on the client's side) and forget it. Deleting what is gone is fine."""
@@ -389,7 +402,9 @@ class RemoteLogMetadataStore:
     # Queries ----------------------------------------------------------------------------------------------
     def list_remote_log_segments(self, tip: TopicIdPartition, leader_epoch: int | None = None) -> list[RemoteLogSegmentMetadata]:
         """Every known segment of the partition not yet deleted, ordered by start offset."""
-        segs = [m for m in self._view(tip).values() if m.state is not S.DELETE_SEGMENT_FINISHED]
+        view = self._view(tip)
+        with self._lock:  # a copy's event may be recorded meanwhile (another thread's _record adds to the view)
+            segs = [m for m in view.values() if m.state is not S.DELETE_SEGMENT_FINISHED]
         if leader_epoch is not None:
             segs = [m for m in segs if leader_epoch in m.segment_leader_epochs]
         return sorted(segs, key=lambda m: (m.start_offset, m.event_timestamp_ms))
@@ -430,7 +445,9 @@ class RemoteLogMetadataStore:
     def find_stale_copies(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """Copies left STARTED (or DELETE_STARTED) by a crash: their objects must be deleted. Reloads the partition
         from the store."""
-        return [m for m in self.load(tip).values() if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)]
+        view = self.load(tip)
+        with self._lock:  # the loaded dict is the view, which another thread's _record adds to
+            return [m for m in view.values() if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)]
 
     def unfinished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """The segments of this view left COPY_SEGMENT_STARTED or DELETE_SEGMENT_STARTED (no reload: what this

@@ -243,6 +243,7 @@ class OwnershipGuard:
         self._lock = threading.Lock()
         self._states: dict[TopicIdPartition, Ownership] = {}
         self._store_checked: set[TopicIdPartition] = set()
+        self._claims: dict[TopicIdPartition, threading.Lock] = {}  # one claim of a partition at a time
 
     def states(self) -> Mapping[TopicIdPartition, Ownership]:
         with self._lock:
@@ -252,9 +253,12 @@ class OwnershipGuard:
         """Raise unless this data dir owns ``tip``'s remote data, claiming it first when nobody has (see the module
         docstring). :class:`NotPartitionOwnerError` for a lost partition, :class:`RemoteStoreMismatchError` for a
         store that lacks it; a store error propagates (the caller retries at its next run)."""
-        found = self._assess(log, tip, self._store.owner_records(tip))
-        if found is None:
-            found = self._claim(log, tip)
+        with self._lock:
+            claim_lock = self._claims.setdefault(tip, threading.Lock())
+        with claim_lock:  # the copy and expiration tasks: the one that finds the other's claim must know it as ours
+            found = self._assess(log, tip, self._store.owner_records(tip))
+            if found is None:
+                found = self._claim(log, tip)
         self._set(tip, found)
         if found.state == LOST:
             raise NotPartitionOwnerError(found.detail, retriable=False)

@@ -29,15 +29,26 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from local.fetch import FetchDataInfo, FetchIsolation, TimestampAndOffset
 from local.scheduler import SYSTEM_TIME, Time
 from tiered.cache.segment_cache import RemoteSegmentCache
-from tiered.checksums import ChecksumVerifier, default_chunk_bytes
+from tiered.checksums import (
+    ChecksumVerifier,
+    SegmentChecksums,
+    compute_segment_checksums,
+    default_chunk_bytes,
+)
 from tiered.ownership import Ownership, OwnershipGuard
 from tiered.remote_log_reader import RemoteLogReader
-from tiered.rlm_copy import RLMCopyTask, candidate_segments, highest_offset_in_remote_storage
+from tiered.rlm_copy import (
+    CopyBatch,
+    CopyData,
+    RLMCopyTask,
+    candidate_segments,
+    highest_offset_in_remote_storage,
+)
 from tiered.rlm_expiration import RLMExpirationTask
 from tiered.rlm_parts import PassResult, RateLimiter, RemoteTierParts, remote_log_metrics, topic_id_partition
 from tiered.rlm_tasks import RLMTaskScheduler, tiering_enabled
@@ -114,9 +125,11 @@ class RemoteLogManager:
         self._tasks_lock = threading.Lock()
         self.task_totals = PassResult()  # what the scheduled tasks did since start (tiered run reports it)
         self._closed = False
-        # The plugin's copy_log_segment_data, or a child process running it (tiered.copier_process).
-        self._copy_data: Callable[[RemoteLogSegmentMetadata, LogSegmentData], bytes | None] = rsm.copy_log_segment_data
+        # The checksums and the plugin's copy_log_segment_data, here or in a child process (tiered.copier_process).
+        self._copy_data: CopyData = self._copy_here
         self._process_copier: Any = None
+        # Batch copies through the copier process, events included (set by copy_in_batches; None: one by one).
+        self._copy_batch: CopyBatch | None = None
 
     @property
     def process_copier(self) -> Any:
@@ -130,11 +143,35 @@ class RemoteLogManager:
         from tiered.copier_process import ProcessCopier
 
         self._process_copier = ProcessCopier(class_name, props, self.rsm.copy_log_segment_data)
-        self._copy_data = self._process_copier
+        self._copy_data = self._process_copier.copy_with_checksums
         return self._process_copier
 
-    def _copy_segment_data(self, md: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
-        return self._copy_data(md, data)
+    def delete_in_child_process(self) -> None:
+        """Delete remote segments' objects through the copier process too (set with the copier process and a
+        metadata store in the plugin's bucket, whose DELETE_SEGMENT_STARTED event then goes to the child with the
+        delete: tiered.copier_process.ChildWritingStore). Set before the tasks are first used."""
+        from tiered.copier_process import ChildDeletingRsm
+
+        assert self._process_copier is not None, "copy_in_child_process first"
+        # The plugin itself for everything but deletes (a proxy: RemoteTierParts only deletes through it).
+        rsm = cast(RemoteStorageManager, ChildDeletingRsm(self.rsm, self._process_copier))
+        self.parts = dataclasses.replace(self.parts, rsm=rsm)
+
+    def copy_in_batches(self, batch: CopyBatch) -> None:
+        """Copy segments through ``batch`` (tiered.copier_process.BatchCopier): several per request to the copier
+        process, their metadata events written by it. Set before the tasks are first used (the composition root
+        does, with the copier process and a metadata store in the plugin's bucket)."""
+        self._copy_batch = batch
+
+    def _copy_here(
+        self, md: RemoteLogSegmentMetadata, data: LogSegmentData, checksum_chunk_bytes: int
+    ) -> tuple[SegmentChecksums, bytes | None]:
+        return compute_segment_checksums(data, checksum_chunk_bytes), self.rsm.copy_log_segment_data(md, data)
+
+    def _copy_segment_data(
+        self, md: RemoteLogSegmentMetadata, data: LogSegmentData, checksum_chunk_bytes: int
+    ) -> tuple[SegmentChecksums, bytes | None]:
+        return self._copy_data(md, data, checksum_chunk_bytes)
 
     # ------------------------------------------------------------------------------------------------------
     # Identity and the partitions' tasks
@@ -157,7 +194,7 @@ class RemoteLogManager:
                     self.parts, tip, copy_data=self._copy_segment_data, quota=self._copy_quota,
                     custom_metadata_max_bytes=self.custom_metadata_max_bytes,
                     checksum_chunk_bytes=self.checksum_chunk_bytes, record=self.record_task_result,
-                    stopping=self._stopping,
+                    stopping=self._stopping, copy_batch=self._copy_batch,
                 )
                 tasks = self._partition_tasks[tip] = (copy, RLMExpirationTask(self.parts, tip, record=self.record_task_result))
             return tasks
@@ -243,6 +280,8 @@ class RemoteLogManager:
             if self._task_scheduler is not None or self._closed:
                 return
             self._stopping.clear()
+            if self._process_copier is not None:
+                self._process_copier.resume()
             self._task_scheduler = RLMTaskScheduler(
                 self, logs, self.task_interval_ms, self.copier_threads, self.expiration_threads
             )
@@ -250,12 +289,17 @@ class RemoteLogManager:
     def request_stop(self) -> None:
         """Tell the copy tasks to end after the segment each is copying, without waiting (``tiered run`` and
         ``tiered offload`` call it when signalled; :meth:`stop_tasks` then waits for them)."""
+        self._stop_copies()
+
+    def _stop_copies(self) -> None:
         self._stopping.set()
+        if self._process_copier is not None:
+            self._process_copier.request_stop()  # a batch in the copier process starts no other segment
 
     def stop_tasks(self) -> None:
         """Stop the scheduled tasks, waiting for the runs in progress (a LogManager calls it before closing logs):
         a copy task finishes the segment it is copying and copies no more."""
-        self._stopping.set()
+        self._stop_copies()
         with self._tasks_lock:
             scheduler, self._task_scheduler = self._task_scheduler, None
         if scheduler is not None:

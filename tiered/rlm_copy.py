@@ -11,6 +11,11 @@ crash mid-copy) is cleaned up the same way, and so is, at the next run, a failed
 metadata larger than ``remote.log.metadata.custom.metadata.max.bytes`` fails the copy the same way and, as in
 Kafka (which cancels the task), stops the partition's copies until a restart: a retry would upload it in vain.
 
+With the copier process (tiered.copier_process.BatchCopier) a run copies up to COPY_BATCH_SEGMENTS segments per
+request, the events written by the child in the same order (STARTED, objects, FINISHED per segment, the FINISHED
+ones in offset order and none after a failure) and recorded in this process's view after; a failed segment is
+cleaned up as above, the segments uploaded after it deleted. A stop waits for one batch.
+
 Ownership (:mod:`tiered.ownership`): a run first makes sure this data dir owns the partition's remote data (claiming
 it when nobody has), and again before each segment; a data dir that lost it copies nothing (``not_owned``).
 
@@ -20,18 +25,25 @@ partition's copy state; its runs are serialised by its lock, apart from the expi
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import tempfile
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from local import filenames
-from tiered.checksums import compute_segment_checksums
-from tiered.errors import CustomMetadataSizeExceededError, NotPartitionOwnerError, RemoteStoreMismatchError
+from tiered.checksums import SegmentChecksums
+from tiered.errors import (
+    CustomMetadataSizeExceededError,
+    NotPartitionOwnerError,
+    RemoteStorageError,
+    RemoteStoreMismatchError,
+)
 from tiered.rlm_parts import PassResult, RateLimiter, RemoteTierParts
 from tiered.rsm import (
     LogSegmentData,
@@ -50,7 +62,76 @@ logger = logging.getLogger(__name__)
 
 EMPTY_PRODUCER_SNAPSHOT = bytes.fromhex("000148674bc700000000")
 
-CopyData = Callable[[RemoteLogSegmentMetadata, LogSegmentData], "bytes | None"]
+# (metadata, the files, the checksum chunk size) -> the checksums of the files (tiered.checksums), computed before the
+# upload, and the plugin's custom metadata: copy_log_segment_data with the checksums, which a copier process computes
+# (a segment's reads are then off this process's GIL).
+CopyData = Callable[[RemoteLogSegmentMetadata, LogSegmentData, int], "tuple[SegmentChecksums, bytes | None]"]
+
+
+# The most segments one request to the copier process copies: a stop (SIGTERM, Ctrl-C) waits for one request.
+COPY_BATCH_SEGMENTS = 16
+
+
+@dataclass(frozen=True)
+class CopyJob:
+    """One segment of a batch: its COPY_SEGMENT_STARTED metadata, its files, the checksum chunk size, the custom
+    metadata limit, and the event time of its COPY_SEGMENT_FINISHED."""
+
+    metadata: RemoteLogSegmentMetadata
+    data: LogSegmentData
+    checksum_chunk_bytes: int
+    custom_metadata_max_bytes: int
+    finished_at_ms: int
+    sync: bool = False  # fsync the segment's files before reading them (the log has not flushed them yet)
+
+
+@dataclass(frozen=True)
+class CopyFailure:
+    """Why a batch stopped: ``stage`` is "started" (its STARTED event may or may not have landed), "copy" (the
+    checksums or the objects), "custom" (the plugin's custom metadata of ``custom_size`` bytes is over the limit)
+    or "finished" (its FINISHED event's put failed)."""
+
+    stage: str
+    kind: str
+    message: str
+    retriable: bool = True
+    custom_size: int = 0
+
+    @property
+    def started_landed(self) -> bool:
+        return self.stage != "started"
+
+    def error(self, md: RemoteLogSegmentMetadata, custom_metadata_max_bytes: int) -> Exception:
+        if self.stage == "custom":
+            return CustomMetadataSizeExceededError(
+                f"custom metadata of {self.custom_size} bytes for {md.remote_log_segment_id} exceeds "
+                f"remote.log.metadata.custom.metadata.max.bytes={custom_metadata_max_bytes}", size=self.custom_size,
+            )
+        return RemoteStorageError(
+            f"copy of {md.remote_log_segment_id} in the copier process failed ({self.stage}): {self.kind}: "
+            f"{self.message}", retriable=self.retriable,
+        )
+
+
+@dataclass(frozen=True)
+class CopyOutcome:
+    """The checksums and custom metadata of the jobs copied (a prefix of the batch), why it stopped (the job after
+    them failed), and how many jobs after that one had their COPY_SEGMENT_STARTED written (abandoned: their
+    objects may be up; the parent deletes them)."""
+
+    copied: list[tuple[SegmentChecksums, bytes | None]]
+    failure: CopyFailure | None = None
+    abandoned: int = 0
+
+
+class CopyBatch(Protocol):
+    """Copies in the copier process (tiered.copier_process.BatchCopier), events included."""
+
+    def copy(self, jobs: list[CopyJob]) -> CopyOutcome: ...
+
+    def record(self, md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> None:
+        """Record in the metadata view an event the copier process wrote to the store."""
+        ...
 
 
 def highest_offset_in_remote_storage(parts: RemoteTierParts, tip: TopicIdPartition) -> int:
@@ -85,8 +166,12 @@ class RLMCopyTask:
         checksum_chunk_bytes: int,
         record: Callable[[PassResult], None],
         stopping: threading.Event | None = None,
+        copy_batch: CopyBatch | None = None,
     ) -> None:
         self.parts = parts
+        # Copies through the copier process in batches of up to COPY_BATCH_SEGMENTS (None: one segment at a time).
+        self._copy_batch = copy_batch
+        self._segments_per_request = COPY_BATCH_SEGMENTS if copy_batch is not None else 1
         # Set when the manager stops (SIGTERM to `tiered run`, Ctrl-C in `tiered offload`): the run ends after the
         # segment in flight (Kafka's isCancelled() check between segments).
         self._stopping = stopping or threading.Event()
@@ -130,28 +215,38 @@ class RLMCopyTask:
                 logger.warning("cleanup of failed copies of %s failed; retried at the next pass", log.name, exc_info=True)
             candidates = candidate_segments(self.parts, self.tip, log)
             self._set_lag(log, candidates)
-            for seg, nxt in candidates:
+            lag_bytes = sum(s.size for s, _ in candidates)
+            i = 0
+            while i < len(candidates):
+                seg = candidates[i][0]
                 if self._stopping.is_set():
                     logger.info("stopping: the copy of %s ends before segment %d", log.name, seg.base_offset)
                     break
                 if not self._owned(log, result):
                     break  # another data dir claimed the partition since the run began
-                try:
-                    self._copy_segment(log, seg, nxt)
-                except CustomMetadataSizeExceededError as exc:
-                    result.copy_errors += 1
-                    self.cancelled = str(exc)
+                # One segment, or several in one request to the copier process (see _copy_batch).
+                copied, error = self._copy_segments(log, candidates[i : i + self._segments_per_request])
+                for done, _ in copied:
+                    result.segments_copied += 1
+                    result.bytes_copied += done.size
+                    lag_bytes -= done.size
+                i += len(copied)
+                self._set_lag_to(log, len(candidates) - i, lag_bytes)  # a long run's gauges move as it copies
+                if error is None:
+                    if not copied:  # a batch the copier process stopped before its first segment (stopping)
+                        break
+                    continue
+                result.copy_errors += 1
+                if isinstance(error, CustomMetadataSizeExceededError):
+                    self.cancelled = str(error)
                     logger.error(
                         "copies of %s to the remote tier are stopped until the next restart: %s (the copied objects "
-                        "were deleted; raise the limit or fix the plugin)", log.name, exc,
+                        "were deleted; raise the limit or fix the plugin)", log.name, error,
                     )
-                    break
-                except Exception:
-                    result.copy_errors += 1
-                    logger.exception("copy of segment %d of %s to the remote tier failed", seg.base_offset, log.name)
-                    break
-                result.segments_copied += 1
-                result.bytes_copied += seg.size
+                else:
+                    logger.error("copy of segment %d of %s to the remote tier failed", candidates[i][0].base_offset,
+                                 log.name, exc_info=error)
+                break
             self._set_lag(log, candidate_segments(self.parts, self.tip, log))
             if result.segments_copied:
                 self.parts.update_log_size(self.tip)
@@ -173,9 +268,107 @@ class RLMCopyTask:
         return True
 
     def _set_lag(self, log: Log, candidates: list[tuple[LogSegment, LogSegment]]) -> None:
+        self._set_lag_to(log, len(candidates), sum(s.size for s, _ in candidates))
+
+    def _set_lag_to(self, log: Log, segments: int, size: int) -> None:
         metrics = self.parts.metrics
-        metrics.copy_lag_segments.labels(log.topic, log.partition).set(len(candidates))
-        metrics.copy_lag_bytes.labels(log.topic, log.partition).set(sum(s.size for s, _ in candidates))
+        metrics.copy_lag_segments.labels(log.topic, log.partition).set(segments)
+        metrics.copy_lag_bytes.labels(log.topic, log.partition).set(size)
+
+    def _copy_segments(
+        self, log: Log, segments: list[tuple[LogSegment, LogSegment]]
+    ) -> tuple[list[tuple[LogSegment, LogSegment]], Exception | None]:
+        """Copy ``segments`` in order (one, unless a batch copier copies several in one request); the ones copied,
+        and the error that stopped the others (None when all were)."""
+        if self._copy_batch is None or len(segments) == 0:
+            try:
+                self._copy_segment(log, *segments[0])
+            except Exception as exc:
+                return [], exc
+            return segments[:1], None
+        return self._copy_batch_of(log, segments)
+
+    def _new_metadata(self, log: Log, seg: LogSegment, nxt: LogSegment) -> RemoteLogSegmentMetadata:
+        parts = self.parts
+        return RemoteLogSegmentMetadata(
+            RemoteLogSegmentId.generate_new(self.tip),
+            seg.base_offset,
+            nxt.base_offset - 1,
+            # Kafka's segment.largestTimestamp(): the max timestamp, or the file's mtime when no record has one
+            # (-1 here would make the first remote retention pass delete the segment at once).
+            seg.largest_timestamp,
+            parts.broker_id,
+            parts.time.milliseconds(),
+            seg.size,
+            segment_leader_epochs(log, seg.base_offset, nxt.base_offset),
+        )
+
+    def _copy_batch_of(
+        self, log: Log, segments: list[tuple[LogSegment, LogSegment]]
+    ) -> tuple[list[tuple[LogSegment, LogSegment]], Exception | None]:
+        """``segments`` copied by the copier process in ONE request (CopyBatch): for each in order, its
+        COPY_SEGMENT_STARTED event, checksums, objects and COPY_SEGMENT_FINISHED event, stopping at the first
+        failure. Then this process records in its metadata view the events the child wrote, and cleans up the
+        segment that failed as _copy_segment does. Under load, each request costs this process a few waits for the
+        GIL (see tiered.copier_process): one per batch instead of several per segment is what lets the copy keep up
+        with a writer on a busy machine."""
+        parts, batch = self.parts, self._copy_batch
+        assert batch is not None
+        now = parts.time.milliseconds()
+        jobs: list[CopyJob] = []
+        with contextlib.ExitStack() as scratches:
+            for seg, nxt in segments:
+                parts.metrics.copy_requests.inc()
+                md = self._new_metadata(log, seg, nxt)
+                self._quota.acquire(seg.size)
+                try:
+                    data = segment_data(log, seg, nxt, scratches.enter_context(_Scratch()),
+                                        synced_by_copier=log.recovery_point < nxt.base_offset)
+                except Exception as exc:
+                    if not jobs:
+                        return [], exc
+                    break  # the segments before it go in this request; it is tried again in the next
+                jobs.append(CopyJob(md, data, self._checksum_chunk_bytes, self._custom_metadata_max_bytes, now,
+                                    sync=log.recovery_point < nxt.base_offset))
+            try:
+                outcome = batch.copy(jobs)
+            except Exception as exc:
+                # The child died or the pipe broke: any of these events may have landed. Purged at the next run.
+                for job in jobs:
+                    self._failed_copies[job.metadata.remote_log_segment_id.id] = job.metadata
+                parts.metrics.copy_errors.inc()
+                return [], exc
+        copied: list[tuple[LogSegment, LogSegment]] = []
+        for job, (checksums, custom) in zip(jobs, outcome.copied, strict=False):
+            md = job.metadata
+            batch.record(md)
+            batch.record(md.create_with_updates(RemoteLogSegmentMetadataUpdate(
+                md.remote_log_segment_id, now, custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, parts.broker_id,
+            )), checksums)
+            seg, nxt = segments[len(copied)]
+            self._copied(log, md, seg)
+            copied.append((seg, nxt))
+        failure = outcome.failure
+        if failure is None:
+            return copied, None
+        md = jobs[len(copied)].metadata
+        parts.metrics.copy_errors.inc()
+        if failure.started_landed:
+            batch.record(md)  # its COPY_SEGMENT_STARTED is in the store: delete what it left (as _copy_segment)
+            self._remove_failed_copy(md)
+        else:
+            self._failed_copies[md.remote_log_segment_id.id] = md  # its STARTED event may have landed
+        for job in jobs[len(copied) + 1 : len(copied) + 1 + outcome.abandoned]:
+            batch.record(job.metadata)  # uploaded after the failed one: never FINISHED, deleted now
+            self._remove_failed_copy(job.metadata)
+        return copied, failure.error(md, self._custom_metadata_max_bytes)
+
+    def _copied(self, log: Log, md: RemoteLogSegmentMetadata, seg: LogSegment) -> None:
+        if not log.has_remote_data:
+            log.note_highest_remote_offset(md.end_offset)  # see _copy_segment
+        self.parts.metrics.copy_bytes.inc(seg.size)
+        logger.info("copied segment %d-%d of %s to the remote tier as %s", md.start_offset, md.end_offset, log.name,
+                    md.remote_log_segment_id)
 
     def _copy_segment(self, log: Log, seg: LogSegment, nxt: LogSegment) -> None:
         parts = self.parts
@@ -202,10 +395,9 @@ class RLMCopyTask:
             raise
         self._quota.acquire(seg.size)
         try:
-            with tempfile.TemporaryDirectory(prefix="tiered-copy-") as tmp:
-                data = segment_data(log, seg, nxt, Path(tmp))
-                checksums = compute_segment_checksums(data, self._checksum_chunk_bytes)
-                custom = self._copy_data(md, data)
+            with _Scratch() as scratch:
+                data = segment_data(log, seg, nxt, scratch)
+                checksums, custom = self._copy_data(md, data, self._checksum_chunk_bytes)
                 if custom is not None and len(custom) > self._custom_metadata_max_bytes:
                     raise CustomMetadataSizeExceededError(
                         f"custom metadata of {len(custom)} bytes for {segment_id} exceeds "
@@ -223,7 +415,11 @@ class RLMCopyTask:
             parts.metrics.copy_errors.inc()
             self._remove_failed_copy(md)
             raise
-        log.note_highest_remote_offset(end_offset)
+        if not log.has_remote_data:
+            # The partition dir remembers at once that it has remote data (local.remote_state). The highest offset
+            # there is kept up to date by local retention (Log._deletable_segments notes it before deleting), not
+            # here: two fsyncs under the log lock per segment were a third of the copy's time under load.
+            log.note_highest_remote_offset(end_offset)
         parts.metrics.copy_bytes.inc(seg.size)
         logger.info("copied segment %d-%d of %s to the remote tier as %s", seg.base_offset, end_offset, log.name, segment_id)
 
@@ -252,9 +448,9 @@ class RLMCopyTask:
         failed = self._failed_copies
         cleaned = 0
         for sid, md in list(stale.items()):
-            parts.delete_remote_segment(md, reason=reason)
+            # False: the expiration task is deleting it (DELETE_SEGMENT_STARTED is its state meanwhile) or did.
+            cleaned += parts.delete_remote_segment(md, reason=reason)
             failed.pop(sid, None)
-            cleaned += 1
         for sid, md in list(failed.items()):
             # Not in the store's view: its STARTED event was never acknowledged. Delete whatever may exist.
             logger.info("purging the failed copy %s (%d-%d)", md.remote_log_segment_id, md.start_offset, md.end_offset)
@@ -280,24 +476,58 @@ def segment_leader_epochs(log: Log, start: int, next_offset: int) -> dict[int, i
     return out
 
 
-def segment_data(log: Log, seg: LogSegment, nxt: LogSegment, tmp: Path) -> LogSegmentData:
-    """The files of ``seg`` to upload (an empty producer snapshot written to ``tmp`` when the log has none)."""
-    seg.flush()
+class _Scratch:
+    """A temporary directory made on first use (most copies need none) and removed at exit."""
+
+    def __init__(self) -> None:
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+
+    def __call__(self) -> Path:
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="tiered-copy-")
+        return Path(self._dir.name)
+
+    def __enter__(self) -> _Scratch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+
+
+def segment_data(
+    log: Log, seg: LogSegment, nxt: LogSegment, scratch: Callable[[], Path], *, synced_by_copier: bool = False
+) -> LogSegmentData:
+    """The files of ``seg`` to upload (an empty producer snapshot written to ``scratch()``, a temporary directory,
+    when the log has none). Made durable and trimmed first (the roll's background flush usually did it already: a
+    flush is then no call at all); with ``synced_by_copier`` only trimmed here, the copier process syncing the files
+    before it reads them (tiered.copier_process: fsyncs here are long waits for the GIL under load). The indexes go
+    by path, not opened for the copy (an open index holds a file descriptor and a map for as long as its segment
+    lives)."""
+    if synced_by_copier:
+        if seg.trims_pending:
+            seg.trim_inactive()
+    elif log.recovery_point < nxt.base_offset or seg.trims_pending:
+        log.flush(nxt.base_offset)
     snapshot = log.producer_state_manager.fetch_snapshot(nxt.base_offset)
     if snapshot is None:
         # Older segments may have lost their snapshot to retention; an empty one keeps the copy going.
         logger.warning("no producer snapshot at %d for %s: uploading an empty one", nxt.base_offset, log.name)
-        snapshot = filenames.producer_snapshot_file(tmp, nxt.base_offset)
+        snapshot = filenames.producer_snapshot_file(scratch(), nxt.base_offset)
         snapshot.write_bytes(EMPTY_PRODUCER_SNAPSHOT)
     from local.checkpoint import encode_leader_epoch_checkpoint
 
     entries = [e for e in log.leader_epoch_cache.epoch_entries() if e.start_offset < nxt.base_offset]
     txn_path = seg.txn_index.path
+    try:
+        has_txn = txn_path.stat().st_size > 0
+    except FileNotFoundError:
+        has_txn = False
     return LogSegmentData(
         log_segment=seg.log.path,
-        offset_index=seg.offset_index.path,
-        time_index=seg.time_index.path,
-        transaction_index=txn_path if txn_path.exists() and txn_path.stat().st_size > 0 else None,
+        offset_index=seg.offset_index_path,
+        time_index=seg.time_index_path,
+        transaction_index=txn_path if has_txn else None,
         producer_snapshot_index=snapshot,
         leader_epoch_index=encode_leader_epoch_checkpoint(entries),
     )

@@ -72,8 +72,7 @@ class RLMExpirationTask:
             for md, reason in [*((m, _OUTSIDE_LINEAGE) for m in foreign), *doomed]:
                 if not self._owned(log):
                     break  # another data dir claimed the partition since the run began
-                parts.delete_remote_segment(md, reason=reason)
-                deleted += 1
+                deleted += parts.delete_remote_segment(md, reason=reason)  # False: another task deleted it
             parts.update_log_size(self.tip)
             self._set_lag(log, 0, 0)
             return deleted

@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import threading
 import time as _time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -150,6 +151,26 @@ def remote_log_metrics(registry: Any = None) -> RemoteLogMetrics:
         return held[1]
 
 
+class DeletionClaims:
+    """The remote segments (by id) whose deletion a task of this process is carrying out."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: set[uuid.UUID] = set()
+
+    def claim(self, segment_id: uuid.UUID) -> bool:
+        """Take the segment's deletion; False when another task holds it."""
+        with self._lock:
+            if segment_id in self._ids:
+                return False
+            self._ids.add(segment_id)
+            return True
+
+    def release(self, segment_id: uuid.UUID) -> None:
+        with self._lock:
+            self._ids.discard(segment_id)
+
+
 @dataclass(frozen=True)
 class RemoteTierParts:
     """The collaborators the copy and expiration tasks share (built once by the RemoteLogManager)."""
@@ -162,6 +183,7 @@ class RemoteTierParts:
     time: Time
     broker_id: int
     ownership: OwnershipGuard
+    deletions: DeletionClaims = dataclasses.field(default_factory=lambda: DeletionClaims())
 
     def finished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         return finished_segments(self.metadata, tip)
@@ -172,21 +194,43 @@ class RemoteTierParts:
         size = sum(md.segment_size_in_bytes for md in self.finished_segments(tip))
         self.metrics.log_size_bytes.labels(tip.topic, tip.partition).set(size)
 
-    def delete_remote_segment(self, md: RemoteLogSegmentMetadata, reason: str) -> None:
+    def delete_remote_segment(self, md: RemoteLogSegmentMetadata, reason: str) -> bool:
         """Kafka's order: DELETE_SEGMENT_STARTED, the objects, DELETE_SEGMENT_FINISHED; then the segment leaves the
-        caches. A failed object delete leaves the STARTED event (retried by the next pass that finds it)."""
+        caches. A failed object delete leaves the STARTED event (retried by the next pass that finds it).
+
+        One deletion of a segment at a time in this process: the copy task's cleanup takes every segment left
+        DELETE_SEGMENT_STARTED for a leftover, which includes the one the expiration task is deleting at that
+        moment. A segment another task is deleting, or deleted since the caller listed it, is left alone: returns
+        False (True when this call deleted it)."""
         sid = md.remote_log_segment_id
-        logger.info("deleting remote segment %s (%d-%d): %s", sid, md.start_offset, md.end_offset, reason)
-        self._set_state(md, RemoteLogSegmentState.DELETE_SEGMENT_STARTED)
+        if not self.deletions.claim(sid.id):
+            logger.debug("remote segment %s is being deleted by another task", sid)
+            return False
         try:
-            self.rsm.delete_log_segment_data(md)
-        except Exception:
-            self.metrics.delete_errors.inc()
-            raise
-        self._set_state(md, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED)
-        self.index_cache.remove(sid.id)
-        self.segments.invalidate(md)
-        self.metrics.delete_requests.inc()
+            if md.state is not RemoteLogSegmentState.COPY_SEGMENT_FINISHED and not self._listed(md):
+                logger.debug("remote segment %s was deleted since it was listed", sid)
+                return False
+            logger.info("deleting remote segment %s (%d-%d): %s", sid, md.start_offset, md.end_offset, reason)
+            self._set_state(md, RemoteLogSegmentState.DELETE_SEGMENT_STARTED)
+            try:
+                self.rsm.delete_log_segment_data(md)
+            except Exception:
+                self.metrics.delete_errors.inc()
+                raise
+            self._set_state(md, RemoteLogSegmentState.DELETE_SEGMENT_FINISHED)
+            self.index_cache.remove(sid.id)
+            self.segments.invalidate(md)
+            self.metrics.delete_requests.inc()
+            return True
+        finally:
+            self.deletions.release(sid.id)
+
+    def _listed(self, md: RemoteLogSegmentMetadata) -> bool:
+        """Whether the metadata still lists ``md``'s segment (not DELETE_SEGMENT_FINISHED). Asked only for a segment
+        the caller found unfinished (the copy task's cleanup): a FINISHED one is deleted by the expiration task
+        alone, whose runs never overlap."""
+        sid = md.remote_log_segment_id
+        return any(m.remote_log_segment_id == sid for m in self.metadata.list_remote_log_segments(sid.topic_id_partition))
 
     def _set_state(self, md: RemoteLogSegmentMetadata, state: RemoteLogSegmentState) -> None:
         self.metadata.update_remote_log_segment_metadata(

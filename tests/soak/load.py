@@ -9,11 +9,14 @@ restart) while the workers wait at a gate.
 Every value is derived from its offset (:func:`expected_value`), so a reader checks what it got without a model:
 each read must return its fetch offset first (the first batch holds it) or raise ``OffsetOutOfRangeError``,
 and every record must be the one written at its offset, offsets consecutive. A monitor samples open files, RSS
-and the copy lag (Kafka's RemoteCopyLagSegments/RemoteCopyLagBytes) during the run.
+and the copy lag (Kafka's RemoteCopyLagSegments/RemoteCopyLagBytes) during the run, with what the engine keeps
+files open for at that moment (segment files in the partition dir, the remote index cache's files: see
+open_files_bound); tracebacks the engine's own tasks log are collected (task_failures).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import statistics
@@ -124,9 +127,21 @@ class LoadResult:
     skips: list[str] = field(default_factory=list)  # reads that did not return their fetch offset first
     wrong: list[str] = field(default_factory=list)  # records not as written (value, gap, torn batch)
     errors: list[str] = field(default_factory=list)  # anything else a worker raised
+    # Tracebacks logged at WARNING or above by the engine's own threads (a scheduled task or a remote tier task that
+    # failed: they log and go on, so nothing else would show them).
+    task_failures: list[str] = field(default_factory=list)
     restarts: int = 0
     read_latencies: list[float] = field(default_factory=list)  # seconds, every read
     open_files: list[int] = field(default_factory=list)
+    # What the engine keeps files open for, sampled with open_files (see open_files_bound): local segments (and
+    # those deleted, waiting for file.delete.delay.ms), remote segments (the index cache's), and the most chunk
+    # files the segment cache's memory tier keeps mapped (from its configuration).
+    local_segments: list[int] = field(default_factory=list)
+    deleted_segments: list[int] = field(default_factory=list)
+    txn_index_files: list[int] = field(default_factory=list)
+    remote_index_files: list[int] = field(default_factory=list)
+    chunk_files_bound: int = 0
+    readers: int = 0
     rss: list[int] = field(default_factory=list)
     rss_anonymous: list[int] = field(default_factory=list)
     copy_lag_segments: list[int] = field(default_factory=list)
@@ -149,7 +164,7 @@ class LoadResult:
             f"{self.seconds:.0f} s: {self.records_written:,} records written, {self.reads:,} reads "
             f"({self.remote_reads:,} below the local log start, {self.out_of_range:,} out of range), "
             f"{self.records_checked:,} records checked, {len(self.skips)} skips, {len(self.wrong)} wrong, "
-            f"{len(self.errors)} errors; copied {self.remote_segments_copied}, remote-deleted "
+            f"{len(self.errors)} errors, {len(self.task_failures)} task failures; copied {self.remote_segments_copied}, remote-deleted "
             f"{self.remote_segments_deleted}; copy lag segments mean {statistics.fmean(lag):.1f} max {max(lag)}, "
             f"bytes max {max(lag_b):,}; read p50 {self.latency_ms(0.5):.2f} ms p99 {self.latency_ms(0.99):.2f} ms; "
             f"open files {min(self.open_files or [0])}-{max(self.open_files or [0])}; "
@@ -280,6 +295,23 @@ class _Run:
                     offset = rng.randrange(start, end)
                 self._read(log, offset, rng.choice((4 * 1024, 64 * 1024, 512 * 1024)))
 
+    def _segment_counts(self) -> tuple[int, int, int, int]:
+        """(local segments, local segments deleted and not yet removed, transaction index files among them, files
+        in the remote index cache), now."""
+        from tiered.remote_log_manager import RemoteLogManager
+
+        # From the directory (one listing), not the log's segment list: retention takes a segment out of the list
+        # before it renames its files .deleted, and a sample in between would count its files nowhere.
+        names = os.listdir(self.log.dir)
+        local = sum(1 for name in names if name.endswith(".log"))
+        deleted = sum(1 for name in names if name.endswith(".log.deleted"))
+        txn = sum(1 for name in names if ".txnindex" in name)
+        rlm = self.manager.remote_tier
+        remote = 0
+        if isinstance(rlm, RemoteLogManager):
+            remote = sum(1 for name in os.listdir(rlm.index_cache.cache_dir) if not name.endswith(".tmp"))
+        return local, deleted, txn, remote
+
     def monitor(self) -> None:
         from tiered.remote_log_manager import RemoteLogManager
 
@@ -287,8 +319,16 @@ class _Run:
             with self.gate.passing():
                 rlm = self.manager.remote_tier
                 lag = rlm.copy_lag(self.log) if isinstance(rlm, RemoteLogManager) else (0, 0)
+                # Counted before and after the files: a segment rolled or deleted in between is counted for them.
+                before = self._segment_counts()
+                files = open_files()
+                after = self._segment_counts()
             with self.lock:
-                self.result.open_files.append(open_files())
+                self.result.open_files.append(files)
+                self.result.local_segments.append(max(before[0], after[0]))
+                self.result.deleted_segments.append(max(before[1], after[1]))
+                self.result.txn_index_files.append(max(before[2], after[2]))
+                self.result.remote_index_files.append(max(before[3], after[3]))
                 self.result.rss.append(rss_bytes())
                 self.result.rss_anonymous.append(anonymous_rss_bytes())
                 self.result.copy_lag_segments.append(lag[0])
@@ -311,6 +351,17 @@ class _Run:
             self.result.restarts += 1
 
     def run(self, sequential: int, random_readers: int) -> LoadResult:
+        failures = _TaskFailures(self.result.task_failures)
+        logging.getLogger().addHandler(failures)
+        try:
+            return self._run(sequential, random_readers)
+        finally:
+            logging.getLogger().removeHandler(failures)
+
+    def _run(self, sequential: int, random_readers: int) -> LoadResult:
+        chunks = getattr(getattr(self.manager.remote_tier, "segments", None), "chunks", None)
+        self.result.chunk_files_bound = chunks.max_open_chunk_files if chunks is not None else 0
+        self.result.readers = sequential + random_readers
         workers = [threading.Thread(target=self._guard, args=("monitor", self.monitor), name="soak-monitor")]
         if self.with_writer:
             workers.append(threading.Thread(target=self._guard, args=("writer", self.writer), name="soak-writer"))
@@ -335,6 +386,47 @@ class _Run:
             self.manager.close()
             self._tally_remote()
         return self.result
+
+
+class _TaskFailures(logging.Handler):
+    """Collects the tracebacks logged at WARNING or above (a failed task logs its exception and goes on)."""
+
+    def __init__(self, into: list[str]) -> None:
+        super().__init__(logging.WARNING)
+        self._into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            self._into.append(f"{record.name}: {record.getMessage()}: {type(exc).__name__}: {exc}")
+
+
+# Files the engine holds open (the structure the soak's bound is made of):
+# - a local segment: its .log (one descriptor, shared by the reads' slices) and its offset and time indexes once
+#   loaded (a map each: CPython's mmap keeps a descriptor, before 3.13); a transaction index file when it has one
+#   (counted as files: the soak writes no transactions, so none);
+# - the remote index cache: at most one per file it holds (a map or a descriptor per index loaded);
+# - a read in flight: at most one more (the slice of a segment deleted meanwhile, or the map of a chunk the segment
+#   cache evicted meanwhile);
+# - the segment cache's memory tier: ChunkCache.max_open_chunk_files (memory_bytes // chunk_size);
+# - the copier process: a pipe each way per child (RemoteLogManager: at most 2 children).
+FILES_PER_LOCAL_SEGMENT = 3
+FILES_PER_READER = 1
+COPIER_FILES = 2 * 2
+
+
+def open_files_bound(result: LoadResult, sample: int, files_before: int) -> int:
+    """The most files the process may hold open at monitor sample ``sample``: what it held before the load, and
+    what the engine keeps open for the segments, caches and reads of that moment (see the constants above)."""
+    return (
+        files_before
+        + FILES_PER_LOCAL_SEGMENT * (result.local_segments[sample] + result.deleted_segments[sample])
+        + result.txn_index_files[sample]
+        + result.remote_index_files[sample]
+        + result.chunk_files_bound
+        + FILES_PER_READER * result.readers
+        + COPIER_FILES
+    )
 
 
 def prefill(tmp: Path, records: int) -> None:

@@ -3,7 +3,11 @@
 
 About 60 s by default; ``TIERED_SOAK_SECONDS=600`` runs it longer. It asserts that no read skips ahead (each
 returns its fetch offset first or raises OffsetOutOfRangeError naming a log start above it), no record is wrong
-or torn, the tasks really copied and expired segments, and open files and memory stay bounded.
+or torn, no task of the engine logged a failure, the tasks really copied and expired segments, open files stay
+within what the engine keeps open for the segments and caches of each moment (tests/soak/load.py
+open_files_bound), memory does not grow, and the copy keeps up. It must pass on a 2-core machine beside two
+CPU-bound processes (issue 27; bench/RESULTS.md has the runs), and fails on a planted skip, wrong record or file
+leak (TESTING.md).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.soak.load import MIB, open_files, rss_bytes, run_load
+from tests.soak.load import MIB, open_files, open_files_bound, rss_bytes, run_load
 from tiered.cache.chunk_cache import DEFAULT_MEMORY_BYTES as CHUNK_MEMORY_BYTES
 
 SECONDS = float(os.environ.get("TIERED_SOAK_SECONDS", "60"))
@@ -27,6 +31,7 @@ def test_soak_readers_racing_tiering_and_retention(tmp_path: Path) -> None:
     result = run_load(tmp_path, SECONDS)
     print(result.summary())
     assert result.errors == []
+    assert result.task_failures == [], result.task_failures[:10]
     assert result.skips == [], result.skips[:10]
     assert result.wrong == [], result.wrong[:10]
     assert result.restarts == 1
@@ -35,8 +40,13 @@ def test_soak_readers_racing_tiering_and_retention(tmp_path: Path) -> None:
     assert result.remote_reads > 0
     assert result.remote_segments_copied > 0 and result.remote_segments_deleted > 0
     assert result.final_log_start > 0
-    # Bounded: open files (segments deleted by retention are closed) and memory (no growth through the run).
-    assert max(result.open_files) < files_before + 400, (files_before, max(result.open_files))
+    # Open files: at every sample, no more than the engine keeps open for the segments, caches and reads of that
+    # moment (open_files_bound: per segment, the chunk cache's configured bound, per read in flight). A leak, or
+    # a cache keeping files by chance, breaks it whatever the copy lag.
+    over = [(i, files, open_files_bound(result, i, files_before)) for i, files in enumerate(result.open_files)
+            if files > open_files_bound(result, i, files_before)]
+    assert over == [], over[:5]
+    # Memory: no growth through the run.
     # The heap does not grow; the whole RSS grows at most by what the segment cache's memory tier maps (chunk
     # files, file pages the kernel can reclaim), which fills up to its bound through the run.
     half = len(result.rss) // 2

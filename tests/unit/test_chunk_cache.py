@@ -16,6 +16,7 @@ import sys
 import threading
 from concurrent.futures import Future, wait
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -190,6 +191,62 @@ def test_memory_holds_at_most_memory_bytes_of_the_most_recently_used_chunks(tmp_
             other.clear()
         cache.read("o", len(data), 0, 999, f)
         assert f.calls == [(0, 999), (0, 999)]
+
+
+def _open_chunk_files(directory: Path) -> int:
+    """Files of the cache's chunks this process holds open (the SQLite database's own are not counted)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        count += target.startswith(str(directory)) and ".db" not in target
+    return count
+
+
+def test_the_memory_tier_keeps_at_most_its_full_chunks_worth_of_files_open(tmp_path: Path) -> None:
+    """Objects smaller than a chunk (remote segments smaller than the chunk size): each chunk held as a map of its
+    cache file keeps a file open. The memory tier holds at most memory_bytes // chunk_size of them, whatever their
+    bytes (the byte bound alone let 25 of these stay open, not 4), and close() lets them go."""
+    cache_dir = tmp_path / "cache"
+    size = 40 * 1024  # above diskcache's inline size (32 KiB): each chunk is a file of its own
+    with ChunkCache(cache_dir, chunk_size=256 * 1024, prefetch_chunks=0, memory_bytes=1024 * 1024) as cache:
+        assert cache.max_open_chunk_files == 4
+        for i in range(40):
+            data = os.urandom(size)
+            assert bytes(cache.read(f"o{i}", size, 0, size - 1, CountingFetcher(data))) == data
+        cache.flush()  # every chunk on disk: those the memory tier still holds are maps of their files now
+        assert 0 < _open_chunk_files(cache_dir) <= cache.max_open_chunk_files
+    assert _open_chunk_files(cache_dir) == 0
+
+
+def test_forget_drops_a_deleted_objects_chunks_without_waiting_for_the_disk_writer(tmp_path: Path) -> None:
+    """A remote segment's deletion forgets its chunks: memory at once, the disk store's after the writes queued
+    before (none lands after the evict), and the caller never waits for the writer (busy writing other chunks)."""
+    data = os.urandom(40 * 1024)
+    with ChunkCache(tmp_path, chunk_size=16 * 1024, prefetch_chunks=0) as cache:
+        writing, go = threading.Event(), threading.Event()
+        store = cache._disk.store
+
+        def slow_store(name: str, chunk: Any, obj: str) -> None:
+            writing.set()
+            assert go.wait(LIMIT)
+            store(name, chunk, obj)
+
+        cache._disk.store = slow_store  # type: ignore[method-assign]
+        f = CountingFetcher(data)
+        assert bytes(cache.read("gone", len(data), 0, len(data) - 1, f)) == data  # 3 chunks, their writes queued
+        assert writing.wait(LIMIT)  # the writer is stuck in the first one
+        cache.forget("gone")  # returns although the writer is held
+        assert bytes(cache.read("gone", len(data), 0, 99, f)) == data[:100]
+        assert len(f.calls) == 4  # memory no longer held it: fetched again
+        go.set()
+        cache.flush()
+        assert len(cache) == 1  # the chunk just read again, written after the evict; none of the three before
+        cache.forget("gone")
+        cache.flush()
+        assert len(cache) == 0
 
 
 def test_memory_evicts_the_least_recently_used_chunk(tmp_path: Path) -> None:

@@ -42,6 +42,14 @@ def test_memory_holds_a_chunk_of_exactly_the_limit_and_refuses_a_larger_one() ->
     assert "full" not in mem and "next" in mem and mem.size_bytes == 1
 
 
+def test_memory_holds_at_most_max_chunks_whatever_their_bytes() -> None:
+    mem = MemoryChunks(1000, max_chunks=3)
+    for name in "abcd":
+        mem.put(name, name.encode())  # 4 bytes in all, far below the byte bound
+    assert [n in mem for n in "abcd"] == [False, True, True, True] and len(mem) == 3 and mem.size_bytes == 3
+    assert MemoryChunks(1000, max_chunks=0).max_chunks == 1 and MemoryChunks(1000).max_chunks is None
+
+
 def test_a_negative_memory_limit_holds_nothing() -> None:
     mem = MemoryChunks(-5)
     mem.put("empty", b"")  # a zero-byte chunk fits a zero limit

@@ -485,6 +485,30 @@ def test_a_roll_with_a_background_flush_leaves_the_trims_to_that_flush(
     assert log.recovery_point >= log.active_segment.base_offset
 
 
+def test_a_roll_at_the_recovery_point_still_gets_its_trims(
+        held_flush_log: tuple[Log, Scheduler, threading.Event]) -> None:
+    # A full flush just before the roll (a restart's close, log.flush.interval.*) leaves the recovery point at the
+    # roll offset: the rolled segment's flush has nothing to sync, but still owes it the trims the roll deferred.
+    # (Found under load: the copy then uploaded a 10 MiB offset index, zeros after its entries, refused as corrupt
+    # by every reader of the remote segment.)
+    log, scheduler, gate = held_flush_log
+    log.append(records(b"v" * 300))
+    flushed = threading.Event()
+    scheduler.schedule_once("after-first-flush", flushed.set)
+    gate.set()
+    assert flushed.wait(30)
+    while log.number_of_segments() < 2:
+        log.flush()  # the recovery point is the log end offset whenever the roll comes
+        log.append(records(b"v" * 300))
+    rolled = log.segments.values()[0]
+    assert log.recovery_point >= log.active_segment.base_offset
+    flushed = threading.Event()
+    scheduler.schedule_once("after-the-rolls-flush", flushed.set)
+    assert flushed.wait(30)
+    assert rolled.offset_index_path.stat().st_size == rolled.offset_index.entries * 8
+    assert rolled.time_index_path.stat().st_size == rolled.time_index.entries * 12
+
+
 def test_a_crash_before_the_rolled_segments_flush_recovers_it(
         tmp_path: Path, held_flush_log: tuple[Log, Scheduler, threading.Event]) -> None:
     import shutil

@@ -457,3 +457,55 @@ def test_an_owner_record_round_trips_and_refuses_what_is_not_one() -> None:
                                                                                  b'"lineage":[[0,0]]')):
         with pytest.raises(ValueError, match="owner record"):
             OwnerRecord.decode(bad)
+
+
+def test_the_copy_and_expiration_tasks_claiming_at_once_both_find_this_data_dir_the_owner(tmp_path: Path) -> None:
+    """The first claim of a partition, by its copy and expiration tasks at the same moment: the task whose conditional
+    put loses to the other's must see the winner's claim as this data dir's, not report the partition lost (the soak
+    once logged "lost ownership ... (this data dir never claimed it)" for its own claim)."""
+    from tiered.ownership import OWNER, OwnershipGuard
+    from tiered.rlm_parts import topic_id_partition
+
+    config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{
+        "rsm.config.dir": str(tmp_path / "bucket")}))
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(tmp_path / "bucket")})
+    claimed, other_looked = threading.Event(), threading.Event()
+
+    class SlowFirstClaim(RemoteLogMetadataStore):
+        """The first claim, once written, waits until the other task has looked at the owner records (it never
+        does while the first task holds the partition's claim: then the wait ends at its bound)."""
+
+        def claim_ownership(self, tip: TopicIdPartition, record: OwnerRecord) -> None:
+            super().claim_ownership(tip, record)
+            if not claimed.is_set():
+                claimed.set()
+                other_looked.wait(2)
+
+        def owner_records(self, tip: TopicIdPartition) -> list[OwnerRecord]:
+            if claimed.is_set():
+                other_looked.set()
+            return super().owner_records(tip)
+
+    with open_log_manager(LogConfig.from_properties(str(config)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true"})
+        tip = topic_id_partition(log)
+        guard = OwnershipGuard(SlowFirstClaim(rsm), clock=lambda: 0, store_name="bucket")
+        outcomes: list[object] = []
+
+        def ensure() -> None:
+            try:
+                outcomes.append(guard.ensure_owner(log, tip).state)
+            except Exception as e:  # the outcome under test
+                outcomes.append(e)
+
+        first = threading.Thread(target=ensure)
+        first.start()
+        assert claimed.wait(30)
+        second = threading.Thread(target=ensure)
+        second.start()
+        first.join()
+        second.join()
+        assert outcomes == [OWNER, OWNER]
+        assert guard.states()[tip].state == OWNER
+        assert len(RemoteLogMetadataStore(rsm).owner_records(tip)) == 1

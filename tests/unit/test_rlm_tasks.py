@@ -205,15 +205,16 @@ def test_remote_expiration_moves_and_checkpoints_the_log_start_before_deleting(t
         )
         _produce(log, 10_000)
         seen: list[tuple[int, int, int]] = []  # (end offset deleted, log start in memory, checkpointed)
-        original = rlm.rsm.delete_log_segment_data
+        original = rlm.parts.rsm.delete_log_segment_data  # what the tasks delete through (the copier process's)
 
         def delete(md: Any) -> None:
             seen.append((md.end_offset, log.log_start_offset, _checkpointed_start(tmp_path / "data", log)))
             original(md)
 
-        rlm.rsm.delete_log_segment_data = delete  # type: ignore[method-assign]
+        rlm.parts.rsm.delete_log_segment_data = delete  # type: ignore[method-assign,assignment]
         rlm.copy_log_segments(log)
         assert rlm.cleanup_remote_segments(log) > 0
+        assert seen  # the deletes went through the observed call
         for end, in_memory, checkpointed in seen:
             assert in_memory > end and checkpointed == in_memory
 
@@ -231,13 +232,13 @@ def test_after_a_failed_checkpoint_no_later_pass_deletes_until_one_succeeds(tmp_
         _produce(log, 10_000)
         rlm.copy_log_segments(log)
         deleted: list[int] = []
-        original = rlm.rsm.delete_log_segment_data
+        original = rlm.parts.rsm.delete_log_segment_data  # what the tasks delete through (the copier process's)
 
         def delete(md: Any) -> None:
             deleted.append(md.end_offset)
             original(md)
 
-        rlm.rsm.delete_log_segment_data = delete  # type: ignore[method-assign]
+        rlm.parts.rsm.delete_log_segment_data = delete  # type: ignore[method-assign,assignment]
         working = log.log_start_offset_checkpointer
 
         def fail(_: Log) -> None:

@@ -140,13 +140,21 @@ class ChunkCache:
         self._max_buffers = max(4, 2 * max_workers * (self.prefetch_chunks + 2))
         # The shared state, under self._lock:
         self._lock = RankedLock("chunk cache state", CACHE_STATE)
-        self._memory = MemoryChunks(memory_bytes)
+        # At most as many chunks as full chunks fit in its bytes: each map is an open file (see MemoryChunks).
+        self._memory = MemoryChunks(memory_bytes, max_chunks=max(1, memory_bytes // chunk_size))
         self._flights: SingleFlight[Chunk] = SingleFlight()
         self._sizes: dict[str, int] = {}  # object sizes learnt from short chunks (when callers pass None)
         self._streams: dict[str, ChunkStream] = {}  # per object: the open fetch feeding its reader's read-ahead
         # The chunk buffers streams read into, reused once nothing refers to them (the chunk is on disk and held
         # as a map, and no reader keeps a view): a fresh 4 MiB buffer costs 1,024 page faults.
         self._buffers: list[bytearray] = []
+        # Bytes of fetched chunks queued for the disk writer, at most max_pending_write_bytes: a queued chunk holds
+        # its bytes until written, and on a busy machine the writer (SQLite, files, the GIL) falls behind the
+        # fetches. Unbounded, the soak's heap grew by the writer's backlog (~90 chunks, 100+ MiB); bounded, a fetch
+        # waits for room (back pressure on the loads, not a chunk left off the disk). Own lock: it is waited on.
+        self._write_room = threading.Condition()
+        self._pending_write_bytes = 0
+        self.max_pending_write_bytes = max(2 * chunk_size, memory_bytes // 4)
         self._closed = False
 
     # Counters (kept as attributes of the cache for its callers) ----------------------------------------------
@@ -276,9 +284,35 @@ class ChunkCache:
         if data:
             with self._lock:
                 self._memory.put(name, data)
-            self._writer.submit(self._store, name, data, obj)
+            size = len(data)
+            with self._write_room:
+                # Room for it, or nothing queued (a chunk larger than the bound goes alone), or closing.
+                self._write_room.wait_for(lambda: self._closed or self._pending_write_bytes == 0
+                                          or self._pending_write_bytes + size <= self.max_pending_write_bytes)
+                self._pending_write_bytes += size
+            try:
+                self._writer.submit(self._store, name, data, obj)
+            except RuntimeError:  # closed meanwhile: nothing more is written
+                self._wrote(size)
+
+    @property
+    def pending_write_bytes(self) -> int:
+        """Bytes of fetched chunks waiting for the disk writer (at most :attr:`max_pending_write_bytes`, or one
+        chunk larger than that)."""
+        return self._pending_write_bytes
+
+    def _wrote(self, size: int) -> None:
+        with self._write_room:
+            self._pending_write_bytes -= size
+            self._write_room.notify_all()
 
     def _store(self, name: str, data: Chunk, obj: str) -> None:
+        try:
+            self._store_now(name, data, obj)
+        finally:
+            self._wrote(len(data))
+
+    def _store_now(self, name: str, data: Chunk, obj: str) -> None:
         try:
             self._disk.store(name, data, obj)
             # Held from now on as a map of the file just written: the fetched bytes are freed (unless a reader
@@ -445,6 +479,23 @@ class ChunkCache:
             self._sizes.pop(obj, None)
         return self._disk.evict(obj)
 
+    def forget(self, obj: str) -> None:
+        """Drop every chunk of object ``obj``, whose remote copy was deleted (never to be read again: a segment id is
+        never reused), without waiting: its streams are told to stop, memory lets its chunks go now, and the disk
+        store's are evicted by the writer thread after the writes queued before (so none lands after the evict).
+        :meth:`invalidate` waits for all that, for an object replaced under the same name; a remote segment's
+        deletion does not need to (it waited ~150 ms a segment under load: the writer's queue, SQLite, the GIL)."""
+        with self._lock:
+            streams = [s for s in self._streams.values() if s.obj == obj]
+            self._memory.drop_prefix(f"{obj}#")
+            self._sizes.pop(obj, None)
+        for stream in streams:
+            stream.stop()
+        try:
+            self._writer.submit(self._disk.evict, obj).add_done_callback(_log_evict_failure)
+        except RuntimeError:  # the cache is closed (the writer shut down): the disk store keeps them (bounded)
+            logger.debug("chunk cache closed: chunks of %s left on disk", obj)
+
     def clear(self) -> None:
         """Drop every chunk, in memory and on disk (shared with other processes: theirs too)."""
         self._stop_streams()
@@ -468,17 +519,34 @@ class ChunkCache:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+        with self._write_room:
+            self._write_room.notify_all()  # loads waiting for the writer's room go on (and write nothing more)
         self._stop_streams()
         self._stream_threads.shutdown()
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._writer.shutdown(wait=True)
+        with self._lock:
+            self._memory.clear()  # the maps' file descriptors go with them (readers' views keep theirs)
         self._disk.close()
+
+    @property
+    def max_open_chunk_files(self) -> int:
+        """The most chunk files the memory tier keeps open (mapped), besides the chunks readers still hold."""
+        bound = self._memory.max_chunks
+        assert bound is not None
+        return bound
 
     def __enter__(self) -> ChunkCache:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _log_evict_failure(fut: Future[int]) -> None:
+    exc = None if fut.cancelled() else fut.exception()
+    if exc is not None:
+        logger.warning("could not drop the chunks of a deleted segment from the segment cache: %s", exc)
 
 
 def _log_failure(fut: Future[Chunk]) -> None:

@@ -15,10 +15,17 @@ Chunk = bytes | bytearray | mmap.mmap | memoryview
 
 
 class MemoryChunks:
-    """An LRU map of chunk name -> chunk, holding at most ``limit`` bytes (a chunk larger than that is not held)."""
+    """An LRU map of chunk name -> chunk, holding at most ``limit`` bytes (a chunk larger than that is not held)
+    and at most ``max_chunks`` chunks (None: no count bound).
 
-    def __init__(self, limit: int) -> None:
+    The count bound is the open files': a chunk held as a map of its cache file keeps a file descriptor open
+    (CPython's ``mmap`` holds a duplicate of it before 3.13), and a byte bound alone lets small chunks (the last one
+    of each object; whole objects smaller than a chunk) hold one descriptor per few bytes. The chunk cache bounds
+    them by the full chunks its bytes hold."""
+
+    def __init__(self, limit: int, max_chunks: int | None = None) -> None:
         self._limit = max(0, limit)
+        self._max_chunks = None if max_chunks is None else max(1, max_chunks)
         self._chunks: OrderedDict[str, Chunk] = OrderedDict()
         self._bytes = 0
 
@@ -45,9 +52,16 @@ class MemoryChunks:
             self._bytes -= len(old)
         self._chunks[name] = data
         self._bytes += len(data)
-        while self._bytes > self._limit:
+        while self._bytes > self._limit or (self._max_chunks is not None and len(self._chunks) > self._max_chunks):
             _, evicted = self._chunks.popitem(last=False)
             self._bytes -= len(evicted)
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    @property
+    def max_chunks(self) -> int | None:
+        return self._max_chunks
 
     def swap(self, name: str, old: Chunk, new: Chunk) -> None:
         """Hold ``new`` in place of ``old`` (same bytes, another form), if ``old`` is still what is held."""

@@ -142,7 +142,7 @@ class RemoteSegmentCache:
         with self._lock:
             self._sources.pop(sid, None)
         if self.chunks is not None:
-            self.chunks.invalidate(f"{sid.topic_id_partition.topic_id}/{sid.id}.log")
+            self.chunks.forget(f"{sid.topic_id_partition.topic_id}/{sid.id}.log")
 
     def close(self) -> None:
         if self.chunks is not None:
