@@ -202,7 +202,8 @@ def build_remote_tier(
         for part in reversed(built):
             _close_quietly(part)
         raise
-    _maybe_copy_in_child_process(config, rsm, metadata, rlm)
+    if cache_root is None:  # a reader (read-only manager, Spark) copies and deletes nothing: no copier process
+        _maybe_copy_in_child_process(config, rsm, metadata, rlm)
     return rlm
 
 

@@ -142,13 +142,13 @@ def _dump_manifest(path: Path) -> DumpResult:
 
 def _dump_stored(path: Path, manifest: Path, key_provider: Any, **options: Any) -> DumpResult:
     """A stored object decoded through its manifest into a temporary directory, then each file dumped."""
-    import tempfile
-
+    from local.scratch import ScratchDir
     from tiered.errors import TieredStorageError
     from tiered.format.inspect import decode_beside
 
     result = DumpResult(str(path), "log" if path.name.endswith(".log") else "packed-indexes")
-    with tempfile.TemporaryDirectory(prefix="tiered-dump-") as tmp:
+    with ScratchDir("tiered-dump-") as scratch:
+        tmp = str(scratch.path)
         try:
             decoded = decode_beside(path, manifest, Path(tmp), key_provider)
         except (TieredStorageError, ValueError) as exc:

@@ -84,6 +84,13 @@ def test_an_object_store_backend_keeps_its_metadata_in_its_own_bucket(tmp_path: 
         assert isinstance(rlm.metadata, RemoteLogMetadataStore) and isinstance(rlm.metadata.store, ChildWritingStore)
     finally:
         rlm.close()
+    # a reader's remote tier (read-only commands, Spark) copies nothing: no copier process, no scratch dir for it
+    rlm = build_remote_tier(_config(tmp_path), cache_root=tmp_path / "reader")
+    try:
+        assert rlm.metadata.store is rlm.rsm  # type: ignore[attr-defined]
+        assert rlm.process_copier is None
+    finally:
+        rlm.close()
 
 
 def test_any_other_plugin_gets_the_local_directory_store_in_the_first_data_dir(tmp_path: Path) -> None:
