@@ -59,7 +59,7 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
     if kind == "segment-manifest":
         return _dump_manifest(path)
     if kind in ("log", "packed-indexes"):
-        from tiered.format.inspect import manifest_beside
+        from tiered.format.stored_files import manifest_beside
 
         manifest = manifest_beside(path)
         if manifest is not None:
@@ -129,7 +129,7 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
 
 
 def _dump_manifest(path: Path) -> DumpResult:
-    from tiered.format.inspect import manifest_items
+    from tiered.format.stored_files import manifest_items
     from tiered.format.manifest import SegmentManifest
 
     result = DumpResult(str(path), "segment-manifest")
@@ -145,7 +145,7 @@ def _dump_stored(path: Path, manifest: Path, key_provider: Any, **options: Any) 
     import tempfile
 
     from tiered.errors import TieredStorageError
-    from tiered.format.inspect import decode_beside
+    from tiered.format.stored_files import decode_beside
 
     result = DumpResult(str(path), "log" if path.name.endswith(".log") else "packed-indexes")
     with tempfile.TemporaryDirectory(prefix="tiered-dump-") as tmp:
