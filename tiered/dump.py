@@ -249,7 +249,7 @@ def _verify_offset_index(path: Path, base: int, result: DumpResult) -> None:
     zero-filled tail (an active segment's preallocated space) passes, as kafka-dump-log stops at it."""
     from local.index import LEGACY_OFFSET_ENTRY_SIZE
     from tiered.scrub.batches import BatchScanner
-    from tiered.scrub.local import check_offset_index_file, scan_file
+    from tiered.scrub.data_dir import check_offset_index_file, scan_file
 
     log_path = filenames.companion_log_file(path)
     if not log_path.exists():
