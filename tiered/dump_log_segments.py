@@ -129,8 +129,8 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
 
 
 def _dump_manifest(path: Path) -> DumpResult:
-    from tiered.format.stored_files import manifest_items
     from tiered.format.manifest import SegmentManifest
+    from tiered.format.stored_files import manifest_items
 
     result = DumpResult(str(path), "segment-manifest")
     try:
