@@ -9,7 +9,8 @@ segment only once its remote copy is FINISHED. It builds the parts and delegates
   (:class:`tiered.cache.segment_cache.RemoteSegmentCache`) and the :class:`tiered.cache.index_cache.RemoteIndexCache`;
 - copy: one :class:`tiered.rlm_copy.RLMCopyTask` per partition (holding the partition's copy state);
 - remote retention: one :class:`tiered.rlm_expiration.RLMExpirationTask` per partition;
-- what they share (metadata store, metrics, the delete protocol): :mod:`tiered.rlm_parts`;
+- what they share (metadata store, caches, ownership): :mod:`tiered.remote_tier_parts`; the metrics
+  (:mod:`tiered.rlm_metrics`), the delete protocol (:mod:`tiered.remote_deletion`);
 - one writer per partition across machines sharing the store: :class:`tiered.ownership.OwnershipGuard`
   (:attr:`RemoteLogManager.ownership`), asked before every copy and deletion.
 
@@ -41,7 +42,10 @@ from tiered.checksums import (
     default_chunk_bytes,
 )
 from tiered.ownership import Ownership, OwnershipGuard
+from tiered.pass_result import PassResult
+from tiered.rate_limiter import RateLimiter
 from tiered.remote_log_reader import RemoteLogReader
+from tiered.remote_tier_parts import RemoteTierParts, topic_id_partition
 from tiered.rlm_copy import (
     CopyBatch,
     CopyData,
@@ -50,7 +54,7 @@ from tiered.rlm_copy import (
     highest_offset_in_remote_storage,
 )
 from tiered.rlm_expiration import RLMExpirationTask
-from tiered.rlm_parts import PassResult, RateLimiter, RemoteTierParts, remote_log_metrics, topic_id_partition
+from tiered.rlm_metrics import remote_log_metrics
 from tiered.rlm_tasks import RLMTaskScheduler, tiering_enabled
 from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager, TopicIdPartition
 

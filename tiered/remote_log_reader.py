@@ -51,13 +51,9 @@ from local.records.walk import checked_batch_size
 from local.records.walk import last_offset as _last_offset
 from tiered.cache.segment_cache import object_size
 from tiered.errors import RemoteResourceNotFoundError
-from tiered.rlm_parts import (
-    RateLimiter,
-    RemoteLogMetrics,
-    finished_segments,
-    remote_log_metrics,
-    topic_id_partition,
-)
+from tiered.rate_limiter import RateLimiter
+from tiered.remote_tier_parts import finished_segments, topic_id_partition
+from tiered.rlm_metrics import RemoteLogMetrics, remote_log_metrics
 from tiered.rsm import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
 if TYPE_CHECKING:

@@ -25,9 +25,9 @@ from tiered import layout
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
 from tiered.cache.index_cache import RemoteIndexCache
 from tiered.metadata import RemoteLogMetadataStore
+from tiered.pass_result import PassResult
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rlm_copy import EMPTY_PRODUCER_SNAPSHOT, segment_leader_epochs
-from tiered.rlm_parts import PassResult
 from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteLogSegmentState
 
 TIERED = {"remote.storage.enable": "true"}

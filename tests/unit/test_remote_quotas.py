@@ -11,12 +11,12 @@ import pytest
 from local import LogConfig, LogManager
 from local.records import MemoryRecords, SimpleRecord
 from tests.logutil import local_tier_props
-from tiered import rlm_parts
+from tiered import rate_limiter
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
 from tiered.cache.index_cache import RemoteIndexCache
 from tiered.metadata import RemoteLogMetadataStore
+from tiered.rate_limiter import RateLimiter
 from tiered.remote_log_manager import RemoteLogManager
-from tiered.rlm_parts import RateLimiter
 
 
 class FakeClock:
@@ -37,7 +37,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    monkeypatch.setattr(rlm_parts, "_time", fake)
+    monkeypatch.setattr(rate_limiter, "_time", fake)
     return fake
 
 

@@ -223,7 +223,7 @@ def test_remote_segments_outside_the_leader_epoch_lineage_are_deleted(tmp_path: 
         # written only in epoch 0 are outside it; the one where epoch 1 begins is not.
         log.leader_epoch_cache.assign(1, 0)
         assert [e.epoch for e in log.leader_epoch_cache.epoch_entries()] == [1]
-        with caplog.at_level(logging.INFO, logger="tiered.rlm_parts"):
+        with caplog.at_level(logging.INFO, logger="tiered.remote_deletion"):
             assert tier.rlm.cleanup_remote_segments(log) == len(only_epoch0)
         reasons = [r.getMessage().rsplit(": ", 1)[1] for r in caplog.records if "deleting remote segment" in r.getMessage()]
         assert reasons == ["outside the leader-epoch lineage"] * len(only_epoch0)
@@ -334,7 +334,7 @@ def test_each_remote_deletion_names_its_rule_and_the_gauges_count_the_pass(tmp_p
         assert len(segs) >= 4
         metrics = tier.rlm.metrics
         assert _gauge(metrics.log_size_bytes, log) == sum(sizes)  # set by the copy, not one pass later
-        with caplog.at_level(logging.INFO, logger="tiered.rlm_parts"):
+        with caplog.at_level(logging.INFO, logger="tiered.remote_deletion"):
             log.delete_records(segs[1].end_offset + 1)  # the first two are below the log start offset
             assert tier.rlm.cleanup_remote_segments(log) == 2
             assert rsm.lags == [(2, sizes[0] + sizes[1])] * 2  # the pass's lag while it deletes
@@ -401,7 +401,7 @@ def test_a_segment_deleted_by_time_counts_against_the_size_breach(tmp_path: Path
         # time, and that ends the size breach too (Kafka's remainingBreachedSize): the second stays
         clock.sleep(T0 + 2999 + HOUR - clock.milliseconds())
         _retention_bytes(log, sum(sizes) + log.active_segment.size - sizes[0])
-        with caplog.at_level(logging.INFO, logger="tiered.rlm_parts"):
+        with caplog.at_level(logging.INFO, logger="tiered.remote_deletion"):
             assert tier.rlm.cleanup_remote_segments(log) == 1
         assert [r.getMessage().rsplit(": ", 1)[1] for r in caplog.records if "deleting remote" in r.getMessage()] == [
             "retention.ms breach"]
