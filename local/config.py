@@ -426,6 +426,7 @@ class LogConfig:
     remote_log_storage_manager_class_name: str
     remote_log_storage_manager_class_path: str
     remote_log_storage_manager_impl_prefix: str
+    remote_log_metadata_manager_class_name: str
     remote_log_metadata_manager_impl_prefix: str
     remote_log_metadata_custom_metadata_max_bytes: int
     remote_log_index_file_cache_total_size_bytes: int

@@ -275,7 +275,7 @@ class Log:
             # A partition with remote data keeps its log start offset below the local one even when this process
             # has no remote tier: moving it up would make the next remote pass delete the remote segments.
             remote_storage_enabled=remote_state.has_remote_data
-            or (remote_tier is not None and bool(getattr(config, "remote_storage_enable", False))),
+            or (remote_tier is not None and bool(config.remote_storage_enable)),
             remaining_segments_callback=remaining_segments_callback,
             read_only=read_only,
             lost_offsets=lost_offsets,
@@ -346,7 +346,7 @@ class Log:
 
     @property
     def remote_storage_enabled(self) -> bool:
-        return self.remote_tier is not None and bool(getattr(self.config, "remote_storage_enable", False))
+        return self.remote_tier is not None and bool(self.config.remote_storage_enable)
 
     @property
     def has_remote_data(self) -> bool:
@@ -381,7 +381,7 @@ class Log:
         """Refuse ``what`` on a partition whose data lives partly in remote storage when this process has no remote
         tier, or when its topic turned remote storage off without ``remote.log.delete.on.disable`` (Kafka's rule:
         remote storage cannot be disabled silently)."""
-        wants_remote = bool(getattr(self.config, "remote_storage_enable", False))
+        wants_remote = bool(self.config.remote_storage_enable)
         if self.remote_tier is None and (self.has_remote_data or wants_remote):
             held = (
                 f"holds data in remote storage up to offset {self.remote_log_state.highest_remote_offset}"
@@ -393,7 +393,7 @@ class Log:
                 "rsm.config.* keys) in the broker config (tiered: pass --config FILE)",
                 topic=self.topic, partition=self.partition,
             )
-        if self.has_remote_data and not wants_remote and not getattr(self.config, "remote_log_delete_on_disable", False):
+        if self.has_remote_data and not wants_remote and not self.config.remote_log_delete_on_disable:
             raise RemoteStorageNotConfiguredError(
                 f"{what} refused for {self.name}: the partition holds data in remote storage but its topic config "
                 "has remote.storage.enable=false. Set remote.storage.enable=true again (with remote.log.copy.disable="

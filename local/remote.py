@@ -82,7 +82,7 @@ class RemoteTierFactory(Protocol):
 
 def find_remote_tier_factory(config: LogConfig) -> RemoteTierFactory:
     """The factory of steps 3 and 4 of the module docstring. Raises ``ConfigError`` naming what to do."""
-    configured = (getattr(config, "remote_tier_factory", None) or "").strip()
+    configured = (config.remote_tier_factory or "").strip()
     if configured:
         return _import_factory(configured)
     found = _installed_factories()

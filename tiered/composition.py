@@ -61,7 +61,7 @@ def build_remote_log_metadata_manager(
     nothing (a reader that must not write into the data dirs)."""
     from tiered.backends.base import ObjectStoreRemoteStorageManager
 
-    name = (getattr(config, "remote_log_metadata_manager_class_name", "") or "").strip()
+    name = (config.remote_log_metadata_manager_class_name or "").strip()
     is_object_store = isinstance(rsm, ObjectStoreRemoteStorageManager)
     if not name:
         name = rlmm.BUCKET if is_object_store else rlmm.LOCAL

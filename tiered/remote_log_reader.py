@@ -100,7 +100,7 @@ def allows_gaps(log: Log) -> bool:
     """Whether remote segments' metadata may leave offsets out (a compacted topic's): only then does a read go on
     from an offset no segment's metadata covers to the next segment. (Within a segment, an intact batch after a
     gap answers a read whatever the config: see :meth:`RemoteLogReader.read_segment`.)"""
-    return "compact" in str(getattr(log.config, "cleanup_policy", ""))
+    return "compact" in str(log.config.cleanup_policy)
 
 
 def _base_offset(data: bytes | memoryview, pos: int) -> int:

@@ -120,7 +120,7 @@ class ScheduledPool:
 
 
 def tiering_enabled(log: Log) -> bool:
-    return not log.is_closed and bool(getattr(log.config, "remote_storage_enable", False))
+    return not log.is_closed and bool(log.config.remote_storage_enable)
 
 
 class RLMTaskScheduler:
