@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -525,10 +524,6 @@ class LogConfig:
 
     def __repr__(self) -> str:
         return f"LogConfig(log_dirs={[str(p) for p in self.log_dirs]}, large_index_enabled={self.large_index_enabled})"
-
-
-def replace_topic(cfg: TopicConfig, **fields: Any) -> TopicConfig:
-    return dataclasses.replace(cfg, **fields)
 
 
 def topic_config_keys() -> dict[str, str | None]:

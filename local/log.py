@@ -111,10 +111,6 @@ class LogAppendInfo:
     valid_bytes: int
     duplicate: bool = False
 
-    @property
-    def num_messages(self) -> int:
-        return self.last_offset - self.first_offset + 1 if self.first_offset >= 0 else 0
-
 
 def _topic_partition_from_dir(directory: Path) -> tuple[str, int]:
     return filenames.parse_partition_dir_name(directory.name)
@@ -1337,14 +1333,6 @@ class Log:
         with self._lock:
             self.close()
             shutil.rmtree(self.dir, ignore_errors=True)
-
-    def rename_dir(self, name: str) -> None:
-        with self._lock:
-            new_dir = self.dir.parent / name
-            self.dir.rename(new_dir)
-            self.dir = new_dir
-            for seg in self.segments.values():
-                seg.update_parent_dir(new_dir)
 
     def _check_open(self) -> None:
         if self._offline is not None:

@@ -15,7 +15,7 @@
 factory it calls once it knows where the caches go (``remote_tier_factory=``; a read-only manager puts them in its
 scratch dir). Given neither, ``LogManager(config)`` with ``remote.log.storage.system.enable=true`` finds
 :func:`build_remote_tier` through the ``local.remote_tier`` entry point that this package declares (see
-:mod:`local.remote`), so the library keeps DESIGN's ``LogManager(config)`` promise.
+:mod:`local.remote`), so ``LogManager(config)`` alone gets the remote tier its configuration asks for.
 
 The RemoteStorageManager is a short backend name (``local``, ``s3``, ``fsspec``) or the dotted path of any
 :class:`tiered.RemoteStorageManager` subclass (``mypackage.module.MyStorage``). Remote segment metadata lives where

@@ -215,10 +215,6 @@ class RemoteLogManager:
     def highest_offset_in_remote_storage(self, log: Log) -> int:
         return highest_offset_in_remote_storage(self.parts, topic_id_partition(log))
 
-    def remote_log_size_bytes(self, log: Log) -> int:
-        segs = self.finished_segments(topic_id_partition(log))
-        return sum(md.segment_size_in_bytes for md in segs if md.end_offset < log.local_log_start_offset)
-
     def read(
         self, log: Log, fetch_offset: int, max_bytes: int, isolation: FetchIsolation, min_one_message: bool
     ) -> FetchDataInfo:

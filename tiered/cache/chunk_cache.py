@@ -295,12 +295,6 @@ class ChunkCache:
             except RuntimeError:  # closed meanwhile: nothing more is written
                 self._wrote(size)
 
-    @property
-    def pending_write_bytes(self) -> int:
-        """Bytes of fetched chunks waiting for the disk writer (at most :attr:`max_pending_write_bytes`, or one
-        chunk larger than that)."""
-        return self._pending_write_bytes
-
     def _wrote(self, size: int) -> None:
         with self._write_room:
             self._pending_write_bytes -= size
