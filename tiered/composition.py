@@ -31,6 +31,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from local.scheduler import SYSTEM_TIME, Time
 from tiered import rlmm
 from tiered.errors import PluginConfigError
 from tiered.rsm import RemoteStorageManager
@@ -155,6 +156,7 @@ def build_remote_tier(
     *,
     index_cache_dir: Path | None = None,
     segment_cache_dir: Path | None = None,
+    time: Time = SYSTEM_TIME,
 ) -> RemoteLogManager:
     """The remote tier of ``config``: plugin, metadata manager, caches and the RemoteLogManager over them.
 
@@ -162,7 +164,9 @@ def build_remote_tier(
     dirs (a read-only manager's scratch dir, a Spark executor's own dir) passes it, and then a ``local`` metadata
     store is opened read-only too. A reader with no data dir (a Spark executor) names each cache's directory:
     ``index_cache_dir`` (holding ``remote-log-index-cache/``) and ``segment_cache_dir`` (the chunk cache, shareable
-    by the processes of one machine). On any error, what was built is closed again."""
+    by the processes of one machine). ``time``: the clock of the remote tasks' schedule and of the metadata events
+    (a test's :class:`local.scheduler.MockTime` runs the tasks as it advances). On any error, what was built is
+    closed again."""
     from prometheus_client import CollectorRegistry
 
     from tiered.cache.index_cache import RemoteIndexCache
@@ -197,6 +201,7 @@ def build_remote_tier(
             checksum_chunk_bytes=_checksum_chunk_bytes(config, chunk_cache.chunk_size if chunk_cache is not None else None),
             registry=registry,
             log_dirs=[str(d) for d in config.log_dirs],
+            time=time,
         )
     except BaseException:
         for part in reversed(built):

@@ -101,6 +101,7 @@ class RemoteLogManager:
         self.copier_threads = max(1, copier_threads)
         self.expiration_threads = max(1, expiration_threads)
         self.task_interval_ms = task_interval_ms
+        self.time = time  # the clock of the scheduled tasks (and of the metadata events' timestamps)
         # crc32c chunk size of new copies' checksums (tiered.checksums); verifies fetches of segments that have them.
         # The composition root fits it to the segment cache's chunks; nothing here knows their size.
         self.checksum_chunk_bytes = checksum_chunk_bytes or default_chunk_bytes()
@@ -283,7 +284,7 @@ class RemoteLogManager:
             if self._process_copier is not None:
                 self._process_copier.resume()
             self._task_scheduler = RLMTaskScheduler(
-                self, logs, self.task_interval_ms, self.copier_threads, self.expiration_threads
+                self, logs, self.task_interval_ms, self.copier_threads, self.expiration_threads, self.time
             )
 
     def request_stop(self) -> None:
