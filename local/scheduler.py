@@ -1,7 +1,9 @@
-"""Time sources and the background scheduler of the log engine (Kafka's ``Time`` and ``KafkaScheduler``).
+"""Time sources and the background scheduler (Kafka's ``Time`` and ``KafkaScheduler``): the log engine's, and the
+remote tier's copier and expiration pools (``tiered.rlm_tasks``), one implementation with N workers.
 
 The log never reads the wall clock directly: it asks a :class:`Time`, so tests drive time with
-:class:`MockTime`, whose :class:`MockScheduler` runs due tasks when the clock is advanced.
+:class:`MockTime`, whose :class:`MockScheduler` runs due tasks when the clock is advanced; a scheduler made by
+:meth:`Time.new_scheduler` is of the clock's kind, so whoever is handed a MockTime schedules on it.
 """
 
 from __future__ import annotations

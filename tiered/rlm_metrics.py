@@ -10,7 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tiered.ownership import STATES
+from tiered.ownership import STATES, Ownership
+from tiered.rsm import TopicIdPartition
 
 
 class RemoteLogMetrics:
@@ -39,6 +40,10 @@ class RemoteLogMetrics:
             "RemoteLogOwnership", "Whether this data dir owns the partition's remote data (tiered.ownership): owner, "
             "lost (another data dir claimed it: nothing is copied or deleted here) or wrong_store (the store holds "
             "none of it)", labels, states=list(STATES), registry=r)
+
+    def ownership_changed(self, tip: TopicIdPartition, found: Ownership) -> None:
+        """``RemoteLogOwnership`` of ``tip`` follows what the ownership guard found (its ``on_change``)."""
+        self.ownership.labels(tip.topic, tip.partition).state(found.state)
 
 
 _metrics: dict[int, tuple[Any, RemoteLogMetrics]] = {}  # id(registry) -> (the registry, kept alive; its metrics)

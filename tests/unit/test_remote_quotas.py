@@ -13,10 +13,9 @@ from local.records import MemoryRecords, SimpleRecord
 from tests.logutil import local_tier_props
 from tiered import rate_limiter
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
-from tiered.cache.index_cache import RemoteIndexCache
+from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.rate_limiter import RateLimiter
-from tiered.remote_log_manager import RemoteLogManager
 
 
 class FakeClock:
@@ -80,8 +79,7 @@ def test_the_copy_task_pays_for_each_segment_before_uploading_it(tmp_path: Path,
 
     rsm = Recording()
     rsm.configure({"dir": str(tmp_path / "remote")})
-    rlm = RemoteLogManager(
-        rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index),
+    rlm = assemble_remote_log_manager(rsm, RemoteLogMetadataStore(rsm), tmp_path / "data",
         copy_max_bytes_per_second=rate,
     )
     config = LogConfig.from_properties(local_tier_props(tmp_path))

@@ -27,9 +27,8 @@ from local.scheduler import MockTime
 from tests.logutil import make_log, read_all_values, records
 from tiered import RemoteLogSegmentMetadata
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
-from tiered.cache.index_cache import RemoteIndexCache
+from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
-from tiered.remote_log_manager import RemoteLogManager
 
 T0 = 1_700_000_000_000
 MIB = 1024 * 1024
@@ -98,8 +97,7 @@ class _Tier:
         self.rsm = rsm or LocalDirRemoteStorageManager()
         self.rsm.configure({"dir": str(self.remote_dir)})
         self.store = RemoteLogMetadataStore(self.rsm)
-        self.rlm = RemoteLogManager(
-            self.rsm, self.store, RemoteIndexCache(tmp / "data", self.rsm.fetch_index), time=clock,
+        self.rlm = assemble_remote_log_manager(self.rsm, self.store, tmp / "data", time=clock,
             registry=CollectorRegistry(),
         )
         props = {
