@@ -86,13 +86,20 @@ def test_any_range_read_through_the_manifest_is_the_original_slice(tmp_path_fact
 
 
 def test_closed_decoders_decode_in_the_caller_and_start_no_thread() -> None:
+    ran_on: list[threading.Thread] = []
+
+    def decode(i: int, stored: bytes) -> bytes:
+        ran_on.append(threading.current_thread())
+        return stored
+
     decoders = Decoders(2)
-    ran_on = decoders.submit(lambda i, b: threading.current_thread().name.encode(), 0, b"").result()
-    assert ran_on.startswith(b"tiered-decode")
+    assert decoders.submit(decode, 0, b"x").result() == b"x"
+    [worker] = ran_on
+    assert worker.name.startswith("tiered-decode")
     decoders.close()
-    assert ran_on.decode() not in [t.name for t in threading.enumerate()]  # close() stopped it
-    assert decoders.submit(lambda i, b: threading.current_thread().name.encode(), 0, b"").result() == \
-        threading.current_thread().name.encode()
+    assert not worker.is_alive()  # close() stopped it
+    assert decoders.submit(decode, 1, b"y").result() == b"y"
+    assert ran_on[1] is threading.current_thread()  # closed: decoded by the caller
 
 
 @settings(max_examples=80, deadline=None)
