@@ -464,7 +464,7 @@ def test_the_copy_and_expiration_tasks_claiming_at_once_both_find_this_data_dir_
     put loses to the other's must see the winner's claim as this data dir's, not report the partition lost (the soak
     once logged "lost ownership ... (this data dir never claimed it)" for its own claim)."""
     from tiered.ownership import OWNER, OwnershipGuard
-    from tiered.rlm_parts import topic_id_partition
+    from tiered.remote_tier_parts import topic_id_partition
 
     config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{
         "rsm.config.dir": str(tmp_path / "bucket")}))
