@@ -5,7 +5,7 @@ segment's indexes are resized, stray files are deleted, snapshots are taken. A c
 none of that to the data dir it was pointed at, yet see exactly what a writer would after loading it.
 
 So a read-only log is loaded from a private scratch copy of its partition dir (under the system temp dir,
-removed on close): every ``.log`` file is a symbolic link to the original, opened ``O_RDONLY`` (the kernel
+removed on close, or by the next reader's sweep when a reader was killed: :mod:`local.scratch`): every ``.log`` file is a symbolic link to the original, opened ``O_RDONLY`` (the kernel
 refuses any write through it; recovery bounds a torn segment in memory instead of truncating it, see
 :meth:`local.file_records.FileRecords.truncate_to`), and every other file the loader reads (indexes,
 snapshots, checkpoints, ``partition.metadata``, ``remote-log-state``, topic config) is copied, so what the
@@ -21,15 +21,23 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
+import threading
 from pathlib import Path
 
 from local import filenames
+from local.scratch import ScratchDir
+
+_roots: dict[Path, ScratchDir] = {}
+_roots_lock = threading.Lock()
 
 
 def make_scratch_root() -> Path:
-    """A fresh private directory for the scratch copies of one read-only manager."""
-    return Path(tempfile.mkdtemp(prefix="tiered-read-only-"))
+    """A fresh private directory for the scratch copies of one read-only manager (a :class:`local.scratch.ScratchDir`:
+    what a killed reader leaves, the next one sweeps)."""
+    scratch = ScratchDir("tiered-read-only-")
+    with _roots_lock:
+        _roots[scratch.path] = scratch
+    return scratch.path
 
 
 def scratch_partition_dir(source: Path, scratch_root: Path) -> Path:
@@ -52,4 +60,9 @@ def scratch_partition_dir(source: Path, scratch_root: Path) -> Path:
 
 
 def remove_scratch_root(scratch_root: Path) -> None:
-    shutil.rmtree(scratch_root, ignore_errors=True)
+    with _roots_lock:
+        scratch = _roots.pop(scratch_root, None)
+    if scratch is not None:
+        scratch.cleanup()
+    else:
+        shutil.rmtree(scratch_root, ignore_errors=True)

@@ -41,12 +41,10 @@ import builtins
 import logging
 import os
 import pickle
-import shutil
 import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +52,7 @@ from concurrent.futures import wait as futures_wait
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
+from local.scratch import ScratchDir
 from tiered.checksums import SegmentChecksums, compute_segment_checksums
 from tiered.errors import RemoteStorageError
 from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteLogSegmentState
@@ -158,8 +157,8 @@ class ProcessCopier:
         self._closed = False
         self.requests = 0  # requests sent to a child (or run here when none could start)
         # Exists while the copies are stopping: a child's batch starts no other segment (see _copy_batch).
-        self._stop_dir = Path(tempfile.mkdtemp(prefix="tiered-copier-"))
-        self.stop_file = self._stop_dir / "stop"
+        self._stop_dir = ScratchDir("tiered-copier-")  # a killed process's: swept by the next one
+        self.stop_file = self._stop_dir.path / "stop"
         self.deletes_in_child = False  # set by ChildDeletingRsm: DELETE_SEGMENT_STARTED events go with the deletes
 
     def __call__(self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData) -> bytes | None:
@@ -290,7 +289,7 @@ class ProcessCopier:
         self.stop_file.unlink(missing_ok=True)
 
     def close(self) -> None:
-        shutil.rmtree(self._stop_dir, ignore_errors=True)
+        self._stop_dir.cleanup()
         with self._lock:
             self._closed = True
             children, self._all, self._idle = self._all, [], []

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import tempfile
 import threading
 import uuid
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from local import filenames
+from local.scratch import ScratchDir
 from tiered.checksums import SegmentChecksums
 from tiered.errors import (
     CustomMetadataSizeExceededError,
@@ -44,7 +44,9 @@ from tiered.errors import (
     RemoteStorageError,
     RemoteStoreMismatchError,
 )
-from tiered.rlm_parts import PassResult, RateLimiter, RemoteTierParts
+from tiered.pass_result import PassResult
+from tiered.rate_limiter import RateLimiter
+from tiered.remote_tier_parts import RemoteTierParts
 from tiered.rsm import (
     LogSegmentData,
     RemoteLogSegmentId,
@@ -477,15 +479,16 @@ def segment_leader_epochs(log: Log, start: int, next_offset: int) -> dict[int, i
 
 
 class _Scratch:
-    """A temporary directory made on first use (most copies need none) and removed at exit."""
+    """A temporary directory made on first use (most copies need none) and removed at exit (a killed process's: by
+    the next process's first one, see :mod:`local.scratch`)."""
 
     def __init__(self) -> None:
-        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._dir: ScratchDir | None = None
 
     def __call__(self) -> Path:
         if self._dir is None:
-            self._dir = tempfile.TemporaryDirectory(prefix="tiered-copy-")
-        return Path(self._dir.name)
+            self._dir = ScratchDir("tiered-copy-")
+        return self._dir.path
 
     def __enter__(self) -> _Scratch:
         return self

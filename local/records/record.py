@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from local.errors import InvalidRecordError
-from local.records.varint import decode_varint, encode_varint
+from local.records.varint import decode_varint, encode_varint, size_of_varint
 
 NO_TIMESTAMP = -1
 
@@ -108,6 +108,20 @@ def encode_record(out: bytearray, offset_delta: int, timestamp_delta: int, key: 
             body += hv
     encode_varint(len(body), out)
     out += body
+
+
+def record_size(offset_delta: int, timestamp_delta: int, key: bytes | None, value: bytes | None,
+                headers: Sequence[Header]) -> int:
+    """The bytes :func:`encode_record` writes for this record, its length prefix included (Kafka's
+    ``DefaultRecord.sizeInBytes``): what a writer adds to an uncompressed batch body."""
+    body = 1 + size_of_varint(timestamp_delta) + size_of_varint(offset_delta)
+    body += 1 if key is None else size_of_varint(len(key)) + len(key)
+    body += 1 if value is None else size_of_varint(len(value)) + len(value)
+    body += size_of_varint(len(headers))
+    for hk, hv in headers:
+        n = len(hk.encode())
+        body += size_of_varint(n) + n + (1 if hv is None else size_of_varint(len(hv)) + len(hv))
+    return size_of_varint(body) + body
 
 
 def decode_records(data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,

@@ -23,9 +23,9 @@ from typing import BinaryIO
 from local import LogConfig, LogManager
 from tiered.backends.composed import ObjectStoreRemoteStorageManager
 from tiered.backends.local_dir import LocalDirStore
-from tiered.cache.index_cache import RemoteIndexCache
+from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
-from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteLogSegmentState
 
 STEPS = ("started", "log", "indexes", "finished")
@@ -69,7 +69,7 @@ def main(data_dir: str, remote_dir: str, step: str) -> None:
     store.configure({"dir": remote_dir})
     rsm = ObjectStoreRemoteStorageManager(store)
     rsm.configure({})
-    rlm = RemoteLogManager(rsm, RemoteLogMetadataStore.in_bucket(rsm), RemoteIndexCache(Path(data_dir), rsm.fetch_index))
+    rlm = assemble_remote_log_manager(rsm, RemoteLogMetadataStore.in_bucket(rsm), Path(data_dir))
     config = LogConfig.from_properties(props(Path(data_dir), Path(remote_dir)))
     with LogManager(config, remote_tier=rlm, start_scheduler=False) as manager:
         print("READY", flush=True)

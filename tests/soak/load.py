@@ -146,10 +146,29 @@ class LoadResult:
     rss_anonymous: list[int] = field(default_factory=list)
     copy_lag_segments: list[int] = field(default_factory=list)
     copy_lag_bytes: list[int] = field(default_factory=list)
+    highest_remote_offsets: list[int] = field(default_factory=list)  # the log's, with each lag sample
+    sample_times: list[float] = field(default_factory=list)  # time.monotonic() of each sample
     remote_segments_copied: int = 0
     remote_segments_deleted: int = 0
     final_log_start: int = 0
     final_log_end: int = 0
+
+    def copy_stalls(self, window: float) -> list[tuple[float, int]]:
+        """The windows of ``window`` seconds through which there was copy lag at every sample and the copy moved the
+        highest remote offset not once: (seconds into the run, lag at its start) of each. Progress, not speed: a copy
+        that keeps working, however slowly the machine lets it, has none."""
+        stalls: list[tuple[float, int]] = []
+        times, lag, copied = self.sample_times, self.copy_lag_segments, self.highest_remote_offsets
+        j = 0
+        for i in range(len(times)):
+            j = max(j, i)
+            while j < len(times) and times[j] - times[i] < window:
+                j += 1
+            if j == len(times):
+                break
+            if all(lag[k] > 0 for k in range(i, j + 1)) and copied[j] <= copied[i]:
+                stalls.append((round(times[i] - times[0], 1), lag[i]))
+        return stalls
 
     def latency_ms(self, q: float) -> float:
         if not self.read_latencies:
@@ -319,6 +338,7 @@ class _Run:
             with self.gate.passing():
                 rlm = self.manager.remote_tier
                 lag = rlm.copy_lag(self.log) if isinstance(rlm, RemoteLogManager) else (0, 0)
+                copied_up_to = rlm.highest_offset_in_remote_storage(self.log) if isinstance(rlm, RemoteLogManager) else -1
                 # Counted before and after the files: a segment rolled or deleted in between is counted for them.
                 before = self._segment_counts()
                 files = open_files()
@@ -333,6 +353,8 @@ class _Run:
                 self.result.rss_anonymous.append(anonymous_rss_bytes())
                 self.result.copy_lag_segments.append(lag[0])
                 self.result.copy_lag_bytes.append(lag[1])
+                self.result.highest_remote_offsets.append(copied_up_to)
+                self.result.sample_times.append(time.monotonic())
 
     # -- the run ------------------------------------------------------------------------------------------
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+
+import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from local.errors import CorruptRecordError
 from local.records import CompressionType, MemoryRecords, SimpleRecord
 from local.records.legacy import build_legacy_message
-from tiered.spark.arrow_records import ArrowBatchBuilder, batches_to_table
+from tiered.spark.arrow_records import ARROW_SCHEMA, ArrowBatchBuilder, batches_to_table
 
 T0 = 1_700_000_000_000
 
@@ -94,3 +97,91 @@ def test_a_damaged_batch_raises_with_its_offset(where: int) -> None:
     buf[where] ^= 0x01
     with pytest.raises(CorruptRecordError, match="offset 40"):
         batches_to_table("t", 0, [bytes(buf)])
+
+
+@settings(max_examples=30, deadline=None)
+@given(batches=st.lists(st.tuples(records, st.sampled_from(list(CompressionType))), min_size=1, max_size=4),
+       columns=st.sets(st.sampled_from(ARROW_SCHEMA.names), min_size=1))
+def test_a_subset_of_columns_is_the_same_columns_of_the_whole(batches: list[tuple[list[SimpleRecord], CompressionType]],
+                                                               columns: set[str]) -> None:
+    bufs, offset = [], 0
+    for recs, codec in batches:
+        bufs.append(bytes(MemoryRecords.build(recs, codec, base_offset=offset)))
+        offset += len(recs)
+    bufs.insert(0, build_legacy_message(0, b"k", b"v", magic=1, timestamp=T0))  # the legacy path too
+    whole = batches_to_table("t", 0, bufs)
+    builder = ArrowBatchBuilder("t", 0, columns=columns)
+    part = pa.Table.from_batches([rb for b in bufs for rb in builder.add(b)] + builder.flush())
+    assert part.schema.names == [c for c in ARROW_SCHEMA.names if c in columns]
+    assert part == whole.select(part.schema.names)
+
+
+def test_only_the_columns_asked_for_are_cut_out_of_the_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiered.spark import arrow_records
+
+    cut: list[str] = []
+    real_slices = arrow_records._slices
+
+    def counting(*args: object) -> object:
+        cut.append("numpy")
+        return real_slices(*args)  # type: ignore[arg-type]
+
+    class Native:
+        def decode(self, *args: object) -> object:
+            out = args[-1]
+            assert isinstance(out, list)
+            cut.extend(["native key"] * (out[5] is not None) + ["native value"] * (out[8] is not None))
+            return real_native.decode(*args)
+
+    real_native = arrow_records._arrowdecode
+    monkeypatch.setattr(arrow_records, "_slices", counting)
+    monkeypatch.setattr(arrow_records, "_arrowdecode", Native())
+    buf = bytes(MemoryRecords.build([SimpleRecord(T0, b"k", b"v" * 10, headers=[("h", b"1")]) for _ in range(50)]))
+    for native, expected in ((False, ["numpy"]), (True, ["native value"])):  # the values; not the keys
+        cut.clear()
+        builder = ArrowBatchBuilder("t", 0, columns={"offset", "value"}, native=native)
+        (rb,) = builder.add(buf) + builder.flush()
+        assert rb.schema.names == ["value", "offset"] and cut == expected
+        assert rb.column("value").to_pylist() == [b"v" * 10] * 50
+    with pytest.raises(ValueError, match="not columns of the source: nosuch"):
+        ArrowBatchBuilder("t", 0, columns={"offset", "nosuch"})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sizes=st.lists(st.integers(1, 30), min_size=1, max_size=8), reads=st.lists(st.integers(1, 900), min_size=1),
+       until=st.integers(0, 300), cut=st.integers(0, 3), read_bytes=st.sampled_from([64, 1000, 8 * 1024 * 1024]))
+def test_raw_batches_are_cut_alike_whatever_lengths_the_reads_return(
+        monkeypatch: pytest.MonkeyPatch, sizes: list[int], reads: list[int], until: int, cut: int,
+        read_bytes: int) -> None:
+    """``iter_raw_batches`` yields each whole batch, the same bytes at the same position, whether reads return all
+    that was asked or less (a remote read stops at its cache chunk's end), and refuses a batch the data cuts."""
+    from local.errors import CorruptRecordError
+    from tiered.spark import reader
+
+    monkeypatch.setattr(reader, "READ_BYTES", read_bytes)
+    batches, offset = [], 0
+    for n in sizes:
+        batches.append(bytes(MemoryRecords.build([SimpleRecord(T0, None, b"x" * (offset % 50))] * n,
+                                                 base_offset=offset)))
+        offset += n
+    data = b"".join(batches)[: -cut or None]
+    lengths = itertools.cycle(reads)
+
+    def read(position: int, n: int) -> memoryview:
+        return memoryview(data)[position:position + min(n, next(lengths))]
+
+    expected, pos, offset = [], 0, 0
+    for b, n in zip(batches, sizes, strict=True):
+        if offset >= until:
+            break
+        expected.append((pos, b))
+        pos, offset = pos + len(b), offset + n
+    got: list[tuple[int, bytes]] = []
+    try:
+        for position, view in reader.iter_raw_batches(read, 0, None, until, "here"):
+            got.append((position, bytes(view)))
+    except CorruptRecordError as exc:
+        assert cut and "here: " in str(exc)
+        assert got == expected[: len(got)] and len(got) == len(expected) - 1  # the last batch, cut
+        return
+    assert got == expected

@@ -265,6 +265,78 @@ def test_a_segment_file_gone_since_planning_is_data_loss(root: Path, tmp_path: P
     assert list(read_piece(piece)) == []
 
 
+# What the source refuses, and a user schema ----------------------------------------------------------------------
+
+def test_unknown_options_are_refused_at_load_naming_the_known_ones(spark: Any, root: Path) -> None:
+    with pytest.raises(Exception, match=r"unknown option startingoffset \(did you mean startingOffsets\?\); the "
+                                        r"tiered source \(reads and writes\) takes config, topics, .*startingOffsets"):
+        _load(spark, root, topics="codecs", startingOffset='{"codecs":{"0":5}}')  # load() itself refuses it
+    with pytest.raises(Exception, match=r"unknown option batchsize; a read takes config, topics, subscribe"):
+        _load(spark, root, topics="codecs", batchSize="5").count()  # a write's option, refused by the read
+    df = spark.createDataFrame([(b"v",)], "value binary")
+    with pytest.raises(Exception, match=r"unknown option startingoffsets; a write takes config, topic, batchSize"):
+        (df.write.format("tiered").mode("append").option("config.log.dirs", str(root / "unused"))
+         .option("topic", "x").option("startingOffsets", "earliest").save())
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"topics": "t", "startingOffsets": '{"t":{"0":5,"2":0}}'},
+     r"startingOffsets names partition t-2, which does not exist \(t has partitions 0-1\)"),
+    ({"topics": "t", "endingOffsets": '{"codecs":{"0":5}}'},
+     r"endingOffsets names topic codecs, which this read does not include \(it reads t\)"),
+    ({"topicPattern": "no.*thing"}, r"topicPattern='no.\*thing' matches no topic in "),
+    ({"topics": "t,nosuch"}, r"no partition of topic\(s\) nosuch in "),
+])
+def test_a_subscription_the_data_dirs_do_not_have_is_refused(spark: Any, root: Path, options: dict[str, str],
+                                                              message: str) -> None:
+    with pytest.raises(Exception, match=message):
+        _load(spark, root, **options).count()
+
+
+def test_a_streaming_read_of_a_missing_topic_fails_clearly(spark: Any, root: Path, tmp_path: Path) -> None:
+    stream = spark.readStream.format("tiered").options(**_options(root, topics="nosuch")).load()
+    query = stream.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "cp")).start()
+    try:
+        with pytest.raises(Exception, match=r"no partition of topic\(s\) nosuch in "):
+            query.processAllAvailable()
+    finally:
+        query.stop()
+
+
+def test_a_user_schema_of_some_columns_is_honoured(spark: Any, root: Path) -> None:
+    from pyspark.sql.types import _parse_datatype_string
+
+    from tiered.spark.arrow_records import SCHEMA_DDL
+    from tiered.spark.source import projection
+
+    assert projection(_parse_datatype_string(SCHEMA_DDL)) is None  # the source's own schema: nothing to project
+    expected = _engine_rows(root, "t")
+    df = spark.read.format("tiered").options(**_options(root, topics="t")).schema("offset long, value binary").load()
+    assert df.columns == ["offset", "value"]
+    got = sorted((r["offset"], r["value"]) for r in df.where("offset < 300").collect())  # the remote tier, pushed down
+    assert got == sorted((r[1], r[3]) for r in expected if r[1] < 300)
+    # any order, names in any case, a column never null declared NOT NULL; every codec, headers, null keys; no pushdown
+    expected = _engine_rows(root, "codecs")
+    df = (spark.read.format("tiered").options(**_options(root, topics="codecs", filterPushdown="false"))
+          .schema("Partition int NOT NULL, headers array<struct<key:string,value:binary>>, KEY binary").load())
+    assert df.columns == ["Partition", "headers", "KEY"]
+    rows = df.collect()
+    assert sorted(((r[0], r[2], tuple((h["key"], h["value"]) for h in r[1])) for r in rows), key=repr) == sorted(
+        ((r[0], r[2], r[6]) for r in expected), key=repr)
+
+
+def test_a_user_schema_with_unknown_columns_or_wrong_types_is_refused(spark: Any, root: Path) -> None:
+    def read(schema: str) -> Any:
+        return spark.read.format("tiered").options(**_options(root, topics="codecs")).schema(schema).load().count()
+
+    with pytest.raises(Exception, match=r"schema struct<offset:int,nosuch:string,value:binary>: offset is int, not "
+                                        r"bigint; unknown column nosuch \(the source's columns: key binary, "):
+        read("offset int, nosuch string, value binary")
+    with pytest.raises(Exception, match=r"value is NOT NULL, but the source's value can be null"):
+        read("value binary NOT NULL")
+    with pytest.raises(Exception, match=r"column offset twice"):
+        read("offset long, OFFSET long")
+
 def test_offsets_a_recovery_recorded_as_lost_are_data_loss_unless_told_otherwise(root: Path, tmp_path: Path) -> None:
     # planning alone (no JVM): a closed segment cut by hand in the middle of the log, recovered by a writer's load
     from tiered.spark.options import parse_options

@@ -180,3 +180,136 @@ def test_incremental_export_exports_only_new_records(spark: Any, tmp_path: Path)
     assert rows(out) == whole
     assert main(["export", "--log-dirs", src["log.dirs"], "--topic", "g", "--incremental", "--from", "5",
                  str(out)]) == 2
+
+
+def _build_incompressible(props: dict[str, str], topic: str, per_partition: int) -> None:
+    import random
+
+    rnd = random.Random(28)
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        for p in range(2):
+            log = m.get_or_create_log(topic, p)
+            for first in range(0, per_partition, 100):
+                log.append(MemoryRecords.build(
+                    [SimpleRecord(T0 + i, b"k%d" % i, rnd.randbytes(1000 + i % 200),
+                                  headers=[("i", b"%d" % i)] if i % 9 == 0 else [])
+                     for i in range(first, min(first + 100, per_partition))], CompressionType.ZSTD))
+
+
+def test_import_of_a_multi_mib_export_with_defaults_and_one_mib_segments(spark: Any, tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 28: the import's default 1 MiB batches counted payload only (a partition above ~1 MiB failed with
+    RecordTooLargeError), and its driver appended chunks above a 1 MiB segment.bytes."""
+    from tiered.cli import main
+
+    src = {"log.dirs": str(tmp_path / "src")}
+    _build_incompressible(src, "big", 1500)  # 1.6 MiB of incompressible values in each of two partitions
+    out = tmp_path / "out"
+    assert main(["export", "--log-dirs", src["log.dirs"], "--topic", "big", str(out)]) == 0
+    want = _engine(src, "big")
+    for name, extra in (("defaults", []), ("small-segments", ["-o", "log.segment.bytes=1048576"])):
+        dst = {"log.dirs": str(tmp_path / name)}
+        assert main(["import", "--log-dirs", dst["log.dirs"], *extra, "--topic", "big", str(out)]) == 0, \
+            capsys.readouterr().err
+        assert _engine(dst, "big") == want
+    with LogManager(LogConfig.from_properties({"log.dirs": str(tmp_path / "small-segments")}),
+                    start_scheduler=False, read_only=True) as m:
+        log = m.get_log("big", 0)
+        assert log is not None and log.number_of_segments() >= 2
+
+
+def test_export_and_import_check_their_inputs_before_spark(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiered.cli import main
+    from tiered.commands import _spark
+
+    def no_spark(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(_spark, "session", no_spark)
+    data = tmp_path / "data"
+    _build_source({"log.dirs": str(data)}, "e", 0, 100)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad.properties").write_text(f"log.dirs={data}\nlog.retention.ms=soon\n")
+    cases = [
+        (["export", "--log-dirs", str(data), "--topic", "nosuch", str(tmp_path / "o")], 1,
+         f"tiered export: topic nosuch not found in {data}"),
+        (["export", "--log-dirs", str(data), "--topic", "e,nosuch,other", str(tmp_path / "o")], 1,
+         f"tiered export: topics nosuch, other not found in {data}"),
+        (["export", "--config", str(tmp_path / "missing.properties"), "--topic", "e", str(tmp_path / "o")], 2,
+         "tiered export: cannot read configuration file"),
+        (["export", "--config", str(tmp_path / "bad.properties"), "--topic", "e", str(tmp_path / "o")], 2,
+         "tiered export: Invalid value soon for configuration log.retention.ms"),
+        (["export", "--log-dirs", str(data), "--topic", "e/..", str(tmp_path / "o")], 2,
+         "tiered export: invalid topic name 'e/..'"),
+        (["import", "--log-dirs", str(data), "--topic", "f", str(tmp_path / "nothing")], 2,
+         f"tiered import: {tmp_path / 'nothing'}: no such directory"),
+        (["import", "--log-dirs", str(data), "--topic", "f", str(tmp_path / "empty")], 2,
+         f"tiered import: {tmp_path / 'empty'} holds no parquet data files"),
+        (["import", "--config", str(tmp_path / "missing.properties"), "--topic", "f", str(tmp_path / "empty")], 2,
+         "tiered import: cannot read configuration file"),
+    ]
+    for argv, code, message in cases:
+        assert main(argv) == code, argv
+        err = capsys.readouterr().err
+        assert err.startswith(message) and err.count("\n") == 1, (argv, err)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_failed_export_leaves_no_output_and_says_why_in_one_line(spark: Any, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str],
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    import traceback
+
+    from tiered.cli import main
+
+    src = {"log.dirs": str(tmp_path / "src")}
+    _build_source(src, "e", 0, 300)
+    out = tmp_path / "out"
+    assert main(["export", "--log-dirs", src["log.dirs"], "--topic", "e", "--format", "jsonl", str(out)]) == 0
+    before = sorted(p.name for p in out.iterdir())
+    segment = tmp_path / "src" / "e-1" / "00000000000000000000.log"
+    raw = bytearray(segment.read_bytes())
+    raw[100] ^= 0xFF  # inside the first batch's records: its CRC no longer matches
+    segment.write_bytes(bytes(raw))
+    capsys.readouterr()
+    for argv in (["export", "--log-dirs", src["log.dirs"], "--topic", "e", str(tmp_path / "new")],
+                 ["export", "--log-dirs", src["log.dirs"], "--topic", "e", "--overwrite", str(out)]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("tiered export: ") and "is corrupt" in err, err
+        assert "Traceback" not in err and "\tat " not in err
+    assert not (tmp_path / "new").exists()
+    assert sorted(p.name for p in out.iterdir()) == before  # the failed --overwrite kept the old export
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]  # and left no staging dir beside it
+    with caplog.at_level("ERROR", logger="tiered.cli"):
+        assert main(["-v", "export", "--log-dirs", src["log.dirs"], "--topic", "e", str(tmp_path / "new")]) == 1
+    logged = ["".join(traceback.format_exception(*r.exc_info)) for r in caplog.records if r.exc_info]
+    assert any("PythonException" in text and "is corrupt" in text for text in logged)  # Spark's whole error
+
+
+def test_a_failed_import_commit_keeps_nothing_and_says_why_in_one_line(spark: Any, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tiered.cli import main
+
+    dst = {"log.dirs": str(tmp_path / "dst")}
+    _build_source(dst, "f", 0, 200)
+    before = _engine(dst, "f")
+    exported = tmp_path / "in" / "partition=0"
+    exported.mkdir(parents=True)
+    now = int(time.time() * 1000)
+    stamps = [now - 1000] * 999 + [now + 7_200_000]  # the last: beyond message.timestamp.after.max.ms (1 h)
+    pq.write_table(pa.table({"value": pa.array([b"x%d" % i for i in range(1000)], pa.binary()),
+                             "offset": pa.array(range(1000), pa.int64()),
+                             "timestamp": pa.array(stamps, pa.timestamp("ms", tz="UTC"))}), exported / "a.parquet")
+    capsys.readouterr()
+    assert main(["import", "--log-dirs", dst["log.dirs"], "--topic", "f", "--batch-size", "1000",
+                 str(tmp_path / "in")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "commit of the write to f failed at f-0 (InvalidTimestampError" in err and "nothing of it was kept" in err
+    assert _engine(dst, "f") == before
+    assert not (tmp_path / "dst.spark-staging").exists()

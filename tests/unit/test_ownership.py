@@ -20,7 +20,7 @@ from local import LogConfig, LogManager
 from local.records import MemoryRecords, SimpleRecord
 from local.remote_state import RemoteLogState, RemoteLogStateFile
 from tests.logutil import local_tier_props
-from tiered.backends.local_dir import LocalDirRemoteStorageManager
+from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
 from tiered.cli import main
 from tiered.composition import open_log_manager, remote_log_manager_of
 from tiered.errors import ObjectExistsError
@@ -464,7 +464,7 @@ def test_the_copy_and_expiration_tasks_claiming_at_once_both_find_this_data_dir_
     put loses to the other's must see the winner's claim as this data dir's, not report the partition lost (the soak
     once logged "lost ownership ... (this data dir never claimed it)" for its own claim)."""
     from tiered.ownership import OWNER, OwnershipGuard
-    from tiered.rlm_parts import topic_id_partition
+    from tiered.remote_tier_parts import topic_id_partition
 
     config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{
         "rsm.config.dir": str(tmp_path / "bucket")}))
@@ -509,3 +509,27 @@ def test_the_copy_and_expiration_tasks_claiming_at_once_both_find_this_data_dir_
         assert outcomes == [OWNER, OWNER]
         assert guard.states()[tip].state == OWNER
         assert len(RemoteLogMetadataStore.in_bucket(rsm).owner_records(tip)) == 1
+
+
+def test_events_deleted_between_the_listing_and_their_read_are_skipped_not_a_failed_load(tmp_path: Path) -> None:
+    """A partition's view is loaded by listing its events, then reading each: the expiration task deleting a segment
+    meanwhile removes some (the soak's copy cleanup failed on it, a task failure every few seconds)."""
+    tip = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    store = LocalDirStore()
+    store.configure({"dir": str(tmp_path / "bucket")})
+    writer = RemoteLogMetadataStore(store)
+    kept, gone = _md(tip, 0, 9), _md(tip, 10, 19)
+    for md in (kept, gone):
+        writer.add_remote_log_segment_metadata(md)
+        writer.update_remote_log_segment_metadata(_update(md, RemoteLogSegmentState.COPY_SEGMENT_FINISHED))
+
+    class DeletedMeanwhile(LocalDirStore):
+        def list(self, prefix: str) -> list[str]:
+            keys = super().list(prefix)
+            self.delete_many([k for k in keys if "/00000000000000000010-" in k])  # after the listing
+            return keys
+
+    racing = DeletedMeanwhile()
+    racing.configure({"dir": str(tmp_path / "bucket")})
+    view = RemoteLogMetadataStore(racing).load(tip)
+    assert list(view) == [kept.remote_log_segment_id.id]

@@ -33,6 +33,7 @@ from local.records import (
     set_partition_leader_epoch,
 )
 from local.records.legacy import build_legacy_message
+from local.records.record import encode_record, record_size
 from local.records.varint import decode_varint, decode_varlong, encode_varint, size_of_varint
 
 CODECS = list(CompressionType)
@@ -224,6 +225,19 @@ def test_round_trip_property(recs: list[SimpleRecord], codec: CompressionType, p
     assert [(r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers]) for r in kp] == [
         (i, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers]) for i, r in enumerate(recs)
     ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(-(2**62), 2**62), st.one_of(st.none(), st.binary(max_size=300)),
+       st.one_of(st.none(), st.binary(max_size=300)), headers)
+def test_record_size_is_what_encode_record_writes(offset_delta: int, timestamp_delta: int, key: bytes | None,
+                                                  value: bytes | None, hs: list[tuple[str, bytes | None]]) -> None:
+    out = bytearray()
+    encode_record(out, offset_delta, timestamp_delta, key, value, hs)
+    assert record_size(offset_delta, timestamp_delta, key, value, hs) == len(out)
+    # the oracle: kafka-python's DefaultRecordBatchBuilder.size_in_bytes (utf-8 header keys, as Kafka's)
+    kp_headers = [(k, v) for k, v in hs]
+    assert DefaultRecordBatchBuilder.size_in_bytes(offset_delta, timestamp_delta, key, value, kp_headers) == len(out)
 
 
 @settings(max_examples=100, deadline=None)

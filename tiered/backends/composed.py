@@ -43,7 +43,7 @@ from tiered.format.manifest import (
     SegmentManifest,
     read_manifest,
 )
-from tiered.format.segment import ChunkRangeReader, log_chunks, pack_indexes, unpack_index
+from tiered.format.segment import ChunkRangeReader, Decoders, log_chunks, pack_indexes, unpack_index
 from tiered.format.settings import (
     FORMAT_DOCS,
     FORMAT_KEYS,
@@ -95,6 +95,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         if store is not None:
             self.store = self.object_store = store
         self.caches = SegmentCaches()
+        self.decoders = Decoders()  # the threads decoding chunks ahead of this plugin's readers; stopped by close()
 
     def configure(self, props: Mapping[str, str]) -> None:
         self.props = dict(props)  # as given: what configures another one alike
@@ -161,6 +162,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
         return f"{type(self).__qualname__}({getattr(self, 'store', None)!r}, prefix={self.prefix!r})"
 
     def close(self) -> None:
+        self.decoders.close()
         if hasattr(self, "store"):
             self.store.close()
 
@@ -281,7 +283,7 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
             return io.BytesIO(b"")
         reader = ChunkRangeReader(manifest, self.codec(metadata, manifest), key,
                                   lambda s, e: self.store.open_range(key, s, e), start_position, end,
-                                  streams=self.fetch_streams)
+                                  streams=self.fetch_streams, decoders=self.decoders)
         return cast(IO[bytes], reader)
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> IO[bytes]:

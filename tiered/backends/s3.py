@@ -401,6 +401,7 @@ class S3Store(ObjectStore):
             raise err from err.__cause__
 
     def close(self) -> None:
+        super().close()
         self.client.close()
 
 

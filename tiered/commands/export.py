@@ -14,6 +14,11 @@ pyspark is imported only when this command runs (``pip install "tiered[spark]"``
 up to the high watermark (last stable offset with ``--isolation-level read_committed``) taken before the job starts,
 so segments wholly exported before are not read, and appends to OUT; the state is replaced (atomically) only once
 the job succeeded. ``--from``/``--to``/``--overwrite`` do not combine with it. ``tiered import`` is the reverse.
+
+Before Spark starts, the config (file and values), the topic names and that each topic exists are checked. A full
+export is written beside OUT and moved into place once whole: a failed export leaves no OUT, and a failed
+``--overwrite`` keeps the old one. A failure of the Spark job is one line (the source's or Spark's own message;
+``-v`` shows Spark's log and the whole error), see :mod:`tiered.commands._spark`.
 """
 
 from __future__ import annotations
@@ -22,11 +27,16 @@ import argparse
 import datetime as _dt
 import json
 import os
+import shutil
 import sys
 import time
-from typing import Any
+import uuid
+from typing import TYPE_CHECKING, Any
 
-from tiered.commands._common import UsageError
+from tiered.commands._common import UsageError, check_topic_name, load_config
+
+if TYPE_CHECKING:
+    from local.config import LogConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,26 +100,39 @@ def _options(args: argparse.Namespace) -> dict[str, str]:
     return opts
 
 
-def session(master: str) -> tuple[Any, bool]:
-    """The active SparkSession, or a new one for ``master`` (on loopback when local); True when created here."""
-    from pyspark.sql import SparkSession
+def session(master: str, quiet: bool = False) -> tuple[Any, bool]:
+    """The active SparkSession, or a new one for ``master`` (see :func:`tiered.commands._spark.session`)."""
+    from tiered.commands._spark import session as spark_session
 
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        import tiered.spark
+    return spark_session(master, "tiered-export", quiet)
 
-        tiered.spark.register(active)
-        return active, False
-    import tiered.spark
 
-    if master.startswith("local"):
-        spark = tiered.spark.local_session(master, "tiered-export", **{"spark.sql.session.timeZone": "UTC"})
-    else:
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        spark = SparkSession.builder.master(master).appName("tiered-export").config(
-            "spark.sql.session.timeZone", "UTC").getOrCreate()
-        tiered.spark.register(spark)
-    return spark, True
+def check_inputs(args: argparse.Namespace, topics: list[str] | None) -> LogConfig:
+    """The broker config (the file read, every value checked) and, for ``topics``, that each has a partition in the
+    data dirs: what export and import can check before Spark starts."""
+    from local.errors import UnknownTopicOrPartitionError
+    from tiered.composition import open_log_manager
+
+    config = load_config(args)
+    if topics:
+        dirs = ",".join(str(d) for d in config.log_dirs)
+        if not any(os.path.isdir(d) for d in config.log_dirs):
+            raise UnknownTopicOrPartitionError(f"no data dir {dirs}: topic {topics[0]} does not exist there")
+        with open_log_manager(config, start_scheduler=False, read_only=True) as manager:
+            present = {t for t, _p in manager.partitions()}
+        missing = [t for t in topics if t not in present]
+        if missing:
+            raise UnknownTopicOrPartitionError(
+                f"topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} not found in {dirs}")
+    return config
+
+
+def topic_names(text: str) -> list[str]:
+    """The topics of a ``--topic`` comma list, each a valid name (else a UsageError)."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise UsageError(f"--topic {text!r}: no topic name")
+    return [check_topic_name(t) for t in names]
 
 
 def state_path(out: str) -> str:
@@ -174,6 +197,7 @@ def write_output(df: Any, fmt: str, out: str, mode: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     opts = _options(args)
+    check_inputs(args, topic_names(args.topic))
     ends = _incremental(args, opts) if args.incremental else None
     if os.path.exists(args.out) and not args.overwrite and ends is None:
         print(f"tiered export: {args.out} exists (--overwrite replaces it)", file=sys.stderr)
@@ -187,22 +211,60 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from pyspark.sql import functions as F
 
+    from tiered.commands._spark import spark_job_error
+
     began = time.monotonic()
-    spark, created = session(args.master)
+    # A full export is written beside OUT and moved into place once whole: a failed one leaves nothing, and an
+    # --overwrite that fails keeps the old OUT (Spark's own overwrite deletes it first). An incremental export
+    # appends to OUT (Spark's commit protocol), and removes OUT again if its first run made it and failed.
+    staged = _staging_path(args.out) if ends is None else None
+    made_out = not os.path.exists(args.out)
+    spark, created = session(args.master, quiet=not args.verbose)
     try:
         df = spark.read.format("tiered").options(**opts).load()
         if start is not None and start[0] == "offset":
             df = df.where(F.col("offset") >= start[1])
         if end is not None and end[0] == "offset":
             df = df.where(F.col("offset") < end[1])
-        mode = "append" if ends is not None else "overwrite" if args.overwrite else "errorifexists"
-        write_output(df, args.format, args.out, mode)
+        mode = "append" if ends is not None else "overwrite" if staged is None and args.overwrite else "errorifexists"
+        write_output(df, args.format, staged or args.out, mode)
+        if staged is not None:
+            _replace(staged, args.out)
         if ends is not None:
             _write_state(args, ends)
         written = spark.read.parquet(args.out).count() if args.format == "parquet" else spark.read.json(args.out).count()
         print(f"tiered export: {args.topic} exported to {args.out} ({args.format}, {written} records there) in "
               f"{time.monotonic() - began:.1f} s", file=sys.stderr)
+    except Exception as exc:
+        if staged is not None:
+            shutil.rmtree(staged, ignore_errors=True)
+        elif made_out:
+            shutil.rmtree(args.out, ignore_errors=True)
+        job_error = spark_job_error(exc)
+        if job_error is not None:
+            raise job_error from exc
+        raise
     finally:
         if created:
             spark.stop()
     return 0
+
+
+def _staging_path(out: str) -> str | None:
+    """Where a full export is written before it becomes OUT (beside it: the move is a rename), or None when OUT is
+    not a local path (a URL Spark writes to directly)."""
+    if "://" in out:
+        return None
+    target = os.path.abspath(out).rstrip(os.sep)
+    return f"{os.path.dirname(target)}{os.sep}.{os.path.basename(target)}.export-{uuid.uuid4().hex[:12]}"
+
+
+def _replace(staged: str, out: str) -> None:
+    """Move a finished export into place, replacing an old OUT (--overwrite) only once the new one is whole."""
+    old = None
+    if os.path.exists(out):
+        old = f"{staged}.old"
+        os.rename(out, old)
+    os.rename(staged, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -10,6 +10,12 @@ once, and keys and values are cut out of the buffer by Arrow itself (an offsets 
 bodies, then a ``take`` of every other slice): no Python object is made per record. Records with headers are the
 exception (rare): their headers are parsed record by record.
 
+Where the build had a C compiler, the records are walked in C instead (``tiered/spark/_arrowdecode.c``): one pass
+over the bodies as they are (no concatenation), writing each column's buffers (values, int32 offsets, validity) into
+memory from pyarrow's pool, which Arrow then wraps without a copy; the numpy path above stays the definition, and
+``tests/property/test_arrow_decode.py`` holds the two to the same Arrow data and the same refusals. Only the
+columns asked for are built (``columns``: a user schema), by either path.
+
 Control batches never reach the output (a Kafka consumer never returns them); which transactional batches are
 aborted is the caller's business (:mod:`tiered.spark.reader`). Errors: :class:`local.errors.CorruptRecordError`
 for a bad CRC or a record that does not fit its batch, with the batch's offset; the caller adds where it was read.
@@ -18,13 +24,15 @@ for a bad CRC or a record that does not fit its batch, with the batch's offset; 
 from __future__ import annotations
 
 import struct
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 import crc32c
 import numpy as np
 import pyarrow as pa
 
-from local.errors import CorruptRecordError
+from local.errors import CorruptRecordError, InvalidRecordError
 from local.records.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER,
@@ -53,9 +61,30 @@ SCHEMA_DDL = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int, "
     "headers array<struct<key:string,value:binary>>, leaderEpoch int"
 )
+COLUMNS = tuple(ARROW_SCHEMA.names)
+try:  # the record walk in C (tiered/spark/_arrowdecode.c), built where a compiler exists; numpy's otherwise
+    import tiered.spark._arrowdecode as _arrowdecode  # the extension alone, not the package (its __init__ imports us)
+except ImportError:  # pragma: no cover - a machine without a C compiler
+    _arrowdecode = None  # type: ignore[assignment]
+NATIVE_DECODE = _arrowdecode is not None
+_WANT = {"key": 1, "value": 2, "headers": 4}  # the variable-size columns _arrowdecode.decode builds on request
 _PAD = bytes(16)  # a varint read near the end of the buffer never indexes past it
 CHUNK_RECORDS = 64 * 1024
 CHUNK_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Projection:
+    """The columns a read asked for (a user schema made of some of the source's columns): which of the source's
+    columns, in the order asked, and the Arrow schema Spark expects back (the user's names and nullability, the
+    source's types)."""
+
+    columns: tuple[str, ...]
+    schema: pa.Schema
+
+    def apply(self, rb: pa.RecordBatch) -> pa.RecordBatch:
+        """``rb`` (the source's columns, at least these) as the read asked for it."""
+        return pa.RecordBatch.from_arrays([rb.column(c) for c in self.columns], schema=self.schema)
 
 
 def _varints(arr: np.ndarray, pos: np.ndarray, max_bytes: int,
@@ -200,13 +229,24 @@ class ArrowBatchBuilder:
     """Collects whole batches of one partition and turns them into Arrow record batches (module docstring).
 
     ``add`` returns record batches when the collected ones reach :data:`CHUNK_RECORDS`; ``flush`` the rest. Only
-    the records with ``from_offset <= offset < until_offset`` are kept."""
+    the records with ``from_offset <= offset < until_offset`` are kept. ``columns``: build only these of the
+    source's columns (in the schema's order; None: all of them). ``native``: decode with the C walk
+    (``tiered.spark._arrowdecode``) or the numpy one, which stays the definition (None: C where it was built)."""
 
-    def __init__(self, topic: str, partition: int, from_offset: int = 0, until_offset: int = 2**63 - 1) -> None:
+    def __init__(self, topic: str, partition: int, from_offset: int = 0, until_offset: int = 2**63 - 1,
+                 columns: Collection[str] | None = None, native: bool | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.from_offset = from_offset
         self.until_offset = until_offset
+        unknown = set(columns or ()) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"not columns of the source: {', '.join(sorted(unknown))}")
+        self.columns = COLUMNS if columns is None else tuple(c for c in COLUMNS if c in columns)
+        self.schema = ARROW_SCHEMA if columns is None else pa.schema([ARROW_SCHEMA.field(c) for c in self.columns])
+        if native and not NATIVE_DECODE:
+            raise ValueError("tiered.spark._arrowdecode was not built (no C compiler when tiered was installed)")
+        self.native = NATIVE_DECODE if native is None else native
         self._bodies: list[bytes | memoryview] = []
         self._meta: list[tuple[int, int, int, int, int, int]] = []  # base offset, base ts, max ts, attrs, epoch, count
         self._records = 0
@@ -266,7 +306,14 @@ class ArrowBatchBuilder:
             return []
         bodies, meta, partial = self._bodies, self._meta, self._partial
         self._bodies, self._meta, self._records, self._bytes, self._partial = [], [], 0, 0, False
-        return [self._decode(bodies, meta, partial)]
+        if self.native:
+            rb = self._decode_native(bodies, meta, partial)
+            if rb is not None:
+                return [rb]
+        try:
+            return [self._decode(bodies, meta, partial)]
+        except InvalidRecordError as exc:  # a bad varint in a record: its batch is corrupt, as for every other flaw
+            raise CorruptRecordError(str(exc), position=exc.context.get("position")) from exc
 
     # ------------------------------------------------------------------------------------------------------
     def _decode(self, bodies: list[bytes | memoryview], meta: list[tuple[int, int, int, int, int, int]],
@@ -322,15 +369,19 @@ class ArrowBatchBuilder:
         if (header_start[plain] != rec_end[plain]).any() or (header_count < 0).any():
             self._check_within(rec_end + 1, rec_end, batch_of, m)  # raises with the batch's offset
         data_buf = pa.py_buffer(data)
-        keys = _slices(arr, data_buf, key_start, key_len)
-        values = _slices(arr, data_buf, value_start, value_len)
+        wanted = self.columns
+        keys = _slices(arr, data_buf, key_start, key_len) if "key" in wanted else None
+        values = _slices(arr, data_buf, value_start, value_len) if "value" in wanted else None
         base_offsets = m[:, 0][batch_of]
         offsets = base_offsets + off_delta
         attrs = m[:, 3][batch_of]
         log_append = (attrs & TIMESTAMP_TYPE_MASK) != 0
         timestamps = np.where(log_append, m[:, 2][batch_of], m[:, 1][batch_of] + ts_delta)
         epochs = m[:, 4][batch_of].astype(np.int32)
-        headers = self._headers(data, header_start, header_count, rec_end, n) if has_headers.any() else _empty_headers(n)
+        if has_headers.any():  # parsed (so checked) whether the column is wanted or not, as the C walk does
+            headers = self._headers(data, header_start, header_count, rec_end, n)
+        else:
+            headers = _empty_headers(n) if "headers" in wanted else None
         del total_len
         rb = self._assemble(keys, values, offsets, timestamps, log_append.astype(np.int32), headers, epochs, n)
         if partial:
@@ -338,6 +389,73 @@ class ArrowBatchBuilder:
             if not keep.all():
                 rb = rb.filter(pa.array(keep))
         return rb
+
+    def _decode_native(self, bodies: list[bytes | memoryview], meta: list[tuple[int, int, int, int, int, int]],
+                       partial: bool) -> pa.RecordBatch | None:
+        """:meth:`_decode` by the C walk (``_arrowdecode``), into buffers from pyarrow's memory pool (which reuses
+        freed memory: fresh pages cost a page fault each, as much as the walk itself). The same Arrow data and the
+        same records refused as :meth:`_decode`; None when a header key is not UTF-8 (the numpy path replaces what
+        is not, as ``bytes.decode`` does, and runs instead)."""
+        want = sum(bit for column, bit in _WANT.items() if column in self.columns)
+        n = sum(m[5] for m in meta)
+        size = sum(len(b) for b in bodies)
+        bitmap = (n + 7) // 8
+        out: list[pa.Buffer | None] = [pa.allocate_buffer(k) for k in (8 * n, 8 * n, 4 * n, 4 * n, bitmap)]
+        for column in ("key", "value"):
+            out += ([pa.allocate_buffer(k) for k in (4 * (n + 1), size, bitmap)] if column in self.columns
+                    else [None, None, None])
+        try:
+            rows, epoch_nulls, key_nulls, key_bytes, value_nulls, value_bytes, hdrs = _arrowdecode.decode(
+                list(bodies), np.array(meta, np.int64), want, self.from_offset, self.until_offset, partial, out)
+        except ValueError as exc:
+            if len(exc.args) != 2 or not isinstance(exc.args[0], int):
+                raise
+            base = meta[exc.args[0]][0]
+            raise CorruptRecordError(f"the batch at offset {base}: {exc.args[1]}", offset=base) from None
+        headers = None
+        if hdrs is not None:
+            list_offsets, count, key_offsets, key_data, value_offsets, value_data, value_valid, value_nulls_h = hdrs
+            keys = pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(key_offsets), pa.py_buffer(key_data)])
+            try:
+                keys.validate(full=True)
+            except pa.ArrowInvalid:
+                return None
+            values = pa.Array.from_buffers(pa.binary(), count, [
+                None if value_valid is None else pa.py_buffer(value_valid), pa.py_buffer(value_offsets),
+                pa.py_buffer(value_data)], value_nulls_h)
+            items = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_TYPE))
+            headers = pa.Array.from_buffers(pa.list_(HEADER_TYPE), rows, [None, pa.py_buffer(list_offsets)],
+                                            children=[items])
+
+        bitmap = (rows + 7) // 8
+
+        def used(i: int, size: int) -> pa.Buffer:
+            """Buffer ``i`` cut to what was written: Arrow sends a buffer whole to Spark, unused bytes too."""
+            buf = out[i]
+            assert buf is not None
+            return buf.slice(0, size)
+
+        def binary(first: int, nulls: int, size: int) -> pa.Array:
+            validity = used(first + 2, bitmap) if nulls else None
+            return pa.Array.from_buffers(pa.binary(), rows, [validity, used(first, 4 * (rows + 1)), used(first + 1, size)],
+                                         nulls)
+
+        def fixed(kind: pa.DataType, i: int, width: int) -> pa.Array:
+            return pa.Array.from_buffers(kind, rows, [None, used(i, width * rows)])
+
+        build = {
+            "key": lambda: binary(5, key_nulls, key_bytes),
+            "value": lambda: binary(8, value_nulls, value_bytes),
+            "topic": lambda: pa.repeat(pa.scalar(self.topic, pa.string()), rows),
+            "partition": lambda: pa.repeat(pa.scalar(self.partition, pa.int32()), rows),
+            "offset": lambda: fixed(pa.int64(), 0, 8),
+            "timestamp": lambda: fixed(pa.timestamp("us", tz="UTC"), 1, 8),
+            "timestampType": lambda: fixed(pa.int32(), 2, 4),
+            "headers": lambda: headers,
+            "leaderEpoch": lambda: pa.Array.from_buffers(
+                pa.int32(), rows, [used(4, bitmap) if epoch_nulls else None, used(3, 4 * rows)], epoch_nulls),
+        }
+        return pa.RecordBatch.from_arrays([build[c]() for c in self.columns], schema=self.schema)
 
     @staticmethod
     def _check_within(pos: np.ndarray, rec_end: np.ndarray, batch_of: np.ndarray, m: np.ndarray) -> None:
@@ -377,15 +495,21 @@ class ArrowBatchBuilder:
                                            fields=list(HEADER_TYPE))
         return pa.ListArray.from_arrays(pa.array(list_offsets), items, type=pa.list_(HEADER_TYPE))
 
-    def _assemble(self, keys: pa.Array, values: pa.Array, offsets: np.ndarray, timestamps: np.ndarray,
-                  ts_type: np.ndarray, headers: pa.Array, epochs: np.ndarray, n: int) -> pa.RecordBatch:
-        ts = pa.array(timestamps * 1000, pa.int64()).view(pa.timestamp("us", tz="UTC"))
-        epoch_arr = pa.array(epochs, pa.int32(), mask=epochs < 0) if (epochs < 0).any() else pa.array(epochs, pa.int32())
-        return pa.RecordBatch.from_arrays([
-            keys, values, pa.repeat(pa.scalar(self.topic, pa.string()), n),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), n), pa.array(offsets, pa.int64()), ts,
-            pa.array(ts_type, pa.int32()), headers, epoch_arr,
-        ], schema=ARROW_SCHEMA)
+    def _assemble(self, keys: pa.Array | None, values: pa.Array | None, offsets: np.ndarray, timestamps: np.ndarray,
+                  ts_type: np.ndarray, headers: pa.Array | None, epochs: np.ndarray, n: int) -> pa.RecordBatch:
+        build = {
+            "key": lambda: keys,
+            "value": lambda: values,
+            "topic": lambda: pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            "partition": lambda: pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            "offset": lambda: pa.array(offsets, pa.int64()),
+            "timestamp": lambda: pa.array(timestamps * 1000, pa.int64()).view(pa.timestamp("us", tz="UTC")),
+            "timestampType": lambda: pa.array(ts_type, pa.int32()),
+            "headers": lambda: headers,
+            "leaderEpoch": lambda: (pa.array(epochs, pa.int32(), mask=epochs < 0) if (epochs < 0).any()
+                                    else pa.array(epochs, pa.int32())),
+        }
+        return pa.RecordBatch.from_arrays([build[c]() for c in self.columns], schema=self.schema)
 
     # ------------------------------------------------------------------------------------------------------
     def _legacy(self, view: memoryview) -> pa.RecordBatch | None:
@@ -399,13 +523,14 @@ class ArrowBatchBuilder:
         ts_type = 1 if batch.magic == 1 and batch.attributes & 0x08 else 0
         timestamps = np.array([r.timestamp for r in recs], np.int64)
         ts = pa.array(timestamps * 1000, pa.int64(), mask=timestamps < 0).view(pa.timestamp("us", tz="UTC"))
-        return pa.RecordBatch.from_arrays([
+        full = pa.RecordBatch.from_arrays([
             pa.array([r.key for r in recs], pa.binary()), pa.array([r.value for r in recs], pa.binary()),
             pa.repeat(pa.scalar(self.topic, pa.string()), n), pa.repeat(pa.scalar(self.partition, pa.int32()), n),
             pa.array([r.offset for r in recs], pa.int64()), ts,
             pa.array([ts_type if batch.magic == 1 else -1] * n, pa.int32()), _empty_headers(n),
             pa.nulls(n, pa.int32()),
         ], schema=ARROW_SCHEMA)
+        return full if self.schema is ARROW_SCHEMA else full.select(list(self.columns))
 
 
 def _empty_headers(n: int) -> pa.Array:

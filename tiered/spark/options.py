@@ -7,16 +7,19 @@ whole topic name), ``startingOffsets``/``endingOffsets`` (``earliest``/``latest`
 whose timestamp is at or after it), ``isolationLevel`` (``read_uncommitted``/``read_committed``), ``tiers``
 (``both``/``remote``/``local``), ``failOnDataLoss`` (``true``), and two of our own: ``maxBytesPerPartition`` (a
 segment larger than this is split into several input partitions at batch boundaries; 64 MiB) and ``cacheDir``
-(where executors keep the remote tier's caches; one per machine, shared by its executors).
+(where executors keep the remote tier's caches; one per machine, shared by its executors). ``filterPushdown``
+(``true``) and ``maxOffsetsPerTrigger`` (streaming) are read by :mod:`tiered.spark.source`. Any other option is
+refused, naming the known ones (a typo such as ``startingOffset`` would otherwise read everything).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +31,29 @@ TIERS = ("both", "remote", "local")
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
+READ_OPTIONS = (
+    "config", "topics", "subscribe", "topicPattern", "subscribePattern", "startingOffsets", "endingOffsets",
+    "startingTimestamp", "endingTimestamp", "isolationLevel", "tiers", "failOnDataLoss", "maxBytesPerPartition",
+    "cacheDir", "filterPushdown", "maxOffsetsPerTrigger",
+)
+
+
 class SparkSourceOptionError(TieredStorageError, ValueError):
     """An option of the Spark source that cannot work, named with its value."""
+
+
+def check_known(options: Iterable[Any], known: Iterable[str], what: str) -> None:
+    """Refuse an option not in ``known`` (nor ``config.<key>``), naming the known ones; Spark passes keys in lower
+    case, so case is ignored."""
+    names = {k.lower(): k for k in known}
+    for key in options:
+        lower = str(key).lower()
+        if lower in names or lower.startswith("config."):
+            continue
+        close = difflib.get_close_matches(lower, list(names), n=1, cutoff=0.75)
+        hint = f" (did you mean {names[close[0]]}?)" if close else ""
+        raise SparkSourceOptionError(
+            f"unknown option {key}{hint}; {what} takes {', '.join(names.values())} and config.<broker key>")
 
 
 @dataclass
@@ -115,6 +139,7 @@ def broker_props(options: Mapping[str, Any]) -> dict[str, str]:
 
 def parse_options(options: Mapping[str, Any]) -> SourceOptions:
     """Check and convert the options Spark passed (keys in any case)."""
+    check_known(options, READ_OPTIONS, "a read")
     opts = {str(k).lower(): str(v) for k, v in options.items()}
     props = broker_props(options)
     topics = opts.get("topics") or opts.get("subscribe")

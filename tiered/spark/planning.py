@@ -13,7 +13,7 @@ filters): nothing on the executor depends on the driver's state.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -89,16 +89,54 @@ def _resolve(spec: int | dict[str, dict[int, int]], topic: str, partition: int, 
     return spec.get(topic, {}).get(partition, default)
 
 
-def plan(opts: SourceOptions, bounds: Bounds | None = None) -> list[Piece]:
-    """Every input partition of a batch read (see the module docstring)."""
+def check_subscription(opts: SourceOptions, wanted: list[tuple[str, int]]) -> None:
+    """Refuse a read whose topics are not there: a topic of ``topics`` without partitions, a ``topicPattern`` that
+    matches no topic, a topic or partition of ``startingOffsets``/``endingOffsets`` that the read does not include
+    (``wanted``: the partitions it matched)."""
+    where = opts.props.get("log.dirs", opts.props.get("log.dir"))
+    have: dict[str, list[int]] = {}
+    for topic, partition in sorted(wanted):
+        have.setdefault(topic, []).append(partition)
+    if opts.topics is not None:
+        missing = [t for t in opts.topics if t not in have]
+        if missing:
+            raise SparkSourceOptionError(f"no partition of topic(s) {', '.join(missing)} in {where}")
+    elif not have:
+        raise SparkSourceOptionError(f"topicPattern={opts.topic_pattern!r} matches no topic in {where}")
+    for name, spec in (("startingOffsets", opts.starting), ("endingOffsets", opts.ending)):
+        if isinstance(spec, int):
+            continue
+        for topic, parts in spec.items():
+            if topic not in have:
+                raise SparkSourceOptionError(
+                    f"{name} names topic {topic}, which this read does not include (it reads {', '.join(have)})")
+            unknown = sorted(set(parts) - set(have[topic]))
+            if unknown:
+                raise SparkSourceOptionError(
+                    f"{name} names partition {topic}-{unknown[0]}, which does not exist ({topic} has partitions "
+                    f"{_ranges(have[topic])})")
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``0-3, 7``: sorted numbers as ranges."""
+    groups: list[list[int]] = []
+    for n in numbers:
+        if groups and n == groups[-1][-1] + 1:
+            groups[-1].append(n)
+        else:
+            groups.append([n])
+    return ", ".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in groups)
+
+
+def plan(opts: SourceOptions, bounds: Bounds | None = None, check: bool = True) -> list[Piece]:
+    """Every input partition of a batch read (see the module docstring); ``check``: refuse a subscription that
+    does not match the data dirs (:func:`check_subscription`)."""
     bounds = bounds or Bounds()
     pieces: list[Piece] = []
     with open_read_only(opts.props) as manager:
         wanted = sorted(tp for tp in manager.partitions() if opts.topic_matches(tp[0]))
-        if opts.topics is not None:
-            missing = [t for t in opts.topics if not any(tp[0] == t for tp in wanted)]
-            if missing:
-                raise SparkSourceOptionError(f"no partition of topic(s) {', '.join(missing)} in {opts.props.get('log.dirs')}")
+        if check:
+            check_subscription(opts, wanted)
         for topic, partition in wanted:
             if bounds.partitions is not None and partition not in bounds.partitions:
                 continue
@@ -174,8 +212,11 @@ def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, b
                 cursor = md.end_offset + 1
                 continue
             lo, hi = max(cursor, md.start_offset), min(md.end_offset + 1, remote_end)
-            index = rlm.index_cache.get_index_entry(md).offset_index
             size = md.segment_size_in_bytes if 0 <= md.segment_size_in_bytes < 2**31 - 1 else None
+
+            def index(md: Any = md) -> Any:  # fetched only to start inside the segment or to split it
+                return rlm.index_cache.get_index_entry(md).offset_index
+
             for a, b in _byte_ranges(index, md.start_offset, lo, size, opts.max_bytes_per_partition):
                 pieces.append(Piece(**base, from_offset=lo, until_offset=hi, start_position=a, end_position=b,
                                     remote_metadata=encode_metadata(md)))
@@ -198,7 +239,11 @@ def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, b
             if bounds.timestamp_lo_ms is not None and seg.largest_timestamp < bounds.timestamp_lo_ms:
                 continue
             lo, hi = max(cursor, seg.base_offset), min(seg_end, end)
-            for a, b in _byte_ranges(seg.offset_index, seg.base_offset, lo, seg.size, opts.max_bytes_per_partition):
+
+            def local_index(seg: Any = seg) -> Any:
+                return seg.offset_index
+
+            for a, b in _byte_ranges(local_index, seg.base_offset, lo, seg.size, opts.max_bytes_per_partition):
                 pieces.append(Piece(**base, from_offset=lo, until_offset=hi, start_position=a, end_position=b,
                                     local_path=str(_original_path(log, seg))))
         if opts.read_committed and cursor < end:
@@ -226,13 +271,15 @@ def _original_path(log: Log, seg: Any) -> Any:
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
-def _byte_ranges(index: Any, base_offset: int, from_offset: int, size: int | None,
+def _byte_ranges(offset_index: Callable[[], Any], base_offset: int, from_offset: int, size: int | None,
                  max_bytes: int) -> list[tuple[int, int | None]]:
     """Byte ranges of a segment, cut at batch boundaries from its offset index, each about ``max_bytes``; the first
-    starts at the batch holding ``from_offset`` (the index's floor entry)."""
-    start = 0 if from_offset <= base_offset else index.lookup(from_offset).position
+    starts at the batch holding ``from_offset`` (the index's floor entry). ``offset_index`` gives the index, asked
+    for only when it is needed (a remote one is fetched: the whole segment in one range needs none)."""
+    start = 0 if from_offset <= base_offset else offset_index().lookup(from_offset).position
     if size is None or size - start <= max_bytes:
         return [(start, size)]
+    index = offset_index()
     n = index.entries
     positions = [index.entry(i).position for i in range(n)]
     ranges: list[tuple[int, int | None]] = []

@@ -12,6 +12,16 @@ reads at the right offset (a timestamp floor through the engine's offset-for-tim
 applied exactly to every record, since Spark does not check an accepted filter again. Spark refuses a reader
 with ``pushFilters`` while that setting is false: :func:`tiered.spark.register` sets it, and the option
 ``filterPushdown=false`` gives a reader without it.
+
+A user schema (``spark.read.format("tiered").schema("offset long, value binary")``) made of some of the source's
+columns, in any order (names in any case, types as the source's, ``NOT NULL`` only on columns that are never null),
+is honoured: only those columns are built. Anything else in it is refused naming the columns, when the read is
+planned (Spark calls nothing of a Python source at ``load()`` when it is given a schema). PySpark 4.3's Python Data
+Source API has no column pruning (its scan builder takes filters only), so a ``select`` of a few columns still
+builds all those of the schema: a schema is the way to build fewer. Unknown options are refused (see
+:mod:`tiered.spark.options`); so are a subscription that matches no topic and offsets given for a topic or
+partition the read does not include (:func:`tiered.spark.planning.check_subscription`), also by a streaming read when
+it starts.
 """
 
 from __future__ import annotations
@@ -33,12 +43,13 @@ from pyspark.sql.datasource import (
     LessThan,
     LessThanOrEqual,
 )
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from tiered.spark.arrow_records import SCHEMA_DDL
-from tiered.spark.options import parse_options
-from tiered.spark.planning import Bounds, Piece, plan
+from tiered.spark.arrow_records import ARROW_SCHEMA, SCHEMA_DDL, Projection
+from tiered.spark.options import READ_OPTIONS, SparkSourceOptionError, check_known, parse_options
+from tiered.spark.planning import Bounds, Piece, check_subscription, plan
 from tiered.spark.reader import read_piece, timestamp_micros
 
 _OPS: dict[type, str] = {
@@ -46,6 +57,37 @@ _OPS: dict[type, str] = {
 }
 _PUSHABLE = ("partition", "offset", "timestamp")
 _INT_LIMIT = 2**63
+SOURCE_SCHEMA = from_arrow_schema(ARROW_SCHEMA)  # SCHEMA_DDL as Spark types
+_NULLABLE = ("key", "value", "timestamp", "leaderEpoch")  # null for a record without a key, a value, ... (legacy)
+
+
+def projection(schema: StructType) -> Projection | None:
+    """What a read with ``schema`` builds: None for the source's own schema, else the columns asked for (a user
+    schema made of some of the source's columns; anything else is refused, naming the columns)."""
+    if schema == SOURCE_SCHEMA:
+        return None
+    ours = {f.name.lower(): f for f in SOURCE_SCHEMA.fields}
+    problems: list[str] = []
+    columns: list[str] = []
+    for f in schema.fields:
+        mine = ours.get(f.name.lower())
+        if mine is None:
+            problems.append(f"unknown column {f.name}")
+        elif mine.name in columns:
+            problems.append(f"column {mine.name} twice")
+        elif f.dataType != mine.dataType:
+            given, wanted = f.dataType.simpleString(), mine.dataType.simpleString()
+            problems.append(f"{f.name} is {given}, not {wanted}" if given != wanted else
+                            f"{f.name} is {given} with nullability other than the source's")
+        elif not f.nullable and mine.name in _NULLABLE:
+            problems.append(f"{f.name} is NOT NULL, but the source's {mine.name} can be null")
+        if mine is not None and mine.name not in columns:
+            columns.append(mine.name)
+    if problems or not columns:
+        raise SparkSourceOptionError(
+            f"schema {schema.simpleString()}: {'; '.join(problems) or 'no column'} (the source's columns: "
+            f"{SCHEMA_DDL})")
+    return Projection(tuple(columns), to_arrow_schema(schema, timezone="UTC"))
 
 
 class TieredInputPartition(InputPartition):
@@ -59,6 +101,13 @@ class TieredInputPartition(InputPartition):
 class TieredDataSource(DataSource):
     """``format("tiered")``."""
 
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        # at load() (before Spark asks for a reader or a writer): an option neither of them knows
+        from tiered.spark.writer import WRITE_OPTIONS
+
+        check_known(options, dict.fromkeys((*READ_OPTIONS, *WRITE_OPTIONS)), "the tiered source (reads and writes)")
+
     @classmethod
     def name(cls) -> str:
         return "tiered"
@@ -68,12 +117,13 @@ class TieredDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         options = dict(self.options)
+        columns = projection(schema)
         if str(options.get("filterPushdown", options.get("filterpushdown", "true"))).lower() == "false":
-            return TieredReader(options)
-        return TieredFilteringReader(options)
+            return TieredReader(options, columns)
+        return TieredFilteringReader(options, columns)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return TieredStreamReader(dict(self.options))
+        return TieredStreamReader(dict(self.options), projection(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from tiered.spark.writer import TieredWriter
@@ -97,10 +147,11 @@ class TieredReader(DataSourceReader):
     """The reader without filter pushdown (option ``filterPushdown=false``: Spark refuses a reader that implements
     ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is false)."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], columns: Projection | None = None) -> None:
         self.options = options
         self.opts = parse_options(options)
         self.bounds = Bounds()
+        self.projection = columns
 
     def partitions(self) -> Sequence[InputPartition]:
         pieces = plan(self.opts, self.bounds)
@@ -112,7 +163,7 @@ class TieredReader(DataSourceReader):
         piece = partition.piece  # type: ignore[attr-defined]
         if piece.topic == "":
             return iter(())
-        return read_piece(piece)
+        return read_piece(piece, self.projection)
 
 
 class TieredFilteringReader(TieredReader):
@@ -122,7 +173,7 @@ class TieredFilteringReader(TieredReader):
         for f in filters:
             op = _OPS.get(type(f))
             attribute: tuple[str, ...] = getattr(f, "attribute", ())
-            column = attribute[0] if len(attribute) == 1 else None
+            column = attribute[0].lower() if len(attribute) == 1 else None  # a user schema's names, in any case
             if op is None or column not in _PUSHABLE:
                 yield f
                 continue
@@ -203,14 +254,13 @@ class TieredStreamReader(DataSourceStreamReader):
     their lag. Each micro-batch is planned like a batch read of [start, end), so segments appended or offloaded
     meanwhile are found; exactly-once comes from Spark's checkpoint of these offsets."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: dict[str, str], columns: Projection | None = None) -> None:
         self.opts = parse_options(options)
+        self.projection = columns
         raw = {str(k).lower(): v for k, v in options.items()}
         limit = raw.get("maxoffsetspertrigger")
         self.max_offsets = int(limit) if limit is not None else None
         if self.max_offsets is not None and self.max_offsets <= 0:
-            from tiered.spark.options import SparkSourceOptionError
-
             raise SparkSourceOptionError(f"maxOffsetsPerTrigger={limit}: must be positive")
 
     def _bounds(self) -> dict[str, dict[str, tuple[int, int]]]:
@@ -232,8 +282,10 @@ class TieredStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict:
         from tiered.spark.options import LATEST
 
+        bounds = self._bounds()
+        check_subscription(self.opts, [(t, int(p)) for t, parts in bounds.items() for p in parts])
         out: dict[str, dict[str, int]] = {}
-        for topic, parts in self._bounds().items():
+        for topic, parts in bounds.items():
             for p, (start, end) in parts.items():
                 spec = self.opts.starting
                 wanted = spec if isinstance(spec, int) else spec.get(topic, {}).get(int(p), -2)
@@ -276,14 +328,14 @@ class TieredStreamReader(DataSourceStreamReader):
                 opts.starting.setdefault(t, {}).setdefault(p, EARLIEST)
         opts.topics = sorted(opts.ending)
         opts.topic_pattern = None
-        pieces = plan(opts, Bounds())
+        pieces = plan(opts, Bounds(), check=False)  # checked when the stream started; Spark's offsets since
         return [TieredInputPartition(p) for p in pieces] or [TieredInputPartition(_EMPTY)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         piece = partition.piece  # type: ignore[attr-defined]
         if piece.topic == "":
             return iter(())
-        return read_piece(piece)
+        return read_piece(piece, self.projection)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the source keeps no state between micro-batches."""
