@@ -49,7 +49,6 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
-from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from local.scratch import ScratchDir

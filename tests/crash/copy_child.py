@@ -23,7 +23,6 @@ from typing import BinaryIO
 from local import LogConfig, LogManager
 from tiered.backends.composed import ObjectStoreRemoteStorageManager
 from tiered.backends.local_dir import LocalDirStore
-from tiered.backends.local_dir import LocalDirRemoteStorageManager
 from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.rsm import RemoteLogSegmentState

@@ -19,7 +19,6 @@ from tests.integration.test_real_s3 import _bucket
 from tests.logutil import read_all_values
 from tiered.backends import load_rsm
 from tiered.backends.composed import ObjectStoreRemoteStorageManager
-from tiered.cache.index_cache import RemoteIndexCache
 from tiered.composition import assemble_remote_log_manager
 from tiered.layout import kafka_uuid, partition_prefix
 from tiered.metadata import RemoteLogMetadataStore

@@ -87,7 +87,7 @@ def test_an_object_store_backend_keeps_its_metadata_in_its_own_bucket(tmp_path: 
     # a reader's remote tier (read-only commands, Spark) copies nothing: no copier process, no scratch dir for it
     rlm = build_remote_tier(_config(tmp_path), cache_root=tmp_path / "reader")
     try:
-        assert rlm.metadata.store is rlm.rsm  # type: ignore[attr-defined]
+        assert rlm.metadata.store is rlm.rsm.object_store  # type: ignore[attr-defined]
         assert rlm.process_copier is None
     finally:
         rlm.close()

@@ -13,7 +13,6 @@ import pytest
 from local import LogConfig, LogManager
 from local.records import MemoryRecords, SimpleRecord
 from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
-from tiered.backends.local_dir import LocalDirRemoteStorageManager
 from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager

@@ -24,8 +24,6 @@ from local.scheduler import MockTime
 from tests.logutil import local_tier_props, records
 from tiered import layout
 from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
-from tiered.cache.index_cache import RemoteIndexCache
-from tiered.backends.local_dir import LocalDirRemoteStorageManager
 from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.pass_result import PassResult
