@@ -204,7 +204,21 @@ def build_remote_tier(
         raise
     if cache_root is None:  # a reader (read-only manager, Spark) copies and deletes nothing: no copier process
         _maybe_copy_in_child_process(config, rsm, metadata, rlm)
+        _maybe_keep_columnar_copies(config, rlm)
     return rlm
+
+
+def _maybe_keep_columnar_copies(config: LogConfig, rlm: RemoteLogManager) -> None:
+    """The copy tasks keep the columnar copies (tiered.columnar) where the config gives them a place; topics opt in
+    with ``remote.log.columnar.enable``. Encrypted remote segments: refused (logged per topic that asks)."""
+    from tiered.columnar.location import columnar_root, encrypted
+
+    root = columnar_root(config)
+    if root is None:
+        return
+    refusal = ("the remote segments are encrypted (rsm.config.encryption.enabled=true) and remote.log.columnar.enable"
+               "=true would keep them in plaintext" if encrypted(config) else None)
+    rlm.keep_columnar_copies(root, refusal)
 
 
 def _segment_cache_dir(config: LogConfig, cache_root: Path | None, log_dir: Path) -> Path:

@@ -55,10 +55,13 @@ from tiered.rlm_tasks import RLMTaskScheduler, tiering_enabled
 from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager, TopicIdPartition
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from local.log import Log
     from local.segment import LogSegment
     from tiered.cache.chunk_cache import ChunkCache
     from tiered.cache.index_cache import RemoteIndexCache
+    from tiered.columnar.keeper import ColumnarKeeper
     from tiered.copier_process import ProcessCopier
     from tiered.rlmm import RemoteLogMetadataManager
 
@@ -130,6 +133,8 @@ class RemoteLogManager:
         self._process_copier: Any = None
         # Batch copies through the copier process, events included (set by copy_in_batches; None: one by one).
         self._copy_batch: CopyBatch | None = None
+        # The columnar (Parquet) copies kept by the copy tasks (set by keep_columnar_copies; tiered.columnar).
+        self.columnar: ColumnarKeeper | None = None
 
     @property
     def process_copier(self) -> Any:
@@ -163,6 +168,14 @@ class RemoteLogManager:
         does, with the copier process and a metadata store in the plugin's bucket)."""
         self._copy_batch = batch
 
+    def keep_columnar_copies(self, root: Path, refusal: str | None = None) -> ColumnarKeeper:
+        """Have the copy tasks keep the columnar copies of topics with ``remote.log.columnar.enable=true`` under
+        ``root`` (``refusal``: why they may not, logged instead). Set before the tasks are first used."""
+        from tiered.columnar.keeper import ColumnarKeeper
+
+        self.columnar = ColumnarKeeper(root, self.parts, self.reader.read_range, refusal=refusal)
+        return self.columnar
+
     def _copy_here(
         self, md: RemoteLogSegmentMetadata, data: LogSegmentData, checksum_chunk_bytes: int
     ) -> tuple[SegmentChecksums, bytes | None]:
@@ -194,7 +207,7 @@ class RemoteLogManager:
                     self.parts, tip, copy_data=self._copy_segment_data, quota=self._copy_quota,
                     custom_metadata_max_bytes=self.custom_metadata_max_bytes,
                     checksum_chunk_bytes=self.checksum_chunk_bytes, record=self.record_task_result,
-                    stopping=self._stopping, copy_batch=self._copy_batch,
+                    stopping=self._stopping, copy_batch=self._copy_batch, columnar=self.columnar,
                 )
                 tasks = self._partition_tasks[tip] = (copy, RLMExpirationTask(self.parts, tip, record=self.record_task_result))
             return tasks
