@@ -215,7 +215,7 @@ class ColumnarKeeper:
         """The segment's records in the columnar schema (the aborted ones marked)."""
         from local.errors import CorruptRecordError
         from tiered.spark.arrow_records import ArrowBatchBuilder
-        from tiered.spark.reader import iter_raw_batches
+        from tiered.spark.raw_batches import iter_raw_batches
 
         builder = ArrowBatchBuilder(log.topic, log.partition, md.start_offset, md.end_offset + 1)
         aborted_txns: list[tuple[int, int, int]] | None = None  # looked up at the first transactional batch

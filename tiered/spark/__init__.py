@@ -25,6 +25,8 @@ def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str]
     each offset exactly once. ``options``: the source's options by name. See :mod:`tiered.spark.columnar_read`."""
     from tiered.spark.columnar_read import read_topic as read
 
+    pushdown = next((str(v) for k, v in options.items() if k.lower() == "filterpushdown"), "true").lower() != "false"
+    register(spark, filter_pushdown=pushdown)
     return read(spark, config=config, topics=topics, **options)
 
 

@@ -92,10 +92,10 @@ def plan_topic(options: dict[str, str]) -> TopicPlan:
 
 def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str] | None = None,
                **options: Any) -> Any:
-    """One DataFrame of the topics' records (module docstring); ``options``: the source's, by name."""
+    """One DataFrame of the topics' records (module docstring); ``options``: the source's, by name. The source
+    must be registered (:func:`tiered.spark.read_topic` does it)."""
     from pyspark.sql import functions as F
 
-    import tiered.spark
     from tiered.columnar.keeper import ABORTED
     from tiered.spark.source import SOURCE_SCHEMA
 
@@ -109,7 +109,6 @@ def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str]
             raise SparkSourceOptionError(f"{key} is an option of streaming reads; read_topic is a batch read")
         given[key] = str(value).lower() if isinstance(value, bool) else str(value)
     plan = plan_topic(given)
-    tiered.spark.register(spark, filter_pushdown=str(given.get("filterPushdown", "true")).lower() != "false")
     read_committed = parse_options(given).read_committed
     columns = [f.name for f in SOURCE_SCHEMA.fields]
     frames = []
