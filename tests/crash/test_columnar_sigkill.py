@@ -26,7 +26,7 @@ from local.log import LogStartOffsetIncrementReason
 from local.records import CompressionType, MemoryRecords, SimpleRecord
 from tests.logutil import local_tier_props
 from tiered.columnar.location import columnar_root
-from tiered.columnar.manifest import partition_dir, read_manifest
+from tiered.columnar.manifest import MANIFEST_NAME, partition_dir, read_manifest
 from tiered.commands.consume import records_from
 from tiered.remote_log_manager import RemoteLogManager
 
@@ -85,7 +85,7 @@ def _check(root: Path) -> None:
     assert m.files[-1].end_offset == finished[-1].end_offset
     assert m.files[0].base_offset <= log_start <= m.files[0].end_offset
     assert all(a.end_offset + 1 == b.base_offset for a, b in zip(m.files, m.files[1:], strict=False))
-    on_disk = sorted(p.name for p in directory.iterdir() if p.name != "manifest.json")
+    on_disk = sorted(p.name for p in directory.iterdir() if p.name != MANIFEST_NAME)
     assert on_disk == sorted(f.name for f in m.files), "a temp file, an orphan or a retired file was left"
     rows: list[tuple[int, bytes]] = []
     for f in m.files:

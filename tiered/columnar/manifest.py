@@ -1,6 +1,6 @@
 """The columnar copy's per-partition manifest: which Parquet files hold which offsets (the only thing readers trust).
 
-One JSON document per partition, ``<remote.log.columnar.dir>/<topic>-<partition>/manifest.json``::
+One JSON document per partition, ``<remote.log.columnar.dir>/<topic>-<partition>/_manifest.json``::
 
     {"version": 1, "topic": "events", "partition": 0, "topic_id": "<22-char Kafka UUID>",
      "files":   [{"name": "<20-digit base offset>-<22-char id>.parquet", "base_offset": 0, "end_offset": 999,
@@ -31,7 +31,7 @@ from typing import Any
 
 from tiered.errors import TieredStorageError
 
-MANIFEST_NAME = "manifest.json"
+MANIFEST_NAME = "_manifest.json"  # "_": Spark's file listing skips it, so the directory reads as a Parquet dataset
 PARQUET_SUFFIX = ".parquet"
 TEMP_SUFFIX = ".tmp"
 VERSION = 1

@@ -55,9 +55,15 @@ def plan_topic(options: dict[str, str]) -> TopicPlan:
     from tiered.spark.planning import Bounds, check_subscription, offset_range, open_read_only
 
     opts = parse_options(options)
-    root = columnar_root(LogConfig.from_properties(opts.props)) if opts.tiers != "local" else None
+    config = LogConfig.from_properties(opts.props)
+    root = columnar_root(config) if opts.tiers != "local" else None
     out = TopicPlan()
-    with open_read_only(opts.props) as manager:
+    props = opts.props
+    if opts.starting_timestamp is None and opts.ending_timestamp is None:
+        # Offsets only (log start, high watermark, last stable offset: the data dir's own files): the remote tier
+        # (its caches, its metadata) is not built, which is most of a plan's time; a timestamp needs its index.
+        props = {**props, "remote.log.storage.system.enable": "false"}
+    with open_read_only(props) as manager:
         wanted = sorted(tp for tp in manager.partitions() if opts.topic_matches(tp[0]))
         check_subscription(opts, wanted)
         for topic, partition in wanted:
@@ -109,8 +115,7 @@ def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str]
             raise SparkSourceOptionError(f"{key} is an option of streaming reads; read_topic is a batch read")
         given[key] = str(value).lower() if isinstance(value, bool) else str(value)
     plan = plan_topic(given)
-    read_committed = parse_options(given).read_committed
-    columns = [f.name for f in SOURCE_SCHEMA.fields]
+    opts = parse_options(given)
     frames = []
     if plan.files:
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -119,7 +124,7 @@ def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str]
 
         schema = from_arrow_schema(columnar_schema())
         reader = spark.read.schema(schema)
-        if not parse_options(given).fail_on_data_loss:
+        if not opts.fail_on_data_loss:
             reader = reader.option("ignoreMissingFiles", "true")
         df = reader.parquet(*plan.files)
         if not plan.whole_files:
@@ -129,9 +134,9 @@ def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str]
                     F.col("offset") < hi)
                 cond = c if cond is None else cond | c
             df = df.where(cond)
-        if read_committed:
+        if opts.read_committed:
             df = df.where(~F.col(ABORTED))
-        frames.append(df.select(*columns))
+        frames.append(df.drop(ABORTED))  # the source's columns, in its order (aborted is the files' last)
     for round_ in _rounds(plan.source_ranges):
         base = {k: v for k, v in given.items() if k.lower() not in _RANGE_OPTIONS}
         topics_in = sorted({t for t, _p in plan.partitions if t in {r[0] for r in round_}})
@@ -144,7 +149,7 @@ def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str]
             starting[t][str(p)], ending[t][str(p)] = lo, hi
         frames.append(spark.read.format("tiered").options(
             **base, topics=",".join(topics_in), startingOffsets=json.dumps(starting), endingOffsets=json.dumps(ending),
-        ).load().select(*columns))
+        ).load())
     if not frames:
         return spark.createDataFrame([], SOURCE_SCHEMA)
     out = frames[0]
