@@ -257,3 +257,30 @@ def test_a_columnar_topic_that_cannot_work_is_refused_naming_both_settings(tmp_p
     chosen = LogConfig.from_properties({**local_tier_props(tmp_path), "remote.log.columnar.dir": f"file://{tmp_path}/p"})
     assert columnar_root(chosen) == tmp_path / "p"
     check_topic(chosen, chosen.topic_config(COLUMNAR))
+
+
+def test_a_copy_enabled_later_is_made_from_the_remote_tier(tmp_path: Path) -> None:
+    """Local retention deleted the segments before the topic asked for a columnar copy: it is read back from the
+    remote tier (the keeper's other source), from the log start on."""
+    props = local_tier_props(tmp_path)
+    plain = {"remote.storage.enable": "true", "local.retention.bytes": "1", "file.delete.delay.ms": "0"}
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        log = m.get_or_create_log("c", 0, plain)
+        _append_c(log, 0, 0, 30_000)
+        rlm = m.remote_tier
+        assert isinstance(rlm, RemoteLogManager) and rlm.columnar is not None
+        rlm.run_once(m.all_logs())
+        m.cleanup_logs()
+        remote = rlm.finished_segments(rlm.topic_id_partition(log))
+        assert len(remote) >= 2 and log.local_log_start_offset > remote[0].end_offset
+        assert not (rlm.columnar.root / "c-0").exists()
+        log = m.get_or_create_log("c", 0, {**plain, "remote.log.columnar.enable": "true"})
+        assert log.config.remote_log_columnar_enable
+        rlm.run_once(m.all_logs())
+        manifest = read_manifest(partition_dir(rlm.columnar.root, "c", 0))
+    assert manifest is not None
+    assert [(f.base_offset, f.end_offset) for f in manifest.files] == [(md.start_offset, md.end_offset) for md in remote]
+    rows = pq.read_table([partition_dir(tmp_path / "remote-columnar", "c", 0) / f.name for f in manifest.files],
+                         columns=["offset", "key", "value"]).to_pylist()
+    expected = [(r[1], r[2], r[3]) for r in _engine_rows(tmp_path, "c") if r[1] <= remote[-1].end_offset]
+    assert [(r["offset"], r["key"], r["value"]) for r in rows] == expected
