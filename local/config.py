@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -429,6 +428,7 @@ class LogConfig:
     remote_log_storage_manager_class_name: str
     remote_log_storage_manager_class_path: str
     remote_log_storage_manager_impl_prefix: str
+    remote_log_metadata_manager_class_name: str
     remote_log_metadata_manager_impl_prefix: str
     remote_log_metadata_custom_metadata_max_bytes: int
     remote_log_index_file_cache_total_size_bytes: int
@@ -528,10 +528,6 @@ class LogConfig:
 
     def __repr__(self) -> str:
         return f"LogConfig(log_dirs={[str(p) for p in self.log_dirs]}, large_index_enabled={self.large_index_enabled})"
-
-
-def replace_topic(cfg: TopicConfig, **fields: Any) -> TopicConfig:
-    return dataclasses.replace(cfg, **fields)
 
 
 def topic_config_keys() -> dict[str, str | None]:

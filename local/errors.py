@@ -123,10 +123,6 @@ class OutOfOrderSequenceError(KafkaStorageError):
     """An idempotent batch whose sequence number does not follow the last one appended."""
 
 
-class DuplicateSequenceError(KafkaStorageError):
-    """An idempotent batch already appended (retained for dedup reporting)."""
-
-
 class InvalidTxnStateError(KafkaStorageError):
     """A transaction marker or transactional batch that breaks the transaction state machine."""
 
@@ -152,10 +148,6 @@ class LogDirOfflineError(KafkaStorageIOError):
 
 class ConfigError(KafkaStorageError, ValueError):
     """An invalid configuration value: the message names the key, the value and the allowed range."""
-
-
-class FeatureNotFinalizedError(KafkaStorageError):
-    """An operation that needs a feature level that has not been finalized for the data dir."""
 
 
 class FeatureDowngradeError(KafkaStorageError):

@@ -27,10 +27,6 @@ class LogOffsetMetadata(NamedTuple):
     segment_base_offset: int = UNKNOWN_OFFSET
     relative_position_in_segment: int = UNKNOWN_OFFSET
 
-    @property
-    def message_offset_only(self) -> bool:
-        return self.segment_base_offset == UNKNOWN_OFFSET and self.relative_position_in_segment == UNKNOWN_OFFSET
-
 
 @dataclass(frozen=True, slots=True)
 class FetchDataInfo:

@@ -427,6 +427,3 @@ class FileRecords:
             os.replace(self._path, target)
         finally:
             self._path = target
-
-    def update_parent_dir(self, parent: str | os.PathLike[str]) -> None:
-        self._path = Path(parent) / self._path.name

@@ -85,11 +85,6 @@ def strip_transient_suffix(name: str) -> str:
     return name
 
 
-def is_kind(path: str | Path, suffix: str) -> bool:
-    """Whether ``path`` is a file of kind ``suffix`` (``.log``, ``.index``...) ignoring transient suffixes."""
-    return strip_transient_suffix(Path(path).name).endswith(suffix)
-
-
 def companion_log_file(index_path: str | Path) -> Path:
     """The ``.log`` beside an index file, keeping a transient suffix: ``0.index.swap`` -> ``0.log.swap``."""
     path = Path(index_path)

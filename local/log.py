@@ -111,10 +111,6 @@ class LogAppendInfo:
     valid_bytes: int
     duplicate: bool = False
 
-    @property
-    def num_messages(self) -> int:
-        return self.last_offset - self.first_offset + 1 if self.first_offset >= 0 else 0
-
 
 def _topic_partition_from_dir(directory: Path) -> tuple[str, int]:
     return filenames.parse_partition_dir_name(directory.name)
@@ -275,7 +271,7 @@ class Log:
             # A partition with remote data keeps its log start offset below the local one even when this process
             # has no remote tier: moving it up would make the next remote pass delete the remote segments.
             remote_storage_enabled=remote_state.has_remote_data
-            or (remote_tier is not None and bool(getattr(config, "remote_storage_enable", False))),
+            or (remote_tier is not None and bool(config.remote_storage_enable)),
             remaining_segments_callback=remaining_segments_callback,
             read_only=read_only,
             lost_offsets=lost_offsets,
@@ -346,7 +342,7 @@ class Log:
 
     @property
     def remote_storage_enabled(self) -> bool:
-        return self.remote_tier is not None and bool(getattr(self.config, "remote_storage_enable", False))
+        return self.remote_tier is not None and bool(self.config.remote_storage_enable)
 
     @property
     def has_remote_data(self) -> bool:
@@ -381,7 +377,7 @@ class Log:
         """Refuse ``what`` on a partition whose data lives partly in remote storage when this process has no remote
         tier, or when its topic turned remote storage off without ``remote.log.delete.on.disable`` (Kafka's rule:
         remote storage cannot be disabled silently)."""
-        wants_remote = bool(getattr(self.config, "remote_storage_enable", False))
+        wants_remote = bool(self.config.remote_storage_enable)
         if self.remote_tier is None and (self.has_remote_data or wants_remote):
             held = (
                 f"holds data in remote storage up to offset {self.remote_log_state.highest_remote_offset}"
@@ -393,7 +389,7 @@ class Log:
                 "rsm.config.* keys) in the broker config (tiered: pass --config FILE)",
                 topic=self.topic, partition=self.partition,
             )
-        if self.has_remote_data and not wants_remote and not getattr(self.config, "remote_log_delete_on_disable", False):
+        if self.has_remote_data and not wants_remote and not self.config.remote_log_delete_on_disable:
             raise RemoteStorageNotConfiguredError(
                 f"{what} refused for {self.name}: the partition holds data in remote storage but its topic config "
                 "has remote.storage.enable=false. Set remote.storage.enable=true again (with remote.log.copy.disable="
@@ -1337,14 +1333,6 @@ class Log:
         with self._lock:
             self.close()
             shutil.rmtree(self.dir, ignore_errors=True)
-
-    def rename_dir(self, name: str) -> None:
-        with self._lock:
-            new_dir = self.dir.parent / name
-            self.dir.rename(new_dir)
-            self.dir = new_dir
-            for seg in self.segments.values():
-                seg.update_parent_dir(new_dir)
 
     def _check_open(self) -> None:
         if self._offline is not None:

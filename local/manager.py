@@ -146,7 +146,7 @@ class LogManager:
                 + "; ".join(f"{d}: {why}" for d, why in self.offline_dirs.items())
             )
         self.remote_tier = remote_tier
-        if self.remote_tier is None and getattr(config, "remote_log_storage_system_enable", False):
+        if self.remote_tier is None and config.remote_log_storage_system_enable:
             try:
                 self.remote_tier = _build_remote_tier(config, remote_tier_factory, self._scratch_root)
             except BaseException:
@@ -304,7 +304,7 @@ class LogManager:
         metrics.OFFLINE_LOG_DIRS.set(len(self.offline_dirs))
 
     def _use_large_index(self) -> bool:
-        return bool(getattr(self.config, "large_index_enabled", False))
+        return bool(self.config.large_index_enabled)
 
     # ------------------------------------------------------------------------------------------------------
     # Loading
@@ -836,8 +836,8 @@ def _validate_turning_off_remote_storage(log: Log, new_config: Any) -> None:
     partition with remote data unless the operator says the remote data goes too."""
     if (
         log.has_remote_data
-        and not getattr(new_config, "remote_storage_enable", False)
-        and not getattr(new_config, "remote_log_delete_on_disable", False)
+        and not new_config.remote_storage_enable
+        and not new_config.remote_log_delete_on_disable
     ):
         raise ConfigError(
             f"It is invalid to disable remote storage of {log.name} without deleting remote data. If you want to "

@@ -287,9 +287,6 @@ class ProducerStateManager:
     def latest_snapshot_offset(self) -> int | None:
         return self._snapshots[-1] if self._snapshots else None
 
-    def oldest_snapshot_offset(self) -> int | None:
-        return self._snapshots[0] if self._snapshots else None
-
     def snapshot_offsets(self) -> list[int]:
         return list(self._snapshots)
 

@@ -59,10 +59,6 @@ class RemoteTier(Protocol):
         """The last offset whose remote copy is finished (-1 if none): local retention deletes only below it."""
         ...
 
-    def remote_log_size_bytes(self, log: Log) -> int:
-        """Bytes held by finished remote segments not present locally (for retention.bytes over the whole log)."""
-        ...
-
     def start_tasks(self, logs: Callable[[], Iterable[Log]]) -> None:
         """Start copying and expiring the logs ``logs()`` returns (called again, it does nothing) on the tier's own
         threads, every ``remote.log.manager.task.interval.ms``; ``logs`` is asked again as partitions come and go."""
@@ -82,7 +78,7 @@ class RemoteTierFactory(Protocol):
 
 def find_remote_tier_factory(config: LogConfig) -> RemoteTierFactory:
     """The factory of steps 3 and 4 of the module docstring. Raises ``ConfigError`` naming what to do."""
-    configured = (getattr(config, "remote_tier_factory", None) or "").strip()
+    configured = (config.remote_tier_factory or "").strip()
     if configured:
         return _import_factory(configured)
     found = _installed_factories()

@@ -745,12 +745,6 @@ class LogSegment(SegmentCore):
         self._lazy_time_index.rename_to(renamed(self.time_index_path))
         self.txn_index.rename_to(renamed(self.txn_index.path))
 
-    def update_parent_dir(self, directory: Path) -> None:
-        self.log.update_parent_dir(directory)
-        self._lazy_offset_index.update_parent_dir(directory)
-        self._lazy_time_index.update_parent_dir(directory)
-        self.txn_index.update_parent_dir(directory)
-
     def flush(self) -> None:
         """fsync the log and msync the indexes, after the trims a roll deferred (:meth:`trim_inactive`); an
         OSError names the file that failed."""

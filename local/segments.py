@@ -68,9 +68,6 @@ class LogSegments:
         i = bisect.bisect_left(bases, base_offset)
         return segs[i] if i < len(bases) and bases[i] == base_offset else None
 
-    def contains(self, base_offset: int) -> bool:
-        return self.get(base_offset) is not None
-
     def is_empty(self) -> bool:
         return not self._state[1]
 
@@ -128,10 +125,6 @@ class LogSegments:
         bases, segs = self._state
         i = bisect.bisect_left(bases, offset) - 1
         return segs[i] if i >= 0 else None
-
-    def higher_segments(self, offset: int) -> list[LogSegment]:
-        bases, segs = self._state
-        return segs[bisect.bisect_right(bases, offset) :]
 
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self._state[1])

@@ -29,6 +29,7 @@ from tiered.checksums import (
     SegmentChecksums,
     compute_segment_checksums,
 )
+from tiered.composition import assemble_remote_log_manager
 from tiered.errors import (
     ObjectExistsError,
     RemoteChecksumError,
@@ -38,7 +39,6 @@ from tiered.errors import (
 from tiered.layout import kafka_uuid, segment_key
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.ownership import OwnerRecord
-from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
 from tiered.scrub.object_checksums import verify_object_checksums
 
@@ -65,10 +65,9 @@ class CopyFaultConformance:
         from tests.faulty_rsm import FaultyObjectStore
         from tests.logutil import read_all_values
         from tiered.layout import partition_prefix
-        from tiered.remote_log_manager import RemoteLogManager
 
         faulty = FaultyObjectStore(rsm)
-        rlm = RemoteLogManager(faulty, RemoteLogMetadataStore(faulty), RemoteIndexCache(tmp_path / "data", faulty.fetch_index))
+        rlm = assemble_remote_log_manager(faulty, RemoteLogMetadataStore(faulty), tmp_path / "data")
         config = LogConfig.from_properties({"log.dirs": str(tmp_path / "data"), "log.segment.bytes": str(CHUNK)})
         with LogManager(config, remote_tier=rlm, start_scheduler=False) as manager:
             log = manager.get_or_create_log("faults", 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
@@ -429,11 +428,9 @@ class RSMConformance(CopyFaultConformance):
     @pytest.fixture
     def tiered_log(self, rsm: ObjectStoreRemoteStorageManager, tmp_path: Path) -> Iterator[tuple[Log, list[RemoteLogSegmentMetadata]]]:
         from tiered.cache.chunk_cache import ChunkCache
-        from tiered.cache.index_cache import RemoteIndexCache
 
         data_dir = tmp_path / "data"
-        rlm = RemoteLogManager(
-            rsm, RemoteLogMetadataStore.in_bucket(rsm), RemoteIndexCache(data_dir, rsm.fetch_index),
+        rlm = assemble_remote_log_manager(rsm, RemoteLogMetadataStore.in_bucket(rsm), data_dir,
             chunk_cache=ChunkCache(tmp_path / "chunks", chunk_size=256 * 1024, prefetch_chunks=1),
             checksum_chunk_bytes=256 * 1024,
         )

@@ -1,62 +1,99 @@
 """Records cut into batches a topic takes: every v2 batch at most ``max.message.bytes`` (Kafka's limit on one batch),
 and the batches grouped into appends of at most ``segment.bytes`` (the most one append may carry).
 
-Records are packed in order by an upper bound of their encoded size, so a batch built without compression is never
-above the limit; a compressed batch that came out above it (incompressible data grows a little) is split in two
-and built again. A record that is above the limit alone is refused, naming it.
+Records are packed in order by their exact encoded size (:class:`PendingBatch`), so a batch built without
+compression is never above the limit; a compressed batch that came out above it (incompressible data grows a little)
+is split in two and built again (:func:`build_within`). A record that is above the limit alone is refused, naming
+it. The HTTP endpoint and the Spark writer (tiered.spark.writer) both cut batches so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from local.errors import RecordTooLargeError
-from local.records import MemoryRecords, SimpleRecord
+from local.records import CompressionType, MemoryRecords, SimpleRecord
 from local.records.constants import RECORD_BATCH_OVERHEAD
-
-# length prefix, timestamp delta (a varlong) and offset delta, key and value lengths, header count, attributes
-_RECORD_OVERHEAD_BOUND = 5 + 10 + 5 + 5 + 5 + 5 + 1
-_HEADER_OVERHEAD_BOUND = 5 + 5
+from local.records.record import record_size
 
 
-def record_size_bound(record: SimpleRecord) -> int:
-    """At least the bytes ``record`` takes inside an uncompressed v2 batch."""
-    size = _RECORD_OVERHEAD_BOUND + len(record.key or b"") + len(record.value or b"")
-    for key, value in record.headers:
-        size += _HEADER_OVERHEAD_BOUND + len(key.encode()) + len(value or b"")
-    return size
+class PendingBatch:
+    """Records gathered for one v2 batch, with the exact size the batch takes uncompressed (its header included):
+    Kafka's ``DefaultRecord.sizeInBytes`` of each record at its offset and timestamp deltas."""
+
+    __slots__ = ("records", "size")
+
+    def __init__(self) -> None:
+        self.records: list[SimpleRecord] = []
+        self.size = 0
+
+    def size_with(self, record: SimpleRecord) -> int:
+        """The batch's size with ``record`` added."""
+        if not self.records:
+            return RECORD_BATCH_OVERHEAD + record_size(0, 0, record.key, record.value, record.headers)
+        return self.size + record_size(len(self.records), record.timestamp - self.records[0].timestamp, record.key,
+                                       record.value, record.headers)
+
+    def add(self, record: SimpleRecord, size: int) -> None:
+        """Add ``record``; ``size`` is :meth:`size_with` of it."""
+        self.records.append(record)
+        self.size = size
+
+    def take(self) -> list[SimpleRecord]:
+        """The records gathered, leaving the batch empty."""
+        records, self.records, self.size = self.records, [], 0
+        return records
+
+
+def build_within(records: Sequence[SimpleRecord], limit: int, compression: str | CompressionType,
+                 too_large: Callable[[int, int], Exception]) -> list[MemoryRecords]:
+    """``records`` as one batch, or as more when compression made it larger than ``limit`` (incompressible data grows
+    a little): halves built again until each fits. ``too_large(index, size)`` makes the error for a record (its index
+    in ``records``) whose batch alone is above ``limit``."""
+    out: list[MemoryRecords] = []
+
+    def build(start: int, end: int) -> None:
+        batch = MemoryRecords.build(records[start:end], compression=compression)
+        if batch.size_in_bytes <= limit:
+            out.append(batch)
+        elif end - start == 1:
+            raise too_large(start, batch.size_in_bytes)
+        else:
+            middle = (start + end) // 2
+            build(start, middle)
+            build(middle, end)
+
+    build(0, len(records))
+    return out
 
 
 def build_batches(records: Sequence[SimpleRecord], max_batch_bytes: int, compression: str = "none",
                   what: str = "the request") -> list[MemoryRecords]:
-    """``records`` in order, as batches of at most ``max_batch_bytes`` each. RecordTooLargeError naming the first
-    record (0-based, within ``what``) whose batch alone is larger."""
+    """``records`` in order, as batches of at most ``max_batch_bytes`` each, each closed before the record that would
+    take it above. RecordTooLargeError naming the first record (0-based, within ``what``) whose batch alone is
+    larger."""
     out: list[MemoryRecords] = []
-    start, size = 0, RECORD_BATCH_OVERHEAD
-    for i, record in enumerate(records):
-        bound = record_size_bound(record)
-        if i > start and size + bound > max_batch_bytes:
-            _build(records, start, i, max_batch_bytes, compression, what, out)
-            start, size = i, RECORD_BATCH_OVERHEAD
-        size += bound
-    if start < len(records):
-        _build(records, start, len(records), max_batch_bytes, compression, what, out)
+    pending = PendingBatch()
+    first = 0  # the index of the pending batch's first record
+
+    def close() -> None:
+        nonlocal first
+        offset = first
+        group = pending.take()
+        out.extend(build_within(group, max_batch_bytes, compression, lambda i, size: RecordTooLargeError(
+            f"record {offset + i} of {what} takes a batch of {size} bytes, above the topic's max.message.bytes "
+            f"{max_batch_bytes}", size=size)))
+        first += len(group)
+
+    for record in records:
+        size = pending.size_with(record)
+        if pending.records and size > max_batch_bytes:
+            close()
+            size = pending.size_with(record)
+        pending.add(record, size)
+    if pending.records:
+        close()
     return out
-
-
-def _build(records: Sequence[SimpleRecord], start: int, end: int, limit: int, compression: str, what: str,
-           out: list[MemoryRecords]) -> None:
-    batch = MemoryRecords.build(records[start:end], compression=compression)
-    if batch.size_in_bytes <= limit:
-        out.append(batch)
-    elif end - start == 1:
-        raise RecordTooLargeError(
-            f"record {start} of {what} takes a batch of {batch.size_in_bytes} bytes, above the topic's "
-            f"max.message.bytes {limit}", size=batch.size_in_bytes)
-    else:
-        middle = (start + end) // 2
-        _build(records, start, middle, limit, compression, what, out)
-        _build(records, middle, end, limit, compression, what, out)
 
 
 def group_appends(batches: Sequence[MemoryRecords], max_append_bytes: int) -> list[bytes]:

@@ -6,8 +6,11 @@
                │                                                              rsm.config.*)
                ├─ build_remote_log_metadata_manager ─► RemoteLogMetadataManager (remote.log.metadata.manager.class.name,
                │                                                              rlmm.config.*)
-               ├─ the index cache and the remote segment cache (remote.log.index.file.cache.*, remote.log.segment.cache.*)
+               ├─ the chunk cache (remote.log.segment.cache.*) and the copier process (remote.log.manager.copier.*)
                └─ build_remote_tier ─────────────────► RemoteLogManager (what local.remote.RemoteTier asks for)
+                    └─ assemble_remote_log_manager: the checksum verifier, the index cache (remote.log.index.file.
+                       cache.*), the segment cache, the ownership guard, the reader and the quotas, each built once
+                       here and handed to what uses it; the RemoteLogManager closes them all
 
     open_log_manager(config) = LogManager(config, remote_tier_factory=build_remote_tier)
 
@@ -15,7 +18,7 @@
 factory it calls once it knows where the caches go (``remote_tier_factory=``; a read-only manager puts them in its
 scratch dir). Given neither, ``LogManager(config)`` with ``remote.log.storage.system.enable=true`` finds
 :func:`build_remote_tier` through the ``local.remote_tier`` entry point that this package declares (see
-:mod:`local.remote`), so the library keeps DESIGN's ``LogManager(config)`` promise.
+:mod:`local.remote`), so ``LogManager(config)`` alone gets the remote tier its configuration asks for.
 
 The RemoteStorageManager is a short backend name (``local``, ``s3``, ``fsspec``) or the dotted path of any
 :class:`tiered.RemoteStorageManager` subclass (``mypackage.module.MyStorage``). Remote segment metadata lives where
@@ -28,9 +31,11 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from local.scheduler import SYSTEM_TIME, Time
 from tiered import rlmm
 from tiered.errors import PluginConfigError
 from tiered.rsm import RemoteStorageManager
@@ -39,7 +44,9 @@ if TYPE_CHECKING:
     from local.config import LogConfig
     from local.manager import LogManager
     from tiered.cache.chunk_cache import ChunkCache
+    from tiered.copier_process import ProcessCopier
     from tiered.remote_log_manager import RemoteLogManager
+    from tiered.rlm_copy import CopyBatch
     from tiered.rlmm import RemoteLogMetadataManager
 
 logger = logging.getLogger(__name__)
@@ -48,10 +55,40 @@ RLMM_KEY = "remote.log.metadata.manager.class.name"
 
 
 def build_remote_storage_manager(config: LogConfig) -> RemoteStorageManager:
-    """The configured plugin, instantiated and configured with ``rsm.config.*`` (prefix stripped)."""
+    """The configured plugin, instantiated and configured with ``rsm.config.*`` (prefix stripped; see
+    :func:`rsm_config_of`)."""
     from tiered.backends import load_rsm
 
-    return load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
+    return load_rsm(config.remote_log_storage_manager_class_name, rsm_config_of(config))
+
+
+def rsm_config_of(config: LogConfig) -> dict[str, str]:
+    """``rsm.config.*`` (prefix stripped) as the plugin and its copier process are configured with.
+
+    For the project's own backends an unset ``chunk.size`` is fitted to the segment cache's chunk
+    (``remote.log.segment.cache.chunk.size.bytes``), as the checksum chunk is: the default 4 MiB when the cache's
+    chunk is a multiple of it, else the cache's chunk size. A cache chunk is then made of whole stored chunks, so
+    filling it decodes nothing it does not keep. A ``chunk.size`` set explicitly is kept (segments already stored
+    keep theirs either way: the manifest records it); when the cache's chunk is not a multiple of it, a warning
+    says that each cache fill decodes up to two stored chunks more than it keeps. A plugin of another kind gets
+    the settings as they are."""
+    from tiered.backends import ALIASES
+    from tiered.backends.options import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE
+
+    props = dict(config.rsm_config)
+    name = config.remote_log_storage_manager_class_name
+    if name not in ALIASES and name not in ALIASES.values():
+        return props
+    cache_chunk = config.remote_log_segment_cache_chunk_size_bytes
+    configured = (props.get("chunk.size") or "").strip()
+    if not configured:
+        if cache_chunk % DEFAULT_CHUNK_SIZE and cache_chunk <= MAX_CHUNK_SIZE:
+            props["chunk.size"] = str(cache_chunk)
+    elif configured.isdigit() and int(configured) > 0 and cache_chunk % int(configured):
+        logger.warning("rsm.config.chunk.size=%s does not divide remote.log.segment.cache.chunk.size.bytes=%d: each "
+                       "segment cache fill decodes up to two stored chunks more than it keeps (set chunk.size to a "
+                       "divisor of the cache's chunk)", configured, cache_chunk)
+    return props
 
 
 def build_remote_log_metadata_manager(
@@ -61,7 +98,7 @@ def build_remote_log_metadata_manager(
     nothing (a reader that must not write into the data dirs)."""
     from tiered.backends.base import ObjectStoreRemoteStorageManager
 
-    name = (getattr(config, "remote_log_metadata_manager_class_name", "") or "").strip()
+    name = (config.remote_log_metadata_manager_class_name or "").strip()
     is_object_store = isinstance(rsm, ObjectStoreRemoteStorageManager)
     if not name:
         name = rlmm.BUCKET if is_object_store else rlmm.LOCAL
@@ -155,6 +192,7 @@ def build_remote_tier(
     *,
     index_cache_dir: Path | None = None,
     segment_cache_dir: Path | None = None,
+    time: Time = SYSTEM_TIME,
 ) -> RemoteLogManager:
     """The remote tier of ``config``: plugin, metadata manager, caches and the RemoteLogManager over them.
 
@@ -162,11 +200,10 @@ def build_remote_tier(
     dirs (a read-only manager's scratch dir, a Spark executor's own dir) passes it, and then a ``local`` metadata
     store is opened read-only too. A reader with no data dir (a Spark executor) names each cache's directory:
     ``index_cache_dir`` (holding ``remote-log-index-cache/``) and ``segment_cache_dir`` (the chunk cache, shareable
-    by the processes of one machine). On any error, what was built is closed again."""
+    by the processes of one machine). ``time``: the clock of the remote tasks' schedule and of the metadata events
+    (a test's :class:`local.scheduler.MockTime` runs the tasks as it advances). On any error, what was built is
+    closed again."""
     from prometheus_client import CollectorRegistry
-
-    from tiered.cache.index_cache import RemoteIndexCache
-    from tiered.remote_log_manager import RemoteLogManager
 
     registry = CollectorRegistry()  # the remote tier's metrics and its caches' (what `tiered run` serves)
     rsm = build_remote_storage_manager(config)
@@ -175,17 +212,20 @@ def build_remote_tier(
         metadata = build_remote_log_metadata_manager(config, rsm, read_only=cache_root is not None)
         built.append(metadata)
         log_dir = Path(config.log_dirs[0]) if cache_root is None else cache_root
-        index_cache = RemoteIndexCache(
-            index_cache_dir or log_dir, rsm.fetch_index, max_size_bytes=config.remote_log_index_file_cache_total_size_bytes,
-            registry=registry,
-        )
-        built.append(index_cache)
         chunk_cache = build_chunk_cache(config, segment_cache_dir or _segment_cache_dir(config, cache_root, log_dir),
                                         registry)
-        rlm = RemoteLogManager(
+        if chunk_cache is not None:
+            built.append(chunk_cache)
+        # a reader (read-only manager, Spark) copies and deletes nothing: no copier process
+        process_copier = _process_copier(config, rsm) if cache_root is None else None
+        if process_copier is not None:
+            built.append(process_copier)
+        columnar_root, columnar_refusal = _columnar(config) if cache_root is None else (None, None)  # writers only
+        return assemble_remote_log_manager(
             rsm,
             metadata,
-            index_cache,
+            index_cache_dir or log_dir,
+            index_cache_bytes=config.remote_log_index_file_cache_total_size_bytes,
             chunk_cache=chunk_cache,
             broker_id=config.broker_id,
             custom_metadata_max_bytes=config.remote_log_metadata_custom_metadata_max_bytes,
@@ -196,29 +236,98 @@ def build_remote_tier(
             task_interval_ms=config.remote_log_manager_task_interval_ms,
             checksum_chunk_bytes=_checksum_chunk_bytes(config, chunk_cache.chunk_size if chunk_cache is not None else None),
             registry=registry,
+            cache_registry=registry,
             log_dirs=[str(d) for d in config.log_dirs],
+            time=time,
+            process_copier=process_copier,
+            columnar_root=columnar_root,
+            columnar_refusal=columnar_refusal,
         )
     except BaseException:
         for part in reversed(built):
             _close_quietly(part)
         raise
-    if cache_root is None:  # a reader (read-only manager, Spark) copies and deletes nothing: no copier process
-        _maybe_copy_in_child_process(config, rsm, metadata, rlm)
-        _maybe_keep_columnar_copies(config, rlm)
-    return rlm
 
 
-def _maybe_keep_columnar_copies(config: LogConfig, rlm: RemoteLogManager) -> None:
-    """The copy tasks keep the columnar copies (tiered.columnar) where the config gives them a place; topics opt in
-    with ``remote.log.columnar.enable``. Encrypted remote segments: refused (logged per topic that asks)."""
+def assemble_remote_log_manager(
+    rsm: RemoteStorageManager,
+    metadata: RemoteLogMetadataManager,
+    index_cache_dir: Path,
+    *,
+    index_cache_bytes: int = 1024 * 1024 * 1024,
+    chunk_cache: ChunkCache | None = None,
+    broker_id: int = 0,
+    custom_metadata_max_bytes: int = 128,
+    copy_max_bytes_per_second: int | None = None,
+    fetch_max_bytes_per_second: int | None = None,
+    copier_threads: int = 10,
+    expiration_threads: int = 10,
+    task_interval_ms: int = 30_000,
+    checksum_chunk_bytes: int | None = None,
+    registry: Any = None,
+    cache_registry: Any = None,
+    log_dirs: Sequence[str] = (),
+    time: Time = SYSTEM_TIME,
+    process_copier: ProcessCopier | None = None,
+    columnar_root: Path | None = None,
+    columnar_refusal: str | None = None,
+) -> RemoteLogManager:
+    """The RemoteLogManager over ``rsm`` and ``metadata``, every part built here once and handed to the part that
+    uses it: the checksum verifier, the index cache in ``index_cache_dir`` (checking what it downloads), the segment
+    cache over ``chunk_cache``, the ownership guard, the reader, the quotas and, with ``process_copier``, the copies
+    and deletes through the copier process. The manager closes them (and ``rsm``, ``chunk_cache`` and
+    ``process_copier``) in its ``close()``. ``registry``: where the manager's metrics go (default:
+    ``local.metrics.REGISTRY``); ``cache_registry``: the index cache's (default: none kept). ``columnar_root``: where the copy tasks keep the
+    columnar copies of the topics that ask for them (tiered.columnar; ``columnar_refusal``: why they may not, logged
+    instead)."""
+    from tiered.cache.index_cache import RemoteIndexCache
+    from tiered.cache.segment_cache import RemoteSegmentCache
+    from tiered.checksums import ChecksumVerifier, default_chunk_bytes
+    from tiered.ownership import OwnershipGuard
+    from tiered.rate_limiter import RateLimiter
+    from tiered.remote_log_manager import RemoteLogManager
+    from tiered.remote_log_reader import RemoteLogReader
+    from tiered.remote_tier_parts import RemoteTierParts
+    from tiered.rlm_metrics import remote_log_metrics
+
+    metrics = remote_log_metrics(registry)
+    checksums = ChecksumVerifier(rsm, metadata.segment_checksums)
+    index_cache = RemoteIndexCache(index_cache_dir, rsm.fetch_index, max_size_bytes=index_cache_bytes,
+                                   registry=cache_registry, verifier=checksums)  # downloaded indexes are checked too
+    segments = RemoteSegmentCache(rsm, checksums, chunk_cache)
+    # One writer per partition across machines sharing the store (tiered.ownership): checked before every copy and
+    # deletion, and by reads for a store that lacks a partition's data.
+    ownership = OwnershipGuard(metadata, clock=time.milliseconds, store_name=repr(rsm), log_dirs=log_dirs,
+                               on_change=metrics.ownership_changed)
+    deleting_rsm, copy_batch = _through_the_copier_process(rsm, metadata, process_copier)
+    parts = RemoteTierParts(deleting_rsm, metadata, index_cache, segments, metrics, time, broker_id, ownership)
+    reader = RemoteLogReader(metadata, index_cache, segments, fetch_quota=RateLimiter(fetch_max_bytes_per_second),
+                             metrics=metrics)
+    columnar = None
+    if columnar_root is not None:
+        from tiered.columnar.keeper import ColumnarKeeper
+
+        columnar = ColumnarKeeper(columnar_root, parts, reader.read_range, refusal=columnar_refusal)
+    return RemoteLogManager(
+        parts, reader, rsm=rsm, checksums=checksums, copy_quota=RateLimiter(copy_max_bytes_per_second),
+        checksum_chunk_bytes=checksum_chunk_bytes or default_chunk_bytes(), chunk_cache=chunk_cache,
+        custom_metadata_max_bytes=custom_metadata_max_bytes, copier_threads=copier_threads,
+        expiration_threads=expiration_threads, task_interval_ms=task_interval_ms, process_copier=process_copier,
+        copy_batch=copy_batch, columnar=columnar,
+    )
+
+
+def _columnar(config: LogConfig) -> tuple[Path | None, str | None]:
+    """Where the copy tasks keep the columnar copies (tiered.columnar), if the config gives them a place (topics opt
+    in with ``remote.log.columnar.enable``), and why they may not (encrypted remote segments: logged per topic)."""
     from tiered.columnar.location import columnar_root, encrypted
 
     root = columnar_root(config)
     if root is None:
-        return
+        return None, None
     refusal = ("the remote segments are encrypted (rsm.config.encryption.enabled=true) and remote.log.columnar.enable"
                "=true would keep them in plaintext" if encrypted(config) else None)
-    rlm.keep_columnar_copies(root, refusal)
+    return root, refusal
 
 
 def _segment_cache_dir(config: LogConfig, cache_root: Path | None, log_dir: Path) -> Path:
@@ -237,24 +346,31 @@ def _checksum_chunk_bytes(config: LogConfig, cache_chunk_bytes: int | None) -> i
     return checksum_chunk_bytes(config.rsm_config) or default_chunk_bytes(cache_chunk_bytes)
 
 
-def _maybe_copy_in_child_process(
-    config: LogConfig, rsm: RemoteStorageManager, metadata: RemoteLogMetadataManager, rlm: RemoteLogManager
-) -> None:
-    """``remote.log.manager.copier.process.enable``: only for plugins whose storage another process sees (not an
-    in-memory or in-process mocked store); see :mod:`tiered.copier_process`."""
+def _process_copier(config: LogConfig, rsm: RemoteStorageManager) -> ProcessCopier | None:
+    """``remote.log.manager.copier.process.enable``: the copier process, only for plugins whose storage another
+    process sees (not an in-memory or in-process mocked store); see :mod:`tiered.copier_process`."""
     if not (config.remote_log_manager_copier_process_enable and getattr(rsm, "shared_across_processes", False)):
-        return
+        return None
+    from tiered.copier_process import ProcessCopier
+
+    return ProcessCopier(config.remote_log_storage_manager_class_name, rsm_config_of(config), rsm.copy_log_segment_data)
+
+
+def _through_the_copier_process(
+    rsm: RemoteStorageManager, metadata: RemoteLogMetadataManager, copier: ProcessCopier | None
+) -> tuple[RemoteStorageManager, CopyBatch | None]:
+    """What the tasks delete through and copy batches with. With the copier process and the bucket metadata store,
+    the metadata events of a copy (STARTED, FINISHED) are written by the child too, the copy task sends it several
+    segments per request (events included), and the deletes go to it, each with its DELETE_SEGMENT_STARTED event."""
     from tiered.metadata import RemoteLogMetadataStore
 
-    copier = rlm.copy_in_child_process(config.remote_log_storage_manager_class_name, config.rsm_config)
-    if isinstance(metadata, RemoteLogMetadataStore) and metadata.store is rsm:
-        from tiered.copier_process import BatchCopier, ChildWritingStore
+    if copier is None or not (isinstance(metadata, RemoteLogMetadataStore) and metadata.store is rsm):
+        return rsm, None
+    from tiered.copier_process import BatchCopier, ChildDeletingRsm, ChildWritingStore
 
-        # The bucket store: the metadata events of a copy (STARTED, FINISHED) are written by the child too, and the
-        # copy task sends it several segments per request (events included).
-        metadata.store = ChildWritingStore(rsm, copier)
-        rlm.copy_in_batches(BatchCopier(copier, metadata, rsm))
-        rlm.delete_in_child_process()  # and the deletes, each with its DELETE_SEGMENT_STARTED event
+    metadata.store = ChildWritingStore(rsm, copier)
+    # The plugin itself for everything but deletes (a proxy: RemoteTierParts only deletes through it).
+    return cast(RemoteStorageManager, ChildDeletingRsm(rsm, copier)), BatchCopier(copier, metadata, rsm)
 
 
 def _close_quietly(part: Any) -> None:

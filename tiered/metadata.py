@@ -227,6 +227,8 @@ class RemoteLogMetadataStore:
                 continue
             try:
                 md, sums = decode_record(self.store.get_range(key))
+            except RemoteResourceNotFoundError:
+                continue  # deleted since the listing: its segment's deletion removes its events (states only move on)
             except (ValueError, KeyError, TypeError) as exc:
                 logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
                 continue

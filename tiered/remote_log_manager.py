@@ -2,21 +2,24 @@
 
 Kafka's ``RemoteLogManager`` for one node, in our words. It implements :class:`local.remote.RemoteTier`, so a
 :class:`local.log.Log` consults it for offsets below its local log start offset, and local retention deletes a
-segment only once its remote copy is FINISHED. It builds the parts and delegates to them:
+segment only once its remote copy is FINISHED. It is handed its parts, built once by the composition root
+(:func:`tiered.composition.assemble_remote_log_manager`), delegates to them and closes them:
 
 - reads, the timestamp scan and aborted transactions: :class:`tiered.remote_log_reader.RemoteLogReader` (also
   usable alone: :attr:`RemoteLogManager.reader`), over the segment cache
   (:class:`tiered.cache.segment_cache.RemoteSegmentCache`) and the :class:`tiered.cache.index_cache.RemoteIndexCache`;
 - copy: one :class:`tiered.rlm_copy.RLMCopyTask` per partition (holding the partition's copy state);
 - remote retention: one :class:`tiered.rlm_expiration.RLMExpirationTask` per partition;
-- what they share (metadata store, metrics, the delete protocol): :mod:`tiered.rlm_parts`;
+- what they share (metadata store, caches, ownership): :mod:`tiered.remote_tier_parts`; the metrics
+  (:mod:`tiered.rlm_metrics`), the delete protocol (:mod:`tiered.remote_deletion`);
 - one writer per partition across machines sharing the store: :class:`tiered.ownership.OwnershipGuard`
   (:attr:`RemoteLogManager.ownership`), asked before every copy and deletion.
 
 Scheduling (:mod:`tiered.rlm_tasks`): a LogManager with the remote tier calls :meth:`RemoteLogManager.start_tasks`
 when its scheduler starts; each remote-enabled partition's copy and expiration tasks then run every
 ``remote.log.manager.task.interval.ms`` on the copier and expiration pools
-(``remote.log.manager.copier.thread.pool.size`` / ``remote.log.manager.expiration.thread.pool.size``).
+(``remote.log.manager.copier.thread.pool.size`` / ``remote.log.manager.expiration.thread.pool.size``), schedulers
+of the remote tier's clock (a ``MockTime`` runs them as a test advances it).
 ``tiered offload`` runs the same task objects once (:meth:`RemoteLogManager.run_once`). With
 ``remote.log.manager.copier.process.enable`` the plugin's copy runs in a child process (:mod:`tiered.copier_process`,
 which says why).
@@ -27,21 +30,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from local.fetch import FetchDataInfo, FetchIsolation, TimestampAndOffset
-from local.scheduler import SYSTEM_TIME, Time
-from tiered.cache.segment_cache import RemoteSegmentCache
 from tiered.checksums import (
     ChecksumVerifier,
     SegmentChecksums,
     compute_segment_checksums,
-    default_chunk_bytes,
 )
-from tiered.ownership import Ownership, OwnershipGuard
+from tiered.pass_result import PassResult
+from tiered.rate_limiter import RateLimiter
 from tiered.remote_log_reader import RemoteLogReader
+from tiered.remote_tier_parts import RemoteTierParts, topic_id_partition
 from tiered.rlm_copy import (
     CopyBatch,
     CopyData,
@@ -50,20 +52,16 @@ from tiered.rlm_copy import (
     highest_offset_in_remote_storage,
 )
 from tiered.rlm_expiration import RLMExpirationTask
-from tiered.rlm_parts import PassResult, RateLimiter, RemoteTierParts, remote_log_metrics, topic_id_partition
 from tiered.rlm_tasks import RLMTaskScheduler, tiering_enabled
 from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager, TopicIdPartition
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from local.log import Log
     from local.segment import LogSegment
     from tiered.cache.chunk_cache import ChunkCache
-    from tiered.cache.index_cache import RemoteIndexCache
     from tiered.columnar.keeper import ColumnarKeeper
     from tiered.copier_process import ProcessCopier
-    from tiered.rlmm import RemoteLogMetadataManager
 
 __all__ = ["PassResult", "RemoteLogManager"]
 
@@ -75,26 +73,34 @@ class RemoteLogManager:
 
     def __init__(
         self,
-        rsm: RemoteStorageManager,
-        metadata_store: RemoteLogMetadataManager,
-        index_cache: RemoteIndexCache,
+        parts: RemoteTierParts,
+        reader: RemoteLogReader,
         *,
+        rsm: RemoteStorageManager,
+        checksums: ChecksumVerifier,
+        copy_quota: RateLimiter,
+        checksum_chunk_bytes: int,
         chunk_cache: ChunkCache | None = None,
-        broker_id: int = 0,
         custom_metadata_max_bytes: int = 128,
-        copy_max_bytes_per_second: int | None = None,
-        fetch_max_bytes_per_second: int | None = None,
         copier_threads: int = 10,
         expiration_threads: int = 10,
         task_interval_ms: int = 30_000,
-        time: Time = SYSTEM_TIME,
-        registry: Any = None,
-        checksum_chunk_bytes: int | None = None,
-        log_dirs: Sequence[str] = (),
+        process_copier: ProcessCopier | None = None,
+        copy_batch: CopyBatch | None = None,
+        columnar: ColumnarKeeper | None = None,
     ) -> None:
-        self.rsm = rsm
-        self.metadata = metadata_store
-        self.index_cache = index_cache
+        """Every part is built by the composition root (:func:`tiered.composition.assemble_remote_log_manager`)
+        and handed over here; the manager closes what it is handed (:meth:`close`)."""
+        self.rsm = rsm  # the plugin itself (parts.rsm may be a proxy deleting through the copier process)
+        self.parts = parts
+        self.metadata = parts.metadata
+        self.index_cache = parts.index_cache
+        self.segments = parts.segments
+        self.metrics = parts.metrics
+        self.ownership = parts.ownership
+        self.time = parts.time  # the clock of the scheduled tasks (and of the metadata events' timestamps)
+        self.reader = reader
+        self.checksums = checksums
         self.chunk_cache = chunk_cache
         self.custom_metadata_max_bytes = custom_metadata_max_bytes
         self.copier_threads = max(1, copier_threads)
@@ -102,23 +108,8 @@ class RemoteLogManager:
         self.task_interval_ms = task_interval_ms
         # crc32c chunk size of new copies' checksums (tiered.checksums); verifies fetches of segments that have them.
         # The composition root fits it to the segment cache's chunks; nothing here knows their size.
-        self.checksum_chunk_bytes = checksum_chunk_bytes or default_chunk_bytes()
-        self.checksums = ChecksumVerifier(rsm, metadata_store.segment_checksums)
-        if getattr(index_cache, "verifier", False) is None:
-            index_cache.verifier = self.checksums  # downloaded (and reopened) indexes are checked too
-        self.metrics = remote_log_metrics(registry)
-        self.segments = RemoteSegmentCache(rsm, self.checksums, chunk_cache)
-        # One writer per partition across machines sharing the store (tiered.ownership): checked before every copy
-        # and deletion, and by reads for a store that lacks a partition's data.
-        self.ownership = OwnershipGuard(metadata_store, clock=time.milliseconds, store_name=repr(rsm),
-                                        log_dirs=log_dirs, on_change=self._ownership_changed)
-        self.parts = RemoteTierParts(rsm, metadata_store, index_cache, self.segments, self.metrics, time, broker_id,
-                                     self.ownership)
-        self.reader = RemoteLogReader(
-            metadata_store, index_cache, self.segments,
-            fetch_quota=RateLimiter(fetch_max_bytes_per_second), metrics=self.metrics,
-        )
-        self._copy_quota = RateLimiter(copy_max_bytes_per_second)
+        self.checksum_chunk_bytes = checksum_chunk_bytes
+        self._copy_quota = copy_quota
         self._partition_tasks: dict[TopicIdPartition, tuple[RLMCopyTask, RLMExpirationTask]] = {}
         self._partition_tasks_lock = threading.Lock()
         self._task_scheduler: Any = None  # tiered.rlm_tasks.RLMTaskScheduler while the tasks run
@@ -129,62 +120,22 @@ class RemoteLogManager:
         self.task_totals = PassResult()  # what the scheduled tasks did since start (tiered run reports it)
         self._closed = False
         # The checksums and the plugin's copy_log_segment_data, here or in a child process (tiered.copier_process).
-        self._copy_data: CopyData = self._copy_here
-        self._process_copier: Any = None
-        # Batch copies through the copier process, events included (set by copy_in_batches; None: one by one).
-        self._copy_batch: CopyBatch | None = None
-        # The columnar (Parquet) copies kept by the copy tasks (set by keep_columnar_copies; tiered.columnar).
-        self.columnar: ColumnarKeeper | None = None
+        self._process_copier = process_copier
+        self._copy_data: CopyData = process_copier.copy_with_checksums if process_copier is not None else self._copy_here
+        # Batch copies through the copier process, events included (None: one by one).
+        self._copy_batch = copy_batch
+        # The columnar (Parquet) copies the copy tasks keep (tiered.columnar), or None.
+        self.columnar = columnar
 
     @property
-    def process_copier(self) -> Any:
-        """The child process the plugin's copies run in (:meth:`copy_in_child_process`), or None."""
+    def process_copier(self) -> ProcessCopier | None:
+        """The child process the plugin's copies run in (``remote.log.manager.copier.process.enable``), or None."""
         return self._process_copier
-
-    def copy_in_child_process(self, class_name: str, props: dict[str, str]) -> ProcessCopier:
-        """Run the plugin's ``copy_log_segment_data`` in a child process built from ``class_name`` and ``props``
-        (see :mod:`tiered.copier_process` for why: the copy no longer waits for the GIL once per system call).
-        Returns the copier, which can write the copy's metadata events too (``ChildWritingStore``)."""
-        from tiered.copier_process import ProcessCopier
-
-        self._process_copier = ProcessCopier(class_name, props, self.rsm.copy_log_segment_data)
-        self._copy_data = self._process_copier.copy_with_checksums
-        return self._process_copier
-
-    def delete_in_child_process(self) -> None:
-        """Delete remote segments' objects through the copier process too (set with the copier process and a
-        metadata store in the plugin's bucket, whose DELETE_SEGMENT_STARTED event then goes to the child with the
-        delete: tiered.copier_process.ChildWritingStore). Set before the tasks are first used."""
-        from tiered.copier_process import ChildDeletingRsm
-
-        assert self._process_copier is not None, "copy_in_child_process first"
-        # The plugin itself for everything but deletes (a proxy: RemoteTierParts only deletes through it).
-        rsm = cast(RemoteStorageManager, ChildDeletingRsm(self.rsm, self._process_copier))
-        self.parts = dataclasses.replace(self.parts, rsm=rsm)
-
-    def copy_in_batches(self, batch: CopyBatch) -> None:
-        """Copy segments through ``batch`` (tiered.copier_process.BatchCopier): several per request to the copier
-        process, their metadata events written by it. Set before the tasks are first used (the composition root
-        does, with the copier process and a metadata store in the plugin's bucket)."""
-        self._copy_batch = batch
-
-    def keep_columnar_copies(self, root: Path, refusal: str | None = None) -> ColumnarKeeper:
-        """Have the copy tasks keep the columnar copies of topics with ``remote.log.columnar.enable=true`` under
-        ``root`` (``refusal``: why they may not, logged instead). Set before the tasks are first used."""
-        from tiered.columnar.keeper import ColumnarKeeper
-
-        self.columnar = ColumnarKeeper(root, self.parts, self.reader.read_range, refusal=refusal)
-        return self.columnar
 
     def _copy_here(
         self, md: RemoteLogSegmentMetadata, data: LogSegmentData, checksum_chunk_bytes: int
     ) -> tuple[SegmentChecksums, bytes | None]:
         return compute_segment_checksums(data, checksum_chunk_bytes), self.rsm.copy_log_segment_data(md, data)
-
-    def _copy_segment_data(
-        self, md: RemoteLogSegmentMetadata, data: LogSegmentData, checksum_chunk_bytes: int
-    ) -> tuple[SegmentChecksums, bytes | None]:
-        return self._copy_data(md, data, checksum_chunk_bytes)
 
     # ------------------------------------------------------------------------------------------------------
     # Identity and the partitions' tasks
@@ -204,7 +155,7 @@ class RemoteLogManager:
             tasks = self._partition_tasks.get(tip)
             if tasks is None:
                 copy = RLMCopyTask(
-                    self.parts, tip, copy_data=self._copy_segment_data, quota=self._copy_quota,
+                    self.parts, tip, copy_data=self._copy_data, quota=self._copy_quota,
                     custom_metadata_max_bytes=self.custom_metadata_max_bytes,
                     checksum_chunk_bytes=self.checksum_chunk_bytes, record=self.record_task_result,
                     stopping=self._stopping, copy_batch=self._copy_batch, columnar=self.columnar,
@@ -224,10 +175,6 @@ class RemoteLogManager:
     def highest_offset_in_remote_storage(self, log: Log) -> int:
         return highest_offset_in_remote_storage(self.parts, topic_id_partition(log))
 
-    def remote_log_size_bytes(self, log: Log) -> int:
-        segs = self.finished_segments(topic_id_partition(log))
-        return sum(md.segment_size_in_bytes for md in segs if md.end_offset < log.local_log_start_offset)
-
     def read(
         self, log: Log, fetch_offset: int, max_bytes: int, isolation: FetchIsolation, min_one_message: bool
     ) -> FetchDataInfo:
@@ -239,9 +186,6 @@ class RemoteLogManager:
     def offset_for_timestamp(self, log: Log, timestamp: int) -> TimestampAndOffset | None:
         self.ownership.check_store(log, topic_id_partition(log), f"cannot search {log.name} by timestamp")
         return self.reader.offset_for_timestamp(log, timestamp)
-
-    def _ownership_changed(self, tip: TopicIdPartition, found: Ownership) -> None:
-        self.metrics.ownership.labels(tip.topic, tip.partition).state(found.state)
 
     def read_range(self, md: RemoteLogSegmentMetadata, start: int, end_inclusive: int) -> bytes | memoryview:
         """Bytes [start, end_inclusive] of the remote ``.log`` of ``md`` (shorter at the object's end): see
@@ -296,7 +240,7 @@ class RemoteLogManager:
             if self._process_copier is not None:
                 self._process_copier.resume()
             self._task_scheduler = RLMTaskScheduler(
-                self, logs, self.task_interval_ms, self.copier_threads, self.expiration_threads
+                self, logs, self.task_interval_ms, self.copier_threads, self.expiration_threads, self.time
             )
 
     def request_stop(self) -> None:
@@ -344,5 +288,6 @@ class RemoteLogManager:
         if self._process_copier is not None:
             self._process_copier.close()
         self.index_cache.close()
-        self.segments.close()
+        self.segments.close()  # and the chunk cache under it
+        self.metadata.close()
         self.rsm.close()

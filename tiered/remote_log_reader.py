@@ -51,13 +51,9 @@ from local.records.walk import checked_batch_size
 from local.records.walk import last_offset as _last_offset
 from tiered.cache.segment_cache import object_size
 from tiered.errors import RemoteResourceNotFoundError
-from tiered.rlm_parts import (
-    RateLimiter,
-    RemoteLogMetrics,
-    finished_segments,
-    remote_log_metrics,
-    topic_id_partition,
-)
+from tiered.rate_limiter import RateLimiter
+from tiered.remote_tier_parts import finished_segments, topic_id_partition
+from tiered.rlm_metrics import RemoteLogMetrics, remote_log_metrics
 from tiered.rsm import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
 if TYPE_CHECKING:
@@ -104,7 +100,7 @@ def allows_gaps(log: Log) -> bool:
     """Whether remote segments' metadata may leave offsets out (a compacted topic's): only then does a read go on
     from an offset no segment's metadata covers to the next segment. (Within a segment, an intact batch after a
     gap answers a read whatever the config: see :meth:`RemoteLogReader.read_segment`.)"""
-    return "compact" in str(getattr(log.config, "cleanup_policy", ""))
+    return "compact" in str(log.config.cleanup_policy)
 
 
 def _base_offset(data: bytes | memoryview, pos: int) -> int:

@@ -44,7 +44,9 @@ from tiered.errors import (
     RemoteStorageError,
     RemoteStoreMismatchError,
 )
-from tiered.rlm_parts import PassResult, RateLimiter, RemoteTierParts
+from tiered.pass_result import PassResult
+from tiered.rate_limiter import RateLimiter
+from tiered.remote_tier_parts import RemoteTierParts
 from tiered.rsm import (
     LogSegmentData,
     RemoteLogSegmentId,

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tiered.errors import NotPartitionOwnerError, RemoteStoreMismatchError
-from tiered.rlm_parts import PassResult, RemoteTierParts
+from tiered.pass_result import PassResult
+from tiered.remote_tier_parts import RemoteTierParts
 from tiered.rsm import RemoteLogSegmentMetadata, TopicIdPartition
 
 if TYPE_CHECKING:

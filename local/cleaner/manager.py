@@ -256,10 +256,6 @@ class LogCleanerManager:
     # ------------------------------------------------------------------------------------------------------
     # States
 
-    def cleaning_state(self, tp: TopicPartition) -> Any:
-        with self._lock:
-            return self._in_progress.get(tp)
-
     def check_cleaning_aborted(self, tp: TopicPartition) -> None:
         with self._lock:
             if self._in_progress.get(tp) == ABORTED:

@@ -550,10 +550,6 @@ class AbstractIndex(IndexCore, ABC):
         finally:
             self._path = target
 
-    def update_parent_dir(self, parent_dir: str | os.PathLike[str]) -> None:
-        """Point at the same file name in another directory (the directory was renamed by the caller)."""
-        self._path = Path(parent_dir) / self._path.name
-
     def _closed_error(self) -> IndexClosedError:
         return IndexClosedError(f"index {self._path} is closed", path=self._path)
 

@@ -112,12 +112,6 @@ class LazyIndex(LazyCore, Generic[IndexT]):
                 return False
             return True
 
-    def update_parent_dir(self, parent_dir: str | os.PathLike[str]) -> None:
-        with self._lock:
-            if self._index is not None:
-                self._index.update_parent_dir(parent_dir)
-            self._path = Path(parent_dir) / self._path.name
-
     def close(self) -> None:
         """Close the index if it was loaded (trimming it); nothing to do otherwise."""
         with self._lock:

@@ -236,9 +236,6 @@ class TransactionIndex:
             finally:
                 self._path = target
 
-    def update_parent_dir(self, parent_dir: str | os.PathLike[str]) -> None:
-        self._path = Path(parent_dir) / self._path.name
-
     def __enter__(self) -> Self:
         return self
 

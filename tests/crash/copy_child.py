@@ -21,9 +21,8 @@ from pathlib import Path
 
 from local import LogConfig, LogManager
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
-from tiered.cache.index_cache import RemoteIndexCache
+from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
-from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteLogSegmentState
 
 STEPS = ("started", "log", "indexes", "finished")
@@ -69,7 +68,7 @@ class StoppingDir(LocalDirRemoteStorageManager):
 def main(data_dir: str, remote_dir: str, step: str) -> None:
     rsm = StoppingDir(step)
     rsm.configure({"dir": remote_dir})
-    rlm = RemoteLogManager(rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(Path(data_dir), rsm.fetch_index))
+    rlm = assemble_remote_log_manager(rsm, RemoteLogMetadataStore(rsm), Path(data_dir))
     config = LogConfig.from_properties(props(Path(data_dir), Path(remote_dir)))
     with LogManager(config, remote_tier=rlm, start_scheduler=False) as manager:
         print("READY", flush=True)

@@ -87,18 +87,36 @@ def _wait_http(url: str, timeout: float, proc: subprocess.Popen[bytes] | None, l
 
 @contextlib.contextmanager
 def seaweedfs(workdir: Path, timeout: float = 90) -> Iterator[S3Endpoint]:
-    port = free_port()
     log = workdir / "seaweedfs.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(["bash", str(SCRIPTS / "seaweedfs.sh"), str(workdir / "seaweedfs"), str(port)],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc, port = _start_script("seaweedfs.sh", workdir / "seaweedfs", log, timeout, "/")
     try:
-        _wait_http(f"http://127.0.0.1:{port}/", timeout, proc, log)
         endpoint = S3Endpoint("seaweedfs", f"http://127.0.0.1:{port}")
         _wait_bucket_ready(endpoint, timeout, log)
         yield endpoint
     finally:
         _stop(proc)
+
+
+def _start_script(
+    script: str, home: Path, log: Path, timeout: float, health_path: str
+) -> tuple[subprocess.Popen[bytes], int]:
+    """``script HOME PORT`` started on a free port and answering ``health_path``. A port found free can be taken
+    before the server binds it (a busy machine runs other servers): a server that exits while starting is started
+    again on another port, twice at most."""
+    for attempt in range(3):
+        port = free_port()
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(["bash", str(SCRIPTS / script), str(home), str(port)],
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            _wait_http(f"http://127.0.0.1:{port}{health_path}", timeout, proc, log)
+            return proc, port
+        except ServerStartError:
+            exited = proc.poll() is not None
+            _stop(proc)
+            if not exited or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _wait_bucket_ready(endpoint: S3Endpoint, timeout: float, log: Path) -> None:
@@ -120,13 +138,9 @@ def _wait_bucket_ready(endpoint: S3Endpoint, timeout: float, log: Path) -> None:
 @contextlib.contextmanager
 def localstack_s3(workdir: Path, timeout: float = 600) -> Iterator[S3Endpoint]:
     """LocalStack in host mode; the first start installs its venv (minutes), later ones reuse it."""
-    port = free_port()
-    log = workdir / "localstack.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(["bash", str(SCRIPTS / "localstack.sh"), str(workdir / "localstack"), str(port)],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc, port = _start_script("localstack.sh", workdir / "localstack", workdir / "localstack.log", timeout,
+                               "/_localstack/health")
     try:
-        _wait_http(f"http://127.0.0.1:{port}/_localstack/health", timeout, proc, log)
         yield S3Endpoint("localstack", f"http://127.0.0.1:{port}", access_key="test", secret_key="test")
     finally:
         _stop(proc)

@@ -19,10 +19,9 @@ from tests.integration.test_real_s3 import _bucket
 from tests.logutil import read_all_values
 from tiered.backends import load_rsm
 from tiered.backends.base import ObjectStoreRemoteStorageManager
-from tiered.cache.index_cache import RemoteIndexCache
+from tiered.composition import assemble_remote_log_manager
 from tiered.layout import kafka_uuid, partition_prefix
 from tiered.metadata import RemoteLogMetadataStore
-from tiered.remote_log_manager import RemoteLogManager
 from tiered.scrub.object_checksums import verify_object_checksums
 
 pytestmark = pytest.mark.integration
@@ -43,7 +42,7 @@ def test_an_s3_outage_in_the_middle_of_a_copy_leaves_no_orphan_after_the_next_pa
         config = {**s3_server.rsm_config(bucket, prefix), "endpoint_url": f"http://127.0.0.1:{proxy.port}",
                   "connect_timeout_ms": "1000", "read_timeout_ms": "1500", "max_attempts": "2"}
         rsm = load_rsm("s3", config)
-        rlm = RemoteLogManager(rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index))
+        rlm = assemble_remote_log_manager(rsm, RemoteLogMetadataStore(rsm), tmp_path / "data")
         log_config = LogConfig.from_properties({"log.dirs": str(tmp_path / "data"), "log.segment.bytes": str(MIB)})
         with LogManager(log_config, remote_tier=rlm, start_scheduler=False) as manager:
             log = manager.get_or_create_log("outage", 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -38,26 +37,23 @@ RECORDS = 3000  # of ~1 KiB: three 1 MiB segments roll
 TOPIC_CONFIGS = {"remote.storage.enable": "true", "local.retention.bytes": "1", "segment.bytes": str(1024 * 1024)}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class KafkaRun(RunProcess):
-    """``tiered run`` with the Kafka listener on ``port``."""
+    """``tiered run`` with the Kafka listener on ``port`` (0: a free one, the server's pick in :attr:`port`; a port
+    chosen here and bound later by the server could be taken by then, as it once was on a busy CI machine)."""
 
-    def __init__(self, config: Path, port: int) -> None:
+    def __init__(self, config: Path, port: int = 0) -> None:
         super().__init__(config, command=("run", "--listen", "127.0.0.1:0", "--kafka-listen", f"127.0.0.1:{port}"))
         self.bootstrap = self.wait_line(self.out, "kafka listening on ").split()[-1]
-        assert self.bootstrap == f"127.0.0.1:{port}"
+        host, _, bound = self.bootstrap.rpartition(":")
+        assert host == "127.0.0.1" and (port == 0 or int(bound) == port), self.bootstrap
+        self.port = int(bound)
 
 
 @pytest.fixture
 def kafka_run(tmp_path: Path) -> Iterator[Callable[..., KafkaRun]]:
     started: list[KafkaRun] = []
 
-    def start(port: int, **props: str) -> KafkaRun:
+    def start(port: int = 0, **props: str) -> KafkaRun:
         config = _write_config(tmp_path, _props(tmp_path, **{"group.initial.rebalance.delay.ms": "0", **props}))
         run = KafkaRun(config, port)
         started.append(run)
@@ -94,7 +90,7 @@ def test_every_client_reads_from_offset_zero_after_the_data_went_remote(kafka_ru
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    run = kafka_run(_free_port())
+    run = kafka_run()
     bootstrap = run.bootstrap
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_topics([NewTopic("tiered", 1, 1, topic_configs=TOPIC_CONFIGS)])
@@ -181,8 +177,8 @@ def test_groups_resume_at_their_commits_after_the_server_is_killed(kafka_run) ->
     from kafka import KafkaConsumer, TopicPartition
     from kafka.structs import OffsetAndMetadata
 
-    port = _free_port()
-    run = kafka_run(port, **{"offsets.topic.num.partitions": "50"})
+    run = kafka_run(**{"offsets.topic.num.partitions": "50"})
+    port = run.port  # the restart below listens where the clients were
     bootstrap = run.bootstrap
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
     delivered: list[int] = []
@@ -254,7 +250,7 @@ def _confluent_poll(consumer: Any, done: Callable[[list[int]], bool]) -> list[in
 def test_aiokafka_group_commits_and_resumes(kafka_run) -> None:
     import aiokafka
 
-    run = kafka_run(_free_port())
+    run = kafka_run()
 
     async def scenario() -> tuple[list[int], list[int], int | None]:
         producer = aiokafka.AIOKafkaProducer(bootstrap_servers=run.bootstrap, acks="all", enable_idempotence=True)
@@ -302,7 +298,7 @@ def test_kcat_consumes_what_kafka_python_produced(kafka_run) -> None:
         pytest.skip("kcat is not installed (apt-get install kcat)")
     from kafka import KafkaProducer
 
-    run = kafka_run(_free_port())
+    run = kafka_run()
     producer = KafkaProducer(bootstrap_servers=run.bootstrap, acks="all")
     for i in range(10):
         producer.send("kc", key=b"k%d" % i, value=b"v%d" % i)
@@ -323,9 +319,9 @@ def test_transactions_with_librdkafka_through_a_kill(kafka_run) -> None:
     import confluent_kafka
     from kafka import KafkaConsumer, TopicPartition
 
-    port = _free_port()
     props = {"transaction.state.log.num.partitions": "3"}
-    run = kafka_run(port, **props)
+    run = kafka_run(**props)
+    port = run.port  # the restart below listens where the clients were
     producer = confluent_kafka.Producer({"bootstrap.servers": run.bootstrap, "acks": "all"})
     for i in range(30):
         producer.produce("input", value=b"%02d" % i)

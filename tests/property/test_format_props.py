@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 import uuid
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiered.format import ChunkCodec, Envelope, IndexEntry, SegmentManifest
-from tiered.format.segment import ChunkRangeReader, log_chunks
+from tiered.format.segment import ChunkRangeReader, Decoders, log_chunks
 
 _KEY = os.urandom(32)
 
@@ -55,6 +56,13 @@ def test_chunk_transforms_round_trip(data: bytes, compress: bool, encrypt: bool,
         assert len(stored) >= 28
 
 
+_DECODERS = Decoders(2)  # the threads a plugin's readers decode ahead on (closed with the module)
+
+
+def teardown_module() -> None:
+    _DECODERS.close()
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_any_range_read_through_the_manifest_is_the_original_slice(tmp_path_factory, data: st.DataObject) -> None:  # type: ignore[no-untyped-def]
@@ -69,10 +77,29 @@ def test_any_range_read_through_the_manifest_is_the_original_slice(tmp_path_fact
     start = data.draw(st.integers(0, len(original) - 1))
     end = data.draw(st.integers(start, len(original) - 1))
     streams = data.draw(st.booleans())
-    reader = ChunkRangeReader(m, codec, "k", lambda s, e: io.BytesIO(stored[s : e + 1]), start, end, streams=streams)
+    decoders = _DECODERS if data.draw(st.booleans()) else None  # decoded ahead on threads, or as reached
+    reader = ChunkRangeReader(m, codec, "k", lambda s, e: io.BytesIO(stored[s : e + 1]), start, end, streams=streams,
+                              decoders=decoders)
     sizes = data.draw(st.lists(st.integers(1, 3000), max_size=5))
     got = b"".join(reader.read(n) for n in sizes) + reader.read()
     assert got == original[start : end + 1]
+
+
+def test_closed_decoders_decode_in_the_caller_and_start_no_thread() -> None:
+    ran_on: list[threading.Thread] = []
+
+    def decode(i: int, stored: bytes) -> bytes:
+        ran_on.append(threading.current_thread())
+        return stored
+
+    decoders = Decoders(2)
+    assert decoders.submit(decode, 0, b"x").result() == b"x"
+    [worker] = ran_on
+    assert worker.name.startswith("tiered-decode")
+    decoders.close()
+    assert not worker.is_alive()  # close() stopped it
+    assert decoders.submit(decode, 1, b"y").result() == b"y"
+    assert ran_on[1] is threading.current_thread()  # closed: decoded by the caller
 
 
 @settings(max_examples=80, deadline=None)

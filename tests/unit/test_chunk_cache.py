@@ -1,4 +1,4 @@
-"""The remote segment chunk cache, tested with a fetcher and no store (STYLE rule 9).
+"""The remote segment chunk cache, tested with a fetcher and no store (a cache takes a fetcher for that).
 
 Background work is waited for by events and conditions, never by sleeping: a fetcher that says when it has
 been called (and can hold its callers at a gate), the futures of the fetches in flight, and the streams'

@@ -326,6 +326,8 @@ def test_tiered_compact_status_and_dump(tmp_path: Path) -> None:
     assert code == 0 and "topic: c partition: 0 offset: 1000" in out
     code, out, err = _cli("compact", "--log-dirs", str(data), "-t", "nope")
     assert code == 1 and "no topic nope" in err
+    code, out, err = _cli("compact", "--log-dirs", str(tmp_path / "typo"))  # a typo: no data dir made, exit 2
+    assert code == 2 and f"no such data dir: {tmp_path / 'typo'}" in err and not (tmp_path / "typo").exists()
 
 
 def test_a_damaged_batch_stops_the_cleaning_of_its_partition_and_loses_nothing(tmp_path: Path) -> None:

@@ -205,3 +205,78 @@ def test_tiered_declares_its_composition_root_as_the_installed_remote_tier() -> 
     local.remote._installed_factories.cache_clear()
     [entry] = local.remote._installed_factories()
     assert entry.value == "tiered.composition:build_remote_tier" and entry.load() is build_remote_tier
+
+
+def _produce_segments(log: Any, n: int = 3000) -> None:
+    import time
+
+    from local.records import MemoryRecords, SimpleRecord
+
+    now = int(time.time() * 1000)
+    for first in range(0, n, 100):
+        log.append(MemoryRecords.build([SimpleRecord(now, b"k%d" % i, (b"%08d" % i) * 125)
+                                        for i in range(first, first + 100)]))
+
+
+def test_an_unset_chunk_size_is_fitted_to_the_segment_caches_chunk(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import json
+
+    from tiered.composition import rsm_config_of
+
+    fitted = _config(tmp_path, **{"remote.log.segment.cache.chunk.size.bytes": str(256 * 1024),
+                                  "rsm.config.compression.enabled": "true"})
+    assert rsm_config_of(fitted)["chunk.size"] == str(256 * 1024)
+    assert "chunk.size" not in rsm_config_of(_config(tmp_path))  # 4 MiB cache chunks: the 4 MiB default fits
+    assert "chunk.size" not in rsm_config_of(_custom(tmp_path, **{"remote.log.segment.cache.chunk.size.bytes": "5000"}))
+    explicit = _config(tmp_path, **{"remote.log.segment.cache.chunk.size.bytes": str(256 * 1024),
+                                    "rsm.config.chunk.size": str(100 * 1024)})
+    with caplog.at_level("WARNING", logger="tiered.composition"):
+        assert rsm_config_of(explicit)["chunk.size"] == str(100 * 1024)  # kept, and a warning says what it costs
+    assert "does not divide remote.log.segment.cache.chunk.size.bytes=262144" in caplog.text
+    # What a copy stores: 256 KiB chunks, the cache's, recorded in the segment's manifest.
+    with open_log_manager(fitted, start_scheduler=False) as manager:
+        rlm = manager.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        log = manager.get_or_create_log("t", 0, {"remote.storage.enable": "true"})
+        _produce_segments(log)
+        assert rlm.run_once(manager.all_logs()).segments_copied >= 2
+    manifests = list((tmp_path / "remote").rglob("*.rsm-manifest"))
+    assert manifests and {json.loads(p.read_text())["log"]["chunk_size"] for p in manifests} == {256 * 1024}
+
+
+def _open_files_under(root: Path) -> list[str]:
+    import os
+
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile (the listing's own fd)
+        if target.startswith(str(root)):
+            found.append(target)
+    return found
+
+
+def test_a_log_manager_with_the_remote_tier_leaves_no_thread_and_no_open_file_when_closed(tmp_path: Path) -> None:
+    """Everything the remote tier starts (the task pools, the copier process, the index cache's cleaner, the chunk
+    decoders, the chunk cache's writer) is stopped by close(), and every file it opened is closed."""
+    import threading
+
+    before = set(threading.enumerate())
+    config = _config(tmp_path, **{"rsm.config.compression.enabled": "true", "rsm.config.chunk.size": "65536",
+                                  "remote.log.manager.task.interval.ms": "60000"})
+    manager = open_log_manager(config)
+    rlm = manager.remote_tier
+    assert isinstance(rlm, RemoteLogManager) and rlm.tasks_running and rlm.process_copier is not None
+    log = manager.get_or_create_log("t", 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+    _produce_segments(log)
+    assert rlm.run_once(manager.all_logs()).segments_copied >= 2
+    manager.cleanup_logs()  # local retention: the copied segments are now read from the remote tier
+    assert log.local_log_start_offset > 0
+    info = log.read(0, 1024 * 1024)  # several stored chunks: decoded ahead on the plugin's decoders
+    assert next(iter(info.records.batches())).base_offset == 0
+    assert _open_files_under(tmp_path)
+    manager.close()
+    assert _open_files_under(tmp_path) == []
+    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []

@@ -1,8 +1,8 @@
 """Reads racing the writer: many reader threads during appends, rolls and retention passes, and a LogManager whose
 partition map changes while other threads walk it.
 
-What a read may answer while retention moves the log start (DESIGN "Reads racing retention", Kafka's "no floor
-segment -> out of range"): the batch holding the offset (never a later one), or ``OffsetOutOfRangeError`` for an
+What a read may answer while retention moves the log start (Kafka's "no floor segment -> out of
+range"): the batch holding the offset (never a later one), or ``OffsetOutOfRangeError`` for an
 offset that retention removed meanwhile. With a remote tier, an offset local retention removed is served from the
 remote copy: never an out-of-range answer, never "no remote tier".
 
@@ -174,9 +174,6 @@ class CopyingRemoteTier:
 
     def highest_offset_in_remote_storage(self, log: Log) -> int:
         return self.highest
-
-    def remote_log_size_bytes(self, log: Log) -> int:
-        return 0
 
     def start_tasks(self, logs: Any) -> None:
         pass

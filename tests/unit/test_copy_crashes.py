@@ -12,7 +12,7 @@ import pytest
 from local import LogConfig, LogManager
 from local.records import MemoryRecords, SimpleRecord
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
-from tiered.cache.index_cache import RemoteIndexCache
+from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteLogSegmentMetadataUpdate, RemoteLogSegmentState
@@ -40,7 +40,7 @@ def _rlm(tmp: Path, crash_on: str | None) -> RemoteLogManager:
     rsm = CrashingDir()
     rsm.configure({"dir": str(tmp / "remote")})
     rsm.crash_on = crash_on
-    return RemoteLogManager(rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp / "data", rsm.fetch_index))
+    return assemble_remote_log_manager(rsm, RemoteLogMetadataStore(rsm), tmp / "data")
 
 
 @pytest.mark.parametrize("crash_on", [".log", ".index", ".timeindex", ".snapshot", "FINISHED"])

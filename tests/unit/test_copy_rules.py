@@ -23,11 +23,10 @@ from local.scheduler import MockTime
 from tests.logutil import local_tier_props, records
 from tiered import layout
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
-from tiered.cache.index_cache import RemoteIndexCache
+from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
-from tiered.remote_log_manager import RemoteLogManager
+from tiered.pass_result import PassResult
 from tiered.rlm_copy import EMPTY_PRODUCER_SNAPSHOT, segment_leader_epochs
-from tiered.rlm_parts import PassResult
 from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteLogSegmentState
 
 TIERED = {"remote.storage.enable": "true"}
@@ -113,8 +112,7 @@ class Tier:
         self.rsm.configure({"dir": str(tmp / "remote")})
         self.store = RemoteLogMetadataStore(self.rsm)
         self.registry = CollectorRegistry()
-        self.rlm = RemoteLogManager(
-            self.rsm, self.store, RemoteIndexCache(tmp / "data", self.rsm.fetch_index), registry=self.registry,
+        self.rlm = assemble_remote_log_manager(self.rsm, self.store, tmp / "data", registry=self.registry,
             **rlm_kwargs,  # type: ignore[arg-type]
         )
         self.manager = LogManager(

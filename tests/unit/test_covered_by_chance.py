@@ -25,13 +25,12 @@ from local.records import MemoryRecords, SimpleRecord
 from tests.logutil import local_tier_props, make_log, read_all_values
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
 from tiered.cache.chunk_cache import ChunkCache
-from tiered.cache.index_cache import RemoteIndexCache
 from tiered.cache.segment_cache import RemoteSegmentCache
 from tiered.checksums import ChecksumVerifier, compute_segment_checksums
+from tiered.composition import assemble_remote_log_manager
 from tiered.errors import RemoteChecksumError
 from tiered.layout import segment_key
 from tiered.metadata import RemoteLogMetadataStore
-from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
 T0 = int(time.time() * 1000) - 60_000
@@ -50,8 +49,7 @@ def _value(i: int) -> bytes:
 def test_a_damaged_chunk_past_the_first_is_refused_alone_through_the_ranged_fetch(tmp_path: Path) -> None:
     rsm = LocalDirRemoteStorageManager()
     rsm.configure({"dir": str(tmp_path / "remote")})
-    rlm = RemoteLogManager(
-        rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index),
+    rlm = assemble_remote_log_manager(rsm, RemoteLogMetadataStore(rsm), tmp_path / "data",
         chunk_cache=None, checksum_chunk_bytes=C, registry=CollectorRegistry(),
     )
     with LogManager(LogConfig.from_properties(local_tier_props(tmp_path)), remote_tier=rlm,

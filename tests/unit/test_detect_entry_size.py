@@ -1,4 +1,4 @@
-"""detect_entry_size: every rule of FORMATS.md "Format detection" (KIP-1333)."""
+"""detect_entry_size: every rule of the offset index's entry size detection (KIP-1333)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The import graphs of ``local`` and ``tiered``: no cycles between the modules of either (STYLE 21), and ``local``
+"""The import graphs of ``local`` and ``tiered``: no cycles between the modules of either (if two need each other, a third holds what they share), and ``local``
 never imports ``tiered``.
 
 Imports are read with ``ast`` from the source, function-level (lazy) imports included: a cycle hidden inside a

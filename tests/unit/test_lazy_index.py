@@ -123,19 +123,6 @@ def test_delete_if_exists_removes_file_after_load(path: Path) -> None:
     assert not path.exists()
 
 
-def test_update_parent_dir_before_and_after_load(tmp_path: Path, path: Path) -> None:
-    parent = tmp_path / "new-parent"
-    parent.mkdir()
-    with LazyIndex.for_offset(path, 0, 1000) as lazy:
-        lazy.update_parent_dir(parent)
-        assert lazy.path == parent / path.name
-        lazy.get()
-        other = tmp_path / "other"
-        parent.rename(other)  # the log dir is renamed (a partition moved), then its indexes told
-        lazy.update_parent_dir(other)
-        assert lazy.path == lazy.get().path == other / path.name
-
-
 def test_close_is_idempotent_before_and_after_load(tmp_path: Path) -> None:
     unloaded = LazyIndex.for_offset(tmp_path / "a.index", 0, 1000)
     unloaded.close()

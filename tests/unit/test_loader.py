@@ -1,4 +1,4 @@
-"""LogLoader: every startup rule of FORMATS.md and every on-disk fault of issue 4, each recovered as Kafka's
+"""LogLoader: every startup rule of Kafka's LogLoader and every on-disk fault of issue 4, each recovered as Kafka's
 LogLoader would (LogLoaderTest, LogSplitTest), with a WARNING saying what was found and what was done.
 
 Damage is done to a closed log's files; the log is then reopened through ``Log.open`` (clean or unclean, as a

@@ -314,7 +314,7 @@ def test_status_reports_unclean_shutdown_torn_tail_and_corrupt_checkpoint(tmp_pa
 
 
 def test_a_dir_without_partitions_has_nothing_to_recover(tmp_path: Path) -> None:
-    from tiered.scrub.local import scrub_data_dir_files
+    from tiered.scrub.data_dir import scrub_data_dir_files
 
     data = tmp_path / "empty"
     data.mkdir()  # never started: no clean-shutdown marker, and nothing a start would recover

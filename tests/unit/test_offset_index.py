@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import os
 import random
 import struct
 import threading
@@ -372,7 +371,7 @@ def test_existing_empty_file_opens_empty(path: Path) -> None:
 
 
 @FORMATS
-def test_delete_rename_and_update_parent_dir(tmp_path: Path, large: bool) -> None:
+def test_delete_and_rename(tmp_path: Path, large: bool) -> None:
     path = tmp_path / "0.index"
     index = OffsetIndex(path, 0, 80, use_large_format=large)
     index.append(1, 1)
@@ -380,11 +379,6 @@ def test_delete_rename_and_update_parent_dir(tmp_path: Path, large: bool) -> Non
     index.rename_to(renamed)
     assert index.path == renamed and renamed.exists() and not path.exists()
     assert index.lookup(1) == OffsetPosition(1, 1)
-    moved = tmp_path / "moved"
-    moved.mkdir()
-    os.replace(renamed, moved / renamed.name)
-    index.update_parent_dir(moved)
-    assert index.path == moved / "0.index.deleted"
     assert index.delete_if_exists() is True
     assert not index.path.exists()
     assert index.delete_if_exists() is False

@@ -464,7 +464,7 @@ def test_the_copy_and_expiration_tasks_claiming_at_once_both_find_this_data_dir_
     put loses to the other's must see the winner's claim as this data dir's, not report the partition lost (the soak
     once logged "lost ownership ... (this data dir never claimed it)" for its own claim)."""
     from tiered.ownership import OWNER, OwnershipGuard
-    from tiered.rlm_parts import topic_id_partition
+    from tiered.remote_tier_parts import topic_id_partition
 
     config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{
         "rsm.config.dir": str(tmp_path / "bucket")}))
@@ -539,3 +539,27 @@ def test_only_the_owner_keeps_the_columnar_copy(two_dirs: tuple[Path, Path, Path
     manifest = read_manifest(columnar)
     assert manifest is not None and manifest.files
     assert manifest.files[-1].end_offset == finished[-1].end_offset
+
+
+def test_events_deleted_between_the_listing_and_their_read_are_skipped_not_a_failed_load(tmp_path: Path) -> None:
+    """A partition's view is loaded by listing its events, then reading each: the expiration task deleting a segment
+    meanwhile removes some (the soak's copy cleanup failed on it, a task failure every few seconds)."""
+    tip = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(tmp_path / "bucket")})
+    writer = RemoteLogMetadataStore(rsm)
+    kept, gone = _md(tip, 0, 9), _md(tip, 10, 19)
+    for md in (kept, gone):
+        writer.add_remote_log_segment_metadata(md)
+        writer.update_remote_log_segment_metadata(_update(md, RemoteLogSegmentState.COPY_SEGMENT_FINISHED))
+
+    class DeletedMeanwhile(LocalDirRemoteStorageManager):
+        def list_keys(self, prefix: str) -> list[str]:
+            keys = list(super().list_keys(prefix))
+            super().delete_many([k for k in keys if "/00000000000000000010-" in k])  # after the listing
+            return keys
+
+    racing = DeletedMeanwhile()
+    racing.configure({"dir": str(tmp_path / "bucket")})
+    view = RemoteLogMetadataStore(racing).load(tip)
+    assert list(view) == [kept.remote_log_segment_id.id]

@@ -30,6 +30,7 @@ from tiered.cache.chunk_cache import ChunkCache
 from tiered.cache.index_cache import RemoteIndexCache
 from tiered.checksums import ObjectChecksums, SegmentChecksums
 from tiered.cli import main
+from tiered.composition import assemble_remote_log_manager
 from tiered.errors import RemoteChecksumError, RemoteConfigError, RemoteStorageError
 from tiered.layout import segment_key
 from tiered.metadata import RemoteLogMetadataStore
@@ -267,7 +268,7 @@ class OutageDir(LocalDirRemoteStorageManager):
 def test_a_copy_failing_in_an_outage_leaves_no_orphan_after_the_next_pass(tmp_path: Path, down_after: str) -> None:
     rsm = OutageDir()
     rsm.configure({"dir": str(tmp_path / "remote")})
-    rlm = RemoteLogManager(rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index))
+    rlm = assemble_remote_log_manager(rsm, RemoteLogMetadataStore(rsm), tmp_path / "data")
     config = LogConfig.from_properties({"log.dirs": str(tmp_path / "data"), "log.segment.bytes": str(MIB)})
     with LogManager(config, remote_tier=rlm, start_scheduler=False) as manager:
         log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)

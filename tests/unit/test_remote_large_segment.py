@@ -13,10 +13,9 @@ from local.index import OffsetIndex
 from local.records import MemoryRecords, SimpleRecord
 from tiered import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from tiered.backends import load_rsm
-from tiered.cache.index_cache import RemoteIndexCache
+from tiered.composition import assemble_remote_log_manager
 from tiered.errors import RemoteStorageError
 from tiered.metadata import RemoteLogMetadataStore
-from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteStorageManager
 
 FAR = 2**31 + 4096
@@ -46,7 +45,7 @@ def test_remote_segment_past_2_gib(tmp_path: Path) -> None:
                                                  seg / "1.snapshot", b"0\n1\n0 0\n"))
     (seg / "0.log").unlink()
     assert rsm.fetch_log_segment(md, FAR, FAR + len(far) - 1).read() == far
-    rlm = RemoteLogManager(rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp_path / "cache", rsm.fetch_index))  # type: ignore[arg-type]
+    rlm = assemble_remote_log_manager(rsm, RemoteLogMetadataStore(rsm), tmp_path / "cache")  # type: ignore[arg-type]
     got = rlm.reader.read_segment(md, 1, 1024, True)
     batch = next(MemoryRecords(got.data).batches())
     assert batch.base_offset == 1 and next(batch.records()).value == b"far past 2 GiB"

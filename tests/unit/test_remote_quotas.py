@@ -11,12 +11,11 @@ import pytest
 from local import LogConfig, LogManager
 from local.records import MemoryRecords, SimpleRecord
 from tests.logutil import local_tier_props
-from tiered import rlm_parts
+from tiered import rate_limiter
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
-from tiered.cache.index_cache import RemoteIndexCache
+from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
-from tiered.remote_log_manager import RemoteLogManager
-from tiered.rlm_parts import RateLimiter
+from tiered.rate_limiter import RateLimiter
 
 
 class FakeClock:
@@ -37,7 +36,7 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     fake = FakeClock()
-    monkeypatch.setattr(rlm_parts, "_time", fake)
+    monkeypatch.setattr(rate_limiter, "_time", fake)
     return fake
 
 
@@ -80,8 +79,7 @@ def test_the_copy_task_pays_for_each_segment_before_uploading_it(tmp_path: Path,
 
     rsm = Recording()
     rsm.configure({"dir": str(tmp_path / "remote")})
-    rlm = RemoteLogManager(
-        rsm, RemoteLogMetadataStore(rsm), RemoteIndexCache(tmp_path / "data", rsm.fetch_index),
+    rlm = assemble_remote_log_manager(rsm, RemoteLogMetadataStore(rsm), tmp_path / "data",
         copy_max_bytes_per_second=rate,
     )
     config = LogConfig.from_properties(local_tier_props(tmp_path))

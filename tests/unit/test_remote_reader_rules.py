@@ -38,8 +38,9 @@ from local.records.batch import LENGTH_OFFSET
 from local.records.constants import INT32_MAX
 from tiered import remote_log_reader
 from tiered.errors import RemoteResourceNotFoundError, TieredStorageError
+from tiered.rate_limiter import RateLimiter
 from tiered.remote_log_reader import NOTHING, READ_SLACK, RemoteLogReader, SequentialReaders
-from tiered.rlm_parts import RateLimiter, RemoteLogMetrics
+from tiered.rlm_metrics import RemoteLogMetrics
 from tiered.rsm import RemoteLogSegmentId, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 
 T0 = 1_700_000_000_000

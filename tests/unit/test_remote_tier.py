@@ -34,6 +34,7 @@ from tiered.backends import load_rsm
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
 from tiered.cache.index_cache import RemoteIndexCache
 from tiered.checksums import ObjectChecksums, SegmentChecksums
+from tiered.composition import assemble_remote_log_manager
 from tiered.errors import InvalidStateTransitionError, RemoteResourceNotFoundError, RemoteStorageError
 from tiered.metadata import DirectoryObjects, RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager
@@ -180,8 +181,7 @@ def test_failed_copy_leaves_no_orphans_and_next_pass_copies(tmp_path: Path) -> N
     failing = _FailingAfterLog()
     failing.configure({"dir": str(tmp_path / "remote")})
     store = RemoteLogMetadataStore(failing)
-    cache = RemoteIndexCache(tmp_path / "data", failing.fetch_index)
-    rlm = RemoteLogManager(failing, store, cache)
+    rlm = assemble_remote_log_manager(failing, store, tmp_path / "data")
     with LogManager(config, remote_tier=rlm, start_scheduler=False) as m:
         log = m.get_or_create_log("t", 0, TOPIC_OVERRIDES)
         _produce(log, 12_000)
@@ -218,7 +218,7 @@ def test_custom_metadata_over_the_limit_fails_the_copy_and_stops_the_partitions_
     rsm = _CustomMetadata(size)
     rsm.configure({"dir": str(tmp_path / "remote")})
     store = RemoteLogMetadataStore(rsm)
-    rlm = RemoteLogManager(rsm, store, RemoteIndexCache(tmp_path / "data", rsm.fetch_index), custom_metadata_max_bytes=128)
+    rlm = assemble_remote_log_manager(rsm, store, tmp_path / "data", custom_metadata_max_bytes=128)
     with LogManager(config, remote_tier=rlm, start_scheduler=False) as m:
         log = m.get_or_create_log("t", 0, TOPIC_OVERRIDES)
         _produce(log, 12_000)
@@ -367,7 +367,7 @@ def test_legacy_32_bit_plugin_end_to_end(tmp_path: Path) -> None:
     rsm = Legacy32()
     rsm.configure({"dir": str(tmp_path / "remote")})
     store = RemoteLogMetadataStore(rsm.inner)
-    rlm = RemoteLogManager(rsm, store, RemoteIndexCache(tmp_path / "data", rsm.fetch_index))
+    rlm = assemble_remote_log_manager(rsm, store, tmp_path / "data")
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeprecationWarning)  # the default 64-bit path must not warn
         with LogManager(LogConfig.from_properties(_props(tmp_path)), remote_tier=rlm, start_scheduler=False) as m:

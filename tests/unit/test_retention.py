@@ -27,9 +27,8 @@ from local.scheduler import MockTime
 from tests.logutil import make_log, read_all_values, records
 from tiered import RemoteLogSegmentMetadata
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
-from tiered.cache.index_cache import RemoteIndexCache
+from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
-from tiered.remote_log_manager import RemoteLogManager
 
 T0 = 1_700_000_000_000
 MIB = 1024 * 1024
@@ -98,8 +97,7 @@ class _Tier:
         self.rsm = rsm or LocalDirRemoteStorageManager()
         self.rsm.configure({"dir": str(self.remote_dir)})
         self.store = RemoteLogMetadataStore(self.rsm)
-        self.rlm = RemoteLogManager(
-            self.rsm, self.store, RemoteIndexCache(tmp / "data", self.rsm.fetch_index), time=clock,
+        self.rlm = assemble_remote_log_manager(self.rsm, self.store, tmp / "data", time=clock,
             registry=CollectorRegistry(),
         )
         props = {
@@ -223,7 +221,7 @@ def test_remote_segments_outside_the_leader_epoch_lineage_are_deleted(tmp_path: 
         # written only in epoch 0 are outside it; the one where epoch 1 begins is not.
         log.leader_epoch_cache.assign(1, 0)
         assert [e.epoch for e in log.leader_epoch_cache.epoch_entries()] == [1]
-        with caplog.at_level(logging.INFO, logger="tiered.rlm_parts"):
+        with caplog.at_level(logging.INFO, logger="tiered.remote_deletion"):
             assert tier.rlm.cleanup_remote_segments(log) == len(only_epoch0)
         reasons = [r.getMessage().rsplit(": ", 1)[1] for r in caplog.records if "deleting remote segment" in r.getMessage()]
         assert reasons == ["outside the leader-epoch lineage"] * len(only_epoch0)
@@ -334,7 +332,7 @@ def test_each_remote_deletion_names_its_rule_and_the_gauges_count_the_pass(tmp_p
         assert len(segs) >= 4
         metrics = tier.rlm.metrics
         assert _gauge(metrics.log_size_bytes, log) == sum(sizes)  # set by the copy, not one pass later
-        with caplog.at_level(logging.INFO, logger="tiered.rlm_parts"):
+        with caplog.at_level(logging.INFO, logger="tiered.remote_deletion"):
             log.delete_records(segs[1].end_offset + 1)  # the first two are below the log start offset
             assert tier.rlm.cleanup_remote_segments(log) == 2
             assert rsm.lags == [(2, sizes[0] + sizes[1])] * 2  # the pass's lag while it deletes
@@ -401,7 +399,7 @@ def test_a_segment_deleted_by_time_counts_against_the_size_breach(tmp_path: Path
         # time, and that ends the size breach too (Kafka's remainingBreachedSize): the second stays
         clock.sleep(T0 + 2999 + HOUR - clock.milliseconds())
         _retention_bytes(log, sum(sizes) + log.active_segment.size - sizes[0])
-        with caplog.at_level(logging.INFO, logger="tiered.rlm_parts"):
+        with caplog.at_level(logging.INFO, logger="tiered.remote_deletion"):
             assert tier.rlm.cleanup_remote_segments(log) == 1
         assert [r.getMessage().rsplit(": ", 1)[1] for r in caplog.records if "deleting remote" in r.getMessage()] == [
             "retention.ms breach"]

@@ -19,6 +19,7 @@ from local.errors import OffsetOutOfRangeError
 from local.filenames import LOG_START_OFFSET_CHECKPOINT_FILENAME
 from local.log import Log
 from local.records import MemoryRecords, SimpleRecord
+from local.scheduler import MockTime
 from local.segment import LogSegment
 from tests.logutil import local_tier_props
 from tiered.composition import build_remote_tier
@@ -130,6 +131,36 @@ def test_close_stops_the_tasks_before_the_logs_close(tmp_path: Path) -> None:
     alive = [t.name for t in threading.enumerate() if t.name.startswith(("remote-log-copier", "remote-log-expiration"))]
     assert alive == []
     assert copied_on_a_closed_log == []
+
+
+def test_on_a_mock_clock_the_tasks_run_as_it_advances_and_on_no_thread(tmp_path: Path) -> None:
+    """The copy and expiration tasks are scheduled on the remote tier's clock: on a MockTime nothing runs until the
+    test advances it, then the due runs happen inside ``clock.sleep`` (no sleeping, no waiting on threads)."""
+    clock = MockTime(ms=T0 + 60_000)  # the records below are a minute old
+    config = LogConfig.from_properties(_props(tmp_path, **{"remote.log.manager.task.interval.ms": "60000"}))
+    rlm = build_remote_tier(config, time=clock)
+    with LogManager(config, time=clock, scheduler=clock.scheduler, remote_tier=rlm) as manager:
+        assert rlm.tasks_running
+        log = manager.get_or_create_log("t", 0, {"remote.storage.enable": "true", "retention.ms": str(10 * 60_000)})
+        _produce(log, 3000)
+        last_closed = log.active_segment.base_offset - 1
+        closed_segments = log.number_of_segments() - 1
+        assert closed_segments >= 2
+        assert rlm.highest_offset_in_remote_storage(log) == -1  # the clock has not moved: no task ran
+        assert not [t.name for t in threading.enumerate() if t.name.startswith(("remote-log-copier", "remote-log-expiration"))]
+        clock.sleep(0)  # the watcher is due: it schedules the partition's tasks, due at once, and they run
+        assert rlm.highest_offset_in_remote_storage(log) == last_closed
+        assert (rlm.task_totals.segments_copied, rlm.task_totals.segments_deleted) == (closed_segments, 0)
+        assert rlm.scheduled_partitions() == ["t-0"]
+        clock.sleep(8 * 60_000)  # eight runs later the records are 9 minutes old: within retention.ms
+        assert rlm.task_totals.segments_deleted == 0
+        assert len(rlm.finished_segments(rlm.topic_id_partition(log))) == closed_segments
+        clock.sleep(60_000)  # 10 minutes old: the next expiration run finds them breaching (maxTimestamp <= now - retention.ms)
+        assert rlm.task_totals.segments_deleted == closed_segments
+        assert rlm.finished_segments(rlm.topic_id_partition(log)) == []
+        assert log.log_start_offset == last_closed + 1
+        assert not [t.name for t in threading.enumerate() if t.name.startswith(("remote-log-copier", "remote-log-expiration"))]
+    assert not rlm.tasks_running
 
 
 def test_without_the_scheduler_no_task_runs(tmp_path: Path) -> None:

@@ -496,18 +496,6 @@ def test_change_file_suffixes_renames_all_four_files_loaded_or_not(tmp_path: Pat
     assert again.offset_index.entries == 2 and again.read_next_offset() == 43
 
 
-def test_update_parent_dir_follows_a_renamed_directory(tmp_path: Path) -> None:
-    old, new = tmp_path / "topic-0", tmp_path / "topic-0.moved"
-    old.mkdir()
-    s = _with_all_four_files(old)
-    s.close_handlers()
-    old.rename(new)
-    s.update_parent_dir(new)
-    assert {p.parent for p in (s.log.path, s.offset_index_path, s.time_index_path, s.txn_index.path)} == {new}
-    s.delete_if_exists()
-    assert _files(new) == []
-
-
 def test_last_modified_is_the_log_files_mtime_in_ms_and_the_creation_time_once_deleted(tmp_path: Path) -> None:
     s = seg(tmp_path, time=lambda: 1234)
     s.set_last_modified(T0 + 500)

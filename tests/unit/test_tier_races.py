@@ -30,7 +30,7 @@ from local.records import MemoryRecords, SimpleRecord
 from local.scheduler import MockTime
 from tests.gated_rsm import LIMIT, Gate, GatedDeletes
 from tests.logutil import local_tier_props, make_log
-from tiered.cache.index_cache import RemoteIndexCache
+from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.rsm import RemoteLogSegmentMetadata
@@ -55,8 +55,7 @@ class Node:
         self.log = self.manager.get_or_create_log("t", 0, TIERED)
 
     def _rlm(self) -> RemoteLogManager:
-        return RemoteLogManager(
-            self.rsm, RemoteLogMetadataStore(self.rsm), RemoteIndexCache(self.tmp / "data", self.rsm.fetch_index),
+        return assemble_remote_log_manager(self.rsm, RemoteLogMetadataStore(self.rsm), self.tmp / "data",
             registry=self.registry, time=MockTime(ms=NOW),
         )
 

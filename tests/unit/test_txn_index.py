@@ -124,8 +124,8 @@ def test_collect_aborted_transactions(index: TransactionIndex) -> None:
     assert index.collect_aborted_txns(20, 41) == TxnIndexSearchResult(TXNS[2:], False)
 
 
-def test_formats_md_example(index: TransactionIndex) -> None:
-    """The worked example of FORMATS.md, verbatim."""
+def test_worked_example(index: TransactionIndex) -> None:
+    """TXNS searched from several offsets: the result is complete once a transaction ends past the upper bound."""
     append_all(index, TXNS)
     result = index.collect_aborted_txns(0, 100)
     assert (result.aborted_txns, result.is_complete) == (TXNS, False)
@@ -169,14 +169,6 @@ def test_rename_before_the_file_exists(tmp_path: Path) -> None:
     index.rename_to(tmp_path / "0.txnindex.deleted")
     assert index.path == tmp_path / "0.txnindex.deleted"
     assert not index.path.exists()
-
-
-def test_update_parent_dir(tmp_path: Path, index: TransactionIndex) -> None:
-    parent = tmp_path / "parent"
-    parent.mkdir()
-    assert index.path.parent != parent
-    index.update_parent_dir(parent)
-    assert index.path == parent / "00000000000000000000.txnindex"
 
 
 def test_flush(tmp_path: Path) -> None:

@@ -582,10 +582,10 @@ def bucket(request: pytest.FixtureRequest, template: Path) -> Any:
 
 def test_other_backends_verify_clean_and_find_damage(bucket: Any, template: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    import tiered.scrub.remote
+    import tiered.scrub.remote_store
     from tiered.commands.verify import scrub
 
-    monkeypatch.setattr(tiered.scrub.remote, "CHUNK_BYTES", 4096 + 7)  # many chunks a segment, batches straddling
+    monkeypatch.setattr(tiered.scrub.remote_store, "CHUNK_BYTES", 4096 + 7)  # many chunks a segment, batches straddling
     data = [template / "data"]
     result = scrub(data, bucket)
     assert result.ok, [p.line() for part in result.partitions for p in part.problems]
@@ -609,18 +609,18 @@ def test_other_backends_verify_clean_and_find_damage(bucket: Any, template: Path
 
 
 def test_a_segment_that_cannot_be_read_is_reported_not_a_crash(dirs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tiered.scrub.local
+    import tiered.scrub.data_dir
     from tiered.commands.verify import scrub
 
     victim = local_segments(dirs)[0]
-    real = tiered.scrub.local.read_file_chunks
+    real = tiered.scrub.data_dir.read_file_chunks
 
     def failing(path: Path, size: int) -> Any:
         if path == victim:
             raise OSError(5, "Input/output error")
         return real(path, size)
 
-    monkeypatch.setattr(tiered.scrub.local, "read_file_chunks", failing)
+    monkeypatch.setattr(tiered.scrub.data_dir, "read_file_chunks", failing)
     result = scrub([dirs / "data"], None)
     found = [(p.kind, p.file) for part in result.partitions for p in part.problems]
     assert found == [("unreadable", str(victim))]

@@ -48,6 +48,7 @@ from tiered.rsm import IndexType, LogSegmentData, RemoteLogSegmentMetadata, Remo
 
 if TYPE_CHECKING:
     from tiered.format import KeyProvider, SegmentManifest
+    from tiered.format.segment import Decoders
     from tiered.format.transforms import ChunkCodec
 
 MANIFEST_SUFFIX = ".rsm-manifest"
@@ -338,8 +339,22 @@ class ObjectStoreRemoteStorageManager(RemoteStorageManager):
 
         reader = ChunkRangeReader(manifest, self.codec(metadata, manifest), key,
                                   lambda s, e: self.open_range(key, s, e), start_position, end,
-                                  streams=self.fetch_streams)
+                                  streams=self.fetch_streams, decoders=self._decoders())
         return cast(IO[bytes], reader)
+
+    def _decoders(self) -> Decoders:
+        """The threads that decode chunks ahead of this plugin's readers (started on a first multi-chunk read,
+        stopped by :meth:`close`)."""
+        from tiered.format.segment import Decoders
+
+        found: Decoders | None = self.__dict__.get("_decoder_pool")
+        return found if found is not None else self.__dict__.setdefault("_decoder_pool", Decoders())
+
+    def close(self) -> None:
+        """Stop the chunk decoders; a subclass that holds more (a client) closes it and calls this."""
+        decoders = self.__dict__.get("_decoder_pool")
+        if decoders is not None:
+            decoders.close()
 
     def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> IO[bytes]:
         manifest = self.manifest(metadata)

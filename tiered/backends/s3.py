@@ -344,6 +344,7 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
             raise err from err.__cause__
 
     def close(self) -> None:
+        super().close()
         self.client.close()
 
 

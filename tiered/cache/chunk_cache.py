@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,27 @@ def _process_counters(registry: Any) -> dict[str, Any]:
             }
             held = _registered[id(registry)] = (registry, counters)
         return held[1]
+
+
+def _on_every_worker(executor: ThreadPoolExecutor, workers: int, fn: Callable[[], object]) -> None:
+    """Run ``fn`` once on each of ``executor``'s ``workers`` threads: each run waits at a barrier until all have
+    started, so no thread takes two (the executor starts the threads it has not started yet)."""
+    barrier = threading.Barrier(workers)
+
+    def run() -> None:
+        try:
+            fn()
+        finally:
+            try:
+                barrier.wait(_BARRIER_LIMIT_S)
+            except threading.BrokenBarrierError:
+                logger.warning("a chunk cache worker did not reach the close barrier in %ss", _BARRIER_LIMIT_S)
+
+    for future in [executor.submit(run) for _ in range(workers)]:
+        future.result()
+
+
+_BARRIER_LIMIT_S = 60.0  # a bound on a worker finishing the load it is doing when the cache closes
 
 
 class ChunkCacheMetrics:
@@ -130,13 +151,14 @@ class ChunkCache:
         self.metrics = ChunkCacheMetrics(registry)
         # disk=False: memory only (the plaintext chunks of encrypted segments stay off the local disk).
         self._disk: DiskChunkStore | NoDiskStore = DiskChunkStore(directory, size_limit) if disk else NoDiskStore()
+        self._workers = max_workers
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chunk-cache")
         # Writing a chunk to disk is off the reader's path: memory serves it until the write lands.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chunk-cache-writer")
         self._max_streams = max(1, max_workers)
         # Streams run on long-lived threads: a thread's first disk lookup opens its own SQLite connection (diskcache
         # keeps one per thread), which costs milliseconds a new segment's first chunk would wait for.
-        self._stream_threads = DaemonThreads(self._max_streams, "chunk-cache-stream")
+        self._stream_threads = DaemonThreads(self._max_streams, "chunk-cache-stream", on_exit=self._disk.close)
         self._max_buffers = max(4, 2 * max_workers * (self.prefetch_chunks + 2))
         # The shared state, under self._lock:
         self._lock = RankedLock("chunk cache state", CACHE_STATE)
@@ -294,12 +316,6 @@ class ChunkCache:
                 self._writer.submit(self._store, name, data, obj)
             except RuntimeError:  # closed meanwhile: nothing more is written
                 self._wrote(size)
-
-    @property
-    def pending_write_bytes(self) -> int:
-        """Bytes of fetched chunks waiting for the disk writer (at most :attr:`max_pending_write_bytes`, or one
-        chunk larger than that)."""
-        return self._pending_write_bytes
 
     def _wrote(self, size: int) -> None:
         with self._write_room:
@@ -518,16 +534,24 @@ class ChunkCache:
 
     def close(self) -> None:
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
         with self._write_room:
             self._write_room.notify_all()  # loads waiting for the writer's room go on (and write nothing more)
         self._stop_streams()
-        self._stream_threads.shutdown()
+        self._stream_threads.shutdown()  # each stream thread closes its own SQLite connection as it ends
+        for load in self.loads_in_flight():
+            load.cancel()  # the queued read-ahead is dropped (a load already running goes on to its end)
+        # diskcache keeps one SQLite connection per thread, and only the thread that opened one can close it: every
+        # worker closes its own before the pools stop (else their files stay open until garbage collection).
+        _on_every_worker(self._pool, self._workers, self._disk.close)
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._writer.submit(self._disk.close)  # after the writes queued before it
         self._writer.shutdown(wait=True)
         with self._lock:
             self._memory.clear()  # the maps' file descriptors go with them (readers' views keep theirs)
-        self._disk.close()
+        self._disk.close()  # the closing thread's connection; a reader thread's closes when it is collected
 
     @property
     def max_open_chunk_files(self) -> int:

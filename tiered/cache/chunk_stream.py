@@ -226,8 +226,9 @@ class DaemonThreads:
     ThreadPoolExecutor's workers, which the interpreter joins at exit, a stream waiting out its idle timeout on
     one of them does not hold up the exit of a program that never closed its cache."""
 
-    def __init__(self, count: int, name: str) -> None:
+    def __init__(self, count: int, name: str, on_exit: Callable[[], None] | None = None) -> None:
         self._count, self._name = count, name
+        self._on_exit = on_exit  # what each thread runs last, on its way out (releases what the thread holds)
         self._tasks: queue.SimpleQueue[tuple[Callable[[], None], Future[None]] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -244,6 +245,13 @@ class DaemonThreads:
         return done
 
     def _work(self) -> None:
+        try:
+            self._run_tasks()
+        finally:
+            if self._on_exit is not None:
+                self._on_exit()
+
+    def _run_tasks(self) -> None:
         while (task := self._tasks.get()) is not None:
             fn, done = task
             try:

@@ -28,7 +28,7 @@ REMOTE_TIER_HINT = (
 
 
 def remote_tier_enabled(config: LogConfig) -> bool:
-    return bool(getattr(config, "remote_log_storage_system_enable", False))
+    return bool(config.remote_log_storage_system_enable)
 
 
 def check_remote_access(config: LogConfig) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from tiered.commands._common import UsageError, check_topic_name, load_config
 
@@ -34,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args)
     if not config.log_cleaner_enable:
         raise UsageError("log.cleaner.enable=false: the log cleaner is disabled (remove it, or -o log.cleaner.enable=true)")
+    missing = [str(d) for d in config.log_dirs if not Path(d).is_dir()]
+    if missing:  # a typo would otherwise make an empty data dir and clean nothing, exit 0
+        raise UsageError(f"no such data dir: {', '.join(missing)} (compact never creates one)")
     with open_log_manager(config, start_scheduler=False) as manager:
         cleaner = manager.cleaner
         assert cleaner is not None

@@ -37,7 +37,7 @@ def _key_provider(args: argparse.Namespace) -> object:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tiered.dump import dump
+    from tiered.dump_log_segments import dump
 
     provider = _key_provider(args)
     failed = False

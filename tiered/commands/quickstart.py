@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
                 "segment(s)")
             ok &= _verify(console, log, args)
             seg = log.active_segment
-        from tiered.dump import dump_file
+        from tiered.dump_log_segments import dump_file
 
         console.print(f"[bold]dump[/] of {seg.log.path.name}:")
         for line in list(dump_file(seg.log.path, max_batches=3))[:4]:

@@ -198,7 +198,7 @@ def _watch(
             totals = getattr(rlm, "task_totals", None)
             if rlm is not None and totals is not None:
                 backlog = sum(rlm.copy_lag(log)[0] for log in manager.all_logs()
-                              if getattr(log.config, "remote_storage_enable", False))
+                              if log.config.remote_storage_enable)
                 copied, deleted = totals.segments_copied, totals.segments_deleted
                 progress.update(task, total=copied + backlog, completed=copied)
                 if (copied, deleted) != reported:

@@ -1,8 +1,8 @@
 """``tiered verify``: scrub data dirs and, with ``--remote``, the remote tier, changing nothing.
 
 ``tiered verify [--config F | --log-dirs D] [--remote | --remote-only] [--json] [--topic T]``. What is checked is described in
-:mod:`tiered.scrub` (local: :mod:`tiered.scrub.local`; remote: :mod:`tiered.scrub.remote`). Nothing is written: no lock, checkpoint,
-clean-shutdown marker, cache or directory is created, nothing is recovered (the log engine is never loaded).
+:mod:`tiered.scrub` (local: :mod:`tiered.scrub.data_dir`; remote: :mod:`tiered.scrub.remote_store`). Nothing is written: no lock,
+checkpoint, clean-shutdown marker, cache or directory is created, nothing is recovered (the log engine is never loaded).
 
 Text output: one line per problem (the partition, the file or remote object, the position and offset, the kind
 in brackets and what is wrong), notes prefixed ``note:``, a verdict line per partition (``OK`` or ``FAILED``) and
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 from tiered.commands._common import UsageError, load_config
 
 if TYPE_CHECKING:
-    from tiered.scrub.remote import RemoteReport
+    from tiered.scrub.remote_store import RemoteReport
     from tiered.scrub.report import DataDirReport, PartitionReport, Problem
 
 
@@ -164,8 +164,8 @@ def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any
           remote_by_default: bool = False) -> ScrubResult:
     """Scrub ``dirs`` and, when ``rsm`` is given, its remote tier (``remote_by_default``: the broker's default of
     the topic key ``remote.storage.enable``, for partitions without an override)."""
-    from tiered.scrub.local import log_bytes, partition_dirs, scrub_data_dir_files
-    from tiered.scrub.local import scrub_partition as scrub_local_partition
+    from tiered.scrub.data_dir import log_bytes, partition_dirs, scrub_data_dir_files
+    from tiered.scrub.data_dir import scrub_partition as scrub_local_partition
     from tiered.scrub.report import DataDirReport, Problem
 
     progress = progress or _NoProgress()
@@ -197,7 +197,7 @@ def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any
 
 def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: Any, remote_by_default: bool) -> None:
     from tiered.errors import TieredStorageError
-    from tiered.scrub.remote import RemoteScrub, check_tier_gap, topic_id_text
+    from tiered.scrub.remote_store import RemoteScrub, check_tier_gap, topic_id_text
     from tiered.scrub.report import PartitionReport, Problem
 
     remote = RemoteScrub(rsm, progress=progress.advance, add_total=progress.add_total)

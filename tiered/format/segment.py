@@ -34,17 +34,37 @@ DECODE_AHEAD = 2
 
 Opener = Callable[[int, int], IO[bytes]]  # (stored start, stored end inclusive) -> stream
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+class Decoders:
+    """The threads that decode chunks ahead of a :class:`ChunkRangeReader`: one small pool for every reader of its
+    owner (the plugin that returns the readers), started on first use and stopped by :meth:`close`."""
 
+    def __init__(self, threads: int | None = None) -> None:
+        self._threads = threads or max(2, min(4, os.cpu_count() or 2))
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+        self._lock = threading.Lock()
 
-def _decoders() -> ThreadPoolExecutor:
-    """One small pool for every reader in the process (threads are made once, not per read)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max(2, min(4, os.cpu_count() or 2)), thread_name_prefix="tiered-decode")
-        return _pool
+    def submit(self, fn: Callable[[int, bytes], bytes], i: int, stored: bytes) -> Future[bytes]:
+        """``fn(i, stored)`` on a decoder thread; after :meth:`close`, run here (a reader still open decodes on)."""
+        with self._lock:
+            if self._pool is None and not self._closed:
+                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="tiered-decode")
+            pool = self._pool
+        if pool is not None:
+            try:
+                return pool.submit(fn, i, stored)
+            except RuntimeError:  # closed meanwhile
+                pass
+        done: Future[bytes] = Future()
+        done.set_result(fn(i, stored))
+        return done
+
+    def close(self) -> None:
+        """Stop the threads (waiting for the decodes in progress); later submits decode in the caller."""
+        with self._lock:
+            pool, self._pool, self._closed = self._pool, None, True
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def log_chunks(path: Path, chunk_size: int, codec: ChunkCodec, offsets: list[int], crcs: list[int]) -> Iterator[bytes]:
@@ -89,10 +109,11 @@ def unpack_index(packed: bytes, suffix: str, entry: IndexEntry, codec: ChunkCode
 class ChunkRangeReader(io.BufferedIOBase):
     """Original bytes ``[start, end_inclusive]`` of a segment stored as ``manifest`` says (see the module
     docstring). Stored chunks are fetched in order as the reader advances; when the range spans more than one,
-    up to :data:`DECODE_AHEAD` of them are decoded ahead on the decoder pool."""
+    up to :data:`DECODE_AHEAD` of them are decoded ahead on ``decoders`` (without it, each is decoded as it is
+    reached)."""
 
     def __init__(self, manifest: SegmentManifest, codec: ChunkCodec, key: str, opener: Opener, start: int,
-                 end_inclusive: int, *, streams: bool) -> None:
+                 end_inclusive: int, *, streams: bool, decoders: Decoders | None = None) -> None:
         self._m, self._codec, self._key, self._open = manifest, codec, key, opener
         self._chunks = manifest.chunks_of(start, end_inclusive)
         self._next = self._chunks.start
@@ -102,7 +123,8 @@ class ChunkRangeReader(io.BufferedIOBase):
         self._source: IO[bytes] | None = None
         self._window_end = self._next  # the chunk after the last one the open source covers
         self._buffer = memoryview(b"")
-        self._ahead = DECODE_AHEAD if len(self._chunks) > 1 else 0
+        self._decoders = decoders
+        self._ahead = DECODE_AHEAD if decoders is not None and len(self._chunks) > 1 else 0
         self._pending: deque[Future[bytes]] = deque()
 
     def readable(self) -> bool:
@@ -122,12 +144,12 @@ class ChunkRangeReader(io.BufferedIOBase):
 
     def _next_chunk(self) -> bytes:
         """The next decoded chunk: decoded here, or taken from those decoded ahead (and more sent ahead)."""
-        if not self._ahead:
+        if not self._ahead or self._decoders is None:
             i, stored = self._read_stored()
             return self._decode(i, stored)
         while len(self._pending) <= self._ahead and self._next < self._chunks.stop:
             i, stored = self._read_stored()
-            self._pending.append(_decoders().submit(self._decode, i, stored))
+            self._pending.append(self._decoders.submit(self._decode, i, stored))
         return self._pending.popleft().result()
 
     def _decode(self, i: int, stored: bytes) -> bytes:

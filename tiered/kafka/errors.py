@@ -26,7 +26,6 @@ _CODES: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (local_errors.InvalidRecordError, ErrorCode.invalid_record),
     (local_errors.InvalidProducerEpochError, ErrorCode.invalid_producer_epoch),
     (local_errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
-    (local_errors.DuplicateSequenceError, ErrorCode.duplicate_sequence_number),
     (local_errors.InvalidTxnStateError, ErrorCode.invalid_txn_state),
     (local_errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
     (local_errors.ConfigError, ErrorCode.invalid_config),

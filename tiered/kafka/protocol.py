@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from types import ModuleType
 from typing import Any
 
-from kio.index import load_payload_module, load_request_schema, load_response_schema
+from kio.index import load_payload_module, load_request_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
@@ -118,11 +118,6 @@ def make(module: ModuleType, class_name: str, /, **values: Any) -> Any:
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
-def has_field(entity: Any, name: str) -> bool:
-    entity_class: Any = type(entity)
-    return name in _field_names(entity_class)
-
-
 @functools.cache
 def _field_names(cls: Any) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
@@ -131,11 +126,6 @@ def _field_names(cls: Any) -> frozenset[str]:
 @functools.cache
 def request_schema(api_key: int, api_version: int) -> Any:
     return load_request_schema(api_key, api_version)
-
-
-@functools.cache
-def response_schema(api_key: int, api_version: int) -> Any:
-    return load_response_schema(api_key, api_version)
 
 
 @functools.cache

@@ -103,7 +103,6 @@ class KafkaServer:
         self._connections: set[asyncio.Task[None]] = set()
         self._server: asyncio.AbstractServer | None = None
         self._budget: _ByteBudget | None = None
-        self.connections_accepted = 0
         self.connections_refused = 0
 
     @property
@@ -160,7 +159,6 @@ class KafkaServer:
                            writer.get_extra_info("peername"), self.max_connections)
             writer.close()
             return
-        self.connections_accepted += 1
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
         try:

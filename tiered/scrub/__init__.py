@@ -27,8 +27,8 @@ its torn tail and zero-filled (preallocated) index entries are notes there, not 
 
 A problem is a :class:`tiered.scrub.report.Problem` (a stable ``kind``, the file or remote object, the byte position and the offset
 when known, and what is wrong); notes never change the verdict. The remote tier's checks are in
-:mod:`tiered.scrub.remote` and reuse the byte-level checks (:mod:`tiered.scrub.batches`, :mod:`tiered.scrub.files`).
+:mod:`tiered.scrub.remote_store` and reuse the byte-level checks (:mod:`tiered.scrub.batches`, :mod:`tiered.scrub.files`).
 
 Modules: ``report`` (problems and reports), ``batches`` (the batch walk), ``files`` (indexes, snapshots,
-checkpoints as bytes), ``local`` (data dirs), ``remote`` (the remote tier).
+checkpoints as bytes), ``data_dir`` (data dirs), ``remote_store`` (the remote tier).
 """

@@ -67,8 +67,8 @@ from pyspark.sql.types import (
 
 from local.errors import RecordTooLargeError
 from local.records import CompressionType, MemoryRecords, SimpleRecord
-from local.records.batch import LOG_OVERHEAD, RECORD_BATCH_OVERHEAD
-from local.records.record import record_size
+from local.records.batch import LOG_OVERHEAD
+from tiered.batching import PendingBatch, build_within
 from tiered.errors import TieredStorageError
 from tiered.spark.options import SparkSourceOptionError, broker_props, check_known
 
@@ -237,8 +237,7 @@ class _TaskStager:
         self.dir = Path(plan.job_dir) / f"task-{task}-{attempt}-{uuid.uuid4().hex[:8]}"
         self.codec = CompressionType.from_name(plan.compression)
         self.target = min(plan.batch_size, plan.batch_limit)
-        self.pending: dict[int, list[SimpleRecord]] = {}
-        self.pending_bytes: dict[int, int] = {}  # the pending batch's encoded size, header included
+        self.pending: dict[int, PendingBatch] = {}
         self.files: dict[int, Any] = {}
         self.staged: dict[int, Staged] = {}
         self.sticky = task % plan.partitions
@@ -246,26 +245,21 @@ class _TaskStager:
     def _grown(self, partition: int, record: SimpleRecord) -> int | None:
         """The pending batch's size with ``record`` added (None: there is no pending batch)."""
         pending = self.pending.get(partition)
-        if not pending:
-            return None
-        return self.pending_bytes[partition] + record_size(
-            len(pending), record.timestamp - pending[0].timestamp, record.key, record.value, record.headers)
+        return pending.size_with(record) if pending is not None and pending.records else None
 
     def add(self, partition: int, record: SimpleRecord) -> None:
         grown = self._grown(partition, record)
         if grown is not None and grown > self.target:
             self.flush(partition)
             grown = None
+        pending = self.pending.setdefault(partition, PendingBatch())
         if grown is None:
-            grown = RECORD_BATCH_OVERHEAD + record_size(0, 0, record.key, record.value, record.headers)
+            grown = pending.size_with(record)
             if grown > self.plan.batch_limit:
                 raise RecordTooLargeError(
                     f"a record for {self.plan.topic}-{partition} makes a batch of {grown} bytes on its own, above the "
                     f"topic's {self._limit_name()} {self.plan.batch_limit}", size=grown)
-            self.pending[partition] = [record]
-        else:
-            self.pending[partition].append(record)
-        self.pending_bytes[partition] = grown
+        pending.add(record, grown)
 
     def _limit_name(self) -> str:
         return "max.message.bytes" if self.plan.max_message_bytes <= self.plan.segment_bytes else "segment.bytes"
@@ -280,21 +274,15 @@ class _TaskStager:
 
     def _build(self, partition: int, records: list[SimpleRecord]) -> list[MemoryRecords]:
         """The batches of ``records``: one, or more when compression made one larger than the limit."""
-        batch = MemoryRecords.build(records, self.codec)
-        if batch.size_in_bytes <= self.plan.batch_limit:
-            return [batch]
-        if len(records) == 1:
-            raise RecordTooLargeError(
-                f"a record for {self.plan.topic}-{partition} makes a {self.plan.compression} batch of "
-                f"{batch.size_in_bytes} bytes, above the topic's {self._limit_name()} {self.plan.batch_limit}",
-                size=batch.size_in_bytes)
-        half = len(records) // 2
-        return self._build(partition, records[:half]) + self._build(partition, records[half:])
+        return build_within(records, self.plan.batch_limit, self.codec, lambda _, size: RecordTooLargeError(
+            f"a record for {self.plan.topic}-{partition} makes a {self.plan.compression} batch of {size} bytes, above "
+            f"the topic's {self._limit_name()} {self.plan.batch_limit}", size=size))
 
     def flush(self, partition: int) -> None:
-        records = self.pending.get(partition)
-        if not records:
+        pending = self.pending.get(partition)
+        if pending is None or not pending.records:
             return
+        records = pending.take()
         batches = self._build(partition, records)
         out = self.files.get(partition)
         if out is None:
@@ -315,8 +303,6 @@ class _TaskStager:
             staged.batches += 1
             staged.size += batch.size_in_bytes
         staged.records += len(records)
-        self.pending[partition] = []
-        self.pending_bytes[partition] = 0
 
     def close(self) -> list[Staged]:
         for partition in list(self.pending):

@@ -59,7 +59,7 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
     if kind == "segment-manifest":
         return _dump_manifest(path)
     if kind in ("log", "packed-indexes"):
-        from tiered.format.inspect import manifest_beside
+        from tiered.format.stored_files import manifest_beside
 
         manifest = manifest_beside(path)
         if manifest is not None:
@@ -129,8 +129,8 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
 
 
 def _dump_manifest(path: Path) -> DumpResult:
-    from tiered.format.inspect import manifest_items
     from tiered.format.manifest import SegmentManifest
+    from tiered.format.stored_files import manifest_items
 
     result = DumpResult(str(path), "segment-manifest")
     try:
@@ -144,7 +144,7 @@ def _dump_stored(path: Path, manifest: Path, key_provider: Any, **options: Any) 
     """A stored object decoded through its manifest into a temporary directory, then each file dumped."""
     from local.scratch import ScratchDir
     from tiered.errors import TieredStorageError
-    from tiered.format.inspect import decode_beside
+    from tiered.format.stored_files import decode_beside
 
     result = DumpResult(str(path), "log" if path.name.endswith(".log") else "packed-indexes")
     with ScratchDir("tiered-dump-") as scratch:
@@ -249,7 +249,7 @@ def _verify_offset_index(path: Path, base: int, result: DumpResult) -> None:
     zero-filled tail (an active segment's preallocated space) passes, as kafka-dump-log stops at it."""
     from local.index import LEGACY_OFFSET_ENTRY_SIZE
     from tiered.scrub.batches import BatchScanner
-    from tiered.scrub.local import check_offset_index_file, scan_file
+    from tiered.scrub.data_dir import check_offset_index_file, scan_file
 
     log_path = filenames.companion_log_file(path)
     if not log_path.exists():

@@ -1,0 +1,76 @@
+"""The collaborators the remote tier's parts share (:class:`RemoteTierParts`), and the rules every part applies the
+same way: a log's ``TopicIdPartition`` and which remote segments are readable.
+
+The parts are :class:`tiered.remote_log_reader.RemoteLogReader` (reads), :class:`tiered.rlm_copy.RLMCopyTask` and
+:class:`tiered.rlm_expiration.RLMExpirationTask` (Kafka's task classes); :class:`tiered.remote_log_manager.RemoteLogManager`
+is the façade a ``LogManager`` talks to. None of them reaches into another. What else they share has a module of its
+own: the metrics (:mod:`tiered.rlm_metrics`), a task run's result (:mod:`tiered.pass_result`), the bytes-per-second
+quota (:mod:`tiered.rate_limiter`) and how a remote segment is deleted (:mod:`tiered.remote_deletion`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from local.scheduler import Time
+from tiered.errors import RemoteStorageError
+from tiered.ownership import OwnershipGuard
+from tiered.remote_deletion import DeletionClaims, delete_remote_segment
+from tiered.rlm_metrics import RemoteLogMetrics
+from tiered.rsm import RemoteLogSegmentMetadata, RemoteStorageManager, TopicIdPartition
+
+if TYPE_CHECKING:
+    from local.log import Log
+    from tiered.cache.index_cache import RemoteIndexCache
+    from tiered.cache.segment_cache import SegmentCache
+    from tiered.rlmm import RemoteLogMetadataManager
+
+
+class SegmentLister(Protocol):
+    """The metadata store as the parts read it."""
+
+    def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]: ...
+
+
+def topic_id_partition(log: Log) -> TopicIdPartition:
+    """The remote tier's name for ``log``'s partition; a log without a topic id has no remote segments."""
+    if log.topic_id is None:
+        raise RemoteStorageError(f"log {log.name} has no topic id: cannot address its remote segments", retriable=False)
+    return TopicIdPartition(log.topic_id, log.topic, log.partition)
+
+
+def finished_segments(metadata: SegmentLister, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+    """FINISHED copies of a partition within its owner's lineage, ordered by start offset (the only ones reads and
+    retention see: :meth:`tiered.rlmm.RemoteLogMetadataManager.readable_segments`)."""
+    return metadata.readable_segments(tip)
+
+
+@dataclass(frozen=True)
+class RemoteTierParts:
+    """The collaborators the copy and expiration tasks share (built once by the RemoteLogManager)."""
+
+    rsm: RemoteStorageManager
+    metadata: RemoteLogMetadataManager
+    index_cache: RemoteIndexCache
+    segments: SegmentCache
+    metrics: RemoteLogMetrics
+    time: Time
+    broker_id: int
+    ownership: OwnershipGuard
+    deletions: DeletionClaims = dataclasses.field(default_factory=lambda: DeletionClaims())
+
+    def finished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        return finished_segments(self.metadata, tip)
+
+    def update_log_size(self, tip: TopicIdPartition) -> None:
+        """Set ``RemoteLogSizeBytes`` of ``tip`` to the bytes of its finished copies. Both the copy and the
+        expiration task call it after their run (as Kafka's do), so the gauge never lags a copy by a pass."""
+        size = sum(md.segment_size_in_bytes for md in self.finished_segments(tip))
+        self.metrics.log_size_bytes.labels(tip.topic, tip.partition).set(size)
+
+    def delete_remote_segment(self, md: RemoteLogSegmentMetadata, reason: str) -> bool:
+        """Delete ``md``'s segment the one way every task does: :func:`tiered.remote_deletion.delete_remote_segment`
+        (True when this call deleted it)."""
+        return delete_remote_segment(self, md, reason)
