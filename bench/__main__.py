@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 # Run only when named (``python -m bench spark``): they start a JVM and take minutes.
-OPT_IN = {"bench_spark"}
+OPT_IN = {"bench_spark", "bench_spark_columnar"}
 # Run only when named, and with arguments of their own: not benchmarks.
 ON_DEMAND = {"bench_mutation"}
 

@@ -25,6 +25,9 @@ the ratio is what that work leaves); and export, the write of ``tiered export`` 
 into Parquet partitioned by ``partition`` and ``date``, :func:`tiered.commands.export.write_output`) against
 pyarrow writing the same rows, already decoded in memory, to the same partitioned layout
 (``pyarrow.dataset.write_dataset``).
+
+Then :mod:`bench.bench_spark_columnar` (``read_topic`` over the columnar copy against one Parquet dataset, and what
+keeping the copy costs per segment).
 """
 
 from __future__ import annotations
@@ -346,6 +349,10 @@ def main() -> None:
             spark.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    # issue 31 items 1-2: read_topic over the columnar copy, and its cost
+    from bench import bench_spark_columnar
+
+    bench_spark_columnar.main()
 
 
 if __name__ == "__main__":

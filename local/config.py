@@ -177,6 +177,7 @@ _TOPIC_DEFS = [
     _Def("local.retention.bytes", "log.local.retention.bytes", "local_retention_bytes", _long(-2), -2),
     _Def("remote.log.copy.disable", None, "remote_log_copy_disable", _bool, False),
     _Def("remote.log.delete.on.disable", None, "remote_log_delete_on_disable", _bool, False),
+    _Def("remote.log.columnar.enable", None, "remote_log_columnar_enable", _bool, False),
 ]
 
 _BROKER_DEFS = [
@@ -240,6 +241,7 @@ _BROKER_DEFS = [
     _Def(None, "remote.log.reader.max.pending.tasks", "remote_log_reader_max_pending_tasks", _long(1, INT_MAX), 100),
     _Def(None, "remote.fetch.max.wait.ms", "remote_fetch_max_wait_ms", _long(1, INT_MAX), 500),
     _Def(None, "remote.log.segment.cache.dir", "remote_log_segment_cache_dir", _string, ""),
+    _Def(None, "remote.log.columnar.dir", "remote_log_columnar_dir", _string, ""),
     _Def(None, "remote.log.segment.cache.total.size.bytes", "remote_log_segment_cache_total_size_bytes", _long(0), 2048 * MIB),
     _Def(None, "remote.log.segment.cache.chunk.size.bytes", "remote_log_segment_cache_chunk_size_bytes",
          _long(4096, INT_MAX), 4 * MIB),
@@ -335,6 +337,7 @@ class TopicConfig:
     local_retention_bytes: int
     remote_log_copy_disable: bool
     remote_log_delete_on_disable: bool
+    remote_log_columnar_enable: bool
 
     @property
     def compact(self) -> bool:
@@ -439,6 +442,7 @@ class LogConfig:
     remote_log_reader_max_pending_tasks: int
     remote_fetch_max_wait_ms: int
     remote_log_segment_cache_dir: str
+    remote_log_columnar_dir: str
     remote_log_segment_cache_total_size_bytes: int
     remote_log_segment_cache_chunk_size_bytes: int
     remote_log_segment_cache_prefetch_chunks: int

@@ -215,6 +215,7 @@ def build_remote_tier(
         process_copier = _process_copier(config, rsm) if cache_root is None else None
         if process_copier is not None:
             built.append(process_copier)
+        columnar_root, columnar_refusal = _columnar(config) if cache_root is None else (None, None)  # writers only
         return assemble_remote_log_manager(
             rsm,
             metadata,
@@ -234,6 +235,8 @@ def build_remote_tier(
             log_dirs=[str(d) for d in config.log_dirs],
             time=time,
             process_copier=process_copier,
+            columnar_root=columnar_root,
+            columnar_refusal=columnar_refusal,
         )
     except BaseException:
         for part in reversed(built):
@@ -261,13 +264,17 @@ def assemble_remote_log_manager(
     log_dirs: Sequence[str] = (),
     time: Time = SYSTEM_TIME,
     process_copier: ProcessCopier | None = None,
+    columnar_root: Path | None = None,
+    columnar_refusal: str | None = None,
 ) -> RemoteLogManager:
     """The RemoteLogManager over ``rsm`` and ``metadata``, every part built here once and handed to the part that
     uses it: the checksum verifier, the index cache in ``index_cache_dir`` (checking what it downloads), the segment
     cache over ``chunk_cache``, the ownership guard, the reader, the quotas and, with ``process_copier``, the copies
     and deletes through the copier process. The manager closes them (and ``rsm``, ``chunk_cache`` and
     ``process_copier``) in its ``close()``. ``registry``: where the manager's metrics go (default:
-    ``local.metrics.REGISTRY``); ``cache_registry``: the index cache's (default: none kept)."""
+    ``local.metrics.REGISTRY``); ``cache_registry``: the index cache's (default: none kept). ``columnar_root``: where the copy tasks keep the
+    columnar copies of the topics that ask for them (tiered.columnar; ``columnar_refusal``: why they may not, logged
+    instead)."""
     from tiered.cache.index_cache import RemoteIndexCache
     from tiered.cache.segment_cache import RemoteSegmentCache
     from tiered.checksums import ChecksumVerifier, default_chunk_bytes
@@ -291,13 +298,31 @@ def assemble_remote_log_manager(
     parts = RemoteTierParts(deleting_rsm, metadata, index_cache, segments, metrics, time, broker_id, ownership)
     reader = RemoteLogReader(metadata, index_cache, segments, fetch_quota=RateLimiter(fetch_max_bytes_per_second),
                              metrics=metrics)
+    columnar = None
+    if columnar_root is not None:
+        from tiered.columnar.keeper import ColumnarKeeper
+
+        columnar = ColumnarKeeper(columnar_root, parts, reader.read_range, refusal=columnar_refusal)
     return RemoteLogManager(
         parts, reader, rsm=rsm, checksums=checksums, copy_quota=RateLimiter(copy_max_bytes_per_second),
         checksum_chunk_bytes=checksum_chunk_bytes or default_chunk_bytes(), chunk_cache=chunk_cache,
         custom_metadata_max_bytes=custom_metadata_max_bytes, copier_threads=copier_threads,
         expiration_threads=expiration_threads, task_interval_ms=task_interval_ms, process_copier=process_copier,
-        copy_batch=copy_batch,
+        copy_batch=copy_batch, columnar=columnar,
     )
+
+
+def _columnar(config: LogConfig) -> tuple[Path | None, str | None]:
+    """Where the copy tasks keep the columnar copies (tiered.columnar), if the config gives them a place (topics opt
+    in with ``remote.log.columnar.enable``), and why they may not (encrypted remote segments: logged per topic)."""
+    from tiered.columnar.location import columnar_root, encrypted
+
+    root = columnar_root(config)
+    if root is None:
+        return None, None
+    refusal = ("the remote segments are encrypted (rsm.config.encryption.enabled=true) and remote.log.columnar.enable"
+               "=true would keep them in plaintext" if encrypted(config) else None)
+    return root, refusal
 
 
 def _segment_cache_dir(config: LogConfig, cache_root: Path | None, log_dir: Path) -> Path:

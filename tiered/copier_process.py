@@ -492,7 +492,7 @@ _DELETE_STARTED_EVENT = f".{int(RemoteLogSegmentState.DELETE_SEGMENT_STARTED)}.j
 
 
 class ChildDeletingRsm:
-    """The plugin, its ``delete_log_segment_data`` run by the copier process (RemoteLogManager.delete_in_child_process):
+    """The plugin, its ``delete_log_segment_data`` run by the copier process (the composition root sets it up with the copier process):
     a segment's objects are deleted with one request instead of a blocking call per object here (each a wait for
     the GIL under load), the segment's DELETE_SEGMENT_STARTED event in the same request, before them. Everything
     else is the plugin's own."""

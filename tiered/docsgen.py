@@ -62,6 +62,9 @@ DESCRIPTIONS: dict[str, str] = {
     "local.retention.bytes": "How much of the partition stays on local disk once copied; -2: `retention.bytes`.",
     "remote.log.copy.disable": "Stop copying new segments of a tiered topic; remote data stays readable and expires.",
     "remote.log.delete.on.disable": "Allow `remote.storage.enable=false` on a topic with remote data, deleting it.",
+    "remote.log.columnar.enable": "Ours: keep a Parquet copy of the topic's remote segments (aborted records marked) "
+                                  "in `remote.log.columnar.dir`, for `tiered.spark.read_topic`. Needs "
+                                  "`remote.storage.enable=true` (docs/columnar.md).",
     # broker keys
     "broker.id": "The broker id recorded in remote segment metadata, and the node id of the Kafka protocol listener.",
     # the Kafka protocol listener (tiered run --kafka-listen; docs/kafka-protocol.md)
@@ -128,6 +131,10 @@ DESCRIPTIONS: dict[str, str] = {
     "remote.fetch.max.wait.ms": "Longest a fetch waits for a remote read.",
     "remote.log.segment.cache.dir": "Ours: directory of the remote segment chunk cache (default: in the first data "
                                     "dir).",
+    "remote.log.columnar.dir": "Ours: where the columnar (Parquet) copies of topics with "
+                               "`remote.log.columnar.enable=true` live, a local or shared path Spark reads; default: "
+                               "`<rsm.config.dir>-columnar` beside the local-directory backend's bucket, none for "
+                               "other backends (docs/columnar.md).",
     "remote.log.segment.cache.total.size.bytes": "Ours: disk space of the remote segment chunk cache.",
     "remote.log.segment.cache.chunk.size.bytes": "Ours: size of one cached chunk of a remote segment.",
     "remote.log.segment.cache.prefetch.chunks": "Ours: chunks read ahead of a sequential reader.",

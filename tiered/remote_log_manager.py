@@ -56,9 +56,11 @@ from tiered.rlm_tasks import RLMTaskScheduler, tiering_enabled
 from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager, TopicIdPartition
 
 if TYPE_CHECKING:
+
     from local.log import Log
     from local.segment import LogSegment
     from tiered.cache.chunk_cache import ChunkCache
+    from tiered.columnar.keeper import ColumnarKeeper
     from tiered.copier_process import ProcessCopier
 
 __all__ = ["PassResult", "RemoteLogManager"]
@@ -85,6 +87,7 @@ class RemoteLogManager:
         task_interval_ms: int = 30_000,
         process_copier: ProcessCopier | None = None,
         copy_batch: CopyBatch | None = None,
+        columnar: ColumnarKeeper | None = None,
     ) -> None:
         """Every part is built by the composition root (:func:`tiered.composition.assemble_remote_log_manager`)
         and handed over here; the manager closes what it is handed (:meth:`close`)."""
@@ -121,6 +124,8 @@ class RemoteLogManager:
         self._copy_data: CopyData = process_copier.copy_with_checksums if process_copier is not None else self._copy_here
         # Batch copies through the copier process, events included (None: one by one).
         self._copy_batch = copy_batch
+        # The columnar (Parquet) copies the copy tasks keep (tiered.columnar), or None.
+        self.columnar = columnar
 
     @property
     def process_copier(self) -> ProcessCopier | None:
@@ -153,7 +158,7 @@ class RemoteLogManager:
                     self.parts, tip, copy_data=self._copy_data, quota=self._copy_quota,
                     custom_metadata_max_bytes=self.custom_metadata_max_bytes,
                     checksum_chunk_bytes=self.checksum_chunk_bytes, record=self.record_task_result,
-                    stopping=self._stopping, copy_batch=self._copy_batch,
+                    stopping=self._stopping, copy_batch=self._copy_batch, columnar=self.columnar,
                 )
                 tasks = self._partition_tasks[tip] = (copy, RLMExpirationTask(self.parts, tip, record=self.record_task_result))
             return tasks

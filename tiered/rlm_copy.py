@@ -59,6 +59,7 @@ from tiered.rsm import (
 if TYPE_CHECKING:
     from local.log import Log
     from local.segment import LogSegment
+    from tiered.columnar.keeper import ColumnarKeeper
 
 logger = logging.getLogger(__name__)
 
@@ -169,8 +170,11 @@ class RLMCopyTask:
         record: Callable[[PassResult], None],
         stopping: threading.Event | None = None,
         copy_batch: CopyBatch | None = None,
+        columnar: ColumnarKeeper | None = None,
     ) -> None:
         self.parts = parts
+        # Keeps the Parquet copy of topics with remote.log.columnar.enable=true after each run (tiered.columnar).
+        self._columnar = columnar
         # Copies through the copier process in batches of up to COPY_BATCH_SEGMENTS (None: one segment at a time).
         self._copy_batch = copy_batch
         self._segments_per_request = COPY_BATCH_SEGMENTS if copy_batch is not None else 1
@@ -252,7 +256,18 @@ class RLMCopyTask:
             self._set_lag(log, candidate_segments(self.parts, self.tip, log))
             if result.segments_copied:
                 self.parts.update_log_size(self.tip)
+            if self._columnar is not None and log.config.remote_log_columnar_enable and not self._stopping.is_set():
+                self._keep_columnar(log)
         return result
+
+    def _keep_columnar(self, log: Log) -> None:
+        """The columnar copy's step of the run (still under the lock, ownership checked): a failure is logged and
+        retried at the next run; the segment copies are not affected."""
+        assert self._columnar is not None
+        try:
+            self._columnar.keep(log, self.tip, self._stopping)
+        except Exception:
+            logger.warning("keeping the columnar copy of %s failed; retried at the next pass", log.name, exc_info=True)
 
     def _owned(self, log: Log, result: PassResult) -> bool:
         """Whether this data dir (still) owns the partition's remote data, claiming it when nobody has

@@ -156,7 +156,7 @@ def test_raw_batches_are_cut_alike_whatever_lengths_the_reads_return(
     """``iter_raw_batches`` yields each whole batch, the same bytes at the same position, whether reads return all
     that was asked or less (a remote read stops at its cache chunk's end), and refuses a batch the data cuts."""
     from local.errors import CorruptRecordError
-    from tiered.spark import reader
+    from tiered.spark import raw_batches as reader
 
     monkeypatch.setattr(reader, "READ_BYTES", read_bytes)
     batches, offset = [], 0

@@ -511,6 +511,36 @@ def test_the_copy_and_expiration_tasks_claiming_at_once_both_find_this_data_dir_
         assert len(RemoteLogMetadataStore.in_bucket(rsm).owner_records(tip)) == 1
 
 
+def test_only_the_owner_keeps_the_columnar_copy(two_dirs: tuple[Path, Path, Path],
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Both data dirs ask for the topic's columnar copy (in the directory beside their shared bucket): the one that
+    lost the partition writes nothing there, the owner writes it."""
+    a, b, bucket = two_dirs
+    attach(capsys, b)
+    columnar = bucket.with_name(bucket.name + "-columnar") / f"{TOPIC}-0"
+    for config in (a, b):
+        rc, _, err = cli(capsys, "--config", str(config), "topics", "alter", "-t", TOPIC, "--add-config",
+                         "remote.log.columnar.enable=true")
+        assert rc == 0, err
+    produce(a, "A", 40)
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None and rlm.run_once(manager.all_logs()).not_owned == 1
+    assert not columnar.exists()
+    produce(b, "B", 40)
+    with open_log_manager(LogConfig.from_properties(str(b)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None and rlm.run_once(manager.all_logs()).not_owned == 0
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None
+        finished = rlm.finished_segments(rlm.topic_id_partition(log))
+    from tiered.columnar.manifest import read_manifest
+
+    manifest = read_manifest(columnar)
+    assert manifest is not None and manifest.files
+    assert manifest.files[-1].end_offset == finished[-1].end_offset
+
+
 def test_events_deleted_between_the_listing_and_their_read_are_skipped_not_a_failed_load(tmp_path: Path) -> None:
     """A partition's view is loaded by listing its events, then reading each: the expiration task deleting a segment
     meanwhile removes some (the soak's copy cleanup failed on it, a task failure every few seconds)."""

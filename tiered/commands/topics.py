@@ -223,7 +223,11 @@ def _dirs(config: Any) -> str:
 
 
 def _check_remote_allowed(config: Any, overrides: dict[str, str]) -> None:
-    """Kafka refuses remote.storage.enable=true on a broker without the remote storage system."""
+    """Kafka refuses remote.storage.enable=true on a broker without the remote storage system; we refuse
+    remote.log.columnar.enable=true where it cannot work (tiered.columnar.location.check_topic)."""
+    from tiered.columnar.location import check_topic
+
+    check_topic(config, config.topic_config(overrides))
     if config.topic_config(overrides).remote_storage_enable and not config.remote_log_storage_system_enable:
         from local.errors import ConfigError
 

@@ -22,6 +22,9 @@ a summary line. A progress bar (on stderr) is shown only when stdout is a termin
 and each problem is ``{"kind", "file", "object", "position", "offset", "message"}`` (``kind`` one of
 ``tiered.scrub.report.PROBLEM_KINDS``; ``file`` a local path or null, ``object`` a remote key or null).
 
+Where the configuration gives the columnar copies a place (``remote.log.columnar.dir``, or beside the
+local-directory tier), they are checked too (:mod:`tiered.columnar.scrub`; kind ``columnar``).
+
 Exit codes: 0 nothing wrong, 1 problems found (or a data dir named by the config file is missing), 2 usage (bad
 arguments, a missing config file, a data dir given with ``--log-dirs`` that does not exist, ``--remote`` without
 a remote tier in the configuration).
@@ -72,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
             rsm.object_store.check_access()  # an unreachable endpoint, a missing bucket or bad credentials: at once
         with _progress(enabled=not args.json and sys.stdout.isatty()) as progress:
             result = scrub(dirs, rsm, topic=args.topic, progress=progress, remote_by_default=remote_by_default)
+        _scrub_columnar(config, result, args.topic)
     finally:
         if rsm is not None:
             rsm.close()
@@ -80,6 +84,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_text(result)
     return 0 if result.ok else 1
+
+
+def _scrub_columnar(config: Any, result: ScrubResult, topic: str | None) -> None:
+    """The columnar copies (tiered.columnar.scrub), where the configuration gives them a place."""
+    from tiered.columnar.location import columnar_root
+
+    root = columnar_root(config)
+    if root is None or not root.is_dir():
+        return
+    from tiered.columnar.scrub import scrub_columnar
+
+    scrub_columnar(root, result.partitions, topic)
+    result.partitions.sort(key=lambda p: (p.topic, p.partition, p.data_dir or "", p.topic_id or ""))
 
 
 def _remote_tier(config: Any) -> Any:

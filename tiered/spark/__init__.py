@@ -6,7 +6,8 @@
 
 :func:`register` registers the data source and turns on Spark's Python filter pushdown
 (``spark.sql.python.filterPushdown.enabled``) so filters on ``partition``, ``offset`` and ``timestamp`` prune
-segments. See :mod:`tiered.spark.source` for the source and :mod:`tiered.spark.options` for its options.
+segments. :func:`read_topic` reads a topic through its columnar copy (Parquet, kept by the engine) where it has
+one. See :mod:`tiered.spark.source` for the source and :mod:`tiered.spark.options` for its options.
 """
 
 from __future__ import annotations
@@ -15,7 +16,18 @@ from typing import Any
 
 from tiered.spark.arrow_records import SCHEMA_DDL
 
-__all__ = ["SCHEMA_DDL", "local_session", "register"]
+__all__ = ["SCHEMA_DDL", "local_session", "read_topic", "register"]
+
+
+def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str] | None = None, **options: Any) -> Any:
+    """One DataFrame of the topics' records in the source's schema: Spark's Parquet reader over the columnar copy
+    (topics with ``remote.log.columnar.enable=true``) for the offsets it holds, the ``tiered`` source for the rest,
+    each offset exactly once. ``options``: the source's options by name. See :mod:`tiered.spark.columnar_read`."""
+    from tiered.spark.columnar_read import read_topic as read
+
+    pushdown = next((str(v) for k, v in options.items() if k.lower() == "filterpushdown"), "true").lower() != "false"
+    register(spark, filter_pushdown=pushdown)
+    return read(spark, config=config, topics=topics, **options)
 
 
 def register(spark: Any, *, filter_pushdown: bool = True) -> None:

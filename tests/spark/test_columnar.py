@@ -1,0 +1,286 @@
+"""The columnar copy (tiered.columnar) and ``tiered.spark.read_topic`` on a real local[2] Spark.
+
+Topic ``c`` (2 partitions; null keys, headers, two codecs) and topic ``tx`` (committed and aborted transactions) have
+``remote.log.columnar.enable=true``: one pass of the copy tasks leaves their closed segments in the remote tier and
+in Parquet, their active segments only in the data dir, so every read crosses the boundary between Spark's Parquet
+reader and the ``tiered`` source. The oracle is the engine's own read (``Log.read`` through a read-only LogManager
+with the consumer's aborted-transaction rule, ``tiered.commands.consume.records_from``); Spark's Parquet reader
+and pyarrow read the files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from local import LogConfig, LogManager
+from local.errors import ConfigError
+from local.fetch import FetchIsolation
+from local.records import CompressionType, MemoryRecords, SimpleRecord
+from tests.logutil import local_tier_props
+from tiered.columnar.location import check_topic, columnar_root
+from tiered.columnar.manifest import partition_dir, read_manifest
+from tiered.columnar.scrub import scrub_columnar
+from tiered.commands.consume import records_from
+from tiered.remote_log_manager import RemoteLogManager
+from tiered.scrub.report import PartitionReport
+from tiered.spark import read_topic
+from tiered.spark.columnar_read import plan_topic
+
+pytestmark = pytest.mark.integration
+
+T0 = int(time.time() * 1000) - 3_600_000  # recent: retention by time must not delete the records
+N = 16_000  # records per partition of c: a closed segment of 1 MiB (or more) and an active one
+COLUMNAR = {"remote.storage.enable": "true", "remote.log.columnar.enable": "true"}
+
+
+def _value(i: int) -> bytes:
+    return b"value-%08d-" % i + b"x" * (40 + i % 61)
+
+
+def _append_c(log: Any, p: int, first: int, last: int) -> None:
+    for start in range(first, last, 250):
+        recs = [SimpleRecord(T0 + i * 10 + p, None if i % 7 == 0 else b"k%d" % i, _value(i),
+                             headers=[("h", b"%d" % i)] if i % 13 == 0 else [])
+                for i in range(start, min(start + 250, last))]
+        log.append(MemoryRecords.build(recs, CompressionType.LZ4 if start % 1000 == 0 else CompressionType.NONE))
+
+
+def _append_tx(log: Any, rounds: range) -> None:
+    for round_ in rounds:
+        pid, commit = 100 + round_, round_ % 2 == 0
+        for seq in range(3):
+            recs = [SimpleRecord(T0 + round_ * 100 + seq * 10 + j, b"p%d" % pid, b"r%d-%d-%d" % (round_, seq, j))
+                    for j in range(4)]
+            log.append(MemoryRecords.build(recs, producer_id=pid, producer_epoch=0, base_sequence=seq * 4,
+                                           is_transactional=True))
+            log.append(MemoryRecords.build([SimpleRecord(T0, None, b"plain-%d-%d" % (round_, seq))]))
+        log.append(MemoryRecords.end_transaction_marker(pid, 0, commit=commit))
+        if round_ in (1, 3):  # rounds 0-1 and 2-3 in closed segments, 4-5 (one aborted) in the active one
+            log.roll()
+
+
+def _build(root: Path, *, partitions: int = 2, n: int = N, extra: dict[str, str] | None = None) -> None:
+    with LogManager(LogConfig.from_properties(local_tier_props(root)), start_scheduler=False) as m:
+        for p in range(partitions):
+            _append_c(m.get_or_create_log("c", p, {**COLUMNAR, **(extra or {})}), p, 0, n)
+        _append_tx(m.get_or_create_log("tx", 0, COLUMNAR), range(6))
+        rlm = m.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        rlm.run_once(m.all_logs())
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("columnar-data")
+    _build(root)
+    return root
+
+
+def _options(root: Path, **extra: str) -> dict[str, str]:
+    return {**{f"config.{k}": v for k, v in local_tier_props(root).items()}, "cacheDir": str(root / "cache"), **extra}
+
+
+def _rows(df: Any) -> list[tuple[Any, ...]]:
+    out = []
+    for r in df.selectExpr("partition", "offset", "key", "value", "unix_millis(timestamp) AS ts", "timestampType",
+                           "headers", "leaderEpoch").collect():
+        out.append((r["partition"], r["offset"], r["key"], r["value"], r["ts"], r["timestampType"],
+                    tuple((h["key"], h["value"]) for h in r["headers"]), r["leaderEpoch"]))
+    return sorted(out, key=lambda t: (t[0], t[1]))
+
+
+def _engine_rows(root: Path, topic: str, isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK) -> list[Any]:
+    out = []
+    with LogManager(LogConfig.from_properties(local_tier_props(root)), start_scheduler=False, read_only=True) as m:
+        for t, p in m.partitions():
+            log = m.get_log(t, p)
+            if t != topic or log is None:
+                continue
+            for batch, rec in records_from(log, log.log_start_offset, isolation):
+                epoch = batch.partition_leader_epoch
+                out.append((p, rec.offset, rec.key, rec.value, rec.timestamp, int(batch.timestamp_type),
+                            tuple(rec.headers), epoch if epoch >= 0 else None))
+    return sorted(out, key=lambda t: (t[0], t[1]))
+
+
+def test_read_topic_is_the_engines_records_across_the_boundary(spark: Any, root: Path) -> None:
+    plan = plan_topic({**_options(root), "topics": "c"})
+    # each partition: its closed segments from Parquet, its active segment from the source, meeting exactly
+    assert sorted((t, p) for t, p, _lo, _hi in plan.parquet_ranges) == [("c", 0), ("c", 1)]
+    assert sorted((t, p) for t, p, _lo, _hi in plan.source_ranges) == [("c", 0), ("c", 1)]
+    for (_t, p, lo, hi), (_t2, p2, lo2, hi2) in zip(sorted(plan.parquet_ranges), sorted(plan.source_ranges), strict=True):
+        assert p == p2 and lo == 0 and 0 < hi == lo2 < hi2 == N
+    assert plan.whole_files and len(plan.files) >= 2
+    expected = _engine_rows(root, "c")
+    assert len(expected) == 2 * N
+    assert _rows(read_topic(spark, topics="c", **_options(root))) == expected
+
+
+def test_read_committed_gives_the_same_rows_from_the_copy_and_the_source(spark: Any, root: Path) -> None:
+    committed = _engine_rows(root, "tx", FetchIsolation.TXN_COMMITTED)
+    uncommitted = _engine_rows(root, "tx")
+    assert len(uncommitted) == 6 * 15 and len(committed) == 3 * 15 + 9
+    plan = plan_topic({**_options(root), "topics": "tx"})
+    assert plan.parquet_ranges and plan.source_ranges
+    # the copy keeps the aborted records, marked
+    directory = partition_dir(columnar_root(LogConfig.from_properties(local_tier_props(root))), "tx", 0)  # type: ignore[arg-type]
+    manifest = read_manifest(directory)
+    assert manifest is not None and len(manifest.files) >= 2
+    marked = pq.read_table([directory / f.name for f in manifest.files], columns=["value", "aborted"]).to_pylist()
+    assert {r["value"][:2] for r in marked if r["aborted"]} == {b"r1", b"r3"}
+    assert not any(r["aborted"] for r in marked if r["value"].startswith((b"r0", b"r2", b"plain")))
+    assert _rows(read_topic(spark, topics="tx", isolationLevel="read_committed", **_options(root))) == committed
+    assert _rows(read_topic(spark, topics="tx", **_options(root))) == uncommitted
+    source = spark.read.format("tiered").options(**_options(root), topics="tx", isolationLevel="read_committed").load()
+    assert _rows(source) == committed
+
+
+def test_offsets_timestamps_and_filters_across_the_boundary(spark: Any, root: Path) -> None:
+    expected = _engine_rows(root, "c")
+    boundary = plan_topic({**_options(root), "topics": "c"}).source_ranges[0][2]
+    starting = json.dumps({"c": {"0": 5000, "1": boundary + 3}})
+    ending = json.dumps({"c": {"0": boundary + 100, "1": N - 1}})
+    got = _rows(read_topic(spark, topics="c", startingOffsets=starting, endingOffsets=ending, **_options(root)))
+    assert got == [r for r in expected if (r[0] == 0 and 5000 <= r[1] < boundary + 100)
+                   or (r[0] == 1 and boundary + 3 <= r[1] < N - 1)]
+    df = read_topic(spark, topics="c", **_options(root)).where(f"offset >= 100 AND offset < {boundary + 50}")
+    assert _rows(df) == [r for r in expected if 100 <= r[1] < boundary + 50]
+    ts = T0 + 10_000 * 10
+    got = _rows(read_topic(spark, topics="c", startingTimestamp=str(ts), **_options(root)))
+    assert got == [r for r in expected if r[4] >= ts]
+
+
+def test_the_files_let_spark_prune_by_partition_offset_and_timestamp(spark: Any, root: Path) -> None:
+    plan = plan_topic({**_options(root), "topics": "c"})
+    for path in plan.files:
+        meta = pq.ParquetFile(path).metadata
+        names = meta.schema.to_arrow_schema().names
+        previous = -1
+        for i in range(meta.num_row_groups):
+            group = meta.row_group(i)
+            stats = {c: group.column(names.index(c)).statistics for c in ("partition", "offset", "timestamp")}
+            assert all(s is not None and s.has_min_max for s in stats.values())
+            assert stats["partition"].min == stats["partition"].max
+            assert stats["offset"].min > previous  # row groups in offset order
+            previous = stats["offset"].max
+    df = read_topic(spark, topics="c", **_options(root)).where("offset < 100")
+    scan = df._jdf.queryExecution().executedPlan().toString()
+    assert "PushedFilters" in scan and "LessThan(offset,100)" in scan
+
+
+def test_appends_copies_and_retention_after_the_call_change_nothing(spark: Any, tmp_path: Path) -> None:
+    _build(tmp_path, partitions=1, n=12_000, extra={"file.delete.delay.ms": "0"})
+    df = read_topic(spark, topics="c", **_options(tmp_path))
+    before = _engine_rows(tmp_path, "c")
+    with LogManager(LogConfig.from_properties(local_tier_props(tmp_path)), start_scheduler=False) as m:
+        log = m.get_log("c", 0)
+        assert log is not None
+        _append_c(log, 0, 12_000, 24_000)
+        log.roll()
+        rlm = m.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        rlm.run_once(m.all_logs())  # the source's part of the read is now in the columnar copy too
+        assert read_manifest(partition_dir(rlm.columnar.root, "c", 0)).next_offset == 24_000  # type: ignore[union-attr]
+    assert _rows(df) == before  # planned before: exactly the offsets of the call, once each
+    after = _rows(read_topic(spark, topics="c", **_options(tmp_path)))
+    assert after == _engine_rows(tmp_path, "c") and len(after) == 24_000
+    assert plan_topic({**_options(tmp_path), "topics": "c"}).source_ranges == []
+
+
+def test_retention_nothing_below_the_log_start_and_retired_files_go(spark: Any, tmp_path: Path) -> None:
+    _build(tmp_path, partitions=1, n=30_000, extra={"file.delete.delay.ms": "0"})
+    props = local_tier_props(tmp_path)
+    directory = partition_dir(columnar_root(LogConfig.from_properties(props)), "c", 0)  # type: ignore[arg-type]
+    first = read_manifest(directory)
+    assert first is not None and len(first.files) >= 2
+    cut = first.files[0].end_offset - 10  # inside the first file: it stays, filtered
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        log = m.get_log("c", 0)
+        assert log is not None
+        log.delete_records(cut)
+    expected = _engine_rows(tmp_path, "c")
+    assert expected[0][1] == cut
+    assert _rows(read_topic(spark, topics="c", **_options(tmp_path))) == expected
+    cut = first.files[0].end_offset + 1  # past the first file: it goes at the next pass
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        log = m.get_log("c", 0)
+        assert log is not None
+        log.delete_records(cut)
+        rlm = m.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        rlm.run_once(m.all_logs())
+    now = read_manifest(directory)
+    assert now is not None and now.files == first.files[1:] and not now.retired
+    assert sorted(p.name for p in directory.glob("*.parquet")) == sorted(f.name for f in now.files)
+    expected = _engine_rows(tmp_path, "c")
+    assert expected[0][1] == cut
+    assert _rows(read_topic(spark, topics="c", **_options(tmp_path))) == expected
+
+
+def test_verify_finds_a_flipped_byte_and_a_missing_file(root: Path, tmp_path: Path) -> None:
+    source = columnar_root(LogConfig.from_properties(local_tier_props(root)))
+    assert source is not None
+    copy = tmp_path / "columnar"
+    shutil.copytree(source, copy)
+    reports: list[PartitionReport] = []
+    scrub_columnar(copy, reports)
+    assert sorted(r.name for r in reports) == ["c-0", "c-1", "tx-0"] and not any(r.problems for r in reports)
+    flipped = sorted((copy / "c-0").glob("*.parquet"))[0]
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    flipped.write_bytes(bytes(data))
+    sorted((copy / "c-1").glob("*.parquet"))[-1].unlink()
+    reports = []
+    scrub_columnar(copy, reports, topic="c")
+    problems = {r.name: [p.message for p in r.problems] for r in reports}
+    assert sorted(problems) == ["c-0", "c-1"] and len(problems["c-0"]) == len(problems["c-1"]) == 1
+    assert "crc32c" in problems["c-0"][0] and problems["c-1"][0].startswith("missing")
+
+
+def test_a_columnar_topic_that_cannot_work_is_refused_naming_both_settings(tmp_path: Path) -> None:
+    s3 = LogConfig.from_properties({"log.dirs": str(tmp_path), "remote.log.storage.system.enable": "true",
+                                    "remote.log.storage.manager.class.name": "s3", "rsm.config.bucket": "b"})
+    with pytest.raises(ConfigError, match=r"remote\.log\.columnar\.enable.*remote\.log\.columnar\.dir"):
+        check_topic(s3, s3.topic_config(COLUMNAR))
+    local = LogConfig.from_properties(local_tier_props(tmp_path, **{"rsm.config.encryption.enabled": "true"}))
+    with pytest.raises(ConfigError, match=r"remote\.log\.columnar\.enable.*rsm\.config\.encryption\.enabled"):
+        check_topic(local, local.topic_config(COLUMNAR))
+    with pytest.raises(ConfigError, match=r"remote\.log\.columnar\.enable.*remote\.storage\.enable"):
+        check_topic(local, local.topic_config({"remote.log.columnar.enable": "true"}))
+    chosen = LogConfig.from_properties({**local_tier_props(tmp_path), "remote.log.columnar.dir": f"file://{tmp_path}/p"})
+    assert columnar_root(chosen) == tmp_path / "p"
+    check_topic(chosen, chosen.topic_config(COLUMNAR))
+
+
+def test_a_copy_enabled_later_is_made_from_the_remote_tier(tmp_path: Path) -> None:
+    """Local retention deleted the segments before the topic asked for a columnar copy: it is read back from the
+    remote tier (the keeper's other source), from the log start on."""
+    props = local_tier_props(tmp_path)
+    plain = {"remote.storage.enable": "true", "local.retention.bytes": "1", "file.delete.delay.ms": "0"}
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        log = m.get_or_create_log("c", 0, plain)
+        _append_c(log, 0, 0, 30_000)
+        rlm = m.remote_tier
+        assert isinstance(rlm, RemoteLogManager) and rlm.columnar is not None
+        rlm.run_once(m.all_logs())
+        m.cleanup_logs()
+        remote = rlm.finished_segments(rlm.topic_id_partition(log))
+        assert len(remote) >= 2 and log.local_log_start_offset > remote[0].end_offset
+        assert not (rlm.columnar.root / "c-0").exists()
+        log = m.get_or_create_log("c", 0, {**plain, "remote.log.columnar.enable": "true"})
+        assert log.config.remote_log_columnar_enable
+        rlm.run_once(m.all_logs())
+        manifest = read_manifest(partition_dir(rlm.columnar.root, "c", 0))
+    assert manifest is not None
+    assert [(f.base_offset, f.end_offset) for f in manifest.files] == [(md.start_offset, md.end_offset) for md in remote]
+    rows = pq.read_table([partition_dir(tmp_path / "remote-columnar", "c", 0) / f.name for f in manifest.files],
+                         columns=["offset", "key", "value"]).to_pylist()
+    expected = [(r[1], r[2], r[3]) for r in _engine_rows(tmp_path, "c") if r[1] <= remote[-1].end_offset]
+    assert [(r["offset"], r["key"], r["value"]) for r in rows] == expected

@@ -1,0 +1,300 @@
+"""Keeping a partition's columnar copy in step with its remote segments (run by the partition's copy task).
+
+After each run of the copy task (:mod:`tiered.rlm_copy`), for a topic with ``remote.log.columnar.enable=true``,
+while this data dir owns the partition (the copy task has just checked :mod:`tiered.ownership`, and holds the
+partition's lock): every finished remote segment after the manifest's last file becomes one Parquet file, in offset
+order. A remote segment is always below the last stable offset (the copy task copies nothing above it), so its
+transactions are resolved: records of aborted transactions are kept with ``aborted = true`` (the Kafka rule: a
+transactional batch whose producer has an aborted transaction with ``first_offset <= base offset <= last_offset``,
+from the transaction indexes of the remote segments from this one on, then the local ones), which lets one copy
+serve both isolation levels. Control records are not rows (no consumer sees them).
+
+The bytes are read from the local segment while it is still there (it usually is: the copy has just happened),
+else through the remote read path. Each file: the source's columns (:data:`tiered.spark.arrow_records.ARROW_SCHEMA`)
+plus ``aborted``, one row group per ~64 Ki records in offset order, with Parquet statistics (partition, offset,
+timestamp: Spark prunes row groups by them).
+
+Retention: files wholly below the log start offset leave the manifest (``retired``) and are deleted
+``file.delete.delay.ms`` later (a read planned before still finds them); readers filter the rest by the log start
+offset. Crash steps, each survivable (a SIGKILL at any of them: ``tests/crash/test_columnar_sigkill.py``): the
+temp file written (``written``), renamed to its final name (``renamed``), the manifest naming it (``published``),
+files retired in the manifest (``retired``), a retired file deleted (``deleted``). The first run of a partition in
+a process removes temp files and files no manifest names (what a crash left).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from local.checkpoint import fsync_dir, kafka_uuid_to_str
+from tiered.columnar.manifest import (
+    PARQUET_SUFFIX,
+    TEMP_SUFFIX,
+    ColumnarFile,
+    Manifest,
+    file_name,
+    partition_dir,
+    read_manifest,
+    write_manifest,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from local.log import Log
+    from tiered.rlm_parts import RemoteTierParts
+    from tiered.rsm import RemoteLogSegmentMetadata, TopicIdPartition
+
+logger = logging.getLogger(__name__)
+
+ABORTED = "aborted"
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_TRANSACTIONAL = 0x10
+ReadRange = Callable[["RemoteLogSegmentMetadata", int, int], "bytes | memoryview"]
+
+
+def columnar_schema() -> pa.Schema:
+    """The Parquet files' schema: the source's columns, then ``aborted``."""
+    import pyarrow as pa
+
+    from tiered.spark.arrow_records import ARROW_SCHEMA
+
+    return ARROW_SCHEMA.append(pa.field(ABORTED, pa.bool_(), nullable=False))
+
+
+@dataclass
+class ColumnarPass:
+    """What one run did: files written (their rows and bytes, and the seconds it took), retired and deleted."""
+
+    files_written: int = 0
+    rows: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    files_retired: int = 0
+    files_deleted: int = 0
+
+
+class ColumnarKeeper:
+    """Writes the columnar copies under ``root`` (see the module docstring); one per RemoteLogManager, called by each
+    partition's copy task under that task's lock (so one run per partition at a time)."""
+
+    def __init__(self, root: Path, parts: RemoteTierParts, read_range: ReadRange, *, refusal: str | None = None) -> None:
+        self.root = root
+        # Why no copy may be kept under this broker config (encrypted remote segments); logged once per partition.
+        self.refusal = refusal
+        self.parts = parts
+        self._read_range = read_range
+        self._swept: set[tuple[str, int]] = set()
+        self._lock = threading.Lock()
+        # A seam for crash tests: called with the name of each step once it is done (see the module docstring).
+        self.on_step: Callable[[str], None] = lambda step: None
+
+    def keep(self, log: Log, tip: TopicIdPartition, stopping: threading.Event | None = None) -> ColumnarPass:
+        result = ColumnarPass()
+        if self.refusal is not None:
+            with self._lock:
+                first = (log.topic, log.partition) not in self._swept
+                self._swept.add((log.topic, log.partition))
+            if first:
+                logger.error("no columnar copy of %s: %s", log.name, self.refusal)
+            return result
+        directory = partition_dir(self.root, log.topic, log.partition)
+        directory.mkdir(parents=True, exist_ok=True)
+        topic_id = kafka_uuid_to_str(tip.topic_id)
+        now = self.parts.time.milliseconds()
+        found = read_manifest(directory)
+        m = found if found is not None else Manifest(log.topic, log.partition, topic_id)
+        if m.topic_id != topic_id:  # the topic was deleted and made again: its old copy goes
+            m = replace(Manifest(log.topic, log.partition, topic_id), retired=m.retire_all(now).retired)
+        self._sweep_once(directory, m, log)
+        m = self._follow_retention(directory, m, found, log, now, result)
+        for md in self.parts.finished_segments(tip):
+            if stopping is not None and stopping.is_set():
+                break
+            nxt = m.next_offset
+            if md.end_offset < log.log_start_offset or (nxt is not None and md.end_offset < nxt):
+                continue
+            if nxt is not None and md.start_offset != nxt:
+                # A gap (the copy fell behind remote retention): the files before it go, the copy restarts here.
+                logger.warning("columnar copy of %s: remote segment %d-%d does not follow offset %d; starting over",
+                               log.name, md.start_offset, md.end_offset, nxt - 1)
+                result.files_retired += len(m.files)
+                m = m.retire_all(self.parts.time.milliseconds())
+            started = time.perf_counter()
+            f = self._write_file(directory, log, tip, md)
+            m = m.with_file(f)
+            write_manifest(directory, m)
+            self.on_step("published")
+            result.files_written += 1
+            result.rows += f.rows
+            result.bytes_written += f.size
+            result.seconds += time.perf_counter() - started
+            logger.info("columnar copy of %s: offsets %d-%d in %s (%d rows, %d bytes)", log.name, f.base_offset,
+                        f.end_offset, f.name, f.rows, f.size)
+        return result
+
+    # ------------------------------------------------------------------------------------------------------
+    def _sweep_once(self, directory: Path, m: Manifest, log: Log) -> None:
+        """At a partition's first run in this process: remove temp files and files no manifest names."""
+        key = (log.topic, log.partition)
+        with self._lock:
+            if key in self._swept:
+                return
+            self._swept.add(key)
+        known = m.names()
+        for path in directory.iterdir():
+            name = path.name
+            if name.endswith(TEMP_SUFFIX) or (name.endswith(PARQUET_SUFFIX) and name not in known):
+                logger.info("columnar copy of %s: removing %s (left by a crash)", log.name, name)
+                path.unlink(missing_ok=True)
+
+    def _follow_retention(self, directory: Path, m: Manifest, found: Manifest | None, log: Log, now: int,
+                          result: ColumnarPass) -> Manifest:
+        retired = m.retire(log.log_start_offset, now)
+        result.files_retired += len(retired.retired) - len(m.retired)
+        if retired != found:
+            write_manifest(directory, retired)
+            self.on_step("retired")
+        due = {r.name for r in retired.retired if r.at_ms + log.config.file_delete_delay_ms <= now}
+        if not due:
+            return retired
+        for name in sorted(due):
+            (directory / name).unlink(missing_ok=True)
+            self.on_step("deleted")
+        fsync_dir(directory)
+        result.files_deleted += len(due)
+        left = retired.without_retired(due)
+        write_manifest(directory, left)
+        return left
+
+    def _write_file(self, directory: Path, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata) -> ColumnarFile:
+        import crc32c
+
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as exc:
+            raise ImportError(f"the columnar copy needs pyarrow ({exc}): pip install 'tiered[columnar]'") from exc
+        name = file_name(md.start_offset, kafka_uuid_to_str(uuid.uuid4()))
+        tmp = directory / f".{name}{TEMP_SUFFIX}"
+        rows = 0
+        try:
+            with pq.ParquetWriter(tmp, columnar_schema(), compression="snappy", write_statistics=True) as writer:
+                for rb in self._record_batches(log, tip, md):
+                    writer.write_batch(rb)
+                    rows += rb.num_rows
+            crc, size = 0, 0
+            with open(tmp, "rb") as fh:
+                while chunk := fh.read(8 * 1024 * 1024):
+                    crc = crc32c.crc32c(chunk, crc)
+                    size += len(chunk)
+                os.fsync(fh.fileno())
+            self.on_step("written")
+            os.rename(tmp, directory / name)
+            fsync_dir(directory)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.on_step("renamed")
+        return ColumnarFile(name, md.start_offset, md.end_offset, rows, size, crc,
+                            kafka_uuid_to_str(md.remote_log_segment_id.id))
+
+    def _record_batches(self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata) -> Iterator[pa.RecordBatch]:
+        """The segment's records in the columnar schema (the aborted ones marked)."""
+        from local.errors import CorruptRecordError
+        from tiered.spark.arrow_records import ArrowBatchBuilder
+        from tiered.spark.raw_batches import iter_raw_batches
+
+        builder = ArrowBatchBuilder(log.topic, log.partition, md.start_offset, md.end_offset + 1)
+        aborted_txns: list[tuple[int, int, int]] | None = None  # looked up at the first transactional batch
+        aborted_ranges: list[tuple[int, int]] = []
+        with _segment_reader(log, md, self._read_range) as (read, where, size):
+            for pos, batch in iter_raw_batches(read, 0, size, md.end_offset + 1, where):
+                if batch[16] == 2 and _I16.unpack_from(batch, 21)[0] & _TRANSACTIONAL:
+                    if aborted_txns is None:
+                        aborted_txns = self._aborted_transactions(log, tip, md)
+                    base = _I64.unpack_from(batch, 0)[0]
+                    pid = _I64.unpack_from(batch, 43)[0]
+                    if any(p == pid and first <= base <= last for p, first, last in aborted_txns):
+                        aborted_ranges.append((base, base + _I32.unpack_from(batch, 23)[0]))
+                try:
+                    out = builder.add(batch)
+                except CorruptRecordError as exc:
+                    raise CorruptRecordError(f"{where}: {exc} at position {pos}", position=pos) from exc
+                for rb in out:
+                    yield _with_aborted(rb, aborted_ranges)
+            for rb in builder.flush():
+                yield _with_aborted(rb, aborted_ranges)
+
+    def _aborted_transactions(self, log: Log, tip: TopicIdPartition,
+                              md: RemoteLogSegmentMetadata) -> list[tuple[int, int, int]]:
+        """(producer id, first offset, last offset) of the aborted transactions over the segment's offsets: from the
+        remote transaction indexes from this segment on, then the local ones (as a remote fetch collects them)."""
+        upper = md.end_offset + 1
+        found: list[Any] = []
+        complete = False
+        for seg in self.parts.finished_segments(tip):
+            if seg.end_offset < md.start_offset:
+                continue
+            result = self.parts.index_cache.collect_aborted_txns(seg, md.start_offset, upper)
+            found.extend(result.aborted_txns)
+            if result.is_complete:
+                complete = True
+                break
+        if not complete:
+            found.extend(log.collect_aborted_transactions(md.start_offset, upper))
+        return sorted({(t.producer_id, t.first_offset, t.last_offset) for t in found})
+
+
+def _with_aborted(rb: pa.RecordBatch, ranges: list[tuple[int, int]]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    if not ranges:
+        mask = np.zeros(rb.num_rows, np.bool_)
+    else:
+        offsets = rb.column("offset").to_numpy()
+        starts = np.array([a for a, _ in ranges], np.int64)
+        ends = np.array([b for _, b in ranges], np.int64)
+        i = np.searchsorted(starts, offsets, side="right") - 1
+        mask = (i >= 0) & (offsets <= ends[np.maximum(i, 0)])
+    return pa.RecordBatch.from_arrays([*rb.columns, pa.array(mask)], schema=columnar_schema())
+
+
+class _segment_reader:
+    """(read(position, n), where, size) over the local segment when it is still there, else the remote one."""
+
+    def __init__(self, log: Log, md: RemoteLogSegmentMetadata, read_range: ReadRange) -> None:
+        self.log, self.md, self.read_range = log, md, read_range
+        self.records: Any = None
+
+    def __enter__(self) -> tuple[Callable[[int, int], bytes | memoryview], str, int | None]:
+        from local.file_records import FileRecords
+
+        log, md = self.log, self.md
+        seg = log.segments.get(md.start_offset) if md.start_offset >= log.local_log_start_offset else None
+        nxt = log.segments.higher_segment(md.start_offset) if seg is not None else None
+        if seg is not None and nxt is not None and nxt.base_offset == md.end_offset + 1:
+            try:
+                self.records = FileRecords.open(seg.log.path, mutable=False)
+            except FileNotFoundError:  # deleted by local retention meanwhile
+                self.records = None
+            if self.records is not None:
+                return self.records.read, str(seg.log.path), md.segment_size_in_bytes
+        where = f"remote segment {md.remote_log_segment_id} ({md.start_offset}-{md.end_offset})"
+        return (lambda position, n: self.read_range(md, position, position + n)), where, md.segment_size_in_bytes
+
+    def __exit__(self, *exc: object) -> None:
+        if self.records is not None:
+            self.records.close_handlers()

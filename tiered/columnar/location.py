@@ -1,0 +1,59 @@
+"""Where a broker keeps the columnar copies, and the settings that cannot go together with them.
+
+``remote.log.columnar.dir`` (broker) names the directory; unset, the local-directory backend's copies go beside its
+bucket (``<rsm.config.dir>-columnar``), and other backends have none. A path (or ``file://`` URI) on a filesystem
+that Spark's executors see as the writer does (local for ``local[*]``, a shared mount for a cluster): Spark's own
+Parquet reader then reads it with no extra jars, which a bucket of S3 or another object store would need (the
+Hadoop connector and its credentials). The copy is not kept in the remote tier's bucket for that reason.
+
+Refused, naming both settings (:func:`check_topic`): ``remote.log.columnar.enable=true`` without a location, without
+``remote.storage.enable=true`` (the columnar copy follows the remote segments), or with encrypted remote segments
+(``rsm.config.encryption.enabled=true``: the Parquet copy would hold their plaintext; Parquet modular encryption
+is not implemented).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from local.errors import ConfigError
+
+LOCAL_BACKENDS = ("local", "tiered.backends.local_dir.LocalDirRemoteStorageManager")
+
+
+def columnar_root(config: Any) -> Path | None:
+    """The directory of ``config``'s columnar copies (module docstring), None when it has none."""
+    configured = (getattr(config, "remote_log_columnar_dir", "") or "").strip()
+    if configured:
+        return Path(configured[len("file://"):] if configured.startswith("file://") else configured)
+    name = (config.remote_log_storage_manager_class_name or "").strip()
+    bucket = (config.rsm_config.get("dir") or "").strip()
+    if name in LOCAL_BACKENDS and bucket:
+        path = Path(bucket)
+        return path.with_name(path.name + "-columnar")
+    return None
+
+
+def encrypted(config: Any) -> bool:
+    return str(config.rsm_config.get("encryption.enabled", "false")).strip().lower() == "true"
+
+
+def check_topic(config: Any, topic_config: Any) -> None:
+    """Refuse a topic config with ``remote.log.columnar.enable=true`` that cannot work (module docstring)."""
+    if not getattr(topic_config, "remote_log_columnar_enable", False):
+        return
+    key = "remote.log.columnar.enable"
+    if not topic_config.remote_storage_enable:
+        raise ConfigError(f"Invalid value true for configuration {key}: the columnar copy follows the remote tier; set "
+                          "remote.storage.enable=true on the topic too", key=key, value="true")
+    if columnar_root(config) is None:
+        raise ConfigError(
+            f"Invalid value true for configuration {key}: no place for the columnar copy; set remote.log.columnar.dir "
+            "in the broker config (a directory Spark's executors can read), or use the local-directory backend",
+            key=key, value="true")
+    if encrypted(config):
+        raise ConfigError(
+            f"Invalid value true for configuration {key}: the remote segments are encrypted "
+            "(rsm.config.encryption.enabled=true) and the columnar copy would hold them in plaintext; Parquet "
+            "encryption is not supported", key=key, value="true")

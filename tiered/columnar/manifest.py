@@ -1,0 +1,160 @@
+"""The columnar copy's per-partition manifest: which Parquet files hold which offsets (the only thing readers trust).
+
+One JSON document per partition, ``<remote.log.columnar.dir>/<topic>-<partition>/_manifest.json``::
+
+    {"version": 1, "topic": "events", "partition": 0, "topic_id": "<22-char Kafka UUID>",
+     "files":   [{"name": "<20-digit base offset>-<22-char id>.parquet", "base_offset": 0, "end_offset": 999,
+                  "rows": 1000, "size": 81234, "crc32c": 305419896, "segment_id": "<remote segment id>"}, ...],
+     "retired": [{"name": "...parquet", "at_ms": 1764230400000}, ...]}
+
+``files`` are in offset order and contiguous (``base_offset`` of one is ``end_offset + 1`` of the one before): each
+holds one remote segment's offsets ``[base_offset, end_offset]`` (inclusive, as Kafka's segment metadata);
+``rows`` counts its records (control records are never rows), ``size`` and ``crc32c`` are the file's bytes.
+``retired`` are files taken out of ``files`` (below the log start offset, or of a topic id that is gone) and
+deleted ``file.delete.delay.ms`` after ``at_ms``, so a read planned just before still finds them.
+
+Crash behaviour: the manifest is replaced whole (temp file, fsync, rename, fsync of the directory: see
+:func:`local.checkpoint.atomic_write`), so a reader sees the old one or the new one. A Parquet file is written
+under a temp name, fsynced and renamed to its final name *before* the manifest names it: a crash leaves at most a
+file that no manifest names (swept by the partition's next writer), never a name without its file.
+
+This module is a pure codec plus the two file operations (read, replace); the writer is
+:mod:`tiered.columnar.keeper`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tiered.errors import TieredStorageError
+
+MANIFEST_NAME = "_manifest.json"  # "_": Spark's file listing skips it, so the directory reads as a Parquet dataset
+PARQUET_SUFFIX = ".parquet"
+TEMP_SUFFIX = ".tmp"
+VERSION = 1
+
+
+class ColumnarManifestError(TieredStorageError, ValueError):
+    """A manifest that cannot be read or contradicts itself, named with its path."""
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnarFile:
+    """One published Parquet file: a remote segment's offsets [base_offset, end_offset]."""
+
+    name: str
+    base_offset: int
+    end_offset: int
+    rows: int
+    size: int
+    crc32c: int
+    segment_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RetiredFile:
+    name: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    topic: str
+    partition: int
+    topic_id: str
+    files: tuple[ColumnarFile, ...] = ()
+    retired: tuple[RetiredFile, ...] = field(default=())
+
+    @property
+    def start_offset(self) -> int | None:
+        """The first offset the files hold (None: no file)."""
+        return self.files[0].base_offset if self.files else None
+
+    @property
+    def next_offset(self) -> int | None:
+        """The offset after the last file's (None: no file)."""
+        return self.files[-1].end_offset + 1 if self.files else None
+
+    def with_file(self, f: ColumnarFile) -> Manifest:
+        if self.files and f.base_offset != self.files[-1].end_offset + 1:
+            raise ColumnarManifestError(
+                f"{self.topic}-{self.partition}: file {f.name} starts at {f.base_offset}, not at "
+                f"{self.files[-1].end_offset + 1} after {self.files[-1].name}")
+        return replace(self, files=(*self.files, f))
+
+    def retire(self, below: int, now_ms: int) -> Manifest:
+        """Files wholly below offset ``below`` moved to ``retired`` (retention)."""
+        gone = [f for f in self.files if f.end_offset < below]
+        if not gone:
+            return self
+        return replace(self, files=tuple(f for f in self.files if f.end_offset >= below),
+                       retired=(*self.retired, *(RetiredFile(f.name, now_ms) for f in gone)))
+
+    def retire_all(self, now_ms: int) -> Manifest:
+        return self.retire(self.next_offset or 0, now_ms)
+
+    def without_retired(self, names: set[str]) -> Manifest:
+        return replace(self, retired=tuple(r for r in self.retired if r.name not in names))
+
+    def names(self) -> set[str]:
+        """Every file the manifest knows (published or waiting for deletion)."""
+        return {f.name for f in self.files} | {r.name for r in self.retired}
+
+
+def file_name(base_offset: int, unique: str) -> str:
+    """``<20-digit base offset>-<unique id>.parquet`` (sorts by offset, as Kafka's segment files)."""
+    return f"{base_offset:020d}-{unique}{PARQUET_SUFFIX}"
+
+
+def encode(m: Manifest) -> bytes:
+    doc = {
+        "version": VERSION, "topic": m.topic, "partition": m.partition, "topic_id": m.topic_id,
+        "files": [{"name": f.name, "base_offset": f.base_offset, "end_offset": f.end_offset, "rows": f.rows,
+                   "size": f.size, "crc32c": f.crc32c, "segment_id": f.segment_id} for f in m.files],
+        "retired": [{"name": r.name, "at_ms": r.at_ms} for r in m.retired],
+    }
+    return (json.dumps(doc, indent=1) + "\n").encode()
+
+
+def decode(data: bytes, where: str = "manifest") -> Manifest:
+    try:
+        doc: Any = json.loads(data)
+        if doc.get("version") != VERSION:
+            raise ColumnarManifestError(f"{where}: version {doc.get('version')!r}, expected {VERSION}")
+        files = tuple(ColumnarFile(str(f["name"]), int(f["base_offset"]), int(f["end_offset"]), int(f["rows"]),
+                                   int(f["size"]), int(f["crc32c"]), str(f.get("segment_id", "")))
+                      for f in doc["files"])
+        retired = tuple(RetiredFile(str(r["name"]), int(r["at_ms"])) for r in doc.get("retired", ()))
+        m = Manifest(str(doc["topic"]), int(doc["partition"]), str(doc["topic_id"]), files, retired)
+    except ColumnarManifestError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ColumnarManifestError(f"{where}: not a columnar manifest ({type(exc).__name__}: {exc})") from None
+    for a, b in zip(m.files, m.files[1:], strict=False):
+        if b.base_offset != a.end_offset + 1:
+            raise ColumnarManifestError(f"{where}: {b.name} starts at {b.base_offset}, not at {a.end_offset + 1}")
+    return m
+
+
+def partition_dir(root: Path, topic: str, partition: int) -> Path:
+    return root / f"{topic}-{partition}"
+
+
+def read_manifest(directory: Path) -> Manifest | None:
+    """The manifest in ``directory``, None when there is none."""
+    path = directory / MANIFEST_NAME
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    return decode(data, str(path))
+
+
+def write_manifest(directory: Path, m: Manifest) -> None:
+    """Replace the manifest atomically (and durably)."""
+    from local.checkpoint import atomic_write
+
+    atomic_write(directory / MANIFEST_NAME, encode(m))

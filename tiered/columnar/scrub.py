@@ -1,0 +1,101 @@
+"""``tiered verify`` of the columnar copies: every manifest against its files and against the log.
+
+For each partition directory under the columnar root (``--topic``: only that topic's): the manifest decodes and its
+files are contiguous (:func:`tiered.columnar.manifest.decode` checks that); each file it lists exists with the
+manifest's size and crc32c (a flipped byte is found here), its Parquet footer counts the manifest's rows, and the
+statistics of its ``offset`` column lie inside the file's range; no file holds offsets at or past the log end
+offset, and the manifest's topic id is the partition's. Parquet files that no manifest names are noted (a crash
+leaves them; the partition's next writer removes them), not counted as problems. Nothing is written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tiered.columnar.manifest import MANIFEST_NAME, PARQUET_SUFFIX, ColumnarManifestError, read_manifest
+from tiered.scrub.report import PartitionReport, Problem
+
+KIND = "columnar"
+
+
+def scrub_columnar(root: Path, partitions: list[PartitionReport], topic: str | None = None) -> None:
+    """Add what is wrong with the copies under ``root`` to the reports in ``partitions`` (new ones for partitions
+    the scrub had not seen)."""
+    if not root.is_dir():
+        return
+    reports = {(p.topic, p.partition): p for p in partitions}
+    for directory in sorted(d for d in root.iterdir() if d.is_dir()):
+        name, _, number = directory.name.rpartition("-")
+        if not name or not number.isdigit() or (topic is not None and name != topic):
+            continue
+        report = reports.get((name, int(number)))
+        if report is None:
+            report = reports[(name, int(number))] = PartitionReport(name, int(number))
+            report.notes.append("columnar copy only (no data dir or remote tier scrubbed holds this partition)")
+            partitions.append(report)
+        scrub_partition(directory, report)
+
+
+def scrub_partition(directory: Path, report: PartitionReport) -> None:
+    import crc32c
+    import pyarrow.parquet as pq
+
+    path = directory / MANIFEST_NAME
+    try:
+        m = read_manifest(directory)
+    except (ColumnarManifestError, OSError) as exc:
+        report.problems.append(Problem(KIND, f"cannot read the columnar manifest: {exc}", file=str(path)))
+        return
+    if m is None:
+        if any(p.suffix == PARQUET_SUFFIX for p in directory.iterdir()):
+            report.problems.append(Problem(KIND, "Parquet files but no manifest", file=str(path)))
+        return
+    if report.topic_id is not None and m.topic_id != report.topic_id:
+        report.problems.append(Problem(KIND, f"the manifest is of topic id {m.topic_id}, the partition's is "
+                                             f"{report.topic_id}", file=str(path)))
+    for f in m.files:
+        file = directory / f.name
+        try:
+            data = file.read_bytes()
+        except FileNotFoundError:
+            report.problems.append(Problem(KIND, f"missing: the manifest lists it for offsets {f.base_offset}-"
+                                                 f"{f.end_offset}", file=str(file), offset=f.base_offset))
+            continue
+        except OSError as exc:
+            report.problems.append(Problem("unreadable", f"cannot read: {exc}", file=str(file)))
+            continue
+        if len(data) != f.size:
+            report.problems.append(Problem(KIND, f"{len(data)} bytes, the manifest says {f.size}", file=str(file)))
+            continue
+        crc = crc32c.crc32c(data)
+        if crc != f.crc32c:
+            report.problems.append(Problem(KIND, f"crc32c {crc:#010x} of its bytes, the manifest says {f.crc32c:#010x}",
+                                           file=str(file)))
+            continue
+        try:
+            meta = pq.ParquetFile(file).metadata
+        except Exception as exc:  # pyarrow raises several types for a bad footer
+            report.problems.append(Problem(KIND, f"not a readable Parquet file: {exc}", file=str(file)))
+            continue
+        if meta.num_rows != f.rows:
+            report.problems.append(Problem(KIND, f"{meta.num_rows} rows, the manifest says {f.rows}", file=str(file)))
+        if f.rows > f.end_offset - f.base_offset + 1:
+            report.problems.append(Problem(KIND, f"{f.rows} rows for the {f.end_offset - f.base_offset + 1} offsets "
+                                                 f"{f.base_offset}-{f.end_offset}", file=str(file)))
+        column = meta.schema.to_arrow_schema().get_field_index("offset")
+        for i in range(meta.num_row_groups):
+            stats = meta.row_group(i).column(column).statistics
+            if stats is None or not stats.has_min_max:
+                report.problems.append(Problem(KIND, f"row group {i} has no offset statistics", file=str(file)))
+            elif stats.min < f.base_offset or stats.max > f.end_offset:
+                report.problems.append(Problem(KIND, f"row group {i} holds offsets {stats.min}-{stats.max}, outside "
+                                                     f"{f.base_offset}-{f.end_offset}", file=str(file),
+                                               offset=int(stats.min)))
+    if m.files and report.log_end_offset is not None and m.files[-1].end_offset >= report.log_end_offset:
+        report.problems.append(Problem(KIND, f"the columnar copy holds offsets up to {m.files[-1].end_offset}, past "
+                                             f"the log end offset {report.log_end_offset}", file=str(path)))
+    known = m.names()
+    strays = sorted(p.name for p in directory.iterdir() if p.suffix == PARQUET_SUFFIX and p.name not in known)
+    if strays:
+        report.notes.append(f"columnar: {len(strays)} file(s) no manifest names (left by a crash; removed by the "
+                            f"next writer): {', '.join(strays[:3])}")
