@@ -68,6 +68,9 @@ class ObjectStore(ABC):
     #: each of those (``<prefix>*`` for a family) -> (default, valid values, description), for the docs
     CONFIG_DOCS: ClassVar[Mapping[str, tuple[str, str, str]]] = {}
 
+    def __repr__(self) -> str:  # what messages name the store by; a store with a location says it in its own
+        return f"{type(self).__module__}.{type(self).__qualname__}()"
+
     def configure(self, props: Mapping[str, str]) -> None:  # noqa: B027 - optional hook
         """Receive the store's settings (``rsm.config.store.*`` with that prefix stripped, for a store named by
         ``rsm.config.store.class``)."""

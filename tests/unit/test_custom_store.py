@@ -101,6 +101,9 @@ def test_a_store_without_conditional_writes_gets_them_emulated_and_ownership_say
         RemoteLogMetadataStore.in_bucket(rsm).claim_ownership(tip, OwnerRecord(0, "a" * 32, ((0, 0),), 0))
     assert any("no atomic conditional writes" in r.getMessage() and "different machines" in r.getMessage()
                for r in caplog.records)
+    # messages name a store by its class, not by an address ("<... object at 0x7f...>")
+    assert repr(rsm.store) == f"{type(rsm.store).__module__}.{type(rsm.store).__qualname__}()"
+    assert any(repr(rsm.store) in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize(("config", "message"), [
