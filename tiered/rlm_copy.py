@@ -266,8 +266,9 @@ class RLMCopyTask:
         assert self._columnar is not None
         try:
             self._columnar.keep(log, self.tip, self._stopping)
-        except Exception:
-            logger.warning("keeping the columnar copy of %s failed; retried at the next pass", log.name, exc_info=True)
+        except Exception as exc:
+            logger.warning("keeping the columnar copy of %s failed (%s: %s); retried at the next pass", log.name,
+                           type(exc).__name__, exc, exc_info=logger.isEnabledFor(logging.DEBUG))
 
     def _owned(self, log: Log, result: PassResult) -> bool:
         """Whether this data dir (still) owns the partition's remote data, claiming it when nobody has

@@ -6,7 +6,8 @@ that Spark's executors see as the writer does (local for ``local[*]``, a shared 
 Parquet reader then reads it with no extra jars, which a bucket of S3 or another object store would need (the
 Hadoop connector and its credentials). The copy is not kept in the remote tier's bucket for that reason.
 
-Refused, naming both settings (:func:`check_topic`): ``remote.log.columnar.enable=true`` without a location, without
+Refused, naming both settings (:func:`check_topic`): ``remote.log.columnar.enable=true`` without pyarrow (the
+``columnar`` extra), without a location, without
 ``remote.storage.enable=true`` (the columnar copy follows the remote segments), or with encrypted remote segments
 (``rsm.config.encryption.enabled=true``: the Parquet copy would hold their plaintext; Parquet modular encryption
 is not implemented).
@@ -14,17 +15,21 @@ is not implemented).
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from local.errors import ConfigError
+
+if TYPE_CHECKING:
+    from local.config import LogConfig, TopicConfig
 
 LOCAL_BACKENDS = ("local", "tiered.backends.local_dir.LocalDirRemoteStorageManager")
 
 
-def columnar_root(config: Any) -> Path | None:
+def columnar_root(config: LogConfig) -> Path | None:
     """The directory of ``config``'s columnar copies (module docstring), None when it has none."""
-    configured = (getattr(config, "remote_log_columnar_dir", "") or "").strip()
+    configured = (config.remote_log_columnar_dir or "").strip()
     if configured:
         return Path(configured[len("file://"):] if configured.startswith("file://") else configured)
     name = (config.remote_log_storage_manager_class_name or "").strip()
@@ -35,15 +40,24 @@ def columnar_root(config: Any) -> Path | None:
     return None
 
 
-def encrypted(config: Any) -> bool:
+def encrypted(config: LogConfig) -> bool:
     return str(config.rsm_config.get("encryption.enabled", "false")).strip().lower() == "true"
 
 
-def check_topic(config: Any, topic_config: Any) -> None:
+MISSING_PYARROW = "the columnar copy is written with pyarrow, which is not installed: pip install 'tiered[columnar]'"
+
+
+def pyarrow_missing() -> bool:
+    return importlib.util.find_spec("pyarrow") is None
+
+
+def check_topic(config: LogConfig, topic_config: TopicConfig) -> None:
     """Refuse a topic config with ``remote.log.columnar.enable=true`` that cannot work (module docstring)."""
-    if not getattr(topic_config, "remote_log_columnar_enable", False):
+    if not topic_config.remote_log_columnar_enable:
         return
     key = "remote.log.columnar.enable"
+    if pyarrow_missing():
+        raise ConfigError(f"Invalid value true for configuration {key}: {MISSING_PYARROW}", key=key, value="true")
     if not topic_config.remote_storage_enable:
         raise ConfigError(f"Invalid value true for configuration {key}: the columnar copy follows the remote tier; set "
                           "remote.storage.enable=true on the topic too", key=key, value="true")
