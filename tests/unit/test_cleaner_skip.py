@@ -120,6 +120,7 @@ def _clean(path: Path, skip: bool) -> tuple[CleanerStats, int, dict[str, bytes]]
     return stats, window.bytes_read, files
 
 
+# allowed-skip: the C extension is optional (no compiler); without it the cleaner runs its Python pass, tested elsewhere
 @pytest.mark.skipif(_cleancore is None, reason="the skipping pass needs the C map pass (it verifies what it skips)")
 def test_the_pass_reading_only_what_can_be_kept_writes_what_the_whole_read_writes(tmp_path: Path) -> None:
     log = _log(tmp_path / "source" / "t-0", MockTime(ms=T0))
@@ -136,6 +137,7 @@ def test_the_pass_reading_only_what_can_be_kept_writes_what_the_whole_read_write
     assert read < full_read  # the superseded batches of the segments walked whole were not read again
 
 
+# allowed-skip: the C extension is optional (no compiler); the Python pass has no such walk to test
 @pytest.mark.skipif(_cleancore is None, reason="the C map pass checks the CRCs of the batches it walks")
 def test_a_damaged_batch_the_cleaning_pass_would_skip_stops_the_cleaning_in_the_map_pass(tmp_path: Path) -> None:
     path = tmp_path / "t-0"
