@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -468,15 +468,7 @@ class GroupCoordinator:
             if error is not ErrorCode.none:
                 return dict.fromkeys(offsets, error)
             group = self._group(group_id)
-            now = int(time.time() * 1000)
-            results: dict[tuple[str, int], ErrorCode] = {}
-            accepted: dict[tuple[str, int], CommittedOffset] = {}
-            for tp, (offset, epoch, metadata) in offsets.items():
-                text = metadata or ""
-                if len(text.encode()) > self.max_metadata_bytes:
-                    results[tp] = ErrorCode.offset_metadata_too_large
-                else:
-                    accepted[tp] = CommittedOffset(offset, epoch, text, now)
+            results, accepted = self._split_by_metadata_size(offsets)
             try:
                 self.offsets_log.append(group_id, [(offset_key(group_id, t, p), offset_value(c))
                                                    for (t, p), c in accepted.items()])
@@ -487,6 +479,22 @@ class GroupCoordinator:
             group.offsets.update(accepted)
             results.update(dict.fromkeys(accepted, ErrorCode.none))
             return results
+
+    def _split_by_metadata_size(
+        self, offsets: Mapping[tuple[str, int], tuple[int, int, str | None]]
+    ) -> tuple[dict[tuple[str, int], ErrorCode], dict[tuple[str, int], CommittedOffset]]:
+        """The commits whose metadata is above ``offset.metadata.max.bytes`` (OFFSET_METADATA_TOO_LARGE each) and the
+        others, stamped now."""
+        now = int(time.time() * 1000)
+        results: dict[tuple[str, int], ErrorCode] = {}
+        accepted: dict[tuple[str, int], CommittedOffset] = {}
+        for tp, (offset, epoch, metadata) in offsets.items():
+            text = metadata or ""
+            if len(text.encode()) > self.max_metadata_bytes:
+                results[tp] = ErrorCode.offset_metadata_too_large
+            else:
+                accepted[tp] = CommittedOffset(offset, epoch, text, now)
+        return results, accepted
 
     def _check_commit(self, group_id: str, generation_id: int, member_id: str, *,
                       transactional: bool = False) -> ErrorCode:
@@ -526,15 +534,7 @@ class GroupCoordinator:
             error = self._check_commit(group_id, generation_id, member_id, transactional=True)
             if error is not ErrorCode.none:
                 return dict.fromkeys(offsets, error)
-            now = int(time.time() * 1000)
-            results: dict[tuple[str, int], ErrorCode] = {}
-            accepted: dict[tuple[str, int], CommittedOffset] = {}
-            for tp, (offset, epoch, metadata) in offsets.items():
-                text = metadata or ""
-                if len(text.encode()) > self.max_metadata_bytes:
-                    results[tp] = ErrorCode.offset_metadata_too_large
-                else:
-                    accepted[tp] = CommittedOffset(offset, epoch, text, now)
+            results, accepted = self._split_by_metadata_size(offsets)
             try:
                 self.offsets_log.append(group_id, [(offset_key(group_id, t, p), offset_value(c))
                                                    for (t, p), c in accepted.items()], producer)
