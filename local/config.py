@@ -178,6 +178,7 @@ _TOPIC_DEFS = [
     _Def("remote.log.copy.disable", None, "remote_log_copy_disable", _bool, False),
     _Def("remote.log.delete.on.disable", None, "remote_log_delete_on_disable", _bool, False),
     _Def("remote.log.columnar.enable", None, "remote_log_columnar_enable", _bool, False),
+    _Def("remote.log.columnar.file.bytes", None, "remote_log_columnar_file_bytes", _long(1), 128 * MIB),
 ]
 
 _BROKER_DEFS = [
@@ -338,6 +339,7 @@ class TopicConfig:
     remote_log_copy_disable: bool
     remote_log_delete_on_disable: bool
     remote_log_columnar_enable: bool
+    remote_log_columnar_file_bytes: int
 
     @property
     def compact(self) -> bool:

@@ -65,6 +65,10 @@ DESCRIPTIONS: dict[str, str] = {
     "remote.log.columnar.enable": "Ours: keep a Parquet copy of the topic's remote segments (aborted records marked) "
                                   "in `remote.log.columnar.dir`, for `tiered.spark.read_topic`. Needs "
                                   "`remote.storage.enable=true` (docs/columnar.md).",
+    "remote.log.columnar.file.bytes": "Ours: a columnar file takes the rows of the next remote segments until it "
+                                      "holds this many bytes (Spark's default `maxPartitionBytes`: one task a "
+                                      "file), so a topic of small segments is not read as many small files; 1: a file a "
+                                      "segment.",
     # broker keys
     "broker.id": "The broker id recorded in remote segment metadata, and the node id of the Kafka protocol listener.",
     # the Kafka protocol listener (tiered run --kafka-listen; docs/kafka-protocol.md)

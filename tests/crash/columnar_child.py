@@ -4,7 +4,7 @@ It opens the broker of ``ROOT`` (``tests.logutil.local_tier_props``: data dir, l
 copies beside it), moves the log start offset of ``c-0`` to ``LOG_START`` when given (so retention has files to
 retire), and runs one pass of the copy tasks, whose columnar keeper SIGKILLs this process (a real SIGKILL: no
 ``finally`` of ours runs) right after the step ``STEP`` (tiered.columnar.keeper: written, renamed, published,
-retired, deleted). Reaching the end without it prints ``DONE`` (a failure for the test).
+retired, deleted; ``STEP#N``: the N-th time it is done). Reaching the end without it prints ``DONE`` (a failure for the test).
 """
 
 from __future__ import annotations
@@ -26,10 +26,15 @@ def main() -> None:
         rlm = m.remote_tier
         assert isinstance(rlm, RemoteLogManager) and rlm.columnar is not None
 
+        wanted, _, nth = step.partition("#")  # "published#2": the second time the step is done
+        seen = {"n": 0}
+
         def on_step(name: str) -> None:
-            if name == step:
-                print(f"KILLED {name}", flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
+            if name == wanted:
+                seen["n"] += 1
+                if seen["n"] == int(nth or 1):
+                    print(f"KILLED {step}", flush=True)
+                    os.kill(os.getpid(), signal.SIGKILL)
 
         rlm.columnar.on_step = on_step
         if len(sys.argv) > 3:

@@ -3,8 +3,9 @@
 The child (columnar_child.py) runs one pass of the copy tasks of a broker whose topic ``c`` has
 ``remote.log.columnar.enable=true`` and kills itself with SIGKILL right after a step: the first Parquet file
 written under its temp name (``written``), renamed to its final name (``renamed``), named by the manifest
-(``published``); or, with the log start offset moved past the first file, that file retired in the manifest
-(``retired``) or deleted (``deleted``). Then a pass in this process must leave: a manifest whose files are
+(``published``); the same steps of the first file that takes the rows of the file before it (a merge), and the
+deletion of the file it replaced; or, with the log start offset moved past the first file, that file retired in
+the manifest (``retired``) or deleted (``deleted``). Then a pass in this process must leave: a manifest whose files are
 contiguous and end where the remote segments end, no temp file and no file the manifest does not name, and rows
 that are exactly the log's records from the log start on (the engine's own reads are the oracle).
 """
@@ -39,10 +40,12 @@ LIMIT = 120.0  # seconds: a failure bound for a child that gets to its step in a
 T0 = int(time.time() * 1000) - 3_600_000  # recent: retention by time must not delete the records
 
 
-def _build(root: Path) -> None:
+def _build(root: Path, file_bytes: int = 1) -> None:
+    """The topic, its columnar files ``file_bytes`` large (1: a file a segment; more: files take the next segments)."""
     with LogManager(LogConfig.from_properties(local_tier_props(root)), start_scheduler=False) as m:
         log = m.get_or_create_log("c", 0, {"remote.storage.enable": "true", "remote.log.columnar.enable": "true",
-                                           "file.delete.delay.ms": "0"})
+                                           "file.delete.delay.ms": "0",
+                                           "remote.log.columnar.file.bytes": str(file_bytes)})
         for first in range(0, RECORDS, 250):
             log.append(MemoryRecords.build([SimpleRecord(T0 + i, b"k%d" % i, b"v%06d" % i + b"." * 90)
                                             for i in range(first, first + 250)], CompressionType.NONE))
@@ -69,7 +72,7 @@ def _kill_at(root: Path, step: str) -> None:
     assert out.strip().splitlines()[-1] == f"KILLED {step}", out
 
 
-def _check(root: Path) -> None:
+def _check(root: Path, files: int | None = None) -> None:
     props = local_tier_props(root)
     directory = partition_dir(columnar_root(LogConfig.from_properties(props)), "c", 0)  # type: ignore[arg-type]
     m = read_manifest(directory)
@@ -83,6 +86,10 @@ def _check(root: Path) -> None:
         log_start = log.log_start_offset
         expected = [(r.offset, r.value) for _b, r in records_from(log, log_start, FetchIsolation.HIGH_WATERMARK)]
     assert m.files[-1].end_offset == finished[-1].end_offset
+    assert [s.base_offset for f in m.files for s in f.segments] == [md.start_offset for md in finished
+                                                                     if md.end_offset >= m.files[0].base_offset]
+    if files is not None:
+        assert len(m.files) == files
     assert m.files[0].base_offset <= log_start <= m.files[0].end_offset
     assert all(a.end_offset + 1 == b.base_offset for a, b in zip(m.files, m.files[1:], strict=False))
     on_disk = sorted(p.name for p in directory.iterdir() if p.name != MANIFEST_NAME)
@@ -136,3 +143,25 @@ def test_a_writer_killed_while_following_retention_leaves_no_duplicate_and_no_ga
     _kill_at(tmp_path, step)
     _pass(tmp_path)
     _check(tmp_path)
+
+
+@pytest.mark.parametrize("step", ["written#2", "renamed#2", "published#2", "deleted#1"])
+def test_a_writer_killed_while_a_file_takes_the_next_segment_leaves_no_duplicate_and_no_gap(tmp_path: Path,
+                                                                                       step: str) -> None:
+    _build(tmp_path, file_bytes=2**40)  # every segment's rows go into one file
+    _kill_at(tmp_path, step)
+    directory = columnar_root(LogConfig.from_properties(local_tier_props(tmp_path)))
+    assert directory is not None
+    listed = read_manifest(directory / "c-0")
+    assert listed is not None and len(listed.files) == 1
+    on_disk = {p.name for p in (directory / "c-0").iterdir()}
+    if step == "published#2":  # the merged file published, the one it replaced retired
+        assert len(listed.files[0].segments) == 2 and len(listed.retired) == 1 and listed.retired[0].name in on_disk
+    elif step == "deleted#1":  # at the end of the pass, every merge done: one of the replaced files deleted
+        assert len(listed.files[0].segments) == len(listed.retired) + 1 >= 3
+        assert [r.name in on_disk for r in listed.retired].count(False) == 1
+    else:  # the first file still the manifest's; the dead pass's merged file under a temp name or unnamed
+        assert len(listed.files[0].segments) == 1 and not listed.retired
+        assert len(on_disk) == 3, on_disk  # the manifest, its file, the dead pass's
+    _pass(tmp_path)
+    _check(tmp_path, files=1)

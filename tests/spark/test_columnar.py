@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def _build(root: Path, *, partitions: int = 2, n: int = N, extra: dict[str, str]
     with LogManager(LogConfig.from_properties(local_tier_props(root)), start_scheduler=False) as m:
         for p in range(partitions):
             _append_c(m.get_or_create_log("c", p, {**COLUMNAR, **(extra or {})}), p, 0, n)
-        _append_tx(m.get_or_create_log("tx", 0, COLUMNAR), range(6))
+        _append_tx(m.get_or_create_log("tx", 0, {**COLUMNAR, "remote.log.columnar.file.bytes": "1"}), range(6))
         rlm = m.remote_tier
         assert isinstance(rlm, RemoteLogManager)
         rlm.run_once(m.all_logs())
@@ -175,27 +176,32 @@ def test_the_files_let_spark_prune_by_partition_offset_and_timestamp(spark: Any,
     assert "PushedFilters" in scan and "LessThan(offset,100)" in scan
 
 
-def test_appends_copies_and_retention_after_the_call_change_nothing(spark: Any, tmp_path: Path) -> None:
-    _build(tmp_path, partitions=1, n=12_000, extra={"file.delete.delay.ms": "0"})
+def test_appends_copies_and_merges_after_the_call_change_nothing(spark: Any, tmp_path: Path) -> None:
+    _build(tmp_path, partitions=1, n=20_000)
+    planned = plan_topic({**_options(tmp_path), "topics": "c"})
+    assert len(planned.files) == 1 and planned.source_ranges  # a file, and the active segment's records
     df = read_topic(spark, topics="c", **_options(tmp_path))
     before = _engine_rows(tmp_path, "c")
     with LogManager(LogConfig.from_properties(local_tier_props(tmp_path)), start_scheduler=False) as m:
         log = m.get_log("c", 0)
         assert log is not None
-        _append_c(log, 0, 12_000, 24_000)
+        _append_c(log, 0, 20_000, 40_000)
         log.roll()
         rlm = m.remote_tier
         assert isinstance(rlm, RemoteLogManager)
         rlm.run_once(m.all_logs())  # the source's part of the read is now in the columnar copy too
-        assert read_manifest(partition_dir(rlm.columnar.root, "c", 0)).next_offset == 24_000  # type: ignore[union-attr]
+        now = read_manifest(partition_dir(rlm.columnar.root, "c", 0))
+    # the new segments' rows went into a file that took the planned file's rows: it is retired, not yet deleted
+    assert now is not None and now.next_offset == 40_000 and len(now.files) == 1
+    assert Path(planned.files[0]).name in {r.name for r in now.retired} and Path(planned.files[0]).exists()
     assert _rows(df) == before  # planned before: exactly the offsets of the call, once each
     after = _rows(read_topic(spark, topics="c", **_options(tmp_path)))
-    assert after == _engine_rows(tmp_path, "c") and len(after) == 24_000
+    assert after == _engine_rows(tmp_path, "c") and len(after) == 40_000
     assert plan_topic({**_options(tmp_path), "topics": "c"}).source_ranges == []
 
 
 def test_retention_nothing_below_the_log_start_and_retired_files_go(spark: Any, tmp_path: Path) -> None:
-    _build(tmp_path, partitions=1, n=30_000, extra={"file.delete.delay.ms": "0"})
+    _build(tmp_path, partitions=1, n=30_000, extra={"file.delete.delay.ms": "0", "remote.log.columnar.file.bytes": "1"})
     props = local_tier_props(tmp_path)
     directory = partition_dir(columnar_root(LogConfig.from_properties(props)), "c", 0)  # type: ignore[arg-type]
     first = read_manifest(directory)
@@ -244,6 +250,42 @@ def test_verify_finds_a_flipped_byte_and_a_missing_file(root: Path, tmp_path: Pa
     assert "crc32c" in problems["c-0"][0] and problems["c-1"][0].startswith("missing")
 
 
+def test_verify_compares_each_segments_rows_with_the_log(root: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """``tiered verify --remote`` counts each remote segment's records and the rows the copy holds of it: a row
+    dropped from a file whose manifest was made to agree (rows, size, crc32c) is found only that way."""
+    import crc32c
+    import pyarrow.compute as pc
+
+    from tiered.cli import main
+    from tiered.columnar.manifest import write_manifest
+
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("cache"))
+    config = tmp_path / "broker.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in local_tier_props(copy).items()))
+    assert main(["--config", str(config), "verify", "--remote"]) == 0
+    out = capsys.readouterr().out
+    assert "c-0" in out and "compared with the log's records" in out and ", 0 not" not in out
+    directory = copy / "remote-columnar" / "c-0"
+    m = read_manifest(directory)
+    assert m is not None
+    f = m.files[0]
+    victim = f.segments[-1].base_offset + 3
+    table = pq.read_table(directory / f.name)
+    pq.write_table(table.filter(pc.not_equal(table.column("offset"), victim)), directory / f.name,
+                   compression="snappy")
+    data = (directory / f.name).read_bytes()
+    segments = (*f.segments[:-1], replace(f.segments[-1], rows=f.segments[-1].rows - 1))
+    write_manifest(directory, replace(m, files=(replace(f, rows=f.rows - 1, size=len(data), crc32c=crc32c.crc32c(data),
+                                                        segments=segments), *m.files[1:])))
+    assert main(["--config", str(config), "verify", "--remote"]) == 1
+    out = capsys.readouterr().out
+    s = f.segments[-1]
+    assert f"{s.rows - 1} rows of segment {s.segment_id} ({s.base_offset}-{s.end_offset}), but the segment has " \
+           f"{s.rows} records" in out
+
+
 def test_a_columnar_topic_that_cannot_work_is_refused_naming_both_settings(tmp_path: Path) -> None:
     s3 = LogConfig.from_properties({"log.dirs": str(tmp_path), "remote.log.storage.system.enable": "true",
                                     "remote.log.storage.manager.class.name": "s3", "rsm.config.bucket": "b"})
@@ -279,7 +321,8 @@ def test_a_copy_enabled_later_is_made_from_the_remote_tier(tmp_path: Path) -> No
         rlm.run_once(m.all_logs())
         manifest = read_manifest(partition_dir(rlm.columnar.root, "c", 0))
     assert manifest is not None
-    assert [(f.base_offset, f.end_offset) for f in manifest.files] == [(md.start_offset, md.end_offset) for md in remote]
+    assert [(s.base_offset, s.end_offset) for f in manifest.files for s in f.segments] == [
+        (md.start_offset, md.end_offset) for md in remote]
     rows = pq.read_table([partition_dir(tmp_path / "remote-columnar", "c", 0) / f.name for f in manifest.files],
                          columns=["offset", "key", "value"]).to_pylist()
     expected = [(r[1], r[2], r[3]) for r in _engine_rows(tmp_path, "c") if r[1] <= remote[-1].end_offset]

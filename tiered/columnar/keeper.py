@@ -2,8 +2,14 @@
 
 After each run of the copy task (:mod:`tiered.rlm_copy`), for a topic with ``remote.log.columnar.enable=true``,
 while this data dir owns the partition (the copy task has just checked :mod:`tiered.ownership`, and holds the
-partition's lock): every finished remote segment after the manifest's last file becomes one Parquet file, in offset
-order. A remote segment is always below the last stable offset (the copy task copies nothing above it), so its
+partition's lock): the rows of every finished remote segment after the manifest's last file go into Parquet, in
+offset order. While the last file holds fewer than ``remote.log.columnar.file.bytes`` (topic config, default 128 MiB:
+one Spark task a file at Spark's default ``maxPartitionBytes``) and its bytes still match the manifest's crc32c,
+the new segment's rows go into a new file that first copies the last file's row groups, and it replaces the last
+file (which is retired like a file below the log start: deleted ``file.delete.delay.ms`` later); otherwise they start
+a new file. Reading many small files costs Spark per file (a topic of 16 MiB segments read 0.8x as fast from a
+file per segment as from one file a partition: bench/RESULTS.md); the price is rewriting a file up to
+``file.bytes / segment.bytes`` times, none at all with Kafka's default 1 GiB segments. A remote segment is always below the last stable offset (the copy task copies nothing above it), so its
 transactions are resolved: records of aborted transactions are kept with ``aborted = true`` (the Kafka rule: a
 transactional batch whose producer has an aborted transaction with ``first_offset <= base offset <= last_offset``,
 from the transaction indexes of the remote segments from this one on, then the local ones), which lets one copy
@@ -43,6 +49,7 @@ from tiered.columnar.manifest import (
     TEMP_SUFFIX,
     ColumnarFile,
     Manifest,
+    SegmentRows,
     file_name,
     partition_dir,
     read_manifest,
@@ -77,9 +84,11 @@ def columnar_schema() -> pa.Schema:
 
 @dataclass
 class ColumnarPass:
-    """What one run did: files written (their rows and bytes, and the seconds it took), retired and deleted."""
+    """What one run did: files written (their rows and bytes, and the seconds it took; ``files_merged``: of them, those
+    that took the last file's rows too), retired and deleted."""
 
     files_written: int = 0
+    files_merged: int = 0
     rows: int = 0
     bytes_written: int = 0
     seconds: float = 0.0
@@ -134,17 +143,48 @@ class ColumnarKeeper:
                 result.files_retired += len(m.files)
                 m = m.retire_all(self.parts.time.milliseconds())
             started = time.perf_counter()
-            f = self._write_file(directory, log, tip, md)
-            m = m.with_file(f)
+            last = self._extendable(directory, log, m)
+            f = self._write_file(directory, log, tip, md, last)
+            if last is not None:
+                m = m.with_last_replaced(f, self.parts.time.milliseconds())
+                result.files_merged += 1
+            else:
+                m = m.with_file(f)
             write_manifest(directory, m)
             self.on_step("published")
             result.files_written += 1
-            result.rows += f.rows
+            result.rows += f.segments[-1].rows
             result.bytes_written += f.size
             result.seconds += time.perf_counter() - started
-            logger.info("columnar copy of %s: offsets %d-%d in %s (%d rows, %d bytes)", log.name, f.base_offset,
-                        f.end_offset, f.name, f.rows, f.size)
+            logger.info("columnar copy of %s: offsets %d-%d in %s (%d rows, %d bytes)%s", log.name,
+                        md.start_offset, md.end_offset, f.name, f.rows, f.size,
+                        f" with the rows of {last.name}, retired" if last is not None else "")
+        if result.files_merged:  # the files they replaced: deleted now when file.delete.delay.ms is 0
+            m = self._follow_retention(directory, m, m, log, self.parts.time.milliseconds(), result)
         return result
+
+    def _extendable(self, directory: Path, log: Log, m: Manifest) -> ColumnarFile | None:
+        """The last file, when the next segment's rows should go into a copy of it (module docstring)."""
+        import crc32c
+
+        if not m.files or m.files[-1].size >= log.config.remote_log_columnar_file_bytes:
+            return None
+        last = m.files[-1]
+        crc = 0
+        try:
+            with open(directory / last.name, "rb") as fh:
+                while chunk := fh.read(8 * 1024 * 1024):
+                    crc = crc32c.crc32c(chunk, crc)
+        except OSError as exc:
+            logger.error("columnar copy of %s: cannot read %s (%s): the next rows start a new file", log.name,
+                         last.name, exc)
+            return None
+        if crc != last.crc32c:
+            logger.error("columnar copy of %s: %s has crc32c %#010x, the manifest says %#010x: not copied into a larger "
+                         "file (tiered verify reports it); the next rows start a new file", log.name, last.name, crc,
+                         last.crc32c)
+            return None
+        return last
 
     # ------------------------------------------------------------------------------------------------------
     def _sweep_once(self, directory: Path, m: Manifest, log: Log) -> None:
@@ -180,18 +220,25 @@ class ColumnarKeeper:
         write_manifest(directory, left)
         return left
 
-    def _write_file(self, directory: Path, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata) -> ColumnarFile:
+    def _write_file(self, directory: Path, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata,
+                    prefix: ColumnarFile | None) -> ColumnarFile:
+        """A file of ``md``'s rows, after ``prefix``'s row groups (copied as they are) when it is given."""
         import crc32c
 
         try:
             import pyarrow.parquet as pq
         except ImportError as exc:
             raise ImportError(f"the columnar copy needs pyarrow ({exc}): pip install 'tiered[columnar]'") from exc
-        name = file_name(md.start_offset, kafka_uuid_to_str(uuid.uuid4()))
+        base = prefix.base_offset if prefix is not None else md.start_offset
+        name = file_name(base, kafka_uuid_to_str(uuid.uuid4()))
         tmp = directory / f".{name}{TEMP_SUFFIX}"
         rows = 0
         try:
             with pq.ParquetWriter(tmp, columnar_schema(), compression="snappy", write_statistics=True) as writer:
+                if prefix is not None:
+                    with pq.ParquetFile(directory / prefix.name) as old:
+                        for i in range(old.num_row_groups):  # one row group in memory at a time
+                            writer.write_table(old.read_row_group(i))
                 for rb in self._record_batches(log, tip, md):
                     writer.write_batch(rb)
                     rows += rb.num_rows
@@ -208,8 +255,10 @@ class ColumnarKeeper:
             tmp.unlink(missing_ok=True)
             raise
         self.on_step("renamed")
-        return ColumnarFile(name, md.start_offset, md.end_offset, rows, size, crc,
-                            kafka_uuid_to_str(md.remote_log_segment_id.id))
+        segment = SegmentRows(kafka_uuid_to_str(md.remote_log_segment_id.id), md.start_offset, md.end_offset, rows)
+        if prefix is None:
+            return ColumnarFile(name, md.start_offset, md.end_offset, rows, size, crc, (segment,))
+        return ColumnarFile(name, base, md.end_offset, prefix.rows + rows, size, crc, (*prefix.segments, segment))
 
     def _record_batches(self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata) -> Iterator[pa.RecordBatch]:
         """The segment's records in the columnar schema (the aborted ones marked)."""

@@ -2,16 +2,22 @@
 
 One JSON document per partition, ``<remote.log.columnar.dir>/<topic>-<partition>/_manifest.json``::
 
-    {"version": 1, "topic": "events", "partition": 0, "topic_id": "<22-char Kafka UUID>",
-     "files":   [{"name": "<20-digit base offset>-<22-char id>.parquet", "base_offset": 0, "end_offset": 999,
-                  "rows": 1000, "size": 81234, "crc32c": 305419896, "segment_id": "<remote segment id>"}, ...],
+    {"version": 2, "topic": "events", "partition": 0, "topic_id": "<22-char Kafka UUID>",
+     "files":   [{"name": "<20-digit base offset>-<22-char id>.parquet", "base_offset": 0, "end_offset": 2999,
+                  "rows": 3000, "size": 81234, "crc32c": 305419896,
+                  "segments": [{"id": "<remote segment id>", "base_offset": 0, "end_offset": 999, "rows": 1000},
+                               ...]}, ...],
      "retired": [{"name": "...parquet", "at_ms": 1764230400000}, ...]}
 
 ``files`` are in offset order and contiguous (``base_offset`` of one is ``end_offset + 1`` of the one before): each
-holds one remote segment's offsets ``[base_offset, end_offset]`` (inclusive, as Kafka's segment metadata);
+holds the offsets ``[base_offset, end_offset]`` (inclusive, as Kafka's segment metadata) of the remote segments
+listed in its ``segments``, themselves contiguous, each with the rows it gave (verify compares them with the
+segment's records). A file takes the next segments' rows until it holds ``remote.log.columnar.file.bytes``
+(:mod:`tiered.columnar.keeper`): then it is replaced by a file holding its rows and the new segment's, and retired.
 ``rows`` counts its records (control records are never rows), ``size`` and ``crc32c`` are the file's bytes.
-``retired`` are files taken out of ``files`` (below the log start offset, or of a topic id that is gone) and
-deleted ``file.delete.delay.ms`` after ``at_ms``, so a read planned just before still finds them.
+``retired`` are files taken out of ``files`` (replaced by a larger file, below the log start offset, or of a topic
+id that is gone) and deleted ``file.delete.delay.ms`` after ``at_ms``, so a read planned just before still finds
+them. Version 1 manifests (one segment a file, its id in ``segment_id``) are read as such.
 
 Crash behaviour: the manifest is replaced whole (temp file, fsync, rename, fsync of the directory: see
 :func:`local.checkpoint.atomic_write`), so a reader sees the old one or the new one. A Parquet file is written
@@ -34,7 +40,8 @@ from tiered.errors import TieredStorageError
 MANIFEST_NAME = "_manifest.json"  # "_": Spark's file listing skips it, so the directory reads as a Parquet dataset
 PARQUET_SUFFIX = ".parquet"
 TEMP_SUFFIX = ".tmp"
-VERSION = 1
+VERSION = 2
+_READABLE = (1, 2)
 
 
 class ColumnarManifestError(TieredStorageError, ValueError):
@@ -42,8 +49,18 @@ class ColumnarManifestError(TieredStorageError, ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class SegmentRows:
+    """One remote segment's part of a file: its id, offsets [base_offset, end_offset] and the rows it gave."""
+
+    segment_id: str
+    base_offset: int
+    end_offset: int
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
 class ColumnarFile:
-    """One published Parquet file: a remote segment's offsets [base_offset, end_offset]."""
+    """One published Parquet file: the offsets [base_offset, end_offset] of the remote segments in ``segments``."""
 
     name: str
     base_offset: int
@@ -51,7 +68,7 @@ class ColumnarFile:
     rows: int
     size: int
     crc32c: int
-    segment_id: str = ""
+    segments: tuple[SegmentRows, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +102,14 @@ class Manifest:
                 f"{self.files[-1].end_offset + 1} after {self.files[-1].name}")
         return replace(self, files=(*self.files, f))
 
+    def with_last_replaced(self, f: ColumnarFile, now_ms: int) -> Manifest:
+        """``f`` in place of the last file, which it contains (same base offset) and extends; the last file retired."""
+        if not self.files or f.base_offset != self.files[-1].base_offset or f.end_offset <= self.files[-1].end_offset:
+            last = self.files[-1].name if self.files else "no file"
+            raise ColumnarManifestError(f"{self.topic}-{self.partition}: file {f.name} ({f.base_offset}-{f.end_offset})"
+                                        f" does not extend the last file ({last})")
+        return replace(self, files=(*self.files[:-1], f), retired=(*self.retired, RetiredFile(self.files[-1].name, now_ms)))
+
     def retire(self, below: int, now_ms: int) -> Manifest:
         """Files wholly below offset ``below`` moved to ``retired`` (retention)."""
         gone = [f for f in self.files if f.end_offset < below]
@@ -113,7 +138,9 @@ def encode(m: Manifest) -> bytes:
     doc = {
         "version": VERSION, "topic": m.topic, "partition": m.partition, "topic_id": m.topic_id,
         "files": [{"name": f.name, "base_offset": f.base_offset, "end_offset": f.end_offset, "rows": f.rows,
-                   "size": f.size, "crc32c": f.crc32c, "segment_id": f.segment_id} for f in m.files],
+                   "size": f.size, "crc32c": f.crc32c,
+                   "segments": [{"id": s.segment_id, "base_offset": s.base_offset, "end_offset": s.end_offset,
+                                 "rows": s.rows} for s in f.segments]} for f in m.files],
         "retired": [{"name": r.name, "at_ms": r.at_ms} for r in m.retired],
     }
     return (json.dumps(doc, indent=1) + "\n").encode()
@@ -122,11 +149,10 @@ def encode(m: Manifest) -> bytes:
 def decode(data: bytes, where: str = "manifest") -> Manifest:
     try:
         doc: Any = json.loads(data)
-        if doc.get("version") != VERSION:
-            raise ColumnarManifestError(f"{where}: version {doc.get('version')!r}, expected {VERSION}")
-        files = tuple(ColumnarFile(str(f["name"]), int(f["base_offset"]), int(f["end_offset"]), int(f["rows"]),
-                                   int(f["size"]), int(f["crc32c"]), str(f.get("segment_id", "")))
-                      for f in doc["files"])
+        version = doc.get("version")
+        if version not in _READABLE:
+            raise ColumnarManifestError(f"{where}: version {version!r}, expected one of {list(_READABLE)}")
+        files = tuple(_decode_file(f, version) for f in doc["files"])
         retired = tuple(RetiredFile(str(r["name"]), int(r["at_ms"])) for r in doc.get("retired", ()))
         m = Manifest(str(doc["topic"]), int(doc["partition"]), str(doc["topic_id"]), files, retired)
     except ColumnarManifestError:
@@ -136,7 +162,38 @@ def decode(data: bytes, where: str = "manifest") -> Manifest:
     for a, b in zip(m.files, m.files[1:], strict=False):
         if b.base_offset != a.end_offset + 1:
             raise ColumnarManifestError(f"{where}: {b.name} starts at {b.base_offset}, not at {a.end_offset + 1}")
+    for f in m.files:
+        _check_segments(f, where)
     return m
+
+
+def _decode_file(f: Any, version: int) -> ColumnarFile:
+    base, end, rows = int(f["base_offset"]), int(f["end_offset"]), int(f["rows"])
+    segments: tuple[SegmentRows, ...]
+    if version == 1:  # one segment a file
+        segment_id = str(f.get("segment_id", ""))
+        segments = (SegmentRows(segment_id, base, end, rows),) if segment_id else ()
+    else:
+        segments = tuple(SegmentRows(str(s["id"]), int(s["base_offset"]), int(s["end_offset"]), int(s["rows"]))
+                         for s in f["segments"])
+    return ColumnarFile(str(f["name"]), base, end, rows, int(f["size"]), int(f["crc32c"]), segments)
+
+
+def _check_segments(f: ColumnarFile, where: str) -> None:
+    """A file's segments, when listed, are contiguous, cover its offsets and add up to its rows."""
+    if not f.segments:
+        return
+    at = f.base_offset
+    for s in f.segments:
+        if s.base_offset != at or s.end_offset < s.base_offset or s.rows < 0:
+            raise ColumnarManifestError(f"{where}: {f.name}'s segment {s.segment_id} holds {s.base_offset}-"
+                                        f"{s.end_offset}, not from {at} on")
+        at = s.end_offset + 1
+    if at != f.end_offset + 1:
+        raise ColumnarManifestError(f"{where}: {f.name}'s segments end at {at - 1}, the file at {f.end_offset}")
+    if sum(s.rows for s in f.segments) != f.rows:
+        raise ColumnarManifestError(f"{where}: {f.name}'s segments give {sum(s.rows for s in f.segments)} rows, the "
+                                    f"file says {f.rows}")
 
 
 def partition_dir(root: Path, topic: str, partition: int) -> Path:

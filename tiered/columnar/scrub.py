@@ -3,8 +3,11 @@
 For each partition directory under the columnar root (``--topic``: only that topic's): the manifest decodes and its
 files are contiguous (:func:`tiered.columnar.manifest.decode` checks that); each file it lists exists with the
 manifest's size and crc32c (a flipped byte is found here), its Parquet footer counts the manifest's rows, and the
-statistics of its ``offset`` column lie inside the file's range; no file holds offsets at or past the log end
-offset, and the manifest's topic id is the partition's. Parquet files that no manifest names are noted (a crash
+statistics of its ``offset`` column lie inside the file's range, its offsets rise strictly and each remote segment
+it lists holds the rows the manifest says (its ``offset`` column is read); each segment's rows equal the records of
+the segment's data batches wherever the scrub read that segment without a problem (the local segment, or the remote
+one with ``--remote``: :attr:`tiered.scrub.report.PartitionReport.segment_records`); no file holds offsets at or
+past the log end offset, and the manifest's topic id is the partition's. Parquet files that no manifest names are noted (a crash
 leaves them; the partition's next writer removes them), not counted as problems. Nothing is written.
 """
 
@@ -12,7 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tiered.columnar.manifest import MANIFEST_NAME, PARQUET_SUFFIX, ColumnarManifestError, read_manifest
+from tiered.columnar.manifest import (
+    MANIFEST_NAME,
+    PARQUET_SUFFIX,
+    ColumnarFile,
+    ColumnarManifestError,
+    read_manifest,
+)
 from tiered.scrub.report import PartitionReport, Problem
 
 KIND = "columnar"
@@ -53,6 +62,7 @@ def scrub_partition(directory: Path, report: PartitionReport) -> None:
     if report.topic_id is not None and m.topic_id != report.topic_id:
         report.problems.append(Problem(KIND, f"the manifest is of topic id {m.topic_id}, the partition's is "
                                              f"{report.topic_id}", file=str(path)))
+    compared = uncompared = 0
     for f in m.files:
         file = directory / f.name
         try:
@@ -91,6 +101,18 @@ def scrub_partition(directory: Path, report: PartitionReport) -> None:
                 report.problems.append(Problem(KIND, f"row group {i} holds offsets {stats.min}-{stats.max}, outside "
                                                      f"{f.base_offset}-{f.end_offset}", file=str(file),
                                                offset=int(stats.min)))
+        if not f.segments:
+            continue
+        problems = _check_segment_rows(file, f, report.segment_records)
+        report.problems += problems
+        if not problems:
+            seen = sum(1 for s in f.segments if report.segment_records.get(s.base_offset, (None,))[0] == s.end_offset)
+            compared += seen
+            uncompared += len(f.segments) - seen
+    if compared or uncompared:
+        report.notes.append(f"columnar: the rows of {compared} segment(s) compared with the log's records"
+                            + (f", {uncompared} not (not scanned here; --remote reads the remote segments)"
+                               if uncompared else ""))
     if m.files and report.log_end_offset is not None and m.files[-1].end_offset >= report.log_end_offset:
         report.problems.append(Problem(KIND, f"the columnar copy holds offsets up to {m.files[-1].end_offset}, past "
                                              f"the log end offset {report.log_end_offset}", file=str(path)))
@@ -99,3 +121,31 @@ def scrub_partition(directory: Path, report: PartitionReport) -> None:
     if strays:
         report.notes.append(f"columnar: {len(strays)} file(s) no manifest names (left by a crash; removed by the "
                             f"next writer): {', '.join(strays[:3])}")
+
+
+def _check_segment_rows(file: Path, f: ColumnarFile, records: dict[int, tuple[int, int]]) -> list[Problem]:
+    """The file's offsets rise strictly, each listed segment holds the rows the manifest says, and those equal the
+    log's records of that segment where the scrub counted them."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    offsets = pq.read_table(file, columns=["offset"]).column("offset").to_numpy()
+    if len(offsets) > 1 and not bool(np.all(offsets[1:] > offsets[:-1])):
+        at = int(np.argmax(offsets[1:] <= offsets[:-1]))
+        return [Problem(KIND, f"offsets do not rise: {offsets[at]} then {offsets[at + 1]} (a duplicate or a row out "
+                              "of order)", file=str(file), offset=int(offsets[at + 1]))]
+    problems = []
+    bases = np.array([s.base_offset for s in f.segments], np.int64)
+    ends = np.array([s.end_offset for s in f.segments], np.int64)
+    counts = np.searchsorted(offsets, ends, side="right") - np.searchsorted(offsets, bases, side="left")
+    for s, count in zip(f.segments, counts.tolist(), strict=True):
+        if count != s.rows:
+            problems.append(Problem(KIND, f"{count} rows of segment {s.segment_id} ({s.base_offset}-{s.end_offset}), "
+                                          f"the manifest says {s.rows}", file=str(file), offset=s.base_offset))
+            continue
+        found = records.get(s.base_offset)
+        if found is not None and found[0] == s.end_offset and found[1] != count:
+            problems.append(Problem(KIND, f"{count} rows of segment {s.segment_id} ({s.base_offset}-{s.end_offset}), "
+                                          f"but the segment has {found[1]} records", file=str(file),
+                                    offset=s.base_offset))
+    return problems

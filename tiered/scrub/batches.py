@@ -39,6 +39,7 @@ _LEGACY_HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes
 _I64 = struct.Struct(">q")
 _LEGACY_CRC_START = LOG_OVERHEAD + 4  # a legacy CRC covers magic..end
 _MAX_CODEC = 4  # zstd
+_CONTROL = 0x20  # attributes bit 5: a control batch (transaction markers)
 
 Progress = Callable[[int], None]
 
@@ -73,6 +74,9 @@ class BatchScanner:
         self._pending_at = 0
         self._next_min = min_offset  # the smallest base offset the next batch may have
         self._counts: dict[str, int] = {}
+        # Records of its data batches (control batches' records are no consumer's), while only v2 batches are seen.
+        self.records = 0
+        self.records_known = True
 
     def report(self, kind: str, message: str, position: int | None = None, offset: int | None = None) -> None:
         n = self._counts[kind] = self._counts.get(kind, 0) + 1
@@ -118,6 +122,7 @@ class BatchScanner:
         positions, bases, lasts, max_timestamps = (self.positions.append, self.bases.append, self.lasts.append,
                                                    self.max_timestamps.append)
         next_min, max_last = self._next_min, self.segment_base + INT32_MAX
+        records = 0
         while n - p >= RECORD_BATCH_OVERHEAD and view[p + MAGIC_OFFSET] == MAGIC_V2:
             (base, length, _epoch, _magic, crc, attributes, delta, _base_ts, max_ts, _pid, _pepoch, _seq,
              count) = unpack(view, p)
@@ -131,9 +136,12 @@ class BatchScanner:
             bases(base)
             lasts(last)
             max_timestamps(max_ts)
+            if not attributes & _CONTROL:
+                records += count
             next_min = last + 1
             p += size
         self._next_min = next_min
+        self.records += records
         return p
 
     def _parse_one(self, view: memoryview, start: int, p: int) -> int:
@@ -180,10 +188,13 @@ class BatchScanner:
                         position, base)
         elif attributes & 0x07 > _MAX_CODEC:
             self.report("corrupt_batch", f"unknown compression codec {attributes & 0x07}", position, base)
+        if not attributes & _CONTROL:
+            self.records += count
         self._add(position, base, max(base, last), max_ts)
 
     def _check_legacy(self, view: memoryview, p: int, position: int, size: int, magic: int) -> None:
         offset, _size, crc, _magic, attributes = _LEGACY_HEAD.unpack_from(view, p)
+        self.records_known = False  # a compressed wrapper's records are only counted by decompressing it
         computed = zlib.crc32(view[p + _LEGACY_CRC_START : p + size]) & 0xFFFFFFFF
         if computed != crc:
             self.report("crc_mismatch", f"legacy v{magic} message of {size} bytes: stored CRC {crc:#010x}, "

@@ -213,6 +213,7 @@ def _scrub_segment(pdir: Path, base: int, path: Path, report: PartitionReport, n
                             "(unflushed when the broker stopped; the next start truncates it)")
     else:
         report.problems += scan.problems
+        report.count_records(base, scan)
 
     index = filenames.offset_index_file(pdir, base)
     if index.exists():

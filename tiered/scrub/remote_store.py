@@ -351,6 +351,7 @@ class RemoteScrub:
             return None
         scan.finish()
         out.problems += scan.problems
+        out.count_records(md.start_offset, scan)
         out.remote_bytes += scan.bytes_seen
         if (known and scan.bytes_seen != size) or (not known and scan.bytes_seen < INT32_MAX):
             out.problems.append(Problem("object_size", f"the object holds {scan.bytes_seen} bytes but the remote "

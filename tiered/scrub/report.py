@@ -106,6 +106,15 @@ class PartitionReport:
     remote_storage_enable: bool | None = None  # the topic override persisted beside the partition, if any
     problems: list[Problem] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Per segment scanned without a problem, local or remote: base offset -> (last offset, records of its data
+    # batches). The columnar copy's rows are checked against it (tiered.columnar.scrub); not in the JSON report.
+    segment_records: dict[int, tuple[int, int]] = field(default_factory=dict, repr=False)
+
+    def count_records(self, base: int, scan: Any) -> None:
+        """Keep ``scan``'s record count for the segment at ``base`` (a :class:`tiered.scrub.batches.BatchScanner`
+        that is finished), when it is exact."""
+        if scan.records_known and not scan.problems and scan.stopped_at is None and len(scan.lasts):
+            self.segment_records[base] = (int(scan.lasts[-1]), int(scan.records))
 
     @property
     def name(self) -> str:

@@ -16,10 +16,11 @@ its schema (:data:`tiered.spark.arrow_records.SCHEMA_DDL`). Planned once, on the
    explicit per-partition ``startingOffsets``/``endingOffsets``, so the two sides meet at ``next`` exactly: no
    offset is read twice or skipped, whatever is appended, copied or retained after the call.
 
-The DataFrame is a snapshot of the offsets at the call: call again to read what came since. Retired files are
-deleted ``file.delete.delay.ms`` after retention took them (a minute by default): an action run later than that on
-an old DataFrame fails with Spark's missing-file error, or skips them with ``failOnDataLoss=false``. Streaming
-reads do not use the columnar copy (``spark.readStream.format("tiered")`` reads the log).
+The DataFrame is a snapshot of the offsets at the call: call again to read what came since. A file it names may be
+retired after the call (retention, or a larger file taking its rows: :mod:`tiered.columnar.keeper`) and is deleted
+``file.delete.delay.ms`` later (a minute by default): an action run later than that on an old DataFrame fails with
+Spark's missing-file error, whatever ``failOnDataLoss`` says (Spark's ``ignoreMissingFiles`` would skip rows that
+another file still holds): call ``read_topic`` again.
 """
 
 from __future__ import annotations
@@ -123,10 +124,7 @@ def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str]
         from tiered.columnar.keeper import columnar_schema
 
         schema = from_arrow_schema(columnar_schema())
-        reader = spark.read.schema(schema)
-        if not opts.fail_on_data_loss:
-            reader = reader.option("ignoreMissingFiles", "true")
-        df = reader.parquet(*plan.files)
+        df = spark.read.schema(schema).parquet(*plan.files)
         if not plan.whole_files:
             cond = None
             for topic, partition, lo, hi in plan.parquet_ranges:
