@@ -183,13 +183,17 @@ def _fsync_dir(directory: Path) -> None:
 
 
 class CheckpointFile(Generic[T]):
-    def __init__(self, path: str | os.PathLike[str], encode: Callable[[T], str], parse: Callable[[str], T]) -> None:
+    """``sync=False``: writes are not fsynced (a read-only log's scratch copy: nothing there needs to survive)."""
+
+    def __init__(self, path: str | os.PathLike[str], encode: Callable[[T], str], parse: Callable[[str], T],
+                 sync: bool = True) -> None:
         self.path = Path(path)
         self._encode = encode
         self._parse = parse
+        self._sync = sync
 
     def write(self, entries: Iterable[T]) -> None:
-        atomic_write(self.path, encode_checkpoint(self._encode(e) for e in entries).encode())
+        atomic_write(self.path, encode_checkpoint(self._encode(e) for e in entries).encode(), sync=self._sync)
 
     def read(self) -> list[T]:
         try:
@@ -200,8 +204,8 @@ class CheckpointFile(Generic[T]):
 
 
 class LeaderEpochCheckpointFile(CheckpointFile[EpochEntry]):
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        super().__init__(path, lambda e: f"{e.epoch} {e.start_offset}", _parse_epoch)
+    def __init__(self, path: str | os.PathLike[str], sync: bool = True) -> None:
+        super().__init__(path, lambda e: f"{e.epoch} {e.start_offset}", _parse_epoch, sync)
 
 
 class OffsetCheckpointFile:

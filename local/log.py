@@ -246,7 +246,8 @@ class Log:
         topic_id = _init_partition_metadata(directory, topic_id)
         remote_state = RemoteLogStateFile(directory).read()
         epoch_cache = LeaderEpochFileCache(
-            f"{topic}-{partition}", LeaderEpochCheckpointFile(directory / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME)
+            f"{topic}-{partition}",
+            LeaderEpochCheckpointFile(directory / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME, sync=not read_only),
         )
         psm = ProducerStateManager(
             directory,
