@@ -119,3 +119,28 @@ def test_the_readme_links_to_every_guide_and_each_link_resolves() -> None:
     linked = set(re.findall(r"\]\((docs/[^)#]+)", readme))
     assert {"docs/configuration.md", "docs/cli.md", "docs/operations.md"} <= linked
     assert [path for path in linked if not (DOCS.parent / path).is_file()] == []
+
+
+def test_every_tiered_command_line_in_the_guides_parses() -> None:
+    """A command copied from README.md or docs/ is one the CLI takes (a wrong usage in docs/columnar.md went
+    unnoticed until a user ran it). Lines of shell blocks that start with ``tiered``, continuations joined; pipes,
+    redirections and variables left out."""
+    import re
+    import shlex
+
+    from tiered.cli import parse_args
+
+    checked, bad = 0, []
+    for md in sorted([*DOCS.glob("*.md"), DOCS.parent / "README.md"]):
+        for block in re.findall(r"```(?:sh|bash|shell|console)\n(.*?)```", md.read_text(), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.strip().removeprefix("$ ").split(" #")[0].strip()
+                if not line.startswith("tiered ") or any(c in line for c in "|&;<>`$("):
+                    continue
+                checked += 1
+                try:
+                    parse_args(shlex.split(line)[1:])
+                except SystemExit as exc:
+                    if exc.code != 0:
+                        bad.append(f"{md.name}: {line}")
+    assert checked >= 15 and not bad, bad
