@@ -225,7 +225,9 @@ def _read_parquet(piece: Piece, projection: Projection | None) -> Iterator[pa.Re
             mask = kept if mask is None else pc.and_(mask, kept)
         if mask is not None:
             table = table.filter(mask)
-        table = table.select(columns).cast(schema)
+        table = table.select(columns)
+        if table.schema != schema:  # the files' types are the source's: a cast only if a writer differed
+            table = table.cast(schema)
         for rb in table.to_batches():
             rb = apply_filters(rb, piece.filters)
             if rb.num_rows:
