@@ -8,6 +8,12 @@ store, which lives in the bucket. A remote segment is used for the offsets below
 index. Each :class:`Piece` carries everything an executor needs (the broker properties, the segment's file path or
 its remote metadata, the byte range and the offsets wanted, the aborted transactions that touch it, the pushed
 filters): nothing on the executor depends on the driver's state.
+
+With ``columnarCopy=true`` (the default) and a columnar copy of the topic (:mod:`tiered.columnar`), the offsets of
+``[start, end)`` that the partition's manifest lists (of the same topic id as the log; not with ``tiers=local``)
+are planned as one piece per Parquet file (:attr:`Piece.parquet_path`), the offsets before and after them from the
+log as above: the two meet at the files' first and next offsets, so each offset is planned once. Only the manifest
+is trusted (a file being written or retired is never in it). Batch and streaming reads plan alike.
 """
 
 from __future__ import annotations
@@ -16,10 +22,12 @@ import bisect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from local.errors import OffsetOutOfRangeError
 from local.filenames import LOST_OFFSETS_FILENAME
+from tiered.errors import TieredStorageError
 from tiered.spark.options import EARLIEST, LATEST, SourceOptions, SparkSourceOptionError
 
 if TYPE_CHECKING:
@@ -42,7 +50,8 @@ class Bounds:
 
 @dataclass
 class Piece:
-    """One input partition: a byte range of one segment (local file or remote object)."""
+    """One input partition: a byte range of one segment (local file or remote object), or the offsets
+    ``[from_offset, until_offset)`` of one Parquet file of the columnar copy (``parquet_path``)."""
 
     topic: str
     partition: int
@@ -59,15 +68,21 @@ class Piece:
     cache_dir: str = ""
     filters: list[FilterSpec] = field(default_factory=list)
     timestamp_lo_ms: int | None = None
+    parquet_path: str | None = None  # a file of the columnar copy (then no byte range: the offsets say what to read)
 
     @property
     def description(self) -> str:
-        where = self.local_path if self.local_path is not None else "remote segment"
+        where = (self.parquet_path if self.parquet_path is not None else self.local_path
+                 if self.local_path is not None else "remote segment")
         return f"{self.topic}-{self.partition} offsets [{self.from_offset}, {self.until_offset}) in {where}"
 
 
 class SparkSourceDataLossError(OffsetOutOfRangeError):
     """Offsets asked for are gone (retention) and failOnDataLoss is true."""
+
+
+class ColumnarFileGoneError(TieredStorageError, FileNotFoundError):
+    """A planned Parquet file of the columnar copy is no longer there (retired, then deleted, since the plan)."""
 
 
 @contextmanager
@@ -137,6 +152,11 @@ def plan(opts: SourceOptions, bounds: Bounds | None = None, check: bool = True) 
         wanted = sorted(tp for tp in manager.partitions() if opts.topic_matches(tp[0]))
         if check:
             check_subscription(opts, wanted)
+        root = None
+        if opts.columnar_copy and opts.tiers != "local":
+            from tiered.columnar.location import columnar_root
+
+            root = columnar_root(manager.config)
         for topic, partition in wanted:
             if bounds.partitions is not None and partition not in bounds.partitions:
                 continue
@@ -145,7 +165,7 @@ def plan(opts: SourceOptions, bounds: Bounds | None = None, check: bool = True) 
             log = manager.get_log(topic, partition)
             if log is None:
                 continue
-            pieces.extend(_plan_partition(log, topic, partition, opts, bounds))
+            pieces.extend(_plan_partition(log, topic, partition, opts, bounds, root))
     return pieces
 
 
@@ -178,7 +198,10 @@ def offset_range(log: Log, topic: str, partition: int, opts: SourceOptions, boun
     return start, end
 
 
-def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, bounds: Bounds) -> list[Piece]:
+def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, bounds: Bounds,
+                    columnar_root: Path | None = None) -> list[Piece]:
+    """The pieces of one partition (module docstring); ``columnar_root``: where the columnar copies are (None: read
+    the log only)."""
     start, end = offset_range(log, topic, partition, opts, bounds)
     if start >= end:
         return []
@@ -193,6 +216,36 @@ def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, b
         "fail_on_data_loss": opts.fail_on_data_loss, "cache_dir": opts.cache_dir, "filters": bounds.filters,
         "timestamp_lo_ms": bounds.timestamp_lo_ms,
     }
+    copied = _columnar_pieces(log, start, end, columnar_root, base) if columnar_root is not None else []
+    if not copied:
+        return _plan_log(log, start, end, opts, bounds, base)
+    lo, hi = copied[0].from_offset, copied[-1].until_offset
+    before = _plan_log(log, start, lo, opts, bounds, base) if start < lo else []
+    after = _plan_log(log, hi, end, opts, bounds, base) if hi < end else []
+    return [*before, *copied, *after]
+
+
+def _columnar_pieces(log: Log, start: int, end: int, root: Path, base: dict[str, Any]) -> list[Piece]:
+    """One piece per file of the partition's columnar manifest that holds offsets of ``[start, end)``, in offset
+    order and contiguous; none when the manifest is missing, empty or of another topic id (a topic made again)."""
+    from local.checkpoint import kafka_uuid_to_str
+    from tiered.columnar.manifest import ColumnarManifestError, partition_dir, read_manifest
+
+    directory = partition_dir(root, log.topic, log.partition)
+    try:
+        m = read_manifest(directory)
+    except ColumnarManifestError as exc:
+        raise ColumnarManifestError(f"{exc} (set the option columnarCopy=false to read the log only)") from exc
+    if m is None or not m.files or log.topic_id is None or m.topic_id != kafka_uuid_to_str(log.topic_id):
+        return []
+    return [Piece(**base, from_offset=max(start, f.base_offset), until_offset=min(end, f.end_offset + 1),
+                  start_position=0, end_position=None, parquet_path=str(directory / f.name))
+            for f in m.files if f.end_offset >= start and f.base_offset < end]
+
+
+def _plan_log(log: Log, start: int, end: int, opts: SourceOptions, bounds: Bounds, base: dict[str, Any]) -> list[Piece]:
+    """The pieces of ``[start, end)`` of one partition from its log: remote segments, then local ones."""
+    topic, partition = log.topic, log.partition
     pieces: list[Piece] = []
     local_start = log.local_log_start_offset
     rlm: Any = log.remote_tier  # tiered's RemoteLogManager (local only knows the RemoteTier protocol)

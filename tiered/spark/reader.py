@@ -10,6 +10,14 @@ tasks. Bytes are read in large ranges and cut into whole batches by their header
 while it is decoded (:mod:`tiered.spark.arrow_records`); a bad one raises ``CorruptRecordError`` naming the file or
 remote segment, the position and the offset. Aborted transactional batches are dropped under read_committed,
 control batches always; pushed filters are applied exactly.
+
+A Parquet piece (a file of the columnar copy, :mod:`tiered.columnar`) is read with pyarrow one row group at a
+time: only the row groups whose ``offset`` statistics meet the piece's offsets (and whose ``timestamp`` ones reach a
+pushed timestamp floor), only the columns needed, rows cut to ``[from_offset, until_offset)``, ``NOT aborted``
+under read_committed, then the pushed filters and the projection as for the log. A file deleted since the plan
+(retention or a merge retired it, and ``file.delete.delay.ms`` passed) raises
+:class:`~tiered.spark.planning.ColumnarFileGoneError` naming it: a new read, or a restarted streaming query, plans
+again from the current manifest.
 """
 
 from __future__ import annotations
@@ -25,8 +33,8 @@ import numpy as np
 import pyarrow as pa
 
 from local.errors import CorruptRecordError
-from tiered.spark.arrow_records import ArrowBatchBuilder, Projection
-from tiered.spark.planning import Piece, SparkSourceDataLossError
+from tiered.spark.arrow_records import ARROW_SCHEMA, COLUMNS, ArrowBatchBuilder, Projection
+from tiered.spark.planning import ColumnarFileGoneError, Piece, SparkSourceDataLossError
 from tiered.spark.raw_batches import READ_BYTES, iter_raw_batches
 
 __all__ = ["READ_BYTES", "apply_filters", "iter_raw_batches", "read_piece", "remote_log_manager", "timestamp_micros"]
@@ -109,7 +117,9 @@ def _remote_range_reader(piece: Piece) -> tuple[Callable[[int, int], bytes | mem
 def read_piece(piece: Piece, projection: Projection | None = None) -> Iterator[pa.RecordBatch]:
     """The records of one piece, as Arrow record batches (see the module docstring): the source's columns, or those
     of ``projection`` (only they, and those the pushed filters need, are built)."""
-    if piece.local_path is not None:
+    if piece.parquet_path is not None:
+        yield from _read_parquet(piece, projection)
+    elif piece.local_path is not None:
         from local.file_records import FileRecords
 
         path = piece.local_path
@@ -171,6 +181,57 @@ def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start:
 
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+
+
+def _read_parquet(piece: Piece, projection: Projection | None) -> Iterator[pa.RecordBatch]:
+    """The records of a Parquet piece (module docstring), one row group at a time."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from tiered.columnar.keeper import ABORTED
+
+    path = piece.parquet_path
+    assert path is not None
+    try:
+        parquet = pq.ParquetFile(path)  # holds the file open: a deletion from now on does not stop the read
+    except FileNotFoundError:
+        raise ColumnarFileGoneError(
+            f"{piece.description}: the columnar copy's file is gone (retention or a merge retired it after the read "
+            "was planned); run the read again (a restarted streaming query plans the batch again)", path=path) from None
+    wanted = set(COLUMNS) if projection is None else {*projection.columns, *(f[0] for f in piece.filters)}
+    columns = [c for c in COLUMNS if c in wanted]
+    schema = pa.schema([ARROW_SCHEMA.field(c) for c in columns])
+    committed = piece.read_committed
+    meta = parquet.metadata
+    leaf = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+    floor = None if piece.timestamp_lo_ms is None else _EPOCH + _dt.timedelta(milliseconds=piece.timestamp_lo_ms)
+    lo, hi = piece.from_offset, piece.until_offset
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        offsets = group.column(leaf["offset"]).statistics
+        if offsets is not None and offsets.has_min_max and (offsets.max < lo or offsets.min >= hi):
+            continue
+        if floor is not None and "timestamp" in leaf:
+            ts = group.column(leaf["timestamp"]).statistics
+            latest = ts.max if ts is not None and ts.has_min_max else None
+            if isinstance(latest, _dt.datetime) and latest.tzinfo is not None and latest < floor:
+                continue  # no record of it reaches the pushed timestamp floor
+        read = [*columns, *(["offset"] if "offset" not in wanted else []), *([ABORTED] if committed else [])]
+        table = parquet.read_row_group(i, columns=read)
+        whole = offsets is not None and offsets.has_min_max and lo <= offsets.min and offsets.max < hi
+        mask = None if whole else pc.and_(pc.greater_equal(table["offset"], lo), pc.less(table["offset"], hi))
+        if committed:
+            kept = pc.invert(table[ABORTED])
+            mask = kept if mask is None else pc.and_(mask, kept)
+        if mask is not None:
+            table = table.filter(mask)
+        table = table.select(columns)
+        if table.schema != schema:  # the files' types are the source's: a cast only if a writer differed
+            table = table.cast(schema)
+        for rb in table.to_batches():
+            rb = apply_filters(rb, piece.filters)
+            if rb.num_rows:
+                yield rb if projection is None else projection.apply(rb)
 
 
 def timestamp_micros(value: Any) -> int:

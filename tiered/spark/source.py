@@ -22,6 +22,11 @@ builds all those of the schema: a schema is the way to build fewer. Unknown opti
 :mod:`tiered.spark.options`); so are a subscription that matches no topic and offsets given for a topic or
 partition the read does not include (:func:`tiered.spark.planning.check_subscription`), also by a streaming read when
 it starts.
+
+Batch and streaming reads take the offsets that a topic's columnar copy holds (:mod:`tiered.columnar`) from its
+Parquet files, read with pyarrow on the executors, and the rest from the log, each offset once
+(:mod:`tiered.spark.planning`); the option ``columnarCopy=false`` reads the log only. A streaming query started
+from ``earliest`` thus reads the history from the copy and the newest records from the log.
 """
 
 from __future__ import annotations
@@ -252,7 +257,8 @@ class TieredStreamReader(DataSourceStreamReader):
     stable offset under read_committed); a partition that appears later starts at its log start.
     ``maxOffsetsPerTrigger`` caps the offsets of one micro-batch, shared among the partitions in proportion to
     their lag. Each micro-batch is planned like a batch read of [start, end), so segments appended or offloaded
-    meanwhile are found; exactly-once comes from Spark's checkpoint of these offsets."""
+    meanwhile are found, and offsets in the columnar copy are read from its Parquet files (``columnarCopy``);
+    exactly-once comes from Spark's checkpoint of these offsets."""
 
     def __init__(self, options: dict[str, str], columns: Projection | None = None) -> None:
         self.opts = parse_options(options)
