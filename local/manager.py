@@ -61,6 +61,9 @@ if TYPE_CHECKING:
     from local.remote import RemoteTier, RemoteTierFactory
 
 logger = logging.getLogger(__name__)
+# Read-only opens of a partition a live writer changes meanwhile (local.read_only): listed and copied again at most
+# this many times.
+_READ_ONLY_ATTEMPTS = 5
 
 LOCK_FILENAME = ".lock"
 TOPIC_CONFIG_FILENAME = "tiered-topic.properties"
@@ -244,27 +247,36 @@ class LogManager:
             start_offsets = self._read_checkpoint(data_dir, filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME)
             recovery_points = self._read_checkpoint(data_dir, filenames.RECOVERY_POINT_CHECKPOINT_FILENAME)
             clean = CleanShutdownFile(data_dir / filenames.CLEAN_SHUTDOWN_FILENAME).exists()
-            scratch = scratch_partition_dir(source, self._scratch_root)
-            try:
-                log = Log.open(
-                    scratch,
-                    self.config.topic_config(self._topic_overrides(source)),
-                    scheduler=None,
-                    time=self.time,
-                    log_start_offset=start_offsets.get(key, 0),
-                    recovery_point=recovery_points.get(key, 0),
-                    had_clean_shutdown=clean,
-                    remote_tier=self.remote_tier,
-                    use_large_index=self._use_large_index(),
-                    read_only=True,
-                )
-            except OSError:
-                raise
-            except (KafkaStorageError, ValueError) as exc:  # a corrupt per-partition file: named, like at startup
-                raise self._partition_offline(data_dir, source, key[0], key[1], exc, scratch).error() from exc
+            for attempt in range(1, _READ_ONLY_ATTEMPTS + 1):
+                scratch = source
+                try:
+                    scratch = scratch_partition_dir(source, self._scratch_root)
+                    opened = Log.open(
+                        scratch,
+                        self.config.topic_config(self._topic_overrides(source)),
+                        scheduler=None,
+                        time=self.time,
+                        log_start_offset=start_offsets.get(key, 0),
+                        recovery_point=recovery_points.get(key, 0),
+                        had_clean_shutdown=clean,
+                        remote_tier=self.remote_tier,
+                        use_large_index=self._use_large_index(),
+                        read_only=True,
+                    )
+                    break
+                except FileNotFoundError as exc:
+                    # A live writer removed a file between the listing and its copy or open (a producer snapshot, a
+                    # segment retention deleted): list the partition again, as it is now.
+                    if attempt == _READ_ONLY_ATTEMPTS or not source.is_dir():
+                        raise
+                    logger.debug("%s changed while it was opened read-only (%s): again", source, exc)
+                except OSError:
+                    raise
+                except (KafkaStorageError, ValueError) as exc:  # a corrupt per-partition file: named, like at startup
+                    raise self._partition_offline(data_dir, source, key[0], key[1], exc, scratch).error() from exc
             with self._offline_lock:
-                self._logs[key] = log
-            return log
+                self._logs[key] = opened
+            return opened
 
     def _mark_offline(self, data_dir: Path, why: str, exc: BaseException | None = None) -> None:
         """Report ``data_dir`` to the failure channel, which calls :meth:`_on_log_dir_failure` once."""

@@ -158,6 +158,12 @@ def test_offsets_timestamps_and_filters_across_the_boundary(spark: Any, root: Pa
     assert got == [r for r in expected if r[4] >= ts]
 
 
+def test_read_topic_with_columnar_copy_false_reads_the_log_only(spark: Any, root: Path) -> None:
+    plan = plan_topic({**_options(root), "topics": "c", "columnarCopy": "false"})
+    assert not plan.files and sorted(r[1] for r in plan.source_ranges) == [0, 1]
+    assert _rows(read_topic(spark, topics="c", columnarCopy=False, **_options(root))) == _engine_rows(root, "c")
+
+
 def test_the_files_let_spark_prune_by_partition_offset_and_timestamp(spark: Any, root: Path) -> None:
     plan = plan_topic({**_options(root), "topics": "c"})
     for path in plan.files:

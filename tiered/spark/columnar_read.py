@@ -12,6 +12,8 @@ its schema (:data:`tiered.spark.arrow_records.SCHEMA_DDL`). Planned once, on the
    the files the manifest names (only those: a file being written or retired is never listed), filtered to
    ``start <= offset < end`` (so nothing below the log start offset is returned) and, under read_committed, to
    rows not ``aborted``.
+   With ``columnarCopy=false`` (or ``tiers=local``) there is no Parquet part: the source reads everything from the
+   log.
 3. The rest (below ``first``, rare, and from ``next`` on, the newest records) is read by the Python source with
    explicit per-partition ``startingOffsets``/``endingOffsets``, so the two sides meet at ``next`` exactly: no
    offset is read twice or skipped, whatever is appended, copied or retained after the call.
@@ -57,7 +59,7 @@ def plan_topic(options: dict[str, str]) -> TopicPlan:
 
     opts = parse_options(options)
     config = LogConfig.from_properties(opts.props)
-    root = columnar_root(config) if opts.tiers != "local" else None
+    root = columnar_root(config) if opts.tiers != "local" and opts.columnar_copy else None
     out = TopicPlan()
     props = opts.props
     if opts.starting_timestamp is None and opts.ending_timestamp is None:
