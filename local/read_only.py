@@ -7,9 +7,10 @@ none of that to the data dir it was pointed at, yet see exactly what a writer wo
 So a read-only log is loaded from a private scratch copy of its partition dir (under the system temp dir,
 removed on close, or by the next reader's sweep when a reader was killed: :mod:`local.scratch`): every ``.log`` file is a symbolic link to the original, opened ``O_RDONLY`` (the kernel
 refuses any write through it; recovery bounds a torn segment in memory instead of truncating it, see
-:meth:`local.file_records.FileRecords.truncate_to`), and every other file the loader reads (indexes,
-snapshots, checkpoints, ``partition.metadata``, ``remote-log-state``, topic config) is copied, so what the
-loader writes lands in the copy. ``.deleted`` files are left out (they are gone to readers already), and so
+:meth:`local.file_records.FileRecords.truncate_to`); the index files are copied (recovery and resizing write them
+in place), so what the loader writes lands in the copy; the other files the loader reads (snapshots, checkpoints,
+``partition.metadata``, ``remote-log-state``, topic config), which are only ever replaced whole by a rename or
+deleted, are hard links where the filesystem allows (a fifteenth of a copy's cost), else copies. ``.deleted`` files are left out (they are gone to readers already), and so
 are the transient ``.tmp`` files of an interrupted atomic write.
 
 Nothing here takes the data dir's lock: a reader may run beside the writer that holds it. It sees the files as
@@ -19,6 +20,7 @@ stay readable through the open descriptors until the reader closes.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -54,9 +56,24 @@ def scratch_partition_dir(source: Path, scratch_root: Path) -> Path:
             continue
         if name.endswith(filenames.LOG_FILE_SUFFIX) or filenames.LOG_FILE_SUFFIX + "." in name:
             os.symlink(os.path.abspath(entry.path), target / name)  # a relative data dir must not break it
-        else:
+        elif any(suffix in name for suffix in filenames.INDEX_SUFFIXES):  # also .index.swap, .timeindex.cleaned...
             _copy(entry.path, os.path.join(target, name))
+        else:
+            _link_or_copy(entry.path, os.path.join(target, name))
     return target
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link to a file the loader only reads, deletes or replaces whole (producer snapshots, checkpoints,
+    ``partition.metadata``, ``remote-log-state``: every write of them is a rename of a new file,
+    :func:`local.checkpoint.atomic_write`), so the scratch copy can never change the original, and the writer's own
+    replacements do not change the reader's view either. A copy where a link cannot be made (another filesystem)."""
+    try:
+        os.link(source, target)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            raise
+        _copy(source, target)
 
 
 def _copy(source: str, target: str) -> None:

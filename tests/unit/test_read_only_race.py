@@ -64,3 +64,23 @@ def test_a_file_deleted_between_the_listing_and_its_copy_lists_the_partition_aga
             assert log.log_start_offset == int(victims[1].stem)
         else:
             assert log.log_start_offset == start
+
+
+def test_what_the_loader_replaces_in_the_scratch_copy_never_reaches_the_original(tmp_path: Path) -> None:
+    """Snapshots and checkpoints are hard links in the scratch copy (local.read_only): every write of them must be
+    a rename of a new file, so the original keeps its bytes; the index files are copies, written in place."""
+    from local.checkpoint import atomic_write
+    from local.read_only import scratch_partition_dir
+
+    _config, pdir = _data_dir(tmp_path)
+    before = {p.name: p.read_bytes() for p in pdir.iterdir()}
+    scratch = scratch_partition_dir(pdir, tmp_path / "scratch")
+    linked = sorted(p.name for p in scratch.iterdir() if not p.is_symlink() and p.stat().st_nlink > 1)
+    assert any(n.endswith(".snapshot") for n in linked) and "leader-epoch-checkpoint" in linked
+    assert not any(".index" in n for n in linked), "an index is written in place: it must be a copy"
+    for name in linked:
+        atomic_write(scratch / name, b"written by a reader")
+    for name in (n for n in before if ".index" in n):
+        with open(scratch / name, "r+b") as f:
+            f.write(b"\xff" * 8)
+    assert {p.name: p.read_bytes() for p in pdir.iterdir()} == before
