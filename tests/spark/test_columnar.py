@@ -292,6 +292,34 @@ def test_verify_compares_each_segments_rows_with_the_log(root: Path, tmp_path: P
            f"{s.rows} records" in out
 
 
+def test_a_flipped_bit_in_a_columnar_file_fails_the_read_instead_of_returning_other_bytes(
+        spark: Any, root: Path, tmp_path: Path) -> None:
+    """Snappy has no checksum: without the pages' CRCs most flipped bits read back as other bytes. read_topic
+    (Spark's reader) and the source's Parquet pieces (pyarrow) both check them."""
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import plan
+    from tiered.spark.reader import read_piece
+
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("cache"))
+    directory = copy / "remote-columnar" / "c-0"
+    m = read_manifest(directory)
+    assert m is not None
+    file = directory / m.files[0].name
+    meta = pq.ParquetFile(file).metadata
+    value = meta.schema.to_arrow_schema().get_field_index("value")
+    data = bytearray(file.read_bytes())
+    data[meta.row_group(0).column(value).data_page_offset + 200] ^= 0x04  # inside the first page's snappy bytes
+    file.write_bytes(bytes(data))
+    with pytest.raises(Exception, match="CRC checksum verification failed") as err:
+        read_topic(spark, topics="c", **_options(copy)).selectExpr("sum(length(value))").first()
+    assert m.files[0].name in str(err.value)
+    pieces = [p for p in plan(parse_options(_options(copy, topics="c"))) if p.parquet_path == str(file)]
+    assert len(pieces) == 1
+    with pytest.raises(OSError, match="CRC checksum verification failed"):
+        list(read_piece(pieces[0]))
+
+
 def test_a_columnar_topic_that_cannot_work_is_refused_naming_both_settings(tmp_path: Path) -> None:
     s3 = LogConfig.from_properties({"log.dirs": str(tmp_path), "remote.log.storage.system.enable": "true",
                                     "remote.log.storage.manager.class.name": "s3", "rsm.config.bucket": "b"})

@@ -176,9 +176,10 @@ def _committed(root: Path, topic: str) -> list[Any]:
     return _engine_rows(root, topic, FetchIsolation.TXN_COMMITTED)
 
 
-def test_a_stream_from_earliest_reads_the_copy_then_the_log_each_offset_once(spark: Any, root: Path,
-                                                                             tmp_path: Path) -> None:
-    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+def test_a_stream_from_earliest_reads_the_copy_then_the_log_each_offset_once(spark: Any, tmp_path: Path) -> None:
+    root, out, checkpoint = tmp_path / "root", tmp_path / "out", tmp_path / "checkpoint"
+    root.mkdir()
+    _build(root, partitions=1, n=16_000)  # its own: it appends, so the module's root stays as the other tests see it
 
     def run() -> list[int]:
         stream = (spark.readStream.format("tiered")

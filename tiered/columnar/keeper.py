@@ -18,7 +18,8 @@ serve both isolation levels. Control records are not rows (no consumer sees them
 The bytes are read from the local segment while it is still there (it usually is: the copy has just happened),
 else through the remote read path. Each file: the source's columns (:data:`tiered.spark.arrow_records.ARROW_SCHEMA`)
 plus ``aborted``, one row group per ~64 Ki records in offset order, with Parquet statistics (partition, offset,
-timestamp: Spark prunes row groups by them).
+timestamp: Spark prunes row groups by them) and a CRC-32 in every page header, which every reader of the copy
+checks (snappy has no checksum of its own: without it most flipped bits read back as other bytes, silently).
 
 Retention: files wholly below the log start offset leave the manifest (``retired``) and are deleted
 ``file.delete.delay.ms`` later (a read planned before still finds them); readers filter the rest by the log start
@@ -234,9 +235,10 @@ class ColumnarKeeper:
         tmp = directory / f".{name}{TEMP_SUFFIX}"
         rows = 0
         try:
-            with pq.ParquetWriter(tmp, columnar_schema(), compression="snappy", write_statistics=True) as writer:
+            with pq.ParquetWriter(tmp, columnar_schema(), compression="snappy", write_statistics=True,
+                                  write_page_checksum=True) as writer:
                 if prefix is not None:
-                    with pq.ParquetFile(directory / prefix.name) as old:
+                    with pq.ParquetFile(directory / prefix.name, page_checksum_verification=True) as old:
                         for i in range(old.num_row_groups):  # one row group in memory at a time
                             writer.write_table(old.read_row_group(i))
                 for rb in self._record_batches(log, tip, md):

@@ -126,7 +126,9 @@ def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str]
         from tiered.columnar.keeper import columnar_schema
 
         schema = from_arrow_schema(columnar_schema())
-        df = spark.read.schema(schema).parquet(*plan.files)
+        # The keeper writes a CRC in every page header; parquet-mr checks them only when asked (a file source's
+        # options reach its Hadoop configuration).
+        df = spark.read.schema(schema).option("parquet.page.verify-checksum.enabled", "true").parquet(*plan.files)
         if not plan.whole_files:
             cond = None
             for topic, partition, lo, hi in plan.parquet_ranges:

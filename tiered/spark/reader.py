@@ -12,7 +12,7 @@ remote segment, the position and the offset. Aborted transactional batches are d
 control batches always; pushed filters are applied exactly.
 
 A Parquet piece (a file of the columnar copy, :mod:`tiered.columnar`) is read with pyarrow one row group at a
-time: only the row groups whose ``offset`` statistics meet the piece's offsets (and whose ``timestamp`` ones reach a
+time, each page's CRC checked: only the row groups whose ``offset`` statistics meet the piece's offsets (and whose ``timestamp`` ones reach a
 pushed timestamp floor), only the columns needed, rows cut to ``[from_offset, until_offset)``, ``NOT aborted``
 under read_committed, then the pushed filters and the projection as for the log. A file deleted since the plan
 (retention or a merge retired it, and ``file.delete.delay.ms`` passed) raises
@@ -193,7 +193,7 @@ def _read_parquet(piece: Piece, projection: Projection | None) -> Iterator[pa.Re
     path = piece.parquet_path
     assert path is not None
     try:
-        parquet = pq.ParquetFile(path)  # holds the file open: a deletion from now on does not stop the read
+        parquet = pq.ParquetFile(path, page_checksum_verification=True)  # holds the file open: a deletion from now on does not stop the read
     except FileNotFoundError:
         raise ColumnarFileGoneError(
             f"{piece.description}: the columnar copy's file is gone (retention or a merge retired it after the read "
