@@ -118,9 +118,7 @@ class FileRecords:
         self._path = path if isinstance(path, Path) else Path(path)
         # The file errors name: a read-only view's .log is a link in a scratch dir (local.read_only), and an error
         # must name the data dir's file the operator can look at.
-        self._source = source or (
-            Path(os.path.realpath(self._path)) if not mutable and not is_slice and self._path.is_symlink() else self._path
-        )
+        self._source = source or (_link_target(self._path) if not mutable and not is_slice else self._path)
         # A slice holds the descriptor for its life (see the module docstring); the file holds it until closed.
         self._fd = file.hold() if is_slice else file.fd
         self._file: _OpenFile | None = file
@@ -427,3 +425,12 @@ class FileRecords:
             os.replace(self._path, target)
         finally:
             self._path = target
+
+
+def _link_target(path: Path) -> Path:
+    """Where the link ``path`` points (one ``readlink``, not a walk of every component), or ``path`` itself."""
+    try:
+        target = os.readlink(path)
+    except OSError:  # not a link
+        return path
+    return Path(target) if os.path.isabs(target) else path.parent / target
