@@ -13,7 +13,7 @@ closed and copied to the remote tier (local-directory backend). Figures:
 - ``read_topic(...)`` into ``count(*), sum(length(value))`` and into the same with ``offset >= a AND offset < b``
   (a tenth of each partition), planning included (it opens the data dirs read-only and reads the manifests), against
   ``spark.read.parquet`` of one Parquet file holding the same rows and columns, written by pyarrow with the same
-  row groups. Target >= 0.9x. Timed in alternation, best of seven rounds, and by the CPU time of Spark's processes
+  row groups. Target >= 0.9x. Timed in alternation, best of fifteen rounds, and by the CPU time of Spark's processes
   and this one (median of the rounds; ``read_topic`` plans in this process): on a machine other work shares,
   wall-clock ratios swing by +-30% from run to run while CPU ratios move by a few percent.
 """
@@ -150,8 +150,8 @@ def main() -> None:
             def cpu() -> float:
                 return process_tree_cpu(jvm) + time.process_time()
 
-            full, full_cpu = alternating_best({"ours": ours, "parquet": parquet}, 7, cpu)
-            ranged, ranged_cpu = alternating_best({"ours": ours_range, "parquet": parquet_range}, 7, cpu)
+            full, full_cpu = alternating_best({"ours": ours, "parquet": parquet}, 15, cpu)
+            ranged, ranged_cpu = alternating_best({"ours": ours_range, "parquet": parquet_range}, 15, cpu)
             report("read_topic, all closed segments in the columnar copy, count+sum(length(value))",
                    total / full["ours"], total / full["parquet"], "records/s", "Spark Parquet, one dataset", 0.9)
             report("  the same by CPU time (median, Spark's processes and this one)", total / full_cpu["ours"],
