@@ -164,6 +164,19 @@ def test_read_topic_with_columnar_copy_false_reads_the_log_only(spark: Any, root
     assert _rows(read_topic(spark, topics="c", columnarCopy=False, **_options(root))) == _engine_rows(root, "c")
 
 
+def test_a_damaged_manifest_is_named_with_the_way_around_it(root: Path, tmp_path: Path) -> None:
+    from tiered.columnar.manifest import ColumnarManifestError
+
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("cache"))
+    manifest = copy / "remote-columnar" / "c-0" / "_manifest.json"
+    manifest.write_bytes(manifest.read_bytes()[:40])  # torn by hand: no writer leaves it so
+    with pytest.raises(ColumnarManifestError, match="not a columnar manifest") as err:
+        plan_topic({**_options(copy), "topics": "c"})
+    assert str(manifest) in str(err.value) and "columnarCopy=false" in str(err.value)
+    assert not plan_topic({**_options(copy), "topics": "c", "columnarCopy": "false"}).files
+
+
 def test_the_files_let_spark_prune_by_partition_offset_and_timestamp(spark: Any, root: Path) -> None:
     plan = plan_topic({**_options(root), "topics": "c"})
     for path in plan.files:

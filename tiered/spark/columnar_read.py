@@ -54,7 +54,7 @@ def plan_topic(options: dict[str, str]) -> TopicPlan:
     from local import LogConfig
     from local.checkpoint import kafka_uuid_to_str
     from tiered.columnar.location import columnar_root
-    from tiered.columnar.manifest import partition_dir, read_manifest
+    from tiered.columnar.manifest import ColumnarManifestError, partition_dir, read_manifest
     from tiered.spark.planning import Bounds, check_subscription, offset_range, open_read_only
 
     opts = parse_options(options)
@@ -77,7 +77,10 @@ def plan_topic(options: dict[str, str]) -> TopicPlan:
             start, end = offset_range(log, topic, partition, opts, Bounds())
             if start >= end:
                 continue
-            m = read_manifest(partition_dir(root, topic, partition)) if root is not None else None
+            try:
+                m = read_manifest(partition_dir(root, topic, partition)) if root is not None else None
+            except ColumnarManifestError as exc:
+                raise ColumnarManifestError(f"{exc} (set the option columnarCopy=false to read the log only)") from exc
             if (m is None or not m.files or log.topic_id is None or m.topic_id != kafka_uuid_to_str(log.topic_id)):
                 out.source_ranges.append((topic, partition, start, end))
                 continue
