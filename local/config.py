@@ -179,6 +179,8 @@ _TOPIC_DEFS = [
     _Def("remote.log.delete.on.disable", None, "remote_log_delete_on_disable", _bool, False),
     _Def("remote.log.columnar.enable", None, "remote_log_columnar_enable", _bool, False),
     _Def("remote.log.columnar.file.bytes", None, "remote_log_columnar_file_bytes", _long(1), 128 * MIB),
+    _Def("remote.log.columnar.file.delete.delay.ms", None, "remote_log_columnar_file_delete_delay_ms", _long(0),
+         3_600_000),
 ]
 
 _BROKER_DEFS = [
@@ -340,6 +342,7 @@ class TopicConfig:
     remote_log_delete_on_disable: bool
     remote_log_columnar_enable: bool
     remote_log_columnar_file_bytes: int
+    remote_log_columnar_file_delete_delay_ms: int
 
     @property
     def compact(self) -> bool:

@@ -69,6 +69,10 @@ DESCRIPTIONS: dict[str, str] = {
                                       "holds this many bytes (Spark's default `maxPartitionBytes`: one task a "
                                       "file), so a topic of small segments is not read as many small files; 1: a file a "
                                       "segment.",
+    "remote.log.columnar.file.delete.delay.ms": "Ours: how long a columnar file stays after it left the manifest "
+                                                "(a larger file took its rows, or retention): a `read_topic` "
+                                                "DataFrame made before reads it until then (`file.delete.delay.ms` "
+                                                "is Kafka's minute, too short for a notebook's DataFrame).",
     # broker keys
     "broker.id": "The broker id recorded in remote segment metadata, and the node id of the Kafka protocol listener.",
     # the Kafka protocol listener (tiered run --kafka-listen; docs/kafka-protocol.md)

@@ -44,7 +44,7 @@ def _build(root: Path, file_bytes: int = 1) -> None:
     """The topic, its columnar files ``file_bytes`` large (1: a file a segment; more: files take the next segments)."""
     with LogManager(LogConfig.from_properties(local_tier_props(root)), start_scheduler=False) as m:
         log = m.get_or_create_log("c", 0, {"remote.storage.enable": "true", "remote.log.columnar.enable": "true",
-                                           "file.delete.delay.ms": "0",
+                                           "remote.log.columnar.file.delete.delay.ms": "0",
                                            "remote.log.columnar.file.bytes": str(file_bytes)})
         for first in range(0, RECORDS, 250):
             log.append(MemoryRecords.build([SimpleRecord(T0 + i, b"k%d" % i, b"v%06d" % i + b"." * 90)

@@ -220,7 +220,8 @@ def test_appends_copies_and_merges_after_the_call_change_nothing(spark: Any, tmp
 
 
 def test_retention_nothing_below_the_log_start_and_retired_files_go(spark: Any, tmp_path: Path) -> None:
-    _build(tmp_path, partitions=1, n=30_000, extra={"file.delete.delay.ms": "0", "remote.log.columnar.file.bytes": "1"})
+    _build(tmp_path, partitions=1, n=30_000,
+           extra={"remote.log.columnar.file.delete.delay.ms": "0", "remote.log.columnar.file.bytes": "1"})
     props = local_tier_props(tmp_path)
     directory = partition_dir(columnar_root(LogConfig.from_properties(props)), "c", 0)  # type: ignore[arg-type]
     first = read_manifest(directory)
@@ -352,7 +353,8 @@ def test_a_copy_enabled_later_is_made_from_the_remote_tier(tmp_path: Path) -> No
     """Local retention deleted the segments before the topic asked for a columnar copy: it is read back from the
     remote tier (the keeper's other source), from the log start on."""
     props = local_tier_props(tmp_path)
-    plain = {"remote.storage.enable": "true", "local.retention.bytes": "1", "file.delete.delay.ms": "0"}
+    plain = {"remote.storage.enable": "true", "local.retention.bytes": "1", "file.delete.delay.ms": "0",
+             "remote.log.columnar.file.delete.delay.ms": "0"}
     with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
         log = m.get_or_create_log("c", 0, plain)
         _append_c(log, 0, 0, 30_000)

@@ -6,7 +6,8 @@ partition's lock): the rows of every finished remote segment after the manifest'
 offset order. While the last file holds fewer than ``remote.log.columnar.file.bytes`` (topic config, default 128 MiB:
 one Spark task a file at Spark's default ``maxPartitionBytes``) and its bytes still match the manifest's crc32c,
 the new segment's rows go into a new file that first copies the last file's row groups, and it replaces the last
-file (which is retired like a file below the log start: deleted ``file.delete.delay.ms`` later); otherwise they start
+file (which is retired like a file below the log start: deleted ``remote.log.columnar.file.delete.delay.ms``, an
+hour by default, later); otherwise they start
 a new file. Reading many small files costs Spark per file (a topic of 16 MiB segments read 0.8x as fast from a
 file per segment as from one file a partition: bench/RESULTS.md); the price is rewriting a file up to
 ``file.bytes / segment.bytes`` times, none at all with Kafka's default 1 GiB segments. A remote segment is always below the last stable offset (the copy task copies nothing above it), so its
@@ -22,7 +23,7 @@ timestamp: Spark prunes row groups by them) and a CRC-32 in every page header, w
 checks (snappy has no checksum of its own: without it most flipped bits read back as other bytes, silently).
 
 Retention: files wholly below the log start offset leave the manifest (``retired``) and are deleted
-``file.delete.delay.ms`` later (a read planned before still finds them); readers filter the rest by the log start
+``remote.log.columnar.file.delete.delay.ms`` later (a read planned before still finds them); readers filter the rest by the log start
 offset. Crash steps, each survivable (a SIGKILL at any of them: ``tests/crash/test_columnar_sigkill.py``): the
 temp file written (``written``), renamed to its final name (``renamed``), the manifest naming it (``published``),
 files retired in the manifest (``retired``), a retired file deleted (``deleted``). The first run of a partition in
@@ -160,7 +161,7 @@ class ColumnarKeeper:
             logger.info("columnar copy of %s: offsets %d-%d in %s (%d rows, %d bytes)%s", log.name,
                         md.start_offset, md.end_offset, f.name, f.rows, f.size,
                         f" with the rows of {last.name}, retired" if last is not None else "")
-        if result.files_merged:  # the files they replaced: deleted now when file.delete.delay.ms is 0
+        if result.files_merged:  # the files they replaced: deleted now when the delay is 0
             m = self._follow_retention(directory, m, m, log, self.parts.time.milliseconds(), result)
         return result
 
@@ -209,7 +210,7 @@ class ColumnarKeeper:
         if retired != found:
             write_manifest(directory, retired)
             self.on_step("retired")
-        due = {r.name for r in retired.retired if r.at_ms + log.config.file_delete_delay_ms <= now}
+        due = {r.name for r in retired.retired if r.at_ms + log.config.remote_log_columnar_file_delete_delay_ms <= now}
         if not due:
             return retired
         for name in sorted(due):

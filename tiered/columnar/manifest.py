@@ -16,7 +16,7 @@ segment's records). A file takes the next segments' rows until it holds ``remote
 (:mod:`tiered.columnar.keeper`): then it is replaced by a file holding its rows and the new segment's, and retired.
 ``rows`` counts its records (control records are never rows), ``size`` and ``crc32c`` are the file's bytes.
 ``retired`` are files taken out of ``files`` (replaced by a larger file, below the log start offset, or of a topic
-id that is gone) and deleted ``file.delete.delay.ms`` after ``at_ms``, so a read planned just before still finds
+id that is gone) and deleted ``remote.log.columnar.file.delete.delay.ms`` after ``at_ms``, so a read planned just before still finds
 them. Version 1 manifests (one segment a file, its id in ``segment_id``) are read as such.
 
 Crash behaviour: the manifest is replaced whole (temp file, fsync, rename, fsync of the directory: see

@@ -20,7 +20,7 @@ its schema (:data:`tiered.spark.arrow_records.SCHEMA_DDL`). Planned once, on the
 
 The DataFrame is a snapshot of the offsets at the call: call again to read what came since. A file it names may be
 retired after the call (retention, or a larger file taking its rows: :mod:`tiered.columnar.keeper`) and is deleted
-``file.delete.delay.ms`` later (a minute by default): an action run later than that on an old DataFrame fails with
+``remote.log.columnar.file.delete.delay.ms`` later (an hour by default): an action run later than that on an old DataFrame fails with
 Spark's missing-file error, whatever ``failOnDataLoss`` says (Spark's ``ignoreMissingFiles`` would skip rows that
 another file still holds): call ``read_topic`` again.
 """

@@ -15,7 +15,7 @@ A Parquet piece (a file of the columnar copy, :mod:`tiered.columnar`) is read wi
 time, each page's CRC checked: only the row groups whose ``offset`` statistics meet the piece's offsets (and whose ``timestamp`` ones reach a
 pushed timestamp floor), only the columns needed, rows cut to ``[from_offset, until_offset)``, ``NOT aborted``
 under read_committed, then the pushed filters and the projection as for the log. A file deleted since the plan
-(retention or a merge retired it, and ``file.delete.delay.ms`` passed) raises
+(retention or a merge retired it, and ``remote.log.columnar.file.delete.delay.ms`` passed) raises
 :class:`~tiered.spark.planning.ColumnarFileGoneError` naming it: a new read, or a restarted streaming query, plans
 again from the current manifest.
 """
