@@ -3,11 +3,13 @@
 The child (columnar_child.py) runs one pass of the copy tasks of a broker whose topic ``c`` has
 ``remote.log.columnar.enable=true`` and kills itself with SIGKILL right after a step: the first Parquet file
 written under its temp name (``written``), renamed to its final name (``renamed``), named by the manifest
-(``published``); the same steps of the first file that takes the rows of the file before it (a merge), and the
-deletion of the file it replaced; or, with the log start offset moved past the first file, that file retired in
-the manifest (``retired``) or deleted (``deleted``). Then a pass in this process must leave: a manifest whose files are
-contiguous and end where the remote segments end, no temp file and no file the manifest does not name, and rows
-that are exactly the log's records from the log start on (the engine's own reads are the oracle).
+(``published``), linked into the partition dir (``shown``); the same steps of the first file that takes the rows of
+the file before it (a merge), and the deletion of the file it replaced; or, with the log start offset moved past the
+first file, that file retired in the manifest (``retired``) or deleted (``deleted``). Then a pass in this process
+must leave: a manifest whose files are contiguous and end where the remote segments end, no temp file and no file
+the manifest does not name, the partition dir's links exactly the published files (what ``spark.read.parquet`` of
+the directory reads), and rows that are exactly the log's records from the log start on (the engine's own reads are
+the oracle).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from local.log import LogStartOffsetIncrementReason
 from local.records import CompressionType, MemoryRecords, SimpleRecord
 from tests.logutil import local_tier_props
 from tiered.columnar.location import columnar_root
-from tiered.columnar.manifest import MANIFEST_NAME, partition_dir, read_manifest
+from tiered.columnar.manifest import FILES_DIR, MANIFEST_NAME, partition_dir, read_manifest
 from tiered.commands.consume import records_from
 from tiered.remote_log_manager import RemoteLogManager
 
@@ -92,8 +94,11 @@ def _check(root: Path, files: int | None = None) -> None:
         assert len(m.files) == files
     assert m.files[0].base_offset <= log_start <= m.files[0].end_offset
     assert all(a.end_offset + 1 == b.base_offset for a, b in zip(m.files, m.files[1:], strict=False))
-    on_disk = sorted(p.name for p in directory.iterdir() if p.name != MANIFEST_NAME)
-    assert on_disk == sorted(f.name for f in m.files), "a temp file, an orphan or a retired file was left"
+    stored = sorted(p.name for p in (directory / FILES_DIR).iterdir())
+    assert stored == sorted(f.name for f in m.files), "a temp file, an orphan or a retired file was left"
+    shown = sorted(p.name for p in directory.iterdir() if p.name not in (MANIFEST_NAME, FILES_DIR))
+    assert shown == stored, "what a read of the directory sees is not the published files"
+    assert all(os.path.samefile(directory / n, directory / FILES_DIR / n) for n in shown)
     rows: list[tuple[int, bytes]] = []
     for f in m.files:
         table = pq.read_table(directory / f.name, columns=["offset", "value"])
@@ -104,13 +109,13 @@ def _check(root: Path, files: int | None = None) -> None:
     assert len({o for o, _ in rows}) == len(rows)
 
 
-@pytest.mark.parametrize("step", ["written", "renamed", "published"])
+@pytest.mark.parametrize("step", ["written", "renamed", "published", "shown"])
 def test_a_writer_killed_at_each_step_of_a_new_file_leaves_no_duplicate_and_no_gap(tmp_path: Path, step: str) -> None:
     _build(tmp_path)
     _kill_at(tmp_path, step)
     directory = columnar_root(LogConfig.from_properties(local_tier_props(tmp_path)))
     assert directory is not None
-    left = sorted(p.name for p in (directory / "c-0").iterdir())
+    left = sorted(p.name for p in (directory / "c-0" / FILES_DIR).iterdir())
     listed = read_manifest(directory / "c-0")
     named = [f.name for f in listed.files] if listed is not None else []
     # what the dead pass left: a temp file; a file no manifest names; the first file published
@@ -145,7 +150,7 @@ def test_a_writer_killed_while_following_retention_leaves_no_duplicate_and_no_ga
     _check(tmp_path)
 
 
-@pytest.mark.parametrize("step", ["written#2", "renamed#2", "published#2", "deleted#1"])
+@pytest.mark.parametrize("step", ["written#2", "renamed#2", "published#2", "shown#2", "deleted#1"])
 def test_a_writer_killed_while_a_file_takes_the_next_segment_leaves_no_duplicate_and_no_gap(tmp_path: Path,
                                                                                        step: str) -> None:
     _build(tmp_path, file_bytes=2**40)  # every segment's rows go into one file
@@ -154,14 +159,14 @@ def test_a_writer_killed_while_a_file_takes_the_next_segment_leaves_no_duplicate
     assert directory is not None
     listed = read_manifest(directory / "c-0")
     assert listed is not None and len(listed.files) == 1
-    on_disk = {p.name for p in (directory / "c-0").iterdir()}
-    if step == "published#2":  # the merged file published, the one it replaced retired
+    on_disk = {p.name for p in (directory / "c-0" / FILES_DIR).iterdir()}
+    if step in ("published#2", "shown#2"):  # the merged file published, the one it replaced retired
         assert len(listed.files[0].segments) == 2 and len(listed.retired) == 1 and listed.retired[0].name in on_disk
     elif step == "deleted#1":  # at the end of the pass, every merge done: one of the replaced files deleted
         assert len(listed.files[0].segments) == len(listed.retired) + 1 >= 3
         assert [r.name in on_disk for r in listed.retired].count(False) == 1
     else:  # the first file still the manifest's; the dead pass's merged file under a temp name or unnamed
         assert len(listed.files[0].segments) == 1 and not listed.retired
-        assert len(on_disk) == 3, on_disk  # the manifest, its file, the dead pass's
+        assert len(on_disk) == 2, on_disk  # its file, the dead pass's
     _pass(tmp_path)
     _check(tmp_path, files=1)

@@ -26,7 +26,7 @@ from local.fetch import FetchIsolation
 from local.records import CompressionType, MemoryRecords, SimpleRecord
 from tests.logutil import local_tier_props
 from tiered.columnar.location import check_topic, columnar_root
-from tiered.columnar.manifest import partition_dir, read_manifest
+from tiered.columnar.manifest import FILES_DIR, partition_dir, read_manifest, stored_file
 from tiered.columnar.scrub import scrub_columnar
 from tiered.commands.consume import records_from
 from tiered.remote_log_manager import RemoteLogManager
@@ -213,6 +213,9 @@ def test_appends_copies_and_merges_after_the_call_change_nothing(spark: Any, tmp
     # the new segments' rows went into a file that took the planned file's rows: it is retired, not yet deleted
     assert now is not None and now.next_offset == 40_000 and len(now.files) == 1
     assert Path(planned.files[0]).name in {r.name for r in now.retired} and Path(planned.files[0]).exists()
+    # a plain read of the partition dir sees the published file only: each offset once, the retired one kept aside
+    plain = spark.read.parquet(str(partition_dir(tmp_path / "remote-columnar", "c", 0))).select("offset").collect()
+    assert sorted(r.offset for r in plain) == list(range(now.files[0].base_offset, 40_000))
     assert _rows(df) == before  # planned before: exactly the offsets of the call, once each
     after = _rows(read_topic(spark, topics="c", **_options(tmp_path)))
     assert after == _engine_rows(tmp_path, "c") and len(after) == 40_000
@@ -258,16 +261,18 @@ def test_verify_finds_a_flipped_byte_and_a_missing_file(root: Path, tmp_path: Pa
     reports: list[PartitionReport] = []
     scrub_columnar(copy, reports)
     assert sorted(r.name for r in reports) == ["c-0", "c-1", "tx-0"] and not any(r.problems for r in reports)
-    flipped = sorted((copy / "c-0").glob("*.parquet"))[0]
+    flipped = sorted((copy / "c-0" / FILES_DIR).glob("*.parquet"))[0]
     data = bytearray(flipped.read_bytes())
     data[len(data) // 2] ^= 0x01
     flipped.write_bytes(bytes(data))
-    sorted((copy / "c-1").glob("*.parquet"))[-1].unlink()
+    for gone in (copy / "c-1" / FILES_DIR, copy / "c-1"):  # the file and its link: a copytree made them two files
+        sorted(gone.glob("*.parquet"))[-1].unlink()
     reports = []
     scrub_columnar(copy, reports, topic="c")
     problems = {r.name: [p.message for p in r.problems] for r in reports}
-    assert sorted(problems) == ["c-0", "c-1"] and len(problems["c-0"]) == len(problems["c-1"]) == 1
+    assert sorted(problems) == ["c-0", "c-1"] and len(problems["c-0"]) == 1 and len(problems["c-1"]) == 2
     assert "crc32c" in problems["c-0"][0] and problems["c-1"][0].startswith("missing")
+    assert problems["c-1"][1].startswith("a read of the directory sees the wrong files: 1 missing")
 
 
 def test_verify_compares_each_segments_rows_with_the_log(root: Path, tmp_path: Path,
@@ -292,10 +297,10 @@ def test_verify_compares_each_segments_rows_with_the_log(root: Path, tmp_path: P
     assert m is not None
     f = m.files[0]
     victim = f.segments[-1].base_offset + 3
-    table = pq.read_table(directory / f.name)
-    pq.write_table(table.filter(pc.not_equal(table.column("offset"), victim)), directory / f.name,
+    table = pq.read_table(stored_file(directory, f.name))
+    pq.write_table(table.filter(pc.not_equal(table.column("offset"), victim)), stored_file(directory, f.name),
                    compression="snappy")
-    data = (directory / f.name).read_bytes()
+    data = stored_file(directory, f.name).read_bytes()
     segments = (*f.segments[:-1], replace(f.segments[-1], rows=f.segments[-1].rows - 1))
     write_manifest(directory, replace(m, files=(replace(f, rows=f.rows - 1, size=len(data), crc32c=crc32c.crc32c(data),
                                                         segments=segments), *m.files[1:])))
@@ -319,7 +324,7 @@ def test_a_flipped_bit_in_a_columnar_file_fails_the_read_instead_of_returning_ot
     directory = copy / "remote-columnar" / "c-0"
     m = read_manifest(directory)
     assert m is not None
-    file = directory / m.files[0].name
+    file = stored_file(directory, m.files[0].name)
     meta = pq.ParquetFile(file).metadata
     value = meta.schema.to_arrow_schema().get_field_index("value")
     data = bytearray(file.read_bytes())

@@ -26,7 +26,7 @@ from tests.logutil import local_tier_props
 from tests.spark.test_columnar import _append_c, _append_tx, _build, _engine_rows, _options, _rows
 from tiered.columnar.keeper import columnar_schema
 from tiered.columnar.location import columnar_root
-from tiered.columnar.manifest import partition_dir, read_manifest
+from tiered.columnar.manifest import partition_dir, read_manifest, stored_file
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.spark.arrow_records import ARROW_SCHEMA, Projection
 from tiered.spark.options import SparkSourceOptionError, parse_options
@@ -151,14 +151,14 @@ def test_the_plan_reads_the_copied_offsets_from_parquet_and_the_rest_from_the_lo
     nxt = m.next_offset
     pieces = plan(parse_options(_options(root, topics="c")))
     copied = [p for p in pieces if p.parquet_path is not None]
-    assert [p.parquet_path for p in copied] == [str(directory / f.name) for f in m.files]
+    assert [p.parquet_path for p in copied] == [str(stored_file(directory, f.name)) for f in m.files]
     assert [(p.from_offset, p.until_offset) for p in copied] == [(f.base_offset, f.end_offset + 1) for f in m.files]
     rest = [p for p in pieces if p.parquet_path is None]
     assert rest and min(p.from_offset for p in rest) == nxt and max(p.until_offset for p in rest) == 16_000
     # a range starting inside the copy: its first file cut, the rest of the log after it, meeting at next
     starting = json.dumps({"c": {"0": 10}})
     cut = plan(parse_options(_options(root, topics="c", startingOffsets=starting)))
-    assert (cut[0].parquet_path, cut[0].from_offset) == (str(directory / m.files[0].name), 10)
+    assert (cut[0].parquet_path, cut[0].from_offset) == (str(stored_file(directory, m.files[0].name)), 10)
     assert next(p.from_offset for p in cut if p.parquet_path is None) == nxt
     for option in ({"columnarCopy": "false"}, {"tiers": "local"}):
         assert all(p.parquet_path is None for p in plan(parse_options(_options(root, topics="c", **option))))
@@ -227,7 +227,7 @@ def test_a_stream_from_earliest_reads_the_copy_then_the_log_each_offset_once(spa
 def test_a_read_of_a_copied_file_deleted_under_the_manifest_names_the_file(spark: Any, tmp_path: Path) -> None:
     _build(tmp_path, partitions=1, n=16_000)
     directory, m = _manifest(tmp_path, "c")
-    (directory / m.files[0].name).unlink()
+    stored_file(directory, m.files[0].name).unlink()
     with pytest.raises(Exception, match="columnar copy's file is gone") as err:
         spark.read.format("tiered").options(**_options(tmp_path, topics="c")).load().count()
     assert m.files[0].name in str(err.value)

@@ -22,12 +22,16 @@ plus ``aborted``, one row group per ~64 Ki records in offset order, with Parquet
 timestamp: Spark prunes row groups by them) and a CRC-32 in every page header, which every reader of the copy
 checks (snappy has no checksum of its own: without it most flipped bits read back as other bytes, silently).
 
-Retention: files wholly below the log start offset leave the manifest (``retired``) and are deleted
-``remote.log.columnar.file.delete.delay.ms`` later (a read planned before still finds them); readers filter the rest by the log start
-offset. Crash steps, each survivable (a SIGKILL at any of them: ``tests/crash/test_columnar_sigkill.py``): the
-temp file written (``written``), renamed to its final name (``renamed``), the manifest naming it (``published``),
-files retired in the manifest (``retired``), a retired file deleted (``deleted``). The first run of a partition in
-a process removes temp files and files no manifest names (what a crash left).
+Files live in ``_files/``; the partition dir holds a hard link to each published one, made or removed right after
+each change of the manifest (:func:`tiered.columnar.manifest.stored_file`), so a plain ``spark.read.parquet`` of the
+directory reads each offset once at rest, and a read planned from the manifest keeps its files until they are
+deleted. Retention: files wholly below the log start offset leave the manifest (``retired``) and are deleted
+``remote.log.columnar.file.delete.delay.ms`` later (a read planned before still finds them); readers filter the rest
+by the log start offset. Crash steps, each survivable (a SIGKILL at any of them:
+``tests/crash/test_columnar_sigkill.py``): the temp file written (``written``), renamed to its final name
+(``renamed``), the manifest naming it (``published``), the links brought in line (``shown``), files retired in the
+manifest (``retired``), a retired file deleted (``deleted``). The first run of a partition in a process removes temp
+files and files no manifest names, and brings the links in line (what a crash left).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ import numpy as np
 
 from local.checkpoint import fsync_dir, kafka_uuid_to_str
 from tiered.columnar.manifest import (
+    FILES_DIR,
     PARQUET_SUFFIX,
     TEMP_SUFFIX,
     ColumnarFile,
@@ -55,6 +60,7 @@ from tiered.columnar.manifest import (
     file_name,
     partition_dir,
     read_manifest,
+    stored_file,
     write_manifest,
 )
 
@@ -126,7 +132,7 @@ class ColumnarKeeper:
                 logger.error("no columnar copy of %s: %s", log.name, self.refusal)
             return result
         directory = partition_dir(self.root, log.topic, log.partition)
-        directory.mkdir(parents=True, exist_ok=True)
+        (directory / FILES_DIR).mkdir(parents=True, exist_ok=True)
         topic_id = kafka_uuid_to_str(tip.topic_id)
         now = self.parts.time.milliseconds()
         found = read_manifest(directory)
@@ -157,6 +163,7 @@ class ColumnarKeeper:
                 m = m.with_file(f)
             write_manifest(directory, m)
             self.on_step("published")
+            self._show(directory, m)
             result.files_written += 1
             result.rows += f.segments[-1].rows
             result.bytes_written += f.size
@@ -177,7 +184,7 @@ class ColumnarKeeper:
         last = m.files[-1]
         crc = 0
         try:
-            with open(directory / last.name, "rb") as fh:
+            with open(stored_file(directory, last.name), "rb") as fh:
                 while chunk := fh.read(8 * 1024 * 1024):
                     crc = crc32c.crc32c(chunk, crc)
         except OSError as exc:
@@ -200,11 +207,38 @@ class ColumnarKeeper:
                 return
             self._swept.add(key)
         known = m.names()
-        for path in directory.iterdir():
+        files = directory / FILES_DIR
+        for path in directory.iterdir():  # a copy made before _files/: its files move there (the links stay)
+            if path.suffix == PARQUET_SUFFIX and path.name in known and not (files / path.name).exists():
+                os.link(path, files / path.name)
+        for path in files.iterdir():
             name = path.name
             if name.endswith(TEMP_SUFFIX) or (name.endswith(PARQUET_SUFFIX) and name not in known):
                 logger.info("columnar copy of %s: removing %s (left by a crash)", log.name, name)
                 path.unlink(missing_ok=True)
+        self._show(directory, m)
+
+    def _show(self, directory: Path, m: Manifest) -> None:
+        """The partition dir's links made to be the manifest's published files, no more, no fewer (module
+        docstring): what ``spark.read.parquet`` of the directory reads."""
+        published = {f.name for f in m.files}
+        changed = False
+        for path in directory.iterdir():
+            if path.suffix == PARQUET_SUFFIX and path.name not in published:
+                path.unlink(missing_ok=True)
+                changed = True
+        for name in sorted(published):
+            if not (directory / name).exists():
+                try:
+                    os.link(stored_file(directory, name), directory / name)
+                except FileExistsError:
+                    pass
+                except FileNotFoundError:  # damage (tiered verify names it): nothing to show
+                    logger.error("columnar copy: %s is missing; the manifest lists it", stored_file(directory, name))
+                changed = True
+        if changed:
+            fsync_dir(directory)
+            self.on_step("shown")
 
     def _follow_retention(self, directory: Path, m: Manifest, found: Manifest | None, log: Log, now: int,
                           result: ColumnarPass) -> Manifest:
@@ -213,13 +247,14 @@ class ColumnarKeeper:
         if retired != found:
             write_manifest(directory, retired)
             self.on_step("retired")
+            self._show(directory, retired)
         due = {r.name for r in retired.retired if r.at_ms + log.config.remote_log_columnar_file_delete_delay_ms <= now}
         if not due:
             return retired
         for name in sorted(due):
-            (directory / name).unlink(missing_ok=True)
+            stored_file(directory, name).unlink(missing_ok=True)
             self.on_step("deleted")
-        fsync_dir(directory)
+        fsync_dir(directory / FILES_DIR)
         result.files_deleted += len(due)
         left = retired.without_retired(due)
         write_manifest(directory, left)
@@ -236,13 +271,13 @@ class ColumnarKeeper:
             raise ImportError(f"the columnar copy needs pyarrow ({exc}): pip install 'tiered[columnar]'") from exc
         base = prefix.base_offset if prefix is not None else md.start_offset
         name = file_name(base, kafka_uuid_to_str(uuid.uuid4()))
-        tmp = directory / f".{name}{TEMP_SUFFIX}"
+        tmp = stored_file(directory, f".{name}{TEMP_SUFFIX}")
         rows = 0
         try:
             with pq.ParquetWriter(tmp, columnar_schema(), compression="snappy", write_statistics=True,
                                   write_page_checksum=True, use_dictionary=_DICTIONARY_COLUMNS) as writer:
                 if prefix is not None:
-                    with pq.ParquetFile(directory / prefix.name, page_checksum_verification=True) as old:
+                    with pq.ParquetFile(stored_file(directory, prefix.name), page_checksum_verification=True) as old:
                         for i in range(old.num_row_groups):  # one row group in memory at a time
                             writer.write_table(old.read_row_group(i))
                 for rb in self._record_batches(log, tip, md):
@@ -255,8 +290,8 @@ class ColumnarKeeper:
                     size += len(chunk)
                 os.fsync(fh.fileno())
             self.on_step("written")
-            os.rename(tmp, directory / name)
-            fsync_dir(directory)
+            os.rename(tmp, stored_file(directory, name))
+            fsync_dir(directory / FILES_DIR)
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

@@ -19,10 +19,16 @@ segment's records). A file takes the next segments' rows until it holds ``remote
 id that is gone) and deleted ``remote.log.columnar.file.delete.delay.ms`` after ``at_ms``, so a read planned just before still finds
 them. Version 1 manifests (one segment a file, its id in ``segment_id``) are read as such.
 
+Where the files are: ``_files/<name>`` (:func:`stored_file`), from written to deleted; the partition dir itself
+holds a hard link ``<name>`` to each *published* file only, so ``spark.read.parquet(<partition dir>)`` (whose listing
+skips ``_`` names) reads each offset once at rest, while a read planned from the manifest opens ``_files/<name>``,
+which a retired file keeps until it is deleted.
+
 Crash behaviour: the manifest is replaced whole (temp file, fsync, rename, fsync of the directory: see
 :func:`local.checkpoint.atomic_write`), so a reader sees the old one or the new one. A Parquet file is written
 under a temp name, fsynced and renamed to its final name *before* the manifest names it: a crash leaves at most a
-file that no manifest names (swept by the partition's next writer), never a name without its file.
+file that no manifest names (swept by the partition's next writer), never a name without its file. The links are
+brought in line with the manifest after each change of it (and by the next writer after a crash).
 
 This module is a pure codec plus the two file operations (read, replace); the writer is
 :mod:`tiered.columnar.keeper`.
@@ -37,6 +43,7 @@ from typing import Any
 
 from tiered.errors import TieredStorageError
 
+FILES_DIR = "_files"  # the files themselves; the partition dir holds hard links to the published ones
 MANIFEST_NAME = "_manifest.json"  # "_": Spark's file listing skips it, so the directory reads as a Parquet dataset
 PARQUET_SUFFIX = ".parquet"
 TEMP_SUFFIX = ".tmp"
@@ -194,6 +201,12 @@ def _check_segments(f: ColumnarFile, where: str) -> None:
     if sum(s.rows for s in f.segments) != f.rows:
         raise ColumnarManifestError(f"{where}: {f.name}'s segments give {sum(s.rows for s in f.segments)} rows, the "
                                     f"file says {f.rows}")
+
+
+def stored_file(directory: Path, name: str) -> Path:
+    """Where the file ``name`` of the partition dir ``directory`` is kept: ``_files/<name>``, a path that lives until
+    the file is deleted, which readers that planned with the manifest open (see :mod:`tiered.columnar.keeper`)."""
+    return directory / FILES_DIR / name
 
 
 def partition_dir(root: Path, topic: str, partition: int) -> Path:

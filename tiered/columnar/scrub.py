@@ -7,7 +7,8 @@ statistics of its ``offset`` column lie inside the file's range, its offsets ris
 it lists holds the rows the manifest says (its ``offset`` column is read); each segment's rows equal the records of
 the segment's data batches wherever the scrub read that segment without a problem (the local segment, or the remote
 one with ``--remote``: :attr:`tiered.scrub.report.PartitionReport.segment_records`); no file holds offsets at or
-past the log end offset, and the manifest's topic id is the partition's. Parquet files that no manifest names are noted (a crash
+past the log end offset, and the manifest's topic id is the partition's; the partition dir's links (what a plain directory read
+sees) are exactly the published files. Parquet files that no manifest names are noted (a crash
 leaves them; the partition's next writer removes them), not counted as problems. Nothing is written.
 """
 
@@ -16,11 +17,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from tiered.columnar.manifest import (
+    FILES_DIR,
     MANIFEST_NAME,
     PARQUET_SUFFIX,
     ColumnarFile,
     ColumnarManifestError,
     read_manifest,
+    stored_file,
 )
 from tiered.scrub.report import PartitionReport, Problem
 
@@ -64,7 +67,9 @@ def scrub_partition(directory: Path, report: PartitionReport) -> None:
                                              f"{report.topic_id}", file=str(path)))
     compared = uncompared = 0
     for f in m.files:
-        file = directory / f.name
+        file = stored_file(directory, f.name)
+        if not file.exists() and (directory / f.name).exists():
+            file = directory / f.name  # a copy made before _files/ (its next writer moves it)
         try:
             data = file.read_bytes()
         except FileNotFoundError:
@@ -117,10 +122,19 @@ def scrub_partition(directory: Path, report: PartitionReport) -> None:
         report.problems.append(Problem(KIND, f"the columnar copy holds offsets up to {m.files[-1].end_offset}, past "
                                              f"the log end offset {report.log_end_offset}", file=str(path)))
     known = m.names()
-    strays = sorted(p.name for p in directory.iterdir() if p.suffix == PARQUET_SUFFIX and p.name not in known)
+    files = directory / FILES_DIR
+    stored = sorted(p.name for p in files.iterdir()) if files.is_dir() else []
+    strays = [n for n in stored if n.endswith(PARQUET_SUFFIX) and n not in known]
     if strays:
         report.notes.append(f"columnar: {len(strays)} file(s) no manifest names (left by a crash; removed by the "
                             f"next writer): {', '.join(strays[:3])}")
+    published = {f.name for f in m.files}
+    shown = {p.name for p in directory.iterdir() if p.suffix == PARQUET_SUFFIX}
+    for what, names in (("not published", sorted(shown - published)), ("missing", sorted(published - shown))):
+        if names:  # what spark.read.parquet(<partition dir>) would get wrong
+            report.problems.append(Problem(KIND, f"a read of the directory sees the wrong files: {len(names)} {what} "
+                                                 f"({', '.join(names[:3])}); the partition's next writer puts the "
+                                                 "links right", file=str(directory)))
 
 
 def _check_segment_rows(file: Path, f: ColumnarFile, records: dict[int, tuple[int, int]]) -> list[Problem]:

@@ -54,7 +54,7 @@ def plan_topic(options: dict[str, str]) -> TopicPlan:
     from local import LogConfig
     from local.checkpoint import kafka_uuid_to_str
     from tiered.columnar.location import columnar_root
-    from tiered.columnar.manifest import ColumnarManifestError, partition_dir, read_manifest
+    from tiered.columnar.manifest import ColumnarManifestError, partition_dir, read_manifest, stored_file
     from tiered.spark.planning import Bounds, check_subscription, offset_range, open_read_only
 
     opts = parse_options(options)
@@ -91,7 +91,7 @@ def plan_topic(options: dict[str, str]) -> TopicPlan:
                 out.parquet_ranges.append((topic, partition, lo, hi))
                 directory = partition_dir(root, topic, partition)  # type: ignore[arg-type]  # root is set here
                 used = [f for f in m.files if f.end_offset >= lo and f.base_offset < hi]
-                out.files.extend(str(directory / f.name) for f in used)
+                out.files.extend(str(stored_file(directory, f.name)) for f in used)
                 out.whole_files &= lo <= used[0].base_offset and used[-1].end_offset < hi
                 if start < lo:
                     out.source_ranges.append((topic, partition, start, lo))

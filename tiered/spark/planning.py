@@ -229,7 +229,7 @@ def _columnar_pieces(log: Log, start: int, end: int, root: Path, base: dict[str,
     """One piece per file of the partition's columnar manifest that holds offsets of ``[start, end)``, in offset
     order and contiguous; none when the manifest is missing, empty or of another topic id (a topic made again)."""
     from local.checkpoint import kafka_uuid_to_str
-    from tiered.columnar.manifest import ColumnarManifestError, partition_dir, read_manifest
+    from tiered.columnar.manifest import ColumnarManifestError, partition_dir, read_manifest, stored_file
 
     directory = partition_dir(root, log.topic, log.partition)
     try:
@@ -239,7 +239,7 @@ def _columnar_pieces(log: Log, start: int, end: int, root: Path, base: dict[str,
     if m is None or not m.files or log.topic_id is None or m.topic_id != kafka_uuid_to_str(log.topic_id):
         return []
     return [Piece(**base, from_offset=max(start, f.base_offset), until_offset=min(end, f.end_offset + 1),
-                  start_position=0, end_position=None, parquet_path=str(directory / f.name))
+                  start_position=0, end_position=None, parquet_path=str(stored_file(directory, f.name)))
             for f in m.files if f.end_offset >= start and f.base_offset < end]
 
 
