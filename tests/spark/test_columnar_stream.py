@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from local import LogConfig, LogManager
 from local.fetch import FetchIsolation
 from tests.logutil import local_tier_props
+from tests.spark.streams import run_to_parquet
 from tests.spark.test_columnar import _append_c, _append_tx, _build, _engine_rows, _options, _rows
 from tiered.columnar.keeper import columnar_schema
 from tiered.columnar.location import columnar_root
@@ -185,13 +186,7 @@ def test_a_stream_from_earliest_reads_the_copy_then_the_log_each_offset_once(spa
         stream = (spark.readStream.format("tiered")
                   .options(**_options(root, topics="c,tx", isolationLevel="read_committed",
                                       maxOffsetsPerTrigger="5000")).load())
-        query = (stream.writeStream.format("parquet").option("path", str(out))
-                 .option("checkpointLocation", str(checkpoint)).trigger(processingTime="0 seconds").start())
-        try:
-            query.processAllAvailable()
-            return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-        finally:
-            query.stop()
+        return run_to_parquet(stream, out, checkpoint)
 
     def check() -> list[Any]:
         got = spark.read.parquet(str(out))

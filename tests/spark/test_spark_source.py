@@ -26,6 +26,7 @@ from local.fetch import FetchIsolation
 from local.records import CompressionType, MemoryRecords, SimpleRecord
 from local.records.legacy import build_legacy_message
 from tests.logutil import local_tier_props
+from tests.spark.streams import run_to_parquet
 from tiered.commands.consume import records_from
 
 pytestmark = pytest.mark.integration
@@ -533,13 +534,7 @@ def test_streaming_restart_loses_and_repeats_nothing(spark: Any, tmp_path: Path)
     def run() -> Any:
         stream = (spark.readStream.format("tiered").option("config.log.dirs", props["log.dirs"]).option("topics", "s")
                   .option("maxOffsetsPerTrigger", "700").load().selectExpr("partition", "offset", "value"))
-        query = (stream.writeStream.format("parquet").option("path", str(out))
-                 .option("checkpointLocation", str(checkpoint)).trigger(processingTime="0 seconds").start())
-        try:
-            query.processAllAvailable()
-            return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
-        finally:
-            query.stop()
+        return run_to_parquet(stream, out, checkpoint)
 
     first = run()
     assert sum(first) == 2000 and max(first) <= 700 and len(first) >= 3  # maxOffsetsPerTrigger held
