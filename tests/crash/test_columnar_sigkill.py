@@ -170,3 +170,17 @@ def test_a_writer_killed_while_a_file_takes_the_next_segment_leaves_no_duplicate
         assert len(on_disk) == 2, on_disk  # its file, the dead pass's
     _pass(tmp_path)
     _check(tmp_path, files=1)
+
+
+def test_a_copy_made_before_files_lived_in_their_own_dir_is_taken_in(tmp_path: Path) -> None:
+    """A partition dir of the first layout (the files themselves beside the manifest, no ``_files/``): the next
+    writer keeps them, in ``_files/``, with the links a directory read needs."""
+    import shutil
+
+    _build(tmp_path)
+    _pass(tmp_path)
+    directory = columnar_root(LogConfig.from_properties(local_tier_props(tmp_path)))
+    assert directory is not None
+    shutil.rmtree(directory / "c-0" / FILES_DIR)  # the links in the partition dir are now the only names of the files
+    _pass(tmp_path)
+    _check(tmp_path)
