@@ -52,10 +52,8 @@ class TopicPlan:
 def plan_topic(options: dict[str, str]) -> TopicPlan:
     """The split of a read between the columnar copy and the source (module docstring), without Spark."""
     from local import LogConfig
-    from local.checkpoint import kafka_uuid_to_str
     from tiered.columnar.location import columnar_root
-    from tiered.columnar.manifest import ColumnarManifestError, partition_dir, read_manifest, stored_file
-    from tiered.spark.planning import Bounds, check_subscription, offset_range, open_read_only
+    from tiered.spark.planning import Bounds, check_subscription, columnar_files, offset_range, open_read_only
 
     opts = parse_options(options)
     config = LogConfig.from_properties(opts.props)
@@ -77,28 +75,18 @@ def plan_topic(options: dict[str, str]) -> TopicPlan:
             start, end = offset_range(log, topic, partition, opts, Bounds())
             if start >= end:
                 continue
-            try:
-                m = read_manifest(partition_dir(root, topic, partition)) if root is not None else None
-            except ColumnarManifestError as exc:
-                raise ColumnarManifestError(f"{exc} (set the option columnarCopy=false to read the log only)") from exc
-            if (m is None or not m.files or log.topic_id is None or m.topic_id != kafka_uuid_to_str(log.topic_id)):
+            used = columnar_files(log, start, end, root) if root is not None else []
+            if not used:
                 out.source_ranges.append((topic, partition, start, end))
                 continue
-            first, nxt = m.start_offset, m.next_offset
-            assert first is not None and nxt is not None
-            lo, hi = max(start, first), min(end, nxt)
-            if lo < hi:
-                out.parquet_ranges.append((topic, partition, lo, hi))
-                directory = partition_dir(root, topic, partition)  # type: ignore[arg-type]  # root is set here
-                used = [f for f in m.files if f.end_offset >= lo and f.base_offset < hi]
-                out.files.extend(str(stored_file(directory, f.name)) for f in used)
-                out.whole_files &= lo <= used[0].base_offset and used[-1].end_offset < hi
-                if start < lo:
-                    out.source_ranges.append((topic, partition, start, lo))
-                if hi < end:
-                    out.source_ranges.append((topic, partition, hi, end))
-            else:
-                out.source_ranges.append((topic, partition, start, end))
+            lo, hi = max(start, used[0][1]), min(end, used[-1][2] + 1)
+            out.parquet_ranges.append((topic, partition, lo, hi))
+            out.files.extend(path for path, _first, _last in used)
+            out.whole_files &= lo == used[0][1] and hi == used[-1][2] + 1
+            if start < lo:
+                out.source_ranges.append((topic, partition, start, lo))
+            if hi < end:
+                out.source_ranges.append((topic, partition, hi, end))
     return out
 
 

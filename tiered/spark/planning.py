@@ -225,9 +225,10 @@ def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, b
     return [*before, *copied, *after]
 
 
-def _columnar_pieces(log: Log, start: int, end: int, root: Path, base: dict[str, Any]) -> list[Piece]:
-    """One piece per file of the partition's columnar manifest that holds offsets of ``[start, end)``, in offset
-    order and contiguous; none when the manifest is missing, empty or of another topic id (a topic made again)."""
+def columnar_files(log: Log, start: int, end: int, root: Path) -> list[tuple[str, int, int]]:
+    """The files of the partition's columnar manifest that hold offsets of ``[start, end)``, in offset order and
+    contiguous: (path to open, first offset, last offset); none when the manifest is missing, empty or of another
+    topic id (a topic made again). A manifest that does not decode is named, with the way around it."""
     from local.checkpoint import kafka_uuid_to_str
     from tiered.columnar.manifest import ColumnarManifestError, partition_dir, read_manifest, stored_file
 
@@ -238,9 +239,14 @@ def _columnar_pieces(log: Log, start: int, end: int, root: Path, base: dict[str,
         raise ColumnarManifestError(f"{exc} (set the option columnarCopy=false to read the log only)") from exc
     if m is None or not m.files or log.topic_id is None or m.topic_id != kafka_uuid_to_str(log.topic_id):
         return []
-    return [Piece(**base, from_offset=max(start, f.base_offset), until_offset=min(end, f.end_offset + 1),
-                  start_position=0, end_position=None, parquet_path=str(stored_file(directory, f.name)))
+    return [(str(stored_file(directory, f.name)), f.base_offset, f.end_offset)
             for f in m.files if f.end_offset >= start and f.base_offset < end]
+
+
+def _columnar_pieces(log: Log, start: int, end: int, root: Path, base: dict[str, Any]) -> list[Piece]:
+    """One piece per file of the columnar copy holding offsets of ``[start, end)`` (:func:`columnar_files`)."""
+    return [Piece(**base, from_offset=max(start, first), until_offset=min(end, last + 1), start_position=0,
+                  end_position=None, parquet_path=path) for path, first, last in columnar_files(log, start, end, root)]
 
 
 def _plan_log(log: Log, start: int, end: int, opts: SourceOptions, bounds: Bounds, base: dict[str, Any]) -> list[Piece]:
