@@ -29,21 +29,13 @@ import time
 from pathlib import Path
 
 from bench._util import report
-
-RECORDS = int(os.environ.get("BENCH_SPARK_RECORDS", "1000000"))
-VALUE_BYTES = 159
-BATCH = 500
-PARTITIONS = 2
-
-
-def _props(root: Path) -> dict[str, str]:
-    return {
-        "log.dirs": str(root / "data"),
-        "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "local",
-        "rsm.config.dir": str(root / "remote"),
-        "log.segment.bytes": str(16 * 1024 * 1024),
-    }
+from bench.bench_spark import (  # the same topic layout and rows
+    BATCH,
+    PARTITIONS,
+    RECORDS,
+    VALUE_BYTES,
+    _props,
+)
 
 
 def _build(root: Path) -> tuple[float, float, int, int, int]:
