@@ -187,6 +187,7 @@ def build_remote_tier(
     *,
     index_cache_dir: Path | None = None,
     segment_cache_dir: Path | None = None,
+    segment_cache: bool = True,
     time: Time = SYSTEM_TIME,
 ) -> RemoteLogManager:
     """The remote tier of ``config``: plugin, metadata manager, caches and the RemoteLogManager over them.
@@ -195,8 +196,9 @@ def build_remote_tier(
     dirs (a read-only manager's scratch dir, a Spark executor's own dir) passes it, and then a ``local`` metadata
     store is opened read-only too. A reader with no data dir (a Spark executor) names each cache's directory:
     ``index_cache_dir`` (holding ``remote-log-index-cache/``) and ``segment_cache_dir`` (the chunk cache, shareable
-    by the processes of one machine). ``time``: the clock of the remote tasks' schedule and of the metadata events
-    (a test's :class:`local.scheduler.MockTime` runs the tasks as it advances). On any error, what was built is
+    by the processes of one machine). ``segment_cache=False``: no chunk cache, for a reader of metadata and indexes
+    only (a Spark read's planning, where opening a ``diskcache`` store and closing it again cost more than the rest
+    of the plan). ``time``: the clock of the remote tasks' schedule and of the metadata events (a test's :class:`local.scheduler.MockTime` runs the tasks as it advances). On any error, what was built is
     closed again."""
     from prometheus_client import CollectorRegistry
 
@@ -208,7 +210,7 @@ def build_remote_tier(
         built.append(metadata)
         log_dir = Path(config.log_dirs[0]) if cache_root is None else cache_root
         chunk_cache = build_chunk_cache(config, segment_cache_dir or _segment_cache_dir(config, cache_root, log_dir),
-                                        rsm, registry)
+                                        rsm, registry) if segment_cache else None
         if chunk_cache is not None:
             built.append(chunk_cache)
         # a reader (read-only manager, Spark) copies and deletes nothing: no copier process

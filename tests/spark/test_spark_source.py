@@ -406,6 +406,26 @@ def test_pushdown_prunes_segments_and_starts_at_the_offset(root: Path) -> None:
     assert len(late) == 1 and late[0].from_offset == N - 100 and late[0].local_path
 
 
+def test_planning_opens_no_segment_cache(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver reads metadata and indexes only: its remote tier has no chunk cache (a diskcache store opened and
+    closed for every query cost more than the rest of the plan). A timestamp that needs a remote segment's bytes
+    (offset for timestamp) reads them from the store."""
+    import tiered.composition
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import plan
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("planning built a segment cache")
+
+    monkeypatch.setattr(tiered.composition, "build_chunk_cache", refuse)
+    pieces = plan(parse_options(_options(root, topics="t")))
+    assert any(p.remote_metadata is not None for p in pieces) and any(p.local_path for p in pieces)
+    start = datetime.datetime.fromtimestamp((T0 + 10 * 50) / 1000)
+    late = plan(parse_options(_options(root, topics="t", startingTimestamp=str(int(start.timestamp() * 1000)))))
+    first = min((p for p in late if p.partition == 0), key=lambda p: p.from_offset)
+    assert first.from_offset == 50 and first.remote_metadata is not None
+
+
 def test_nothing_on_executors_comes_from_driver_state(root: Path) -> None:
     """Each piece pickles to bytes holding its properties and segment identity; reading it in a fresh process
     (another interpreter, another cache dir) gives the records."""

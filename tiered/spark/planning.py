@@ -85,13 +85,23 @@ class ColumnarFileGoneError(TieredStorageError, FileNotFoundError):
     """A planned Parquet file of the columnar copy is no longer there (retired, then deleted, since the plan)."""
 
 
+def _metadata_tier(config: Any, cache_root: Path | None = None) -> Any:
+    """The remote tier of a planning manager: no segment cache (planning reads metadata and indexes; a rare
+    remote read, as an offset for a timestamp, goes to the store)."""
+    from tiered.composition import build_remote_tier
+
+    return build_remote_tier(config, cache_root, segment_cache=False)
+
+
 @contextmanager
 def open_read_only(props: dict[str, str]) -> Iterator[Any]:
+    """The data dirs of ``props`` open read-only (nothing is written to them), with a remote tier for metadata
+    (:func:`_metadata_tier`), closed on exit."""
     from local import LogConfig
     from tiered.composition import open_log_manager
 
     config = LogConfig.from_properties(props)
-    manager = open_log_manager(config, start_scheduler=False, read_only=True)
+    manager = open_log_manager(config, start_scheduler=False, read_only=True, remote_tier_factory=_metadata_tier)
     try:
         yield manager
     finally:
