@@ -11,12 +11,26 @@ import pytest
 from tests.rsm_conformance import RSMConformance
 from tiered.backends import load_rsm
 from tiered.backends.composed import ObjectStoreRemoteStorageManager
+from tiered.errors import RemoteStorageError
 
 
 class TestLocalDir(RSMConformance):
     @pytest.fixture
     def rsm(self, tmp_path: Path) -> ObjectStoreRemoteStorageManager:
         return load_rsm("local", {"dir": str(tmp_path / "remote"), "prefix": "tiered"})  # type: ignore[return-value]
+
+    def test_a_key_cannot_leave_the_directory(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.chdir(tmp_path)
+        objects = load_rsm("local", {"dir": "remote"}).object_store
+        assert objects is not None
+        objects.put("a/../b", b"inside")  # ".." that stays inside is the same key as "b"
+        assert objects.get("b") == b"inside"
+        monkeypatch.chdir("/")  # a relative dir stays the one the store was configured with
+        assert objects.get("b") == b"inside" and objects.list("") == ["b"]
+        for key in ("../outside", "a/../../outside", "../remote-2/x"):
+            with pytest.raises(RemoteStorageError, match="escapes the remote directory"):
+                objects.put(key, b"no")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["remote"]
 
 
 class TestFsspecMemory(RSMConformance):

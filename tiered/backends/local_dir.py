@@ -44,20 +44,24 @@ class LocalDirStore(ObjectStore):
             raise self.options.bad("dir", directory, f"cannot create the directory: {exc.strerror or exc}") from None
         if not self.root.is_dir():
             raise self.options.bad("dir", directory, "not a directory")
+        self._base = self.root.resolve()  # a relative dir stays where it was when the store was configured
+        self._inside = os.path.join(self._base, "")
 
     def __repr__(self) -> str:
         return f"{type(self).__qualname__}(dir={str(getattr(self, 'root', None))!r})"
 
     def _path(self, key: str) -> Path:
-        path = path_of(self.root, key).resolve()
-        if self.root.resolve() not in path.parents:
+        # Checked lexically under the root resolved once (a resolve() of every object's path cost more than reading
+        # a small object): a key's ".." cannot leave the directory.
+        path = os.path.normpath(path_of(self._base, key))
+        if not path.startswith(self._inside):
             raise RemoteStorageError(f"object key {key!r} escapes the remote directory", key=key)
-        return path
+        return Path(path)
 
     def _write(self, key: str, write: Callable[[IO[bytes]], object]) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_name_files(self.root, key, lambda name_file, data: self._replace(name_file, lambda out: out.write(data)))
+        write_name_files(self._base, key, lambda name_file, data: self._replace(name_file, lambda out: out.write(data)))
         self._replace(path, write)
 
     @staticmethod
@@ -78,7 +82,7 @@ class LocalDirStore(ObjectStore):
         if if_absent:
             path = self._path(key)
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_name_files(self.root, key, lambda name_file, text: self._replace(name_file, lambda out: out.write(text)))
+            write_name_files(self._base, key, lambda name_file, text: self._replace(name_file, lambda out: out.write(text)))
             try:
                 exclusive_write(path, read_all(data))
             except FileExistsError:
@@ -134,7 +138,7 @@ class LocalDirStore(ObjectStore):
         self._path(key).unlink(missing_ok=True)
 
     def list(self, prefix: str) -> list[str]:
-        base = self.root.resolve()  # as _path's: a relative rsm.config.dir lists too
+        base = self._base
         start = self._path(prefix.rstrip("/")) if prefix.strip("/") else base
         search = start if start.is_dir() else start.parent
         if not search.exists():
