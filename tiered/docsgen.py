@@ -143,7 +143,9 @@ DESCRIPTIONS: dict[str, str] = {
                                "`remote.log.columnar.enable=true` live, a local or shared path Spark reads; default: "
                                "`<rsm.config.dir>-columnar` beside the local-directory backend's bucket, none for "
                                "other backends (docs/columnar.md).",
-    "remote.log.segment.cache.total.size.bytes": "Ours: disk space of the remote segment chunk cache.",
+    "remote.log.segment.cache.total.size.bytes": (
+        "Ours: disk space of the remote segment chunk cache; a process keeps up to a quarter of it (512 MiB at most) "
+        "mapped, so that a working set read again is served from memory (see docs/operations.md, open files)."),
     "remote.log.segment.cache.chunk.size.bytes": "Ours: size of one cached chunk of a remote segment.",
     "remote.log.segment.cache.prefetch.chunks": "Ours: chunks read ahead of a sequential reader.",
     "tiered.http.listen": "Ours: where `tiered run` serves /metrics, produce, consume and /health (`--listen`).",

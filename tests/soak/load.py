@@ -430,7 +430,7 @@ class _TaskFailures(logging.Handler):
 # - the remote index cache: at most one per file it holds (a map or a descriptor per index loaded);
 # - a read in flight: at most one more (the slice of a segment deleted meanwhile, or the map of a chunk the segment
 #   cache evicted meanwhile);
-# - the segment cache's memory tier: ChunkCache.max_open_chunk_files (memory_bytes // chunk_size);
+# - the segment cache's memory tier: ChunkCache.max_open_chunk_files (mapped_bytes // chunk_size);
 # - the copier process: a pipe each way per child (RemoteLogManager: at most 2 children).
 FILES_PER_LOCAL_SEGMENT = 3
 FILES_PER_READER = 1

@@ -164,12 +164,12 @@ def test_bounded_and_survives_restart(tmp_path: Path) -> None:
         assert f2.calls == [(390_000, 399_999)]
 
 
-def test_memory_holds_at_most_memory_bytes_of_the_most_recently_used_chunks(tmp_path: Path) -> None:
+def test_memory_holds_at_most_its_bounds_of_the_most_recently_used_chunks(tmp_path: Path) -> None:
     """What memory holds is seen from outside: once the disk store is emptied (by another cache on the same
     directory, as another process would), a chunk still in memory is served without a fetch and any other
     chunk is fetched again."""
     data = os.urandom(10_000)
-    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0, memory_bytes=2000) as cache:
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0, memory_bytes=2000, mapped_bytes=2000) as cache:
         first = CountingFetcher(data)
         for i in range(10):
             assert bytes(cache.read("o", len(data), i * 1000, i * 1000 + 999, first)) == data[i * 1000 : (i + 1) * 1000]
@@ -183,7 +183,7 @@ def test_memory_holds_at_most_memory_bytes_of_the_most_recently_used_chunks(tmp_
             assert bytes(cache.read("o", len(data), i * 1000, i * 1000 + 999, again)) == data[i * 1000 : (i + 1) * 1000]
         assert again.calls == [(i * 1000, i * 1000 + 999) for i in reversed(range(8))]
         # a chunk larger than the whole memory bound is never held in memory
-    with ChunkCache(tmp_path / "tiny", chunk_size=1000, prefetch_chunks=0, memory_bytes=999) as cache:
+    with ChunkCache(tmp_path / "tiny", chunk_size=1000, prefetch_chunks=0, memory_bytes=999, mapped_bytes=999) as cache:
         f = CountingFetcher(data)
         cache.read("o", len(data), 0, 999, f)
         cache.flush()
@@ -207,11 +207,11 @@ def _open_chunk_files(directory: Path) -> int:
 
 def test_the_memory_tier_keeps_at_most_its_full_chunks_worth_of_files_open(tmp_path: Path) -> None:
     """Objects smaller than a chunk (remote segments smaller than the chunk size): each chunk held as a map of its
-    cache file keeps a file open. The memory tier holds at most memory_bytes // chunk_size of them, whatever their
+    cache file keeps a file open. The memory tier holds at most mapped_bytes // chunk_size of them, whatever their
     bytes (the byte bound alone let 25 of these stay open, not 4), and close() lets them go."""
     cache_dir = tmp_path / "cache"
     size = 40 * 1024  # above diskcache's inline size (32 KiB): each chunk is a file of its own
-    with ChunkCache(cache_dir, chunk_size=256 * 1024, prefetch_chunks=0, memory_bytes=1024 * 1024) as cache:
+    with ChunkCache(cache_dir, chunk_size=256 * 1024, prefetch_chunks=0, mapped_bytes=1024 * 1024) as cache:
         assert cache.max_open_chunk_files == 4
         for i in range(40):
             data = os.urandom(size)
@@ -249,9 +249,45 @@ def test_forget_drops_a_deleted_objects_chunks_without_waiting_for_the_disk_writ
         assert len(cache) == 0
 
 
+def test_maps_of_chunk_files_have_their_own_bound_and_a_working_set_under_it_stays_in_memory(tmp_path: Path) -> None:
+    """Chunks read back from disk are held as maps of their files, bounded by mapped_bytes, not by memory_bytes (the
+    heap's): a reader going round eight chunks on disk with room for two fetched ones finds all eight in memory the
+    next time round (under one bound it found none: each was evicted just before it was read again)."""
+    chunk = 64 * 1024  # above diskcache's inline size: each chunk is a file of its own, held as a map once stored
+    data = os.urandom(8 * chunk)
+    with ChunkCache(tmp_path, chunk_size=chunk, prefetch_chunks=0) as writer:
+        for i in range(8):
+            writer.read("o", len(data), i * chunk, (i + 1) * chunk - 1, CountingFetcher(data))
+    with ChunkCache(tmp_path, chunk_size=chunk, prefetch_chunks=0, memory_bytes=2 * chunk,
+                    mapped_bytes=8 * chunk) as cache:
+        f = CountingFetcher(data)
+        for i in range(8):  # from disk (as another process, or this one before a restart, stored them)
+            cache.read("o", len(data), i * chunk, (i + 1) * chunk - 1, f)
+        assert f.calls == []
+        with ChunkCache(tmp_path, chunk_size=chunk, prefetch_chunks=0) as other:
+            other.clear()  # only what memory holds is served without a fetch from now on
+        f.calls.clear()
+        for i in range(8):
+            assert bytes(cache.read("o", len(data), i * chunk, (i + 1) * chunk - 1, f)) == data[i * chunk:(i + 1) * chunk]
+        assert f.calls == []
+    with ChunkCache(tmp_path / "small", chunk_size=chunk, prefetch_chunks=0) as writer:
+        for i in range(8):
+            writer.read("o", len(data), i * chunk, (i + 1) * chunk - 1, CountingFetcher(data))
+    with ChunkCache(tmp_path / "small", chunk_size=chunk, prefetch_chunks=0, mapped_bytes=2 * chunk) as cache:
+        f = CountingFetcher(data)
+        for i in range(8):
+            cache.read("o", len(data), i * chunk, (i + 1) * chunk - 1, f)
+        with ChunkCache(tmp_path / "small", chunk_size=chunk, prefetch_chunks=0) as other:
+            other.clear()
+        f.calls.clear()
+        for i in reversed(range(8)):  # the two most recent are held, the others fetched again
+            cache.read("o", len(data), i * chunk, (i + 1) * chunk - 1, f)
+        assert f.calls == [(i * chunk, (i + 1) * chunk - 1) for i in reversed(range(6))]
+
+
 def test_memory_evicts_the_least_recently_used_chunk(tmp_path: Path) -> None:
     data = os.urandom(10_000)
-    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0, memory_bytes=2000) as cache:
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0, memory_bytes=2000, mapped_bytes=2000) as cache:
         f = CountingFetcher(data)
         for i in (0, 1, 0, 5):  # chunk 0 used again after chunk 1: reading chunk 5 evicts 1, not 0
             cache.read("o", len(data), i * 1000 + 10, i * 1000 + 20, f)
@@ -464,9 +500,10 @@ def test_a_failing_store_fails_the_readers_waiting_on_it_and_is_not_cached(tmp_p
 
 
 def test_recycled_stream_buffers_never_change_what_a_reader_holds(tmp_path: Path) -> None:
-    # A memory tier of two chunks: chunks are evicted and their buffers reused while views of them are held.
+    # A memory tier of two chunks (of each form): chunks are evicted and their buffers reused while views of them are
+    # held.
     objects = {f"o{i}": os.urandom(8_000) for i in range(6)}
-    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1, memory_bytes=2000) as cache:
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=1, memory_bytes=2000, mapped_bytes=2000) as cache:
         held = []
         for key, data in objects.items():
             views = _read_sequentially(cache, key, data, CountingFetcher(data), CountingOpener(data), step=250)

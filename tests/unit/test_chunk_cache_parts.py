@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tiered.cache import chunk_stream, disk_store
-from tiered.cache.chunk_memory import MemoryChunks
+from tiered.cache.chunk_memory import MemoryChunks, is_map
 from tiered.cache.chunk_stream import DaemonThreads, read_into
 from tiered.cache.disk_store import TRAILER, TRAILER_MAGIC, DiskChunkStore, NoDiskStore, _TrailedReader
 from tiered.cache.single_flight import SingleFlight
@@ -48,6 +48,33 @@ def test_memory_holds_at_most_max_chunks_whatever_their_bytes() -> None:
         mem.put(name, name.encode())  # 4 bytes in all, far below the byte bound
     assert [n in mem for n in "abcd"] == [False, True, True, True] and len(mem) == 3 and mem.size_bytes == 3
     assert MemoryChunks(1000, max_chunks=0).max_chunks == 1 and MemoryChunks(1000).max_chunks is None
+
+
+def test_memory_chunks_bound_bytes_and_maps_apart(tmp_path: Path) -> None:
+    """MemoryChunks itself: fetched bytes and maps are evicted least recently used first, each form within its own
+    bounds (a map never evicts bytes, nor bytes a map); swap() moves a chunk from bytes to its map."""
+    path = tmp_path / "file"
+    path.write_bytes(b"m" * 400)
+    with open(path, "rb") as fh:
+        whole = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    maps = [memoryview(whole)[i * 100:(i + 1) * 100].toreadonly() for i in range(4)]
+    assert all(is_map(m) for m in maps) and not is_map(b"x") and not is_map(memoryview(b"x"))
+    memory = MemoryChunks(250, map_limit=200, max_maps=5)
+    memory.put("b0", b"0" * 100)
+    memory.put("b1", b"1" * 100)
+    for i in range(3):
+        memory.put(f"m{i}", maps[i])
+    assert "m0" not in memory and "m1" in memory and "m2" in memory  # 200 bytes of maps
+    assert memory.get("b0") == b"0" * 100 and memory.get("b1") == b"1" * 100
+    memory.put("b2", b"2" * 100)  # past 250 bytes: the least recently used bytes go (b0), no map
+    assert "b0" not in memory and all(n in memory for n in ("b1", "b2", "m1", "m2"))
+    memory.swap("b1", bytearray(b"1" * 100), maps[3])  # an equal copy is not what is held: nothing moves
+    assert memory.get("b1") == b"1" * 100
+    held = memory.get("b2")
+    assert held is not None
+    memory.swap("b2", held, maps[3])
+    assert is_map(memory.get("b2")) and "m1" not in memory and memory.size_bytes == 100 + 200
+    assert MemoryChunks(1000, map_limit=1000, max_maps=1).max_maps == 1
 
 
 def test_a_negative_memory_limit_holds_nothing() -> None:

@@ -1,7 +1,8 @@
 """The remote segment chunk cache: fixed-size chunks of remote ``.log`` objects, in memory and on disk.
 
 - Chunks are aligned (chunk ``n`` covers bytes ``[n*size, (n+1)*size)``); the last one of an object is short.
-- Tiers: :class:`tiered.cache.chunk_memory.MemoryChunks` (hot chunks, bounded by bytes) over
+- Tiers: :class:`tiered.cache.chunk_memory.MemoryChunks` (hot chunks: fetched bytes bounded by ``memory_bytes``,
+  maps of cache files by ``mapped_bytes``) over
   :class:`tiered.cache.disk_store.DiskChunkStore` (``diskcache``: bounded, process-safe so Spark executors on
   one machine share it, kept across restarts, each chunk checked against its crc32c trailer when read back).
   ``disk=False`` leaves the disk tier out (:class:`tiered.cache.disk_store.NoDiskStore`): the chunks of an
@@ -48,8 +49,11 @@ __all__ = ["Chunk", "ChunkCache", "ChunkCacheMetrics", "Fetcher", "Opener"]
 logger = logging.getLogger(__name__)
 
 # Stream buffers are recycled once nothing refers to them, which reference counts tell on CPython with the GIL.
-# The memory tier's default bound (mapped chunk files; the soak test holds the RSS to it).
+# The memory tier's default bounds: chunks held as bytes (the heap: the soak test holds the anonymous RSS to it),
+# and chunks held as maps of their cache files (file pages; a quarter of the disk tier at most, since a map keeps a
+# file the disk tier evicted on disk until it is dropped).
 DEFAULT_MEMORY_BYTES = 128 * 1024 * 1024
+DEFAULT_MAPPED_BYTES = 512 * 1024 * 1024
 _RECYCLE = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
 
 _COUNTER_DOCS = {
@@ -141,6 +145,7 @@ class ChunkCache:
         prefetch_chunks: int = 2,
         max_workers: int = 4,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        mapped_bytes: int | None = None,
         registry: Any = None,
         disk: bool = True,
     ) -> None:
@@ -162,8 +167,10 @@ class ChunkCache:
         self._max_buffers = max(4, 2 * max_workers * (self.prefetch_chunks + 2))
         # The shared state, under self._lock:
         self._lock = RankedLock("chunk cache state", CACHE_STATE)
-        # At most as many chunks as full chunks fit in its bytes: each map is an open file (see MemoryChunks).
-        self._memory = MemoryChunks(memory_bytes, max_chunks=max(1, memory_bytes // chunk_size))
+        # Maps: at most as many as full chunks fit in their bytes, each an open file (see MemoryChunks).
+        if mapped_bytes is None:
+            mapped_bytes = min(DEFAULT_MAPPED_BYTES, size_limit // 4)
+        self._memory = MemoryChunks(memory_bytes, map_limit=mapped_bytes, max_maps=max(1, mapped_bytes // chunk_size))
         self._flights: SingleFlight[Chunk] = SingleFlight()
         self._sizes: dict[str, int] = {}  # object sizes learnt from short chunks (when callers pass None)
         self._streams: dict[str, ChunkStream] = {}  # per object: the open fetch feeding its reader's read-ahead
@@ -556,7 +563,7 @@ class ChunkCache:
     @property
     def max_open_chunk_files(self) -> int:
         """The most chunk files the memory tier keeps open (mapped), besides the chunks readers still hold."""
-        bound = self._memory.max_chunks
+        bound = self._memory.max_maps
         assert bound is not None
         return bound
 
