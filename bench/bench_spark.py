@@ -17,10 +17,11 @@ prebuilt batches are the topic's records, decoded once on the driver and written
 Python worker loads into batches of its own at its first read: what Spark's Python data source path costs for
 these rows when the source costs nothing. The first ceiling of this bench yielded one batch of random values again
 and again instead (its bytes may stay in the CPU's caches, as no source's distinct rows do): it is timed too, as a
-reference line (it ran at 1.01x of the same rows on 2026-11-27). Each group is timed in alternation (best of five rounds),
-so that all see the same load, and also by the CPU time of Spark's processes (the JVM, its Python workers, the
-planners it starts; median of the rounds, from /proc): on a machine other work shares, wall-clock ratios swing by
-+-30% from round to round while CPU ratios move by a few percent.
+reference line (it ran at 1.01x of the same rows on 2026-11-27). Each group is timed in alternation (best of
+:data:`ROUNDS` rounds: with five, two runs of the same code on one day gave 0.87x and 0.92x), so that all see the
+same load, and also by the CPU time of Spark's processes (the JVM, its Python workers, the planners it starts;
+median of the rounds, from /proc): on a machine other work shares, wall-clock ratios swing by +-30% from round to
+round while CPU ratios move by a few percent.
 
 Two more comparisons in the same run: scaling, the warm read on ``local[2]`` against the same read on a
 ``local[1]`` session started after it (two executor cores against one; on a machine whose cores other work shares,
@@ -121,6 +122,7 @@ def _pyarrow_export(table: Any, out: Path) -> None:
 _PREBUILT: dict[tuple[str, ...], Any] = {}
 PREBUILT_ROWS = 65536
 CEILING_PARTITIONS = 12
+ROUNDS = 11  # alternating rounds of item 3's groups
 TWO_COLUMNS = "offset long, value binary"
 
 
@@ -354,10 +356,10 @@ def main() -> None:
             def cpu() -> float:
                 return process_tree_cpu(jvm) + time.process_time()
 
-            nine, nine_cpu = alternating_best({"ours": warm_run, "ceiling": ceiling_run, "repeated": repeated_run}, 5,
-                                              cpu)
+            nine, nine_cpu = alternating_best({"ours": warm_run, "ceiling": ceiling_run, "repeated": repeated_run},
+                                              ROUNDS, cpu)
             two, two_cpu = alternating_best(
-                {"ours": two_columns_run, "ceiling": ceiling2_run, "repeated": repeated2_run}, 5, cpu)
+                {"ours": two_columns_run, "ceiling": ceiling2_run, "repeated": repeated2_run}, ROUNDS, cpu)
             report("nine columns: the source, warm cache, count+sum(length(value))", total / nine["ours"],
                    total / nine["ceiling"], "records/s",
                    "a Python source yielding prebuilt batches of the same rows, nine columns", 0.9)
