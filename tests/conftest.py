@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -22,6 +25,27 @@ def golden_dir(tmp_path: Path) -> Path:
         path.chmod(0o755 if path.is_dir() else 0o644)
     target.chmod(0o755)
     return target
+
+
+# A session stopped by SIGTERM ----------------------------------------------------------------------------------
+# (a CI job's timeout, `kill`) ends as one stopped by Ctrl-C: pytest then tears the session's fixtures down, which
+# stops the S3 servers the integration tests started. They run in sessions of their own (a Ctrl-C in a terminal
+# reaches the test process only), so without this a killed suite left them running.
+
+
+def _interrupted(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"stopped by signal {signal.Signals(signum).name}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupted)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _interrupted:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 # Nothing left behind in the temp dir ---------------------------------------------------------------------------
