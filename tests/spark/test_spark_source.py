@@ -426,6 +426,38 @@ def test_planning_opens_no_segment_cache(root: Path, monkeypatch: pytest.MonkeyP
     assert first.from_offset == 50 and first.remote_metadata is not None
 
 
+def test_a_cached_chunk_damaged_on_disk_is_fetched_again_not_reported_as_the_remote_copys(
+        root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An executor's segment cache holds the chunks it read as maps of their files. A chunk file damaged on local disk
+    after that is seen through the map (the chunk's own checksum is checked only when it is read back from disk):
+    the batch's CRC fails, the reader forgets the segment, reads on from that batch as fetched again, and returns
+    the same records, each once. It used to fail the job saying the remote segment was corrupt."""
+    import pyarrow as pa
+
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import plan
+    from tiered.spark.reader import read_piece, remote_log_manager
+
+    cache = tmp_path / "cache"
+    piece = next(p for p in plan(parse_options(_options(root, topics="t", cacheDir=str(cache))))
+                 if p.remote_metadata is not None)
+    expected = pa.Table.from_batches(list(read_piece(piece)))
+    assert expected.num_rows == piece.until_offset - piece.from_offset
+    chunks = remote_log_manager(piece.props, piece.cache_dir).reader.segments.chunks
+    chunks.flush()  # every chunk on disk, and held in memory as a map of its file from now on
+    chunk = max((cache / "remote-log-segment-cache").rglob("*.val"), key=lambda f: f.stat().st_size)
+    with open(chunk, "r+b") as f:  # a byte in the middle of a chunk: inside some batch's records
+        f.seek(chunk.stat().st_size // 2)
+        byte = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([byte[0] ^ 0x40]))
+    with caplog.at_level("WARNING", logger="tiered.spark.reader"):
+        again = pa.Table.from_batches(list(read_piece(piece)))
+    assert again.equals(expected)
+    assert any("reading it again from the remote store" in r.getMessage() and "is corrupt" in r.getMessage()
+               for r in caplog.records), caplog.text
+
+
 def test_nothing_on_executors_comes_from_driver_state(root: Path) -> None:
     """Each piece pickles to bytes holding its properties and segment identity; reading it in a fresh process
     (another interpreter, another cache dir) gives the records."""

@@ -23,6 +23,7 @@ again from the current manifest.
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import os
 import struct
 import threading
@@ -38,6 +39,7 @@ from tiered.spark.planning import ColumnarFileGoneError, Piece, SparkSourceDataL
 from tiered.spark.raw_batches import READ_BYTES, iter_raw_batches
 
 __all__ = ["READ_BYTES", "apply_filters", "iter_raw_batches", "read_piece", "remote_log_manager", "timestamp_micros"]
+logger = logging.getLogger(__name__)
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
@@ -97,7 +99,10 @@ def _cache_chunk_size(props: dict[str, str]) -> int:
     return size
 
 
-def _remote_range_reader(piece: Piece) -> tuple[Callable[[int, int], bytes | memoryview], str, int | None]:
+def _remote_range_reader(piece: Piece) -> tuple[Callable[[int, int], bytes | memoryview], str, int | None,
+                                                 Callable[[], None]]:
+    """(read, where, size, forget): ``forget`` drops the segment from the worker's segment cache, so that the next
+    read fetches it again."""
     from tiered.cache.segment_cache import object_size
     from tiered.metadata import decode_metadata
 
@@ -111,7 +116,11 @@ def _remote_range_reader(piece: Piece) -> tuple[Callable[[int, int], bytes | mem
         # holding `position`: the cache answers that with a view of its chunk, a range across chunks with a copy.
         return reader.read_range(md, position, position + min(n, chunk - position % chunk))
 
-    return read, f"remote segment {md.remote_log_segment_id} ({md.start_offset}-{md.end_offset})", object_size(md)
+    def forget() -> None:
+        reader.segments.invalidate(md)
+
+    where = f"remote segment {md.remote_log_segment_id} ({md.start_offset}-{md.end_offset})"
+    return read, where, object_size(md), forget
 
 
 def read_piece(piece: Piece, projection: Projection | None = None) -> Iterator[pa.RecordBatch]:
@@ -138,18 +147,74 @@ def read_piece(piece: Piece, projection: Projection | None = None) -> Iterator[p
         finally:
             records.close_handlers()
     else:
-        read, where, size = _remote_range_reader(piece)
+        read, where, size, forget = _remote_range_reader(piece)
         yield from _decode(piece, read, piece.start_position,
-                           piece.end_position if piece.end_position is not None else size, where, projection)
+                           piece.end_position if piece.end_position is not None else size, where, projection, forget)
 
 
 def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start: int, end: int | None,
-            where: str, projection: Projection | None) -> Iterator[pa.RecordBatch]:
+            where: str, projection: Projection | None,
+            forget: Callable[[], None] | None = None) -> Iterator[pa.RecordBatch]:
+    """The records of ``[start, end)``. ``forget`` (a remote piece's): a batch whose bytes are damaged (its CRC does
+    not match, or its framing is broken) is read again once, from where it starts, after the segment cache forgot
+    the segment. The cache's copy is the likelier culprit: a chunk file damaged on local disk after this process
+    mapped it, which the chunk's own checksum finds only when it is read back from disk again. A batch still
+    damaged as fetched from the store again is the remote copy's, and raises."""
     columns = None if projection is None else {*projection.columns, *(f[0] for f in piece.filters)}
     builder = ArrowBatchBuilder(piece.topic, piece.partition, piece.from_offset, piece.until_offset, columns)
     aborted = piece.aborted if piece.read_committed else []
     ts_floor = piece.timestamp_lo_ms
-    for pos, batch in iter_raw_batches(read, start, end, piece.until_offset, where):
+    position = start
+    while True:
+        try:
+            for rb in _decode_from(builder, iter_raw_batches(read, position, end, piece.until_offset, where), where,
+                                   aborted, ts_floor):
+                rb = apply_filters(rb, piece.filters)
+                if rb.num_rows:
+                    yield rb if projection is None else projection.apply(rb)
+            break
+        except _DamagedBatch as damaged:
+            if forget is None:
+                raise damaged.error from damaged.error.__cause__
+            logger.warning("%s; reading it again from the remote store (the segment cache's copy may be damaged)",
+                           damaged.error)
+            forget()
+            forget = None
+            position = damaged.position  # the batches before it are whole and in the builder: none is read twice
+    try:
+        rest = builder.flush()
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"{where}: {exc}") from exc
+    for rb in rest:
+        rb = apply_filters(rb, piece.filters)
+        if rb.num_rows:
+            yield rb if projection is None else projection.apply(rb)
+
+
+class _DamagedBatch(Exception):
+    """A batch whose bytes are damaged (CRC mismatch, broken framing) at ``position``: nothing of it reached the
+    builder, so a read may start again there."""
+
+    def __init__(self, error: CorruptRecordError, position: int) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.position = position
+
+
+def _decode_from(builder: ArrowBatchBuilder, batches: Iterator[tuple[int, memoryview]], where: str,
+                 aborted: list[tuple[int, int, int]], ts_floor: int | None) -> Iterator[pa.RecordBatch]:
+    """The builder's record batches as it takes ``batches`` in; :class:`_DamagedBatch` for a batch whose bytes are
+    damaged (other errors, as a record that does not decode in a batch whose CRC matched, raise as they are)."""
+    while True:
+        try:
+            pos, batch = next(batches)
+        except StopIteration:
+            return
+        except CorruptRecordError as exc:  # the framing: a header or a length that does not hold
+            position = exc.context.get("position")
+            if not isinstance(position, int):
+                raise
+            raise _DamagedBatch(exc, position) from exc
         if batch[16] == 2:
             if ts_floor is not None and _I64.unpack_from(batch, 35)[0] < ts_floor:
                 continue  # no record of it reaches the pushed timestamp floor (its max timestamp is below)
@@ -160,24 +225,19 @@ def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start:
                     try:
                         builder.check_crc(batch)
                     except CorruptRecordError as exc:
-                        raise CorruptRecordError(f"{where}: {exc} at position {pos}", position=pos) from exc
+                        error = CorruptRecordError(f"{where}: {exc} at position {pos}", position=pos)
+                        error.__cause__ = exc
+                        raise _DamagedBatch(error, pos) from exc
                     continue
         try:
             out = builder.add(batch)
         except CorruptRecordError as exc:
-            raise CorruptRecordError(f"{where}: {exc} at position {pos}", position=pos) from exc
-        for rb in out:
-            rb = apply_filters(rb, piece.filters)
-            if rb.num_rows:
-                yield rb if projection is None else projection.apply(rb)
-    try:
-        rest = builder.flush()
-    except CorruptRecordError as exc:
-        raise CorruptRecordError(f"{where}: {exc}") from exc
-    for rb in rest:
-        rb = apply_filters(rb, piece.filters)
-        if rb.num_rows:
-            yield rb if projection is None else projection.apply(rb)
+            error = CorruptRecordError(f"{where}: {exc} at position {pos}", position=pos)
+            error.__cause__ = exc
+            if "computed" in exc.context:  # its CRC: nothing of it was taken
+                raise _DamagedBatch(error, pos) from exc
+            raise error from exc
+        yield from out
 
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
