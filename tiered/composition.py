@@ -198,8 +198,8 @@ def build_remote_tier(
     ``index_cache_dir`` (holding ``remote-log-index-cache/``) and ``segment_cache_dir`` (the chunk cache, shareable
     by the processes of one machine). ``segment_cache=False``: no chunk cache, for a reader of metadata and indexes
     only (a Spark read's planning, where opening a ``diskcache`` store and closing it again cost more than the rest
-    of the plan). ``time``: the clock of the remote tasks' schedule and of the metadata events (a test's :class:`local.scheduler.MockTime` runs the tasks as it advances). On any error, what was built is
-    closed again."""
+    of the plan). ``time``: the clock of the remote tasks' schedule and of the metadata events (a test's
+    :class:`local.scheduler.MockTime` runs the tasks as it advances). On any error, what was built is closed again."""
     from prometheus_client import CollectorRegistry
 
     registry = CollectorRegistry()  # the remote tier's metrics and its caches' (what `tiered run` serves)

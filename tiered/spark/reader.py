@@ -27,7 +27,7 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -167,11 +167,8 @@ def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start:
     position = start
     while True:
         try:
-            for rb in _decode_from(builder, iter_raw_batches(read, position, end, piece.until_offset, where), where,
-                                   aborted, ts_floor):
-                rb = apply_filters(rb, piece.filters)
-                if rb.num_rows:
-                    yield rb if projection is None else projection.apply(rb)
+            batches = iter_raw_batches(read, position, end, piece.until_offset, where)
+            yield from _delivered(_decode_from(builder, batches, where, aborted, ts_floor), piece, projection)
             break
         except _DamagedBatch as damaged:
             if forget is None:
@@ -185,7 +182,13 @@ def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start:
         rest = builder.flush()
     except CorruptRecordError as exc:
         raise CorruptRecordError(f"{where}: {exc}") from exc
-    for rb in rest:
+    yield from _delivered(rest, piece, projection)
+
+
+def _delivered(batches: Iterable[pa.RecordBatch], piece: Piece,
+               projection: Projection | None) -> Iterator[pa.RecordBatch]:
+    """``batches`` as the read returns them: the pushed filters applied, empty ones dropped, the projection's columns."""
+    for rb in batches:
         rb = apply_filters(rb, piece.filters)
         if rb.num_rows:
             yield rb if projection is None else projection.apply(rb)
@@ -225,19 +228,22 @@ def _decode_from(builder: ArrowBatchBuilder, batches: Iterator[tuple[int, memory
                     try:
                         builder.check_crc(batch)
                     except CorruptRecordError as exc:
-                        error = CorruptRecordError(f"{where}: {exc} at position {pos}", position=pos)
-                        error.__cause__ = exc
-                        raise _DamagedBatch(error, pos) from exc
+                        raise _DamagedBatch(_named(exc, where, pos), pos) from exc
                     continue
         try:
             out = builder.add(batch)
         except CorruptRecordError as exc:
-            error = CorruptRecordError(f"{where}: {exc} at position {pos}", position=pos)
-            error.__cause__ = exc
             if "computed" in exc.context:  # its CRC: nothing of it was taken
-                raise _DamagedBatch(error, pos) from exc
-            raise error from exc
+                raise _DamagedBatch(_named(exc, where, pos), pos) from exc
+            raise _named(exc, where, pos) from exc
         yield from out
+
+
+def _named(exc: CorruptRecordError, where: str, pos: int) -> CorruptRecordError:
+    """``exc`` naming the file or remote segment and the position (caused by ``exc``)."""
+    error = CorruptRecordError(f"{where}: {exc} at position {pos}", position=pos)
+    error.__cause__ = exc
+    return error
 
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
@@ -288,10 +294,7 @@ def _read_parquet(piece: Piece, projection: Projection | None) -> Iterator[pa.Re
         table = table.select(columns)
         if table.schema != schema:  # the files' types are the source's: a cast only if a writer differed
             table = table.cast(schema)
-        for rb in table.to_batches():
-            rb = apply_filters(rb, piece.filters)
-            if rb.num_rows:
-                yield rb if projection is None else projection.apply(rb)
+        yield from _delivered(table.to_batches(), piece, projection)
 
 
 def timestamp_micros(value: Any) -> int:
