@@ -21,11 +21,10 @@ from local.errors import InvalidRecordError
 from local.records import MemoryRecords, SimpleRecord
 from local.records.batch import RECORD_BATCH_OVERHEAD
 
-# allowed-skip: without the C build there is no native loop to compare (the Python definitions are tested by the
-# cleaner's own tests, which run on whichever is built)
-# allowed-skip: the C core is optional (no compiler, no extension); the Python filter it must agree with is tested
-# on its own everywhere, and a build with the extension (CI's) runs this module.
-pytestmark = pytest.mark.skipif(cleaner_filter._cleancore is None, reason="no C compiler built local.cleaner._cleancore")
+# The C core is optional (no compiler, no extension): without it there is no native loop to compare; the Python
+# filter it must agree with is tested on its own everywhere, and a build with the extension (CI's) runs this module.
+pytestmark = pytest.mark.skipif(  # allowed-skip: the C core is optional (above)
+    cleaner_filter._cleancore is None, reason="no C compiler built local.cleaner._cleancore")
 
 T0 = 1_700_000_000_000
 keys = st.one_of(st.none(), st.binary(max_size=80))
