@@ -185,3 +185,43 @@ def test_raw_batches_are_cut_alike_whatever_lengths_the_reads_return(
         assert got == expected[: len(got)] and len(got) == len(expected) - 1  # the last batch, cut
         return
     assert got == expected
+
+
+def test_output_memory_is_handed_out_again_only_once_nothing_refers_to_it() -> None:
+    from tiered.spark.arrow_records import OutputMemory
+
+    memory = OutputMemory(max_bytes=1 << 20)
+    first = memory.take(1000)
+    wrapped = pa.Array.from_buffers(pa.uint8(), 1000, [None, pa.py_buffer(first[:1000])])
+    del first
+    second = memory.take(1000)
+    assert memory.tracked_bytes == 2000  # the first is still wrapped by an Arrow array: a new one
+    del wrapped, second
+    again = memory.take(900)
+    assert memory.tracked_bytes == 2000 and again.nbytes == 1000  # nothing refers to either: one of them again
+    del again
+    large = memory.take(20_000)
+    del large
+    assert memory.take(5_000).nbytes == 5_000  # never one of more than twice the size asked (and 4 KiB)
+    assert memory.take(10_000).nbytes == 20_000
+    held = [memory.take(300_000) for _ in range(4)]
+    assert memory.tracked_bytes <= 1 << 20  # beyond the bound, the free ones are dropped and new ones not tracked
+    assert all(a.nbytes == 300_000 for a in held) and len({id(a) for a in held}) == 4
+
+
+def test_tables_decoded_earlier_are_intact_while_later_chunks_reuse_memory() -> None:
+    """A reader that keeps every record batch (a list of them) while more chunks are decoded: no memory still
+    referred to is written again."""
+    from tiered.spark import arrow_records
+
+    recs = [SimpleRecord(T0 + i, f"k{i}".encode(), bytes([i % 251]) * (100 + i % 7)) for i in range(300)]
+    bufs = [bytes(MemoryRecords.build(recs[i:i + 30], base_offset=i)) for i in range(0, 300, 30)]
+    expected = batches_to_table("t", 0, bufs).to_pylist()
+    kept = []
+    for _ in range(3):
+        builder = ArrowBatchBuilder("t", 0, native=arrow_records.NATIVE_DECODE)
+        for buf in bufs:
+            kept.extend(builder.add(buf))
+            kept.extend(builder.flush())  # one chunk a batch: many takes
+        assert pa.Table.from_batches(kept[-len(bufs):]).to_pylist() == expected
+    assert pa.Table.from_batches(kept).to_pylist() == expected * 3

@@ -19,9 +19,9 @@
  *   out:    the writable buffers the columns are written to, for n = the records counted in meta and B = the
  *           bodies' bytes: int64 offsets [n], int64 timestamps in microseconds [n], int32 timestamp types [n],
  *           int32 epochs [n], the epochs' validity bitmap [n bits], then for the key and the value (None when not
- *           wanted) int32 offsets [n + 1], data [B], validity bitmap [n bits]. The caller allocates them (from
- *           pyarrow's pool: memory it reuses, where fresh pages would cost a page fault each) and wraps them in
- *           Arrow arrays without a copy.
+ *           wanted) int32 offsets [n + 1], data [B], validity bitmap [n bits]. The caller allocates them (memory
+ *           it reuses, where fresh pages would cost a page fault each), of any contents (every byte exposed is
+ *           written here), and wraps them in Arrow arrays without a copy.
  *
  * Returns (rows, epoch nulls, key nulls, key bytes, value nulls, value bytes, headers): the records kept; null
  * counts and the bytes of data written (the buffers are larger: Arrow must be given them sliced, or it would send
