@@ -473,7 +473,9 @@ class ArrowBatchBuilder:
             base = meta[exc.args[0]][0]
             raise CorruptRecordError(f"the batch at offset {base}: {exc.args[1]}", offset=base) from None
         headers = None
-        if hdrs is not None:
+        if hdrs is not None and hdrs[1] == 0:  # no record has a header
+            headers = _empty_headers(rows)
+        elif hdrs is not None:
             list_offsets, count, key_offsets, key_data, value_offsets, value_data, value_valid, value_nulls_h = hdrs
             keys = pa.Array.from_buffers(pa.string(), count, [None, pa.py_buffer(key_offsets), pa.py_buffer(key_data)])
             try:
@@ -506,8 +508,8 @@ class ArrowBatchBuilder:
         build = {
             "key": lambda: binary(5, key_nulls, key_bytes),
             "value": lambda: binary(8, value_nulls, value_bytes),
-            "topic": lambda: pa.repeat(pa.scalar(self.topic, pa.string()), rows),
-            "partition": lambda: pa.repeat(pa.scalar(self.partition, pa.int32()), rows),
+            "topic": lambda: _repeated(self.topic, pa.string(), rows),
+            "partition": lambda: _repeated(self.partition, pa.int32(), rows),
             "offset": lambda: fixed(pa.int64(), 0, 8),
             "timestamp": lambda: fixed(pa.timestamp("us", tz="UTC"), 1, 8),
             "timestampType": lambda: fixed(pa.int32(), 2, 4),
@@ -560,8 +562,8 @@ class ArrowBatchBuilder:
         build = {
             "key": lambda: keys,
             "value": lambda: values,
-            "topic": lambda: pa.repeat(pa.scalar(self.topic, pa.string()), n),
-            "partition": lambda: pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            "topic": lambda: _repeated(self.topic, pa.string(), n),
+            "partition": lambda: _repeated(self.partition, pa.int32(), n),
             "offset": lambda: pa.array(offsets, pa.int64()),
             "timestamp": lambda: pa.array(timestamps * 1000, pa.int64()).view(pa.timestamp("us", tz="UTC")),
             "timestampType": lambda: pa.array(ts_type, pa.int32()),
@@ -593,9 +595,34 @@ class ArrowBatchBuilder:
         return full if self.schema is ARROW_SCHEMA else full.select(list(self.columns))
 
 
+_REPEATED: dict[tuple[Any, pa.DataType], pa.Array] = {}
+_REPEATED_KEPT = 64
+_REPEATED_ROWS = CHUNK_RECORDS + 4096  # a chunk's rows: CHUNK_RECORDS and the last batch's
+
+
+def _repeated(value: Any, kind: pa.DataType, n: int) -> pa.Array:
+    """``n`` times ``value`` (None: the empty headers list): a slice of an array the process keeps for it. A column
+    of one value (the topic, the partition, no headers) was made again for each chunk, ~1 MB with nine columns, in
+    memory the default pool gives back to the OS between Spark tasks; a slice is free, and Arrow's IPC writer
+    sends only the slice. The most recent ``_REPEATED_KEPT`` values are kept."""
+    key = (value, kind)
+    arr = _REPEATED.pop(key, None)
+    if arr is None or len(arr) < n:
+        size = max(n, _REPEATED_ROWS)
+        if value is None:
+            empty = pa.StructArray.from_arrays([pa.array([], pa.string()), pa.array([], pa.binary())],
+                                               fields=list(HEADER_TYPE))
+            arr = pa.ListArray.from_arrays(pa.array(np.zeros(size + 1, np.int32)), empty, type=kind)
+        else:
+            arr = pa.repeat(pa.scalar(value, kind), size)
+    _REPEATED[key] = arr  # the most recently used last
+    while len(_REPEATED) > _REPEATED_KEPT:
+        del _REPEATED[next(iter(_REPEATED))]
+    return arr if len(arr) == n else arr.slice(0, n)
+
+
 def _empty_headers(n: int) -> pa.Array:
-    empty = pa.StructArray.from_arrays([pa.array([], pa.string()), pa.array([], pa.binary())], fields=list(HEADER_TYPE))
-    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), empty, type=pa.list_(HEADER_TYPE))
+    return _repeated(None, pa.list_(HEADER_TYPE), n)
 
 
 def batches_to_table(topic: str, partition: int, batches: list[Any]) -> pa.Table:
