@@ -429,79 +429,27 @@ done:
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
-/* CRC-32C (Castagnoli), as the batches' checksums: SSE 4.2 where the CPU has it, else slicing by 8.                  */
+/* CRC-32C (Castagnoli), the batches' checksums: the crc32c package's (a well-kept library, not a second           */
+/* implementation here), so the GIL is held to compute one; the package gives it up itself over a large buffer.    */
 
-static uint32_t crc_table[8][256];
+static PyObject *crc_fn; /* crc32c.crc32c, imported with the module */
 
-static void crc_init(void)
+/* *crc = the CRC-32C of p[0, n); 0, or -1 with an exception set. Holds the GIL. */
+static int crc_of(const uint8_t *p, Py_ssize_t n, uint32_t *crc)
 {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc_table[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
-            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
-}
-
-static uint32_t crc_soft(uint32_t crc, const uint8_t *p, size_t n)
-{
-    while (n >= 8) {
-        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
-        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^
-              crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]] ^
-              crc_table[0][p[7]];
-        p += 8;
-        n -= 8;
-    }
-    while (n--)
-        crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xFF];
-    return crc;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <nmmintrin.h>
-#define HAVE_HW_CRC 1
-__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uint8_t *p, size_t n)
-{
-    uint64_t c = crc;
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = _mm_crc32_u64(c, v);
-        p += 8;
-        n -= 8;
-    }
-    uint32_t c32 = (uint32_t)c;
-    while (n--)
-        c32 = _mm_crc32_u8(c32, *p++);
-    return c32;
-}
-static int use_hw_crc = 0;
-#endif
-
-static uint32_t crc32c(const uint8_t *p, size_t n)
-{
-#ifdef HAVE_HW_CRC
-    if (use_hw_crc)
-        return ~crc_hw(0xFFFFFFFFu, p, n);
-#endif
-    return ~crc_soft(0xFFFFFFFFu, p, n);
-}
-
-static PyObject *py_crc32c(PyObject *self, PyObject *args)
-{
-    Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view))
-        return NULL;
-    uint32_t c;
-    Py_BEGIN_ALLOW_THREADS
-    c = crc32c(view.buf, (size_t)view.len);
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    return PyLong_FromUnsignedLong(c);
+    PyObject *view = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
+    if (view == NULL)
+        return -1;
+    PyObject *value = PyObject_CallOneArg(crc_fn, view);
+    Py_DECREF(view);
+    if (value == NULL)
+        return -1;
+    unsigned long c = PyLong_AsUnsignedLong(value);
+    Py_DECREF(value);
+    if (c == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    *crc = (uint32_t)c;
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -727,6 +675,25 @@ static PyObject *map_plain_batches(PyObject *self, PyObject *args)
     int64_t *new_marks = NULL;
     Py_ssize_t marks_n = 0, marks_capacity = 0;
     int nomem = 0;
+    /* The CRCs first, with the GIL (the package's function is Python's to call), over the batches the walk below
+     * can reach: it stops at the first that does not match. */
+    Py_ssize_t corrupt_at = -1;
+    for (Py_ssize_t at = pos;;) {
+        Py_ssize_t size = batch_at(buf, at, end);
+        if (size <= 0 || (((buf[at + H_ATTRIBUTES] << 8) | buf[at + H_ATTRIBUTES + 1]) & SLOW_ATTRIBUTES))
+            break;
+        uint32_t crc;
+        if (crc_of(buf + at + H_ATTRIBUTES, size - H_ATTRIBUTES, &crc) < 0) {
+            PyBuffer_Release(&chunk);
+            PyBuffer_Release(&table);
+            return NULL;
+        }
+        if (crc != (uint32_t)be32(buf + at + H_CRC)) {
+            corrupt_at = at;
+            break;
+        }
+        at += size;
+    }
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
         Py_ssize_t size = batch_at(buf, pos, end);
@@ -738,7 +705,7 @@ static PyObject *map_plain_batches(PyObject *self, PyObject *args)
             stop = STOP_SLOW;
             break;
         }
-        if (crc32c(b + H_ATTRIBUTES, (size_t)(size - H_ATTRIBUTES)) != (uint32_t)be32(b + H_CRC)) {
+        if (pos == corrupt_at) {
             stop = STOP_CORRUPT;
             break;
         }
@@ -904,7 +871,10 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
             stop = STOP_SLOW;
             break;
         }
-        if (crc32c(b + H_ATTRIBUTES, (size_t)(size - H_ATTRIBUTES)) != (uint32_t)be32(b + H_CRC)) {
+        uint32_t crc;
+        if (crc_of(b + H_ATTRIBUTES, size - H_ATTRIBUTES, &crc) < 0)
+            goto done;
+        if (crc != (uint32_t)be32(b + H_CRC)) {
             stop = STOP_CORRUPT;
             break;
         }
@@ -1003,7 +973,10 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
             put_be16(scratch + H_ATTRIBUTES, (int16_t)(attributes & (0x08 | 0x10 | 0x20)));
             put_be64(scratch + H_BASE_TS, -1);
             put_be32(scratch + H_COUNT, 0);
-            put_be32(scratch + H_CRC, (int32_t)crc32c(scratch + H_ATTRIBUTES, OVERHEAD - H_ATTRIBUTES));
+            uint32_t empty_crc;
+            if (crc_of(scratch + H_ATTRIBUTES, OVERHEAD - H_ATTRIBUTES, &empty_crc) < 0)
+                goto done;
+            put_be32(scratch + H_CRC, (int32_t)empty_crc);
             write_from = scratch;
             write_size = OVERHEAD;
         } else if (kept == count && !set_horizon) {
@@ -1057,7 +1030,10 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
             put_be64(scratch + H_BASE_TS, new_base);
             put_be64(scratch + H_MAX_TS, written_max_ts);
             put_be32(scratch + H_COUNT, (int32_t)kept);
-            put_be32(scratch + H_CRC, (int32_t)crc32c(scratch + H_ATTRIBUTES, (size_t)(n - H_ATTRIBUTES)));
+            uint32_t new_crc;
+            if (crc_of(scratch + H_ATTRIBUTES, n - H_ATTRIBUTES, &new_crc) < 0)
+                goto done;
+            put_be32(scratch + H_CRC, (int32_t)new_crc);
             write_from = scratch;
             write_size = n;
         }
@@ -1122,7 +1098,6 @@ static PyMethodDef methods[] = {
     {"rebuild_records", rebuild_records, METH_VARARGS, "the kept records re-encoded (local.cleaner.records)"},
     {"map_put_many", map_put_many, METH_VARARGS, "Kafka's SkimpyOffsetMap.put, for many digests"},
     {"map_get_many", map_get_many, METH_VARARGS, "Kafka's SkimpyOffsetMap.get, for many digests"},
-    {"crc32c", py_crc32c, METH_VARARGS, "CRC-32C of a buffer"},
     {"map_plain_batches", map_plain_batches, METH_VARARGS, "the offset map pass over a chunk of plain batches"},
     {"filter_plain_batches", filter_plain_batches, METH_VARARGS, "the cleaning pass over a chunk of plain batches"},
     {"map_offsets", map_offsets, METH_VARARGS, "the offsets an offset map holds"},
@@ -1134,9 +1109,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cleancore", "The lo
 
 PyMODINIT_FUNC PyInit__cleancore(void)
 {
-    crc_init();
-#ifdef HAVE_HW_CRC
-    use_hw_crc = __builtin_cpu_supports("sse4.2");
-#endif
+    PyObject *crc32c = PyImport_ImportModule("crc32c");
+    if (crc32c == NULL)
+        return NULL;
+    crc_fn = PyObject_GetAttrString(crc32c, "crc32c");
+    Py_DECREF(crc32c);
+    if (crc_fn == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }

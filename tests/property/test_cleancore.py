@@ -240,3 +240,30 @@ def test_the_chunk_passes_in_c_decide_as_the_python_batch_filter(batches: list, 
     assert np.frombuffer(bytes(meta), dtype=np.int64).reshape(-1, 3).tolist() == [list(r) for r in rows]
     assert (m_read, b_read, m_kept, b_kept, invalid) == (stats.messages_read, stats.bytes_read, stats.messages_retained,
                                                          stats.bytes_retained, stats.invalid_messages)
+
+
+@settings(max_examples=60, deadline=None)
+@given(plain_batches, st.data())
+def test_the_chunk_passes_stop_at_a_batch_whose_crc_does_not_match(batches: list,  # type: ignore[type-arg]
+                                                                   data: st.DataObject) -> None:
+    """A byte flipped in one batch (past its CRC field): both passes in C take the batches before it and stop there
+    with STOP_CORRUPT (3), the CRC the crc32c package's."""
+    seg, _lasts = _segment_bytes(batches)
+    starts = [pos for _base, pos in _batch_starts(seg)]
+    bad = data.draw(st.sampled_from(starts))
+    end = next((p for p in starts if p > bad), len(seg))
+    damaged = bytearray(seg)
+    damaged[data.draw(st.integers(bad + 23, end - 1))] ^= 0x01  # past the attributes (a flip there reads as slow)
+    table = SkimpyOffsetMap(64 * 24, native=True)
+    at, _entries, _latest, stop, _records, nbytes, _keyless, _ = cleaner_filter._cleancore.map_plain_batches(
+        bytes(damaged), 0, len(seg), 0, table.table_view, table.slots, 0, 10**6, -1, table.hash_key)
+    assert (at, stop, nbytes) == (bad, 3, bad)
+    outs = []
+    for chunk, expected in ((bytes(damaged), (bad, 3, bad)), (seg[:bad], (bad, 0, bad))):
+        out, meta = bytearray(), bytearray()
+        at, stop, _m_read, b_read, *_rest = cleaner_filter._cleancore.filter_plain_batches(
+            chunk, 0, len(chunk), table.table_view, table.slots, -1, 10**6, T0, 500, np.array([], np.int64), out,
+            meta, table.hash_key)
+        assert (at, stop, b_read) == expected
+        outs.append(bytes(out))
+    assert outs[0] == outs[1]  # what it wrote of the batches before the damaged one: as of those batches alone
