@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../_crc32c.h" /* CRC-32C, the batches' checksums: the crc32c package's */
+
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* SipHash-2-4 with its 128-bit output (Aumasson and Bernstein), for the map's key digests: a keyed hash, the key drawn */
 /* at random for each map (local.cleaner.offset_map says why), the same digest as local.cleaner.records.key_digest.  */
@@ -426,30 +428,6 @@ done:
     PyBuffer_Release(&table);
     PyBuffer_Release(&hashes);
     return out;
-}
-
-/* ---------------------------------------------------------------------------------------------------------------- */
-/* CRC-32C (Castagnoli), the batches' checksums: the crc32c package's (a well-kept library, not a second           */
-/* implementation here), so the GIL is held to compute one; the package gives it up itself over a large buffer.    */
-
-static PyObject *crc_fn; /* crc32c.crc32c, imported with the module */
-
-/* *crc = the CRC-32C of p[0, n); 0, or -1 with an exception set. Holds the GIL. */
-static int crc_of(const uint8_t *p, Py_ssize_t n, uint32_t *crc)
-{
-    PyObject *view = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
-    if (view == NULL)
-        return -1;
-    PyObject *value = PyObject_CallOneArg(crc_fn, view);
-    Py_DECREF(view);
-    if (value == NULL)
-        return -1;
-    unsigned long c = PyLong_AsUnsignedLong(value);
-    Py_DECREF(value);
-    if (c == (unsigned long)-1 && PyErr_Occurred())
-        return -1;
-    *crc = (uint32_t)c;
-    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -1109,12 +1087,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cleancore", "The lo
 
 PyMODINIT_FUNC PyInit__cleancore(void)
 {
-    PyObject *crc32c = PyImport_ImportModule("crc32c");
-    if (crc32c == NULL)
-        return NULL;
-    crc_fn = PyObject_GetAttrString(crc32c, "crc32c");
-    Py_DECREF(crc32c);
-    if (crc_fn == NULL)
+    if (crc_import() < 0)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -18,6 +18,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "../_crc32c.h"
+
 /* The zigzag varint at *q (at most max_bytes bytes, within len): its value, and *q moved past it. 0 when it is
  * longer than max_bytes or the data ends inside it (the Python walk's InvalidRecordError / IndexError). */
 static int read_varint(const uint8_t *buf, Py_ssize_t len, Py_ssize_t *q, int max_bytes, int64_t *value)
@@ -133,8 +135,6 @@ enum {
     LOG_OVERHEAD = 12, CODEC_OR_CONTROL = 0x07 | 0x20,
 };
 
-static PyObject *crc_fn; /* crc32c.crc32c, imported with the module */
-
 /* local.validation._plain_client_batch at native speed: the whole fast-path question in one call. The CRC is
  * the crc32c package's (a well-kept library, not a second implementation here). */
 static PyObject *plain_client_batch(PyObject *self, PyObject *args)
@@ -157,20 +157,8 @@ static PyObject *plain_client_batch(PyObject *self, PyObject *args)
     if ((long long)length + LOG_OVERHEAD != size || be64(buf + BASE_OFFSET) != 0 || be64(buf + PRODUCER_ID) >= 0 ||
         size > max_message_bytes || size > segment_bytes)
         goto done;
-    PyObject *body = PyMemoryView_FromMemory((char *)buf + ATTRIBUTES, size - ATTRIBUTES, PyBUF_READ);
-    if (body == NULL) {
-        result = NULL;
-        goto done;
-    }
-    PyObject *actual = PyObject_CallOneArg(crc_fn, body);
-    Py_DECREF(body);
-    if (actual == NULL) {
-        result = NULL;
-        goto done;
-    }
-    unsigned long actual_crc = PyLong_AsUnsignedLong(actual);
-    Py_DECREF(actual);
-    if (actual_crc == (unsigned long)-1 && PyErr_Occurred()) {
+    uint32_t actual_crc;
+    if (crc_of(buf + ATTRIBUTES, size - ATTRIBUTES, &actual_crc) < 0) {
         result = NULL;
         goto done;
     }
@@ -207,12 +195,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__fastwalk(void)
 {
-    PyObject *crc32c = PyImport_ImportModule("crc32c");
-    if (crc32c == NULL)
-        return NULL;
-    crc_fn = PyObject_GetAttrString(crc32c, "crc32c");
-    Py_DECREF(crc32c);
-    if (crc_fn == NULL)
+    if (crc_import() < 0)
         return NULL;
     return PyModule_Create(&module);
 }
