@@ -12,9 +12,9 @@ exception (rare): their headers are parsed record by record.
 
 Where the build had a C compiler, the records are walked in C instead (``tiered/spark/_arrowdecode.c``): one pass
 over the bodies as they are (no concatenation), writing each column's buffers (values, int32 offsets, validity) into
-memory the process keeps from chunk to chunk (:class:`OutputMemory`), which Arrow then wraps without a copy; the numpy path above stays the definition, and
-``tests/property/test_arrow_decode.py`` holds the two to the same Arrow data and the same refusals. Only the
-columns asked for are built (``columns``: a user schema), by either path.
+memory the process keeps from chunk to chunk (:class:`OutputMemory`), which Arrow then wraps without a copy; the
+numpy path above stays the definition, and ``tests/property/test_arrow_decode.py`` holds the two to the same Arrow
+data and the same refusals. Only the columns asked for are built (``columns``: a user schema), by either path.
 
 Control batches never reach the output (a Kafka consumer never returns them); which transactional batches are
 aborted is the caller's business (:mod:`tiered.spark.reader`). Errors: :class:`local.errors.CorruptRecordError`
