@@ -131,18 +131,28 @@ def test_only_the_columns_asked_for_are_cut_out_of_the_records(monkeypatch: pyte
             out = args[-1]
             assert isinstance(out, list)
             cut.extend(["native key"] * (out[5] is not None) + ["native value"] * (out[8] is not None))
+            written.extend(name for name, i in (("timestamp", 1), ("timestampType", 2), ("leaderEpoch", 3))
+                           if out[i] is not None)
             return real_native.decode(*args)
 
     real_native = arrow_records._arrowdecode
     monkeypatch.setattr(arrow_records, "_slices", counting)
     monkeypatch.setattr(arrow_records, "_arrowdecode", Native())
     buf = bytes(MemoryRecords.build([SimpleRecord(T0, b"k", b"v" * 10, headers=[("h", b"1")]) for _ in range(50)]))
+    written: list[str] = []  # the fixed-size columns the C walk was given memory to write
     for native, expected in ((False, ["numpy"]), (True, ["native value"])):  # the values; not the keys
         cut.clear()
         builder = ArrowBatchBuilder("t", 0, columns={"offset", "value"}, native=native)
         (rb,) = builder.add(buf) + builder.flush()
         assert rb.schema.names == ["value", "offset"] and cut == expected
         assert rb.column("value").to_pylist() == [b"v" * 10] * 50
+    assert written == []  # nor the timestamps, their types or the epochs
+    for asked in ("timestamp", "timestampType", "leaderEpoch"):
+        written.clear()
+        builder = ArrowBatchBuilder("t", 0, columns={"offset", asked}, native=True)
+        (rb,) = builder.add(buf) + builder.flush()
+        assert written == [asked]
+        assert rb.column(asked).to_pylist() == batches_to_table("t", 0, [buf]).column(asked).to_pylist()
     with pytest.raises(ValueError, match="not columns of the source: nosuch"):
         ArrowBatchBuilder("t", 0, columns={"offset", "nosuch"})
 
@@ -225,3 +235,21 @@ def test_tables_decoded_earlier_are_intact_while_later_chunks_reuse_memory() -> 
             kept.extend(builder.flush())  # one chunk a batch: many takes
         assert pa.Table.from_batches(kept[-len(bufs):]).to_pylist() == expected
     assert pa.Table.from_batches(kept).to_pylist() == expected * 3
+
+
+def test_the_c_walk_refuses_epochs_without_their_bitmap() -> None:
+    import numpy as np
+
+    from tiered.spark import arrow_records
+
+    if arrow_records._arrowdecode is None:
+        pytest.fail("tiered.spark._arrowdecode is not built: nothing to check")
+    buf = bytes(MemoryRecords.build([SimpleRecord(T0, None, b"v")]))
+    body = buf[61:]
+    meta = np.array([0, T0, T0, 0, 0, 1], np.int64)
+    out = [np.zeros(64, np.uint8) for _ in range(5)] + [None] * 6
+    out[4] = None
+    with pytest.raises(ValueError, match=r"out\[3\] and out\[4\] \(the epochs and their bitmap\) go together"):
+        arrow_records._arrowdecode.decode([body], meta, 0, 0, 2**63 - 1, False, out)
+    out[4] = np.zeros(64, np.uint8)
+    assert arrow_records._arrowdecode.decode([body], meta, 0, 0, 2**63 - 1, False, out)[0] == 1

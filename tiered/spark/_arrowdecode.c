@@ -19,7 +19,9 @@
  *   out:    the writable buffers the columns are written to, for n = the records counted in meta and B = the
  *           bodies' bytes: int64 offsets [n], int64 timestamps in microseconds [n], int32 timestamp types [n],
  *           int32 epochs [n], the epochs' validity bitmap [n bits], then for the key and the value (None when not
- *           wanted) int32 offsets [n + 1], data [B], validity bitmap [n bits]. The caller allocates them (memory
+ *           wanted) int32 offsets [n + 1], data [B], validity bitmap [n bits]. The timestamps, the timestamp types
+ *           and the epochs with their bitmap may be None too: a column not asked for is not written (the offsets
+ *           are always: the walk keeps records by them). The caller allocates them (memory
  *           it reuses, where fresh pages would cost a page fault each), of any contents (every byte exposed is
  *           written here), and wraps them in Arrow arrays without a copy.
  *
@@ -302,16 +304,20 @@ static int decode_batch(Decode *d, Py_ssize_t b)
         q = rec_end;
         if (!keep)
             continue;
-        int64_t ts = (int64_t)((uint64_t)(log_append ? max_ts : (int64_t)((uint64_t)base_ts + (uint64_t)ts_delta)) * 1000u);
         Py_ssize_t row = d->rows++;
         d->offset[row] = offset;
-        d->timestamp[row] = ts;
-        d->ts_type[row] = ts_type;
-        d->epoch[row] = epoch32;
-        if (epoch32 >= 0)
-            d->epoch_validity[row >> 3] |= (char)(1 << (row & 7));
-        else
-            d->epoch_nulls++;
+        if (d->timestamp != NULL)
+            d->timestamp[row] = (int64_t)((uint64_t)(log_append ? max_ts : (int64_t)((uint64_t)base_ts + (uint64_t)ts_delta))
+                                          * 1000u);
+        if (d->ts_type != NULL)
+            d->ts_type[row] = ts_type;
+        if (d->epoch != NULL) {
+            d->epoch[row] = epoch32;
+            if (epoch32 >= 0)
+                d->epoch_validity[row >> 3] |= (char)(1 << (row & 7));
+            else
+                d->epoch_nulls++;
+        }
         if ((d->want & WANT_KEY) && slices_add(&d->key, p + kpos, klen < 0 ? -1 : klen) < 0)
             return -1;
         if ((d->want & WANT_VALUE) && slices_add(&d->value, p + vpos, vlen < 0 ? -1 : vlen) < 0)
@@ -416,7 +422,9 @@ static PyObject *decode(PyObject *self, PyObject *args)
                                      (rows + 1) * 4, body_bytes, bitmap, (rows + 1) * 4, body_bytes, bitmap};
     char *bufs[OUT_BUFFERS] = {NULL};
     for (int i = 0; i < OUT_BUFFERS; i++) {
-        int wanted = i < 5 || (i < 8 ? (d.want & WANT_KEY) : (d.want & WANT_VALUE));
+        /* the offsets always; the other fixed-size columns when given (None: not asked for); key, value by `want` */
+        int wanted = i == 0 || (i < 5 ? PyList_GET_ITEM(out, i) != Py_None
+                                      : i < 8 ? (d.want & WANT_KEY) : (d.want & WANT_VALUE));
         if (!wanted)
             continue;
         bufs[i] = out_buffer(out, i, outs, sizes[i]);
@@ -429,7 +437,12 @@ static PyObject *decode(PyObject *self, PyObject *args)
     d.ts_type = (int32_t *)bufs[2];
     d.epoch = (int32_t *)bufs[3];
     d.epoch_validity = bufs[4];
-    memset(d.epoch_validity, 0, (size_t)bitmap);
+    if ((d.epoch == NULL) != (d.epoch_validity == NULL)) {
+        PyErr_SetString(PyExc_ValueError, "out[3] and out[4] (the epochs and their bitmap) go together");
+        goto done;
+    }
+    if (d.epoch_validity != NULL)
+        memset(d.epoch_validity, 0, (size_t)bitmap);
     Slices *cols[2] = {&d.key, &d.value};
     for (int c = 0; c < 2; c++) {
         if (bufs[5 + 3 * c] == NULL)

@@ -461,7 +461,11 @@ class ArrowBatchBuilder:
         size = sum(len(b) for b in bodies)
         bitmap = (n + 7) // 8
         take = _MEMORY.take
-        out: list[np.ndarray | None] = [take(k) for k in (8 * n, 8 * n, 4 * n, 4 * n, bitmap)]
+        epoch = "leaderEpoch" in self.columns
+        out: list[np.ndarray | None] = [  # offsets; timestamps, their types, epochs and their bitmap when asked for
+            take(8 * n), take(8 * n) if "timestamp" in self.columns else None,
+            take(4 * n) if "timestampType" in self.columns else None, take(4 * n) if epoch else None,
+            take(bitmap) if epoch else None]
         for column in ("key", "value"):
             out += [take(k) for k in (4 * (n + 1), size, bitmap)] if column in self.columns else [None, None, None]
         try:
