@@ -426,18 +426,25 @@ def test_planning_opens_no_segment_cache(root: Path, monkeypatch: pytest.MonkeyP
     assert first.from_offset == 50 and first.remote_metadata is not None
 
 
+@pytest.mark.parametrize("seen_by", ["cache", "reader"])
 def test_a_cached_chunk_damaged_on_disk_is_fetched_again_not_reported_as_the_remote_copys(
-        root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+        seen_by: str) -> None:
     """An executor's segment cache holds the chunks it read as maps of their files. A chunk file damaged on local disk
-    after that is seen through the map (the chunk's own checksum is checked only when it is read back from disk):
-    the batch's CRC fails, the reader forgets the segment, reads on from that batch as fetched again, and returns
-    the same records, each once. It used to fail the job saying the remote segment was corrupt."""
+    after that shows through the map. The cache sees that the file changed since it was mapped and reads the chunk
+    back (its crc32c fails: fetched again); where the change escapes it (a write within the file system's timestamp
+    granularity of the mapping: here, the cache's check switched off), the batch's CRC fails, the reader forgets
+    the segment and reads on from that batch as fetched again. Either way the same records, each once. It used to
+    fail the job saying the remote segment was corrupt."""
     import pyarrow as pa
 
+    from tiered.cache import disk_store
+    from tiered.cache.disk_store import DiskChunkStore
     from tiered.spark.options import parse_options
     from tiered.spark.planning import plan
     from tiered.spark.reader import read_piece, remote_log_manager
 
+    monkeypatch.setattr(disk_store, "RECHECK_SECONDS", 0.0)  # the cache compares at every read, not once a second
     cache = tmp_path / "cache"
     piece = next(p for p in plan(parse_options(_options(root, topics="t", cacheDir=str(cache))))
                  if p.remote_metadata is not None)
@@ -446,16 +453,24 @@ def test_a_cached_chunk_damaged_on_disk_is_fetched_again_not_reported_as_the_rem
     chunks = remote_log_manager(piece.props, piece.cache_dir).reader.segments.chunks
     chunks.flush()  # every chunk on disk, and held in memory as a map of its file from now on
     chunk = max((cache / "remote-log-segment-cache").rglob("*.val"), key=lambda f: f.stat().st_size)
+    st = chunk.stat()
     with open(chunk, "r+b") as f:  # a byte in the middle of a chunk: inside some batch's records
-        f.seek(chunk.stat().st_size // 2)
+        f.seek(st.st_size // 2)
         byte = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([byte[0] ^ 0x40]))
-    with caplog.at_level("WARNING", logger="tiered.spark.reader"):
+    os.utime(chunk, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))  # a time of its own (not within the granularity)
+    if seen_by == "reader":
+        monkeypatch.setattr(DiskChunkStore, "changed_on_disk", lambda self, chunk: False)
+    with caplog.at_level("WARNING"):
         again = pa.Table.from_batches(list(read_piece(piece)))
     assert again.equals(expected)
-    assert any("reading it again from the remote store" in r.getMessage() and "is corrupt" in r.getMessage()
-               for r in caplog.records), caplog.text
+    by_reader = [r for r in caplog.records if "reading it again from the remote store" in r.getMessage()]
+    by_cache = [r for r in caplog.records if "changed on disk since it was checked and mapped" in r.getMessage()]
+    if seen_by == "reader":
+        assert by_reader and "is corrupt" in by_reader[0].getMessage() and not by_cache, caplog.text
+    else:
+        assert by_cache and not by_reader, caplog.text
 
 
 def test_nothing_on_executors_comes_from_driver_state(root: Path) -> None:

@@ -825,6 +825,40 @@ def test_a_chunk_once_on_disk_is_held_as_a_map_of_its_file(tmp_path: Path) -> No
         assert isinstance(kept, memoryview) and not isinstance(kept.obj, mmap.mmap)
 
 
+@pytest.mark.parametrize("change", ["flip", "touch"])
+def test_a_held_map_whose_file_changed_is_read_back_checked_not_served(tmp_path: Path, change: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chunk held as a map serves what its file holds now: once the file changed since it was checked and mapped,
+    the next read takes the chunk back from disk against its crc32c trailer (a flipped byte: dropped and fetched
+    again; a file only touched: the same bytes, mapped anew), never the damaged bytes."""
+    import mmap
+
+    from tiered.cache import disk_store
+
+    monkeypatch.setattr(disk_store, "RECHECK_SECONDS", 0.0)  # every read compares (see the store's own test)
+
+    f = CountingFetcher()
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as writer:
+        writer.read("o", len(OBJ), 0, 99, f)
+    with ChunkCache(tmp_path, chunk_size=1000, prefetch_chunks=0) as cache:  # another process of the machine
+        held = cache.read("o", len(OBJ), 0, 99, f)
+        assert isinstance(held, memoryview) and isinstance(held.obj, mmap.mmap) and len(f.calls) == 1
+        [path] = [p for p in tmp_path.rglob("*.val") if p.read_bytes()[:1000] == OBJ[:1000]]
+        st = path.stat()
+        if change == "flip":
+            with open(path, "r+b") as file:
+                file.seek(10)
+                file.write(bytes([OBJ[10] ^ 0xFF]))
+            assert held[10] != OBJ[10]  # the map shows the file as it is now
+        # a time of its own: the write may fall within the file system's timestamp granularity of the mapping
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))
+        again = cache.read("o", len(OBJ), 0, 99, f)
+        assert again == OBJ[:100]
+        assert again.obj is not held.obj  # type: ignore[union-attr]
+        assert len(f.calls) == (2 if change == "flip" else 1) and cache.disk_mismatches == (change == "flip")
+        assert cache.read("o", len(OBJ), 0, 999, f) == OBJ[:1000] and len(f.calls) == (2 if change == "flip" else 1)
+
+
 def test_read_ahead_loads_exactly_its_window_up_to_the_objects_end(tmp_path: Path) -> None:
     data = OBJ[:9_501]  # the last chunk (9) holds 501 bytes
     f = CountingFetcher(data)

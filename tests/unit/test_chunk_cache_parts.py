@@ -231,6 +231,43 @@ def test_a_damaged_chunk_is_dropped_counted_and_logged_not_served(
         store.close()
 
 
+def test_a_maps_file_is_compared_with_what_was_mapped_at_most_once_a_recheck_interval(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """changed_on_disk: no until RECHECK_SECONDS after the mapping (without a stat), then the file compared with
+    what was mapped (its inode, size and times); again no (without a stat) for the next interval. Bytes and a map
+    whose file was evicted have not changed."""
+    import os
+
+    clock = [1000.0]
+    monkeypatch.setattr(disk_store._time, "monotonic", lambda: clock[0])
+    stats: list[str] = []
+    real_stat = os.stat
+    monkeypatch.setattr(disk_store.os, "stat", lambda path, *a, **k: (stats.append(str(path)), real_stat(path, *a, **k))[1])
+    store = DiskChunkStore(tmp_path, 10**6)
+    try:
+        store.store("o#0", DATA[:1000], "o")
+        mapped = store.mapped("o#0", verify=True)
+        assert mapped is not None
+        path = _value_file(tmp_path, DATA[:1000])
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))  # the file changed
+        stats.clear()
+        clock[0] += disk_store.RECHECK_SECONDS / 2
+        assert not store.changed_on_disk(mapped) and stats == []  # within the interval: not looked at
+        clock[0] += disk_store.RECHECK_SECONDS
+        assert store.changed_on_disk(mapped) and stats == [str(path)]
+        clock[0] += disk_store.RECHECK_SECONDS / 2
+        assert not store.changed_on_disk(mapped) and stats == [str(path)]
+        clock[0] += disk_store.RECHECK_SECONDS
+        assert store.changed_on_disk(mapped)
+        assert not store.changed_on_disk(DATA[:1000]) and not store.changed_on_disk(memoryview(DATA[:1000]))
+        store.evict("o")  # the file is gone: nothing can change it through its path
+        clock[0] += 2 * disk_store.RECHECK_SECONDS
+        assert not store.changed_on_disk(mapped)
+    finally:
+        store.close()
+
+
 def test_a_trailer_of_exactly_its_own_size_is_damage_but_one_more_byte_is_a_chunk(tmp_path: Path) -> None:
     from crc32c import crc32c
 

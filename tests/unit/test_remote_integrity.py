@@ -99,6 +99,45 @@ def test_a_flipped_byte_in_a_remote_segment_is_an_error_through_log_read_never_a
             rlm.index_cache.lookup_offset(second, second.start_offset + 10)
 
 
+def test_segment_cache_chunks_damaged_on_disk_after_they_were_mapped_are_read_back_not_served(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker's remote reads: the segment cache holds the chunks it read as maps of their files, which show a
+    file damaged on local disk afterwards. The cache sees the files changed since it checked and mapped them, reads
+    them back (from disk against their crc32c, which fails, or straight from the store while the object's disk
+    lookups are skipped after a miss) and serves the remote bytes. It served the damaged ones (every consumer fetch
+    failing its CRC check) until the broker restarted."""
+    import os
+
+    from tiered.cache import disk_store
+
+    monkeypatch.setattr(disk_store, "RECHECK_SECONDS", 0.0)  # the cache compares at every read, not once a second
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)
+        _produce(log, 12_000)
+        expected = read_all_values(log)
+        rlm = manager.remote_tier
+        assert isinstance(rlm, RemoteLogManager) and rlm.chunk_cache is not None
+        assert rlm.run_once(manager.all_logs()).segments_copied >= 2
+        manager.cleanup_logs()
+        assert log.local_log_start_offset > 0
+        assert read_all_values(log) == expected  # through the remote tier: the chunks enter the cache
+        rlm.chunk_cache.flush()  # on disk, and held as maps of their files from now on
+        assert read_all_values(log) == expected
+        chunks = [p for p in (tmp_path / "data").rglob("*.val") if p.stat().st_size > 1000]
+        assert chunks
+        for chunk in chunks:
+            st = chunk.stat()
+            with open(chunk, "r+b") as f:  # a byte inside some record
+                f.seek(st.st_size // 2)
+                byte = f.read(1)
+                f.seek(-1, 1)
+                f.write(bytes([byte[0] ^ 0x40]))
+            os.utime(chunk, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))  # not within the timestamp granularity
+        fetched = rlm.chunk_cache.fetches
+        assert read_all_values(log) == expected
+        assert rlm.chunk_cache.fetches == fetched + len(chunks)  # each damaged chunk fetched again, the rest served
+
+
 def test_a_cached_index_damaged_on_disk_is_fetched_again(tmp_path: Path) -> None:
     with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
         log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)

@@ -18,7 +18,11 @@
   (:class:`tiered.cache.chunk_stream.ChunkStream`), else from ranged GETs of the next chunks.
 - Integrity: what the fetcher (or the opener's stream) returns is what enters the cache, so a fetcher that checks
   the object's checksums (``tiered.checksums.ChecksumVerifier``, as the segment cache's is) makes every chunk
-  checked once, before it enters the cache; reads of a chunk held in memory check nothing again.
+  checked once, before it enters the cache; reads of a chunk held in memory check nothing again, except that a
+  chunk held as a map of its cache file is read back from disk (checked against its crc32c trailer, fetched again
+  when it does not match) once the file changed since it was mapped
+  (:meth:`tiered.cache.disk_store.DiskChunkStore.changed_on_disk`, a ``stat`` per read of a held map): a map
+  serves what the file holds now, and a file damaged after it was checked would be served until evicted.
 - Counters (hits, misses, prefetches, fetches, streams opened, disk mismatches) live in :class:`ChunkCacheMetrics`,
   and add to the process's ``RemoteLogSegmentCache_*`` counters in ``local.metrics.REGISTRY``.
 
@@ -38,7 +42,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from tiered.cache.chunk_memory import Chunk, MemoryChunks
+from tiered.cache.chunk_memory import Chunk, MemoryChunks, is_map
 from tiered.cache.chunk_stream import ChunkStream, DaemonThreads, Fetcher, Opener
 from tiered.cache.disk_store import DiskChunkStore, NoDiskStore
 from tiered.cache.locks import CACHE_STATE, COUNTERS, RankedLock
@@ -247,8 +251,7 @@ class ChunkCache:
         cs = self.chunk_size
         first, last = start // cs, end_inclusive // cs
         if first == last:  # the common case: a range within a chunk held in memory, a view of it
-            with self._lock:
-                held = self._memory.get(self._name(obj, first))
+            held = self._held(self._name(obj, first))
             if held is not None and (len(held) == cs or object_size is not None):
                 self.metrics.hit()
                 lo = start - first * cs
@@ -275,16 +278,31 @@ class ChunkCache:
             return b""
         return out[0] if len(out) == 1 else b"".join(out)
 
+    def _held(self, name: str) -> Chunk | None:
+        """The chunk held in memory, or None; a map whose file changed since it was mapped is let go (None): the
+        caller loads the chunk again, from disk (checked) or from the store (module docstring)."""
+        with self._lock:
+            held = self._memory.get(name)
+        if held is not None and is_map(held) and self._disk.changed_on_disk(held):
+            logger.warning("chunk %s of the segment cache changed on disk since it was checked and mapped: reading it "
+                           "back", name)
+            with self._lock:
+                self._memory.discard(name, held)
+            return None
+        return held
+
     def _chunk(self, obj: str, index: int, object_size: int | None, fetcher: Fetcher, prefetch: bool = False) -> Future[Chunk]:
         """The chunk: from memory at once, else the load in flight, else a new load on a worker (which reads it
         off disk or fetches it)."""
         name = self._name(obj, index)
-        with self._lock:
-            cached = self._memory.get(name)
-            if cached is None:
-                return self._flights.join_or_start(
-                    name, lambda: self._pool.submit(self._load, name, obj, index, object_size, fetcher, prefetch)
-                )
+        cached = self._held(name)
+        if cached is None:
+            with self._lock:
+                cached = self._memory.get(name)  # a load that landed meanwhile: its chunk was checked
+                if cached is None:
+                    return self._flights.join_or_start(
+                        name, lambda: self._pool.submit(self._load, name, obj, index, object_size, fetcher, prefetch)
+                    )
         if not prefetch:
             self.metrics.hit()
         done: Future[Chunk] = Future()

@@ -110,6 +110,12 @@ class MemoryChunks:
         if self.holds(name, old) and len(new) == len(old):
             self.put(name, new)
 
+    def discard(self, name: str, data: Chunk) -> None:
+        """Let ``data`` go, if it is still what is held under ``name``."""
+        if self.holds(name, data):
+            self._maps.pop(name)
+            self._owned.pop(name)
+
     def drop_prefix(self, prefix: str) -> None:
         for tier in (self._maps, self._owned):
             for name in [n for n in tier.chunks if n.startswith(prefix)]:

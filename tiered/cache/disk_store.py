@@ -6,6 +6,14 @@ checked when the chunk is read back: a chunk that does not match (damaged on dis
 the trailer) is dropped from the store and the caller fetches it again. A chunk read back is a read-only map of its
 cache file (no copy; a map outlives the file's eviction: the inode goes when the last map does).
 
+A map shows what the file holds now, not what was checked: a write to the file after it was mapped (a stray
+process, a disk tool, an attacker) changes the bytes a reader holding the map is served. So the store keeps, per
+map, the file's identity and times when it was mapped (:meth:`DiskChunkStore.changed_on_disk` compares them with
+the file's now, at most once every :data:`RECHECK_SECONDS` per map: a ``stat`` per read of a held chunk doubled
+the cost of small reads): its holder reads the chunk back, checked, when they differ. So a damaged file is served
+for at most that long; a write within the file system's timestamp granularity (a few milliseconds) of the mapping
+is not seen.
+
 Cold objects: chunks are stored as they are read, so when one chunk of an object is missing the next are missing
 too; for ``COLD_SECONDS`` after a miss (a chunk absent, not one dropped as damaged), lookups of that object's chunks answer "missing" without asking SQLite
 (whose queries wait behind the writer's transactions). The worst case is a chunk another process stored in that
@@ -16,10 +24,14 @@ from __future__ import annotations
 
 import logging
 import mmap
+import os
 import struct
+import threading
 import time as _time
+import weakref
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from crc32c import crc32c
 
@@ -32,6 +44,21 @@ TRAILER = struct.Struct(">4sI")  # on disk after each chunk: magic, crc32c of th
 TRAILER_MAGIC = b"tcrc"
 COLD_OBJECTS = 1024  # how many objects are remembered as recently missing chunks on disk
 COLD_SECONDS = 10.0  # for how long after a miss their chunks are not looked up
+RECHECK_SECONDS = 1.0  # how often, at most, a held map's file is compared with what was mapped
+
+
+class FileStamp(NamedTuple):
+    """What a cache file was when it was mapped: where, which inode, its size and times."""
+
+    path: str
+    inode: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, path: str, st: os.stat_result) -> FileStamp:
+        return cls(path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class DiskChunkStore:
@@ -44,6 +71,10 @@ class DiskChunkStore:
         self._cold: OrderedDict[str, float] = OrderedDict()  # object -> until when its lookups are skipped
         self._cold_lock = RankedLock("disk store cold objects", DISK_COLD)
         self.mismatches = 0  # chunks read back that failed their crc32c (dropped, to be fetched again)
+        # Per live map of a cache file: the file as it was mapped, and when to compare it again (changed_on_disk);
+        # gone with the map.
+        self._stamps: weakref.WeakKeyDictionary[mmap.mmap, list[Any]] = weakref.WeakKeyDictionary()
+        self._stamps_lock = threading.Lock()
 
     def lookup(self, name: str, obj: str) -> Chunk | None:
         """Chunk ``name`` of object ``obj`` checked against its trailer, or None (and the object marked cold) when
@@ -65,6 +96,27 @@ class DiskChunkStore:
                     self._cold.popitem(last=False)
         return data
 
+    def changed_on_disk(self, chunk: Chunk) -> bool:
+        """Whether the cache file ``chunk`` maps (a chunk this store returned) is no longer the file it mapped: another
+        inode at its path, or another size or time (a write since). Asked again within :data:`RECHECK_SECONDS` of
+        the last comparison, the answer is no without looking. A chunk that is not a map, or whose file the store
+        has evicted since (nothing can write it through its path any more), has not changed."""
+        mapping = chunk.obj if isinstance(chunk, memoryview) else chunk
+        if not isinstance(mapping, mmap.mmap):
+            return False
+        now = _time.monotonic()
+        with self._stamps_lock:
+            entry = self._stamps.get(mapping)
+            if entry is None or now < entry[1]:
+                return False
+            entry[1] = now + RECHECK_SECONDS
+        stamp: FileStamp = entry[0]
+        try:
+            current = FileStamp.of(stamp.path, os.stat(stamp.path))
+        except FileNotFoundError:
+            return False
+        return current != stamp
+
     def mapped(self, name: str, verify: bool = False) -> Chunk | None:
         """The chunk's cache file mapped read-only without its trailer, or None when it is not on disk (or, with
         ``verify``, does not match its trailer: it is then dropped)."""
@@ -84,9 +136,13 @@ class DiskChunkStore:
         else:
             with handle:
                 try:
+                    stat = os.fstat(handle.fileno())
                     stored = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
                 except (OSError, ValueError):  # an empty file cannot be mapped
                     stored = handle.read()
+                else:
+                    with self._stamps_lock:
+                        self._stamps[stored] = [FileStamp.of(handle.name, stat), _time.monotonic() + RECHECK_SECONDS]
         n = len(stored) - TRAILER.size
         if n <= 0:
             problem = "shorter than its trailer"
@@ -169,6 +225,9 @@ class NoDiskStore:
 
     def lookup(self, name: str, obj: str) -> Chunk | None:
         return None
+
+    def changed_on_disk(self, chunk: Chunk) -> bool:
+        return False
 
     def mapped(self, name: str, verify: bool = False) -> Chunk | None:
         return None
