@@ -151,7 +151,12 @@ class LogManager:
         self.remote_tier = remote_tier
         if self.remote_tier is None and config.remote_log_storage_system_enable:
             try:
-                self.remote_tier = _build_remote_tier(config, remote_tier_factory, self._scratch_root)
+                cache_root = None
+                if self._scratch_root is not None:  # the tier's caches may grow large: not on a memory file system
+                    from local.read_only import disk_scratch_dir
+
+                    cache_root = disk_scratch_dir(self._scratch_root)
+                self.remote_tier = _build_remote_tier(config, remote_tier_factory, cache_root)
             except BaseException:
                 self._release_dirs()  # a caller may fix the config and open the dirs again in this process
                 raise

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from local.scratch import LOCK_NAME, ScratchDir, sweep
 
 _HOLDER = """
@@ -56,11 +58,15 @@ def test_a_killed_processs_scratch_dir_is_swept_and_a_live_ones_is_kept(tmp_path
     assert not mine.path.exists() and list(tmp_path.iterdir()) == [other]
 
 
-def test_a_killed_readers_copy_of_a_data_dir_is_removed_by_the_next_reader(tmp_path: Path) -> None:
-    """`tiered consume` killed while its read-only manager is open leaves its scratch copy; the next read-only
-    command removes it."""
-    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+@pytest.mark.parametrize("where", ["tmp", "shm"])
+def test_a_killed_readers_copy_of_a_data_dir_is_removed_by_the_next_reader(tmp_path: Path, where: str) -> None:
+    """`tiered consume` killed while its read-only manager is open leaves its scratch copy (in the temp dir, or on
+    the memory file system: here a directory named by TIERED_MEMORY_TEMPDIR); the next read-only command removes
+    it."""
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "TIERED_MEMORY_TEMPDIR": str(tmp_path / "shm")
+           if where == "shm" else ""}
     (tmp_path / "tmp").mkdir()
+    (tmp_path / "shm").mkdir()
     data = tmp_path / "data"
     subprocess.run([sys.executable, "-m", "tiered.cli", "produce", "-t", "t", "--log-dirs", str(data)],
                    input=b"a\nb\n", env=env, check=True, capture_output=True)
@@ -70,7 +76,7 @@ def test_a_killed_readers_copy_of_a_data_dir_is_removed_by_the_next_reader(tmp_p
          "m.get_log('t', 0)\nprint('open', flush=True)\nsys.stdin.read()"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
     assert reader.stdout is not None and reader.stdout.readline().strip() == "open"
-    [left] = list((tmp_path / "tmp").glob("tiered-read-only-*"))
+    [left] = list((tmp_path / where).glob("tiered-read-only-*"))
     assert any(left.rglob("*.log"))
     reader.send_signal(signal.SIGKILL)
     reader.wait()
@@ -78,3 +84,4 @@ def test_a_killed_readers_copy_of_a_data_dir_is_removed_by_the_next_reader(tmp_p
                           env=env, check=True, capture_output=True, text=True)
     assert done.stdout.split() == ["a", "b"]
     assert list((tmp_path / "tmp").iterdir()) == []  # the killed reader's copy swept, the consumer's own removed
+    assert list((tmp_path / "shm").iterdir()) == []
