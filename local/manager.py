@@ -30,6 +30,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shutil
 import threading
 import time as _time
 import uuid
@@ -238,7 +239,7 @@ class LogManager:
                     self._log_dirs_of[key] = data_dir
 
     def _open_read_only(self, key: tuple[str, int]) -> Log | None:
-        from local.read_only import scratch_partition_dir
+        from local.read_only import NO_SPACE, scratch_partition_dir
 
         with self._lock:
             log = self._logs.get(key)
@@ -252,10 +253,11 @@ class LogManager:
             start_offsets = self._read_checkpoint(data_dir, filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME)
             recovery_points = self._read_checkpoint(data_dir, filenames.RECOVERY_POINT_CHECKPOINT_FILENAME)
             clean = CleanShutdownFile(data_dir / filenames.CLEAN_SHUTDOWN_FILENAME).exists()
+            on_disk = False  # the scratch copy on the memory file system, where there is one (local.read_only)
             for attempt in range(1, _READ_ONLY_ATTEMPTS + 1):
                 scratch = source
                 try:
-                    scratch = scratch_partition_dir(source, self._scratch_root)
+                    scratch = scratch_partition_dir(source, self._scratch_root, on_disk=on_disk)
                     opened = Log.open(
                         scratch,
                         self.config.topic_config(self._topic_overrides(source)),
@@ -275,7 +277,16 @@ class LogManager:
                     if attempt == _READ_ONLY_ATTEMPTS or not source.is_dir():
                         raise
                     logger.debug("%s changed while it was opened read-only (%s): again", source, exc)
-                except OSError:
+                except OSError as exc:
+                    if exc.errno in NO_SPACE and not on_disk and attempt < _READ_ONLY_ATTEMPTS:
+                        # The loader's own writes (a recovery's rebuilt index) filled the memory file system: again
+                        # from a scratch copy on disk.
+                        logger.info("no room to load %s from its scratch copy %s (%s): again on disk", source, scratch,
+                                    exc)
+                        on_disk = True
+                        if scratch != source:
+                            shutil.rmtree(scratch, ignore_errors=True)
+                        continue
                     raise
                 except (KafkaStorageError, ValueError) as exc:  # a corrupt per-partition file: named, like at startup
                     raise self._partition_offline(data_dir, source, key[0], key[1], exc, scratch).error() from exc

@@ -20,8 +20,8 @@ for in its journal (on a virtual disk, ~0.5 ms a file: most of a partition's ope
 file system where there is one (``/dev/shm`` on Linux, unless ``TMPDIR`` names a temp dir of the user's choice; the
 environment variable ``TIERED_MEMORY_TEMPDIR`` names another, or none when empty), up to
 :data:`MEMORY_SCRATCH_BYTES` of copied blocks per manager (the index files of a large partition are megabytes a
-gigabyte of log): the partitions past that, and the remote tier's caches (:func:`disk_scratch_dir`), go under the
-system temp dir.
+gigabyte of log) and while it has room: the partitions past that (or that find it full while they are copied or
+loaded), and the remote tier's caches (:func:`disk_scratch_dir`), go under the system temp dir.
 
 Nothing here takes the data dir's lock: a reader may run beside the writer that holds it. It sees the files as
 they were when it opened them (a log end offset fixed at load); segments a running writer deletes afterwards
@@ -42,6 +42,7 @@ from local import filenames
 from local.scratch import ScratchDir
 
 PREFIX = "tiered-read-only-"
+MIB = 1024 * 1024
 MEMORY_SCRATCH_BYTES = 64 * 1024 * 1024
 """The most bytes (blocks copied) one read-only manager keeps on the memory file system."""
 
@@ -115,21 +116,50 @@ def disk_scratch_dir(scratch_root: Path) -> Path:
     return scratch.disk_path() if scratch is not None else scratch_root
 
 
-def scratch_partition_dir(source: Path, scratch_root: Path) -> Path:
-    """A scratch copy of partition dir ``source`` under ``scratch_root``, or under its companion on disk when the
-    copy would take the manager past :data:`MEMORY_SCRATCH_BYTES` on the memory file system (module docstring)."""
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def scratch_partition_dir(source: Path, scratch_root: Path, *, on_disk: bool = False) -> Path:
+    """A scratch copy of partition dir ``source`` under ``scratch_root``, or under its companion on disk
+    (:func:`disk_scratch_dir`) when ``on_disk``, or when the copy would take the manager past
+    :data:`MEMORY_SCRATCH_BYTES` on the memory file system, or would not fit in what it has free (a container's
+    ``/dev/shm`` is 64 MiB by default, shared), or ran out of space there (module docstring)."""
     entries = [e for e in os.scandir(source) if e.is_file(follow_symlinks=False)]
     with _roots_lock:
         scratch = _roots.get(scratch_root)
-    if scratch is not None and scratch.in_memory:
+    in_memory = scratch is not None and scratch.in_memory and not on_disk
+    if scratch is not None and scratch.in_memory and not in_memory:
+        scratch_root = scratch.disk_path()
+    elif scratch is not None and in_memory:
         needed = sum(e.stat(follow_symlinks=False).st_blocks * 512 for e in entries if not _is_log(e.name))
         with scratch.lock:
-            fits = scratch.memory_bytes + needed <= MEMORY_SCRATCH_BYTES
-            if fits:
+            in_memory = (scratch.memory_bytes + needed <= MEMORY_SCRATCH_BYTES
+                         and _free_bytes(scratch.root.path) >= 2 * needed + MIB)  # room for the loader's writes too
+            if in_memory:
                 scratch.memory_bytes += needed
-        if not fits:
+        if not in_memory:
             scratch_root = scratch.disk_path()
     target = scratch_root / source.parent.name.replace(os.sep, "_") / source.name
+    try:
+        _fill(source, target, entries)
+    except OSError as exc:
+        if not in_memory or exc.errno not in NO_SPACE:
+            raise
+        shutil.rmtree(target, ignore_errors=True)  # the memory file system filled up meanwhile: on disk instead
+        return scratch_partition_dir(source, scratch_root, on_disk=True)
+    return target
+
+
+def _free_bytes(path: Path) -> int:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
+
+
+def _fill(source: Path, target: Path, entries: list[os.DirEntry[str]]) -> None:
+    """Make ``target`` the scratch copy of ``source`` (its listing ``entries``): module docstring."""
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
@@ -143,7 +173,6 @@ def scratch_partition_dir(source: Path, scratch_root: Path) -> Path:
             _copy(entry.path, os.path.join(target, name))
         else:
             _link_or_copy(entry.path, os.path.join(target, name))
-    return target
 
 
 def _is_log(name: str) -> bool:

@@ -117,3 +117,47 @@ def test_a_read_only_managers_remote_tier_keeps_its_caches_under_the_temp_dir(
         assert not any(memory.rglob("remote-log-index-cache"))
         assert any(new.rglob("remote-log-index-cache") for new in set(temp.iterdir()) - before)
     assert list(memory.iterdir()) == [] and set(temp.iterdir()) == before
+
+
+@pytest.mark.parametrize("short", ["free", "copy", "load"])
+def test_a_memory_dir_without_room_sends_the_copy_to_the_temp_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short: str) -> None:
+    """A memory file system may be small and shared (a container's /dev/shm: 64 MiB by default): a partition whose
+    copy does not fit in what it has free, or that runs out of space while it is copied or loaded (the loader's own
+    writes, as a rebuilt index), is loaded from a copy in the temp dir instead; the reader sees the same records."""
+    from local.log import Log
+
+    memory = tmp_path / "shm"
+    memory.mkdir()
+    config = LogConfig.from_properties({"log.dirs": str(tmp_path / "data"), "log.segment.bytes": str(1024 * 1024)})
+    values = _write(config, 1)
+    monkeypatch.setenv(read_only.MEMORY_TEMPDIR_ENV, str(memory))
+    full = OSError(errno.ENOSPC, "No space left on device")
+    if short == "free":
+        monkeypatch.setattr(read_only, "_free_bytes", lambda path: 0)
+    elif short == "copy":
+        real_copy = read_only._copy
+
+        def copy(source: str, target: str) -> None:
+            if target.startswith(str(memory)):
+                raise full
+            real_copy(source, target)
+
+        monkeypatch.setattr(read_only, "_copy", copy)
+    else:
+        real_open = Log.open.__func__  # type: ignore[attr-defined]
+
+        def open_(cls: type, directory: Path, *args: object, **kwargs: object) -> object:
+            if str(directory).startswith(str(memory)):
+                raise full
+            return real_open(cls, directory, *args, **kwargs)
+
+        monkeypatch.setattr(Log, "open", classmethod(open_))
+    temp = Path(tempfile.gettempdir())
+    before = set(temp.iterdir())
+    with LogManager(config, start_scheduler=False, read_only=True) as m:
+        log = m.get_log("t", 0)
+        assert log is not None and read_all_values(log) == values[0]
+        assert not any(memory.rglob("t-0"))  # nothing left of the try in memory
+        assert any(new.rglob("t-0") for new in set(temp.iterdir()) - before)
+    assert list(memory.iterdir()) == [] and set(temp.iterdir()) == before
