@@ -21,8 +21,8 @@
   checked once, before it enters the cache; reads of a chunk held in memory check nothing again, except that a
   chunk held as a map of its cache file is read back from disk (checked against its crc32c trailer, fetched again
   when it does not match) once the file changed since it was mapped
-  (:meth:`tiered.cache.disk_store.DiskChunkStore.changed_on_disk`, a ``stat`` per read of a held map): a map
-  serves what the file holds now, and a file damaged after it was checked would be served until evicted.
+  (:meth:`tiered.cache.disk_store.DiskChunkStore.changed_on_disk`, a ``stat`` at most once a second per map): a
+  map serves what the file holds now, and a file damaged after it was checked would be served until evicted.
 - Counters (hits, misses, prefetches, fetches, streams opened, disk mismatches) live in :class:`ChunkCacheMetrics`,
   and add to the process's ``RemoteLogSegmentCache_*`` counters in ``local.metrics.REGISTRY``.
 
