@@ -55,8 +55,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # still in it is something a test, the code under test or a server it started left behind: the session fails naming
 # it, and the private dir is removed either way. pytest's own tmp_path root (pytest-of-<user>, which keeps the last
 # runs on purpose) stays in the system temp dir. TIERED_TEMP_CHECK=0 turns the check off.
+# Read-only opens put their scratch copies on a memory file system first (local.read_only), which TMPDIR set turns
+# off: the session names one of its own (tiered-tests-* under /dev/shm, where there is one) in
+# TIERED_MEMORY_TEMPDIR, so the suite runs the path a user's machine does, and checks it the same way.
 
 _PRIVATE_TEMP: Path | None = None
+_PRIVATE_MEMORY: Path | None = None
 
 
 @pytest.hookimpl(trylast=True)
@@ -68,12 +72,18 @@ def pytest_configure(config: pytest.Config) -> None:
     if factory is not None:
         factory.getbasetemp()  # made now, in the system temp dir, before TMPDIR moves
     _PRIVATE_TEMP = Path(tempfile.mkdtemp(prefix="tiered-tests-"))
+    shm = Path("/dev/shm")
+    if "TIERED_MEMORY_TEMPDIR" not in os.environ and shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):
+        global _PRIVATE_MEMORY
+        _PRIVATE_MEMORY = Path(tempfile.mkdtemp(prefix="tiered-tests-", dir=shm))
+        os.environ["TIERED_MEMORY_TEMPDIR"] = str(_PRIVATE_MEMORY)
     os.environ["TMPDIR"] = str(_PRIVATE_TEMP)
     tempfile.tempdir = str(_PRIVATE_TEMP)
 
 
 def _left_in_temp() -> list[str]:
-    return sorted(os.listdir(_PRIVATE_TEMP)) if _PRIVATE_TEMP is not None and _PRIVATE_TEMP.is_dir() else []
+    return sorted(str(d / name) for d in (_PRIVATE_TEMP, _PRIVATE_MEMORY) if d is not None and d.is_dir()
+                  for name in os.listdir(d))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -86,9 +96,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if left:
             reporter = session.config.pluginmanager.get_plugin("terminalreporter")
             message = (f"the test session left {len(left)} new entr{'y' if len(left) == 1 else 'ies'} in its temp "
-                       f"dir {_PRIVATE_TEMP}: {', '.join(left[:20])}{', ...' if len(left) > 20 else ''}")
+                       f"dirs: {', '.join(left[:20])}{', ...' if len(left) > 20 else ''}")
             if reporter is not None:
                 reporter.write_line(f"FAILED (temp dir check): {message}", red=True, bold=True)
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
     finally:
         shutil.rmtree(_PRIVATE_TEMP, ignore_errors=True)
+        if _PRIVATE_MEMORY is not None:
+            shutil.rmtree(_PRIVATE_MEMORY, ignore_errors=True)

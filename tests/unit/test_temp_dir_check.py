@@ -17,6 +17,7 @@ def _session(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
     temp.mkdir(exist_ok=True)
     (tmp_path / "test_child.py").write_text(f"import tempfile\n\n\ndef test_child():\n{body}\n")
     env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(REPO), "TIERED_TEMP_CHECK": "1"}
+    env.pop("TIERED_MEMORY_TEMPDIR", None)  # the child makes its own memory dir, as a session does
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
                            "--rootdir", str(tmp_path), str(tmp_path / "test_child.py")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
@@ -42,3 +43,21 @@ def test_a_session_that_cleans_up_passes(tmp_path: Path) -> None:
     proc = _session(tmp_path, "    with tempfile.TemporaryDirectory():\n        pass")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "temp dir check" not in proc.stdout
+
+
+def test_a_session_that_leaves_an_entry_in_its_memory_dir_fails_naming_it(tmp_path: Path) -> None:
+    """Read-only opens put their scratch copies on /dev/shm: the session names a memory dir of its own there, in
+    TIERED_MEMORY_TEMPDIR, and checks it as it checks its temp dir (where there is no /dev/shm, it names none)."""
+    body = ('    import os\n    where = os.environ.get("TIERED_MEMORY_TEMPDIR")\n'
+            '    if where:\n        open(os.path.join(where, "left-behind"), "w").close()')
+    proc = _session(tmp_path, body)
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK | os.X_OK)):
+        assert proc.returncode == 0 and "temp dir check" not in proc.stdout, proc.stdout + proc.stderr
+        return
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED (temp dir check): the test session left 1 new entry in" in proc.stdout
+    [left] = [w.rstrip(",") for w in proc.stdout.split() if w.endswith("left-behind")]
+    memory = Path(left).parent
+    assert memory.parent == shm and memory.name.startswith("tiered-tests-")
+    assert not memory.exists()  # removed at the session's end either way
