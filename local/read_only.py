@@ -127,16 +127,15 @@ def scratch_partition_dir(source: Path, scratch_root: Path, *, on_disk: bool = F
     entries = [e for e in os.scandir(source) if e.is_file(follow_symlinks=False)]
     with _roots_lock:
         scratch = _roots.get(scratch_root)
-    in_memory = scratch is not None and scratch.in_memory and not on_disk
-    if scratch is not None and scratch.in_memory and not in_memory:
-        scratch_root = scratch.disk_path()
-    elif scratch is not None and in_memory:
-        needed = sum(e.stat(follow_symlinks=False).st_blocks * 512 for e in entries if not _is_log(e.name))
-        with scratch.lock:
-            in_memory = (scratch.memory_bytes + needed <= MEMORY_SCRATCH_BYTES
-                         and _free_bytes(scratch.root.path) >= 2 * needed + MIB)  # room for the loader's writes too
-            if in_memory:
-                scratch.memory_bytes += needed
+    in_memory = False
+    if scratch is not None and scratch.in_memory:
+        if not on_disk:
+            needed = sum(e.stat(follow_symlinks=False).st_blocks * 512 for e in entries if not _is_log(e.name))
+            with scratch.lock:
+                in_memory = (scratch.memory_bytes + needed <= MEMORY_SCRATCH_BYTES
+                             and _free_bytes(scratch.root.path) >= 2 * needed + MIB)  # and the loader's writes
+                if in_memory:
+                    scratch.memory_bytes += needed
         if not in_memory:
             scratch_root = scratch.disk_path()
     target = scratch_root / source.parent.name.replace(os.sep, "_") / source.name
