@@ -6,7 +6,7 @@ import itertools
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from local.errors import CorruptRecordError
@@ -246,10 +246,158 @@ def test_the_c_walk_refuses_epochs_without_their_bitmap() -> None:
         pytest.fail("tiered.spark._arrowdecode is not built: nothing to check")
     buf = bytes(MemoryRecords.build([SimpleRecord(T0, None, b"v")]))
     body = buf[61:]
-    meta = np.array([0, T0, T0, 0, 0, 1], np.int64)
+    meta = np.array([0, T0, T0, 0, 0, 1, 0, 0, len(body)], np.int64)
     out = [np.zeros(64, np.uint8) for _ in range(5)] + [None] * 6
     out[4] = None
     with pytest.raises(ValueError, match=r"out\[3\] and out\[4\] \(the epochs and their bitmap\) go together"):
         arrow_records._arrowdecode.decode([body], meta, 0, 0, 2**63 - 1, False, out)
     out[4] = np.zeros(64, np.uint8)
     assert arrow_records._arrowdecode.decode([body], meta, 0, 0, 2**63 - 1, False, out)[0] == 1
+
+
+# Runs of plain batches taken at once (ArrowBatchBuilder.add_run, _arrowdecode.scan) -------------------------------
+
+def _plain(base: int, n: int = 3, ts: int = T0, **kw: object) -> bytes:
+    return bytes(MemoryRecords.build([SimpleRecord(ts + i, b"k", b"v%d" % i) for i in range(n)], base_offset=base,
+                                     **kw))  # type: ignore[arg-type]
+
+
+def _native() -> None:
+    from tiered.spark import arrow_records
+
+    if not arrow_records.NATIVE_DECODE:
+        pytest.fail("tiered.spark._arrowdecode is not built: nothing to check")
+
+
+def _flipped(buf: bytes, at: int) -> bytes:
+    out = bytearray(buf)
+    out[at] ^= 0x01
+    return bytes(out)
+
+
+_LEFT_TO_PYTHON = {  # the batch that a run stops before, and the builder's window and scan arguments
+    "compressed": (lambda: bytes(MemoryRecords.build([SimpleRecord(T0, b"k", b"v")], "gzip", base_offset=3)), {}),
+    "control": (lambda: bytes(MemoryRecords.end_transaction_marker(9, 0, commit=False, base_offset=3)), {}),
+    "transactional, with aborted ones to drop": (
+        lambda: _plain(3, producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True),
+        {"transactional": False}),
+    "legacy": (lambda: build_legacy_message(3, b"k", b"v", magic=1, timestamp=T0), {}),
+    "its CRC wrong": (lambda: _flipped(_plain(3), 70), {}),
+    "below from_offset": (lambda: _plain(3), {"from_offset": 4}),
+    "at until_offset": (lambda: _plain(3), {"until_offset": 5}),
+    "max timestamp below the floor": (lambda: _plain(3, ts=T0 - 10_000), {"ts_floor": T0 - 5}),
+    "cut short": (lambda: _plain(3)[:-1], {}),
+}
+
+
+@pytest.mark.parametrize("case", list(_LEFT_TO_PYTHON))
+def test_a_run_stops_before_a_batch_that_needs_the_one_at_a_time_path(case: str) -> None:
+    """Everything the one-at-a-time path treats apart (decompression, dropping, refusing with a named error,
+    cutting records out of a batch) stops a run: the batches before it are taken, it and after it are not."""
+    _native()
+    make, args = _LEFT_TO_PYTHON[case]
+    first, odd, last = _plain(0), make(), _plain(6) if case != "cut short" else b""  # cut by the end of the data
+    data = first + odd + last
+    builder = ArrowBatchBuilder("t", 0, args.get("from_offset", 0), args.get("until_offset", 2**63 - 1))
+    if "from_offset" in args:  # the first batch would itself straddle the window: start at the odd one
+        taken, out = builder.add_run(data, len(first), args.get("ts_floor"), args.get("transactional", True))
+        assert taken == 0 and out == []
+        return
+    taken, out = builder.add_run(data, 0, args.get("ts_floor"), args.get("transactional", True))
+    assert taken == len(first) and out == []
+    assert builder.add_run(data, taken, args.get("ts_floor"), args.get("transactional", True)) == (0, [])
+    (rb,) = builder.flush()
+    assert rb.column("offset").to_pylist() == [0, 1, 2]
+
+
+def test_a_run_takes_transactional_batches_when_nothing_is_aborted_and_stops_at_a_full_chunk(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiered.spark import arrow_records
+
+    _native()
+    txn = _plain(3, producer_id=9, producer_epoch=0, base_sequence=0, is_transactional=True)
+    data = _plain(0) + txn + _plain(6) + _plain(9)
+    builder = ArrowBatchBuilder("t", 0)
+    assert builder.add_run(data, 0)[0] == len(data)
+    assert builder.flush()[0].column("offset").to_pylist() == list(range(12))
+    monkeypatch.setattr(arrow_records, "CHUNK_RECORDS", 5)  # a chunk ends with the batch that reaches 5 records
+    builder = ArrowBatchBuilder("t", 0)
+    taken, out = builder.add_run(data, 0)
+    assert taken == 2 * len(txn) and [rb.num_rows for rb in out] == [6]
+    taken, out = builder.add_run(data, taken)
+    assert taken == 2 * len(txn) and [rb.num_rows for rb in out] == [6]
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> tuple[list[bytes], list[tuple[int, int, int]]]:
+    """Batches as a log holds them, of every kind a run must stop at, and the aborted transactions among them."""
+    out: list[bytes] = []
+    aborted: list[tuple[int, int, int]] = []
+    offset = draw(st.integers(0, 50))
+    for _ in range(draw(st.integers(1, 12))):
+        kind = draw(st.sampled_from(["plain"] * 6 + ["compressed", "control", "txn", "legacy", "log-append"]))
+        n = draw(st.integers(1, 6))
+        ts = T0 + draw(st.integers(0, 5)) * 1000
+        recs = [SimpleRecord(ts + i, None if i % 3 else b"k", bytes([offset % 251]) * draw(st.integers(0, 60)))
+                for i in range(n)]
+        if kind == "control":
+            out.append(bytes(MemoryRecords.end_transaction_marker(7, 0, commit=False, base_offset=offset)))
+            n = 1
+        elif kind == "legacy":
+            out.append(build_legacy_message(offset, b"k", b"legacy", magic=1, timestamp=ts))
+            n = 1
+        elif kind == "txn":
+            pid = draw(st.sampled_from([7, 8]))
+            out.append(bytes(MemoryRecords.build(recs, base_offset=offset, producer_id=pid, producer_epoch=0,
+                                                 base_sequence=0, is_transactional=True)))
+            if pid == 7:
+                aborted.append((7, offset, offset + n - 1))
+        else:
+            out.append(bytes(MemoryRecords.build(
+                recs, "lz4" if kind == "compressed" else None, base_offset=offset,
+                **({"log_append_time": ts + 7} if kind == "log-append" else {}))))  # type: ignore[arg-type]
+        offset += n + draw(st.sampled_from([0, 0, 2]))
+    return out, aborted
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(stream=streams(), reads=st.lists(st.integers(1, 700), min_size=1), window=st.tuples(st.integers(0, 40),
+       st.integers(0, 120)), floor=st.none() | st.integers(0, 5), committed=st.booleans(),
+       damage=st.none() | st.tuples(st.integers(0, 11), st.integers(21, 200)), chunk=st.sampled_from([4, 64 * 1024]))
+@example(stream=([_plain(0), _plain(3, producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)],
+                 [(7, 3, 5)]), reads=[700], window=(0, 100), floor=None, committed=True, damage=None, chunk=65536)
+def test_runs_taken_at_once_give_what_one_batch_at_a_time_gives(
+        monkeypatch: pytest.MonkeyPatch, stream: tuple[list[bytes], list[tuple[int, int, int]]], reads: list[int],
+        window: tuple[int, int], floor: int | None, committed: bool, damage: tuple[int, int] | None,
+        chunk: int) -> None:
+    """The reader's decode with runs (``add_run``) and without (each batch through ``add``): the same record
+    batches, chunk by chunk, or the same error at the same position, whatever the reads return, the offsets, the
+    timestamp floor, the aborted transactions, and a byte flipped in some batch."""
+    from tiered.spark import arrow_records, reader
+    from tiered.spark.raw_batches import RawBatches
+
+    _native()
+    monkeypatch.setattr(arrow_records, "CHUNK_RECORDS", chunk)
+    bufs, aborted = stream
+    if damage is not None and damage[0] < len(bufs) and damage[1] < len(bufs[damage[0]]):
+        bufs = [*bufs[:damage[0]], _flipped(bufs[damage[0]], damage[1]), *bufs[damage[0] + 1:]]
+    data = b"".join(bufs)
+    lo, hi = window[0], window[0] + window[1]
+    ts_floor = None if floor is None else T0 + floor * 1000
+
+    def run(runs: bool) -> object:
+        lengths = itertools.cycle(reads)
+        builder = ArrowBatchBuilder("t", 0, lo, hi)
+        if not runs:
+            monkeypatch.setattr(builder, "add_run", lambda *args: (0, []))
+        raw = RawBatches(lambda p, n: memoryview(data)[p:p + min(n, next(lengths))], 0, len(data), hi, "here")
+        try:
+            got = list(reader._decode_from(builder, raw, "here", aborted if committed else [], ts_floor))
+            got += builder.flush()
+        except (reader._DamagedBatch, CorruptRecordError) as exc:
+            error = exc.error if isinstance(exc, reader._DamagedBatch) else exc
+            return type(exc).__name__, str(error), error.context.get("position")
+        return [rb.to_pydict() for rb in got]
+
+    with_runs, one_at_a_time = run(True), run(False)
+    assert with_runs == one_at_a_time

@@ -9,11 +9,12 @@
  * definition. The two are held to the same Arrow data on every input, valid or not, by
  * tests/property/test_arrow_decode.py.
  *
- * decode(bodies, meta, want, from_offset, until_offset, partial, out) -> tuple
+ * decode(sources, meta, want, from_offset, until_offset, partial, out) -> tuple
  *
- *   bodies: the batches' record bodies (decompressed), one buffer each
- *   meta:   int64[6 * len(bodies)], native order: base offset, base timestamp, max timestamp, attributes,
- *           partition leader epoch, records count (> 0) of each batch
+ *   sources: buffers holding the batches' record bodies (decompressed), one or many bodies each
+ *   meta:   int64[9 * batches], native order: base offset, base timestamp, max timestamp, attributes,
+ *           partition leader epoch, records count (> 0), then where the body is: the index of its source, its
+ *           start in it and its length
  *   want:   a bitmask of the variable-size columns to build: 1 key, 2 value, 4 headers
  *   partial: keep only the records with from_offset <= offset < until_offset (else every record)
  *   out:    the writable buffers the columns are written to, for n = the records counted in meta and B = the
@@ -33,17 +34,32 @@
  * Every record is checked whether it is kept or not: lengths that chain through the body to its end, exactly
  * `count` records, fields and headers that fill each record exactly. A record that breaks a rule raises
  * ValueError(batch index, what is wrong); the caller names the batch.
+ *
+ * scan(data, start, limit, from_offset, until_offset, ts_floor, transactional, max_records, max_bytes, source, meta)
+ *   -> (consumed, batches, records, body bytes)
+ *
+ *   The v2 batches of data[start, limit) that need nothing of the caller but a decode, found and CRC-checked in one
+ *   call (the per-batch Python cost as much as the walk of their records), up to the first one that does: not whole
+ *   before `limit`, not v2, compressed, a control batch, transactional unless `transactional`, no records, records
+ *   outside [from_offset, until_offset), a max timestamp below `ts_floor`, or a CRC that does not match (each the
+ *   caller's to take on the path that names what is wrong). Stops too before a batch once `max_records` records
+ *   or `max_bytes` body bytes were found, or `meta` (writable, int64 rows of decode's 9 columns, `source` as the
+ *   source index) is full. Returns the bytes of whole batches found from `start`, their number, their records
+ *   and their body bytes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "../../local/_crc32c.h"
+
 #define WANT_KEY 1
 #define WANT_VALUE 2
 #define WANT_HEADERS 4
 #define LOG_APPEND_TIME 0x08 /* the timestamp type bit of a batch's attributes */
 #define MIN_RECORD_BYTES 7   /* length, attributes, timestamp and offset deltas, key, value, header count */
+#define META_COLUMNS 9       /* int64s of meta per batch (the module docstring) */
 
 /* A growing output buffer, a bytes object resized to its length at the end (no copy into Arrow). */
 typedef struct {
@@ -214,8 +230,8 @@ static inline int varint(const uint8_t *p, Py_ssize_t end, Py_ssize_t *q, int ma
 }
 
 typedef struct {
-    Py_ssize_t nbodies;
-    Py_buffer *views;
+    Py_ssize_t nbatches;
+    Py_buffer *views; /* the sources */
     const int64_t *meta;
     int want, partial;
     int64_t from_offset, until_offset;
@@ -263,9 +279,9 @@ static int headers(Decode *d, Py_ssize_t b, const uint8_t *p, Py_ssize_t q, Py_s
 
 static int decode_batch(Decode *d, Py_ssize_t b)
 {
-    const uint8_t *p = (const uint8_t *)d->views[b].buf;
-    Py_ssize_t body_end = d->views[b].len;
-    const int64_t *m = d->meta + 6 * b;
+    const int64_t *m = d->meta + META_COLUMNS * b;
+    const uint8_t *p = (const uint8_t *)d->views[m[6]].buf + m[7];
+    Py_ssize_t body_end = (Py_ssize_t)m[8];
     int64_t base_offset = m[0], base_ts = m[1], max_ts = m[2], attributes = m[3], epoch = m[4], count = m[5];
     int log_append = (attributes & LOG_APPEND_TIME) != 0;
     int32_t ts_type = log_append ? 1 : 0, epoch32 = (int32_t)epoch;
@@ -381,41 +397,48 @@ static char *out_buffer(PyObject *out, Py_ssize_t i, Py_buffer *views, Py_ssize_
 
 static PyObject *decode(PyObject *self, PyObject *args)
 {
-    PyObject *bodies, *out;
+    PyObject *sources, *out;
     Py_buffer meta;
     Py_buffer outs[OUT_BUFFERS];
     int held[OUT_BUFFERS] = {0};
     Decode d;
     memset(&d, 0, sizeof(d));
-    if (!PyArg_ParseTuple(args, "O!y*iLLpO!:decode", &PyList_Type, &bodies, &meta, &d.want, &d.from_offset,
+    if (!PyArg_ParseTuple(args, "O!y*iLLpO!:decode", &PyList_Type, &sources, &meta, &d.want, &d.from_offset,
                           &d.until_offset, &d.partial, &PyList_Type, &out))
         return NULL;
     PyObject *result = NULL;
-    d.nbodies = PyList_GET_SIZE(bodies);
+    Py_ssize_t nsources = PyList_GET_SIZE(sources);
     Py_ssize_t acquired = 0;
-    if (meta.len != d.nbodies * 6 * (Py_ssize_t)sizeof(int64_t) || PyList_GET_SIZE(out) != OUT_BUFFERS) {
-        PyErr_SetString(PyExc_ValueError, "meta must hold 6 int64 per body, and out 11 buffers");
+    if (meta.len % (META_COLUMNS * (Py_ssize_t)sizeof(int64_t)) != 0 || PyList_GET_SIZE(out) != OUT_BUFFERS) {
+        PyErr_SetString(PyExc_ValueError, "meta must hold 9 int64 per batch, and out 11 buffers");
         goto done;
     }
+    d.nbatches = meta.len / (META_COLUMNS * (Py_ssize_t)sizeof(int64_t));
     d.meta = (const int64_t *)meta.buf;
-    d.views = PyMem_Calloc((size_t)(d.nbodies ? d.nbodies : 1), sizeof(Py_buffer));
+    d.views = PyMem_Calloc((size_t)(nsources ? nsources : 1), sizeof(Py_buffer));
     if (d.views == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t rows = 0, body_bytes = 0;
-    while (acquired < d.nbodies) {
-        if (PyObject_GetBuffer(PyList_GET_ITEM(bodies, acquired), &d.views[acquired], PyBUF_SIMPLE) < 0)
+    for (; acquired < nsources; acquired++) {
+        if (PyObject_GetBuffer(PyList_GET_ITEM(sources, acquired), &d.views[acquired], PyBUF_SIMPLE) < 0)
             goto done;
-        int64_t count = d.meta[6 * acquired + 5];
-        acquired++;
-        /* a record takes at least MIN_RECORD_BYTES: a count beyond that is corrupt (and allocates nothing) */
-        if (count <= 0 || count > d.views[acquired - 1].len / MIN_RECORD_BYTES) {
-            fail(acquired - 1, "the records do not fill its body");
+    }
+    Py_ssize_t rows = 0, body_bytes = 0;
+    for (Py_ssize_t b = 0; b < d.nbatches; b++) {
+        const int64_t *m = d.meta + META_COLUMNS * b;
+        if (m[6] < 0 || m[6] >= nsources || m[7] < 0 || m[8] < 0 || m[7] > d.views[m[6]].len
+            || m[8] > d.views[m[6]].len - m[7]) {
+            PyErr_Format(PyExc_ValueError, "meta row %zd names bytes outside its source", b);
             goto done;
         }
-        rows += (Py_ssize_t)count;
-        body_bytes += d.views[acquired - 1].len;
+        /* a record takes at least MIN_RECORD_BYTES: a count beyond that is corrupt (and allocates nothing) */
+        if (m[5] <= 0 || m[5] > m[8] / MIN_RECORD_BYTES) {
+            fail(b, "the records do not fill its body");
+            goto done;
+        }
+        rows += (Py_ssize_t)m[5];
+        body_bytes += (Py_ssize_t)m[8];
     }
     Py_ssize_t bitmap = (rows + 7) / 8;
     Py_ssize_t sizes[OUT_BUFFERS] = {rows * 8, rows * 8, rows * 4, rows * 4, bitmap,
@@ -460,7 +483,7 @@ static PyObject *decode(PyObject *self, PyObject *args)
             || out_init(&d.hlist, (rows + 1) * 4) < 0 || out_put(&d.hlist, &zero, 4) < 0)
             goto done;
     }
-    for (Py_ssize_t b = 0; b < d.nbodies; b++) {
+    for (Py_ssize_t b = 0; b < d.nbatches; b++) {
         if (decode_batch(&d, b) < 0)
             goto done;
     }
@@ -478,10 +501,98 @@ done:
     return result;
 }
 
+/* Big-endian fields of a batch header. */
+static inline int64_t be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return (int64_t)v;
+}
+
+static inline int32_t be32(const uint8_t *p)
+{
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3]);
+}
+
+/* v2 header positions (local/records/batch.py) */
+#define H_LENGTH 8
+#define H_EPOCH 12
+#define H_MAGIC 16
+#define H_CRC 17
+#define H_ATTRIBUTES 21
+#define H_LAST_DELTA 23
+#define H_BASE_TS 27
+#define H_MAX_TS 35
+#define H_COUNT 57
+#define BATCH_OVERHEAD 61
+#define CODEC_MASK 0x07
+#define TRANSACTIONAL 0x10
+#define CONTROL 0x20
+
+static PyObject *scan(PyObject *self, PyObject *args)
+{
+    Py_buffer data, meta;
+    Py_ssize_t start, limit, max_records, max_bytes, source;
+    long long from_offset, until_offset, ts_floor;
+    int transactional;
+    if (!PyArg_ParseTuple(args, "y*nnLLLpnnnw*:scan", &data, &start, &limit, &from_offset, &until_offset, &ts_floor,
+                          &transactional, &max_records, &max_bytes, &source, &meta))
+        return NULL;
+    PyObject *result = NULL;
+    if (start < 0 || limit > data.len || start > limit) {
+        PyErr_SetString(PyExc_ValueError, "start and limit must lie within data, start first");
+        goto done;
+    }
+    const uint8_t *p = (const uint8_t *)data.buf;
+    int64_t *row = (int64_t *)meta.buf;
+    Py_ssize_t capacity = meta.len / (META_COLUMNS * (Py_ssize_t)sizeof(int64_t));
+    Py_ssize_t q = start, batches = 0, records = 0, bytes = 0;
+    while (batches < capacity && records < max_records && bytes < max_bytes && limit - q >= BATCH_OVERHEAD) {
+        const uint8_t *h = p + q;
+        int64_t size = (int64_t)be32(h + H_LENGTH) + 12;
+        int attributes = (int)((uint32_t)h[H_ATTRIBUTES] << 8 | h[H_ATTRIBUTES + 1]);
+        int64_t base = be64(h), last_delta = be32(h + H_LAST_DELTA), count = be32(h + H_COUNT);
+        int64_t max_ts = be64(h + H_MAX_TS);
+        if (h[H_MAGIC] != 2 || size < BATCH_OVERHEAD || size > limit - q || (attributes & (CODEC_MASK | CONTROL))
+            || ((attributes & TRANSACTIONAL) && !transactional) || count <= 0 || last_delta < 0 || base < from_offset
+            || base > until_offset - 1 - last_delta || max_ts < ts_floor)
+            break;
+        uint32_t crc;
+        if (crc_of(h + H_ATTRIBUTES, (Py_ssize_t)size - H_ATTRIBUTES, &crc) < 0)
+            goto done;
+        if (crc != (uint32_t)be32(h + H_CRC))
+            break;
+        row[0] = base;
+        row[1] = be64(h + H_BASE_TS);
+        row[2] = max_ts;
+        row[3] = attributes;
+        row[4] = be32(h + H_EPOCH);
+        row[5] = count;
+        row[6] = source;
+        row[7] = q + BATCH_OVERHEAD;
+        row[8] = size - BATCH_OVERHEAD;
+        row += META_COLUMNS;
+        batches++;
+        records += (Py_ssize_t)count;
+        bytes += (Py_ssize_t)size - BATCH_OVERHEAD;
+        q += (Py_ssize_t)size;
+    }
+    result = Py_BuildValue("(nnnn)", q - start, batches, records, bytes);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&meta);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS,
-     "decode(bodies, meta, want, from_offset, until_offset, partial, out) -> tuple\n\n"
+     "decode(sources, meta, want, from_offset, until_offset, partial, out) -> tuple\n\n"
      "The records of v2 batch bodies as Arrow column buffers (see the module's source for the layout)."},
+    {"scan", scan, METH_VARARGS,
+     "scan(data, start, limit, from_offset, until_offset, ts_floor, transactional, max_records, max_bytes, source, "
+     "meta) -> (consumed, batches, records, body bytes)\n\n"
+     "The whole, CRC-checked, plain v2 batches from data[start:limit] (see the module's source)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -491,5 +602,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__arrowdecode(void)
 {
+    if (crc_import() < 0)
+        return NULL;
     return PyModule_Create(&module);
 }

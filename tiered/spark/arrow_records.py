@@ -15,6 +15,8 @@ over the bodies as they are (no concatenation), writing each column's buffers (v
 memory the process keeps from chunk to chunk (:class:`OutputMemory`), which Arrow then wraps without a copy; the
 numpy path above stays the definition, and ``tests/property/test_arrow_decode.py`` holds the two to the same Arrow
 data and the same refusals. Only the columns asked for are built (``columns``: a user schema), by either path.
+With the C walk, the reader hands over a read's worth of plain batches at once (:meth:`ArrowBatchBuilder.add_run`:
+found and CRC-checked by ``_arrowdecode.scan``, no Python per batch); anything else, one batch at a time (``add``).
 
 Control batches never reach the output (a Kafka consumer never returns them); which transactional batches are
 aborted is the caller's business (:mod:`tiered.spark.reader`). Errors: :class:`local.errors.CorruptRecordError`
@@ -74,6 +76,9 @@ _PAD = bytes(16)  # a varint read near the end of the buffer never indexes past 
 CHUNK_RECORDS = 64 * 1024
 CHUNK_BYTES = 32 * 1024 * 1024
 KEPT_MEMORY_BYTES = 64 * 1024 * 1024
+_META_COLUMNS = 9  # per batch, as _arrowdecode.decode takes them (ArrowBatchBuilder.__init__)
+_SCAN_ROWS = 1024  # batches one _arrowdecode.scan call may find
+_NO_FLOOR = -(2**63)
 
 
 class OutputMemory:
@@ -307,8 +312,13 @@ class ArrowBatchBuilder:
         if native and not NATIVE_DECODE:
             raise ValueError("tiered.spark._arrowdecode was not built (no C compiler when tiered was installed)")
         self.native = NATIVE_DECODE if native is None else native
-        self._bodies: list[bytes | memoryview] = []
-        self._meta: list[tuple[int, int, int, int, int, int]] = []  # base offset, base ts, max ts, attrs, epoch, count
+        # The batches collected: the buffers holding their bodies, and a row of _META_COLUMNS per batch (base offset,
+        # base timestamp, max timestamp, attributes, epoch, records, then its source, body start and length), in
+        # blocks (those of a run found by scan) and rows (those added one by one) not yet in a block.
+        self._sources: list[bytes | memoryview] = []
+        self._blocks: list[np.ndarray] = []
+        self._rows: list[tuple[int, ...]] = []
+        self._scan_rows: np.ndarray | None = None  # scan's output, kept
         self._records = 0
         self._bytes = 0
         self._partial = False  # some batch straddles from/until: records need masking
@@ -353,35 +363,68 @@ class ArrowBatchBuilder:
         body: bytes | memoryview = view[RECORD_BATCH_OVERHEAD:]
         if codec:
             body = CompressionType.from_id(codec).decompress(body)
-        self._bodies.append(body)
-        self._meta.append((base_offset, base_ts, max_ts, attributes, epoch, count))
+        self._rows.append((base_offset, base_ts, max_ts, attributes, epoch, count, len(self._sources), 0, len(body)))
+        self._sources.append(body)
         self._records += count
         self._bytes += len(body)
         if self._records >= CHUNK_RECORDS or self._bytes >= CHUNK_BYTES:
             return self.flush()
         return []
 
+    def add_run(self, data: bytes | memoryview, start: int, ts_floor: int | None = None,
+                transactional: bool = True) -> tuple[int, list[pa.RecordBatch]]:
+        """Take the plain batches at the start of ``data[start:]`` at once: (the bytes of whole batches taken, the
+        record batches that completed). Plain: whole in ``data``, v2, uncompressed, not control batches, every
+        record within the builder's offsets, a max timestamp at or above ``ts_floor`` (None: any), transactional
+        ones only when ``transactional`` (a read_committed caller passes False where it has aborted transactions to
+        drop), and a matching CRC. They are found and CRC-checked in C (``_arrowdecode.scan``: per batch, Python
+        cost as much as walking its records); what is not plain is the caller's to pass to :meth:`add` (or to skip)
+        one batch at a time, which names what is wrong. Takes nothing (0) without the C decoder."""
+        if not self.native:
+            return 0, []
+        if self._scan_rows is None:
+            self._scan_rows = np.empty((_SCAN_ROWS, _META_COLUMNS), np.int64)
+        consumed, batches, records, nbytes = _arrowdecode.scan(
+            data, start, len(data), self.from_offset, self.until_offset, _NO_FLOOR if ts_floor is None else ts_floor,
+            transactional, CHUNK_RECORDS - self._records, CHUNK_BYTES - self._bytes, len(self._sources),
+            self._scan_rows)
+        if not batches:
+            return 0, []
+        if self._rows:
+            self._blocks.append(np.array(self._rows, np.int64))
+            self._rows = []
+        self._blocks.append(self._scan_rows[:batches].copy())
+        self._sources.append(data)
+        self._records += records
+        self._bytes += nbytes
+        if self._records >= CHUNK_RECORDS or self._bytes >= CHUNK_BYTES:
+            return consumed, self.flush()
+        return consumed, []
+
     def flush(self) -> list[pa.RecordBatch]:
-        if not self._bodies:
+        if not self._sources:
             return []
-        bodies, meta, partial = self._bodies, self._meta, self._partial
-        self._bodies, self._meta, self._records, self._bytes, self._partial = [], [], 0, 0, False
+        if self._rows:
+            self._blocks.append(np.array(self._rows, np.int64))
+        sources, blocks, partial = self._sources, self._blocks, self._partial
+        meta = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+        self._sources, self._blocks, self._rows, self._records, self._bytes, self._partial = [], [], [], 0, 0, False
         if self.native:
-            rb = self._decode_native(bodies, meta, partial)
+            rb = self._decode_native(sources, meta, partial)
             if rb is not None:
                 return [rb]
         try:
-            return [self._decode(bodies, meta, partial)]
+            return [self._decode(sources, meta, partial)]
         except InvalidRecordError as exc:  # a bad varint in a record: its batch is corrupt, as for every other flaw
             raise CorruptRecordError(str(exc), position=exc.context.get("position")) from exc
 
     # ------------------------------------------------------------------------------------------------------
-    def _decode(self, bodies: list[bytes | memoryview], meta: list[tuple[int, int, int, int, int, int]],
-                partial: bool) -> pa.RecordBatch:
+    def _decode(self, sources: list[bytes | memoryview], meta: np.ndarray, partial: bool) -> pa.RecordBatch:
+        bodies = [memoryview(sources[s])[a:a + n] for s, a, n in meta[:, 6:].tolist()]
         data = b"".join([*bodies, _PAD])
         arr = np.frombuffer(data, np.uint8)
         total_len = len(data) - len(_PAD)
-        m = np.array(meta, dtype=np.int64).reshape(-1, 6)
+        m = meta[:, :6]
         counts = m[:, 5]
         sizes = np.fromiter((len(b) for b in bodies), np.int64, len(bodies))
         body_ends = np.cumsum(sizes)
@@ -450,15 +493,14 @@ class ArrowBatchBuilder:
                 rb = rb.filter(pa.array(keep))
         return rb
 
-    def _decode_native(self, bodies: list[bytes | memoryview], meta: list[tuple[int, int, int, int, int, int]],
-                       partial: bool) -> pa.RecordBatch | None:
+    def _decode_native(self, sources: list[bytes | memoryview], meta: np.ndarray, partial: bool) -> pa.RecordBatch | None:
         """:meth:`_decode` by the C walk (``_arrowdecode``), into buffers from pyarrow's memory pool (which reuses
         freed memory: fresh pages cost a page fault each, as much as the walk itself). The same Arrow data and the
         same records refused as :meth:`_decode`; None when a header key is not UTF-8 (the numpy path replaces what
         is not, as ``bytes.decode`` does, and runs instead)."""
         want = sum(bit for column, bit in _WANT.items() if column in self.columns)
-        n = sum(m[5] for m in meta)
-        size = sum(len(b) for b in bodies)
+        n = int(meta[:, 5].sum())
+        size = int(meta[:, 8].sum())
         bitmap = (n + 7) // 8
         take = _MEMORY.take
         epoch = "leaderEpoch" in self.columns
@@ -470,11 +512,11 @@ class ArrowBatchBuilder:
             out += [take(k) for k in (4 * (n + 1), size, bitmap)] if column in self.columns else [None, None, None]
         try:
             rows, epoch_nulls, key_nulls, key_bytes, value_nulls, value_bytes, hdrs = _arrowdecode.decode(
-                list(bodies), np.array(meta, np.int64), want, self.from_offset, self.until_offset, partial, out)
+                sources, meta, want, self.from_offset, self.until_offset, partial, out)
         except ValueError as exc:
             if len(exc.args) != 2 or not isinstance(exc.args[0], int):
                 raise
-            base = meta[exc.args[0]][0]
+            base = int(meta[exc.args[0], 0])
             raise CorruptRecordError(f"the batch at offset {base}: {exc.args[1]}", offset=base) from None
         headers = None
         if hdrs is not None and hdrs[1] == 0:  # no record has a header

@@ -6,8 +6,9 @@ written to the data dir). A remote piece reads through the project's remote read
 from the piece's broker properties, with its caches
 (index cache and the ``diskcache`` segment chunk cache, which is process-safe) under the piece's ``cache_dir``,
 one per machine so that every executor there shares it; one manager per Python worker process, reused across
-tasks. Bytes are read in large ranges and cut into whole batches by their headers; every batch is CRC-checked
-while it is decoded (:mod:`tiered.spark.arrow_records`); a bad one raises ``CorruptRecordError`` naming the file or
+tasks. Bytes are read in large ranges and cut into whole batches by their headers (runs of plain batches a read
+at a time, in C; the rest one by one); every batch is CRC-checked before it is decoded
+(:mod:`tiered.spark.arrow_records`); a bad one raises ``CorruptRecordError`` naming the file or
 remote segment, the position and the offset. Aborted transactional batches are dropped under read_committed,
 control batches always; pushed filters are applied exactly.
 
@@ -36,7 +37,7 @@ import pyarrow as pa
 from local.errors import CorruptRecordError
 from tiered.spark.arrow_records import ARROW_SCHEMA, COLUMNS, ArrowBatchBuilder, Projection
 from tiered.spark.planning import ColumnarFileGoneError, Piece, SparkSourceDataLossError
-from tiered.spark.raw_batches import READ_BYTES, iter_raw_batches
+from tiered.spark.raw_batches import READ_BYTES, RawBatches, iter_raw_batches
 
 __all__ = ["READ_BYTES", "apply_filters", "iter_raw_batches", "read_piece", "remote_log_manager", "timestamp_micros"]
 logger = logging.getLogger(__name__)
@@ -167,8 +168,8 @@ def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start:
     position = start
     while True:
         try:
-            batches = iter_raw_batches(read, position, end, piece.until_offset, where)
-            yield from _delivered(_decode_from(builder, batches, where, aborted, ts_floor), piece, projection)
+            raw = RawBatches(read, position, end, piece.until_offset, where)
+            yield from _delivered(_decode_from(builder, raw, where, aborted, ts_floor), piece, projection)
             break
         except _DamagedBatch as damaged:
             if forget is None:
@@ -204,20 +205,31 @@ class _DamagedBatch(Exception):
         self.position = position
 
 
-def _decode_from(builder: ArrowBatchBuilder, batches: Iterator[tuple[int, memoryview]], where: str,
-                 aborted: list[tuple[int, int, int]], ts_floor: int | None) -> Iterator[pa.RecordBatch]:
-    """The builder's record batches as it takes ``batches`` in; :class:`_DamagedBatch` for a batch whose bytes are
-    damaged (other errors, as a record that does not decode in a batch whose CRC matched, raise as they are)."""
+def _decode_from(builder: ArrowBatchBuilder, raw: RawBatches, where: str, aborted: list[tuple[int, int, int]],
+                 ts_floor: int | None) -> Iterator[pa.RecordBatch]:
+    """The builder's record batches as it takes the batches of ``raw`` in; :class:`_DamagedBatch` for a batch whose
+    bytes are damaged (other errors, as a record that does not decode in a batch whose CRC matched, raise as they
+    are). Runs of plain batches go to the builder a read at a time (:meth:`ArrowBatchBuilder.add_run`); the rest,
+    and whatever the run stops at, one at a time here."""
+    transactional = not aborted  # with aborted transactions to drop, each transactional batch is looked at here
     while True:
+        data, start = raw.window()
+        if len(data):
+            taken, out = builder.add_run(data, start, ts_floor, transactional)
+            if taken:
+                raw.skip(taken)
+                yield from out
+                continue
+        pos = raw.position
         try:
-            pos, batch = next(batches)
-        except StopIteration:
-            return
+            batch = raw.next_batch()
         except CorruptRecordError as exc:  # the framing: a header or a length that does not hold
             position = exc.context.get("position")
             if not isinstance(position, int):
                 raise
             raise _DamagedBatch(exc, position) from exc
+        if batch is None:
+            return
         if batch[16] == 2:
             if ts_floor is not None and _I64.unpack_from(batch, 35)[0] < ts_floor:
                 continue  # no record of it reaches the pushed timestamp floor (its max timestamp is below)
