@@ -305,13 +305,25 @@ class ColumnarKeeper:
         """The segment's records in the columnar schema (the aborted ones marked)."""
         from local.errors import CorruptRecordError
         from tiered.spark.arrow_records import ArrowBatchBuilder
-        from tiered.spark.raw_batches import iter_raw_batches
+        from tiered.spark.raw_batches import RawBatches
 
         builder = ArrowBatchBuilder(log.topic, log.partition, md.start_offset, md.end_offset + 1)
         aborted_txns: list[tuple[int, int, int]] | None = None  # looked up at the first transactional batch
         aborted_ranges: list[tuple[int, int]] = []
         with _segment_reader(log, md, self._read_range) as (read, where, size):
-            for pos, batch in iter_raw_batches(read, 0, size, md.end_offset + 1, where):
+            raw = RawBatches(read, 0, size, md.end_offset + 1, where)
+            while True:
+                data, start = raw.window()  # plain batches a read at a time; transactional ones are looked at below
+                taken, out = builder.add_run(data, start, transactional=False) if len(data) else (0, [])
+                if taken:
+                    raw.skip(taken)
+                    for rb in out:
+                        yield _with_aborted(rb, aborted_ranges)
+                    continue
+                pos = raw.position
+                batch = raw.next_batch()
+                if batch is None:
+                    break
                 if batch[16] == 2 and _I16.unpack_from(batch, 21)[0] & _TRANSACTIONAL:
                     if aborted_txns is None:
                         aborted_txns = self._aborted_transactions(log, tip, md)
