@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../_batch_header.h" /* the v2 header's fields */
 #include "../_crc32c.h" /* CRC-32C, the batches' checksums: the crc32c package's */
 
 /* ---------------------------------------------------------------------------------------------------------------- */
@@ -434,19 +435,6 @@ done:
 /* Whole chunks of plain batches: the two passes of a cleaning over the batches that need nothing of Python (v2, no  */
 /* codec, not transactional, not control). Each stops at the first batch that does, or at the chunk's end.          */
 
-static int64_t be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int k = 0; k < 8; k++)
-        v = (v << 8) | p[k];
-    return (int64_t)v;
-}
-
-static int32_t be32(const uint8_t *p)
-{
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
-}
-
 static void put_be64(uint8_t *p, int64_t v)
 {
     for (int k = 0; k < 8; k++)
@@ -465,33 +453,19 @@ static void put_be16(uint8_t *p, int16_t v)
     p[1] = (uint8_t)v;
 }
 
-/* header offsets (FORMATS.md) */
-#define H_LENGTH 8
-#define H_EPOCH 12
-#define H_MAGIC 16
-#define H_CRC 17
-#define H_ATTRIBUTES 21
-#define H_LAST_DELTA 23
-#define H_BASE_TS 27
-#define H_MAX_TS 35
-#define H_PRODUCER_ID 43
-#define H_PRODUCER_EPOCH 51
-#define H_BASE_SEQ 53
-#define H_COUNT 57
-#define OVERHEAD 61
-#define SLOW_ATTRIBUTES (0x07 | 0x10 | 0x20) /* a codec, transactional, control */
+#define SLOW_ATTRIBUTES (A_CODEC_MASK | A_TRANSACTIONAL | A_CONTROL)
 
 enum { STOP_END = 0, STOP_SLOW = 1, STOP_FULL = 2, STOP_CORRUPT = 3, STOP_INVALID = 4 };
 
 /* The size of the whole v2 batch at buf[pos] within end, 0 when it is not whole there (or not v2: -1). */
 static Py_ssize_t batch_at(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end)
 {
-    if (end - pos < OVERHEAD)
+    if (end - pos < H_OVERHEAD)
         return 0;
     if (buf[pos + H_MAGIC] != 2)
         return -1;
-    int64_t size = (int64_t)be32(buf + pos + H_LENGTH) + 12;
-    if (size < OVERHEAD)
+    int64_t size = (int64_t)be32(buf + pos + H_LENGTH) + H_LOG_OVERHEAD;
+    if (size < H_OVERHEAD)
         return -1;
     if (size > end - pos)
         return 0;
@@ -658,7 +632,7 @@ static PyObject *map_plain_batches(PyObject *self, PyObject *args)
     Py_ssize_t corrupt_at = -1;
     for (Py_ssize_t at = pos;;) {
         Py_ssize_t size = batch_at(buf, at, end);
-        if (size <= 0 || (((buf[at + H_ATTRIBUTES] << 8) | buf[at + H_ATTRIBUTES + 1]) & SLOW_ATTRIBUTES))
+        if (size <= 0 || (attributes_of(buf + at) & SLOW_ATTRIBUTES))
             break;
         uint32_t crc;
         if (crc_of(buf + at + H_ATTRIBUTES, size - H_ATTRIBUTES, &crc) < 0) {
@@ -678,7 +652,7 @@ static PyObject *map_plain_batches(PyObject *self, PyObject *args)
         if (size == 0)
             break;
         const uint8_t *b = buf + pos;
-        int16_t attributes = (int16_t)((b[H_ATTRIBUTES] << 8) | b[H_ATTRIBUTES + 1]);
+        int16_t attributes = (int16_t)attributes_of(b);
         if (size < 0 || (attributes & SLOW_ATTRIBUTES)) {
             stop = STOP_SLOW;
             break;
@@ -698,14 +672,14 @@ static PyObject *map_plain_batches(PyObject *self, PyObject *args)
                 nomem = 1;
                 break;
             }
-            if (!parse_body(b + OVERHEAD, size - OVERHEAD, count, 0, -2, infos)) {
+            if (!parse_body(b + H_OVERHEAD, size - H_OVERHEAD, count, 0, -2, infos)) {
                 stop = STOP_INVALID;
                 break;
             }
             for (int64_t i = 0; i < count; i++) {
                 rec_info *r = infos + i;
                 if (r->key_len >= 0 && base + r->offset_delta >= start_offset) {
-                    key_digest(&key, b + OVERHEAD + r->key_start, (Py_ssize_t)r->key_len, digests + i * 16);
+                    key_digest(&key, b + H_OVERHEAD + r->key_start, (Py_ssize_t)r->key_len, digests + i * 16);
                     __builtin_prefetch(t + position_of(digests + i * 16, 0, slots), 1);
                 }
             }
@@ -844,7 +818,7 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
         if (size == 0)
             break;
         const uint8_t *b = buf + pos;
-        int16_t attributes = (int16_t)((b[H_ATTRIBUTES] << 8) | b[H_ATTRIBUTES + 1]);
+        int16_t attributes = (int16_t)attributes_of(b);
         if (size < 0 || (attributes & SLOW_ATTRIBUTES)) {
             stop = STOP_SLOW;
             break;
@@ -872,7 +846,7 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
                 PyErr_NoMemory();
                 goto done;
             }
-            if (!parse_body(b + OVERHEAD, size - OVERHEAD, count, base_ts, log_append ? max_ts : -2, infos)) {
+            if (!parse_body(b + H_OVERHEAD, size - H_OVERHEAD, count, base_ts, log_append ? max_ts : -2, infos)) {
                 stop = STOP_INVALID;
                 break;
             }
@@ -885,7 +859,7 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
             for (int64_t i = 0; i < count; i++) {
                 rec_info *r = infos + i;
                 if (r->key_len >= 0 && base + r->offset_delta <= latest) {
-                    key_digest(&key, b + OVERHEAD + r->key_start, (Py_ssize_t)r->key_len, digests + i * 16);
+                    key_digest(&key, b + H_OVERHEAD + r->key_start, (Py_ssize_t)r->key_len, digests + i * 16);
                     __builtin_prefetch(t + position_of(digests + i * 16, 0, slots));
                 }
             }
@@ -916,7 +890,7 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
                 PyErr_NoMemory();
                 goto done;
             }
-            if (!parse_body(b + OVERHEAD, size - OVERHEAD, count, base_ts, log_append ? max_ts : -2, infos)) {
+            if (!parse_body(b + H_OVERHEAD, size - H_OVERHEAD, count, base_ts, log_append ? max_ts : -2, infos)) {
                 stop = STOP_INVALID;
                 break;
             }
@@ -937,33 +911,33 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
                 continue;
             }
             /* Kafka's writeEmptyHeader */
-            if (OVERHEAD > scratch_capacity) {
-                uint8_t *grown = PyMem_RawRealloc(scratch, OVERHEAD);
+            if (H_OVERHEAD > scratch_capacity) {
+                uint8_t *grown = PyMem_RawRealloc(scratch, H_OVERHEAD);
                 if (grown == NULL) {
                     PyErr_NoMemory();
                     goto done;
                 }
                 scratch = grown;
-                scratch_capacity = OVERHEAD;
+                scratch_capacity = H_OVERHEAD;
             }
-            memcpy(scratch, b, OVERHEAD);
-            put_be32(scratch + H_LENGTH, OVERHEAD - 12);
+            memcpy(scratch, b, H_OVERHEAD);
+            put_be32(scratch + H_LENGTH, H_OVERHEAD - 12);
             put_be16(scratch + H_ATTRIBUTES, (int16_t)(attributes & (0x08 | 0x10 | 0x20)));
             put_be64(scratch + H_BASE_TS, -1);
             put_be32(scratch + H_COUNT, 0);
             uint32_t empty_crc;
-            if (crc_of(scratch + H_ATTRIBUTES, OVERHEAD - H_ATTRIBUTES, &empty_crc) < 0)
+            if (crc_of(scratch + H_ATTRIBUTES, H_OVERHEAD - H_ATTRIBUTES, &empty_crc) < 0)
                 goto done;
             put_be32(scratch + H_CRC, (int32_t)empty_crc);
             write_from = scratch;
-            write_size = OVERHEAD;
+            write_size = H_OVERHEAD;
         } else if (kept == count && !set_horizon) {
             write_from = b;
             write_size = size;
         } else {
             int64_t horizon = set_horizon ? now + retention : (has_horizon ? base_ts : INT64_MIN);
             int64_t new_base = horizon;
-            Py_ssize_t need = OVERHEAD;
+            Py_ssize_t need = H_OVERHEAD;
             for (int64_t i = 0; i < count; i++) {
                 rec_info *r = infos + i;
                 if (r->key_len == -2)
@@ -983,7 +957,7 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
                 scratch = grown;
                 scratch_capacity = need;
             }
-            Py_ssize_t n = OVERHEAD;
+            Py_ssize_t n = H_OVERHEAD;
             for (int64_t i = 0; i < count; i++) {
                 rec_info *r = infos + i;
                 if (r->key_len == -2)
@@ -997,11 +971,11 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
                 n += write_varint(scratch + n, (int64_t)(h + rest_len));
                 memcpy(scratch + n, head, (size_t)h);
                 n += h;
-                memcpy(scratch + n, b + OVERHEAD + r->rest, (size_t)rest_len);
+                memcpy(scratch + n, b + H_OVERHEAD + r->rest, (size_t)rest_len);
                 n += rest_len;
             }
             written_max_ts = log_append ? max_ts : kept_ts_max;
-            memcpy(scratch, b, OVERHEAD);
+            memcpy(scratch, b, H_OVERHEAD);
             put_be32(scratch + H_LENGTH, (int32_t)(n - 12));
             int16_t new_attributes = (int16_t)((attributes & ~0x40) | (horizon != INT64_MIN ? 0x40 : 0));
             put_be16(scratch + H_ATTRIBUTES, new_attributes);

@@ -18,6 +18,7 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "../_batch_header.h"
 #include "../_crc32c.h"
 
 /* The zigzag varint at *q (at most max_bytes bytes, within len): its value, and *q moved past it. 0 when it is
@@ -116,24 +117,7 @@ static PyObject *walk_simple_records(PyObject *self, PyObject *args)
     return Py_BuildValue("(nn)", i, pos);
 }
 
-static int64_t be64(const uint8_t *p)
-{
-    return (int64_t)(((uint64_t)p[0] << 56) | ((uint64_t)p[1] << 48) | ((uint64_t)p[2] << 40) |
-                     ((uint64_t)p[3] << 32) | ((uint64_t)p[4] << 24) | ((uint64_t)p[5] << 16) |
-                     ((uint64_t)p[6] << 8) | (uint64_t)p[7]);
-}
-
-static int32_t be32(const uint8_t *p)
-{
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
-}
-
-/* The v2 batch header (FORMATS.md): the fields the fast path reads, at their byte offsets. */
-enum {
-    BASE_OFFSET = 0, LENGTH = 8, MAGIC = 16, CRC = 17, ATTRIBUTES = 21, LAST_OFFSET_DELTA = 23,
-    BASE_TIMESTAMP = 27, MAX_TIMESTAMP = 35, PRODUCER_ID = 43, RECORDS_COUNT = 57, RECORD_BATCH_OVERHEAD = 61,
-    LOG_OVERHEAD = 12, CODEC_OR_CONTROL = 0x07 | 0x20,
-};
+#define CODEC_OR_CONTROL (A_CODEC_MASK | A_CONTROL)
 
 /* local.validation._plain_client_batch at native speed: the whole fast-path question in one call. The CRC is
  * the crc32c package's (a well-kept library, not a second implementation here). */
@@ -148,28 +132,28 @@ static PyObject *plain_client_batch(PyObject *self, PyObject *args)
     const uint8_t *buf = (const uint8_t *)view.buf;
     Py_ssize_t size = view.len;
     PyObject *result = Py_None;
-    if (size < RECORD_BATCH_OVERHEAD || buf[MAGIC] != 2)
+    if (size < H_OVERHEAD || buf[H_MAGIC] != 2)
         goto done;
-    int32_t length = be32(buf + LENGTH), last_offset_delta = be32(buf + LAST_OFFSET_DELTA);
-    int32_t records_count = be32(buf + RECORDS_COUNT);
-    uint32_t crc = (uint32_t)be32(buf + CRC);
-    int attributes = (buf[ATTRIBUTES] << 8) | buf[ATTRIBUTES + 1];
-    if ((long long)length + LOG_OVERHEAD != size || be64(buf + BASE_OFFSET) != 0 || be64(buf + PRODUCER_ID) >= 0 ||
+    int32_t length = be32(buf + H_LENGTH), last_offset_delta = be32(buf + H_LAST_DELTA);
+    int32_t records_count = be32(buf + H_COUNT);
+    uint32_t crc = (uint32_t)be32(buf + H_CRC);
+    int attributes = attributes_of(buf);
+    if ((long long)length + H_LOG_OVERHEAD != size || be64(buf + H_BASE_OFFSET) != 0 || be64(buf + H_PRODUCER_ID) >= 0 ||
         size > max_message_bytes || size > segment_bytes)
         goto done;
     uint32_t actual_crc;
-    if (crc_of(buf + ATTRIBUTES, size - ATTRIBUTES, &actual_crc) < 0) {
+    if (crc_of(buf + H_ATTRIBUTES, size - H_ATTRIBUTES, &actual_crc) < 0) {
         result = NULL;
         goto done;
     }
     if (actual_crc != crc || (attributes & CODEC_OR_CONTROL) || (long long)records_count != (long long)last_offset_delta + 1 ||
         records_count <= 0)
         goto done;
-    Py_ssize_t pos = RECORD_BATCH_OVERHEAD;
+    Py_ssize_t pos = H_OVERHEAD;
     if (walk(buf, size, &pos, size, 0, records_count, compacted) != records_count || pos != size)
         goto done;
-    result = Py_BuildValue("(iiLL)", length, last_offset_delta, (long long)be64(buf + BASE_TIMESTAMP),
-                           (long long)be64(buf + MAX_TIMESTAMP));
+    result = Py_BuildValue("(iiLL)", length, last_offset_delta, (long long)be64(buf + H_BASE_TS),
+                           (long long)be64(buf + H_MAX_TS));
     PyBuffer_Release(&view);
     return result;
 done:

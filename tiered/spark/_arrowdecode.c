@@ -52,12 +52,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../../local/_batch_header.h"
 #include "../../local/_crc32c.h"
 
 #define WANT_KEY 1
 #define WANT_VALUE 2
 #define WANT_HEADERS 4
-#define LOG_APPEND_TIME 0x08 /* the timestamp type bit of a batch's attributes */
 #define MIN_RECORD_BYTES 7   /* length, attributes, timestamp and offset deltas, key, value, header count */
 #define META_COLUMNS 9       /* int64s of meta per batch (the module docstring) */
 
@@ -283,7 +283,7 @@ static int decode_batch(Decode *d, Py_ssize_t b)
     const uint8_t *p = (const uint8_t *)d->views[m[6]].buf + m[7];
     Py_ssize_t body_end = (Py_ssize_t)m[8];
     int64_t base_offset = m[0], base_ts = m[1], max_ts = m[2], attributes = m[3], epoch = m[4], count = m[5];
-    int log_append = (attributes & LOG_APPEND_TIME) != 0;
+    int log_append = (attributes & A_LOG_APPEND_TIME) != 0;
     int32_t ts_type = log_append ? 1 : 0, epoch32 = (int32_t)epoch;
     Py_ssize_t q = 0;
     for (int64_t i = 0; i < count; i++) {
@@ -501,35 +501,6 @@ done:
     return result;
 }
 
-/* Big-endian fields of a batch header. */
-static inline int64_t be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return (int64_t)v;
-}
-
-static inline int32_t be32(const uint8_t *p)
-{
-    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3]);
-}
-
-/* v2 header positions (local/records/batch.py) */
-#define H_LENGTH 8
-#define H_EPOCH 12
-#define H_MAGIC 16
-#define H_CRC 17
-#define H_ATTRIBUTES 21
-#define H_LAST_DELTA 23
-#define H_BASE_TS 27
-#define H_MAX_TS 35
-#define H_COUNT 57
-#define BATCH_OVERHEAD 61
-#define CODEC_MASK 0x07
-#define TRANSACTIONAL 0x10
-#define CONTROL 0x20
-
 static PyObject *scan(PyObject *self, PyObject *args)
 {
     Py_buffer data, meta;
@@ -548,14 +519,14 @@ static PyObject *scan(PyObject *self, PyObject *args)
     int64_t *row = (int64_t *)meta.buf;
     Py_ssize_t capacity = meta.len / (META_COLUMNS * (Py_ssize_t)sizeof(int64_t));
     Py_ssize_t q = start, batches = 0, records = 0, bytes = 0;
-    while (batches < capacity && records < max_records && bytes < max_bytes && limit - q >= BATCH_OVERHEAD) {
+    while (batches < capacity && records < max_records && bytes < max_bytes && limit - q >= H_OVERHEAD) {
         const uint8_t *h = p + q;
-        int64_t size = (int64_t)be32(h + H_LENGTH) + 12;
-        int attributes = (int)((uint32_t)h[H_ATTRIBUTES] << 8 | h[H_ATTRIBUTES + 1]);
+        int64_t size = (int64_t)be32(h + H_LENGTH) + H_LOG_OVERHEAD;
+        int attributes = attributes_of(h);
         int64_t base = be64(h), last_delta = be32(h + H_LAST_DELTA), count = be32(h + H_COUNT);
         int64_t max_ts = be64(h + H_MAX_TS);
-        if (h[H_MAGIC] != 2 || size < BATCH_OVERHEAD || size > limit - q || (attributes & (CODEC_MASK | CONTROL))
-            || ((attributes & TRANSACTIONAL) && !transactional) || count <= 0 || last_delta < 0 || base < from_offset
+        if (h[H_MAGIC] != 2 || size < H_OVERHEAD || size > limit - q || (attributes & (A_CODEC_MASK | A_CONTROL))
+            || ((attributes & A_TRANSACTIONAL) && !transactional) || count <= 0 || last_delta < 0 || base < from_offset
             || base > until_offset - 1 - last_delta || max_ts < ts_floor)
             break;
         uint32_t crc;
@@ -570,12 +541,12 @@ static PyObject *scan(PyObject *self, PyObject *args)
         row[4] = be32(h + H_EPOCH);
         row[5] = count;
         row[6] = source;
-        row[7] = q + BATCH_OVERHEAD;
-        row[8] = size - BATCH_OVERHEAD;
+        row[7] = q + H_OVERHEAD;
+        row[8] = size - H_OVERHEAD;
         row += META_COLUMNS;
         batches++;
         records += (Py_ssize_t)count;
-        bytes += (Py_ssize_t)size - BATCH_OVERHEAD;
+        bytes += (Py_ssize_t)size - H_OVERHEAD;
         q += (Py_ssize_t)size;
     }
     result = Py_BuildValue("(nnnn)", q - start, batches, records, bytes);
