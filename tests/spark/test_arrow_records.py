@@ -163,7 +163,7 @@ def test_only_the_columns_asked_for_are_cut_out_of_the_records(monkeypatch: pyte
 def test_raw_batches_are_cut_alike_whatever_lengths_the_reads_return(
         monkeypatch: pytest.MonkeyPatch, sizes: list[int], reads: list[int], until: int, cut: int,
         read_bytes: int) -> None:
-    """``iter_raw_batches`` yields each whole batch, the same bytes at the same position, whether reads return all
+    """``RawBatches.next_batch`` gives each whole batch, the same bytes at the same position, whether reads return all
     that was asked or less (a remote read stops at its cache chunk's end), and refuses a batch the data cuts."""
     from local.errors import CorruptRecordError
     from tiered.spark import raw_batches as reader
@@ -188,8 +188,9 @@ def test_raw_batches_are_cut_alike_whatever_lengths_the_reads_return(
         pos, offset = pos + len(b), offset + n
     got: list[tuple[int, bytes]] = []
     try:
-        for position, view in reader.iter_raw_batches(read, 0, None, until, "here"):
-            got.append((position, bytes(view)))
+        raw = reader.RawBatches(read, 0, None, until, "here")
+        while (view := raw.next_batch()) is not None:
+            got.append((raw.position - len(view), bytes(view)))
     except CorruptRecordError as exc:
         assert cut and "here: " in str(exc)
         assert got == expected[: len(got)] and len(got) == len(expected) - 1  # the last batch, cut

@@ -313,13 +313,8 @@ class ColumnarKeeper:
         with _segment_reader(log, md, self._read_range) as (read, where, size):
             raw = RawBatches(read, 0, size, md.end_offset + 1, where)
             while True:
-                data, start = raw.window()  # plain batches a read at a time; transactional ones are looked at below
-                taken, out = builder.add_run(data, start, transactional=False) if len(data) else (0, [])
-                if taken:
-                    raw.skip(taken)
-                    for rb in out:
-                        yield _with_aborted(rb, aborted_ranges)
-                    continue
+                for rb in builder.add_runs(raw, transactional=False):  # the transactional ones are looked at below
+                    yield _with_aborted(rb, aborted_ranges)
                 pos = raw.position
                 batch = raw.next_batch()
                 if batch is None:

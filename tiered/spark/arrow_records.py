@@ -28,9 +28,9 @@ from __future__ import annotations
 import struct
 import sys
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import crc32c
 import numpy as np
@@ -48,6 +48,9 @@ from local.records.batch import (
 from local.records.compression import CompressionType
 from local.records.legacy import LegacyRecordBatch
 from local.records.varint import decode_varint
+
+if TYPE_CHECKING:
+    from tiered.spark.raw_batches import RawBatches
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 ARROW_SCHEMA = pa.schema([
@@ -400,6 +403,19 @@ class ArrowBatchBuilder:
         if self._records >= CHUNK_RECORDS or self._bytes >= CHUNK_BYTES:
             return consumed, self.flush()
         return consumed, []
+
+    def add_runs(self, raw: RawBatches, ts_floor: int | None = None,
+                 transactional: bool = True) -> Iterator[pa.RecordBatch]:
+        """:meth:`add_run` over the reads of ``raw`` for as long as it takes batches (moving ``raw`` past them): the
+        record batches that complete, as they do. It stops at the first batch a run does not take (or at the end),
+        which the caller passes to :meth:`add` or skips, before calling again."""
+        while True:
+            data, start = raw.window()
+            taken, out = self.add_run(data, start, ts_floor, transactional) if len(data) else (0, [])
+            if not taken:
+                return
+            raw.skip(taken)
+            yield from out
 
     def flush(self) -> list[pa.RecordBatch]:
         if not self._sources:

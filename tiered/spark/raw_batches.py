@@ -4,7 +4,7 @@ copy (:mod:`tiered.columnar.keeper`) decode. Imports nothing of the remote tier 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from local.errors import CorruptRecordError
 from local.records.batch import HEADER_SIZE_UP_TO_MAGIC, RECORD_BATCH_OVERHEAD
@@ -114,15 +114,3 @@ class RawBatches:
         self.position = pos + size
         return batch
 
-
-def iter_raw_batches(read: Callable[[int, int], bytes | memoryview], start: int, end: int | None, until_offset: int,
-                     where: str) -> Iterator[tuple[int, memoryview]]:
-    """(position, whole batch) from ``start`` to ``end`` (None: the end of the data), stopping at the first batch
-    at or past ``until_offset`` (:class:`RawBatches`, one batch at a time)."""
-    raw = RawBatches(read, start, end, until_offset, where)
-    while True:
-        pos = raw.position
-        batch = raw.next_batch()
-        if batch is None:
-            return
-        yield pos, batch

@@ -37,9 +37,9 @@ import pyarrow as pa
 from local.errors import CorruptRecordError
 from tiered.spark.arrow_records import ARROW_SCHEMA, COLUMNS, ArrowBatchBuilder, Projection
 from tiered.spark.planning import ColumnarFileGoneError, Piece, SparkSourceDataLossError
-from tiered.spark.raw_batches import READ_BYTES, RawBatches, iter_raw_batches
+from tiered.spark.raw_batches import READ_BYTES, RawBatches
 
-__all__ = ["READ_BYTES", "apply_filters", "iter_raw_batches", "read_piece", "remote_log_manager", "timestamp_micros"]
+__all__ = ["READ_BYTES", "apply_filters", "read_piece", "remote_log_manager", "timestamp_micros"]
 logger = logging.getLogger(__name__)
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -213,13 +213,7 @@ def _decode_from(builder: ArrowBatchBuilder, raw: RawBatches, where: str, aborte
     and whatever the run stops at, one at a time here."""
     transactional = not aborted  # with aborted transactions to drop, each transactional batch is looked at here
     while True:
-        data, start = raw.window()
-        if len(data):
-            taken, out = builder.add_run(data, start, ts_floor, transactional)
-            if taken:
-                raw.skip(taken)
-                yield from out
-                continue
+        yield from builder.add_runs(raw, ts_floor, transactional)
         pos = raw.position
         try:
             batch = raw.next_batch()
