@@ -18,8 +18,8 @@ Python worker loads into batches of its own at its first read: what Spark's Pyth
 these rows when the source costs nothing. The first ceiling of this bench yielded one batch of random values again
 and again instead (its bytes may stay in the CPU's caches, as no source's distinct rows do): it is timed too, as a
 reference line (it ran at 1.01x of the same rows on 2026-11-27). Each group is timed in alternation (best of
-:data:`ROUNDS` rounds: with five, two runs of the same code on one day gave 0.87x and 0.92x), so that all see the
-same load, and also by the CPU time of Spark's processes (the JVM, its Python workers, the planners it starts;
+:data:`ROUNDS` rounds, so that all see the same load: the best of 11 put two identical sources 0.96-1.07x apart,
+the best of 21 0.98-1.04x, bench/RESULTS.md), and also by the CPU time of Spark's processes (the JVM, its Python workers, the planners it starts;
 median of the rounds, from /proc): on a machine other work shares, wall-clock ratios swing by +-30% from round to
 round while CPU ratios move by a few percent.
 
@@ -122,7 +122,7 @@ def _pyarrow_export(table: Any, out: Path) -> None:
 _PREBUILT: dict[tuple[str, ...], Any] = {}
 PREBUILT_ROWS = 65536
 CEILING_PARTITIONS = 12
-ROUNDS = 11  # alternating rounds of item 3's groups
+ROUNDS = 21  # alternating rounds of item 3's groups
 TWO_COLUMNS = "offset long, value binary"
 
 
@@ -157,8 +157,9 @@ _ROWS: dict[tuple[str, tuple[str, ...]], list[list[Any]]] = {}
 def prebuilt_rows(path: str, columns: tuple[str, ...]) -> list[list[Any]]:
     """The rows of the Arrow IPC file ``path`` (the topic's records, decoded once on the driver), as ``columns``:
     :data:`CEILING_PARTITIONS` lists of record batches of at most :data:`PREBUILT_ROWS` rows, each batch's buffers
-    its own (no slice of a larger array: what IPC sends is what the source's batches would be); made once per
-    process, at its first read."""
+    its own (no slice of a larger array: what IPC sends is what the source's batches would be; ``combine_chunks``
+    leaves a one-chunk slice as it is, so each batch is read back from its own IPC message); made once per process,
+    at its first read."""
     key = (path, columns)
     parts = _ROWS.get(key)
     if parts is None:
@@ -169,7 +170,8 @@ def prebuilt_rows(path: str, columns: tuple[str, ...]) -> list[list[Any]]:
         parts, start = [], 0
         for i in range(CEILING_PARTITIONS):
             n = per + (1 if i < extra else 0)
-            parts.append([table.slice(a, min(PREBUILT_ROWS, start + n - a)).combine_chunks().to_batches()[0]
+            parts.append([pa.ipc.read_record_batch(table.slice(a, min(PREBUILT_ROWS, start + n - a)).combine_chunks()
+                                                   .to_batches()[0].serialize(), table.schema)
                           for a in range(start, start + n, PREBUILT_ROWS)])
             start += n
         _ROWS[key] = parts
