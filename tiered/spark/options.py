@@ -10,8 +10,10 @@ segment larger than this is split into several input partitions at batch boundar
 (where executors keep the remote tier's caches; one per machine, shared by its executors). ``filterPushdown``
 (``true``) and ``maxOffsetsPerTrigger`` (streaming) are read by :mod:`tiered.spark.source`. ``columnarCopy``
 (``true``): offsets held by the topic's columnar copy (``remote.log.columnar.enable``, :mod:`tiered.columnar`) are
-read from its Parquet files, the rest from the log; ``false`` reads the log only. Any other option is refused,
-naming the known ones (a typo such as ``startingOffset`` would otherwise read everything).
+read from its Parquet files, the rest from the log; ``false`` reads the log only. ``freezeWorkerHeap`` (``true``):
+a reused Spark worker freezes its heap after its first read (:mod:`tiered.spark.worker_heap`); ``false`` leaves the
+garbage collector alone. Any other option is refused, naming the known ones (a typo such as ``startingOffset``
+would otherwise read everything).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 READ_OPTIONS = (
     "config", "topics", "subscribe", "topicPattern", "subscribePattern", "startingOffsets", "endingOffsets",
     "startingTimestamp", "endingTimestamp", "isolationLevel", "tiers", "failOnDataLoss", "maxBytesPerPartition",
-    "cacheDir", "filterPushdown", "maxOffsetsPerTrigger", "columnarCopy",
+    "cacheDir", "filterPushdown", "maxOffsetsPerTrigger", "columnarCopy", "freezeWorkerHeap",
 )
 
 
@@ -72,6 +74,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     max_bytes_per_partition: int = 64 * 1024 * 1024
     columnar_copy: bool = True  # read the offsets the columnar copy holds from its Parquet files
+    freeze_worker_heap: bool = True  # tiered.spark.worker_heap
     cache_dir: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), f"tiered-spark-cache-{os.getuid()}"))
 
     def topic_matches(self, topic: str) -> bool:
@@ -172,6 +175,7 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         tiers=tiers,
         fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss"), True),
         columnar_copy=_bool("columnarCopy", opts.get("columnarcopy"), True),
+        freeze_worker_heap=_bool("freezeWorkerHeap", opts.get("freezeworkerheap"), True),
     )
     if out.ending == EARLIEST:
         raise SparkSourceOptionError("endingOffsets=earliest is not allowed (Spark's Kafka source refuses it too)")

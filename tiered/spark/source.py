@@ -52,6 +52,7 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
+from tiered.spark import worker_heap
 from tiered.spark.arrow_records import ARROW_SCHEMA, SCHEMA_DDL, Projection
 from tiered.spark.options import READ_OPTIONS, SparkSourceOptionError, check_known, parse_options
 from tiered.spark.planning import Bounds, Piece, check_subscription, plan
@@ -160,6 +161,7 @@ class TieredReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         pieces = plan(self.opts, self.bounds)
+        worker_heap.settle(self.opts.freeze_worker_heap)  # Spark's planner is a reused worker too
         if not pieces:
             return [TieredInputPartition(_EMPTY)]
         return [TieredInputPartition(p) for p in pieces]
@@ -168,7 +170,7 @@ class TieredReader(DataSourceReader):
         piece = partition.piece  # type: ignore[attr-defined]
         if piece.topic == "":
             return iter(())
-        return read_piece(piece, self.projection)
+        return worker_heap.after(read_piece(piece, self.projection), self.opts.freeze_worker_heap)
 
 
 class TieredFilteringReader(TieredReader):
@@ -341,7 +343,7 @@ class TieredStreamReader(DataSourceStreamReader):
         piece = partition.piece  # type: ignore[attr-defined]
         if piece.topic == "":
             return iter(())
-        return read_piece(piece, self.projection)
+        return worker_heap.after(read_piece(piece, self.projection), self.opts.freeze_worker_heap)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the source keeps no state between micro-batches."""
