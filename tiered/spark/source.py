@@ -27,6 +27,10 @@ Batch and streaming reads take the offsets that a topic's columnar copy holds (:
 Parquet files, read with pyarrow on the executors, and the rest from the log, each offset once
 (:mod:`tiered.spark.planning`); the option ``columnarCopy=false`` reads the log only. A streaming query started
 from ``earliest`` thus reads the history from the copy and the newest records from the log.
+
+A reused Spark worker (Spark's default) freezes its heap after its first read, and the planner after its first plan
+(:mod:`tiered.spark.worker_heap`): PySpark's daemon collects the whole heap after every task, which cost more CPU
+than decoding the records; the option ``freezeWorkerHeap=false`` leaves the collector alone.
 """
 
 from __future__ import annotations
