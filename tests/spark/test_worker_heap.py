@@ -52,7 +52,7 @@ SETTLE = """
         yield 1
         yield 2
 
-    it = worker_heap.after(items(), {enabled})
+    it = worker_heap.settle_after(items(), {enabled})
     first = next(it)
     mid = gc.get_freeze_count()
     rest = list(it)
@@ -90,7 +90,7 @@ def test_a_read_that_raises_settles_nothing() -> None:
             raise OSError("the store went away")
 
         try:
-            list(worker_heap.after(items()))
+            list(worker_heap.settle_after(items()))
         except OSError:
             pass
         print(json.dumps({"after": gc.get_freeze_count()}))

@@ -56,11 +56,11 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from tiered.spark import worker_heap
 from tiered.spark.arrow_records import ARROW_SCHEMA, SCHEMA_DDL, Projection
 from tiered.spark.options import READ_OPTIONS, SparkSourceOptionError, check_known, parse_options
 from tiered.spark.planning import Bounds, Piece, check_subscription, plan
 from tiered.spark.reader import read_piece, timestamp_micros
+from tiered.spark.worker_heap import settle, settle_after
 
 _OPS: dict[type, str] = {
     EqualTo: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<", LessThanOrEqual: "<=", In: "in",
@@ -165,7 +165,7 @@ class TieredReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         pieces = plan(self.opts, self.bounds)
-        worker_heap.settle(self.opts.freeze_worker_heap)  # Spark's planner is a reused worker too
+        settle(self.opts.freeze_worker_heap)  # Spark's planner is a reused worker too
         if not pieces:
             return [TieredInputPartition(_EMPTY)]
         return [TieredInputPartition(p) for p in pieces]
@@ -174,7 +174,7 @@ class TieredReader(DataSourceReader):
         piece = partition.piece  # type: ignore[attr-defined]
         if piece.topic == "":
             return iter(())
-        return worker_heap.after(read_piece(piece, self.projection), self.opts.freeze_worker_heap)
+        return settle_after(read_piece(piece, self.projection), self.opts.freeze_worker_heap)
 
 
 class TieredFilteringReader(TieredReader):
@@ -347,7 +347,7 @@ class TieredStreamReader(DataSourceStreamReader):
         piece = partition.piece  # type: ignore[attr-defined]
         if piece.topic == "":
             return iter(())
-        return worker_heap.after(read_piece(piece, self.projection), self.opts.freeze_worker_heap)
+        return settle_after(read_piece(piece, self.projection), self.opts.freeze_worker_heap)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the source keeps no state between micro-batches."""

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
-__all__ = ["after", "settle"]
+__all__ = ["settle", "settle_after"]
 
 T = TypeVar("T")
 _lock = threading.Lock()
@@ -50,7 +50,7 @@ def settle(enabled: bool = True) -> bool:
         return True
 
 
-def after(items: Iterable[T], enabled: bool = True) -> Iterator[T]:
+def settle_after(items: Iterable[T], enabled: bool = True) -> Iterator[T]:
     """``items``, then :func:`settle` once they are all out (a read that raises settles nothing)."""
     yield from items
     settle(enabled)
