@@ -121,7 +121,7 @@ def _pyarrow_export(table: Any, out: Path) -> None:
 
 _PREBUILT: dict[tuple[str, ...], Any] = {}
 PREBUILT_ROWS = 65536
-CEILING_PARTITIONS = 12
+CEILING_PARTITIONS = 4  # the repeated-batch ceilings; those of the same rows take the source's own partitions
 ROUNDS = 21  # alternating rounds of item 3's groups
 TWO_COLUMNS = "offset long, value binary"
 
@@ -151,38 +151,40 @@ def prebuilt_batch(columns: tuple[str, ...]) -> Any:
     return batch
 
 
-_ROWS: dict[tuple[str, tuple[str, ...]], list[list[Any]]] = {}
+_ROWS: dict[tuple[str, tuple[str, ...], tuple[int, ...]], list[list[Any]]] = {}
 
 
-def prebuilt_rows(path: str, columns: tuple[str, ...]) -> list[list[Any]]:
+def prebuilt_rows(path: str, columns: tuple[str, ...], parts: tuple[int, ...]) -> list[list[Any]]:
     """The rows of the Arrow IPC file ``path`` (the topic's records, decoded once on the driver), as ``columns``:
-    :data:`CEILING_PARTITIONS` lists of record batches of at most :data:`PREBUILT_ROWS` rows, each batch's buffers
+    one list per input partition of ``parts[i]`` rows (in order), of record batches of at most
+    :data:`PREBUILT_ROWS` rows, each batch's buffers
     its own (no slice of a larger array: what IPC sends is what the source's batches would be; ``combine_chunks``
     leaves a one-chunk slice as it is, so each batch is read back from its own IPC message); made once per process,
     at its first read."""
-    key = (path, columns)
-    parts = _ROWS.get(key)
-    if parts is None:
+    key = (path, columns, parts)
+    out = _ROWS.get(key)
+    if out is None:
         import pyarrow as pa
 
         table = pa.ipc.open_file(pa.memory_map(path)).read_all().select(list(columns))
-        per, extra = divmod(table.num_rows, CEILING_PARTITIONS)
-        parts, start = [], 0
-        for i in range(CEILING_PARTITIONS):
-            n = per + (1 if i < extra else 0)
-            parts.append([pa.ipc.read_record_batch(table.slice(a, min(PREBUILT_ROWS, start + n - a)).combine_chunks()
-                                                   .to_batches()[0].serialize(), table.schema)
-                          for a in range(start, start + n, PREBUILT_ROWS)])
+        assert sum(parts) == table.num_rows, (parts, table.num_rows)
+        out, start = [], 0
+        for n in parts:
+            out.append([pa.ipc.read_record_batch(table.slice(a, min(PREBUILT_ROWS, start + n - a)).combine_chunks()
+                                                 .to_batches()[0].serialize(), table.schema)
+                        for a in range(start, start + n, PREBUILT_ROWS)])
             start += n
-        _ROWS[key] = parts
-    return parts
+        _ROWS[key] = out
+    return out
 
 
-def _ceiling_source(total: int, name: str, columns: tuple[str, ...], rows: str | None = None) -> Any:
-    """A Python data source of ``columns`` that yields prebuilt Arrow batches, ``total`` rows over
-    :data:`CEILING_PARTITIONS` input partitions: what Spark's Python data source path itself allows for these
-    columns, the ceiling of any decoder. With ``rows`` (an Arrow IPC file of the topic's records), the batches
-    are those rows (:func:`prebuilt_rows`): the ceiling for the same rows. Without, one batch of random values
+def _ceiling_source(total: int, name: str, columns: tuple[str, ...], rows: str | None = None,
+                    parts: tuple[int, ...] | None = None) -> Any:
+    """A Python data source of ``columns`` that yields prebuilt Arrow batches, ``total`` rows over input partitions
+    of ``parts`` rows each (None: :data:`CEILING_PARTITIONS` equal ones): what Spark's Python data source path
+    itself allows for these columns, the ceiling of any decoder. With ``rows`` (an Arrow IPC file of the topic's
+    records), the batches are those rows (:func:`prebuilt_rows`), split as ``parts``: the ceiling for the same rows
+    in the same tasks as the source's (:func:`source_parts`). Without, one batch of random values
     (:func:`prebuilt_batch`) is yielded again and again."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -193,16 +195,19 @@ def _ceiling_source(total: int, name: str, columns: tuple[str, ...], rows: str |
     if columns == tuple(ARROW_SCHEMA.names):
         from tiered.spark.arrow_records import SCHEMA_DDL as ddl
 
+    per_part, extra = divmod(total, CEILING_PARTITIONS)
+    sizes = parts or tuple(per_part + (1 if i < extra else 0) for i in range(CEILING_PARTITIONS))
+
     class CeilingReader(DataSourceReader):
         def partitions(self) -> list[InputPartition]:
-            return [InputPartition(i) for i in range(CEILING_PARTITIONS)]
+            return [InputPartition(i) for i in range(len(sizes))]
 
         def read(self, partition: InputPartition) -> Any:
             if rows is not None:
-                yield from prebuilt_rows(rows, columns)[partition.value]
+                yield from prebuilt_rows(rows, columns, sizes)[partition.value]
                 return
             batch = prebuilt_batch(columns)
-            per = total // CEILING_PARTITIONS + (1 if partition.value < total % CEILING_PARTITIONS else 0)
+            per = sizes[partition.value]
             for k in range(0, per, PREBUILT_ROWS):
                 n = min(PREBUILT_ROWS, per - k)
                 yield batch if n == PREBUILT_ROWS else batch.slice(0, n)
@@ -219,6 +224,18 @@ def _ceiling_source(total: int, name: str, columns: tuple[str, ...], rows: str |
             return CeilingReader()
 
     return CeilingSource
+
+
+def source_parts(options: dict[str, str]) -> tuple[int, ...]:
+    """The rows of each input partition the source plans for a read with ``options`` (whole segments: a segment
+    split into byte ranges would count its offsets once per range, which this refuses)."""
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import input_partitions
+
+    groups = input_partitions(parse_options(options))
+    pieces = [p for g in groups for p in g]
+    assert len({(p.partition, p.from_offset) for p in pieces}) == len(pieces), "a segment split into byte ranges"
+    return tuple(sum(p.until_offset - p.from_offset for p in g) for g in groups)
 
 
 def process_tree_cpu(pid: int) -> float:
@@ -342,10 +359,12 @@ def main() -> None:
             with pa.OSFile(rows, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table)
             every = tuple(ARROW_SCHEMA.names)
-            spark.dataSource.register(_ceiling_source(total, "tiered_bench_ceiling", every, rows))
-            spark.dataSource.register(_ceiling_source(total, "tiered_bench_ceiling2", ("offset", "value"), rows))
-            spark.dataSource.register(_ceiling_source(total, "tiered_bench_repeated", every))
-            spark.dataSource.register(_ceiling_source(total, "tiered_bench_repeated2", ("offset", "value")))
+            parts = source_parts({**{f"config.{k}": v for k, v in props.items()}, "topics": "bench", "tiers": "remote",
+                                  "cacheDir": str(root / "warm")})  # the ceilings read the same rows in the same tasks
+            spark.dataSource.register(_ceiling_source(total, "tiered_bench_ceiling", every, rows, parts))
+            spark.dataSource.register(_ceiling_source(total, "tiered_bench_ceiling2", ("offset", "value"), rows, parts))
+            spark.dataSource.register(_ceiling_source(total, "tiered_bench_repeated", every, None, parts))
+            spark.dataSource.register(_ceiling_source(total, "tiered_bench_repeated2", ("offset", "value"), None, parts))
 
             def ceiling_run(name: str = "tiered_bench_ceiling") -> None:
                 assert tuple(spark.read.format(name).load().selectExpr(*query).first()) == expected

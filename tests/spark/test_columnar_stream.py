@@ -167,7 +167,8 @@ def test_the_plan_reads_the_copied_offsets_from_parquet_and_the_rest_from_the_lo
         parse_options(_options(root, topics="c", columnarCopy="yes"))
     # a micro-batch is planned the same way
     reader = TieredStreamReader(_options(root, topics="c"))
-    batch = [p.piece for p in reader.partitions({"c": {"0": 5}}, {"c": {"0": nxt + 7}})]  # type: ignore[attr-defined]
+    parts = reader.partitions({"c": {"0": 5}}, {"c": {"0": nxt + 7}})
+    batch = [p for part in parts for p in part.pieces]  # type: ignore[attr-defined]
     assert [(p.parquet_path is not None, p.from_offset) for p in batch][:len(m.files)] == [
         (True, max(5, f.base_offset)) for f in m.files]
     assert batch[-1].parquet_path is None and batch[-1].until_offset == nxt + 7

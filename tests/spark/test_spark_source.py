@@ -9,6 +9,7 @@ transactions). A second dir holds a segment that starts with legacy v0/v1 messag
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import random
@@ -171,6 +172,84 @@ def test_small_pieces_split_at_batch_boundaries_read_the_same(spark: Any, root: 
     agg = ["count(*)", "sum(offset)", "sum(length(value))", "sum(crc32(value))", "sum(crc32(coalesce(key, X'00')))"]
     assert split.selectExpr(*agg).first() == whole.selectExpr(*agg).first()
     assert split.selectExpr("count(DISTINCT partition, offset)").first()[0] == 2 * N
+
+
+def _covered(groups: list[list[Any]]) -> dict[int, list[tuple[int, int]]]:
+    """Per partition, the offset ranges the groups' pieces read, in the order the tasks read them."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    for group in groups:
+        assert len({(p.topic, p.partition) for p in group}) == 1  # a task reads one topic partition
+        for p in group:
+            out.setdefault(p.partition, []).append((p.from_offset, p.until_offset))
+    return out
+
+
+def _extents(groups: list[list[Any]]) -> dict[tuple[int, Any], list[tuple[int, int]]]:
+    """Per partition and segment, the byte ranges the groups read, in task order, joined where one ends as the
+    next starts: equal for two plans that read the same bytes once each."""
+    out: dict[tuple[int, Any], list[tuple[int, int]]] = {}
+    for group in groups:
+        for p in group:
+            ranges = out.setdefault((p.partition, p.local_path or p.remote_metadata), [])
+            if ranges and ranges[-1][1] == p.start_position:
+                ranges[-1] = (ranges[-1][0], p.end_position)
+            else:
+                ranges.append((p.start_position, p.end_position))
+    return out
+
+
+def test_small_segments_are_packed_into_one_task_per_partition_up_to_max_bytes(root: Path) -> None:
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import input_partitions, pack, piece_bytes, plan
+
+    opts = parse_options(_options(root, topics="t"))
+    pieces = plan(opts)
+    assert len(pieces) > 4  # 1 MiB segments, local and remote
+    groups = input_partitions(opts)
+    assert len(groups) == 2 and _covered(groups) == _covered([[p] for p in pieces])
+    assert any(p.remote_metadata is not None for p in groups[0]) and any(p.local_path for p in groups[0])
+    # up to maxBytesPerPartition: no group reads more, and no two neighbours of a partition would fit in one
+    limit = 2 * max(piece_bytes(p) or 0 for p in pieces)
+    small = pack(pieces, limit)
+    assert len(small) > 2 and _covered(small) == _covered(groups)
+    sizes = [sum(piece_bytes(p) or 0 for p in g) for g in small]
+    assert all(n <= limit for n in sizes)
+    assert all(a + (piece_bytes(b[0]) or 0) > limit for a, g, b in zip(sizes, small, small[1:])
+               if g[0].partition == b[0].partition)
+    # a piece larger than the limit, and a piece of unknown size (a file of the columnar copy), are tasks of their own
+    assert pack(pieces, 1) == [[p] for p in pieces]
+    parquet = dataclasses.replace(pieces[0], parquet_path="/x.parquet", end_position=None)
+    assert pack([pieces[0], parquet, pieces[1]], 2**40) == [[pieces[0]], [parquet], [pieces[1]]]
+
+
+def test_min_partitions_plans_smaller_parts_where_packing_makes_too_few(root: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import tiered.spark.planning as planning
+    from tiered.spark.options import SparkSourceOptionError, parse_options
+
+    whole = planning.input_partitions(parse_options(_options(root, topics="t")))
+    monkeypatch.setattr(planning, "MIN_SPLIT_BYTES", 64 * 1024)  # the test's topic is a few MiB
+    many = planning.input_partitions(parse_options(_options(root, topics="t", minPartitions="12")))
+    assert len(many) >= 12 and _covered(whole) != _covered(many)
+    assert _extents(many) == _extents(whole)  # the same bytes of the same segments, each once, in order
+    # already enough: planned as without it
+    assert _covered(planning.input_partitions(parse_options(_options(root, topics="t", minPartitions="2")))) == \
+        _covered(whole)
+    for bad in ("0", "-3", "two"):
+        with pytest.raises(SparkSourceOptionError, match=f"minPartitions={bad!r}|minPartitions={bad}"):
+            parse_options(_options(root, topics="t", minPartitions=bad))
+
+
+def test_packed_reads_through_spark_and_min_partitions_cuts_no_task_below_4_mib(spark: Any, root: Path) -> None:
+    agg = ["count(*)", "sum(offset)", "sum(crc32(value))"]
+    whole = _load(spark, root, topics="t")
+    assert whole.rdd.getNumPartitions() == 2  # one task per topic partition: its 1 MiB segments packed
+    assert whole.selectExpr(*agg).first() == _load(spark, root, topics="t", maxBytesPerPartition="1048576") \
+        .selectExpr(*agg).first()
+    # a topic of a few MiB: minPartitions would cut parts smaller than MIN_SPLIT_BYTES, so it plans as without it
+    fewer = _load(spark, root, topics="t", minPartitions="3")
+    assert fewer.rdd.getNumPartitions() == 2
+    assert fewer.selectExpr(*agg).first() == whole.selectExpr(*agg).first()
 
 
 def test_every_codec_headers_and_nulls(spark: Any, root: Path) -> None:
@@ -390,7 +469,7 @@ def test_pushdown_prunes_segments_and_starts_at_the_offset(root: Path) -> None:
         reader = TieredFilteringReader(_options(root, topics="t"))
         rest = list(reader.pushFilters(list(filters)))
         assert rest == []
-        return [p.piece for p in reader.partitions()]
+        return [p for part in reader.partitions() for p in part.pieces]  # type: ignore[attr-defined]
 
     everything = pieces()
     assert {p.partition for p in everything} == {0, 1}

@@ -120,7 +120,7 @@ READ = """
     source = TieredDataSource(options)
     reader = source.reader(from_arrow_schema(ARROW_SCHEMA))
     pieces = plan(parse_options(options))  # what partitions() plans, without its own settling
-    read = reader.read(TieredInputPartition(pieces[0]))
+    read = reader.read(TieredInputPartition(pieces[:1]))
     rows = sum(batch.num_rows for batch in read)
     print(json.dumps({{"rows": rows, "frozen": gc.get_freeze_count()}}))
 """

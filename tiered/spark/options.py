@@ -5,8 +5,11 @@ Options (case-insensitive, as Spark passes them): ``config`` (a broker propertie
 whole topic name), ``startingOffsets``/``endingOffsets`` (``earliest``/``latest`` or JSON per partition,
 ``{"t":{"0":23,"1":-2}}``, -2 earliest, -1 latest), ``startingTimestamp``/``endingTimestamp`` (ms; the first offset
 whose timestamp is at or after it), ``isolationLevel`` (``read_uncommitted``/``read_committed``), ``tiers``
-(``both``/``remote``/``local``), ``failOnDataLoss`` (``true``), and two of our own: ``maxBytesPerPartition`` (a
-segment larger than this is split into several input partitions at batch boundaries; 64 MiB) and ``cacheDir``
+(``both``/``remote``/``local``), ``failOnDataLoss`` (``true``), ``minPartitions`` (the least number of input
+partitions wanted, as Spark's Kafka source takes it; none by default), and two of our own: ``maxBytesPerPartition``
+(the most bytes one input partition reads, 64 MiB: a larger segment is split at batch boundaries, consecutive
+smaller ones of a topic partition are read in one task, as Spark's file sources pack small files:
+:func:`tiered.spark.planning.input_partitions`) and ``cacheDir``
 (where executors keep the remote tier's caches; one per machine, shared by its executors). ``filterPushdown``
 (``true``) and ``maxOffsetsPerTrigger`` (streaming) are read by :mod:`tiered.spark.source`. ``columnarCopy``
 (``true``): offsets held by the topic's columnar copy (``remote.log.columnar.enable``, :mod:`tiered.columnar`) are
@@ -38,7 +41,7 @@ ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 READ_OPTIONS = (
     "config", "topics", "subscribe", "topicPattern", "subscribePattern", "startingOffsets", "endingOffsets",
     "startingTimestamp", "endingTimestamp", "isolationLevel", "tiers", "failOnDataLoss", "maxBytesPerPartition",
-    "cacheDir", "filterPushdown", "maxOffsetsPerTrigger", "columnarCopy", "freezeWorkerHeap",
+    "minPartitions", "cacheDir", "filterPushdown", "maxOffsetsPerTrigger", "columnarCopy", "freezeWorkerHeap",
 )
 
 
@@ -73,6 +76,7 @@ class SourceOptions:
     tiers: str = "both"
     fail_on_data_loss: bool = True
     max_bytes_per_partition: int = 64 * 1024 * 1024
+    min_partitions: int | None = None  # tiered.spark.planning.input_partitions
     columnar_copy: bool = True  # read the offsets the columnar copy holds from its Parquet files
     freeze_worker_heap: bool = True  # tiered.spark.worker_heap
     cache_dir: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), f"tiered-spark-cache-{os.getuid()}"))
@@ -184,6 +188,11 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         if max_bytes < 1024:
             raise SparkSourceOptionError(f"maxBytesPerPartition={max_bytes}: at least 1024")
         out.max_bytes_per_partition = max_bytes
+    min_partitions = _int("minPartitions", opts.get("minpartitions"))
+    if min_partitions is not None:
+        if min_partitions < 1:
+            raise SparkSourceOptionError(f"minPartitions={min_partitions}: at least 1")
+        out.min_partitions = min_partitions
     if opts.get("cachedir"):
         out.cache_dir = opts["cachedir"]
     return out

@@ -5,7 +5,8 @@ written to the data dir) for its offsets (log start, local log start, high water
 local segments (base offsets, sizes, offset indexes); the remote segments come from the remote tier's metadata
 store, which lives in the bucket. A remote segment is used for the offsets below the local log start (with
 ``tiers=both``); a segment larger than ``maxBytesPerPartition`` is cut at batch boundaries taken from its offset
-index. Each :class:`Piece` carries everything an executor needs (the broker properties, the segment's file path or
+index, and consecutive pieces of a partition that together read no more than that are one input partition
+(:func:`input_partitions`). Each :class:`Piece` carries everything an executor needs (the broker properties, the segment's file path or
 its remote metadata, the byte range and the offsets wanted, the aborted transactions that touch it, the pushed
 filters): nothing on the executor depends on the driver's state.
 
@@ -19,6 +20,7 @@ is trusted (a file being written or retired is never in it). Batch and streaming
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -177,6 +179,52 @@ def plan(opts: SourceOptions, bounds: Bounds | None = None, check: bool = True) 
                 continue
             pieces.extend(_plan_partition(log, topic, partition, opts, bounds, root))
     return pieces
+
+
+MIN_SPLIT_BYTES = 4 * 1024 * 1024  # minPartitions cuts no input partition smaller (Spark's openCostInBytes)
+
+
+def piece_bytes(piece: Piece) -> int | None:
+    """The bytes ``piece`` reads, where the plan knows them (a byte range of a segment); None for a file of the
+    columnar copy."""
+    if piece.parquet_path is not None or piece.end_position is None:
+        return None
+    return piece.end_position - piece.start_position
+
+
+def pack(pieces: list[Piece], max_bytes: int) -> list[list[Piece]]:
+    """``pieces`` (in plan order) grouped into input partitions: consecutive pieces of one topic partition while
+    together they read at most ``max_bytes``. Where segments are small this makes fewer, larger tasks, as Spark's
+    file sources pack small files: each task costs Spark a round trip to a Python worker, worth tens of milliseconds
+    (bench/RESULTS.md). A piece of unknown size (a file of the columnar copy) is a group of its own."""
+    groups: list[list[Piece]] = []
+    room = -1  # the bytes the last group can still take; -1: none
+    for piece in pieces:
+        n = piece_bytes(piece)
+        last = groups[-1] if groups else None
+        if (last is not None and n is not None and n <= room
+                and (last[-1].topic, last[-1].partition) == (piece.topic, piece.partition)):
+            last.append(piece)
+            room -= n
+        else:
+            groups.append([piece])
+            room = max_bytes - n if n is not None else -1
+    return groups
+
+
+def input_partitions(opts: SourceOptions, bounds: Bounds | None = None, check: bool = True) -> list[list[Piece]]:
+    """The input partitions of a read, each a list of pieces read in one task: :func:`plan`'s pieces packed by
+    :func:`pack` up to ``maxBytesPerPartition``. With ``minPartitions``, where that makes fewer, the read is planned
+    again in smaller parts (the total over ``minPartitions``, at least :data:`MIN_SPLIT_BYTES`; segments split at
+    batch boundaries), so that a small topic still spreads over the cores."""
+    pieces = plan(opts, bounds, check)
+    groups = pack(pieces, opts.max_bytes_per_partition)
+    if opts.min_partitions is not None and len(groups) < opts.min_partitions:
+        total = sum(n for p in pieces if (n := piece_bytes(p)) is not None)
+        target = max(MIN_SPLIT_BYTES, -(-total // opts.min_partitions))
+        if target < opts.max_bytes_per_partition:
+            groups = pack(plan(dataclasses.replace(opts, max_bytes_per_partition=target), bounds, check), target)
+    return groups
 
 
 def offset_range(log: Log, topic: str, partition: int, opts: SourceOptions, bounds: Bounds) -> tuple[int, int]:

@@ -35,6 +35,7 @@ than decoding the records; the option ``freezeWorkerHeap=false`` leaves the coll
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -58,7 +59,7 @@ from pyspark.sql.types import StructType
 
 from tiered.spark.arrow_records import ARROW_SCHEMA, SCHEMA_DDL, Projection
 from tiered.spark.options import READ_OPTIONS, SparkSourceOptionError, check_known, parse_options
-from tiered.spark.planning import Bounds, Piece, check_subscription, plan
+from tiered.spark.planning import Bounds, Piece, check_subscription, input_partitions
 from tiered.spark.reader import read_piece, timestamp_micros
 from tiered.spark.worker_heap import settle, settle_after
 
@@ -101,11 +102,20 @@ def projection(schema: StructType) -> Projection | None:
 
 
 class TieredInputPartition(InputPartition):
-    """One planned piece (a byte range of one segment), pickled to the executor."""
+    """The planned pieces one task reads, in order (byte ranges of one topic partition's segments, or a file of its
+    columnar copy: :func:`tiered.spark.planning.input_partitions`), pickled to the executor."""
 
-    def __init__(self, piece: Piece) -> None:
-        super().__init__(piece)
-        self.piece = piece
+    def __init__(self, pieces: Sequence[Piece]) -> None:
+        super().__init__(list(pieces))
+        self.pieces = list(pieces)
+
+
+def _read_pieces(partition: InputPartition, projection: Projection | None, freeze_worker_heap: bool) -> Iterator[Any]:
+    pieces: list[Piece] = partition.pieces  # type: ignore[attr-defined]
+    if not pieces:
+        return iter(())
+    batches = itertools.chain.from_iterable(read_piece(piece, projection) for piece in pieces)
+    return settle_after(batches, freeze_worker_heap)
 
 
 class TieredDataSource(DataSource):
@@ -164,17 +174,12 @@ class TieredReader(DataSourceReader):
         self.projection = columns
 
     def partitions(self) -> Sequence[InputPartition]:
-        pieces = plan(self.opts, self.bounds)
+        groups = input_partitions(self.opts, self.bounds)
         settle(self.opts.freeze_worker_heap)  # Spark's planner is a reused worker too
-        if not pieces:
-            return [TieredInputPartition(_EMPTY)]
-        return [TieredInputPartition(p) for p in pieces]
+        return [TieredInputPartition(g) for g in groups] or [TieredInputPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        piece = partition.piece  # type: ignore[attr-defined]
-        if piece.topic == "":
-            return iter(())
-        return settle_after(read_piece(piece, self.projection), self.opts.freeze_worker_heap)
+        return _read_pieces(partition, self.projection, self.opts.freeze_worker_heap)
 
 
 class TieredFilteringReader(TieredReader):
@@ -225,9 +230,6 @@ class TieredFilteringReader(TieredReader):
             if lo > 0:
                 ms = -(-lo // 1000)  # the first millisecond at or after the floor
                 b.timestamp_lo_ms = ms if b.timestamp_lo_ms is None else max(b.timestamp_lo_ms, ms)
-
-
-_EMPTY = Piece(topic="", partition=-1, from_offset=0, until_offset=0, start_position=0, end_position=0)
 
 
 def _allowed(op: str, value: Any) -> set[int] | None:
@@ -340,14 +342,11 @@ class TieredStreamReader(DataSourceStreamReader):
                 opts.starting.setdefault(t, {}).setdefault(p, EARLIEST)
         opts.topics = sorted(opts.ending)
         opts.topic_pattern = None
-        pieces = plan(opts, Bounds(), check=False)  # checked when the stream started; Spark's offsets since
-        return [TieredInputPartition(p) for p in pieces] or [TieredInputPartition(_EMPTY)]
+        groups = input_partitions(opts, Bounds(), check=False)  # checked when the stream started; Spark's offsets since
+        return [TieredInputPartition(g) for g in groups] or [TieredInputPartition([])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        piece = partition.piece  # type: ignore[attr-defined]
-        if piece.topic == "":
-            return iter(())
-        return settle_after(read_piece(piece, self.projection), self.opts.freeze_worker_heap)
+        return _read_pieces(partition, self.projection, self.opts.freeze_worker_heap)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the source keeps no state between micro-batches."""
