@@ -252,6 +252,14 @@ def test_packed_reads_through_spark_and_min_partitions_cuts_no_task_below_4_mib(
     assert fewer.selectExpr(*agg).first() == whole.selectExpr(*agg).first()
 
 
+def test_local_sessions_python_workers_talk_over_unix_domain_sockets(spark: Any) -> None:
+    """local_session's workers get their input without the TCP socket's ~40 ms wait per task."""
+    assert spark.conf.get("spark.python.unix.domain.socket.enabled") == "true"
+    seen = spark.sparkContext.parallelize(range(4), 2).map(
+        lambda _: os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "unset").lower()).distinct().collect()
+    assert seen == ["true"]
+
+
 def test_every_codec_headers_and_nulls(spark: Any, root: Path) -> None:
     expected = _engine_rows(root, "codecs")
     assert len(expected) == len(CompressionType) * 306

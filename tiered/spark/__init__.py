@@ -41,7 +41,10 @@ def register(spark: Any, *, filter_pushdown: bool = True) -> None:
 
 def local_session(master: str = "local[*]", app_name: str = "tiered", **conf: str) -> Any:
     """A SparkSession for a local master that stays on loopback (``SPARK_LOCAL_IP`` and the driver's host and bind
-    address at 127.0.0.1; workers run this interpreter), with the source registered."""
+    address at 127.0.0.1; workers run this interpreter), with the source registered. Python workers talk to the JVM
+    over Unix domain sockets (``spark.python.unix.domain.socket.enabled``; ``conf`` may set it false): over Spark's
+    TCP socket every Python task waits ~40 ms for its input (Nagle's algorithm against a delayed ACK), which made
+    a read of the source ~1.3x slower on the bench machine (bench/RESULTS.md)."""
     import os
     import sys
 
@@ -52,7 +55,8 @@ def local_session(master: str = "local[*]", app_name: str = "tiered", **conf: st
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4"))
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+               .config("spark.python.unix.domain.socket.enabled", "true"))
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
