@@ -260,6 +260,21 @@ def test_local_sessions_python_workers_talk_over_unix_domain_sockets(spark: Any)
     assert seen == ["true"]
 
 
+@pytest.mark.parametrize(("conf", "expected"), [
+    ({}, "/tmp"),
+    ({"spark.driver.extraJavaOptions": "-Xmx1g -Djava.io.tmpdir=/var/tmp/x -Dy=z"}, "/var/tmp/x"),
+    ({"spark.driver.extraJavaOptions": "-Djava.io.tmpdir=/" + "d" * 60}, "/" + "d" * 60),  # 61 bytes: the longest
+    ({"spark.driver.extraJavaOptions": "-Djava.io.tmpdir=/" + "d" * 61}, None),
+    ({"spark.python.unix.domain.socket.dir": "/s", "spark.driver.extraJavaOptions": "-Djava.io.tmpdir=/" + "d" * 90},
+     "/s"),
+    ({"spark.python.unix.domain.socket.dir": "/" + "é" * 31}, None),  # bytes, not characters
+])
+def test_unix_sockets_only_where_their_path_fits(conf: dict[str, str], expected: str | None) -> None:
+    from tiered.spark import unix_socket_dir
+
+    assert unix_socket_dir(conf) == expected
+
+
 def test_every_codec_headers_and_nulls(spark: Any, root: Path) -> None:
     expected = _engine_rows(root, "codecs")
     assert len(expected) == len(CompressionType) * 306

@@ -12,11 +12,36 @@ one. See :mod:`tiered.spark.source` for the source and :mod:`tiered.spark.option
 
 from __future__ import annotations
 
+import logging
+import os
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from tiered.spark.arrow_records import SCHEMA_DDL
 
 __all__ = ["SCHEMA_DDL", "local_session", "read_topic", "register"]
+
+logger = logging.getLogger(__name__)
+
+UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
+_SOCKET_DIR = "spark.python.unix.domain.socket.dir"
+_SUN_PATH_MAX = 107  # the bytes of an AF_UNIX socket's path (sun_path holds 108, with the NUL)
+# What Spark 4.3's JVM adds to the directory for a worker socket (a UUID name): 46 bytes, measured (a directory of 61
+# bytes works, 62 fails with "Unix domain path too long"); PySpark's driver socket takes 43.
+_SOCKET_NAME_BYTES = 46
+
+
+def unix_socket_dir(conf: Mapping[str, str]) -> str | None:
+    """Where a session of ``conf`` would put Spark's Python worker sockets (``spark.python.unix.domain.socket.dir``,
+    else the driver JVM's ``java.io.tmpdir``: ``/tmp`` unless ``spark.driver.extraJavaOptions`` sets it), or None
+    when a socket's path there would be longer than AF_UNIX allows: the session then fails to start ("AF_UNIX path
+    too long") or every Python task fails ("Unix domain path too long")."""
+    directory = conf.get(_SOCKET_DIR)
+    if directory is None:
+        found = re.search(r"-Djava\.io\.tmpdir=(\S+)", conf.get("spark.driver.extraJavaOptions", ""))
+        directory = found.group(1) if found else "/tmp"
+    return directory if len(os.fsencode(directory.rstrip("/"))) + _SOCKET_NAME_BYTES <= _SUN_PATH_MAX else None
 
 
 def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str] | None = None, **options: Any) -> Any:
@@ -44,8 +69,8 @@ def local_session(master: str = "local[*]", app_name: str = "tiered", **conf: st
     address at 127.0.0.1; workers run this interpreter), with the source registered. Python workers talk to the JVM
     over Unix domain sockets (``spark.python.unix.domain.socket.enabled``; ``conf`` may set it false): over Spark's
     TCP socket every Python task waits ~40 ms for its input (Nagle's algorithm against a delayed ACK), which made
-    a read of the source ~1.3x slower on the bench machine (bench/RESULTS.md)."""
-    import os
+    a read of the source ~1.3x slower on the bench machine (bench/RESULTS.md). Where the sockets' directory is too
+    long a path for one (:func:`unix_socket_dir`), the session keeps TCP and says why."""
     import sys
 
     from pyspark.sql import SparkSession
@@ -55,8 +80,14 @@ def local_session(master: str = "local[*]", app_name: str = "tiered", **conf: st
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
-               .config("spark.python.unix.domain.socket.enabled", "true"))
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4"))
+    if UNIX_SOCKETS not in conf:
+        if unix_socket_dir(conf) is not None:
+            builder = builder.config(UNIX_SOCKETS, "true")
+        else:
+            logger.warning("Spark's Python workers stay on TCP (~40 ms more per task): a Unix domain socket's path in "
+                           "the JVM's temp dir would be longer than %d bytes; set %s to a shorter directory",
+                           _SUN_PATH_MAX, _SOCKET_DIR)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
