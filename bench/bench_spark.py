@@ -364,7 +364,8 @@ def main() -> None:
             spark.dataSource.register(_ceiling_source(total, "tiered_bench_ceiling", every, rows, parts))
             spark.dataSource.register(_ceiling_source(total, "tiered_bench_ceiling2", ("offset", "value"), rows, parts))
             spark.dataSource.register(_ceiling_source(total, "tiered_bench_repeated", every, None, parts))
-            spark.dataSource.register(_ceiling_source(total, "tiered_bench_repeated2", ("offset", "value"), None, parts))
+            spark.dataSource.register(_ceiling_source(total, "tiered_bench_repeated2", ("offset", "value"), None,
+                                                      parts))
 
             def ceiling_run(name: str = "tiered_bench_ceiling") -> None:
                 assert tuple(spark.read.format(name).load().selectExpr(*query).first()) == expected

@@ -6,9 +6,9 @@ local segments (base offsets, sizes, offset indexes); the remote segments come f
 store, which lives in the bucket. A remote segment is used for the offsets below the local log start (with
 ``tiers=both``); a segment larger than ``maxBytesPerPartition`` is cut at batch boundaries taken from its offset
 index, and consecutive pieces of a partition that together read no more than that are one input partition
-(:func:`input_partitions`). Each :class:`Piece` carries everything an executor needs (the broker properties, the segment's file path or
-its remote metadata, the byte range and the offsets wanted, the aborted transactions that touch it, the pushed
-filters): nothing on the executor depends on the driver's state.
+(:func:`input_partitions`). Each :class:`Piece` carries everything an executor needs (the broker properties, the
+segment's file path or its remote metadata, the byte range and the offsets wanted, the aborted transactions that
+touch it, the pushed filters): nothing on the executor depends on the driver's state.
 
 With ``columnarCopy=true`` (the default) and a columnar copy of the topic (:mod:`tiered.columnar`), the offsets of
 ``[start, end)`` that the partition's manifest lists (of the same topic id as the log; not with ``tiers=local``)

@@ -106,8 +106,8 @@ class TieredInputPartition(InputPartition):
     columnar copy: :func:`tiered.spark.planning.input_partitions`), pickled to the executor."""
 
     def __init__(self, pieces: Sequence[Piece]) -> None:
-        super().__init__(list(pieces))
         self.pieces = list(pieces)
+        super().__init__(self.pieces)
 
 
 def _read_pieces(partition: InputPartition, projection: Projection | None, freeze_worker_heap: bool) -> Iterator[Any]:
