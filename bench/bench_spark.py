@@ -157,10 +157,9 @@ _ROWS: dict[tuple[str, tuple[str, ...], tuple[int, ...]], list[list[Any]]] = {}
 def prebuilt_rows(path: str, columns: tuple[str, ...], parts: tuple[int, ...]) -> list[list[Any]]:
     """The rows of the Arrow IPC file ``path`` (the topic's records, decoded once on the driver), as ``columns``:
     one list per input partition of ``parts[i]`` rows (in order), of record batches of at most
-    :data:`PREBUILT_ROWS` rows, each batch's buffers
-    its own (no slice of a larger array: what IPC sends is what the source's batches would be; ``combine_chunks``
-    leaves a one-chunk slice as it is, so each batch is read back from its own IPC message); made once per process,
-    at its first read."""
+    :data:`PREBUILT_ROWS` rows, each batch's buffers its own (no slice of a larger array: what IPC sends is what the
+    source's batches would be; ``combine_chunks`` leaves a one-chunk slice as it is, so each batch is read back from
+    its own IPC message); made once per process, at its first read."""
     key = (path, columns, parts)
     out = _ROWS.get(key)
     if out is None:
