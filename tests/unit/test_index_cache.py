@@ -416,6 +416,8 @@ _EXIT_WITHOUT_CLOSE = """
 import sys
 from tiered.cache.index_cache import RemoteIndexCache
 cache = RemoteIndexCache(sys.argv[1], lambda md, kind: None)
+with cache._lock:
+    cache._ensure_cleaner()  # as the first eviction does
 assert cache._cleaner.is_alive()  # waiting for evicted entries, forever
 """
 
@@ -426,6 +428,33 @@ def test_the_cleaner_does_not_hold_up_the_exit_of_a_program_that_never_closed_th
 
     done = subprocess.run([sys.executable, "-c", _EXIT_WITHOUT_CLOSE, str(tmp_path)], capture_output=True, timeout=120)
     assert done.returncode == 0, done.stderr.decode()
+
+
+def test_a_cache_that_cleans_nothing_up_starts_no_thread_and_close_waits_for_none(tmp_path: Path) -> None:
+    import threading
+
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    before = threading.active_count()
+    cache = RemoteIndexCache(tmp_path / "log", store.fetch)
+    assert cache.lookup_offset(a, 5) == 0
+    assert cache._cleaner is None and threading.active_count() == before
+    cache.close()
+    assert cache._cleaner is None
+    cache.remove(a.remote_log_segment_id.id)  # after close: nothing left to clean, and no thread started for it
+    assert cache._cleaner is None
+
+
+def test_an_entry_removed_after_close_is_cleaned_up_at_once(tmp_path: Path) -> None:
+    a = _md(0)
+    store = Store(tmp_path, [a])
+    cache_dir = tmp_path / "log" / DIR_NAME
+    cache = RemoteIndexCache(tmp_path / "log", store.fetch)
+    cache.lookup_offset(a, 5)
+    with cache._lock:
+        cache._closed = True  # closed between a reader's lookup and its remove: the remove cleans up itself
+    cache.remove(a.remote_log_segment_id.id)
+    assert _files_of(cache_dir, a) == [] and cache._cleaner is None
 
 
 def test_close_drains_the_cleaner_and_a_second_close_does_nothing(tmp_path: Path) -> None:
@@ -679,8 +708,6 @@ def test_the_cleaner_is_a_named_daemon_and_a_failed_cleanup_is_logged(
     store = Store(tmp_path, [a])
     cache = RemoteIndexCache(tmp_path / "log", store.fetch)
     try:
-        cleaner = [t for t in threading.enumerate() if t.name == "remote-log-index-cleaner"]
-        assert cleaner and all(t.daemon for t in cleaner)
         cache.lookup_offset(a, 5)
 
         def broken(self: object) -> None:
@@ -688,7 +715,9 @@ def test_the_cleaner_is_a_named_daemon_and_a_failed_cleanup_is_logged(
 
         monkeypatch.setattr(index_cache.Entry, "cleanup", broken)
         with caplog.at_level(logging.ERROR, logger="tiered.cache.index_cache"):
-            cache.remove(a.remote_log_segment_id.id)
+            cache.remove(a.remote_log_segment_id.id)  # starts the cleaner
+            cleaner = [t for t in threading.enumerate() if t.name == "remote-log-index-cleaner"]
+            assert cleaner and all(t.daemon for t in cleaner)
             cache.close()  # drains the cleaner
     finally:
         cache.close()

@@ -199,11 +199,12 @@ class RemoteIndexCache:
         self._size = 0
         self.hits = self.misses = self.evictions = self.loads = 0
         self._cleanup_queue: queue.Queue[Entry | None] = queue.Queue()
-        self._cleaner = threading.Thread(target=self._clean_loop, name="remote-log-index-cleaner", daemon=True)
+        # Started at the first entry to clean up: a short-lived cache (a Spark planner's, a CLI command's) that
+        # never evicts starts no thread, and its close() waits for none.
+        self._cleaner: threading.Thread | None = None
         self._closed = False
         self._metrics = _Metrics(registry)
         self._init_from_disk()
-        self._cleaner.start()
 
     # ------------------------------------------------------------------------------------------------------
 
@@ -299,7 +300,7 @@ class RemoteIndexCache:
                 self._size -= entry.size
         if entry is not None:
             entry.mark_for_cleanup()
-            self._cleanup_queue.put(entry)
+            self._clean_up_later(entry)
 
     def clear(self) -> None:
         """Drop every entry (their files go with the cleaner, as evicted ones do)."""
@@ -311,9 +312,12 @@ class RemoteIndexCache:
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
-        self._cleanup_queue.put(None)
-        self._cleaner.join(timeout=10)
+        with self._lock:
+            self._closed = True
+            cleaner = self._cleaner
+        if cleaner is not None:
+            self._cleanup_queue.put(None)
+            cleaner.join(timeout=10)
         with self._lock:
             entries = list(self._entries.values())
             self._entries.clear()
@@ -347,18 +351,44 @@ class RemoteIndexCache:
             self.evictions += 1
             self._metrics.evicted()
             entry.mark_for_cleanup()
-            self._cleanup_queue.put(entry)
+            self._clean_up_later(entry, locked=True)
         self._metrics.size(self._size, len(self._entries))
+
+    def _clean_up_later(self, entry: Entry, locked: bool = False) -> None:
+        """Hand ``entry`` (marked for cleanup) to the cleaner thread, which the first one starts; after
+        :meth:`close`, clean it up here and now. ``locked``: the caller holds ``self._lock``."""
+        if locked:
+            queued = self._ensure_cleaner()
+        else:
+            with self._lock:
+                queued = self._ensure_cleaner()
+        if queued:
+            self._cleanup_queue.put(entry)
+        else:
+            self._clean(entry)
+
+    def _ensure_cleaner(self) -> bool:
+        """Start the cleaner thread unless it runs (called holding ``self._lock``); False once closed."""
+        if self._closed:
+            return False
+        if self._cleaner is None:
+            self._cleaner = threading.Thread(target=self._clean_loop, name="remote-log-index-cleaner", daemon=True)
+            self._cleaner.start()
+        return True
 
     def _clean_loop(self) -> None:
         while True:
             entry = self._cleanup_queue.get()
             if entry is None:
                 return
-            try:
-                entry.cleanup()
-            except Exception:
-                logger.exception("failed to clean up remote index entry %s", entry.key)
+            self._clean(entry)
+
+    @staticmethod
+    def _clean(entry: Entry) -> None:
+        try:
+            entry.cleanup()
+        except Exception:
+            logger.exception("failed to clean up remote index entry %s", entry.key)
 
     def _paths(self, prefix: str) -> dict[IndexType, Path]:
         return {t: self.cache_dir / f"{prefix}{s}" for t, s in _SUFFIXES.items()}
