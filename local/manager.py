@@ -17,7 +17,8 @@ takes only itself offline: ``offline_partitions`` names it, the file and why, an
 The remote tier (``remote.log.storage.system.enable=true``) is handed in: built (``remote_tier=``) or as a factory
 (``remote_tier_factory=``), both from ``tiered``'s composition root (``tiered.open_log_manager(config)`` does it);
 given neither, the manager finds the installed one (:mod:`local.remote` says how) and fails with a ``ConfigError``
-saying what to do when there is none.
+saying what to do when there is none. ``close()`` closes the tier too, unless it was handed in with
+``owns_remote_tier=False`` (a tier shared by several managers, closed by whoever built it).
 
 ``LogManager(config, read_only=True)`` is what the read-only commands use: it writes nothing to the data dirs
 (no lock, no checkpoints, no clean-shutdown marker, no load report, no directory created; a missing dir is an
@@ -109,9 +110,13 @@ class LogManager:
         broker_epoch: int = 0,
         start_scheduler: bool = True,
         read_only: bool = False,
+        owns_remote_tier: bool = True,
     ) -> None:
         self.config = config
         self.read_only = read_only
+        # False: the tier handed in (remote_tier=) is shared with other managers (a Spark planner's, kept across
+        # plans); the caller closes it, close() leaves it open
+        self._owns_remote_tier = owns_remote_tier or remote_tier is None
         self._scratch_root: Path | None = None
         self._unopened: dict[tuple[str, int], tuple[Path, Path]] = {}  # read-only: partition -> (dir, data dir)
         self.time = time
@@ -812,7 +817,7 @@ class LogManager:
             if self.cleaner is not None:
                 self.cleaner.shutdown()  # a cleaning in flight stops before its swap
             self.scheduler.shutdown(run_pending=True)
-            if self.remote_tier is not None and hasattr(self.remote_tier, "close"):
+            if self.remote_tier is not None and self._owns_remote_tier and hasattr(self.remote_tier, "close"):
                 self.remote_tier.close()
             for log in self.all_logs():
                 try:
@@ -835,7 +840,7 @@ class LogManager:
     def _close_read_only(self) -> None:
         from local.read_only import remove_scratch_root
 
-        if self.remote_tier is not None and hasattr(self.remote_tier, "close"):
+        if self.remote_tier is not None and self._owns_remote_tier and hasattr(self.remote_tier, "close"):
             self.remote_tier.close()
         with self._offline_lock:
             logs = list(self._logs.values())

@@ -189,6 +189,10 @@ class RemoteLogMetadataStore:
         # object is read once (records are immutable).
         self._owners: dict[TopicIdPartition, list[OwnerRecord]] = {}
         self._owner_objects: dict[str, OwnerRecord] = {}
+        # Per partition, the events decoded at its last load, by key: an event object is written once per segment
+        # and state (its key says which), so a load again (a Spark planner kept across plans) reads and decodes only
+        # the keys new since; what the listing no longer has is dropped with it.
+        self._decoded: dict[TopicIdPartition, dict[str, tuple[RemoteLogSegmentMetadata, SegmentChecksums | None]]] = {}
 
     @classmethod
     def in_bucket(cls, rsm: RemoteStorageManager) -> RemoteLogMetadataStore:
@@ -217,19 +221,26 @@ class RemoteLogMetadataStore:
         latest: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
         checksums: dict[uuid.UUID, SegmentChecksums] = {}
         owner_keys = []
+        with self._lock:
+            known = self._decoded.get(tip, {})
+        decoded: dict[str, tuple[RemoteLogSegmentMetadata, SegmentChecksums | None]] = {}
         for key in self.store.list_keys(layout.metadata_prefix(self.prefix, tip)):
             if not key.endswith(".json"):
                 continue
             if layout.owner_epoch_of_key(key) is not None:
                 owner_keys.append(key)
                 continue
-            try:
-                md, sums = decode_record(self.store.get(key))
-            except RemoteResourceNotFoundError:
-                continue  # deleted since the listing: its segment's deletion removes its events (states only move on)
-            except (ValueError, KeyError, TypeError) as exc:
-                logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
-                continue
+            event = known.get(key)
+            if event is None:
+                try:
+                    event = decode_record(self.store.get(key))
+                except RemoteResourceNotFoundError:
+                    continue  # deleted since the listing: its segment's deletion removes its events (states only move on)
+                except (ValueError, KeyError, TypeError) as exc:
+                    logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
+                    continue
+            decoded[key] = event
+            md, sums = event
             sid = md.remote_log_segment_id.id
             if sid not in latest or md.state > latest[sid].state:
                 latest[sid] = md
@@ -250,6 +261,7 @@ class RemoteLogMetadataStore:
                 checksums.pop(sid, None)  # a kept event's checksums (if any) are already known
             latest.update(kept)
             self._segments[tip] = latest
+            self._decoded[tip] = decoded
             self._readable.pop(tip, None)
             self._checksums.update(checksums)
         self._read_owner_records(tip, owner_keys)

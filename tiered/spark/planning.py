@@ -3,7 +3,9 @@
 Only metadata is read: each partition is opened read-only (``LogManager(config, read_only=True)``: nothing is
 written to the data dir) for its offsets (log start, local log start, high watermark, last stable offset) and its
 local segments (base offsets, sizes, offset indexes); the remote segments come from the remote tier's metadata
-store, which lives in the bucket. A remote segment is used for the offsets below the local log start (with
+store, which lives in the bucket. The remote tier of the plans is kept by the process between plans
+(:func:`planning_tier`: Spark keeps its planner process for the next query), each partition's metadata listed
+again at every plan. A remote segment is used for the offsets below the local log start (with
 ``tiers=both``); a segment larger than ``maxBytesPerPartition`` is cut at batch boundaries taken from its offset
 index, and consecutive pieces of a partition that together read no more than that are one input partition
 (:func:`input_partitions`). Each :class:`Piece` carries everything an executor needs (the broker properties, the
@@ -19,10 +21,13 @@ is trusted (a file being written or retired is never in it). Batch and streaming
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import dataclasses
+import os
+import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,19 +100,156 @@ def _metadata_tier(config: Any, cache_root: Path | None = None) -> Any:
     return build_remote_tier(config, cache_root, segment_cache=False)
 
 
+MAX_PLANNING_TIERS = 4  # kept per process (a test session plans over many data dirs): the least recent is closed
+
+
+@dataclass(eq=False)
+class _KeptTier:
+    tier: Any
+    directory: Path
+    users: int = 0
+    retired: bool = False
+
+    def close(self) -> None:
+        import shutil
+
+        try:
+            self.tier.close()
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+_planning_tiers: dict[tuple[int, tuple[tuple[str, str], ...], str], _KeptTier] = {}  # least recently used first
+_planning_tiers_lock = threading.Lock()
+
+
 @contextmanager
-def open_read_only(props: dict[str, str]) -> Iterator[Any]:
+def planning_tier(props: dict[str, str], cache_dir: str) -> Iterator[Any | None]:
+    """The planning remote tier (:func:`_metadata_tier`) this process keeps for ``props``, built at its first plan,
+    its index cache in a directory of this process under ``cache_dir/index`` (removed when the tier is closed: at
+    exit, or when :data:`MAX_PLANNING_TIERS` others were used since and no plan holds it). None where there is no
+    remote tier, or its metadata manager is not :class:`tiered.metadata.RemoteLogMetadataStore` (only that one can
+    be listed again: :func:`refresh_remote_metadata`): a plan then builds a tier of its own.
+
+    Spark runs a read's planning in a Python worker it keeps for the next query (and a streaming query plans every
+    micro-batch): building the tier again for each plan (its plugin, its index cache) and reading and decoding every
+    metadata event object of each partition again cost more than the rest of the plan, and over S3 one GET per
+    event. A kept tier lists each partition's events again at each plan and reads only the new ones."""
+    from local import LogConfig
+
+    config = LogConfig.from_properties(props)
+    if not config.remote_log_storage_system_enable:
+        yield None
+        return
+    key = (os.getpid(), tuple(sorted(props.items())), cache_dir)  # a forked child builds its own
+    with _planning_tiers_lock:
+        kept = _planning_tiers.pop(key, None)
+        if kept is not None:
+            _planning_tiers[key] = kept  # the most recently used now
+            kept.users += 1
+    if kept is None:
+        kept = _build_planning_tier(config, cache_dir)
+        if kept is None:
+            yield None
+            return
+        with _planning_tiers_lock:
+            raced = _planning_tiers.get(key)
+            if raced is not None:  # another thread built one meanwhile: use it, close ours
+                raced.users += 1
+                kept.close()
+                kept = raced
+            else:
+                kept.users += 1
+                _planning_tiers[key] = kept
+            idle = _retire_over_limit()
+        for old in idle:
+            old.close()
+    try:
+        yield kept.tier
+    finally:
+        with _planning_tiers_lock:
+            kept.users -= 1
+            done = kept.retired and kept.users == 0
+        if done:
+            kept.close()
+
+
+def _build_planning_tier(config: Any, cache_dir: str) -> _KeptTier | None:
+    import shutil
+    import tempfile
+
+    from tiered.metadata import RemoteLogMetadataStore
+
+    index = Path(cache_dir) / "index"
+    index.mkdir(parents=True, exist_ok=True)
+    own = Path(tempfile.mkdtemp(prefix=f"planner-{os.getpid()}-", dir=index))
+    try:
+        tier = _metadata_tier(config, own)
+    except BaseException:
+        shutil.rmtree(own, ignore_errors=True)
+        raise
+    kept = _KeptTier(tier, own)
+    if not isinstance(getattr(tier, "metadata", None), RemoteLogMetadataStore):
+        kept.close()
+        return None
+    return kept
+
+
+def _retire_over_limit() -> list[_KeptTier]:
+    """Drop the least recently used kept tiers beyond :data:`MAX_PLANNING_TIERS` (holding the lock): those no plan
+    holds, to be closed by the caller; the others close when their last plan ends."""
+    idle = []
+    while len(_planning_tiers) > MAX_PLANNING_TIERS:
+        old = _planning_tiers.pop(next(iter(_planning_tiers)))
+        old.retired = True
+        if old.users == 0:
+            idle.append(old)
+    return idle
+
+
+def _close_planning_tiers() -> None:
+    """At exit: close every kept tier (and remove its directory)."""
+    with _planning_tiers_lock:
+        kept = list(_planning_tiers.values())
+        _planning_tiers.clear()
+    for k in kept:
+        k.close()
+
+
+atexit.register(_close_planning_tiers)
+
+
+def refresh_remote_metadata(log: Log) -> None:
+    """List the remote metadata of ``log``'s partition again (a kept planning tier's view is of its last plan)."""
+    from tiered.metadata import RemoteLogMetadataStore
+
+    rlm: Any = log.remote_tier
+    metadata = getattr(rlm, "metadata", None)
+    if isinstance(metadata, RemoteLogMetadataStore):
+        metadata.load(rlm.topic_id_partition(log))
+
+
+@contextmanager
+def open_read_only(props: dict[str, str], cache_dir: str | None = None) -> Iterator[Any]:
     """The data dirs of ``props`` open read-only (nothing is written to them), with a remote tier for metadata
-    (:func:`_metadata_tier`), closed on exit."""
+    (:func:`_metadata_tier`), closed on exit. With ``cache_dir``, the tier is the one this process keeps
+    (:func:`planning_tier`): call :func:`refresh_remote_metadata` for each log opened before its remote segments
+    are read."""
     from local import LogConfig
     from tiered.composition import open_log_manager
 
     config = LogConfig.from_properties(props)
-    manager = open_log_manager(config, start_scheduler=False, read_only=True, remote_tier_factory=_metadata_tier)
-    try:
-        yield manager
-    finally:
-        manager.close()
+    with ExitStack() as stack:
+        tier = stack.enter_context(planning_tier(props, cache_dir)) if cache_dir is not None else None
+        if tier is not None:
+            manager = open_log_manager(config, start_scheduler=False, read_only=True, remote_tier=tier,
+                                       owns_remote_tier=False)
+        else:
+            manager = open_log_manager(config, start_scheduler=False, read_only=True, remote_tier_factory=_metadata_tier)
+        try:
+            yield manager
+        finally:
+            manager.close()
 
 
 def _resolve(spec: int | dict[str, dict[int, int]], topic: str, partition: int, default: int) -> int:
@@ -160,7 +302,7 @@ def plan(opts: SourceOptions, bounds: Bounds | None = None, check: bool = True) 
     does not match the data dirs (:func:`check_subscription`)."""
     bounds = bounds or Bounds()
     pieces: list[Piece] = []
-    with open_read_only(opts.props) as manager:
+    with open_read_only(opts.props, opts.cache_dir) as manager:
         wanted = sorted(tp for tp in manager.partitions() if opts.topic_matches(tp[0]))
         if check:
             check_subscription(opts, wanted)
@@ -177,6 +319,7 @@ def plan(opts: SourceOptions, bounds: Bounds | None = None, check: bool = True) 
             log = manager.get_log(topic, partition)
             if log is None:
                 continue
+            refresh_remote_metadata(log)
             pieces.extend(_plan_partition(log, topic, partition, opts, bounds, root))
     return pieces
 
@@ -381,9 +524,6 @@ def _passes(x: int, op: str, value: Any) -> bool:
 
 def _original_path(log: Log, seg: Any) -> Any:
     """The segment's file in the data dir (a read-only log's scratch dir links to it)."""
-    import os
-    from pathlib import Path
-
     path = Path(seg.log.path)
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 

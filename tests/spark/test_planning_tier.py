@@ -1,0 +1,149 @@
+"""The remote tier a process keeps between the plans of Spark reads (``tiered.spark.planning.planning_tier``).
+
+Spark keeps its planner process for the next query, and a streaming query plans every micro-batch: the tier is
+built once per process and properties, each partition's metadata is listed again at every plan (new segments
+found, deleted ones gone), and an event object already decoded is not read again. At most
+``MAX_PLANNING_TIERS`` are kept; one a plan still holds is closed when that plan ends."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local import LogConfig, LogManager
+from local.records import MemoryRecords, SimpleRecord
+from tests.logutil import local_tier_props
+from tiered.spark import planning
+from tiered.spark.options import parse_options
+
+PER_SEGMENT = 500
+T0 = int(time.time() * 1000) - 3_600_000  # recent: remote retention must not expire the data
+
+
+def _props(root: Path) -> dict[str, str]:
+    return local_tier_props(root)
+
+
+def _append(root: Path, segments: int) -> None:
+    """``segments`` more segments of :data:`PER_SEGMENT` records to topic t (partition 0), offloaded and deleted
+    locally."""
+    with LogManager(LogConfig.from_properties(_props(root)), start_scheduler=False) as m:
+        log = m.get_or_create_log("t", 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+        start = log.log_end_offset
+        for first in range(start, start + segments * PER_SEGMENT, 100):
+            log.append(MemoryRecords.build([SimpleRecord(T0 + i, None, b"v%06d" % i + b"x" * 200)
+                                            for i in range(first, first + 100)]))
+            if (first + 100) % PER_SEGMENT == 0:
+                log.roll()
+        rlm = m.remote_tier
+        assert rlm is not None
+        rlm.run_once(m.all_logs())
+        m.cleanup_logs()
+
+
+def _opts(root: Path, cache: Path | None = None) -> Any:
+    return parse_options({**{f"config.{k}": v for k, v in _props(root).items()}, "topics": "t", "tiers": "remote",
+                          "cacheDir": str(cache or root / "cache")})
+
+
+def _remote_ranges(root: Path, cache: Path | None = None) -> list[tuple[int, int]]:
+    return [(p.from_offset, p.until_offset) for p in planning.plan(_opts(root, cache)) if p.remote_metadata]
+
+
+@pytest.fixture(autouse=True)
+def _no_kept_tiers() -> Any:
+    planning._close_planning_tiers()
+    yield
+    planning._close_planning_tiers()
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
+    calls = [0]
+    real = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_the_tier_is_built_once_and_a_plan_again_reads_only_new_events(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import tiered.metadata
+
+    _append(tmp_path, 2)
+    built = _count_calls(monkeypatch, planning, "_metadata_tier")
+    decoded = _count_calls(monkeypatch, tiered.metadata, "decode_record")
+    first = _remote_ranges(tmp_path)
+    assert built[0] == 1 and first and first[0][0] == 0
+    events = decoded[0]
+    assert events >= 2 * len(first)  # STARTED and FINISHED of each segment
+    assert _remote_ranges(tmp_path) == first
+    assert built[0] == 1 and decoded[0] == events  # nothing new: nothing read again
+
+    _append(tmp_path, 3)  # more segments offloaded since (by a writer of this process: its events count too)
+    events = decoded[0]
+    second = _remote_ranges(tmp_path)
+    assert second[: len(first)] == first and len(second) > len(first) and second[-1][1] == 5 * PER_SEGMENT
+    assert built[0] == 1 and decoded[0] - events == 2 * (len(second) - len(first))  # only the new segments' events
+    tier_dir = next((tmp_path / "cache" / "index").glob("planner-*"))
+    assert tier_dir.is_dir()
+
+
+def test_segments_deleted_since_the_last_plan_are_not_planned(tmp_path: Path) -> None:
+    _append(tmp_path, 4)
+    before = _remote_ranges(tmp_path)
+    assert len(before) >= 3
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as m:
+        log = m.get_log("t", 0)
+        assert log is not None and m.remote_tier is not None
+        log.delete_records(before[1][1])  # the first two remote segments fall below the log start
+        m.remote_tier.run_once(m.all_logs())
+    after = _remote_ranges(tmp_path)
+    assert after[0][0] == before[1][1] and after == [r for r in before if r[0] >= before[1][1]]
+
+
+def test_at_most_max_planning_tiers_are_kept_and_a_tier_in_use_is_closed_after_its_plan(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(planning, "MAX_PLANNING_TIERS", 1)
+    a, b = tmp_path / "a", tmp_path / "b"
+    _append(a, 1)
+    _append(b, 1)
+    assert _remote_ranges(a) and len(planning._planning_tiers) == 1
+    a_dir = next((a / "cache" / "index").glob("planner-*"))
+    with planning.planning_tier(_props(a), str(a / "cache")) as held:  # a plan of a still running
+        assert held is not None
+        assert _remote_ranges(b)  # b's tier takes a's place: a's is retired, not closed under the running plan
+        assert len(planning._planning_tiers) == 1 and a_dir.is_dir() and not held.index_cache._closed
+    assert held.index_cache._closed and not a_dir.exists()  # closed when the plan that held it ended
+    b_dir = next((b / "cache" / "index").glob("planner-*"))
+    planning._close_planning_tiers()
+    assert not b_dir.exists()
+
+
+def test_a_kept_tier_starts_no_thread_and_its_manager_leaves_it_open(tmp_path: Path) -> None:
+    _append(tmp_path, 1)
+    _remote_ranges(tmp_path)  # the first plan builds the tier
+    before = {t.ident for t in threading.enumerate()}
+    assert _remote_ranges(tmp_path)
+    assert {t.ident for t in threading.enumerate()} == before
+    (kept,) = planning._planning_tiers.values()
+    assert not kept.tier.index_cache._closed  # the managers of both plans closed; the tier they shared did not
+
+
+def test_without_a_cache_dir_every_open_builds_and_closes_its_own_tier(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    _append(tmp_path, 1)
+    built = _count_calls(monkeypatch, planning, "_metadata_tier")
+    for _ in range(2):
+        with planning.open_read_only(_props(tmp_path)) as manager:
+            tier = manager.remote_tier
+            assert tier is not None
+        assert tier.index_cache._closed
+    assert built[0] == 2 and not planning._planning_tiers
