@@ -19,7 +19,7 @@ from typing import IO, BinaryIO, ClassVar
 
 from local.checkpoint import exclusive_write
 from tiered.backends.composed import ObjectStoreRemoteStorageManager
-from tiered.backends.long_names import key_of, path_of, write_name_files
+from tiered.backends.long_names import is_name_file, is_shortened, key_of, path_of, write_name_files
 from tiered.errors import ObjectExistsError, RemoteStorageError
 from tiered.options import Options
 from tiered.store import ObjectStore, StoreCapabilities, not_found, read_all
@@ -145,11 +145,28 @@ class LocalDirStore(ObjectStore):
             return []
         out = []
         originals: dict[Path, str] = {}
-        for path in search.rglob("*"):
-            if path.is_file() and not path.name.endswith(".tmp"):
-                key = key_of(base, path, originals)
-                if key is not None and key.startswith(prefix):
-                    out.append(key)
+        # os.scandir, not Path.rglob: a Spark read lists each partition's metadata at every plan, and a Path and a
+        # stat per entry cost more than the rest of the listing. As rglob: symlinked directories are not entered.
+        relative = os.path.relpath(search, base)
+        todo = [(str(search), "" if relative == "." else relative.replace(os.sep, "/") + "/")]
+        while todo:
+            directory, head = todo.pop()
+            try:
+                with os.scandir(directory) as entries:
+                    found = list(entries)
+            except (PermissionError, FileNotFoundError, NotADirectoryError):  # as rglob: gone, or not a directory
+                continue
+            for entry in found:
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append((entry.path, head + entry.name + "/"))
+                elif entry.name.endswith(".tmp") or not entry.is_file():
+                    continue
+                else:
+                    name = head + entry.name
+                    plain = not any(is_shortened(part) or is_name_file(part) for part in name.split("/"))
+                    key = name if plain else key_of(base, Path(entry.path), originals)
+                    if key is not None and key.startswith(prefix):
+                        out.append(key)
         return sorted(out)
 
     def exists(self, key: str) -> bool:
