@@ -277,12 +277,15 @@ def test_a_log_manager_runs_the_cleaner_threads_and_their_retention_of_compact_d
         "log.dirs": str(tmp_path), "log.cleaner.backoff.ms": "10", "log.cleaner.min.cleanable.ratio": "0.01",
         "log.segment.delete.delay.ms": "0", "log.retention.check.interval.ms": "3600000"})
     with LogManager(config) as m:
-        log = m.get_or_create_log("c", 0, {"cleanup.policy": "compact,delete", "retention.ms": str(3 * DAY)})
+        # Each of the two segments holds more than half a segment: a cleaning cannot merge the old one into the new
+        # one (whose timestamps would then keep it), whether it runs before the new records come or after.
+        log = m.get_or_create_log("c", 0, {"cleanup.policy": "compact,delete", "retention.ms": str(3 * DAY),
+                                           "segment.bytes": str(1024 * 1024)})
         now = int(_time.time() * 1000)
-        log.append(MemoryRecords.build([SimpleRecord(now - 10 * DAY, b"old", b"x")]))
+        log.append(MemoryRecords.build([SimpleRecord(now - 10 * DAY, b"old", b"x" * 600_000)]))
         log.roll()
         for i in range(500):
-            log.append(MemoryRecords.build([SimpleRecord(now, b"k%d" % (i % 10), b"v%d" % i)]))
+            log.append(MemoryRecords.build([SimpleRecord(now, b"k%d" % (i % 10), b"v%d" % i + b"y" * 1200)]))
         log.roll()
         assert m.cleaner is not None
         deadline = _time.monotonic() + 60
