@@ -25,12 +25,11 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from crc32c import crc32c
-
 from bench._util import report
 from local.cleaner.cleaner import Cleaner, LogToClean, Throttler
 from local.cleaner.offset_map import SkimpyOffsetMap
 from local.config import LogConfig
+from local.crc import crc32c
 from local.log import Log
 from local.records import MemoryRecords, SimpleRecord
 from local.scheduler import Scheduler

@@ -39,11 +39,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import crc32c
-
 from bench._util import best_of, report
 from local import filenames
 from local.config import LogConfig, TopicConfig
+from local.crc import crc32c
 from local.log import Log
 from local.records import MemoryRecords, SimpleRecord
 from local.scheduler import MockTime
@@ -175,7 +174,7 @@ def read_and_crc(path: Path) -> None:
     for entry in sorted(os.scandir(path), key=lambda e: e.name):
         if entry.name.endswith(filenames.LOG_FILE_SUFFIX):
             with open(entry.path, "rb") as f:
-                crc32c.crc32c(f.read())
+                crc32c(f.read())
 
 
 def bench_unclean_recovery(root: Path) -> None:

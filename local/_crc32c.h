@@ -1,7 +1,8 @@
 /*
- * The crc32c package's CRC-32C, for the C extensions (local/records/_fastwalk.c, local/cleaner/_cleancore.c): a
- * well-kept library, not a second implementation. Its function is Python's to call, so the GIL is held; the package
- * gives it up itself over a large buffer. Each extension calls crc_import() when it is imported.
+ * The project's CRC-32C (local/crc.py: fastcrc's), for the C extensions (local/records/_fastwalk.c,
+ * local/cleaner/_cleancore.c, tiered/spark/_arrowdecode.c): a well-kept library, not a second implementation. Its
+ * function is Python's to call, so the GIL is held; the library gives it up itself over a large buffer. Each
+ * extension calls crc_import() when it is imported.
  */
 #ifndef TIERED_CRC32C_H
 #define TIERED_CRC32C_H
@@ -9,12 +10,12 @@
 #include <Python.h>
 #include <stdint.h>
 
-static PyObject *crc_fn; /* crc32c.crc32c */
+static PyObject *crc_fn; /* local.crc.crc32c */
 
-/* Import crc32c.crc32c: 0, or -1 with an exception set. */
+/* Import local.crc.crc32c: 0, or -1 with an exception set. */
 static int crc_import(void)
 {
-    PyObject *module = PyImport_ImportModule("crc32c");
+    PyObject *module = PyImport_ImportModule("local.crc");
     if (module == NULL)
         return -1;
     crc_fn = PyObject_GetAttrString(module, "crc32c");

@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import crc32c
-
 from local import filenames
 from local.checkpoint import atomic_write
+from local.crc import crc32c
 from local.errors import (
     CorruptSnapshotError,
     InvalidProducerEpochError,
@@ -74,7 +73,7 @@ def encode_snapshot(entries: Iterable[SnapshotEntry]) -> bytes:
         _ENTRY.pack_into(buf, pos, e.producer_id, e.producer_epoch, e.last_sequence, e.last_offset, e.offset_delta,
                          e.timestamp, e.coordinator_epoch, e.current_txn_first_offset)
         pos += _ENTRY.size
-    struct.pack_into(">I", buf, 2, crc32c.crc32c(memoryview(buf)[6:]))
+    struct.pack_into(">I", buf, 2, crc32c(memoryview(buf)[6:]))
     return bytes(buf)
 
 
@@ -84,7 +83,7 @@ def decode_snapshot(data: bytes, source: str = "snapshot") -> list[SnapshotEntry
     version, crc, count = _HEADER.unpack_from(data, 0)
     if version != SNAPSHOT_VERSION:
         raise CorruptSnapshotError(f"{source}: unknown snapshot version {version}", path=source)
-    computed = crc32c.crc32c(memoryview(data)[6:])
+    computed = crc32c(memoryview(data)[6:])
     if computed != crc:
         raise CorruptSnapshotError(f"{source}: crc mismatch (stored {crc:#010x}, computed {computed:#010x})", path=source)
     if count < 0 or len(data) != _HEADER.size + count * _ENTRY.size:

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from crc32c import crc32c
-
 from local import filenames
+from local.crc import crc32c
 from local.errors import (
     CorruptIndexError,
     CorruptRecordError,

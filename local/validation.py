@@ -45,8 +45,7 @@ import struct
 from collections.abc import Iterable
 from typing import NoReturn
 
-from crc32c import crc32c
-
+from local.crc import crc32c
 from local.errors import (
     CorruptRecordError,
     InvalidRecordError,

@@ -47,8 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
-from crc32c import crc32c
-
+from local.crc import crc32c
 from tiered import layout
 from tiered.errors import RemoteChecksumError
 from tiered.rsm import IndexType, LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "../_batch_header.h" /* the v2 header's fields */
-#include "../_crc32c.h" /* CRC-32C, the batches' checksums: the crc32c package's */
+#include "../_crc32c.h" /* CRC-32C, the batches' checksums: local.crc's */
 
 /* ---------------------------------------------------------------------------------------------------------------- */
 /* SipHash-2-4 with its 128-bit output (Aumasson and Bernstein), for the map's key digests: a keyed hash, the key drawn */

@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from crc32c import crc32c
 
 from local import filenames
 from local.cleaner.filter import BatchFilter, FilterStats, LastRecord, _cleancore, control_type, scan_records
 from local.cleaner.offset_map import SkimpyOffsetMap
 from local.cleaner.records import F_KEY_LEN, F_OFFSET_DELTA
 from local.cleaner.transactions import CleanedTransactionMetadata
+from local.crc import crc32c
 from local.errors import CorruptRecordError
 from local.errors import LogCleaningAbortedError as LogCleaningAbortedError
 from local.records.batch import (

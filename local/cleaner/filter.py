@@ -27,13 +27,13 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
-from crc32c import crc32c
 
 from local.cleaner.offset_map import SkimpyOffsetMap
 from local.cleaner.records import F_KEY_LEN, F_OFFSET_DELTA, F_TIMESTAMP_DELTA, F_VALUE_LEN, FIELDS
 from local.cleaner.records import rebuild_records as py_rebuild_records
 from local.cleaner.records import scan_records as py_scan_records
 from local.cleaner.transactions import CleanedTransactionMetadata
+from local.crc import crc32c
 from local.errors import CorruptRecordError, InvalidRecordError
 from local.records.batch import (
     ATTRIBUTES_OFFSET,

@@ -120,7 +120,7 @@ static PyObject *walk_simple_records(PyObject *self, PyObject *args)
 #define CODEC_OR_CONTROL (A_CODEC_MASK | A_CONTROL)
 
 /* local.validation._plain_client_batch at native speed: the whole fast-path question in one call. The CRC is
- * the crc32c package's (a well-kept library, not a second implementation here). */
+ * local.crc's (a well-kept library, not a second implementation here). */
 static PyObject *plain_client_batch(PyObject *self, PyObject *args)
 {
     Py_buffer view;

@@ -25,8 +25,7 @@ import enum
 import struct
 from collections.abc import Iterator, Sequence
 
-import crc32c
-
+from local.crc import crc32c
 from local.errors import CorruptRecordError, InvalidRecordError
 from local.records.compression import CompressionType
 
@@ -196,7 +195,7 @@ class RecordBatch:
 
     # validation ---------------------------------------------------------------------------------------
     def compute_checksum(self) -> int:
-        return crc32c.crc32c(self._buf[ATTRIBUTES_OFFSET:])
+        return crc32c(self._buf[ATTRIBUTES_OFFSET:])
 
     def is_valid(self) -> bool:
         return self.compute_checksum() == self.crc
@@ -321,7 +320,7 @@ def set_max_timestamp(buf: bytearray | memoryview, position: int, timestamp_type
     _I64.pack_into(view, position + MAX_TIMESTAMP_OFFSET, max_timestamp)
     (length,) = _I32.unpack_from(view, position + LENGTH_OFFSET)
     end = position + LOG_OVERHEAD + length
-    _U32.pack_into(view, position + CRC_OFFSET, crc32c.crc32c(view[position + ATTRIBUTES_OFFSET : end]))
+    _U32.pack_into(view, position + CRC_OFFSET, crc32c(view[position + ATTRIBUTES_OFFSET : end]))
 
 
 # Building ----------------------------------------------------------------------------------------------
@@ -371,5 +370,5 @@ def build_batch(
         out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0, attributes,
         len(records) - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(records),
     )
-    _U32.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    _U32.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)

@@ -33,8 +33,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from crc32c import crc32c
-
+from local.crc import crc32c
 from tiered.cache.chunk_memory import Chunk
 from tiered.cache.locks import DISK_COLD, RankedLock
 

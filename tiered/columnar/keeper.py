@@ -177,7 +177,7 @@ class ColumnarKeeper:
 
     def _extendable(self, directory: Path, log: Log, m: Manifest) -> ColumnarFile | None:
         """The last file, when the next segment's rows should go into a copy of it (module docstring)."""
-        import crc32c
+        from local.crc import crc32c
 
         if not m.files or m.files[-1].size >= log.config.remote_log_columnar_file_bytes:
             return None
@@ -186,7 +186,7 @@ class ColumnarKeeper:
         try:
             with open(stored_file(directory, last.name), "rb") as fh:
                 while chunk := fh.read(8 * 1024 * 1024):
-                    crc = crc32c.crc32c(chunk, crc)
+                    crc = crc32c(chunk, crc)
         except OSError as exc:
             logger.error("columnar copy of %s: cannot read %s (%s): the next rows start a new file", log.name,
                          last.name, exc)
@@ -263,7 +263,7 @@ class ColumnarKeeper:
     def _write_file(self, directory: Path, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata,
                     prefix: ColumnarFile | None) -> ColumnarFile:
         """A file of ``md``'s rows, after ``prefix``'s row groups (copied as they are) when it is given."""
-        import crc32c
+        from local.crc import crc32c
 
         try:
             import pyarrow.parquet as pq
@@ -286,7 +286,7 @@ class ColumnarKeeper:
             crc, size = 0, 0
             with open(tmp, "rb") as fh:
                 while chunk := fh.read(8 * 1024 * 1024):
-                    crc = crc32c.crc32c(chunk, crc)
+                    crc = crc32c(chunk, crc)
                     size += len(chunk)
                 os.fsync(fh.fileno())
             self.on_step("written")

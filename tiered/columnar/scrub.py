@@ -49,8 +49,9 @@ def scrub_columnar(root: Path, partitions: list[PartitionReport], topic: str | N
 
 
 def scrub_partition(directory: Path, report: PartitionReport) -> None:
-    import crc32c
     import pyarrow.parquet as pq
+
+    from local.crc import crc32c
 
     path = directory / MANIFEST_NAME
     try:
@@ -82,7 +83,7 @@ def scrub_partition(directory: Path, report: PartitionReport) -> None:
         if len(data) != f.size:
             report.problems.append(Problem(KIND, f"{len(data)} bytes, the manifest says {f.size}", file=str(file)))
             continue
-        crc = crc32c.crc32c(data)
+        crc = crc32c(data)
         if crc != f.crc32c:
             report.problems.append(Problem(KIND, f"crc32c {crc:#010x} of its bytes, the manifest says {f.crc32c:#010x}",
                                            file=str(file)))

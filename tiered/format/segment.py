@@ -18,9 +18,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
-from crc32c import crc32c
-
 from local.checkpoint import kafka_uuid_to_str
+from local.crc import crc32c
 from tiered.errors import RemoteChunkError
 from tiered.format.manifest import IndexEntry, SegmentManifest
 from tiered.format.transforms import LOG_OBJECT, ChunkCodec

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import zstandard
-from crc32c import crc32c
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from local.checkpoint import kafka_uuid_to_str
+from local.crc import crc32c
 from tiered.errors import RemoteChunkError
 
 if TYPE_CHECKING:

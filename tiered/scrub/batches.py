@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import crc32c
 import numpy as np
 
+from local.crc import crc32c
 from local.errors import CorruptRecordError
 from local.records.batch import (
     ATTRIBUTES_OFFSET,
@@ -118,7 +118,7 @@ class BatchScanner:
         (returning the position) at the first batch it cannot vouch for; :meth:`_parse_one` then looks closer."""
         n = len(view)
         total = self.total_size if self.total_size is not None else start + n
-        unpack, checksum = BATCH_HEADER.unpack_from, crc32c.crc32c
+        unpack, checksum = BATCH_HEADER.unpack_from, crc32c
         positions, bases, lasts, max_timestamps = (self.positions.append, self.bases.append, self.lasts.append,
                                                    self.max_timestamps.append)
         next_min, max_last = self._next_min, self.segment_base + INT32_MAX
@@ -178,7 +178,7 @@ class BatchScanner:
     def _check_v2(self, view: memoryview, p: int, position: int, size: int) -> None:
         (base, _length, _epoch, _magic, crc, attributes, delta, _base_ts, max_ts, _pid, _pepoch, _seq,
          count) = BATCH_HEADER.unpack_from(view, p)
-        computed = crc32c.crc32c(view[p + ATTRIBUTES_OFFSET : p + size])
+        computed = crc32c(view[p + ATTRIBUTES_OFFSET : p + size])
         last = base + delta
         if computed != crc:
             self.report("crc_mismatch", f"batch of {size} bytes: stored CRC {crc:#010x}, computed {computed:#010x}",

@@ -32,10 +32,10 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import crc32c
 import numpy as np
 import pyarrow as pa
 
+from local.crc import crc32c
 from local.errors import CorruptRecordError, InvalidRecordError
 from local.records.batch import (
     ATTRIBUTES_OFFSET,
@@ -331,7 +331,7 @@ class ArrowBatchBuilder:
     def check_crc(view: memoryview) -> None:
         """CRC-check a v2 batch that is dropped without being decoded (an aborted one)."""
         (crc,) = struct.unpack_from(">I", view, 17)
-        computed = crc32c.crc32c(view[ATTRIBUTES_OFFSET:])
+        computed = crc32c(view[ATTRIBUTES_OFFSET:])
         if computed != crc:
             (base_offset,) = struct.unpack_from(">q", view, 0)
             raise CorruptRecordError(
@@ -350,7 +350,7 @@ class ArrowBatchBuilder:
             return out
         (base_offset, _length, epoch, _magic, crc, attributes, last_delta, base_ts, max_ts, _pid, _pepoch, _seq,
          count) = BATCH_HEADER.unpack_from(view, 0)
-        computed = crc32c.crc32c(view[ATTRIBUTES_OFFSET:])
+        computed = crc32c(view[ATTRIBUTES_OFFSET:])
         if computed != crc:
             raise CorruptRecordError(
                 f"record batch at offset {base_offset} is corrupt: stored crc {crc:#010x}, computed {computed:#010x}",
