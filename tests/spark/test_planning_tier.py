@@ -147,3 +147,18 @@ def test_without_a_cache_dir_every_open_builds_and_closes_its_own_tier(tmp_path:
             assert tier is not None
         assert tier.index_cache._closed
     assert built[0] == 2 and not planning._planning_tiers
+
+
+def test_a_cache_dir_that_cannot_be_made_plans_as_before_and_says_so_once(tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    _append(tmp_path, 2)
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the cache dir should be")
+    with caplog.at_level(logging.WARNING, logger="tiered.spark.planning"):
+        first = _remote_ranges(tmp_path, blocked)
+        assert _remote_ranges(tmp_path, blocked) == first and len(first) == 2
+    warned = [r for r in caplog.records if "cannot keep the planning tier" in r.getMessage()]
+    assert len(warned) == 1 and str(blocked) in warned[0].getMessage()
+    assert not planning._planning_tiers and blocked.read_text().startswith("a file")

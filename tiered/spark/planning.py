@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import bisect
 import dataclasses
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -40,6 +41,7 @@ from tiered.spark.options import EARLIEST, LATEST, SourceOptions, SparkSourceOpt
 if TYPE_CHECKING:
     from local.log import Log
 
+logger = logging.getLogger(__name__)
 FilterSpec = tuple[str, str, Any]  # (column, op, value): op in = < <= > >= in; timestamps in microseconds
 
 
@@ -121,6 +123,7 @@ class _KeptTier:
 
 _planning_tiers: dict[tuple[int, tuple[tuple[str, str], ...], str], _KeptTier] = {}  # least recently used first
 _planning_tiers_lock = threading.Lock()
+_unusable_cache_dirs: set[str] = set()  # warned of once
 
 
 @contextmanager
@@ -181,8 +184,15 @@ def _build_planning_tier(config: Any, cache_dir: str) -> _KeptTier | None:
     from tiered.metadata import RemoteLogMetadataStore
 
     index = Path(cache_dir) / "index"
-    index.mkdir(parents=True, exist_ok=True)
-    own = Path(tempfile.mkdtemp(prefix=f"planner-{os.getpid()}-", dir=index))
+    try:
+        index.mkdir(parents=True, exist_ok=True)
+        own = Path(tempfile.mkdtemp(prefix=f"planner-{os.getpid()}-", dir=index))
+    except OSError as exc:  # a read of local segments needs no cacheDir: plan as before, each plan its own tier
+        if cache_dir not in _unusable_cache_dirs:
+            _unusable_cache_dirs.add(cache_dir)
+            logger.warning("cacheDir %s: cannot keep the planning tier's index cache in %s (%s); each plan builds "
+                           "its own", cache_dir, index, exc)
+        return None
     try:
         tier = _metadata_tier(config, own)
     except BaseException:
