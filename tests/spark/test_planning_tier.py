@@ -162,3 +162,15 @@ def test_a_cache_dir_that_cannot_be_made_plans_as_before_and_says_so_once(tmp_pa
     warned = [r for r in caplog.records if "cannot keep the planning tier" in r.getMessage()]
     assert len(warned) == 1 and str(blocked) in warned[0].getMessage()
     assert not planning._planning_tiers and blocked.read_text().startswith("a file")
+
+
+def test_a_remote_read_whose_cache_dir_cannot_be_made_names_the_option(tmp_path: Path) -> None:
+    from tiered.spark.options import SparkSourceOptionError
+    from tiered.spark.reader import read_piece
+
+    _append(tmp_path, 1)
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the cache dir should be")
+    (piece,) = [p for p in planning.plan(_opts(tmp_path, blocked)) if p.remote_metadata]
+    with pytest.raises(SparkSourceOptionError, match=rf"cacheDir={blocked}: an executor cannot keep its remote"):
+        list(read_piece(piece))

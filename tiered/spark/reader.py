@@ -75,11 +75,17 @@ def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
 
     from local import LogConfig
     from tiered.composition import build_remote_tier
+    from tiered.spark.options import SparkSourceOptionError
 
     config = LogConfig.from_properties(props)
     root = Path(cache_dir)
-    (root / "index").mkdir(parents=True, exist_ok=True)
-    own = Path(tempfile.mkdtemp(prefix=f"worker-{os.getpid()}-", dir=root / "index"))
+    try:
+        (root / "index").mkdir(parents=True, exist_ok=True)
+        own = Path(tempfile.mkdtemp(prefix=f"worker-{os.getpid()}-", dir=root / "index"))
+    except OSError as exc:
+        raise SparkSourceOptionError(
+            f"cacheDir={cache_dir}: an executor cannot keep its remote segment cache there ({exc.strerror or exc}: "
+            f"{exc.filename or root / 'index'}); give the option a directory each executor's machine can write") from exc
     atexit.register(shutil.rmtree, own, True)
     return build_remote_tier(
         config, cache_root=own, index_cache_dir=own, segment_cache_dir=root / "remote-log-segment-cache"
