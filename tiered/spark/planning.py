@@ -235,7 +235,7 @@ def refresh_remote_metadata(log: Log) -> None:
 
     rlm: Any = log.remote_tier
     metadata = getattr(rlm, "metadata", None)
-    if isinstance(metadata, RemoteLogMetadataStore):
+    if isinstance(metadata, RemoteLogMetadataStore) and log.topic_id is not None:  # none: no remote segments
         metadata.load(rlm.topic_id_partition(log))
 
 
