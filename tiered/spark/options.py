@@ -10,7 +10,8 @@ partitions wanted, as Spark's Kafka source takes it; none by default), and two o
 (the most bytes one input partition reads, 64 MiB: a larger segment is split at batch boundaries, consecutive
 smaller ones of a topic partition are read in one task, as Spark's file sources pack small files:
 :func:`tiered.spark.planning.input_partitions`) and ``cacheDir``
-(where executors keep the remote tier's caches; one per machine, shared by its executors). ``filterPushdown``
+(where executors keep the remote tier's caches; one per machine, shared by its executors; the planner keeps
+the remote indexes of its plans there too: :func:`tiered.spark.planning.planning_tier`). ``filterPushdown``
 (``true``) and ``maxOffsetsPerTrigger`` (streaming) are read by :mod:`tiered.spark.source`. ``columnarCopy``
 (``true``): offsets held by the topic's columnar copy (``remote.log.columnar.enable``, :mod:`tiered.columnar`) are
 read from its Parquet files, the rest from the log; ``false`` reads the log only. ``freezeWorkerHeap`` (``true``):
