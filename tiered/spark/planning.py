@@ -177,21 +177,28 @@ def planning_tier(props: dict[str, str], cache_dir: str) -> Iterator[Any | None]
             kept.close()
 
 
+def process_index_dir(cache_dir: str, role: str) -> Path:
+    """A new directory of this process (``<role>-<pid>-*``) under ``cache_dir/index``, for the index cache it owns
+    (an executor's, a planner's); OSError where it cannot be made."""
+    import tempfile
+
+    index = Path(cache_dir) / "index"
+    index.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{role}-{os.getpid()}-", dir=index))
+
+
 def _build_planning_tier(config: Any, cache_dir: str) -> _KeptTier | None:
     import shutil
-    import tempfile
 
     from tiered.metadata import RemoteLogMetadataStore
 
-    index = Path(cache_dir) / "index"
     try:
-        index.mkdir(parents=True, exist_ok=True)
-        own = Path(tempfile.mkdtemp(prefix=f"planner-{os.getpid()}-", dir=index))
+        own = process_index_dir(cache_dir, "planner")
     except OSError as exc:  # a read of local segments needs no cacheDir: plan as before, each plan its own tier
         if cache_dir not in _unusable_cache_dirs:
             _unusable_cache_dirs.add(cache_dir)
             logger.warning("cacheDir %s: cannot keep the planning tier's index cache in %s (%s); each plan builds "
-                           "its own", cache_dir, index, exc)
+                           "its own", cache_dir, Path(cache_dir) / "index", exc)
         return None
     try:
         tier = _metadata_tier(config, own)

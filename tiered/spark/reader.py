@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import os
 import struct
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -36,7 +35,7 @@ import pyarrow as pa
 
 from local.errors import CorruptRecordError
 from tiered.spark.arrow_records import ARROW_SCHEMA, COLUMNS, ArrowBatchBuilder, Projection
-from tiered.spark.planning import ColumnarFileGoneError, Piece, SparkSourceDataLossError
+from tiered.spark.planning import ColumnarFileGoneError, Piece, SparkSourceDataLossError, process_index_dir
 from tiered.spark.raw_batches import READ_BYTES, RawBatches
 
 __all__ = ["READ_BYTES", "apply_filters", "read_piece", "remote_log_manager", "timestamp_micros"]
@@ -70,7 +69,6 @@ def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
     machine), the index cache private to the process (removed at exit)."""
     import atexit
     import shutil
-    import tempfile
     from pathlib import Path
 
     from local import LogConfig
@@ -80,8 +78,7 @@ def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
     config = LogConfig.from_properties(props)
     root = Path(cache_dir)
     try:
-        (root / "index").mkdir(parents=True, exist_ok=True)
-        own = Path(tempfile.mkdtemp(prefix=f"worker-{os.getpid()}-", dir=root / "index"))
+        own = process_index_dir(cache_dir, "worker")
     except OSError as exc:
         raise SparkSourceOptionError(
             f"cacheDir={cache_dir}: an executor cannot keep its remote segment cache there ({exc.strerror or exc}: "
