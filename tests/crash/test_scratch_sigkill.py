@@ -85,3 +85,49 @@ def test_a_killed_readers_copy_of_a_data_dir_is_removed_by_the_next_reader(tmp_p
     assert done.stdout.split() == ["a", "b"]
     assert list((tmp_path / "tmp").iterdir()) == []  # the killed reader's copy swept, the consumer's own removed
     assert list((tmp_path / "shm").iterdir()) == []
+
+
+_INDEX_HOLDER = """
+import sys
+from tiered.spark.planning import process_index_dir
+own = process_index_dir(sys.argv[1], sys.argv[2])
+(own.path / "remote-log-index-cache").mkdir()
+(own.path / "remote-log-index-cache" / "00000000000000000000_x.index").write_bytes(bytes(8))
+print(own.path, flush=True)
+sys.stdin.read()  # until the test closes our stdin or kills us
+"""
+
+
+def _index_holder(cache: Path, role: str) -> tuple[subprocess.Popen[str], Path]:
+    proc = subprocess.Popen([sys.executable, "-c", _INDEX_HOLDER, str(cache), role], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, Path(proc.stdout.readline().strip())
+
+
+def test_a_killed_spark_workers_index_dir_under_cache_dir_is_swept_by_the_next_worker(tmp_path: Path) -> None:
+    """Spark kills its Python workers and planners at a session's end: the index dirs they kept under
+    ``cacheDir/index`` are removed by the next process of the same role (tiered.spark.planning.process_index_dir),
+    never those of live processes nor another role's."""
+    from tiered.spark.planning import process_index_dir
+
+    cache = tmp_path / "cache"
+    killed, killed_dir = _index_holder(cache, "worker")
+    live, live_dir = _index_holder(cache, "worker")
+    planner, planner_dir = _index_holder(cache, "planner")
+    try:
+        assert killed_dir.parent == live_dir.parent == planner_dir.parent == cache / "index"
+        for proc in (killed, planner):
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        own = process_index_dir(str(cache), "worker")
+        try:
+            assert not killed_dir.exists()
+            assert any(live_dir.rglob("*.index")) and planner_dir.exists()  # alive; not this role's
+            assert sorted((cache / "index").iterdir()) == sorted([live_dir, planner_dir, own.path])
+        finally:
+            own.cleanup()
+        assert not own.path.exists()
+    finally:
+        live.kill()
+        live.wait()

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from local.errors import OffsetOutOfRangeError
 from local.filenames import LOST_OFFSETS_FILENAME
+from local.scratch import ScratchDir
 from tiered.errors import TieredStorageError
 from tiered.spark.options import EARLIEST, LATEST, SourceOptions, SparkSourceOptionError
 
@@ -108,17 +109,15 @@ MAX_PLANNING_TIERS = 4  # kept per process (a test session plans over many data 
 @dataclass(eq=False)
 class _KeptTier:
     tier: Any
-    directory: Path
+    directory: ScratchDir
     users: int = 0
     retired: bool = False
 
     def close(self) -> None:
-        import shutil
-
         try:
             self.tier.close()
         finally:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory.cleanup()
 
 
 _planning_tiers: dict[tuple[int, tuple[tuple[str, str], ...], str], _KeptTier] = {}  # least recently used first
@@ -177,19 +176,18 @@ def planning_tier(props: dict[str, str], cache_dir: str) -> Iterator[Any | None]
             kept.close()
 
 
-def process_index_dir(cache_dir: str, role: str) -> Path:
-    """A new directory of this process (``<role>-<pid>-*``) under ``cache_dir/index``, for the index cache it owns
-    (an executor's, a planner's); OSError where it cannot be made."""
-    import tempfile
-
+def process_index_dir(cache_dir: str, role: str) -> ScratchDir:
+    """A new directory of this process (``<role>-*``) under ``cache_dir/index``, for the index cache it owns (an
+    executor's, a planner's); OSError where it cannot be made. It is a :class:`local.scratch.ScratchDir`, locked
+    while this process lives: a process Spark kills (executors and planners are, at a session's end) leaves its
+    directory behind, and the next process of the same role on any machine sharing ``cache_dir`` sweeps it, while
+    those of live processes, in other PID namespaces too, are left alone (the lock is the kernel's, not a PID)."""
     index = Path(cache_dir) / "index"
     index.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f"{role}-{os.getpid()}-", dir=index))
+    return ScratchDir(f"{role}-", root=index)
 
 
 def _build_planning_tier(config: Any, cache_dir: str) -> _KeptTier | None:
-    import shutil
-
     from tiered.metadata import RemoteLogMetadataStore
 
     try:
@@ -201,9 +199,9 @@ def _build_planning_tier(config: Any, cache_dir: str) -> _KeptTier | None:
                            "its own", cache_dir, Path(cache_dir) / "index", exc)
         return None
     try:
-        tier = _metadata_tier(config, own)
+        tier = _metadata_tier(config, own.path)
     except BaseException:
-        shutil.rmtree(own, ignore_errors=True)
+        own.cleanup()
         raise
     kept = _KeptTier(tier, own)
     if not isinstance(getattr(tier, "metadata", None), RemoteLogMetadataStore):

@@ -55,7 +55,8 @@ def remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
     Built by the composition root (:func:`tiered.composition.build_remote_tier`), but with the two caches placed for executors: the
     segment chunk cache (``diskcache``, process-safe) in ``cache_dir`` itself, shared by every executor of the
     machine; the index cache, which one process owns (it clears leftovers of its directory when it starts), in a
-    directory of this process under it, removed when the process exits."""
+    directory of this process under it, removed when the process exits (or, when it is killed, by the next
+    executor's sweep: :func:`tiered.spark.planning.process_index_dir`)."""
     key = (*sorted(props.items()), ("__cache_dir", cache_dir))
     with _managers_lock:
         rlm = _managers.get(key)
@@ -68,7 +69,6 @@ def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
     """The worker process's remote reader: the chunk cache in ``cache_dir`` (shared by the executors of one
     machine), the index cache private to the process (removed at exit)."""
     import atexit
-    import shutil
     from pathlib import Path
 
     from local import LogConfig
@@ -83,9 +83,9 @@ def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
         raise SparkSourceOptionError(
             f"cacheDir={cache_dir}: an executor cannot keep its remote segment cache there ({exc.strerror or exc}: "
             f"{exc.filename or root / 'index'}); give the option a directory each executor's machine can write") from exc
-    atexit.register(shutil.rmtree, own, True)
+    atexit.register(own.cleanup)  # (a process Spark kills leaves it to the next one's sweep)
     return build_remote_tier(
-        config, cache_root=own, index_cache_dir=own, segment_cache_dir=root / "remote-log-segment-cache"
+        config, cache_root=own.path, index_cache_dir=own.path, segment_cache_dir=root / "remote-log-segment-cache"
     )
 
 
