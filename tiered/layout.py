@@ -7,6 +7,8 @@ partition's metadata events live beside its segments under ``__remote_log_metada
 
 from __future__ import annotations
 
+import uuid
+
 from local.checkpoint import kafka_uuid_from_str, kafka_uuid_to_str
 from tiered.rsm import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
@@ -48,6 +50,21 @@ def metadata_prefix(prefix: str, tip: TopicIdPartition) -> str:
 
 def metadata_event_key(prefix: str, segment_id: RemoteLogSegmentId, start_offset: int, state: int) -> str:
     return f"{metadata_prefix(prefix, segment_id.topic_id_partition)}{start_offset:020d}-{kafka_uuid(segment_id.id)}.{state}.json"
+
+
+def metadata_event_of_key(key: str) -> tuple[int, uuid.UUID, int] | None:
+    """(start offset, segment id, state) that a metadata event's key names (:func:`metadata_event_key`), or None for
+    a key of another form: what is known of an event whose object cannot be read."""
+    name = key.rsplit("/", 1)[-1]
+    head, dot, rest = name.partition(".")
+    start, dash, sid = head.partition("-")
+    state, _, json = rest.partition(".")
+    if not (dot and dash and json == "json" and len(start) == 20 and start.isdigit() and state.isdigit()):
+        return None
+    try:
+        return int(start), parse_kafka_uuid(sid), int(state)
+    except ValueError:
+        return None
 
 
 def owner_records_prefix(prefix: str, tip: TopicIdPartition) -> str:

@@ -40,7 +40,7 @@ from local.checkpoint import atomic_write, exclusive_write
 from tiered import layout
 from tiered.backends.long_names import key_of, path_of, write_name_files
 from tiered.checksums import SegmentChecksums
-from tiered.errors import ObjectExistsError, RemoteResourceNotFoundError
+from tiered.errors import ObjectExistsError, RemoteResourceNotFoundError, TieredStorageError
 from tiered.ownership import OwnerRecord, within_lineage
 from tiered.rsm import (
     RemoteLogSegmentId,
@@ -193,6 +193,11 @@ class RemoteLogMetadataStore:
         # and state (its key says which), so a load again (a Spark planner kept across plans) reads and decodes only
         # the keys new since; what the listing no longer has is dropped with it.
         self._decoded: dict[TopicIdPartition, dict[str, tuple[RemoteLogSegmentMetadata, SegmentChecksums | None]]] = {}
+        # Per partition, at its last load: the event objects that could not be read (damaged), by key, with what
+        # their keys name (start offset, segment id, state; None for a key of another form) and why. A segment with
+        # such an event is never taken for a stale copy: its FINISHED event may be the damaged one.
+        self._unreadable: dict[TopicIdPartition, dict[str, tuple[tuple[int, uuid.UUID, int] | None, str]]] = {}
+        self._warned_unreadable: set[str] = set()
 
     @classmethod
     def in_bucket(cls, rsm: RemoteStorageManager) -> RemoteLogMetadataStore:
@@ -224,6 +229,7 @@ class RemoteLogMetadataStore:
         with self._lock:
             known = self._decoded.get(tip, {})
         decoded: dict[str, tuple[RemoteLogSegmentMetadata, SegmentChecksums | None]] = {}
+        unreadable: dict[str, tuple[tuple[int, uuid.UUID, int] | None, str]] = {}
         for key in self.store.list_keys(layout.metadata_prefix(self.prefix, tip)):
             if not key.endswith(".json"):
                 continue
@@ -232,12 +238,17 @@ class RemoteLogMetadataStore:
                 continue
             event = known.get(key)
             if event is None:
+                named = layout.metadata_event_of_key(key)
                 try:
                     event = decode_record(self.store.get(key))
+                    _check_event_key(event[0], named, tip)
                 except RemoteResourceNotFoundError:
                     continue  # deleted since the listing: its segment's deletion removes its events (states only move on)
-                except (ValueError, KeyError, TypeError) as exc:
-                    logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
+                except (ValueError, KeyError, TypeError, AttributeError, TieredStorageError) as exc:
+                    unreadable[key] = (named, f"{type(exc).__name__}: {exc}")
+                    if key not in self._warned_unreadable:  # (a Spark planner loads again at every plan)
+                        self._warned_unreadable.add(key)
+                        logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
                     continue
             decoded[key] = event
             md, sums = event
@@ -262,6 +273,7 @@ class RemoteLogMetadataStore:
             latest.update(kept)
             self._segments[tip] = latest
             self._decoded[tip] = decoded
+            self._unreadable[tip] = unreadable
             self._readable.pop(tip, None)
             self._checksums.update(checksums)
         self._read_owner_records(tip, owner_keys)
@@ -461,22 +473,69 @@ class RemoteLogMetadataStore:
 
     def find_stale_copies(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """Copies left STARTED (or DELETE_STARTED) by a crash: their objects must be deleted. Reloads the partition
-        from the store."""
+        from the store. A segment one of whose events cannot be read is not one (:meth:`_not_damaged`)."""
         view = self.load(tip)
         with self._lock:  # the loaded dict is the view, which another thread's _record adds to
-            return [m for m in view.values() if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)]
+            stale = [m for m in view.values() if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)]
+        return self._not_damaged(tip, stale)
 
     def unfinished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """The segments of this view left COPY_SEGMENT_STARTED or DELETE_SEGMENT_STARTED (no reload: what this
-        process recorded since it loaded the partition, e.g. a copy whose cleanup failed in an outage)."""
+        process recorded since it loaded the partition, e.g. a copy whose cleanup failed in an outage), but those
+        with an event that cannot be read (:meth:`_not_damaged`)."""
         with self._lock:
             view = self._segments.get(tip)
             segs = list(view.values()) if view is not None else []
-        return [m for m in segs if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)]
+        return self._not_damaged(tip, [m for m in segs if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)])
+
+    def unreadable_events(self, tip: TopicIdPartition) -> dict[str, str]:
+        """The partition's metadata event objects that could not be read at its last load: key -> why."""
+        with self._lock:
+            return {key: why for key, (_, why) in (self._unreadable.get(tip) or {}).items()}
+
+    def _not_damaged(self, tip: TopicIdPartition, segs: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+        """``segs`` but those with a metadata event that could not be read: a segment left STARTED in the readable
+        events may be a finished copy whose FINISHED event is the damaged one, its objects intact and the only copy
+        of its records. Deleting it as a stale copy would turn one flipped byte of metadata into lost data; it is
+        left as it is (neither read nor deleted) and said in an error each time, until the event is repaired or
+        removed (``tiered verify --remote`` reports it)."""
+        with self._lock:
+            unreadable = dict(self._unreadable.get(tip) or {})
+        damaged = {named[1]: key for key, (named, _) in unreadable.items() if named}
+        nameless = sorted(key for key, (named, _) in unreadable.items() if named is None)
+        if nameless and segs:  # an event whose key names no segment (a damaged name) could be any segment's
+            logger.error("%d stale copies of %s are not deleted: the metadata object %s cannot be read and its key "
+                         "names no segment (repair or remove it; tiered verify --remote reports it)", len(segs), tip,
+                         nameless[0])
+            return []
+        kept = []
+        for md in segs:
+            key = damaged.get(md.remote_log_segment_id.id)
+            if key is None:
+                kept.append(md)
+                continue
+            logger.error("remote segment %s (offsets %d-%d) of %s is left %s in the readable metadata, but its event "
+                         "%s cannot be read: it is not deleted as a stale copy (it may be a finished one); repair or "
+                         "remove the event (tiered verify --remote reports it)", md.remote_log_segment_id.id,
+                         md.start_offset, md.end_offset, tip, md.state.name, key)
+        return kept
 
     def partitions(self) -> list[TopicIdPartition]:
         with self._lock:
             return list(self._segments)
+
+
+def _check_event_key(md: RemoteLogSegmentMetadata, named: tuple[int, uuid.UUID, int] | None,
+                     tip: TopicIdPartition) -> None:
+    """ValueError unless the event is the one its key names (start offset, segment, state) in the partition listed:
+    a damaged byte can leave valid JSON (a state of 0 where 1 was) that says something else, and an event taken for
+    another state than its own (a FINISHED one read as STARTED) would make a finished copy look like a stale one."""
+    if named is None:
+        return  # (an event key of another form: nothing to hold it to)
+    found = (md.start_offset, md.remote_log_segment_id.id, int(md.state))
+    if found != named or md.topic_id_partition != tip:
+        raise ValueError(f"the event holds segment {md.remote_log_segment_id.id} of {md.topic_id_partition} at start "
+                         f"offset {md.start_offset} in state {int(md.state)}, not what its key says")
 
 
 def _epoch_covers(md: RemoteLogSegmentMetadata, epoch: int, offset: int) -> bool:

@@ -215,7 +215,7 @@ class RLMCopyTask:
             if not self._owned(log, result):
                 return result
             try:
-                result.stale_copies_cleaned += self._cleanup_stale_copies()
+                result.stale_copies_cleaned += self._cleanup_stale_copies(log)
             except Exception:
                 # The store is down (an outage): the copies below fail too, and the next run tries again.
                 logger.warning("cleanup of failed copies of %s failed; retried at the next pass", log.name, exc_info=True)
@@ -451,11 +451,16 @@ class RLMCopyTask:
             logger.warning("cleanup of the failed copy %s failed; retried at the next pass", md.remote_log_segment_id,
                            exc_info=True)
 
-    def _cleanup_stale_copies(self) -> int:
+    def _cleanup_stale_copies(self, log: Log) -> int:
         """Copies that never finished: at the task's first run, every COPY_SEGMENT_STARTED (or
         DELETE_SEGMENT_STARTED) in the store (a crash mid-copy); at every run, the failed attempts of this process
         whose cleanup failed (an outage), so none waits for a restart. Called under the task's lock, so no copy of
-        this partition is under way in this process."""
+        this partition is under way in this process.
+
+        A copy left STARTED whose records are no longer in the local log is not deleted: local retention removes
+        only what was copied, so its COPY_SEGMENT_FINISHED event was written and is gone since (deleted, or damaged
+        past reading: :meth:`tiered.metadata.RemoteLogMetadataStore.find_stale_copies` keeps those out already),
+        and its objects may be the only copy of its records. It is said in an error at each pass instead."""
         parts = self.parts
         if not self._cleaned_stale:
             stale = {md.remote_log_segment_id.id: md for md in parts.metadata.find_stale_copies(self.tip)}
@@ -463,6 +468,17 @@ class RLMCopyTask:
         else:
             stale = {md.remote_log_segment_id.id: md for md in parts.metadata.unfinished_segments(self.tip)}
             reason = "failed copy left by an earlier pass"
+        first = log.segments.first_segment
+        local_start = first.base_offset if first is not None else log.log_end_offset  # (where local records begin)
+        for sid, md in list(stale.items()):
+            if md.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED and md.start_offset < local_start:
+                del stale[sid]
+                logger.error(
+                    "remote segment %s (offsets %d-%d) of %s is left COPY_SEGMENT_STARTED, but the local log starts "
+                    "at %d: its copy finished once (local retention removed its records) and its COPY_SEGMENT_FINISHED "
+                    "event is gone. It is not deleted (its objects may be the only copy of those records); run "
+                    "tiered verify --remote, and restore the event or remove the segment's objects by hand",
+                    sid, md.start_offset, md.end_offset, log.name, local_start)
         failed = self._failed_copies
         cleaned = 0
         for sid, md in list(stale.items()):

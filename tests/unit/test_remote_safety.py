@@ -328,3 +328,47 @@ def test_a_produce_that_fails_validation_writes_nothing(tmp_path: Path) -> None:
         assert not data.exists(), args
     proc = cli("produce", "-t", "bad/topic", "--log-dirs", str(data), stdin="a\n")
     assert proc.returncode == 2 and "bad/topic" in proc.stderr and not data.exists()
+
+
+@pytest.mark.parametrize("damage", ["invalid_json", "other_state", "deleted"])
+def test_a_damaged_finished_event_never_gets_its_segment_deleted(broker: tuple[Path, Path, Path], damage: str) -> None:
+    """One flipped byte in a segment's COPY_SEGMENT_FINISHED event (JSON broken, or still valid with state 0 where
+    1 was), or the event deleted, left the segment looking like a copy a crash abandoned, and the next copy pass
+    deleted its objects: the only copy of its records, local retention having removed them. Now the segment is left
+    as it is and said in an error, verify names the damaged event, and restoring the event makes it readable."""
+    props, _, remote = broker
+    _produce_and_offload(props, 40_000)
+    events = sorted(remote.rglob("__remote_log_metadata/*.1.json"))
+    assert len(events) >= 3
+    victim = events[1]
+    start = int(victim.name.split("-", 1)[0])
+    seg_objects = sorted(p.name for p in victim.parent.parent.glob(f"{victim.name.split('.')[0]}.*"))
+    assert any(n.endswith(".log") for n in seg_objects)
+    raw = bytearray(victim.read_bytes())
+    original = bytes(raw)
+    if damage == "invalid_json":
+        at = raw.index(b'"state"') + len(b'"state"')
+        raw[at] ^= 1  # ':' -> ';'
+        victim.write_bytes(bytes(raw))
+    elif damage == "other_state":
+        at = raw.index(b'"state": 1') + len(b'"state": ') if b'"state": 1' in raw else raw.index(b'"state":1') + 8
+        raw[at] ^= 1  # '1' -> '0': valid JSON, the event now says COPY_SEGMENT_STARTED
+        victim.write_bytes(bytes(raw))
+    else:
+        victim.unlink()
+
+    proc = cli("--config", str(props), "offload")
+    assert proc.returncode == 0, proc.stderr
+    left = sorted(p.name for p in victim.parent.parent.glob(f"{victim.name.split('.')[0]}.*"))
+    assert left == seg_objects
+    verify = cli("--config", str(props), "verify", "--remote")
+    assert verify.returncode == 1
+    if damage == "deleted":
+        assert "its COPY_SEGMENT_FINISHED event is gone. It is not deleted" in proc.stderr
+        assert "is left in COPY_SEGMENT_STARTED" in verify.stdout
+    else:
+        assert "cannot be read: it is not deleted as a stale copy" in proc.stderr
+        assert victim.name in verify.stdout and "no copy pass deletes it" in verify.stdout
+    # restoring the event makes the segment readable again
+    victim.write_bytes(original)
+    assert _consume_all(props)[start] == f"line-{start:06d}-{'x' * 150}"

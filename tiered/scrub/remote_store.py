@@ -230,12 +230,19 @@ class RemoteScrub:
         finished = sorted((md for md in latest.values() if md.state is S.COPY_SEGMENT_FINISHED),
                           key=lambda m: (m.start_offset, m.end_offset))
         finished = self._check_lineage(finished, owners or [], out)
+        damaged = {named[1]: p.object for p in out.problems
+                   if p.kind == "remote_metadata" and p.object and (named := layout.metadata_event_of_key(p.object))}
         for sid, md in sorted(latest.items(), key=lambda kv: kv[1].start_offset):
             if md.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED):
+                bad_event = damaged.get(md.remote_log_segment_id.id)
                 out.problems.append(Problem(
                     "incomplete_remote_operation",
                     f"segment {sid} ({md.start_offset}..{md.end_offset}) is left in {md.state.name}: a copy or delete "
-                    f"that never finished (its objects are garbage until the next copy pass removes them)",
+                    f"that never finished (its objects are garbage until the next copy pass removes them)"
+                    if bad_event is None else
+                    f"segment {sid} ({md.start_offset}..{md.end_offset}) is left in {md.state.name} in its readable "
+                    f"events, but its event {bad_event} cannot be read: it may be a finished copy (its objects the "
+                    f"only copy of its records), so no copy pass deletes it; repair or remove that event",
                     object=layout.metadata_event_key(self.prefix, md.remote_log_segment_id, md.start_offset,
                                                      int(md.state)), offset=md.start_offset))
         for md in finished:
