@@ -230,8 +230,8 @@ class RemoteScrub:
         finished = sorted((md for md in latest.values() if md.state is S.COPY_SEGMENT_FINISHED),
                           key=lambda m: (m.start_offset, m.end_offset))
         finished = self._check_lineage(finished, owners or [], out)
-        damaged = {named[1]: p.object for p in out.problems
-                   if p.kind == "remote_metadata" and p.object and (named := layout.metadata_event_of_key(p.object))}
+        damaged = {event[1]: p.object for p in out.problems
+                   if p.kind == "remote_metadata" and p.object and (event := layout.metadata_event_of_key(p.object))}
         for sid, md in sorted(latest.items(), key=lambda kv: kv[1].start_offset):
             if md.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED):
                 bad_event = damaged.get(md.remote_log_segment_id.id)
