@@ -52,7 +52,7 @@ from local.records.batch import (
     LOG_OVERHEAD,
     set_max_timestamp,
 )
-from local.remote_state import RemoteLogState, RemoteLogStateFile
+from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogState, RemoteLogStateFile
 from local.scheduler import SYSTEM_TIME, MockScheduler, Scheduler, Time
 from local.segment import LogSegment
 from local.segments import LogSegments
@@ -1428,7 +1428,10 @@ def _delete_segment_files(segment: LogSegment) -> None:
 
 
 def _init_partition_metadata(directory: Path, topic_id: uuid.UUID | None) -> uuid.UUID:
-    """Read ``partition.metadata`` or write it: the topic id never changes once a partition dir has one."""
+    """Read ``partition.metadata`` or write it: the topic id never changes once a partition dir has one. A
+    partition dir that lost the file while its ``remote-log-state`` says it has remote data (or claimed it) gets no
+    new id: the id names that data in the remote tier (its objects' keys, its owner records), and a new one would cut
+    every offloaded record off from the log, silently (KafkaStorageError naming both files)."""
     meta = PartitionMetadataFile(directory / filenames.PARTITION_METADATA_FILENAME)
     existing = meta.read() if meta.exists() else None
     if existing is not None:
@@ -1438,6 +1441,16 @@ def _init_partition_metadata(directory: Path, topic_id: uuid.UUID | None) -> uui
                 path=str(meta.path),
             )
         return existing
+    if topic_id is None:
+        remote = RemoteLogStateFile(directory).read()
+        if remote.has_remote_data or remote.claimed:
+            raise KafkaStorageError(
+                f"{meta.path} is missing, but {directory / REMOTE_LOG_STATE_FILENAME} says the partition has data in "
+                f"remote storage (up to offset {remote.highest_remote_offset}, owner epoch {remote.owner_epoch}): its "
+                "topic id names that data, so no new one is made. Restore the file (the id is in the remote tier's "
+                f"keys: {directory.name.rpartition('-')[0]}-<topic id>/)",
+                path=str(meta.path),
+            )
     topic_id = topic_id or uuid.uuid4()
     meta.write(topic_id)
     return topic_id

@@ -372,3 +372,26 @@ def test_a_damaged_finished_event_never_gets_its_segment_deleted(broker: tuple[P
     # restoring the event makes the segment readable again
     victim.write_bytes(original)
     assert _consume_all(props)[start] == f"line-{start:06d}-{'x' * 150}"
+
+
+def test_a_lost_partition_metadata_never_gets_a_new_topic_id_cutting_off_remote_data(
+        broker: tuple[Path, Path, Path]) -> None:
+    """The topic id in partition.metadata names the partition's data in the remote tier. With the file lost, the
+    next write made a new id, silently: every offloaded record was cut off from the log, and verify had said OK.
+    Now every command refuses the partition naming the file, verify reports it, and restoring it is enough."""
+    props, data, _ = broker
+    _produce_and_offload(props, 20_000)
+    metadata = data / f"{TOPIC}-0" / "partition.metadata"
+    saved = metadata.read_bytes()
+    metadata.unlink()
+    verify = cli("--config", str(props), "verify")
+    assert verify.returncode == 1 and "partition.metadata: [partition_metadata] missing" in verify.stdout
+    produced = cli("--config", str(props), "produce", "-t", TOPIC, stdin="more\n")
+    assert produced.returncode == 1
+    assert "partition.metadata is missing, but" in produced.stderr and "no new one is made" in produced.stderr
+    consumed = cli("--config", str(props), "consume", "-t", TOPIC, "--offset", "0")
+    assert consumed.returncode == 1 and "partition.metadata is missing" in consumed.stderr
+    assert not metadata.exists()
+    metadata.write_bytes(saved)
+    lines = _consume_all(props)
+    assert len(lines) == 20_000 and lines[0] == f"line-{0:06d}-{'x' * 150}"

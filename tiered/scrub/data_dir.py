@@ -171,6 +171,7 @@ def _read(path: Path, report: PartitionReport) -> bytes:
 
 def _check_partition_files(pdir: Path, report: PartitionReport) -> None:
     from local.checkpoint import PartitionMetadataFile, kafka_uuid_to_str
+    from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogStateFile
 
     metadata = pdir / filenames.PARTITION_METADATA_FILENAME
     if metadata.exists():
@@ -178,6 +179,16 @@ def _check_partition_files(pdir: Path, report: PartitionReport) -> None:
             report.topic_id = kafka_uuid_to_str(PartitionMetadataFile.decode(_read(metadata, report), str(metadata)))
         except (KafkaStorageError, ValueError) as exc:
             report.problems.append(Problem("partition_metadata", str(exc), file=str(metadata)))
+    elif (pdir / REMOTE_LOG_STATE_FILENAME).exists():
+        try:
+            remote = RemoteLogStateFile(pdir).read()
+        except (KafkaStorageError, OSError, ValueError):
+            remote = None  # (reported where the remote state is checked)
+        if remote is not None and (remote.has_remote_data or remote.claimed):
+            report.problems.append(Problem(
+                "partition_metadata", f"missing, but {REMOTE_LOG_STATE_FILENAME} says the partition has data in remote "
+                "storage: its topic id, which names that data, is lost (restore the file; no command makes a new id "
+                "for it)", file=str(metadata)))
     overrides = pdir / TOPIC_CONFIG_FILENAME
     if overrides.exists():
         from local.config import read_properties
