@@ -395,3 +395,24 @@ def test_a_lost_partition_metadata_never_gets_a_new_topic_id_cutting_off_remote_
     metadata.write_bytes(saved)
     lines = _consume_all(props)
     assert len(lines) == 20_000 and lines[0] == f"line-{0:06d}-{'x' * 150}"
+
+
+def test_offload_roll_copies_every_record_for_a_handover(broker: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """docs/operations.md, "Moving to a new machine": the old machine's last records were in its active segment,
+    which no pass copies and which rolls only at an append; the status check the doc asked for (copy lag 0)
+    passed all the same, and the new machine appended other records at those offsets. `offload --roll` rolls the
+    active segments first: the new machine attaches every record."""
+    props, data, _ = broker
+    _produce_and_offload(props, 10_000)
+    proc = cli("--config", str(props), "offload", "--roll")
+    assert proc.returncode == 0, proc.stderr
+    assert "rolled the active segment of 1 partition(s)" in proc.stderr
+    again = cli("--config", str(props), "offload", "--roll")  # nothing left in an active segment: nothing to roll
+    assert again.returncode == 0 and "rolled the active segment of 0 partition(s)" in again.stderr
+    new = tmp_path / "new.properties"
+    new.write_text(props.read_text().replace(f"log.dirs={data}", f"log.dirs={tmp_path / 'new'}"))
+    attached = cli("--config", str(new), "attach", "--topic", TOPIC)
+    assert attached.returncode == 0, attached.stderr
+    assert "log end offset 10000" in attached.stdout + attached.stderr
+    lines = cli("--config", str(new), "consume", "-t", TOPIC, "--offset", "9999")
+    assert lines.returncode == 0 and lines.stdout.splitlines() == [f"line-{9999:06d}-{'x' * 150}"]

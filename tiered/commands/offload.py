@@ -27,7 +27,24 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """No options of its own: ``--config``, ``--log-dirs`` and ``-o`` are the global ones."""
+    parser.add_argument(
+        "--roll", action="store_true",
+        help="first roll the active segment of each tiered partition that has records in it, so that this pass "
+             "copies every record up to the log end (before handing the partitions to another machine: a segment "
+             "rolls by itself only at an append, and the active segment is never copied)")
+
+
+def roll_active_segments(logs: Iterable[Log]) -> int:
+    """Roll the active segment of each tiered partition of ``logs`` that holds records (``--roll``): the number
+    rolled."""
+    from tiered.rlm_tasks import tiering_enabled
+
+    rolled = 0
+    for log in logs:
+        if tiering_enabled(log) and log.active_segment.size > 0:
+            log.roll()
+            rolled += 1
+    return rolled
 
 
 def offload_once(manager: LogManager, interruptible: bool = False) -> tuple[PassResult, int]:
@@ -100,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
     check_remote_access(config)
     with open_log_manager(config, start_scheduler=False) as manager:
         _say_untiered(manager.all_logs())
+        if getattr(args, "roll", False):
+            rolled = roll_active_segments(manager.all_logs())
+            print(f"tiered offload: rolled the active segment of {rolled} partition(s)", file=sys.stderr)
         with collecting_remote_errors() as errors:
             try:
                 result, deleted = offload_once(manager, interruptible=True)
