@@ -77,8 +77,8 @@ DESCRIPTIONS: dict[str, str] = {
     "broker.id": "The broker id recorded in remote segment metadata, and the node id of the Kafka protocol listener.",
     # the Kafka protocol listener (tiered run --kafka-listen; docs/kafka-protocol.md)
     "socket.request.max.bytes": "Largest request a Kafka client may send; a larger frame closes its connection.",
-    "queued.max.request.bytes": "Bytes of requests read and not yet answered, over all connections; a connection "
-                                "waits before reading more (Kafka's default is -1, no bound).",
+    "queued.max.request.bytes": "Bytes of requests read and not yet answered, over all connections, charged as they "
+                                "arrive; a connection waits before reading more (Kafka's default is -1, no bound).",
     "fetch.max.bytes": "Most record bytes one Fetch answer holds, whatever the client asks (one whole batch at "
                        "least).",
     "connections.max.idle.ms": "Close a Kafka client connection idle (or stalled mid-request) this long.",

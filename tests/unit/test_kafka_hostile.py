@@ -259,6 +259,39 @@ def test_a_request_larger_than_the_queued_bytes_budget_is_still_served(tmp_path)
         assert kafka.server._budget.free == 1024
 
 
+def test_size_prefixes_alone_hold_none_of_the_queued_bytes_budget(tmp_path):
+    """Connections that send only a size prefix announcing a large request, and nothing more, held the whole
+    ``queued.max.request.bytes`` budget until ``connections.max.idle.ms``: every other client's next request waited
+    behind them (24 bytes from six sockets stopped a broker for ten minutes). The budget is charged as a body
+    arrives now: the others are served, and the budget is whole again once each request is answered."""
+    props = {"queued.max.request.bytes": str(4 * 1024 * 1024), "socket.request.max.bytes": str(2 * 1024 * 1024)}
+    with listener(tmp_path, **props) as kafka:
+        announcers = [RawClient(kafka.address) for _ in range(4)]
+        try:
+            for client in announcers:  # 4 x 2 MiB announced: twice the budget
+                client.send(struct.pack(">i", 2 * 1024 * 1024))
+            partial = RawClient(kafka.address)
+            partial.send(struct.pack(">i", 2 * 1024 * 1024) + bytes(1024 * 1024))  # half a body: half held
+            announcers.append(partial)
+            deadline = time.monotonic() + LIMIT
+            while kafka.server._budget.free > 3 * 1024 * 1024 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert kafka.server._budget.free == 3 * 1024 * 1024  # only the bytes that arrived are charged
+            assert _served(kafka.address)
+            with RawClient(kafka.address) as client:
+                client.call(3, 12, metadata_request(12, ["t"]))  # (creates the topic)
+                records = bytes(MemoryRecords.build([SimpleRecord(b"x" * 100_000)]))
+                (p,) = client.call(0, 9, produce_request(9, "t", 0, records)).responses[0].partition_responses
+                assert p.error_code == ErrorCode.none
+        finally:
+            for client in announcers:
+                client.close()
+        deadline = time.monotonic() + LIMIT
+        while kafka.server._budget.free != 4 * 1024 * 1024 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert kafka.server._budget.free == 4 * 1024 * 1024  # the closed half body gave its bytes back
+
+
 def test_a_failing_handler_closes_its_connection_and_nothing_else(kafka, monkeypatch):
     from tiered.kafka import dispatcher
 

@@ -15,8 +15,8 @@ Bounds, so that no client can exhaust the process or stall the others:
   read into memory; so does a request that cannot be parsed, an unknown API key or a version not served (Kafka's
   ``InvalidRequestException``), and a handler that fails unexpectedly (logged; the others go on);
 - each connection holds at most two requests (one being handled, the next one read), and the bytes of all requests
-  read and not yet answered stay under ``queued.max.request.bytes``: a connection waits before reading a body
-  that would exceed it;
+  read and not yet answered stay under ``queued.max.request.bytes``: they are charged as they arrive (a size
+  prefix alone holds nothing), and a connection whose next bytes would exceed it waits before reading more;
 - a connection idle for ``connections.max.idle.ms``, or that takes that long to send one request or to read
   one response, is closed (slow senders and readers alike);
 - at most ``max.connections`` connections: more are closed as soon as they are accepted.
@@ -40,6 +40,7 @@ from tiered.kafka.protocol import ProtocolError, Request, frame_size, parse_requ
 logger = logging.getLogger(__name__)
 
 NO_RESPONSE = object()  # a request answered with nothing (Produce with acks=0)
+_BODY_CHUNK = 1 << 20  # a request body is read (and charged to queued.max.request.bytes) in pieces of at most this
 
 
 class WaitForAppend:
@@ -230,14 +231,12 @@ class KafkaServer:
                 if size < 0 or size > self.max_request_bytes:
                     return (f"a request of {size} bytes is outside 0..socket.request.max.bytes "
                             f"({self.max_request_bytes})")
-                held = await self._budget.acquire(size)
                 try:
-                    frame = await asyncio.wait_for(reader.readexactly(size), self.idle_timeout_s)
-                except (asyncio.IncompleteReadError, TimeoutError, ConnectionError) as exc:
-                    await self._budget.release(held)
-                    if isinstance(exc, TimeoutError):
-                        return (f"a request of {size} bytes did not arrive within connections.max.idle.ms "
-                                f"({self.idle_timeout_s:g} s)")
+                    frame = await self._read_body(reader, size)
+                except TimeoutError:
+                    return (f"a request of {size} bytes did not arrive within connections.max.idle.ms "
+                            f"({self.idle_timeout_s:g} s)")
+                except (asyncio.IncompleteReadError, ConnectionError):
                     return None
                 await frames.put(frame)
         except ConnectionError:
@@ -245,6 +244,33 @@ class KafkaServer:
         finally:
             with contextlib.suppress(asyncio.QueueFull):
                 frames.put_nowait(None)
+
+    async def _read_body(self, reader: asyncio.StreamReader, size: int) -> bytes:
+        """The ``size`` bytes of a request body, within ``connections.max.idle.ms``, charged to the byte budget as
+        they arrive (at most the whole budget for one frame): a size prefix alone holds none of it, or six idle
+        connections announcing 100 MiB each would stop every other client's requests until they time out. The
+        budget, given back when the request is answered, is the caller's; here only on a failure."""
+        assert self._budget is not None
+        budget = self._budget
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.idle_timeout_s
+        parts: list[bytes] = []
+        got = held = 0
+        try:
+            while got < size:
+                data = await asyncio.wait_for(reader.read(min(_BODY_CHUNK, size - got)), deadline - loop.time())
+                if not data:
+                    raise asyncio.IncompleteReadError(b"", size - got)
+                parts.append(data)
+                got += len(data)
+                charge = min(len(data), budget.total - held)
+                if charge:
+                    held += await asyncio.wait_for(budget.acquire(charge), max(deadline - loop.time(), 0))
+        except BaseException:
+            if held:
+                await budget.release(held)
+            raise
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def _next_prefix(self, reader: asyncio.StreamReader, busy: list[bool]) -> bytes:
         while True:
