@@ -92,6 +92,11 @@ class LogSegmentOffsetOverflowError(KafkaStorageError):
     """A batch whose offsets cannot be expressed relative to its segment's base offset."""
 
 
+class TooManyPartitionsError(KafkaStorageError):
+    """New partitions refused before any is made: their files would not fit under the process's limit of open
+    files (:func:`local.manager.open_files_refusal`)."""
+
+
 class UnknownTopicOrPartitionError(KafkaStorageError):
     """A write to a partition its topic does not have (Kafka's UNKNOWN_TOPIC_OR_PARTITION): a topic's partitions
     change only when asked (``tiered topics alter --partitions N``). Carries ``topic`` and ``partition``."""

@@ -36,7 +36,7 @@ import threading
 import time as _time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +53,7 @@ from local.errors import (
     PartitionOfflineError,
     ReadOnlyLogError,
     RemoteStorageNotConfiguredError,
+    TooManyPartitionsError,
 )
 from local.log import Log
 from local.scheduler import SYSTEM_TIME, Scheduler, Time
@@ -551,6 +552,35 @@ class LogManager:
     # ------------------------------------------------------------------------------------------------------
     # Logs
 
+    def create_partitions(
+        self,
+        topic: str,
+        partitions: Iterable[int],
+        overrides: Mapping[str, Any] | None = None,
+        topic_id: uuid.UUID | None = None,
+    ) -> None:
+        """Create the new partitions ``partitions`` of ``topic`` (those that exist are left as they are), all or none:
+        refused first (:class:`TooManyPartitionsError`) when their files would not fit under the process's limit of
+        open files, and when a creation fails part way (a full disk) the partitions made by this call are deleted
+        again before the error is raised, so no half-made topic is left behind."""
+        new = [p for p in partitions if self.get_log(topic, p) is None]
+        refusal = open_files_refusal(len(new))
+        if refusal is not None:
+            raise TooManyPartitionsError(f"cannot create {len(new)} partition(s) of {topic}: {refusal}")
+        made: list[int] = []
+        try:
+            for p in new:
+                self.get_or_create_log(topic, p, overrides, topic_id=topic_id)
+                made.append(p)
+        except BaseException:
+            for p in reversed(made):
+                try:
+                    self.delete_log(topic, p)
+                except Exception:  # (the dir may be offline now: what is left is named by the error below)
+                    logger.warning("could not delete partition %s-%d after the failed creation", topic, p,
+                                   exc_info=True)
+            raise
+
     def get_or_create_log(
         self,
         topic: str,
@@ -862,6 +892,33 @@ class LogManager:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+FDS_PER_NEW_PARTITION = 3  # its active segment's .log and two mapped indexes (CPython's mmap keeps a descriptor)
+_FDS_SPARE = 64  # kept free for what else the process opens meanwhile (sockets, checkpoints, a store's connections)
+
+
+def open_files_refusal(new_partitions: int) -> str | None:
+    """Why ``new_partitions`` more partitions would not fit under this process's limit of open files (each holds
+    :data:`FDS_PER_NEW_PARTITION` descriptors), or None: a creation that ran out part way failed with "Too many open
+    files" and took the data dir offline. None too where the count of open descriptors is not known."""
+    if new_partitions <= 0:
+        return None
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        open_now = len(os.listdir("/proc/self/fd" if os.path.isdir("/proc/self/fd") else "/dev/fd"))
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY:
+        return None
+    needed = new_partitions * FDS_PER_NEW_PARTITION + _FDS_SPARE
+    if open_now + needed <= soft:
+        return None
+    return (f"they would hold about {new_partitions * FDS_PER_NEW_PARTITION} more open files, and this process may "
+            f"open {max(soft - open_now, 0)} more (its limit is {soft}, `ulimit -n`; {open_now} are open): raise the "
+            "limit, or create fewer partitions")
 
 
 def _validate_turning_off_remote_storage(log: Log, new_config: Any) -> None:

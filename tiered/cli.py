@@ -153,6 +153,27 @@ def _without_traceback(record: logging.LogRecord) -> logging.LogRecord:
     return record
 
 
+OPEN_FILES_CEILING = 1 << 20  # the soft limit is raised at most to this (a hard limit of "unlimited" is not asked for)
+
+
+def raise_open_files_limit() -> None:
+    """Raise this process's soft limit of open files to its hard limit, as the JVM does for Kafka at start
+    (``-XX:+MaxFDLimit``, on by default): a log holds a descriptor per segment file and per mapped index, and a
+    common soft limit of 1024 runs out at a few hundred partitions, where the hard limit is usually far higher.
+    Nothing is raised past the hard limit, and a platform without the call is left as it is."""
+    try:
+        import resource
+    except ImportError:  # (not POSIX)
+        return
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        target = OPEN_FILES_CEILING if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_CEILING)
+        if soft != resource.RLIM_INFINITY and soft < target:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError):
+        pass  # (a sandbox that refuses it: the limit stays; the errors name it where it is reached)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser, args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command is None:
@@ -163,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:
         for handler in logging.getLogger().handlers:
             handler.setFormatter(_OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
+    raise_open_files_limit()
     module = _load(args.command)
     if module is None:
         print(f"tiered {args.command}: not available in this build", file=sys.stderr)

@@ -36,6 +36,7 @@ import logging
 import mmap
 import os
 import struct
+import sys
 import threading
 from abc import ABC, abstractmethod
 from array import array
@@ -206,6 +207,8 @@ class AbstractIndex(IndexCore, ABC):
             # of remote indexes would hold hundreds of descriptors and run into the process's limit. Its bytes
             # are what the cache's byte bound counts. (bytes answers every read a mapping does.)
             return _read_whole(fd, length)  # type: ignore[return-value]
+        if sys.version_info >= (3, 13):  # no duplicate descriptor held for the mapping's life (Kafka closes it too)
+            return mmap.mmap(fd, length, access=mmap.ACCESS_WRITE, trackfd=False)
         return mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
 
     def _raw_entries(self, count: int) -> bytes:

@@ -220,3 +220,79 @@ def test_status_of_one_topic_shows_only_it_and_refuses_a_missing_one(tmp_path: P
         rc, out, err = cli(capsys, *command.split(), "-t", "nosuch", "--log-dirs", data)
         assert (rc, out) == (1, ""), command
         assert one_line(err) == f"tiered {command.split()[0]}: no topic 'nosuch' in {data}"
+
+
+def test_a_low_soft_limit_of_open_files_is_raised_to_the_hard_one(tmp_path: Path) -> None:
+    """Each partition holds a descriptor per segment file and mapped index: under a soft limit of 256 (the hard one
+    higher), creating 150 partitions failed part way with "Too many open files" and took the data dir offline.
+    The command raises its soft limit to the hard one first, as the JVM does for Kafka."""
+    import resource
+    import subprocess
+    import sys
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1024:
+        pytest.fail(f"this test needs a hard limit of open files of at least 1024, the machine has {hard}")
+
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "tiered.cli", "topics", "create", "-t", "wide", "--partitions", "150", "--log-dirs",
+         str(tmp_path / "data")], capture_output=True, text=True, timeout=300, preexec_fn=low)
+    assert proc.returncode == 0, proc.stderr
+    assert len(list((tmp_path / "data").glob("wide-*"))) == 150
+
+
+def test_partitions_beyond_the_open_files_limit_are_refused_whole(tmp_path: Path) -> None:
+    """`topics create --partitions N` past what the open-files limit holds made partitions until "Too many open
+    files", took the data dir offline and left the topic half made (then `produce` said the topic did not exist
+    while `create` said it did). Now it is refused before any partition is made, naming the limit, and a
+    creation that fails part way deletes what it made."""
+    import resource
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512))  # soft and hard: nothing to raise
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "tiered.cli", "topics", "create", "-t", "wide", "--partitions", "400", "--log-dirs",
+         str(data)], capture_output=True, text=True, timeout=300, preexec_fn=low)
+    assert proc.returncode == 1
+    assert "cannot create 400 partition(s) of wide" in proc.stderr and "ulimit -n" in proc.stderr
+    assert not list(data.glob("wide-*"))
+    ok = subprocess.run(
+        [sys.executable, "-m", "tiered.cli", "topics", "create", "-t", "wide", "--partitions", "40", "--log-dirs",
+         str(data)], capture_output=True, text=True, timeout=300, preexec_fn=low)
+    assert ok.returncode == 0, ok.stderr
+    grow = subprocess.run(
+        [sys.executable, "-m", "tiered.cli", "topics", "alter", "-t", "wide", "--partitions", "400", "--log-dirs",
+         str(data)], capture_output=True, text=True, timeout=300, preexec_fn=low)
+    assert grow.returncode == 1 and "cannot add 360 partition(s) to wide" in grow.stderr
+    assert len(list(data.glob("wide-*"))) == 40
+
+
+def test_a_creation_that_fails_part_way_leaves_no_partition(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from local import LogConfig, LogManager
+
+    manager = LogManager(LogConfig.from_properties({"log.dirs": str(tmp_path / "data")}), start_scheduler=False)
+    real = manager.get_or_create_log
+    calls = []
+
+    def failing(topic: str, partition: int, *args: object, **kwargs: object) -> object:
+        calls.append(partition)
+        if partition == 3:
+            raise OSError(28, "No space left on device")
+        return real(topic, partition, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(manager, "get_or_create_log", failing)
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            manager.create_partitions("t", range(6))
+        assert calls == [0, 1, 2, 3]
+        assert manager.get_log("t", 0) is None and not list((tmp_path / "data").glob("t-*"))
+    finally:
+        manager.close()

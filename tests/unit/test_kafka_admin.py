@@ -93,6 +93,29 @@ def test_create_topics_refuses_an_excessively_large_request_as_a_whole(kafka):
     assert kafka.broker.topics() == {}
 
 
+def test_create_topics_past_the_open_files_limit_is_refused_before_any_partition(kafka):
+    """A CreateTopics of 9,000 partitions (under Kafka's 10,000) ran the process out of descriptors part way: the
+    data dir went offline with every topic in it, and the broker could not start again. Now a topic whose
+    partitions would not fit under the open-files limit is refused (POLICY_VIOLATION, naming the limit) before any
+    is made; the broker goes on serving."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    open_now = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (open_now + 300, hard))
+    try:
+        with RawClient(kafka.address) as client:
+            wide = _create(client, 7, "wide", partitions=200)
+            assert wide.error_code == ErrorCode.policy_violation
+            assert "cannot create 200 partition(s)" in wide.error_message and "ulimit -n" in wide.error_message
+            assert _create(client, 7, "narrow", partitions=5).error_code == ErrorCode.none
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert sorted(kafka.broker.topics()) == ["narrow"]
+    assert not list(Path(kafka.broker.manager.config.log_dirs[0]).glob("wide-*"))
+
+
 @pytest.mark.parametrize("version", range(SUPPORTED[20][0], SUPPORTED[20][1] + 1))
 def test_delete_topics(kafka, version):
     with RawClient(kafka.address) as client:

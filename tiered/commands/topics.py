@@ -254,10 +254,15 @@ def create(config: Any, topic: str, partitions: int, overrides: dict[str, str]) 
         print(f"tiered topics: topic {topic!r} already exists ({len(existing)} partition(s) in {_dirs(config)})",
               file=sys.stderr)
         return 1
+    from local.errors import TooManyPartitionsError
+
     topic_id = uuid.uuid4()
     with _manager(config) as manager:
-        for partition in range(partitions):
-            manager.get_or_create_log(topic, partition, dict(overrides), topic_id=topic_id)
+        try:  # all or none: a creation that fails part way deletes what it made
+            manager.create_partitions(topic, range(partitions), dict(overrides), topic_id=topic_id)
+        except TooManyPartitionsError as exc:
+            print(f"tiered topics: {exc}", file=sys.stderr)
+            return 1
     from local.checkpoint import kafka_uuid_to_str
 
     print(f"Created topic {topic} with {partitions} partition(s), topic id {kafka_uuid_to_str(topic_id)}",
@@ -267,7 +272,7 @@ def create(config: Any, topic: str, partitions: int, overrides: dict[str, str]) 
 
 def alter(config: Any, topic: str, adds: dict[str, str], deletes: list[str], partition_count: int | None = None) -> int:
     from local.config import topic_config_keys
-    from local.errors import ConfigError
+    from local.errors import ConfigError, TooManyPartitionsError
 
     known = topic_config_keys()
     for key in [*adds, *deletes]:
@@ -295,6 +300,12 @@ def alter(config: Any, topic: str, adds: dict[str, str], deletes: list[str], par
     from local.manager import _validate_turning_off_remote_storage
 
     added = [p for p in range(partition_count or 0) if p not in partitions]
+    from local.manager import open_files_refusal
+
+    refusal = open_files_refusal(len(added))  # before any config changes
+    if refusal is not None:
+        print(f"tiered topics: cannot add {len(added)} partition(s) to {topic}: {refusal}", file=sys.stderr)
+        return 1
     with _manager(config) as manager:
         logs = [manager.get_log(topic, p) for p in sorted(partitions)]
         for log in logs:  # every partition checked before any changes
@@ -303,8 +314,11 @@ def alter(config: Any, topic: str, adds: dict[str, str], deletes: list[str], par
         for p in sorted(partitions):
             manager.get_or_create_log(topic, p, new if adds or deletes else None)
         topic_id = next((log.topic_id for log in logs if log is not None and log.topic_id is not None), None)
-        for p in added:  # the topic's id and overrides, as its other partitions have
-            manager.get_or_create_log(topic, p, new, topic_id=topic_id)
+        try:  # the topic's id and overrides, as its other partitions have; all or none
+            manager.create_partitions(topic, added, new, topic_id=topic_id)
+        except TooManyPartitionsError as exc:
+            print(f"tiered topics: {exc}", file=sys.stderr)
+            return 1
     changed = sorted(set(adds) | set(deletes))
     if changed:
         print(f"Completed updating config for topic {topic}: {', '.join(changed)}", file=sys.stderr)

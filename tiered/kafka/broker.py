@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from local import filenames
-from local.errors import ConfigError
+from local.errors import ConfigError, TooManyPartitionsError
+from local.manager import open_files_refusal
 
 if TYPE_CHECKING:
     from local.config import LogConfig
@@ -190,11 +191,16 @@ class KafkaBroker:
         with self._topics_lock:
             if self.partitions_of(topic):
                 raise TopicError(ErrorCode.topic_already_exists, f"Topic '{topic}' already exists.")
+            refusal = open_files_refusal(partitions)
+            if refusal is not None:
+                raise TopicError(ErrorCode.policy_violation, f"cannot create {partitions} partition(s): {refusal}")
             if validate_only:
                 return None
             topic_id = uuid.uuid4()
-            for partition in range(partitions):
-                self.manager.get_or_create_log(topic, partition, dict(overrides), topic_id=topic_id)
+            try:
+                self.manager.create_partitions(topic, range(partitions), dict(overrides), topic_id=topic_id)
+            except TooManyPartitionsError as exc:
+                raise TopicError(ErrorCode.policy_violation, str(exc)) from None
             logger.info("created topic %s with %d partition(s)", topic, partitions)
             return topic_id
 
