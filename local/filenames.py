@@ -8,6 +8,7 @@ touches the file system.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 LOG_FILE_SUFFIX = ".log"
@@ -105,6 +106,13 @@ def validate_topic(topic: str) -> str:
     if not _TOPIC_RE.match(topic) or topic in (".", ".."):
         raise ValueError(f"invalid topic name {topic!r}: must match [a-zA-Z0-9._-]{{1,249}} and not be '.' or '..'")
     return topic
+
+
+def colliding_topic(topic: str, existing: Iterable[str]) -> str | None:
+    """The topic of ``existing`` whose name collides with ``topic`` (the same once '.' is read as '_', as Kafka's
+    ``Topic.hasCollision``: their metric names would be one), or None. A topic does not collide with itself."""
+    unified = topic.replace(".", "_")
+    return next((other for other in existing if other != topic and other.replace(".", "_") == unified), None)
 
 
 PARTITION_MAX = 2**31 - 1  # Kafka's partition numbers are int32s

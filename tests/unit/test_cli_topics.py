@@ -296,3 +296,12 @@ def test_a_creation_that_fails_part_way_leaves_no_partition(tmp_path: Path, monk
         assert manager.get_log("t", 0) is None and not list((tmp_path / "data").glob("t-*"))
     finally:
         manager.close()
+
+
+def test_create_refuses_a_name_that_collides_with_an_existing_topic(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    data = str(tmp_path / "data")
+    assert cli(capsys, "topics", "create", "-t", "a.b", "--log-dirs", data)[0] == 0
+    code, _, err = cli(capsys, "topics", "create", "-t", "a_b", "--log-dirs", data)
+    assert code == 1 and "collides with existing topic 'a.b'" in err
+    assert sorted(p.name for p in (tmp_path / "data").glob("a*")) == ["a.b-0"]

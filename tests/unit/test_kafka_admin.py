@@ -93,6 +93,17 @@ def test_create_topics_refuses_an_excessively_large_request_as_a_whole(kafka):
     assert kafka.broker.topics() == {}
 
 
+def test_create_topics_refuses_a_name_that_collides_with_an_existing_topic(kafka):
+    """Kafka refuses 'a_b' beside 'a.b' (Topic.hasCollision: the metric names of the two would be one)."""
+    with RawClient(kafka.address) as client:
+        assert _create(client, 7, "clash.a1").error_code == ErrorCode.none
+        clash = _create(client, 7, "clash_a1")
+        assert (clash.error_code, clash.error_message) == (
+            ErrorCode.invalid_topic_exception, "Topic 'clash_a1' collides with existing topic: clash.a1")
+        assert _create(client, 7, "clash-a1").error_code == ErrorCode.none  # '-' is not unified
+    assert sorted(kafka.broker.topics()) == ["clash-a1", "clash.a1"]
+
+
 def test_create_topics_past_the_open_files_limit_is_refused_before_any_partition(kafka):
     """A CreateTopics of 9,000 partitions (under Kafka's 10,000) ran the process out of descriptors part way: the
     data dir went offline with every topic in it, and the broker could not start again. Now a topic whose

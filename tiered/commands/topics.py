@@ -249,10 +249,18 @@ def create(config: Any, topic: str, partitions: int, overrides: dict[str, str]) 
 
     config.topic_config(overrides)  # every key and value checked before anything is written
     _check_remote_allowed(config, overrides)
-    existing = local_topics(config, missing_ok=True).get(topic)
+    topics = local_topics(config, missing_ok=True)
+    existing = topics.get(topic)
     if existing:
         print(f"tiered topics: topic {topic!r} already exists ({len(existing)} partition(s) in {_dirs(config)})",
               file=sys.stderr)
+        return 1
+    from local.filenames import colliding_topic
+
+    other = colliding_topic(topic, topics)
+    if other is not None:
+        print(f"tiered topics: topic {topic!r} collides with existing topic {other!r} (the same name once '.' is read "
+              "as '_', as Kafka refuses: their metric names would be one)", file=sys.stderr)
         return 1
     from local.errors import TooManyPartitionsError
 

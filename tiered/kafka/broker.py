@@ -191,6 +191,10 @@ class KafkaBroker:
         with self._topics_lock:
             if self.partitions_of(topic):
                 raise TopicError(ErrorCode.topic_already_exists, f"Topic '{topic}' already exists.")
+            other = filenames.colliding_topic(topic, self.topics())
+            if other is not None:
+                raise TopicError(ErrorCode.invalid_topic_exception,
+                                 f"Topic '{topic}' collides with existing topic: {other}")
             refusal = open_files_refusal(partitions)
             if refusal is not None:
                 raise TopicError(ErrorCode.policy_violation, f"cannot create {partitions} partition(s): {refusal}")
