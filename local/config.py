@@ -468,6 +468,9 @@ class LogConfig:
         if dirs is None or not str(dirs).strip():
             raise ConfigError("Missing required configuration log.dirs (a comma-separated list of data dirs)", key="log.dirs")
         self.log_dirs: list[Path] = [Path(p.strip()) for p in str(dirs).split(",") if p.strip()]
+        if not self.log_dirs:  # (",,": a list of variables that all expanded empty)
+            raise ConfigError(f"log.dirs={dirs!r} names no data dir (a comma-separated list of data dirs)",
+                              key="log.dirs")
         for key, factor, target in _TIME_SYNONYMS:
             if key in props and target not in props:
                 props[target] = _long(-1 if "retention" in key else 0)(key, props[key]) * factor

@@ -67,6 +67,8 @@ def _continues(line: str) -> bool:
 def _unescape(s: str) -> str:
     def repl(m: re.Match[str]) -> str:
         c = m.group(1)
+        if c == "u":  # a \u not followed by four hex digits (Java: "Malformed \uxxxx encoding.")
+            raise ValueError(f"malformed \\uxxxx escape in {s!r}: a \\u takes four hex digits")
         if c.startswith("u"):
             return chr(int(c[1:], 16))
         return {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}.get(c, c)
@@ -109,3 +111,5 @@ def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:
         return parse_properties(Path(path).read_bytes().decode("iso-8859-1"))
     except OSError as exc:
         raise ConfigError(f"cannot read configuration file {path}: {exc}", path=str(path)) from exc
+    except ValueError as exc:
+        raise ConfigError(f"configuration file {path}: {exc}", path=str(path)) from exc

@@ -416,3 +416,39 @@ def test_offload_roll_copies_every_record_for_a_handover(broker: tuple[Path, Pat
     assert "log end offset 10000" in attached.stdout + attached.stderr
     lines = cli("--config", str(new), "consume", "-t", TOPIC, "--offset", "9999")
     assert lines.returncode == 0 and lines.stdout.splitlines() == [f"line-{9999:06d}-{'x' * 150}"]
+
+
+def test_lost_topic_overrides_of_a_partition_with_remote_data_fail_verify_and_offload(
+        broker: tuple[Path, Path, Path]) -> None:
+    """With tiered-topic.properties lost, the partition is no longer tiered while it holds remote data: its retention
+    is refused. verify said OK and offload, having logged the refusal as an ERROR, exited 0."""
+    props, data, _ = broker
+    _produce_and_offload(props, 20_000)
+    (data / f"{TOPIC}-0" / "tiered-topic.properties").unlink()
+    verify = cli("--config", str(props), "verify")
+    assert verify.returncode == 1
+    assert "[topic_config]" in verify.stdout and "do not set remote.storage.enable=true" in verify.stdout
+    offload = cli("--config", str(props), "offload")
+    assert offload.returncode == 1
+    assert "1 partition(s) hold data in remote storage but are not tiered" in offload.stderr
+    altered = cli("--config", str(props), "topics", "alter", "--topic", TOPIC, "--add-config",
+                  "remote.storage.enable=true")
+    assert altered.returncode == 0, altered.stderr
+    assert cli("--config", str(props), "offload").returncode == 0
+    assert cli("--config", str(props), "verify").returncode == 0
+
+
+@pytest.mark.parametrize("command", [["verify"], ["status"], ["topics", "list"], ["produce", "-t", "x"]])
+def test_a_list_of_data_dirs_that_names_none_is_a_usage_error(command: list[str]) -> None:
+    proc = cli(*command, "--log-dirs", ",,", stdin="a\n")
+    assert proc.returncode == 2
+    assert "log.dirs=',,' names no data dir" in proc.stderr
+
+
+def test_a_malformed_unicode_escape_in_the_config_names_the_file(tmp_path: Path) -> None:
+    props = tmp_path / "x.properties"
+    props.write_text(f"log.dirs={tmp_path / 'data'}\nlog.segment.bytes=\\u00zz\n")
+    proc = cli("--config", str(props), "status")
+    assert proc.returncode == 2
+    assert f"configuration file {props}: malformed \\uxxxx escape" in proc.stderr
+    assert "unexpected error" not in proc.stderr

@@ -86,19 +86,23 @@ class OffloadInterrupted(Exception):
         self.result = result
 
 
-def _say_untiered(logs: Iterable[Log]) -> None:
-    """Name, on stderr, the topics whose partitions this pass leaves alone for lack of remote.storage.enable=true."""
+def _say_untiered(logs: Iterable[Log]) -> int:
+    """Name, on stderr, the topics whose partitions this pass leaves alone for lack of remote.storage.enable=true;
+    the number of those that hold remote data all the same (their retention is refused: the exit code says so)."""
     from tiered.rlm_tasks import tiering_enabled
 
     untiered: dict[str, int] = {}
+    stranded = 0
     for log in logs:
         if not tiering_enabled(log):
             topic = log.topic
             untiered[topic] = untiered.get(topic, 0) + 1
+            stranded += bool(log.has_remote_data)
     for topic, count in sorted(untiered.items()):
         print(f"tiered offload: topic {topic} ({count} partition(s)) is not tiered: it lacks remote.storage.enable=true"
               f"; enable it with: tiered topics alter --topic {topic} --add-config remote.storage.enable=true",
               file=sys.stderr)
+    return stranded
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_remote_access(config)
     with open_log_manager(config, start_scheduler=False) as manager:
-        _say_untiered(manager.all_logs())
+        stranded = _say_untiered(manager.all_logs())
         if getattr(args, "roll", False):
             rolled = roll_active_segments(manager.all_logs())
             print(f"tiered offload: rolled the active segment of {rolled} partition(s)", file=sys.stderr)
@@ -138,7 +142,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"tiered offload: {line}", file=sys.stderr)
     if result.copy_errors:
         print(f"tiered offload: {result.copy_errors} copy error(s); see the log (-v)", file=sys.stderr)
-    return 1 if result.copy_errors or not_owned else 0
+    if stranded:
+        print(f"tiered offload: {stranded} partition(s) hold data in remote storage but are not tiered: their "
+              "retention is refused (above)", file=sys.stderr)
+    return 1 if result.copy_errors or not_owned or stranded else 0
 
 
 def _ownership_problems(manager: LogManager) -> list[str]:

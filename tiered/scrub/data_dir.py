@@ -179,17 +179,20 @@ def _check_partition_files(pdir: Path, report: PartitionReport) -> None:
             report.topic_id = kafka_uuid_to_str(PartitionMetadataFile.decode(_read(metadata, report), str(metadata)))
         except (KafkaStorageError, ValueError) as exc:
             report.problems.append(Problem("partition_metadata", str(exc), file=str(metadata)))
-    elif (pdir / REMOTE_LOG_STATE_FILENAME).exists():
+    remote = None
+    if (pdir / REMOTE_LOG_STATE_FILENAME).exists():
         try:
             remote = RemoteLogStateFile(pdir).read()
         except (KafkaStorageError, OSError, ValueError):
             remote = None  # (reported where the remote state is checked)
-        if remote is not None and (remote.has_remote_data or remote.claimed):
-            report.problems.append(Problem(
-                "partition_metadata", f"missing, but {REMOTE_LOG_STATE_FILENAME} says the partition has data in remote "
-                "storage: its topic id, which names that data, is lost (restore the file; no command makes a new id "
-                "for it)", file=str(metadata)))
+    holds_remote = remote is not None and (remote.has_remote_data or remote.claimed)
+    if holds_remote and not metadata.exists():
+        report.problems.append(Problem(
+            "partition_metadata", f"missing, but {REMOTE_LOG_STATE_FILENAME} says the partition has data in remote "
+            "storage: its topic id, which names that data, is lost (restore the file; no command makes a new id "
+            "for it)", file=str(metadata)))
     overrides = pdir / TOPIC_CONFIG_FILENAME
+    readable = True
     if overrides.exists():
         from local.config import read_properties
 
@@ -197,8 +200,15 @@ def _check_partition_files(pdir: Path, report: PartitionReport) -> None:
             value = read_properties(overrides).get("remote.storage.enable")
         except (KafkaStorageError, OSError, ValueError) as exc:
             report.problems.append(Problem("checkpoint", f"unreadable topic overrides: {exc}", file=str(overrides)))
+            readable = False
         else:
             report.remote_storage_enable = None if value is None else str(value).strip().lower() == "true"
+    if holds_remote and readable and report.remote_storage_enable is not True:
+        report.problems.append(Problem(
+            "topic_config", f"{REMOTE_LOG_STATE_FILENAME} says the partition has data in remote storage, but its topic "
+            f"overrides ({TOPIC_CONFIG_FILENAME}{'' if overrides.exists() else ': missing'}) do not set "
+            "remote.storage.enable=true: no copy or retention runs on it. Restore the file, or: tiered topics alter "
+            f"--topic {pdir.name.rpartition('-')[0]} --add-config remote.storage.enable=true", file=str(overrides)))
     epochs = pdir / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME
     if epochs.exists():
         report.problems += check_leader_epoch_checkpoint(_read(epochs, report), str(epochs), remote=False)

@@ -52,7 +52,8 @@ PROBLEM_KINDS = (
     "txn_index",  # a malformed transaction index entry
     "producer_snapshot",  # a producer snapshot with a bad version, CRC or length
     "checkpoint",  # a malformed checkpoint, or one naming an offset past the log end
-    "partition_metadata",  # a malformed partition.metadata
+    "partition_metadata",  # a malformed partition.metadata, or a missing one where the partition has remote data
+    "topic_config",  # topic overrides that do not tier a partition holding remote data
     "remote_metadata",  # a remote metadata event that cannot be read or contradicts its object
     "missing_object",  # a remote object that the remote metadata says must exist
     "orphaned_object",  # a remote object that no live remote metadata names
