@@ -471,6 +471,11 @@ class LogConfig:
         if not self.log_dirs:  # (",,": a list of variables that all expanded empty)
             raise ConfigError(f"log.dirs={dirs!r} names no data dir (a comma-separated list of data dirs)",
                               key="log.dirs")
+        seen: dict[Path, Path] = {}
+        for listed in self.log_dirs:
+            same = seen.setdefault(listed.resolve(), listed)
+            if same is not listed:  # (its lock, taken twice, would blame "another process")
+                raise ConfigError(f"log.dirs names one data dir twice: {same} and {listed}", key="log.dirs")
         for key, factor, target in _TIME_SYNONYMS:
             if key in props and target not in props:
                 props[target] = _long(-1 if "retention" in key else 0)(key, props[key]) * factor

@@ -362,3 +362,31 @@ def test_a_reader_that_goes_away_ends_the_command_quietly_as_sigpipe_does(tmp_pa
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 141, (argv, err)
         assert err == "", (argv, err)
+
+
+def test_features_upgrade_refuses_a_locked_missing_or_empty_data_dir_list(tmp_path: Path) -> None:
+    """`features upgrade` cannot be undone: it wrote while `tiered run` held the data dir (which kept its old levels),
+    made a data dir out of a typo and finalized it, and did nothing for an empty list, exit 0 each time."""
+    from local import LogConfig, LogManager
+
+    data = tmp_path / "data"
+    manager = LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False)
+    try:
+        held = run_cli("features", "upgrade", "--release-version", "4.4", "--log-dirs", str(data))
+        assert held.returncode == 1 and "is locked by another process" in held.stderr
+        assert not (data / "tiered-features.properties").exists()
+    finally:
+        manager.close()
+    typo = run_cli("features", "upgrade", "--release-version", "4.4", "--log-dirs", str(tmp_path / "dta"))
+    assert typo.returncode == 2 and "no such data dir" in typo.stderr and not (tmp_path / "dta").exists()
+    empty = run_cli("features", "upgrade", "--release-version", "4.4", "--log-dirs", ",,")
+    assert empty.returncode == 2 and "names no data dir" in empty.stderr
+    done = run_cli("features", "upgrade", "--release-version", "4.4", "--log-dirs", str(data))
+    assert done.returncode == 0 and "finalized" in done.stdout
+
+
+def test_one_data_dir_listed_twice_is_named_as_such(tmp_path: Path) -> None:
+    data = tmp_path / "dup"
+    proc = run_cli("produce", "-t", "a", "--log-dirs", f"{data},{data}/", stdin="x\n")
+    assert proc.returncode == 2 and "log.dirs names one data dir twice" in proc.stderr
+    assert "another process" not in proc.stderr

@@ -661,3 +661,16 @@ def test_a_remote_segment_gone_with_its_metadata_leaves_a_gap_in_the_remote_tier
     assert code == 1, out
     line = next(line for line in out.splitlines() if "[offset_gap]" in line)
     assert f"offset {int(start)}:" in line and f"offsets {int(start)}.." in line and "are in no remote segment" in line
+
+
+def test_a_malformed_feature_file_is_a_problem_found_not_a_usage_error(dirs: Path) -> None:
+    """A damaged tiered-features.properties made verify exit 2 ("usage") with no report, where scripts read 2 as
+    "called wrong": it is a problem of the data dir now (exit 1), and the rest is scrubbed all the same."""
+    data = Path(_props(dirs)["log.dirs"])
+    (data / "tiered-features.properties").write_text("large.index.level=abc\n")
+    code, report = verify_json(dirs)
+    assert code == 1 and not report["ok"]
+    problems = [p for d in report["data_dirs"] for p in d["problems"]]
+    assert [p["kind"] for p in problems] == ["checkpoint"]
+    assert "malformed feature levels" in problems[0]["message"]
+    assert report["summary"]["partitions"] > 0

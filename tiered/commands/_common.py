@@ -87,7 +87,9 @@ def check_topic_name(topic: str) -> str:
         raise UsageError(str(exc)) from None
 
 
-def load_config(args: argparse.Namespace) -> LogConfig:
+def load_config(args: argparse.Namespace, *, large_index_enabled: bool | None = None) -> LogConfig:
+    """The broker config of ``--config``, ``--log-dirs`` and ``-o``; ``large_index_enabled`` as
+    :class:`local.config.LogConfig` takes it (None: from the data dirs' feature levels)."""
     from local.config import LogConfig
 
     props: dict[str, Any] = {}
@@ -103,7 +105,7 @@ def load_config(args: argparse.Namespace) -> LogConfig:
         props[key.strip()] = value.strip()
     if "log.dirs" not in props and "log.dir" not in props:
         raise UsageError("no data dir: pass --log-dirs DIR or --config FILE with log.dirs")
-    return LogConfig.from_properties(props)
+    return LogConfig.from_properties(props, large_index_enabled=large_index_enabled)
 
 
 def parse_topic_overrides(items: list[str]) -> dict[str, str]:

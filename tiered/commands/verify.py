@@ -59,10 +59,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from local.errors import ConfigError
+    from local.filenames import FEATURES_FILENAME
+
     config_file = getattr(args, "config", None)
     if config_file and not Path(config_file).is_file():
         raise UsageError(f"no config file {config_file}")
-    config = load_config(args)
+    try:
+        config = load_config(args)
+    except ConfigError as exc:
+        if not str(getattr(exc, "path", "") or "").endswith(FEATURES_FILENAME):
+            raise
+        # A damaged feature file is damage to report (the scrub names it), not a usage error: scrub all the same.
+        config = load_config(args, large_index_enabled=False)
     dirs = [] if args.remote_only else [Path(d) for d in config.log_dirs]
     typed = bool(getattr(args, "log_dirs", None))
     for d in dirs:
