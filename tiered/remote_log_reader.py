@@ -412,6 +412,9 @@ class RemoteLogReader:
                 raise self._not_in_remote(log, tip, offset)
             sid = md.remote_log_segment_id
             if md.start_offset > offset and not gaps:
+                deposed = self._removed_by_the_owner(log, tip, offset, md.start_offset)
+                if deposed is not None:
+                    raise deposed
                 raise CorruptRecordError(
                     f"offsets {offset}..{md.start_offset - 1} of {log.name} are in no remote segment (the next, "
                     f"{sid}, starts at {md.start_offset}): the remote tier has a gap",
@@ -419,7 +422,13 @@ class RemoteLogReader:
             position = resumed[1] if resumed is not None and resumed[0] == sid else None
             if position is not None or offset <= md.start_offset:
                 self._read_ahead(log, tip, md, position or 0, resumed is not None)
-            got = self.read_segment(md, offset, max_bytes, min_one_message, position)
+            try:
+                got = self.read_segment(md, offset, max_bytes, min_one_message, position)
+            except RemoteResourceNotFoundError:
+                if not self._deleted_since_loaded(tip, md):
+                    raise  # its metadata still says it exists: a missing object is damage
+                resumed = None
+                continue  # deleted since this view was loaded (the owner's retention, on another machine): again
             if got.found:
                 return self._answer(md, tip, fetch_offset, got, isolation, log)
             # The object ended cleanly before the offset: a gap at the segment's end when its size is the metadata's
@@ -456,12 +465,49 @@ class RemoteLogReader:
                                 context={"segment_id": str(sid)})
         return FetchDataInfo(LogOffsetMetadata(fetch_offset, -1, -1), records, False, aborted)
 
+    def _deleted_since_loaded(self, tip: TopicIdPartition, md: RemoteLogSegmentMetadata) -> bool:
+        """Whether ``md``, one of whose objects is missing, is no longer a readable segment once the partition's
+        metadata is listed again (where the manager can: :class:`tiered.metadata.RemoteLogMetadataStore`)."""
+        reload = getattr(self.metadata, "load", None)
+        if reload is None:
+            return False
+        reload(tip)
+        return all(m.remote_log_segment_id != md.remote_log_segment_id for m in finished_segments(self.metadata, tip))
+
+    def _removed_by_the_owner(self, log: Log, tip: TopicIdPartition, offset: int,
+                              first: int) -> OffsetOutOfRangeError | None:
+        """The answer for ``offset``, which no remote segment holds any more while this data dir is a former owner
+        of the partition's remote data (a newer owner record exists): the owner's retention removed it, and the
+        remote log now starts at ``first`` (an out-of-range offset, as a deposed Kafka leader's reader sees; not a
+        gap). None where this data dir is the owner, or no newer owner is known."""
+        listing = getattr(self.metadata, "owner_records", None)  # (a lookup without owner records: no owner known)
+        if listing is None:
+            return None
+        try:
+            records = listing(tip)
+        except Exception:  # (the store is down: the caller's error stands)
+            return None
+        mine = log.remote_log_state.owner_epoch
+        if not records or records[-1].owner_epoch <= mine:
+            return None
+        owner = records[-1]
+        return OffsetOutOfRangeError(
+            f"offset {offset} of {log.name} is no longer in the remote tier: the partition's owner (owner epoch "
+            f"{owner.owner_epoch}{', ' + owner.host if owner.host else ''}) removed it by retention; the remote log "
+            f"starts at {first}", offset=offset, log_start_offset=first)
+
     def _not_in_remote(self, log: Log, tip: TopicIdPartition, offset: int) -> Exception:
         """The error for an offset below the local log start that no remote segment holds."""
         if offset < log.log_start_offset:  # retention removed it since the read began
             return OffsetOutOfRangeError(
                 f"offset {offset} of {log.name} is below the log start offset {log.log_start_offset}",
                 offset=offset, log_start_offset=log.log_start_offset)
+        segs = finished_segments(self.metadata, tip)
+        first = min((m.start_offset for m in segs), default=log.local_log_start_offset)
+        if offset < first:
+            deposed = self._removed_by_the_owner(log, tip, offset, first)
+            if deposed is not None:
+                return deposed
         return RemoteResourceNotFoundError(
             f"no remote segment of {tip} holds offset {offset} (log start offset {log.log_start_offset}, local "
             f"log start offset {log.local_log_start_offset}): the remote tier's metadata or objects are missing",

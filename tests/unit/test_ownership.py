@@ -563,3 +563,32 @@ def test_events_deleted_between_the_listing_and_their_read_are_skipped_not_a_fai
     racing.configure({"dir": str(tmp_path / "bucket")})
     view = RemoteLogMetadataStore(racing).load(tip)
     assert list(view) == [kept.remote_log_segment_id.id]
+
+
+def test_a_former_owner_reading_what_the_owners_retention_removed_gets_out_of_range(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A keeps serving (its remote tier open, its view of the metadata loaded) while B, the new owner, deletes the
+    first remote segments by retention. A's reads of those offsets raised the store's raw "no object" (HTTP 500 on
+    run's endpoint), and a read loading the view afresh called it a gap in the remote tier: they are out of range
+    now, naming the owner and where the remote log starts."""
+    from local.errors import OffsetOutOfRangeError
+    from local.fetch import FetchIsolation
+    a, b, _ = two_dirs
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False, read_only=True) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None
+        assert log.read(0, 1000, FetchIsolation.HIGH_WATERMARK, True).records.size_in_bytes > 0  # the view is loaded
+        attach(capsys, b)
+        rc, _, err = cli(capsys, "--config", str(b), "topics", "alter", "-t", TOPIC, "--add-config", "retention.bytes=1")
+        assert rc == 0, err
+        produce(b, "B", 40)
+        rc, out, err = cli(capsys, "--config", str(b), "offload")
+        assert rc == 0, err
+        assert "deleted 0 remote segment(s)" not in out
+        with pytest.raises(OffsetOutOfRangeError, match=r"the partition's owner \(owner epoch 1.*removed it by "
+                                                         r"retention; the remote log starts at") as caught:
+            log.read(40, 1000, FetchIsolation.HIGH_WATERMARK, True)
+        assert caught.value.context["log_start_offset"] > 40
+    rc, _, err = consume(capsys, a, "--offset", "0")  # a fresh view: the same answer, not "a gap"
+    assert rc == 1 and "removed it by retention" in err and "gap" not in err
