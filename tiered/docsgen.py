@@ -78,7 +78,9 @@ DESCRIPTIONS: dict[str, str] = {
     # the Kafka protocol listener (tiered run --kafka-listen; docs/kafka-protocol.md)
     "socket.request.max.bytes": "Largest request a Kafka client may send; a larger frame closes its connection.",
     "queued.max.request.bytes": "Bytes of requests read and not yet answered, over all connections, charged as they "
-                                "arrive; a connection waits before reading more (Kafka's default is -1, no bound).",
+                                "arrive; a connection waits before reading more (Kafka's default is -1, no bound). "
+                                "The same bound holds fetch answers written and not yet taken by their clients: past "
+                                "it a fetch gets one batch.",
     "fetch.max.bytes": "Most record bytes one Fetch answer holds, whatever the client asks (one whole batch at "
                        "least).",
     "connections.max.idle.ms": "Close a Kafka client connection idle (or stalled mid-request) this long.",

@@ -219,6 +219,50 @@ def test_a_client_that_never_reads_is_bounded_and_closed(tmp_path):
         assert _served(kafka.address)
 
 
+def test_answers_clients_never_read_are_bounded_together(tmp_path):
+    """Each client that sends a fetch and never reads pinned a whole answer (up to fetch.max.bytes): a few hundred
+    sockets grew the broker by gigabytes. Answers not yet taken count against queued.max.request.bytes now: once
+    they fill it, a fetch gets one batch (KIP-74's progress), and whole answers again when they are taken. (The
+    bound is larger than what loopback's socket buffers absorb, so an answer no one reads stays in the process.)"""
+    wmem_max = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    bound = max(8 * 1024 * 1024, 2 * wmem_max + 1024 * 1024)  # past what the kernel takes of one answer
+    props = {"queued.max.request.bytes": str(bound), "socket.request.max.bytes": str(1024 * 1024),
+             "connections.max.idle.ms": "60000"}
+    wide = 4 * bound
+    with listener(tmp_path, **props) as kafka:
+        with RawClient(kafka.address) as client:
+            client.call(3, 12, metadata_request(12, ["t"]))
+            for _ in range(bound // 100_000 + 40):  # batches of ~100 KB, more than the bound holds
+                client.call(0, 9, produce_request(9, "t", 0, bytes(MemoryRecords.build(
+                    [SimpleRecord(b"v" * 100_000)]))))
+        big = encode_request(1, 12, fetch_request(12, {"t": {0: 0}}, partition_max_bytes=wide))
+        silent = []
+        try:
+            for _ in range(4):
+                reader = RawClient(kafka.address)
+                reader.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                reader.sock.sendall(big)
+                silent.append(reader)
+            deadline = time.monotonic() + LIMIT
+            while kafka.broker.unsent.held < bound and time.monotonic() < deadline:
+                time.sleep(0.01)
+            held = kafka.broker.unsent.held
+            assert bound <= held < bound + 4 * 200_000  # the answers no one takes fill the bound, and no more
+            with RawClient(kafka.address) as client:  # a reading client makes progress: one batch at a time
+                answer = client.call(1, 12, fetch_request(12, {"t": {0: 0}}, partition_max_bytes=wide))
+                assert 0 < len(answer.responses[0].partitions[0].records) < 200_000
+        finally:
+            for reader in silent:
+                reader.close()
+        deadline = time.monotonic() + LIMIT
+        while kafka.broker.unsent.held and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert kafka.broker.unsent.held == 0
+        with RawClient(kafka.address) as client:  # taken or dropped: whole answers again
+            answer = client.call(1, 12, fetch_request(12, {"t": {0: 0}}, partition_max_bytes=wide))
+            assert len(answer.responses[0].partitions[0].records) > bound - 200_000
+
+
 def test_more_connections_than_max_connections(tmp_path):
     with listener(tmp_path, **{"max.connections": "3"}) as kafka:
         held = [RawClient(kafka.address) for _ in range(3)]

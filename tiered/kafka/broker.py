@@ -113,6 +113,38 @@ class AppendNotifier:
                 self._waiters.discard(waiter)
 
 
+class UnsentBytes:
+    """A count of response bytes held for clients that have not read them yet, against a bound (thread-safe: the
+    listener's loop charges and releases, the fetch handlers read :meth:`room` on the pool)."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, size: int) -> int:
+        """Charge up to ``size`` bytes, at most what is left of the bound (0 when nothing is): the bytes charged.
+        Taken at once, so concurrent fetches see each other's."""
+        with self._lock:
+            granted = max(0, min(size, self.bound - self.held))
+            self.held += granted
+            return granted
+
+    def settle(self, reserved: int, size: int) -> None:
+        """A reservation of ``reserved`` bytes turned out to hold ``size`` (more by one first batch at most)."""
+        with self._lock:
+            self.held += size - reserved
+
+    def release(self, size: int) -> None:
+        with self._lock:
+            self.held -= size
+
+    def room(self) -> int:
+        """Bytes a new answer may take before the bound is reached (0 at or past it)."""
+        with self._lock:
+            return max(0, self.bound - self.held)
+
+
 class KafkaBroker:
     """See the module docstring."""
 
@@ -124,6 +156,10 @@ class KafkaBroker:
         self.port = port
         self.cluster_id = _cluster_id(config)
         self.appends = AppendNotifier()
+        # Bytes of answers encoded and not yet taken by their clients, over every connection (the listener charges
+        # and releases them): a fetch asks for no more than what is left of queued.max.request.bytes, so clients
+        # that send fetches and never read hold one answer each up to that bound, then one batch each.
+        self.unsent = UnsentBytes(config.queued_max_request_bytes)
         self._topics_lock = threading.RLock()
         self.coordinator: GroupCoordinator | None = None
         self.txn_coordinator: TxnCoordinator | None = None

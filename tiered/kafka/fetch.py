@@ -56,6 +56,8 @@ def handle_fetch(broker: KafkaBroker, request: Request) -> Any:
         if (failed or size >= min(body.min_bytes, broker.config.fetch_max_bytes) or time.monotonic() >= deadline
                 or _held_back_by_size(response, committed)):
             return response
+        if request.charge is not None:
+            request.charge.release()  # (a waiting fetch holds no answer)
         return WaitForAppend(version, deadline, attempt)
 
     return attempt()
@@ -82,22 +84,36 @@ def _read_all(broker: KafkaBroker, request: Request) -> tuple[Any, int, bool]:
     module = request.response_module
     isolation = (FetchIsolation.TXN_COMMITTED if getattr(body, "isolation_level", 0) == READ_COMMITTED
                  else FetchIsolation.HIGH_WATERMARK)
-    # Kafka caps a consumer's max_bytes by the broker's fetch.max.bytes: what one answer may hold in memory
-    remaining = min(body.max_bytes, broker.config.fetch_max_bytes)
+    # Kafka caps a consumer's max_bytes by the broker's fetch.max.bytes: what one answer may hold in memory; here
+    # also by what is left of the bytes held for clients that have not taken their answers, reserved at once (a
+    # first batch is returned whole all the same, as KIP-74 has it: a consumer always makes progress)
+    cap = min(body.max_bytes, broker.config.fetch_max_bytes)
+    unsent = broker.unsent
+    remaining = unsent.reserve(cap)
+    granted = remaining
     total = 0
     failed = False
     topics = []
-    for fetch_topic in body.topics:
-        partitions = []
-        for wanted in fetch_topic.partitions:
-            limit = max(0, min(wanted.partition_max_bytes, remaining))
-            answer = _read_partition(broker, module, fetch_topic.topic, wanted, limit, isolation, total == 0)
-            size = len(answer.records) if answer.records is not None else 0
-            total += size
-            remaining -= size
-            failed |= answer.error_code != ErrorCode.none
-            partitions.append(answer)
-        topics.append(make(module, "FetchableTopicResponse", topic=fetch_topic.topic, partitions=tuple(partitions)))
+    try:
+        for fetch_topic in body.topics:
+            partitions = []
+            for wanted in fetch_topic.partitions:
+                limit = max(0, min(wanted.partition_max_bytes, remaining))
+                answer = _read_partition(broker, module, fetch_topic.topic, wanted, limit, isolation, total == 0)
+                size = len(answer.records) if answer.records is not None else 0
+                total += size
+                remaining -= size
+                failed |= answer.error_code != ErrorCode.none
+                partitions.append(answer)
+            topics.append(make(module, "FetchableTopicResponse", topic=fetch_topic.topic, partitions=tuple(partitions)))
+    except BaseException:
+        unsent.release(granted)
+        raise
+    if request.charge is not None:  # what the answer holds, until the listener saw it taken
+        unsent.settle(granted, total)
+        request.charge.set(unsent, total)
+    else:
+        unsent.release(granted)
     response = make(module, "FetchResponse", throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0,
                     responses=tuple(topics))
     return response, total, failed

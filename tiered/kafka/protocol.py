@@ -44,6 +44,28 @@ class ProtocolError(Exception):
     """A request that cannot be served: the connection that sent it is closed (Kafka's InvalidRequestException)."""
 
 
+class AnswerCharge:
+    """The bytes a request's handler charged to a bound of answers held for their clients (a fetch's records:
+    :class:`tiered.kafka.broker.UnsentBytes`), released by the listener once the client took the answer or the
+    connection closed. Set by the handler's thread, released on the listener's loop after the handler returned."""
+
+    __slots__ = ("bytes", "owner")
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.owner: Any = None  # the UnsentBytes charged
+
+    def set(self, owner: Any, size: int) -> None:
+        self.release()
+        self.owner, self.bytes = owner, size
+
+    def release(self) -> None:
+        owner, size = self.owner, self.bytes
+        self.owner, self.bytes = None, 0
+        if owner is not None and size:
+            owner.release(size)
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """One parsed request: its header fields and its ``kio`` body. ``body`` is None only for an ApiVersions request
@@ -57,6 +79,7 @@ class Request:
     size: int
     unsupported_version: bool = False
     client_host: str = ""  # "/<address>" of the connection, as Kafka names a group member's host
+    charge: AnswerCharge | None = None  # where a handler charges its answer's held bytes (the listener's)
 
     @property
     def response_module(self) -> ModuleType:

@@ -17,6 +17,9 @@ Bounds, so that no client can exhaust the process or stall the others:
 - each connection holds at most two requests (one being handled, the next one read), and the bytes of all requests
   read and not yet answered stay under ``queued.max.request.bytes``: they are charged as they arrive (a size
   prefix alone holds nothing), and a connection whose next bytes would exceed it waits before reading more;
+- answers written and not yet read by their clients count against ``queued.max.request.bytes`` too: a fetch asks
+  for no more than what is left of it (one batch at least, as KIP-74 has it), so clients that send fetches and
+  never read hold at most that much together, then a batch each;
 - a connection idle for ``connections.max.idle.ms``, or that takes that long to send one request or to read
   one response, is closed (slow senders and readers alike);
 - at most ``max.connections`` connections: more are closed as soon as they are accepted.
@@ -35,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tiered.kafka.protocol import ProtocolError, Request, frame_size, parse_request
+from tiered.kafka.protocol import AnswerCharge, ProtocolError, Request, frame_size, parse_request
 
 logger = logging.getLogger(__name__)
 
@@ -187,20 +190,23 @@ class KafkaServer:
                 if frame is None:
                     break
                 busy[0] = True
+                charge = AnswerCharge()  # what the handler charged to the unsent answers' bound: held until taken
                 try:
-                    response = await self._process(frame, host)
-                finally:
-                    busy[0] = False
-                    assert self._budget is not None
-                    await self._budget.release(min(len(frame), self._budget.total))
-                if response is not None:
-                    writer.write(response)
                     try:
-                        await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
-                    except TimeoutError:
-                        raise _CloseConnection(
-                            f"it did not read a response within connections.max.idle.ms ({self.idle_timeout_s:g} s)"
-                        ) from None
+                        response = await self._process(frame, host, charge)
+                    finally:
+                        busy[0] = False
+                        assert self._budget is not None
+                        await self._budget.release(min(len(frame), self._budget.total))
+                    if response is not None:
+                        writer.write(response)
+                        try:
+                            await asyncio.wait_for(writer.drain(), self.idle_timeout_s)
+                        except TimeoutError:
+                            raise _CloseConnection(f"it did not read a response within connections.max.idle.ms "
+                                                   f"({self.idle_timeout_s:g} s)") from None
+                finally:
+                    charge.release()
             reason = receiving.result() if receiving.done() else None
             if reason:
                 raise _CloseConnection(reason)
@@ -283,9 +289,10 @@ class KafkaServer:
 
     # Requests -----------------------------------------------------------------------------------------------------
 
-    async def _process(self, frame: bytes, client_host: str) -> bytes | None:
+    async def _process(self, frame: bytes, client_host: str, charge: AnswerCharge | None = None) -> bytes | None:
         try:
-            request = dataclasses.replace(parse_request(frame, self._supported), client_host=client_host)
+            request = dataclasses.replace(parse_request(frame, self._supported), client_host=client_host,
+                                          charge=charge)
         except ProtocolError as exc:
             raise _CloseConnection(str(exc)) from None
         loop = asyncio.get_running_loop()
