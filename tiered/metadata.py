@@ -189,6 +189,7 @@ class RemoteLogMetadataStore:
         # object is read once (records are immutable).
         self._owners: dict[TopicIdPartition, list[OwnerRecord]] = {}
         self._owner_objects: dict[str, OwnerRecord] = {}
+        self._damaged_owners: dict[TopicIdPartition, dict[int, str]] = {}  # at the last listing: epoch -> key
         # Per partition, the events decoded at its last load, by key: an event object is written once per segment
         # and state (its key says which), so a load again (a Spark planner kept across plans) reads and decodes only
         # the keys new since; what the listing no longer has is dropped with it.
@@ -290,8 +291,15 @@ class RemoteLogMetadataStore:
         object is read once). A record that cannot be read is skipped with a warning (``tiered verify`` reports it)."""
         return self._read_owner_records(tip, self.store.list_keys(layout.owner_records_prefix(self.prefix, tip)))
 
+    def damaged_owner_records(self, tip: TopicIdPartition) -> dict[int, str]:
+        """The partition's owner records that could not be read at their last listing: owner epoch (as the key
+        names it) -> key."""
+        with self._lock:
+            return dict(self._damaged_owners.get(tip, {}))
+
     def _read_owner_records(self, tip: TopicIdPartition, keys: Iterable[str]) -> list[OwnerRecord]:
         records: dict[int, OwnerRecord] = {}
+        damaged: dict[int, str] = {}
         for key in keys:
             epoch = layout.owner_epoch_of_key(key)
             if epoch is None:
@@ -304,14 +312,17 @@ class RemoteLogMetadataStore:
                     continue
                 except ValueError as exc:
                     logger.warning("ignoring unreadable owner record %s: %s", key, exc)
+                    damaged[epoch] = key
                     continue
                 if record.owner_epoch != epoch:
                     logger.warning("ignoring owner record %s: it holds owner epoch %d", key, record.owner_epoch)
+                    damaged[epoch] = key
                     continue
                 self._owner_objects[key] = record
             records[epoch] = record
         ordered = [records[e] for e in sorted(records)]
         with self._lock:
+            self._damaged_owners[tip] = damaged
             if self._owners.get(tip, []) != ordered:
                 self._owners[tip] = ordered
                 self._readable.pop(tip, None)  # the lineage readers follow may have changed

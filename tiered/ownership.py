@@ -201,10 +201,20 @@ class Ownership:
 
 def assess(
     name: str, local_epoch: int, local_id: str, records: Sequence[OwnerRecord], *, has_remote_data: bool,
-    below_local_start: bool, holds_metadata: bool, state_file: str, store: str,
+    below_local_start: bool, holds_metadata: bool, state_file: str, store: str, damaged: Mapping[int, str] | None = None,
 ) -> Ownership | None:
     """The ownership of partition ``name`` from its data dir's claim (``local_epoch``/``local_id``, -1/"" when none)
-    and the store's ``records``; None when nobody claimed it yet and nothing is wrong (the data dir may claim it)."""
+    and the store's ``records``; None when nobody claimed it yet and nothing is wrong (the data dir may claim it).
+    ``damaged``: owner records that could not be read (epoch -> key): when one of them may be the newest, nothing
+    can be told but that (a damaged record is not a wrong bucket)."""
+    newest_epoch = records[-1].owner_epoch if records else -1
+    suspect = {epoch: key for epoch, key in (damaged or {}).items() if epoch >= newest_epoch}
+    if suspect:
+        epoch, key = max(suspect.items())
+        return Ownership(WRONG_STORE, f"{name}: its owner record {key} (owner epoch {epoch}) in {store} cannot be read "
+                                      "(damaged): who owns the partition's remote data cannot be told, so nothing is "
+                                      "copied, deleted or read there until it is repaired (tiered verify --remote "
+                                      "names it)")
     if records:
         newest = records[-1]
         if local_epoch == newest.owner_epoch and local_id == newest.owner_id:
@@ -289,6 +299,7 @@ class OwnershipGuard:
             below_local_start=log.log_start_offset < log.local_log_start_offset,
             holds_metadata=bool(records) or self._store.holds_metadata(tip),
             state_file=str(log.source_dir / REMOTE_LOG_STATE_FILENAME), store=self._store_name,
+            damaged=damaged(tip) if (damaged := getattr(self._store, "damaged_owner_records", None)) else None,
         )
 
     def _claim(self, log: Log, tip: TopicIdPartition) -> Ownership:

@@ -250,8 +250,10 @@ class RLMCopyTask:
                         "were deleted; raise the limit or fix the plugin)", log.name, error,
                     )
                 else:
-                    logger.error("copy of segment %d of %s to the remote tier failed", candidates[i][0].base_offset,
-                                 log.name, exc_info=error)
+                    # the cause on the line itself (ENOSPC, EROFS, a store's error): without -v the traceback is not
+                    # shown, and `tiered run` said only "failed" at every interval
+                    logger.error("copy of segment %d of %s to the remote tier failed: %s", candidates[i][0].base_offset,
+                                 log.name, _cause(error), exc_info=error)
                 break
             self._set_lag(log, candidate_segments(self.parts, self.tip, log))
             if result.segments_copied:
@@ -494,6 +496,19 @@ class RLMCopyTask:
             cleaned += 1
         self._cleaned_stale = True
         return cleaned
+
+
+def _cause(error: BaseException) -> str:
+    """A copy's failure in one line, with its innermost cause where another error wraps it
+    (``RemoteStorageError: ... <- OSError: [Errno 28] No space left on device: ...``)."""
+    inner = error
+    for _ in range(10):  # (a cycle of causes ends here)
+        nxt = inner.__cause__ or (None if inner.__suppress_context__ else inner.__context__)
+        if nxt is None:
+            break
+        inner = nxt
+    line = f"{type(error).__name__}: {error}"
+    return line if inner is error else f"{line} <- {type(inner).__name__}: {inner}"
 
 
 def segment_leader_epochs(log: Log, start: int, next_offset: int) -> dict[int, int]:

@@ -592,3 +592,23 @@ def test_a_former_owner_reading_what_the_owners_retention_removed_gets_out_of_ra
         assert caught.value.context["log_start_offset"] > 40
     rc, _, err = consume(capsys, a, "--offset", "0")  # a fresh view: the same answer, not "a gap"
     assert rc == 1 and "removed it by retention" in err and "gap" not in err
+
+
+def test_a_damaged_owner_record_is_named_as_such_not_as_a_wrong_bucket(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One flipped byte in the owner record sent the operator looking for a configuration error ("a wrong bucket or
+    rsm.config.prefix?") that did not exist; the record is named as damaged now, and nothing is deleted."""
+    a, _, bucket = two_dirs
+    [record] = sorted(bucket.rglob("__remote_log_metadata/owner-*.json"))
+    raw = bytearray(record.read_bytes())
+    at = raw.index(b'"owner_epoch"') + len(b'"owner_epoch"')
+    raw[at] ^= 1  # ':' -> ';'
+    record.write_bytes(bytes(raw))
+    before = remote_logs(bucket)
+    rc, _, err = consume(capsys, a, "--offset", "0")
+    assert rc == 1
+    assert record.name in err and "cannot be read (damaged)" in err and "wrong bucket" not in err
+    rc, _, err = cli(capsys, "--config", str(a), "offload")
+    assert rc == 1 and "cannot be read (damaged)" in err
+    assert remote_logs(bucket) == before

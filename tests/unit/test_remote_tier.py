@@ -252,6 +252,32 @@ def test_custom_metadata_over_the_limit_fails_the_copy_and_stops_the_partitions_
         assert m.cleanup_logs() == 0  # nothing local may go: nothing was copied
 
 
+class _FullDisk(LocalDirRemoteStorageManager):
+    def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData) -> bytes | None:
+        try:
+            raise OSError(28, "No space left on device", str(metadata.remote_log_segment_id.id))
+        except OSError as exc:
+            raise RemoteStorageError("cannot write the segment's objects") from exc
+
+
+def test_a_failed_copy_says_why_on_its_error_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A full or read-only bucket logged only "copy ... failed": the cause (ENOSPC, EROFS) was in the traceback,
+    which a command without -v does not show, and `tiered run` said "failed" at every interval."""
+    config = LogConfig.from_properties(_props(tmp_path))
+    rsm = _FullDisk()
+    rsm.configure({"dir": str(tmp_path / "remote")})
+    rlm = assemble_remote_log_manager(rsm, RemoteLogMetadataStore.in_bucket(rsm), tmp_path / "data")
+    with LogManager(config, remote_tier=rlm, start_scheduler=False) as m:
+        log = m.get_or_create_log("t", 0, TOPIC_OVERRIDES)
+        _produce(log, 12_000)
+        with caplog.at_level(logging.ERROR, logger="tiered.rlm_copy"):
+            assert rlm.run_once(m.all_logs()).copy_errors == 1
+    [record] = [r for r in caplog.records if "to the remote tier failed" in r.getMessage()]
+    message = record.getMessage()
+    assert "failed: RemoteStorageError: cannot write the segment's objects <- OSError: [Errno 28] No space left on " \
+           "device" in message
+
+
 def test_stale_started_copy_after_a_crash_is_cleaned(tmp_path: Path) -> None:
     rsm = load_rsm("local", {"dir": str(tmp_path / "remote")})
     store = RemoteLogMetadataStore.in_bucket(rsm)  # type: ignore[arg-type]
