@@ -59,8 +59,9 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from local.crc import crc32c
 from local.remote_state import REMOTE_LOG_STATE_FILENAME
 from tiered.errors import NotPartitionOwnerError, ObjectExistsError, RemoteStoreMismatchError
 from tiered.rsm import RemoteLogSegmentMetadata, TopicIdPartition
@@ -236,6 +237,25 @@ def assess(
     return None
 
 
+def _differs(seg: Any, md: RemoteLogSegmentMetadata, checksums: Any) -> str | None:
+    """Why the local segment ``seg`` (None: none starts at ``md``'s start) does not hold ``md``'s bytes, or None."""
+    if seg is None:
+        return f"no local segment starts at offset {md.start_offset}"
+    size = seg.size
+    if size != md.segment_size_in_bytes:
+        return f"{size} bytes here, {md.segment_size_in_bytes} there"
+    obj = checksums.objects.get(".log") if checksums is not None else None
+    if obj is None or not obj.crcs:
+        return None  # (a copy made without checksums: its size is all there is to compare)
+    chunk = checksums.chunk_bytes
+    last = len(obj.crcs) - 1
+    for n in sorted({0, last}):
+        data = seg.log.read(n * chunk, min(chunk, size - n * chunk))
+        if crc32c(data) != obj.crcs[n]:
+            return f"bytes {n * chunk}..{n * chunk + len(data) - 1} differ"
+    return None
+
+
 class OwnershipGuard:
     """Checks, and claims when nobody has, ownership of each partition's remote data for one remote tier (see the
     module docstring). Thread-safe; one per :class:`tiered.remote_log_manager.RemoteLogManager`."""
@@ -254,6 +274,10 @@ class OwnershipGuard:
         self._states: dict[TopicIdPartition, Ownership] = {}
         self._store_checked: set[TopicIdPartition] = set()
         self._claims: dict[TopicIdPartition, threading.Lock] = {}  # one claim of a partition at a time
+        # The content check (:meth:`_foreign_segment`): remote segments found to hold this data dir's records, and
+        # the partitions fenced for holding others' under this data dir's claim (sticky for the process).
+        self._matched: set[uuid.UUID] = set()
+        self._fenced: dict[TopicIdPartition, Ownership] = {}
 
     def states(self) -> Mapping[TopicIdPartition, Ownership]:
         with self._lock:
@@ -269,12 +293,75 @@ class OwnershipGuard:
             found = self._assess(log, tip, self._store.owner_records(tip))
             if found is None:
                 found = self._claim(log, tip)
+            if found.state == OWNER:
+                found = self._checked_content(log, tip, found)
         self._set(tip, found)
         if found.state == LOST:
             raise NotPartitionOwnerError(found.detail, retriable=False)
         if found.state == WRONG_STORE:
             raise RemoteStoreMismatchError(found.detail, retriable=False)
         return found
+
+    def trusts_remote_copies(self, log: Log, tip: TopicIdPartition) -> bool:
+        """Whether local retention may rely on the partition's remote segments as copies of its local ones: False
+        once a remote segment was found to hold other records than the local segment at its offsets (a copy of
+        this data dir writing to the same bucket: :meth:`_checked_content`), checked here too, as retention may
+        run before the copy task's first pass."""
+        with self._lock:
+            if tip in self._fenced:
+                return False
+        foreign = self._foreign_segment(log, tip)
+        if foreign is None:
+            return True
+        self._set(tip, self._fence(log, tip, foreign))
+        return False
+
+    def _checked_content(self, log: Log, tip: TopicIdPartition, found: Ownership) -> Ownership:
+        with self._lock:
+            fenced = self._fenced.get(tip)
+        if fenced is not None:
+            return fenced
+        foreign = self._foreign_segment(log, tip)
+        return found if foreign is None else self._fence(log, tip, foreign)
+
+    def _fence(self, log: Log, tip: TopicIdPartition, foreign: tuple[RemoteLogSegmentMetadata, str]) -> Ownership:
+        """Fence ``tip`` for the foreign segment found: the partition's Ownership from now on (LOST)."""
+        md, why = foreign
+        fenced = Ownership(LOST, (
+            f"{log.name}: remote segment {md.remote_log_segment_id.id} (offsets {md.start_offset}-{md.end_offset}) "
+            f"holds other records than this data dir's at those offsets ({why}): another data dir writes this "
+            "partition's remote data under this one's claim (a copy of this data dir: a cloned machine or a restored "
+            "backup?). This data dir copies and deletes nothing there any more, and local retention keeps every "
+            "local segment. Run tiered verify --remote, then tiered attach on the data dir that should own the "
+            "partition"))
+        with self._lock:
+            self._fenced.setdefault(tip, fenced)
+            return self._fenced[tip]
+
+    def _foreign_segment(self, log: Log, tip: TopicIdPartition) -> tuple[RemoteLogSegmentMetadata, str] | None:
+        """The first remote segment of the owner's lineage that overlaps this data dir's closed local segments and
+        does not hold the same bytes (its start, size and first and last checksum chunks, where its copy recorded
+        checksums), with why; None when every one does. Each remote segment found to match is not read again in
+        this process: the check reads two chunks of a local segment once."""
+        closed = list(log.segments.values())[:-1]
+        if not closed:
+            return None
+        first, last = closed[0].base_offset, log.active_segment.base_offset - 1
+        local = {seg.base_offset: seg for seg in closed}
+        checksums = getattr(self._store, "segment_checksums", None)
+        for md in self._store.readable_segments(tip):
+            sid = md.remote_log_segment_id.id
+            if md.end_offset < first or md.start_offset > last:
+                continue  # no local records there: nothing to tell, nothing local to lose
+            with self._lock:
+                if sid in self._matched:
+                    continue
+            why = _differs(local.get(md.start_offset), md, checksums(md) if checksums is not None else None)
+            if why is not None:
+                return md, why
+            with self._lock:
+                self._matched.add(sid)
+        return None
 
     def check_store(self, log: Log, tip: TopicIdPartition, action: str = "") -> None:
         """For reads: raise :class:`RemoteStoreMismatchError` when the store lacks the partition's metadata (asked

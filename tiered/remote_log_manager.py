@@ -173,7 +173,13 @@ class RemoteLogManager:
     # RemoteTier protocol
 
     def highest_offset_in_remote_storage(self, log: Log) -> int:
-        return highest_offset_in_remote_storage(self.parts, topic_id_partition(log))
+        """The highest offset the remote tier holds a copy of (local retention deletes only what is below): -1 when
+        its segments hold other records than this data dir's at the same offsets (a copy of this data dir writing
+        to the same bucket: :meth:`tiered.ownership.OwnershipGuard.trusts_remote_copies`), so none is deleted."""
+        tip = topic_id_partition(log)
+        if not self.ownership.trusts_remote_copies(log, tip):
+            return -1
+        return highest_offset_in_remote_storage(self.parts, tip)
 
     def read(
         self, log: Log, fetch_offset: int, max_bytes: int, isolation: FetchIsolation, min_one_message: bool

@@ -612,3 +612,35 @@ def test_a_damaged_owner_record_is_named_as_such_not_as_a_wrong_bucket(
     rc, _, err = cli(capsys, "--config", str(a), "offload")
     assert rc == 1 and "cannot be read (damaged)" in err
     assert remote_logs(bucket) == before
+
+
+def test_a_copy_of_a_data_dir_writing_to_the_same_bucket_is_fenced_and_loses_nothing(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A data dir copied to a second machine (a cloned VM, a restored backup) claims the partition with the same
+    owner epoch and id. Both wrote other records at the same offsets; the copy took the other's remote segments
+    for copies of its own, its local retention deleted its only copy of its records, and reads returned the
+    other machine's records, silently. Now the copy finds the remote segments at its offsets hold other bytes
+    than its segments: it is fenced (copies and deletes nothing, keeps every local segment, exit 1 naming why)."""
+    import shutil
+
+    a, _, bucket = two_dirs
+    clone_dir = tmp_path / "clone"
+    shutil.copytree(tmp_path / "a", clone_dir)
+    clone = write_config(tmp_path / "clone.properties",
+                         local_tier_props(clone_dir, **{"rsm.config.dir": str(bucket)}))
+    first, _ = produce(a, "A", 40)
+    produce(clone, "C", 60)
+    rc, _, err = cli(capsys, "--config", str(a), "offload")
+    assert rc == 0, err
+    objects = sorted(p.relative_to(bucket) for p in bucket.rglob("*") if p.is_file())
+    rc, out, err = cli(capsys, "--config", str(clone), "offload")
+    assert rc == 1
+    assert "holds other records than this data dir's at those offsets" in err and "a copy of this data dir" in err
+    assert "copied 0 segment(s)" in out and "local retention deleted 0 segment(s)" in out
+    assert sorted(p.relative_to(bucket) for p in bucket.rglob("*") if p.is_file()) == objects
+    rc, records, err = consume(capsys, clone, "--offset", str(first + 5), "--max-messages", "1")
+    assert rc == 0, err
+    assert str(records[0]["value"]).startswith(f"C-{first + 5}x")  # its own record, from its kept local segment
+    rc, records, err = consume(capsys, a, "--offset", str(first + 5), "--max-messages", "1")
+    assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first + 5}x"), err
