@@ -78,13 +78,16 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
             result.items.append({"entry_size": index.entry_size})
             entries = [index.entry(i) for i in range(index.entries)]
         _add_index_entries(path, base, [(op.offset, op.position) for op in entries], ("offset", "position"), result)
-        if verify:
+        if verify:  # (its check names a torn entry too)
             _verify_offset_index(path, base, result)
+        else:
+            _trailing_partial_entry(path, size, result)
     elif kind == "time-index":
         from local.index import TimeIndex
 
         with TimeIndex(path, base, writable=False) as tindex:
             pairs = [(te.timestamp, te.offset) for te in map(tindex.entry, range(tindex.entries))]
+            _trailing_partial_entry(path, tindex.entry_size, result)
         _add_index_entries(path, base, pairs, ("timestamp", "offset"), result)
     elif kind == "txn-index":
         from local.index import TransactionIndex
@@ -126,6 +129,15 @@ def dump(path: str | Path, *, deep: bool = False, verify: bool = False, max_batc
         for (topic, partition), offset in sorted(OffsetCheckpointFile(path).read().items()):
             result.items.append({"topic": topic, "partition": partition, "offset": offset})
     return result
+
+
+def _trailing_partial_entry(path: Path, entry_size: int, result: DumpResult) -> None:
+    """A problem for bytes past the index's last whole entry (a torn write): as a .log's trailing bytes are one."""
+    size = path.stat().st_size
+    extra = size % entry_size
+    if extra:
+        result.problems.append(f"{extra} trailing bytes at position {size - extra} do not form a whole "
+                               f"{entry_size}-byte entry")
 
 
 def _dump_manifest(path: Path) -> DumpResult:

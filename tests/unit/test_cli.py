@@ -390,3 +390,31 @@ def test_one_data_dir_listed_twice_is_named_as_such(tmp_path: Path) -> None:
     proc = run_cli("produce", "-t", "a", "--log-dirs", f"{data},{data}/", stdin="x\n")
     assert proc.returncode == 2 and "log.dirs names one data dir twice" in proc.stderr
     assert "another process" not in proc.stderr
+
+
+def test_quickstart_refuses_careless_arguments_up_front(tmp_path: Path) -> None:
+    """A huge --record-size was 'unexpected error: MemoryError', an unknown --compression failed after making a
+    temp dir, and a --dir holding an earlier run got 30,000 records appended and a false MISMATCH verdict."""
+    huge = run_cli("quickstart", "--record-size", "99999999999")
+    assert huge.returncode == 2 and "at most 1000000" in huge.stderr and "MemoryError" not in huge.stderr
+    codec = run_cli("quickstart", "--compression", "foo")
+    assert codec.returncode == 2 and "invalid choice: 'foo'" in codec.stderr
+    wide = run_cli("quickstart", "--record-size", "500000")
+    assert wide.returncode == 2 and "--batch-size 100 of 500000-byte records does not fit" in wide.stderr
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "data").mkdir()
+    again = run_cli("quickstart", "--dir", str(used))
+    assert again.returncode == 2 and "is not an empty directory" in again.stderr
+    assert [p.name for p in used.iterdir()] == ["data"]
+
+
+def test_dump_names_a_torn_index_entry(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    run_cli("produce", "-t", "t", "--log-dirs", str(data), stdin="".join(f"{i}\n" for i in range(5000)))
+    index = sorted((data / "t-0").glob("*.index"))[0]
+    entries = index.stat().st_size // 8
+    with open(index, "r+b") as f:
+        f.truncate(8 * max(entries, 1) + 5 if entries else 13)
+    proc = run_cli("dump", str(index))
+    assert proc.returncode == 1 and "5 trailing bytes at position" in proc.stdout + proc.stderr

@@ -15,15 +15,30 @@ import tempfile
 import time
 from pathlib import Path
 
-from tiered.commands._common import non_negative_int, positive_int
+from tiered.commands._common import UsageError, non_negative_int, positive_int
+
+MAX_RECORD_SIZE = 1_000_000  # a record must fit in one batch under Kafka's default message.max.bytes (1048588)
+
+
+def _record_size(text: str) -> int:
+    size = non_negative_int(text)
+    if size > MAX_RECORD_SIZE:
+        raise argparse.ArgumentTypeError(f"invalid value {size}: at most {MAX_RECORD_SIZE} (a batch must fit "
+                                         "message.max.bytes)")
+    return size
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dir", type=Path, help="working directory (default: a fresh temp dir, removed afterwards)")
+    from local.records import CompressionType
+
+    parser.add_argument("--dir", type=Path,
+                        help="working directory, new or empty (default: a fresh temp dir, removed afterwards)")
     parser.add_argument("--records", type=positive_int, default=30_000, help="records to produce (default: 30000)")
-    parser.add_argument("--record-size", type=non_negative_int, default=200, help="value size in bytes (default: 200)")
+    parser.add_argument("--record-size", type=_record_size, default=200,
+                        help=f"value size in bytes, at most {MAX_RECORD_SIZE:,} (default: 200)")
     parser.add_argument("--batch-size", type=positive_int, default=100, help="records per batch (default: 100)")
-    parser.add_argument("--compression", default="none", help="batch compression: none, gzip, snappy, lz4, zstd")
+    parser.add_argument("--compression", default="none", choices=[c.name_lower for c in CompressionType],
+                        help="batch compression (default: none)")
     parser.add_argument("--keep", action="store_true", help="keep the working directory")
 
 
@@ -40,6 +55,12 @@ def run(args: argparse.Namespace) -> int:
     from local.records import MemoryRecords, SimpleRecord
     from tiered.composition import open_log_manager, remote_log_manager_of
 
+    if args.dir is not None and Path(args.dir).exists() and (not Path(args.dir).is_dir() or any(Path(args.dir).iterdir())):
+        # (its data would be appended to, and the read-back check would call that a mismatch)
+        raise UsageError(f"--dir {args.dir} is not an empty directory: pass a new one")
+    if args.batch_size * args.record_size > MAX_RECORD_SIZE and args.batch_size > 1:
+        raise UsageError(f"--batch-size {args.batch_size} of {args.record_size}-byte records does not fit one batch "
+                         f"under message.max.bytes: at most {max(1, MAX_RECORD_SIZE // max(args.record_size, 1))}")
     console = Console(soft_wrap=True)  # piped to a file, a line stays one line (rich wraps at 80 columns otherwise)
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="tiered-quickstart-"))
     work.mkdir(parents=True, exist_ok=True)
