@@ -419,3 +419,21 @@ def test_stop_with_requests_waiting_closes_them_quietly(tmp_path, caplog):
                 c.close()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [r.getMessage() for r in errors]
+
+
+def test_running_out_of_descriptors_to_accept_is_one_line_not_a_traceback_each_time(tmp_path, caplog):
+    """Idle clients holding every descriptor made asyncio log a traceback per accept attempt: 18,299 in one run.
+    The listener reports it once per interval with a count, and hands other loop errors to asyncio as before."""
+    import errno
+    import logging
+
+    with listener(tmp_path) as kafka:
+        server = kafka.server
+        loop = server._loop
+        with caplog.at_level(logging.ERROR, logger="tiered.kafka.server"):
+            for _ in range(500):
+                server._on_loop_error(loop, {"message": "socket.accept() out of system resource",
+                                             "exception": OSError(errno.EMFILE, "Too many open files")})
+        lines = [r.getMessage() for r in caplog.records if r.name == "tiered.kafka.server"]
+        assert len(lines) == 1 and "cannot accept Kafka connections" in lines[0] and "ulimit -n" in lines[0]
+        assert _served(kafka.address)

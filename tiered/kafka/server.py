@@ -31,6 +31,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import errno
 import logging
 import socket
 import threading
@@ -43,6 +44,7 @@ from tiered.kafka.protocol import AnswerCharge, ProtocolError, Request, frame_si
 logger = logging.getLogger(__name__)
 
 NO_RESPONSE = object()  # a request answered with nothing (Produce with acks=0)
+_ACCEPT_ERROR_EVERY_S = 10.0  # a failure to accept (out of descriptors) is logged at most once per this
 _BODY_CHUNK = 1 << 20  # a request body is read (and charged to queued.max.request.bytes) in pieces of at most this
 
 
@@ -108,6 +110,8 @@ class KafkaServer:
         self._server: asyncio.AbstractServer | None = None
         self._budget: _ByteBudget | None = None
         self.connections_refused = 0
+        self._accept_errors = 0
+        self._accept_error_logged = -_ACCEPT_ERROR_EVERY_S
 
     @property
     def address(self) -> str:
@@ -121,6 +125,7 @@ class KafkaServer:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
+        self._loop.set_exception_handler(self._on_loop_error)
         self.broker.appends.bind(self._loop)
         self._budget = _ByteBudget(self._queued_bytes)
         self._server = self._loop.run_until_complete(
@@ -131,6 +136,21 @@ class KafkaServer:
         finally:
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
+
+    def _on_loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """The loop's errors, but the accept loop's failures to accept (out of descriptors, EMFILE/ENFILE: asyncio
+        logs a traceback per attempt, thousands a minute while idle clients hold every descriptor) are one line per
+        :data:`_ACCEPT_ERROR_EVERY_S` seconds with how many there were."""
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+            now = time.monotonic()
+            self._accept_errors += 1
+            if now - self._accept_error_logged >= _ACCEPT_ERROR_EVERY_S:
+                logger.error("cannot accept Kafka connections: %s (%d time(s) since the last report; raise ulimit -n "
+                             "or set max.connections)", exc, self._accept_errors)
+                self._accept_error_logged, self._accept_errors = now, 0
+            return
+        loop.default_exception_handler(context)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop accepting, close every connection, wait for the requests in the pool to end."""
