@@ -237,8 +237,9 @@ def assess(
     return None
 
 
-def _differs(seg: Any, md: RemoteLogSegmentMetadata, checksums: Any) -> str | None:
-    """Why the local segment ``seg`` (None: none starts at ``md``'s start) does not hold ``md``'s bytes, or None."""
+def segment_differs(seg: Any, md: RemoteLogSegmentMetadata, checksums: Any) -> str | None:
+    """Why the local segment ``seg`` (None: none starts at ``md``'s start; else anything with ``size`` and
+    ``log.read(position, size)``) does not hold ``md``'s bytes, or None. ``checksums``: ``md``'s recorded ones."""
     if seg is None:
         return f"no local segment starts at offset {md.start_offset}"
     size = seg.size
@@ -304,12 +305,16 @@ class OwnershipGuard:
 
     def trusts_remote_copies(self, log: Log, tip: TopicIdPartition) -> bool:
         """Whether local retention may rely on the partition's remote segments as copies of its local ones: False
-        once a remote segment was found to hold other records than the local segment at its offsets (a copy of
-        this data dir writing to the same bucket: :meth:`_checked_content`), checked here too, as retention may
-        run before the copy task's first pass."""
+        for a partition this data dir does not own (its local data stays as it is), and once a remote segment was
+        found to hold other records than the local segment at its offsets (a copy of this data dir writing to the
+        same bucket: :meth:`_checked_content`), checked here too, as retention may run before the copy task's
+        first pass."""
         with self._lock:
             if tip in self._fenced:
                 return False
+            known = self._states.get(tip)
+        if known is not None and known.state != OWNER:
+            return False  # a lost partition's local data stays as it is (the owner's segments are not its copies)
         foreign = self._foreign_segment(log, tip)
         if foreign is None:
             return True
@@ -356,7 +361,7 @@ class OwnershipGuard:
             with self._lock:
                 if sid in self._matched:
                     continue
-            why = _differs(local.get(md.start_offset), md, checksums(md) if checksums is not None else None)
+            why = segment_differs(local.get(md.start_offset), md, checksums(md) if checksums is not None else None)
             if why is not None:
                 return md, why
             with self._lock:

@@ -644,3 +644,9 @@ def test_a_copy_of_a_data_dir_writing_to_the_same_bucket_is_fenced_and_loses_not
     assert str(records[0]["value"]).startswith(f"C-{first + 5}x")  # its own record, from its kept local segment
     rc, records, err = consume(capsys, a, "--offset", str(first + 5), "--max-messages", "1")
     assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first + 5}x"), err
+    rc, out, err = cli(capsys, "--config", str(clone), "verify", "--remote", "--json")
+    assert rc == 1
+    kinds = {p["kind"] for part in json.loads(out)["partitions"] for p in part["problems"]}
+    assert kinds == {"diverged"}
+    rc, out, err = cli(capsys, "--config", str(a), "verify", "--remote")
+    assert rc == 0, out + err

@@ -238,6 +238,8 @@ def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: An
         remote.scrub_partition(group, latest, report, owners)
         if report.data_dir is not None and owners:
             _check_claim(report, owners[-1])
+        if report.data_dir is not None and not any(p.kind == "not_owner" for p in report.problems):
+            _check_same_records(rsm, report, latest, owners)  # (a former owner's records differ from the owner's)
     for report in local.values():
         enabled = report.remote_storage_enable if report.remote_storage_enable is not None else remote_by_default
         if enabled or report.remote_segments:
@@ -263,6 +265,57 @@ def _check_claim(report: Any, owner: Any) -> None:
         report.problems.append(Problem(
             "not_owner", f"this data dir ({mine}) does not own the partition's remote data: the store's current owner "
             f"is {owner.describe()}; it copies and deletes nothing there", file=str(pdir / REMOTE_LOG_STATE_FILENAME)))
+
+
+class _LocalSegmentFile:
+    """A closed local segment's .log file, as :func:`tiered.ownership.segment_differs` reads one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.size = path.stat().st_size
+        self.log = self
+
+    def read(self, position: int, size: int) -> bytes:
+        with open(self.path, "rb") as f:
+            f.seek(position)
+            return f.read(size)
+
+
+def _check_same_records(rsm: Any, report: Any, latest: dict[str, Any], owners: list[Any]) -> None:
+    """A remote segment of the owner's lineage that overlaps this data dir's closed local segments must hold their
+    bytes (start, size, first and last checksum chunks): else another data dir writes the partition's remote data
+    (a copy of this one: tiered.ownership fences it at its next pass)."""
+    from tiered.ownership import segment_differs, within_lineage
+    from tiered.rsm import RemoteLogSegmentState
+    from tiered.scrub.object_checksums import recorded_checksums
+    from tiered.scrub.report import Problem
+
+    pdir = Path(report.data_dir) / f"{report.topic}-{report.partition}"
+    logs = sorted((int(p.name[:20]), p) for p in pdir.glob("*.log") if p.name[:20].isdigit())
+    if len(logs) < 2:
+        return
+    local = dict(logs[:-1])
+    first, last = logs[0][0], logs[-1][0] - 1
+    lineage = owners[-1].lineage if owners else ()
+    for md in sorted(latest.values(), key=lambda m: m.start_offset):
+        if md.state is not RemoteLogSegmentState.COPY_SEGMENT_FINISHED or not within_lineage(md, lineage):
+            continue
+        if md.end_offset < first or md.start_offset > last:
+            continue
+        path = local.get(md.start_offset)
+        if path is not None and any(p.file == str(path) for p in report.problems):
+            continue  # a damaged local segment: its own problem says why it differs
+        try:
+            why = segment_differs(_LocalSegmentFile(path) if path is not None else None, md, recorded_checksums(rsm, md))
+        except OSError as exc:
+            why = f"cannot read {path}: {exc}"
+        if why is not None:
+            report.problems.append(Problem(
+                "diverged", f"remote segment {md.remote_log_segment_id.id} (offsets {md.start_offset}-{md.end_offset}) "
+                f"holds other records than this data dir's at those offsets ({why}): another data dir writes this "
+                "partition's remote data under this one's claim (a copy of this data dir?)",
+                file=str(path) if path is not None else str(pdir), offset=md.start_offset))
+            return  # (one is enough: the offsets after it are the other data dir's too)
 
 
 def _note_duplicates(partitions: list[PartitionReport]) -> None:

@@ -15,6 +15,11 @@ from tiered.metadata import RemoteLogMetadataStore
 from tiered.rsm import IndexType, RemoteLogSegmentMetadata, RemoteStorageManager
 
 
+def recorded_checksums(rsm: RemoteStorageManager, metadata: RemoteLogSegmentMetadata) -> SegmentChecksums | None:
+    """The checksums recorded with the segment's FINISHED metadata in ``rsm``'s store, or None."""
+    return _resolve(rsm, metadata, None)
+
+
 def verify_object_checksums(
     rsm: RemoteStorageManager,
     metadata: RemoteLogSegmentMetadata,
