@@ -361,7 +361,10 @@ class OwnershipGuard:
             with self._lock:
                 if sid in self._matched:
                     continue
-            why = segment_differs(local.get(md.start_offset), md, checksums(md) if checksums is not None else None)
+            try:
+                why = segment_differs(local.get(md.start_offset), md, checksums(md) if checksums is not None else None)
+            except OSError:
+                continue  # (the segment was deleted meanwhile, by retention in another thread: nothing to compare)
             if why is not None:
                 return md, why
             with self._lock:
