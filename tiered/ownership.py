@@ -237,15 +237,20 @@ def assess(
     return None
 
 
+_INT32_MAX = 2**31 - 1
+
+
 def segment_differs(seg: Any, md: RemoteLogSegmentMetadata, checksums: Any) -> str | None:
     """Why the local segment ``seg`` (None: none starts at ``md``'s start; else anything with ``size`` and
     ``log.read(position, size)``) does not hold ``md``'s bytes, or None. ``checksums``: ``md``'s recorded ones."""
     if seg is None:
         return f"no local segment starts at offset {md.start_offset}"
     size = seg.size
-    if size != md.segment_size_in_bytes:
-        return f"{size} bytes here, {md.segment_size_in_bytes} there"
     obj = checksums.objects.get(".log") if checksums is not None else None
+    # the size its checksums recorded, else the metadata's (an int32: clamped for a segment of 2 GiB or more)
+    there = obj.size if obj is not None else md.segment_size_in_bytes
+    if size != there and (obj is not None or there < _INT32_MAX):
+        return f"{size} bytes here, {there} there"
     if obj is None or not obj.crcs:
         return None  # (a copy made without checksums: its size is all there is to compare)
     chunk = checksums.chunk_bytes

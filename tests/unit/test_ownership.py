@@ -650,3 +650,34 @@ def test_a_copy_of_a_data_dir_writing_to_the_same_bucket_is_fenced_and_loses_not
     assert kinds == {"diverged"}
     rc, out, err = cli(capsys, "--config", str(a), "verify", "--remote")
     assert rc == 0, out + err
+
+
+def test_the_content_check_reads_a_segment_of_2_gib_or_more_by_its_checksums_size() -> None:
+    """The metadata's segment size is an int32, clamped for a segment of 2 GiB or more (KIP-1333's large index):
+    the content check compares the size the checksums recorded, and never calls such a segment foreign for it."""
+    from local.crc import crc32c
+    from tiered.checksums import ObjectChecksums, SegmentChecksums
+    from tiered.ownership import segment_differs
+
+    size, chunk = 3 * 2**30 + 5, 2**20
+    chunks = -(-size // chunk)
+
+    class Big:
+        def __init__(self, total: int) -> None:
+            self.size, self.log = total, self
+
+        def read(self, position: int, n: int) -> bytes:
+            return bytes([position // chunk % 251]) * n
+
+    def crc(n: int) -> int:
+        return crc32c(bytes([n % 251]) * min(chunk, size - n * chunk))
+
+    crcs = tuple(crc(n) if n in (0, chunks - 1) else 0 for n in range(chunks))
+    sums = SegmentChecksums(chunk, {".log": ObjectChecksums(size, crcs)})
+    tip = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 99, 0, 0, 0, 2**31 - 1, {0: 0})
+    assert segment_differs(Big(size), md, sums) is None
+    assert segment_differs(Big(size - 1), md, sums) == f"{size - 1} bytes here, {size} there"
+    assert segment_differs(Big(size), md, None) is None  # no checksums: a clamped size tells nothing
+    assert "differ" in str(segment_differs(Big(size), md, SegmentChecksums(chunk, {".log": ObjectChecksums(
+        size, tuple(c ^ 1 for c in crcs))})))
