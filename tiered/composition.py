@@ -42,6 +42,7 @@ from tiered.rsm import RemoteStorageManager
 
 if TYPE_CHECKING:
     from local.config import LogConfig
+    from local.log import Log
     from local.manager import LogManager
     from tiered.cache.chunk_cache import ChunkCache
     from tiered.copier_process import ProcessCopier
@@ -388,6 +389,27 @@ def open_log_manager(config: LogConfig, **kwargs: Any) -> LogManager:
     if config.remote_log_storage_system_enable and "remote_tier" not in kwargs:
         kwargs.setdefault("remote_tier_factory", build_remote_tier)
     return LogManager(config, **kwargs)
+
+
+def lost_ownership(manager: LogManager, log: Log) -> str | None:
+    """Why this data dir may no longer take writes to ``log``, or None: another data dir owns the partition's
+    remote data (``tiered attach`` there, or a copy of this data dir fenced here: :mod:`tiered.ownership`), so what
+    this one appends would never be tiered and would differ from the owner's records at the same offsets. A Kafka
+    leader that lost its leadership answers NOT_LEADER_OR_FOLLOWER the same way. Known from the remote tasks' last
+    pass (``remote.log.manager.task.interval.ms``); None without tiered's remote tier."""
+    from tiered.ownership import LOST
+    from tiered.remote_tier_parts import topic_id_partition
+
+    if log.topic_id is None:
+        return None
+    try:
+        rlm = remote_log_manager_of(manager)
+    except TypeError:
+        return None
+    if rlm is None:
+        return None
+    found = rlm.ownership.states().get(topic_id_partition(log))
+    return found.detail if found is not None and found.state == LOST else None
 
 
 def remote_log_manager_of(manager: LogManager) -> RemoteLogManager | None:

@@ -140,6 +140,11 @@ class Endpoint:
         CompressionType.from_name(compression)  # before the topic is created: an unknown codec is a 400
         check_partition_to_write(self.manager, topic, partition)
         log = self.manager.get_or_create_log(topic, partition)
+        from tiered.composition import lost_ownership
+
+        lost = lost_ownership(self.manager, log)
+        if lost is not None:  # (Kafka's listener answers NOT_LEADER_OR_FOLLOWER)
+            raise HttpError(HTTPStatus.CONFLICT, lost)
         # One batch per max.message.bytes of records (Kafka's limit on a batch), one append per segment.bytes of
         # batches: a POST is one append, all or nothing, unless it is larger than a segment.
         limit = min(log.config.max_message_bytes, log.config.segment_bytes)

@@ -681,3 +681,40 @@ def test_the_content_check_reads_a_segment_of_2_gib_or_more_by_its_checksums_siz
     assert segment_differs(Big(size), md, None) is None  # no checksums: a clamped size tells nothing
     assert "differ" in str(segment_differs(Big(size), md, SegmentChecksums(chunk, {".log": ObjectChecksums(
         size, tuple(c ^ 1 for c in crcs))})))
+
+
+def test_a_listener_whose_data_dir_lost_the_partition_refuses_writes_as_a_deposed_leader(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After another data dir attached the partition, `tiered run` on the former owner kept acknowledging writes:
+    records that would never be tiered, at offsets where the owner has others. Once its remote pass finds the
+    partition lost, a produce is answered NOT_LEADER_OR_FOLLOWER (Kafka's answer of a deposed leader)."""
+    from kio.schema.errors import ErrorCode
+
+    from tests.kafkautil import RawClient, produce_request
+    from tiered.kafka import start_listener
+
+    a, b, _ = two_dirs
+    config = LogConfig.from_properties(str(a))
+    records = bytes(MemoryRecords.build([SimpleRecord(b"late")]))
+    with open_log_manager(config, start_scheduler=False) as manager:
+        kafka = start_listener(manager, config, "127.0.0.1", 0)
+        try:
+            rlm = remote_log_manager_of(manager)
+            assert rlm is not None
+            with RawClient(kafka.address) as client:
+                (p,) = client.call(0, 9, produce_request(9, TOPIC, 0, records)).responses[0].partition_responses
+                assert p.error_code == ErrorCode.none
+            attach(capsys, b)
+            rlm.run_once(manager.all_logs())  # the pass that finds it lost
+            with RawClient(kafka.address) as client:
+                (p,) = client.call(0, 9, produce_request(9, TOPIC, 0, records)).responses[0].partition_responses
+                assert p.error_code == ErrorCode.not_leader_or_follower
+                assert "lost ownership of its remote data" in p.error_message
+            from tiered.http_server import Endpoint, HttpError
+
+            with pytest.raises(HttpError, match="lost ownership of its remote data") as refused:
+                Endpoint(manager).produce(TOPIC, 0, b'{"value": "late"}', "none")  # run's HTTP endpoint alike
+            assert refused.value.status == 409
+        finally:
+            kafka.stop()

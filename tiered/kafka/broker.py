@@ -189,6 +189,12 @@ class KafkaBroker:
     def log(self, topic: str, partition: int) -> Log | None:
         return None if topic in HIDDEN_TOPICS else self.manager.get_log(topic, partition)
 
+    def lost_ownership(self, log: Log) -> str | None:
+        """Why this data dir may no longer take writes to ``log`` (:func:`tiered.composition.lost_ownership`)."""
+        from tiered.composition import lost_ownership
+
+        return lost_ownership(self.manager, log)
+
     def topic_id(self, topic: str) -> uuid.UUID | None:
         for partition in self.partitions_of(topic):
             log = self.manager.get_log(topic, partition)
