@@ -418,3 +418,34 @@ def test_dump_names_a_torn_index_entry(tmp_path: Path) -> None:
         f.truncate(8 * max(entries, 1) + 5 if entries else 13)
     proc = run_cli("dump", str(index))
     assert proc.returncode == 1 and "5 trailing bytes at position" in proc.stdout + proc.stderr
+
+
+def test_produce_interrupted_says_what_it_wrote(tmp_path: Path) -> None:
+    """Ctrl-C of `produce` exited 130 with nothing said: how many records were written (all intact) was unknown."""
+    import signal
+
+    data = tmp_path / "data"
+    proc = subprocess.Popen([sys.executable, "-m", "tiered.cli", "produce", "-t", "t", "--log-dirs", str(data),
+                             "--batch-size", "10"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    log = data / "t-0" / "00000000000000000000.log"
+    size = 0
+    for first in (0, 10):  # a batch, then another: once the second's bytes are there, the first append has ended
+        proc.stdin.write("".join(f"{i}\n" for i in range(first, first + 10)))
+        proc.stdin.flush()
+        deadline = time.monotonic() + 120
+        while not (log.exists() and log.stat().st_size > size) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert log.exists() and log.stat().st_size > size
+        size = log.stat().st_size
+    proc.send_signal(signal.SIGINT)  # (stdin stays open: the interrupt finds produce waiting for more lines)
+    assert proc.wait(timeout=120) == 130
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.stdin.close()
+    assert "tiered produce: interrupted; produced" in err and "records to t-0 (offsets 0.." in err
+
+
+def test_an_override_without_a_key_is_a_usage_error() -> None:
+    proc = run_cli("status", "--log-dirs", "/nonexistent-dir", "-o", "=1")
+    assert proc.returncode == 2 and "--override expects KEY=VALUE with a key, got '=1'" in proc.stderr

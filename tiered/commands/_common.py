@@ -102,6 +102,8 @@ def load_config(args: argparse.Namespace, *, large_index_enabled: bool | None = 
         key, sep, value = item.partition("=")
         if not sep:
             raise UsageError(f"--override expects KEY=VALUE, got {item!r}")
+        if not key.strip():
+            raise UsageError(f"--override expects KEY=VALUE with a key, got {item!r}")
         props[key.strip()] = value.strip()
     if "log.dirs" not in props and "log.dir" not in props:
         raise UsageError("no data dir: pass --log-dirs DIR or --config FILE with log.dirs")

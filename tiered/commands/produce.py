@@ -67,12 +67,14 @@ def run(args: argparse.Namespace) -> int:
     # producer, and the message says how many.
     count, first, last = 0, -1, -1
     manager = log = None
+    started = -1  # the log end offset when the log was opened (what an interrupted run says it wrote is from it)
     try:
         for batch in _batches(_records(args, headers), args.batch_size):
             if log is None:
                 manager = open_log_manager(config, start_scheduler=False)
                 check_partition_to_write(manager, args.topic, args.partition)
                 log = manager.get_or_create_log(args.topic, args.partition, overrides)
+                started = log.log_end_offset
             info = log.append(MemoryRecords.build(batch, compression=args.compression))
             first = info.first_offset if first < 0 else first
             last = info.last_offset
@@ -81,6 +83,12 @@ def run(args: argparse.Namespace) -> int:
         kept = f"; {_produced(args, count, first, last)} before it" if count else ""
         print(f"tiered produce: {exc}{kept}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # (Ctrl-C: what was appended stays; say how much, as for a bad line)
+        # (from the log itself: the interrupt may come between an append and the count of it)
+        end = log.log_end_offset if log is not None else started
+        written = _produced(args, end - started, started, end - 1) if log is not None and end > started else None
+        print(f"tiered produce: interrupted; {written or 'nothing written'}", file=sys.stderr)
+        return 130
     finally:
         if manager is not None:
             try:
