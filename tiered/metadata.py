@@ -499,11 +499,6 @@ class RemoteLogMetadataStore:
             segs = list(view.values()) if view is not None else []
         return self._not_damaged(tip, [m for m in segs if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)])
 
-    def unreadable_events(self, tip: TopicIdPartition) -> dict[str, str]:
-        """The partition's metadata event objects that could not be read at its last load: key -> why."""
-        with self._lock:
-            return {key: why for key, (_, why) in (self._unreadable.get(tip) or {}).items()}
-
     def _not_damaged(self, tip: TopicIdPartition, segs: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
         """``segs`` but those with a metadata event that could not be read: a segment left STARTED in the readable
         events may be a finished copy whose FINISHED event is the damaged one, its objects intact and the only copy
