@@ -7,11 +7,16 @@ import errno
 import json
 import logging
 import os
+import struct
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from local import filenames
 from local.config import LogConfig
@@ -311,6 +316,94 @@ def test_status_reports_unclean_shutdown_torn_tail_and_corrupt_checkpoint(tmp_pa
     assert p["log_end_offset"] == 10 and p["recovery_point"] is None
     assert p["transient_files"] == ["00000000000000000004.log.swap"]
     assert "last shutdown: unclean (segments after the recovery point" in str(status(data, as_json=False)[1]["text"])
+
+
+def _index_model(raw: bytes, entry_size: int, log_size: int) -> int:
+    """The position of the last entry of the leading run of sane entries, reading the whole file at once."""
+    fmt = ">ii" if entry_size == 8 else ">iq"
+    position, previous = 0, None
+    for at in range(0, len(raw) - len(raw) % entry_size, entry_size):
+        rel, pos = struct.unpack_from(fmt, raw, at)
+        if rel < 0 or pos < 0 or pos >= log_size or (previous is not None and (rel <= previous[0] or pos <= previous[1])):
+            break
+        position, previous = pos, (rel, pos)
+    return position
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(entries=9000, entry_size=12, zeros=3, damage=(0.8, "backwards"), torn=0)  # in the third piece
+@example(entries=4096, entry_size=8, zeros=0, damage=None, torn=0)  # exactly one piece, then the end of the file
+@given(entries=st.integers(0, 9000), entry_size=st.sampled_from([8, 12]), zeros=st.integers(0, 20000),
+       damage=st.one_of(st.none(), st.tuples(st.floats(0, 1), st.sampled_from(["zero", "backwards", "past_log"]))),
+       torn=st.integers(0, 7))
+def test_status_reads_an_index_piece_by_piece_to_its_first_bad_entry(tmp_path: Path, entries: int, entry_size: int,
+                                                                      zeros: int, damage: Any, torn: int) -> None:
+    """A preallocated index (zeros past its entries, as an unclean stop leaves it) spanning several of the pieces
+    status reads, damaged anywhere or not: the same position as reading it whole."""
+    from local.errors import CorruptIndexError
+    from local.index import detect_entry_size
+    from tiered.commands.status import _last_index_position
+
+    fmt = ">ii" if entry_size == 8 else ">iq"
+    rows = [(7 + 3 * i, 100 + 41 * i) for i in range(entries)]
+    if damage is not None and rows:
+        at, kind = int(damage[0] * (len(rows) - 1)), damage[1]
+        rel = rows[at][0]
+        rows[at] = {"zero": (0, 0), "backwards": (rel, rows[at - 1][1] if at else -1), "past_log": (rel, 1 << 30)}[kind]
+    raw = b"".join(struct.pack(fmt, *row) for row in rows) + bytes(zeros * entry_size) + bytes(torn % entry_size)
+    path = tmp_path / f"{entries}-{entry_size}-{zeros}.index"
+    path.write_bytes(raw)
+    log_size = 100 + 41 * entries + 1
+    try:  # a torn tail can make a 12-byte index's length read as 8-byte entries; a damaged one, read as neither
+        expected = _index_model(raw, detect_entry_size(path, 8), log_size)
+    except CorruptIndexError:
+        expected = 0
+    assert _last_index_position(path, log_size) == expected
+
+
+def _bytes_read() -> int:
+    """The bytes this process has read through read(2) and its kin (``rchar``), any way the code reads."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+def test_status_reads_a_preallocated_index_only_up_to_its_entries(tmp_path: Path) -> None:
+    from tiered.commands.status import _last_index_position
+
+    path = tmp_path / "00000000000000000000.index"
+    path.write_bytes(b"".join(struct.pack(">ii", 5 * i + 1, 4096 * (i + 1)) for i in range(30)))
+    _last_index_position(path, 10**9)  # its imports, before counting
+    os.truncate(path, 10 * 1024 * 1024)  # preallocated, as the active segment's is until a clean close
+    before = _bytes_read()
+    assert _last_index_position(path, 10**9) == 4096 * 30
+    assert _bytes_read() - before < 256 * 1024  # a piece or two, not the 10 MiB
+
+
+def test_status_finds_the_log_end_after_an_unclean_stop(tmp_path: Path) -> None:
+    """The active segment's index keeps its preallocated size when the process dies: status still finds the end."""
+    data = tmp_path / "data"
+    script = f"""
+import os
+from local import LogConfig, LogManager
+from local.records import MemoryRecords, SimpleRecord
+m = LogManager(LogConfig.from_properties({{"log.dirs": {str(data)!r}, "log.index.interval.bytes": "64"}}),
+               start_scheduler=False)
+log = m.get_or_create_log("t", 0)
+for first in range(0, 3000, 100):
+    log.append(MemoryRecords.build([SimpleRecord(1_700_000_000_000 + i, None, b"v%d" % i)
+                                    for i in range(first, first + 100)]))
+os._exit(0)
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=300)
+    (index,) = (data / "t-0").glob("*.index")
+    assert index.stat().st_size == 10 * 1024 * 1024  # preallocated: no clean close trimmed it
+    code, doc = status(data)
+    assert code == 0  # an unclean stop is no problem: the next start recovers
+    (p,) = doc["data_dirs"][0]["partitions"]
+    assert doc["data_dirs"][0]["clean_shutdown"] is False
+    assert p["log_end_offset"] == 3000
 
 
 def test_a_dir_without_partitions_has_nothing_to_recover(tmp_path: Path) -> None:

@@ -383,26 +383,52 @@ def log_end_from_files(partition_dir: Path, base_offset: int) -> int:
 
 
 def _last_index_position(index_path: Path, log_size: int) -> int:
-    """The position of the last entry of the leading run of sane offset index entries (0 when none)."""
+    """The position of the last entry of the leading run of sane offset index entries (0 when none).
+
+    Read a piece at a time, up to the first entry that is not sane: after an unclean stop the active segment's index
+    keeps its preallocated size (``segment.index.bytes``, 10 MiB by default), zeros past its entries, and reading
+    all of it cost ~20 ms a partition (188 s for a data dir of 6,661 partitions)."""
     from local.errors import KafkaStorageError
     from local.index import detect_entry_size
 
     try:
         entry_size = detect_entry_size(index_path, 8)
-        raw = index_path.read_bytes()
+        fd = os.open(index_path, os.O_RDONLY)
     except (KafkaStorageError, OSError):
         return 0
     dtype = np.dtype([("rel", ">i4"), ("pos", ">i4" if entry_size == 8 else ">i8")])
-    entries = np.frombuffer(raw[: len(raw) - len(raw) % entry_size], dtype=dtype)
-    if entries.size == 0:
-        return 0
-    rel = entries["rel"].astype(np.int64)
-    pos = entries["pos"].astype(np.int64)
-    bad = (rel < 0) | (pos < 0) | (pos >= log_size)
-    bad[1:] |= (rel[1:] <= rel[:-1]) | (pos[1:] <= pos[:-1])
-    hits = np.flatnonzero(bad)
-    good = int(hits[0]) if hits.size else entries.size
-    return int(pos[good - 1]) if good else 0
+    position, previous = 0, None  # the last sane entry's position, and that entry (rel, pos)
+    at, count = 0, _INDEX_PIECE_ENTRIES
+    try:
+        while True:
+            try:
+                raw = os.pread(fd, count * entry_size, at)
+            except OSError:
+                return position
+            entries = np.frombuffer(raw, dtype=dtype, count=len(raw) // entry_size)
+            if entries.size == 0:
+                return position
+            rel = entries["rel"].astype(np.int64)
+            pos = entries["pos"].astype(np.int64)
+            bad = (rel < 0) | (pos < 0) | (pos >= log_size)
+            bad[1:] |= (rel[1:] <= rel[:-1]) | (pos[1:] <= pos[:-1])
+            if previous is not None:
+                bad[0] |= bool(rel[0] <= previous[0] or pos[0] <= previous[1])
+            hits = np.flatnonzero(bad)
+            good = int(hits[0]) if hits.size else entries.size
+            if good:
+                previous = (int(rel[good - 1]), int(pos[good - 1]))
+                position = previous[1]
+            if hits.size or len(raw) < count * entry_size:
+                return position
+            at += len(raw)
+            count = min(count * 2, _INDEX_PIECE_ENTRIES * 64)
+    finally:
+        os.close(fd)
+
+
+_INDEX_PIECE_ENTRIES = 4096
+"""The entries of an offset index read first by :func:`_last_index_position` (doubling up to 64 times that)."""
 
 
 # ------------------------------------------------------------------------------------------------------------
