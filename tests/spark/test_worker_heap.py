@@ -138,15 +138,38 @@ def test_the_planner_settles_too(tmp_path: Path) -> None:
     options = _data_dir(tmp_path)
     out = _run(f"""
         import gc, json
-        from pyspark.sql.pandas.types import from_arrow_schema
-        from tiered.spark.arrow_records import ARROW_SCHEMA
+        from tiered.spark.source import TieredFilteringReader
+
+        reader = TieredFilteringReader({options!r})  # as the planner unpickles it: no data source made here
+        before = gc.get_freeze_count()
+        parts = reader.partitions()
+        print(json.dumps({{"parts": len(parts), "before": before, "frozen": gc.get_freeze_count()}}))
+    """, reuse=True)
+    assert out["parts"] == 1 and out["before"] == 0 and out["frozen"] > 1000
+
+
+@pytest.mark.parametrize("freeze", ["true", "FALSE"])
+def test_making_the_data_source_settles_its_worker_by_the_option(tmp_path: Path, freeze: str) -> None:
+    """Spark makes the data source at every load() in a reused worker of its own (create_data_source), which
+    nothing else of the source runs in."""
+    options = {**_data_dir(tmp_path), "FreezeWorkerHeap": freeze}
+    out = _run(f"""
+        import gc, json
         from tiered.spark.source import TieredDataSource
 
-        source = TieredDataSource({options!r})
-        parts = source.reader(from_arrow_schema(ARROW_SCHEMA)).partitions()
-        print(json.dumps({{"parts": len(parts), "frozen": gc.get_freeze_count()}}))
+        before = gc.get_freeze_count()
+        TieredDataSource({options!r}).schema()
+        print(json.dumps({{"before": before, "frozen": gc.get_freeze_count()}}))
     """, reuse=True)
-    assert out["parts"] == 1 and out["frozen"] > 1000
+    assert out["before"] == 0
+    assert (out["frozen"] > 1000) == (freeze == "true")
+
+
+def test_a_bad_freeze_option_is_refused_where_the_data_source_is_made(tmp_path: Path) -> None:
+    from tiered.spark.source import TieredDataSource
+
+    with pytest.raises(SparkSourceOptionError, match="freezeWorkerHeap='yes'"):
+        TieredDataSource({**_data_dir(tmp_path), "freezeWorkerHeap": "yes"})
 
 
 def test_the_option_takes_true_or_false_only(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ the remote indexes of its plans there too: :func:`tiered.spark.planning.planning
 (``true``) and ``maxOffsetsPerTrigger`` (streaming) are read by :mod:`tiered.spark.source`. ``columnarCopy``
 (``true``): offsets held by the topic's columnar copy (``remote.log.columnar.enable``, :mod:`tiered.columnar`) are
 read from its Parquet files, the rest from the log; ``false`` reads the log only. ``freezeWorkerHeap`` (``true``):
-a reused Spark worker freezes its heap after its first read (:mod:`tiered.spark.worker_heap`); ``false`` leaves the
+a reused Spark worker freezes its heap after its first read, plan or making of the data source
+(:mod:`tiered.spark.worker_heap`); ``false`` leaves the
 garbage collector alone. Any other option is refused, naming the known ones (a typo such as ``startingOffset``
 would otherwise read everything).
 """
@@ -117,6 +118,13 @@ def _bool(name: str, value: str | None, default: bool) -> bool:
     if text in ("true", "false"):
         return text == "true"
     raise SparkSourceOptionError(f"{name}={value!r}: expected true or false")
+
+
+def freeze_worker_heap(options: Mapping[str, str]) -> bool:
+    """The option ``freezeWorkerHeap`` of ``options`` (any case), alone: what the data source itself needs of them
+    where it is made (:func:`tiered.spark.worker_heap.settle`), before any reader parses the rest."""
+    value = next((v for k, v in options.items() if k.lower() == "freezeworkerheap"), None)
+    return _bool("freezeWorkerHeap", value, True)
 
 
 def _int(name: str, value: str | None) -> int | None:

@@ -28,8 +28,8 @@ Parquet files, read with pyarrow on the executors, and the rest from the log, ea
 (:mod:`tiered.spark.planning`); the option ``columnarCopy=false`` reads the log only. A streaming query started
 from ``earliest`` thus reads the history from the copy and the newest records from the log.
 
-A reused Spark worker (Spark's default) freezes its heap after its first read, and the planner after its first plan
-(:mod:`tiered.spark.worker_heap`): PySpark's daemon collects the whole heap after every task, which cost more CPU
+A reused Spark worker (Spark's default) freezes its heap after its first read, the planner after its first plan,
+and the worker that makes the data source at each ``load()`` when it first makes one (:mod:`tiered.spark.worker_heap`): PySpark's daemon collects the whole heap after every task, which cost more CPU
 than decoding the records; the option ``freezeWorkerHeap=false`` leaves the collector alone.
 """
 
@@ -58,7 +58,13 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from tiered.spark.arrow_records import ARROW_SCHEMA, SCHEMA_DDL, Projection
-from tiered.spark.options import READ_OPTIONS, SparkSourceOptionError, check_known, parse_options
+from tiered.spark.options import (
+    READ_OPTIONS,
+    SparkSourceOptionError,
+    check_known,
+    freeze_worker_heap,
+    parse_options,
+)
 from tiered.spark.planning import Bounds, Piece, check_subscription, input_partitions
 from tiered.spark.reader import read_piece, timestamp_micros
 from tiered.spark.worker_heap import settle, settle_after
@@ -127,6 +133,9 @@ class TieredDataSource(DataSource):
         from tiered.spark.writer import WRITE_OPTIONS
 
         check_known(options, dict.fromkeys((*READ_OPTIONS, *WRITE_OPTIONS)), "the tiered source (reads and writes)")
+        # Spark makes this instance in a reused worker of its own (pyspark.sql.worker.create_data_source) at every
+        # load(), whose daemon then collects the whole heap: ~14 ms a query on the bench machine, before any task
+        settle(freeze_worker_heap(options))
 
     @classmethod
     def name(cls) -> str:

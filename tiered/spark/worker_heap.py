@@ -6,8 +6,9 @@ worker that has read through this source holds many that live as long as it does
 numpy and this package, the remote tier and its caches. On the bench machine that was 15-50 ms a task, most of a
 worker's CPU when it reads 1M records (``bench/RESULTS.md``, sixteenth session).
 
-So, at the end of the first read (or plan) of a process that Spark reuses, the source collects once and freezes
-what survives (:func:`gc.freeze`): later collections walk only what later tasks allocate. Objects frozen stay
+So, at the end of the first read (or plan) of a process that Spark reuses, and when the data source is made (Spark
+does that at every ``load()``, in a reused worker of its own: ~14 ms a query went to its collections), the source
+collects once and freezes what survives (:func:`gc.freeze`): later collections walk only what later tasks allocate. Objects frozen stay
 freed by reference counting as usual; only a reference cycle among them that becomes garbage later is never
 collected, a bounded, one-off cost (the surviving objects of one read; the collection before the freeze takes the
 garbage). Once per process; nothing happens outside a reused Spark worker (a plain Python process, a test), or with
