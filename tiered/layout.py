@@ -62,9 +62,12 @@ def metadata_event_of_key(key: str) -> tuple[int, uuid.UUID, int] | None:
     if not (dot and dash and json == "json" and len(start) == 20 and start.isdigit() and state.isdigit()):
         return None
     try:
-        return int(start), parse_kafka_uuid(sid), int(state)
+        segment_id = parse_kafka_uuid(sid)
     except ValueError:
         return None
+    if kafka_uuid(segment_id) != sid:  # base64 decoding forgives what the writer never writes ('+', stray bits)
+        return None
+    return int(start), segment_id, int(state)
 
 
 def owner_records_prefix(prefix: str, tip: TopicIdPartition) -> str:

@@ -57,7 +57,6 @@ from tiered.store import ObjectStore
 S = RemoteLogSegmentState
 _ID = r"[A-Za-z0-9_-]{22}"
 _SEGMENT_OBJECT = re.compile(rf"^(\d{{20}})-({_ID})\.(.+)$")
-_METADATA_OBJECT = re.compile(rf"^(\d{{20}})-({_ID})\.(\d+)\.json$")
 _REQUIRED = (IndexType.OFFSET, IndexType.TIMESTAMP, IndexType.PRODUCER_SNAPSHOT, IndexType.LEADER_EPOCH)
 _MANIFEST = MANIFEST_SUFFIX
 _PACKED = PACKED_INDEXES_SUFFIX
@@ -123,7 +122,7 @@ def _group_keys(keys: list[str], prefix: str, report: RemoteReport) -> dict[Topi
             report.notes.append(f"object {key} is not in the tiered layout (ignored)")
             continue
         group = groups.setdefault(tip, _RemotePartition(tip))
-        if len(parts) == 4 and parts[2] == layout.METADATA_DIR and _METADATA_OBJECT.match(parts[3]):
+        if len(parts) == 4 and parts[2] == layout.METADATA_DIR and layout.metadata_event_of_key(parts[3]):
             group.metadata_keys.append(key)
             continue
         if len(parts) == 4 and parts[2] == layout.METADATA_DIR and layout.owner_epoch_of_key(parts[3]) is not None:
@@ -169,7 +168,10 @@ class RemoteScrub:
 
         latest: dict[str, RemoteLogSegmentMetadata] = {}
         for key in group.metadata_keys:
-            start, sid, state = _METADATA_OBJECT.match(key.rsplit("/", 1)[1]).groups()  # type: ignore[union-attr]
+            event = layout.metadata_event_of_key(key)
+            assert event is not None  # grouped as an event by its key
+            start, segment_id, state = event
+            sid = layout.kafka_uuid(segment_id)
             try:
                 data = self.store.get(key)
             except (TieredStorageError, OSError) as exc:
@@ -182,7 +184,7 @@ class RemoteScrub:
                 continue
             found = (md.start_offset, layout.kafka_uuid(md.remote_log_segment_id.id), int(md.state),
                      md.topic_id_partition)
-            if found != (int(start), sid, int(state), group.tip):
+            if found != (start, sid, state, group.tip):
                 out.problems.append(Problem(
                     "remote_metadata", f"the event holds segment {found[1]} of {found[3]} at start offset {found[0]} "
                     f"in state {found[2]}, not what its key says", object=key))
