@@ -153,3 +153,15 @@ def test_a_missing_config_file_is_one_line(tmp_path: Path, capsys: pytest.Captur
     rc, _, err = cli(capsys, "--config", str(tmp_path / "nope.properties"), "status")
     assert rc == 2 and err.startswith(f"tiered status: cannot read configuration file {tmp_path / 'nope.properties'}")
     assert err.count("\n") == 1 and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", [["status"], ["consume", "-t", "t"], ["verify"], ["compact"], ["topics", "list"],
+                                     ["features", "describe"], ["export", "-t", "t", "OUT"]])
+def test_a_mistyped_data_dir_gets_one_answer_from_every_command_that_never_makes_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    typo = tmp_path / "dtaa"
+    args = [str(tmp_path / "out") if a == "OUT" else a for a in command]
+    rc, _out, err = cli(capsys, *args, "--log-dirs", str(typo))
+    assert rc == 2
+    assert err.count("\n") == 1 and f"no such data dir: {typo}" in err
+    assert not typo.exists()

@@ -419,10 +419,22 @@ def test_a_dir_without_partitions_has_nothing_to_recover(tmp_path: Path) -> None
     assert any("no clean-shutdown marker" in note for note in scrub_data_dir_files(data).notes)
 
 
-def test_status_of_a_missing_dir_fails(tmp_path: Path) -> None:
-    code, doc = status(tmp_path / "nope")
-    assert code == 1
-    assert doc["data_dirs"][0]["problems"] == ["no such data dir"]
+def test_status_of_a_missing_dir_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tiered.cli import main
+
+    # typed with --log-dirs: a usage error, as every command that never makes a data dir answers it
+    assert main(["status", "--log-dirs", str(tmp_path / "nope")]) == 2
+    assert capsys.readouterr().err.strip() == f"tiered status: no such data dir: {tmp_path / 'nope'}"
+    # named by the config file (a disk that did not mount): a problem status reports, beside the dirs it can read
+    data = tmp_path / "data"
+    with LogManager(manager_config(data), start_scheduler=False) as manager:
+        fill(manager, "t", 0, 3)
+    config = tmp_path / "broker.properties"
+    config.write_text(f"log.dirs={data},{tmp_path / 'nope'}\n")
+    assert main(["status", "--config", str(config), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [d["problems"] for d in doc["data_dirs"]] == [[], ["no such data dir"]]
+    assert doc["data_dirs"][0]["partitions"][0]["log_end_offset"] == 3
 
 
 def test_status_of_the_golden_kafka_dir(golden_dir: Path) -> None:

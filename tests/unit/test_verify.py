@@ -326,7 +326,7 @@ def test_a_mistyped_dir_is_a_usage_error_and_is_not_created(dirs: Path, tmp_path
     before = tree_hashes(dirs)
     missing = tmp_path / "no-such-dir"
     code, out = run_cli("verify", "--log-dirs", str(missing))
-    assert code == 2 and "does not exist" in out
+    assert code == 2 and f"no such data dir: {missing}" in out
     config = dirs / "broker.properties"
     config.write_text(config.read_text().replace(str(dirs / "remote"), str(missing)))
     before = tree_hashes(dirs)

@@ -13,6 +13,19 @@ class UsageError(Exception):
     """A command line that cannot work: reported on stderr with exit code 2."""
 
 
+def check_typed_data_dirs(args: argparse.Namespace, config: LogConfig) -> None:
+    """A usage error (exit 2) for a data dir typed with ``--log-dirs`` that does not exist or is not a directory:
+    the same answer from every command that never makes one. A dir of the config file that is missing is the
+    command's to report (a disk that did not mount is a problem found, not a typo)."""
+    from pathlib import Path
+
+    if not getattr(args, "log_dirs", None):
+        return
+    for d in map(Path, config.log_dirs):
+        if not d.is_dir():
+            raise UsageError(f"no such data dir: {d}" if not d.exists() else f"data dir {d} is not a directory")
+
+
 def partition_number(text: str) -> int:
     """An argparse type: a partition number, 0..2^31-1 (Kafka's partitions are int32s)."""
     try:

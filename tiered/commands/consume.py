@@ -23,6 +23,7 @@ from typing import Any
 from tiered.commands._common import (
     UsageError,
     check_topic_name,
+    check_typed_data_dirs,
     load_config,
     non_negative_int,
     partition_number,
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args)
     try:
         check_remote_access(config)  # an unreachable store, missing bucket or bad credentials: one line, at once
+        check_typed_data_dirs(args, config)
         return _consume(args, config)
     except ConfigError:
         raise  # a usage error (exit 2), whatever tier it names

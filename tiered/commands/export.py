@@ -33,7 +33,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from tiered.commands._common import UsageError, check_topic_name, load_config
+from tiered.commands._common import UsageError, check_topic_name, check_typed_data_dirs, load_config
 
 if TYPE_CHECKING:
     from local.config import LogConfig
@@ -114,7 +114,8 @@ def check_inputs(args: argparse.Namespace, topics: list[str] | None) -> LogConfi
     from tiered.composition import open_log_manager
 
     config = load_config(args)
-    if topics:
+    if topics:  # a read (export); an import makes its data dir, as produce does
+        check_typed_data_dirs(args, config)
         dirs = ",".join(str(d) for d in config.log_dirs)
         if not any(os.path.isdir(d) for d in config.log_dirs):
             raise UnknownTopicOrPartitionError(f"no data dir {dirs}: topic {topics[0]} does not exist there")

@@ -26,8 +26,9 @@ dir the broker cannot open for writing (not writable, its ``.lock`` not a file) 
 at startup; so is a full file system (less than 1 MiB free, reported in ``free_bytes``): appends there fail with
 ENOSPC and take the dir offline. A corrupt producer snapshot is only a note: the loader deletes it and rebuilds
 the producer state from the log.
-Exit codes: 0 ok, 1 a data dir is missing, unwritable or full, a checkpoint is corrupt, a partition is offline or
-its remote data is owned elsewhere or missing from the store, 2 usage.
+Exit codes: 0 ok, 1 a data dir of the config file is missing, unwritable or full, a checkpoint is corrupt, a
+partition is offline or its remote data is owned elsewhere or missing from the store, 2 usage (a data dir typed
+with ``--log-dirs`` that does not exist: a typo, answered as every command that never makes one answers it).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from tiered.commands._common import check_topic_name, load_config
+from tiered.commands._common import check_topic_name, check_typed_data_dirs, load_config
 
 _BATCH_BASE = struct.Struct(">q")  # baseOffset i64 (a legacy entry: its last offset)
 FULL_BELOW_BYTES = 1 << 20  # a data dir with less free space than this is reported full
@@ -59,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.topic is not None:
         check_topic_name(args.topic)
     config = load_config(args)
+    check_typed_data_dirs(args, config)
     with contextlib.ExitStack() as stack:
         store, remote_problem = _open_remote_view(config, stack)
         dirs = [dir_status(Path(d), args.topic, store) for d in config.log_dirs]

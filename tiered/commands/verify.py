@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tiered.commands._common import UsageError, load_config
+from tiered.commands._common import UsageError, check_typed_data_dirs, load_config
 
 if TYPE_CHECKING:
     from tiered.scrub.remote_store import RemoteReport
@@ -73,10 +73,8 @@ def run(args: argparse.Namespace) -> int:
         # A damaged feature file is damage to report (the scrub names it), not a usage error: scrub all the same.
         config = load_config(args, large_index_enabled=False)
     dirs = [] if args.remote_only else [Path(d) for d in config.log_dirs]
-    typed = bool(getattr(args, "log_dirs", None))
-    for d in dirs:
-        if typed and not d.is_dir():
-            raise UsageError(f"data dir {d} does not exist" if not d.exists() else f"data dir {d} is not a directory")
+    if not args.remote_only:
+        check_typed_data_dirs(args, config)
     rsm = _remote_tier(config) if args.remote or args.remote_only else None
     remote_by_default = bool(config.topic_config().remote_storage_enable)
     try:
