@@ -65,6 +65,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+MMAP_THRESHOLD_BYTES = 256 * 1024
+"""Buffers of at least this size get a mapping of their own from glibc, unmapped when they are freed."""
+
+
+def give_back_large_buffers(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Fix glibc's mmap threshold at ``threshold`` (``mallopt(M_MMAP_THRESHOLD)``), so that the large buffers a
+    long-running server frees go back to the system: True when set.
+
+    glibc maps an allocation of 128 KiB or more on its own and unmaps it when it is freed, but raises that threshold
+    (up to 32 MiB) every time such a buffer is freed; from then on buffers of that size come from its arenas, one per
+    thread of the I/O pool, which it gives back only from their top. After a burst of fetch answers (40 consumers
+    that never read, of a 20 MB partition) ``tiered run`` kept 650 MB of a 1.1 GB peak resident once every client
+    had gone; with the threshold fixed, 62 MB. The cost is a mapping and its page faults per large buffer. Nothing
+    is done off glibc, or where the operator set ``MALLOC_MMAP_THRESHOLD_`` (glibc's own tunable) themselves."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or sys.platform != "linux":
+        return False
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return False
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError, ValueError):  # not glibc (musl has no CS_GNU_LIBC_VERSION)
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(_M_MMAP_THRESHOLD, threshold) == 1)
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -78,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.stop_timeout is not None and args.stop_timeout <= 0:
         raise UsageError("--stop-timeout must be > 0")
     config = load_config(args)
+    give_back_large_buffers()
     listen = args.listen or config.tiered_http_listen
     try:
         host, port = parse_host_port(listen)
