@@ -174,3 +174,30 @@ def test_a_remote_read_whose_cache_dir_cannot_be_made_names_the_option(tmp_path:
     (piece,) = [p for p in planning.plan(_opts(tmp_path, blocked)) if p.remote_metadata]
     with pytest.raises(SparkSourceOptionError, match=rf"cacheDir={blocked}: an executor cannot keep its remote"):
         list(read_piece(piece))
+
+
+def test_an_executor_keeps_at_most_max_worker_tiers_and_closes_the_rest(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long-lived worker that reads with many cache dirs (or configurations) keeps only the most recent
+    managers; one evicted is closed and its index directory removed, once no read holds it."""
+    from tiered.spark import reader
+
+    monkeypatch.setattr(reader, "MAX_WORKER_TIERS", 2)
+    reader._managers.close_all()
+    _append(tmp_path, 1)
+    caches = [tmp_path / f"cache-{i}" for i in range(4)]
+    (first,) = [p for p in planning.plan(_opts(tmp_path, caches[0])) if p.remote_metadata]
+    rows = sum(b.num_rows for b in reader.read_piece(first))
+    assert rows == PER_SEGMENT
+    with reader.remote_log_manager(first.props, first.cache_dir) as held:  # a read still holding the first
+        for cache in caches[1:]:
+            (piece,) = [p for p in planning.plan(_opts(tmp_path, cache)) if p.remote_metadata]
+            assert sum(b.num_rows for b in reader.read_piece(piece)) == rows
+            assert len(reader._managers) <= 2
+        assert not held.index_cache._closed  # retired, but in use: still open
+        assert list((caches[0] / "index").glob("worker-*"))
+    assert held.index_cache._closed  # closed as its last user let go
+    assert not list((caches[0] / "index").glob("worker-*")) and not list((caches[1] / "index").glob("worker-*"))
+    assert [len(list((c / "index").glob("worker-*"))) for c in caches[2:]] == [1, 1]
+    reader._managers.close_all()
+    assert not [d for c in caches for d in (c / "index").glob("worker-*")]

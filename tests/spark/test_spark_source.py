@@ -552,7 +552,8 @@ def test_a_cached_chunk_damaged_on_disk_is_fetched_again_not_reported_as_the_rem
                  if p.remote_metadata is not None)
     expected = pa.Table.from_batches(list(read_piece(piece)))
     assert expected.num_rows == piece.until_offset - piece.from_offset
-    chunks = remote_log_manager(piece.props, piece.cache_dir).reader.segments.chunks
+    with remote_log_manager(piece.props, piece.cache_dir) as rlm:  # the one read_piece used, kept
+        chunks = rlm.reader.segments.chunks
     chunks.flush()  # every chunk on disk, and held in memory as a map of its file from now on
     chunk = max((cache / "remote-log-segment-cache").rglob("*.val"), key=lambda f: f.stat().st_size)
     st = chunk.stat()

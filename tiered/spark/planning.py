@@ -26,7 +26,6 @@ import bisect
 import dataclasses
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from local.errors import OffsetOutOfRangeError
 from local.filenames import LOST_OFFSETS_FILENAME
 from local.scratch import ScratchDir
 from tiered.errors import TieredStorageError
+from tiered.spark.kept import Kept, TierInDir
 from tiered.spark.options import EARLIEST, LATEST, SourceOptions, SparkSourceOptionError
 
 if TYPE_CHECKING:
@@ -106,22 +106,8 @@ def _metadata_tier(config: Any, cache_root: Path | None = None) -> Any:
 MAX_PLANNING_TIERS = 4  # kept per process (a test session plans over many data dirs): the least recent is closed
 
 
-@dataclass(eq=False)
-class _KeptTier:
-    tier: Any
-    directory: ScratchDir
-    users: int = 0
-    retired: bool = False
-
-    def close(self) -> None:
-        try:
-            self.tier.close()
-        finally:
-            self.directory.cleanup()
-
-
-_planning_tiers: dict[tuple[int, tuple[tuple[str, str], ...], str], _KeptTier] = {}  # least recently used first
-_planning_tiers_lock = threading.Lock()
+_planning_tiers: Kept[tuple[int, tuple[tuple[str, str], ...], str], TierInDir] = Kept(
+    lambda: MAX_PLANNING_TIERS, TierInDir.close)
 _unusable_cache_dirs: set[str] = set()  # warned of once
 
 
@@ -144,36 +130,8 @@ def planning_tier(props: dict[str, str], cache_dir: str) -> Iterator[Any | None]
         yield None
         return
     key = (os.getpid(), tuple(sorted(props.items())), cache_dir)  # a forked child builds its own
-    with _planning_tiers_lock:
-        kept = _planning_tiers.pop(key, None)
-        if kept is not None:
-            _planning_tiers[key] = kept  # the most recently used now
-            kept.users += 1
-    if kept is None:
-        kept = _build_planning_tier(config, cache_dir)
-        if kept is None:
-            yield None
-            return
-        with _planning_tiers_lock:
-            raced = _planning_tiers.get(key)
-            if raced is not None:  # another thread built one meanwhile: use it, close ours
-                raced.users += 1
-                kept.close()
-                kept = raced
-            else:
-                kept.users += 1
-                _planning_tiers[key] = kept
-            idle = _retire_over_limit()
-        for old in idle:
-            old.close()
-    try:
-        yield kept.tier
-    finally:
-        with _planning_tiers_lock:
-            kept.users -= 1
-            done = kept.retired and kept.users == 0
-        if done:
-            kept.close()
+    with _planning_tiers.use(key, lambda: _build_planning_tier(config, cache_dir)) as kept:
+        yield None if kept is None else kept.tier
 
 
 def process_index_dir(cache_dir: str, role: str) -> ScratchDir:
@@ -187,7 +145,7 @@ def process_index_dir(cache_dir: str, role: str) -> ScratchDir:
     return ScratchDir(f"{role}-", root=index)
 
 
-def _build_planning_tier(config: Any, cache_dir: str) -> _KeptTier | None:
+def _build_planning_tier(config: Any, cache_dir: str) -> TierInDir | None:
     from tiered.metadata import RemoteLogMetadataStore
 
     try:
@@ -203,32 +161,16 @@ def _build_planning_tier(config: Any, cache_dir: str) -> _KeptTier | None:
     except BaseException:
         own.cleanup()
         raise
-    kept = _KeptTier(tier, own)
+    kept = TierInDir(tier, own)
     if not isinstance(getattr(tier, "metadata", None), RemoteLogMetadataStore):
         kept.close()
         return None
     return kept
 
 
-def _retire_over_limit() -> list[_KeptTier]:
-    """Drop the least recently used kept tiers beyond :data:`MAX_PLANNING_TIERS` (holding the lock): those no plan
-    holds, to be closed by the caller; the others close when their last plan ends."""
-    idle = []
-    while len(_planning_tiers) > MAX_PLANNING_TIERS:
-        old = _planning_tiers.pop(next(iter(_planning_tiers)))
-        old.retired = True
-        if old.users == 0:
-            idle.append(old)
-    return idle
-
-
 def _close_planning_tiers() -> None:
     """At exit: close every kept tier (and remove its directory)."""
-    with _planning_tiers_lock:
-        kept = list(_planning_tiers.values())
-        _planning_tiers.clear()
-    for k in kept:
-        k.close()
+    _planning_tiers.close_all()
 
 
 atexit.register(_close_planning_tiers)

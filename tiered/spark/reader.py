@@ -23,11 +23,13 @@ again from the current manifest.
 
 from __future__ import annotations
 
+import atexit
 import datetime as _dt
 import logging
 import struct
-import threading
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,7 @@ import pyarrow as pa
 
 from local.errors import CorruptRecordError
 from tiered.spark.arrow_records import ARROW_SCHEMA, COLUMNS, ArrowBatchBuilder, Projection
+from tiered.spark.kept import Kept, TierInDir
 from tiered.spark.planning import ColumnarFileGoneError, Piece, SparkSourceDataLossError, process_index_dir
 from tiered.spark.raw_batches import READ_BYTES, RawBatches
 
@@ -45,32 +48,38 @@ _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
 _TXN_AND_PID = (21, 43)  # attributes (i16) and producer id (i64) positions in a v2 header
 
-_managers: dict[tuple[tuple[str, str], ...], Any] = {}
-_managers_lock = threading.Lock()
+MAX_WORKER_TIERS = 4  # remote log managers kept per process: the least recently used beyond is closed
+_managers: Kept[tuple[tuple[str, str], ...], TierInDir] = Kept(lambda: MAX_WORKER_TIERS, TierInDir.close)
 
 
-def remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
-    """The worker's RemoteLogManager for these properties (built once per process).
+@atexit.register
+def _remove_index_dirs() -> None:
+    """At exit, the kept managers' index directories (closing the managers themselves there fails: their caches'
+    thread pools are shut down before atexit runs)."""
+    for kept in _managers.values():
+        kept.directory.cleanup()
+
+
+@contextmanager
+def remote_log_manager(props: dict[str, str], cache_dir: str) -> Iterator[Any]:
+    """The worker's RemoteLogManager for these properties, built at its first use in this process and kept for
+    the next task (:class:`tiered.spark.kept.Kept`: the :data:`MAX_WORKER_TIERS` most recently used), held while the
+    block runs.
 
     Built by the composition root (:func:`tiered.composition.build_remote_tier`), but with the two caches placed for executors: the
     segment chunk cache (``diskcache``, process-safe) in ``cache_dir`` itself, shared by every executor of the
     machine; the index cache, which one process owns (it clears leftovers of its directory when it starts), in a
-    directory of this process under it, removed when the process exits (or, when it is killed, by the next
-    executor's sweep: :func:`tiered.spark.planning.process_index_dir`)."""
+    directory of this process under it, removed when the manager is closed or the process exits (or, when it is
+    killed, by the next executor's sweep: :func:`tiered.spark.planning.process_index_dir`)."""
     key = (*sorted(props.items()), ("__cache_dir", cache_dir))
-    with _managers_lock:
-        rlm = _managers.get(key)
-        if rlm is None:
-            rlm = _managers[key] = _build_remote_log_manager(props, cache_dir)
-        return rlm
+    with _managers.use(key, lambda: _build_remote_log_manager(props, cache_dir)) as kept:
+        assert kept is not None  # (the build returns one or raises)
+        yield kept.tier
 
 
-def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
+def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> TierInDir:
     """The worker process's remote reader: the chunk cache in ``cache_dir`` (shared by the executors of one
     machine), the index cache private to the process (removed at exit)."""
-    import atexit
-    from pathlib import Path
-
     from local import LogConfig
     from tiered.composition import build_remote_tier
     from tiered.spark.options import SparkSourceOptionError
@@ -83,10 +92,12 @@ def _build_remote_log_manager(props: dict[str, str], cache_dir: str) -> Any:
         raise SparkSourceOptionError(
             f"cacheDir={cache_dir}: an executor cannot keep its remote segment cache there ({exc.strerror or exc}: "
             f"{exc.filename or root / 'index'}); give the option a directory each executor's machine can write") from exc
-    atexit.register(own.cleanup)  # (a process Spark kills leaves it to the next one's sweep)
-    return build_remote_tier(
-        config, cache_root=own.path, index_cache_dir=own.path, segment_cache_dir=root / "remote-log-segment-cache"
-    )
+    try:  # (a process Spark kills leaves the directory to the next one's sweep)
+        return TierInDir(build_remote_tier(config, cache_root=own.path, index_cache_dir=own.path,
+                                           segment_cache_dir=root / "remote-log-segment-cache"), own)
+    except BaseException:
+        own.cleanup()
+        raise
 
 
 _chunk_sizes: dict[tuple[tuple[str, str], ...], int] = {}
@@ -103,16 +114,16 @@ def _cache_chunk_size(props: dict[str, str]) -> int:
     return size
 
 
-def _remote_range_reader(piece: Piece) -> tuple[Callable[[int, int], bytes | memoryview], str, int | None,
-                                                 Callable[[], None]]:
-    """(read, where, size, forget): ``forget`` drops the segment from the worker's segment cache, so that the next
-    read fetches it again."""
+def _remote_range_reader(piece: Piece, rlm: Any) -> tuple[Callable[[int, int], bytes | memoryview], str, int | None,
+                                                          Callable[[], None]]:
+    """(read, where, size, forget) through ``rlm``: ``forget`` drops the segment from the worker's segment cache, so
+    that the next read fetches it again."""
     from tiered.cache.segment_cache import object_size
     from tiered.metadata import decode_metadata
 
     assert piece.remote_metadata is not None
     md = decode_metadata(piece.remote_metadata)
-    reader = remote_log_manager(piece.props, piece.cache_dir).reader
+    reader = rlm.reader
     chunk = _cache_chunk_size(piece.props)
 
     def read(position: int, n: int) -> bytes | memoryview:
@@ -151,9 +162,11 @@ def read_piece(piece: Piece, projection: Projection | None = None) -> Iterator[p
         finally:
             records.close_handlers()
     else:
-        read, where, size, forget = _remote_range_reader(piece)
-        yield from _decode(piece, read, piece.start_position,
-                           piece.end_position if piece.end_position is not None else size, where, projection, forget)
+        with remote_log_manager(piece.props, piece.cache_dir) as rlm:
+            read, where, size, forget = _remote_range_reader(piece, rlm)
+            yield from _decode(piece, read, piece.start_position,
+                               piece.end_position if piece.end_position is not None else size, where, projection,
+                               forget)
 
 
 def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start: int, end: int | None,
