@@ -201,3 +201,33 @@ def test_an_executor_keeps_at_most_max_worker_tiers_and_closes_the_rest(tmp_path
     assert [len(list((c / "index").glob("worker-*"))) for c in caches[2:]] == [1, 1]
     reader._managers.close_all()
     assert not [d for c in caches for d in (c / "index").glob("worker-*")]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_local_segment_copied_and_deleted_after_the_plan_is_read_from_its_remote_copy(
+        tmp_path: Path, fail_on_data_loss: str) -> None:
+    """Local retention deletes a closed segment once it is copied, which can happen between a read's plan and its
+    task: nothing is lost (the log start has not moved), so the task reads the remote copy; it neither fails as
+    data loss nor, with failOnDataLoss=false, skips the records."""
+    from tiered.spark import reader
+
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as m:
+        log = m.get_or_create_log("t", 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+        for first in range(0, 2 * PER_SEGMENT, 100):
+            log.append(MemoryRecords.build([SimpleRecord(T0 + i, None, b"v%06d" % i) for i in range(first, first + 100)]))
+            if (first + 100) % PER_SEGMENT == 0:
+                log.roll()
+    opts = parse_options({**{f"config.{k}": v for k, v in _props(tmp_path).items()}, "topics": "t",
+                          "cacheDir": str(tmp_path / "cache"), "failOnDataLoss": fail_on_data_loss})
+    pieces = planning.plan(opts)
+    assert pieces and all(p.local_path is not None for p in pieces)  # nothing in the remote tier yet
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as m:
+        rlm = m.remote_tier
+        assert rlm is not None
+        rlm.run_once(m.all_logs())
+        m.cleanup_logs()
+        assert m.get_log("t", 0).log_start_offset == 0  # nothing lost: only the local copies went
+    gone = [p for p in pieces if not Path(p.local_path or "").exists()]
+    assert gone  # (at least the first: local retention keeps what it may)
+    values = [v.as_py() for p in pieces for b in reader.read_piece(p) for v in b.column("value")]
+    assert values == [b"v%06d" % i for i in range(2 * PER_SEGMENT)]

@@ -24,6 +24,7 @@ again from the current manifest.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import datetime as _dt
 import logging
 import struct
@@ -150,6 +151,10 @@ def read_piece(piece: Piece, projection: Projection | None = None) -> Iterator[p
         try:
             records = FileRecords.open(path, mutable=False)
         except FileNotFoundError:
+            copied = _remote_copy_of(piece)
+            if copied is not None:  # copied to the remote tier, then deleted by local retention: nothing is lost
+                yield from read_piece(copied, projection)
+                return
             if piece.fail_on_data_loss:
                 raise SparkSourceDataLossError(
                     f"{piece.description}: the segment file is gone (deleted by retention since the job was planned); "
@@ -167,6 +172,40 @@ def read_piece(piece: Piece, projection: Projection | None = None) -> Iterator[p
             yield from _decode(piece, read, piece.start_position,
                                piece.end_position if piece.end_position is not None else size, where, projection,
                                forget)
+
+
+def _remote_copy_of(piece: Piece) -> Piece | None:
+    """``piece`` (of a local segment whose file is gone) as a piece of the segment's remote copy, or None when the
+    remote tier holds none: a closed segment is deleted locally once it is copied (local retention), which may
+    happen between the plan and the read. The copy holds the segment's bytes as they were, so the planned byte
+    range is the same in it."""
+    from local import LogConfig, filenames
+    from local.checkpoint import PartitionMetadataFile
+    from local.errors import KafkaStorageError
+    from tiered.metadata import RemoteLogMetadataStore, encode_metadata
+    from tiered.rsm import RemoteLogSegmentState, TopicIdPartition
+
+    assert piece.local_path is not None
+    path = Path(piece.local_path)
+    if not piece.cache_dir or not LogConfig.from_properties(piece.props).remote_log_storage_system_enable:
+        return None
+    try:
+        base = filenames.offset_from_file_name(path.name)
+        topic_id = PartitionMetadataFile(path.parent / filenames.PARTITION_METADATA_FILENAME).read()
+    except (ValueError, OSError, KafkaStorageError):
+        return None
+    tip = TopicIdPartition(topic_id, piece.topic, piece.partition)
+    with remote_log_manager(piece.props, piece.cache_dir) as rlm:
+        metadata = rlm.metadata
+        if isinstance(metadata, RemoteLogMetadataStore):
+            metadata.load(tip)  # the worker's view may be of a plan before the copy
+        for md in metadata.list_remote_log_segments(tip):
+            if (md.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED and md.start_offset == base
+                    and md.end_offset >= piece.until_offset - 1):
+                logger.info("%s: the local segment is gone; reading its remote copy %s", piece.description,
+                            md.remote_log_segment_id.id)
+                return dataclasses.replace(piece, local_path=None, remote_metadata=encode_metadata(md))
+    return None
 
 
 def _decode(piece: Piece, read: Callable[[int, int], bytes | memoryview], start: int, end: int | None,
