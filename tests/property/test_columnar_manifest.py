@@ -29,6 +29,10 @@ def _segment(i: int, base: int, n: int) -> SegmentRows:
     return SegmentRows(f"seg{i}", base, base + n - 1, n - i % 2)
 
 
+def _footer(i: int) -> int | None:
+    return None if i % 3 == 0 else (i * 2654435761) % 2**32  # None: a file written before footers were kept
+
+
 def _manifest(start: int, steps: list[tuple[int, bool]], now: int = 0) -> tuple[Manifest, list[list[SegmentRows]]]:
     """The manifest the keeper's steps make, and the model: the segments of each file, in order."""
     m = Manifest("t\u00fc", 3, "AAAAAAAAAAAAAAAAAAAAAA")
@@ -39,11 +43,12 @@ def _manifest(start: int, steps: list[tuple[int, bool]], now: int = 0) -> tuple[
         if merge and m.files:
             last = m.files[-1]
             f = ColumnarFile(file_name(last.base_offset, f"id{i}"), last.base_offset, s.end_offset, last.rows + s.rows,
-                             1000 + i, 2**32 - 1 - i, (*last.segments, s))
+                             1000 + i, 2**32 - 1 - i, (*last.segments, s), _footer(i))
             m = m.with_last_replaced(f, now)
             model[-1].append(s)
         else:
-            m = m.with_file(ColumnarFile(file_name(base, f"id{i}"), base, s.end_offset, s.rows, 1000 + i, i, (s,)))
+            m = m.with_file(ColumnarFile(file_name(base, f"id{i}"), base, s.end_offset, s.rows, 1000 + i, i, (s,),
+                                         _footer(i)))
             model.append([s])
         base += n
     return m, model

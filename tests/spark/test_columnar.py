@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from local import LogConfig, LogManager
-from local.errors import ConfigError
+from local.errors import ConfigError, CorruptRecordError
 from local.fetch import FetchIsolation
 from local.records import CompressionType, MemoryRecords, SimpleRecord
 from tests.logutil import local_tier_props
@@ -335,8 +335,46 @@ def test_a_flipped_bit_in_a_columnar_file_fails_the_read_instead_of_returning_ot
     assert m.files[0].name in str(err.value)
     pieces = [p for p in plan(parse_options(_options(copy, topics="c"))) if p.parquet_path == str(file)]
     assert len(pieces) == 1
-    with pytest.raises(OSError, match="CRC checksum verification failed"):
+    with pytest.raises(CorruptRecordError, match="CRC checksum verification failed") as damaged:
         list(read_piece(pieces[0]))
+    assert str(file) in str(damaged.value) and "columnarCopy=false" in str(damaged.value)  # named, with the way around
+
+
+def test_a_flipped_bit_in_a_files_statistics_fails_the_plan_instead_of_hiding_rows(
+        spark: Any, root: Path, tmp_path: Path) -> None:
+    """The footer holds the row groups' offset statistics, by which a ranged read skips row groups; page checksums
+    do not cover it. One bit lowering a row group's max offset hid its last rows from every ranged read, silently:
+    a plan now checks each file's footer against the manifest (footer_crc32c), for read_topic and the source."""
+    import struct
+
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import plan
+
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns("cache"))
+    directory = copy / "remote-columnar" / "c-0"
+    m = read_manifest(directory)
+    assert m is not None and m.files[0].footer_crc32c is not None
+    f = m.files[0]
+    file = stored_file(directory, f.name)
+    data = bytearray(file.read_bytes())
+    footer = len(data) - 8 - struct.unpack("<i", data[-8:-4])[0]
+    at = max(i for i in range(footer, len(data) - 8) if data[i:i + 8] == struct.pack("<q", f.end_offset))
+    bit = f.end_offset.bit_length() - 1  # its highest bit (>= 8: the file holds thousands of offsets)
+    data[at + bit // 8] ^= 1 << (bit % 8)  # one bit of the max offset statistic: now lower by 2**bit
+    file.write_bytes(bytes(data))
+    meta = pq.ParquetFile(file).metadata
+    offset = meta.schema.to_arrow_schema().get_field_index("offset")
+    assert meta.row_group(meta.num_row_groups - 1).column(offset).statistics.max == f.end_offset - (1 << bit)
+    ranged = {"startingOffsets": json.dumps({"c": {"0": f.end_offset - 100, "1": -2}}),
+              "endingOffsets": json.dumps({"c": {"0": f.end_offset + 1, "1": -2}})}
+    with pytest.raises(Exception, match="does not match the columnar manifest: its footer has crc32c") as err:
+        read_topic(spark, topics="c", **_options(copy), **ranged).count()
+    assert f.name in str(err.value) and "columnarCopy=false" in str(err.value)
+    with pytest.raises(Exception, match="its footer has crc32c"):
+        plan(parse_options(_options(copy, topics="c", **ranged)))
+    rows = read_topic(spark, topics="c", **_options(copy), **ranged, columnarCopy="false").count()
+    assert rows == 101  # the way around it reads the log
 
 
 def test_a_columnar_topic_that_cannot_work_is_refused_naming_both_settings(tmp_path: Path) -> None:

@@ -224,8 +224,10 @@ def test_a_read_of_a_copied_file_deleted_under_the_manifest_names_the_file(spark
     _build(tmp_path, partitions=1, n=16_000)
     directory, m = _manifest(tmp_path, "c")
     stored_file(directory, m.files[0].name).unlink()
-    with pytest.raises(Exception, match="columnar copy's file is gone") as err:
+    # named at the plan as damage the current manifest still lists (not "retired since the plan: run it again",
+    # which would fail the same way for ever), with the way around it
+    with pytest.raises(Exception, match="does not match the columnar manifest: missing") as err:
         spark.read.format("tiered").options(**_options(tmp_path, topics="c")).load().count()
-    assert m.files[0].name in str(err.value)
+    assert m.files[0].name in str(err.value) and "columnarCopy=false" in str(err.value)
     assert spark.read.format("tiered").options(**_options(tmp_path, topics="c", columnarCopy="false")).load().count() \
         == 16_000

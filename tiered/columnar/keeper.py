@@ -58,6 +58,7 @@ from tiered.columnar.manifest import (
     Manifest,
     SegmentRows,
     file_name,
+    footer_crc32c,
     partition_dir,
     read_manifest,
     stored_file,
@@ -289,6 +290,7 @@ class ColumnarKeeper:
                     crc = crc32c(chunk, crc)
                     size += len(chunk)
                 os.fsync(fh.fileno())
+            footer = footer_crc32c(tmp)
             self.on_step("written")
             os.rename(tmp, stored_file(directory, name))
             fsync_dir(directory / FILES_DIR)
@@ -298,8 +300,9 @@ class ColumnarKeeper:
         self.on_step("renamed")
         segment = SegmentRows(kafka_uuid_to_str(md.remote_log_segment_id.id), md.start_offset, md.end_offset, rows)
         if prefix is None:
-            return ColumnarFile(name, md.start_offset, md.end_offset, rows, size, crc, (segment,))
-        return ColumnarFile(name, base, md.end_offset, prefix.rows + rows, size, crc, (*prefix.segments, segment))
+            return ColumnarFile(name, md.start_offset, md.end_offset, rows, size, crc, (segment,), footer)
+        return ColumnarFile(name, base, md.end_offset, prefix.rows + rows, size, crc, (*prefix.segments, segment),
+                            footer)
 
     def _record_batches(self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata) -> Iterator[pa.RecordBatch]:
         """The segment's records in the columnar schema (the aborted ones marked)."""

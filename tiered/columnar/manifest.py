@@ -4,7 +4,7 @@ One JSON document per partition, ``<remote.log.columnar.dir>/<topic>-<partition>
 
     {"version": 2, "topic": "events", "partition": 0, "topic_id": "<22-char Kafka UUID>",
      "files":   [{"name": "<20-digit base offset>-<22-char id>.parquet", "base_offset": 0, "end_offset": 2999,
-                  "rows": 3000, "size": 81234, "crc32c": 305419896,
+                  "rows": 3000, "size": 81234, "crc32c": 305419896, "footer_crc32c": 2271560481,
                   "segments": [{"id": "<remote segment id>", "base_offset": 0, "end_offset": 999, "rows": 1000},
                                ...]}, ...],
      "retired": [{"name": "...parquet", "at_ms": 1764230400000}, ...]}
@@ -14,7 +14,12 @@ holds the offsets ``[base_offset, end_offset]`` (inclusive, as Kafka's segment m
 listed in its ``segments``, themselves contiguous, each with the rows it gave (verify compares them with the
 segment's records). A file takes the next segments' rows until it holds ``remote.log.columnar.file.bytes``
 (:mod:`tiered.columnar.keeper`): then it is replaced by a file holding its rows and the new segment's, and retired.
-``rows`` counts its records (control records are never rows), ``size`` and ``crc32c`` are the file's bytes.
+``rows`` counts its records (control records are never rows), ``size`` and ``crc32c`` are the file's bytes;
+``footer_crc32c`` (absent in files written before it existed) is the crc32c of its footer alone, the last
+``footer length + 8`` bytes: the row groups' statistics, by which readers skip row groups of an offset range. Page
+checksums protect the data pages, not the footer, and a reader cannot afford the whole file's crc32c, so a plan
+checks each file's size and footer before it trusts its statistics (:func:`file_problem`): one flipped bit there
+would otherwise hide rows from a ranged read, silently.
 ``retired`` are files taken out of ``files`` (replaced by a larger file, below the log start offset, or of a topic
 id that is gone) and deleted ``remote.log.columnar.file.delete.delay.ms`` after ``at_ms``, so a read planned just before still finds
 them. Version 1 manifests (one segment a file, its id in ``segment_id``) are read as such.
@@ -37,6 +42,7 @@ This module is a pure codec plus the two file operations (read, replace); the wr
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -76,6 +82,7 @@ class ColumnarFile:
     size: int
     crc32c: int
     segments: tuple[SegmentRows, ...] = ()
+    footer_crc32c: int | None = None  # None: written before the manifest kept it
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +153,7 @@ def encode(m: Manifest) -> bytes:
         "version": VERSION, "topic": m.topic, "partition": m.partition, "topic_id": m.topic_id,
         "files": [{"name": f.name, "base_offset": f.base_offset, "end_offset": f.end_offset, "rows": f.rows,
                    "size": f.size, "crc32c": f.crc32c,
+                   **({} if f.footer_crc32c is None else {"footer_crc32c": f.footer_crc32c}),
                    "segments": [{"id": s.segment_id, "base_offset": s.base_offset, "end_offset": s.end_offset,
                                  "rows": s.rows} for s in f.segments]} for f in m.files],
         "retired": [{"name": r.name, "at_ms": r.at_ms} for r in m.retired],
@@ -183,7 +191,9 @@ def _decode_file(f: Any, version: int) -> ColumnarFile:
     else:
         segments = tuple(SegmentRows(str(s["id"]), int(s["base_offset"]), int(s["end_offset"]), int(s["rows"]))
                          for s in f["segments"])
-    return ColumnarFile(str(f["name"]), base, end, rows, int(f["size"]), int(f["crc32c"]), segments)
+    footer = f.get("footer_crc32c")
+    return ColumnarFile(str(f["name"]), base, end, rows, int(f["size"]), int(f["crc32c"]), segments,
+                        None if footer is None else int(footer))
 
 
 def _check_segments(f: ColumnarFile, where: str) -> None:
@@ -207,6 +217,44 @@ def stored_file(directory: Path, name: str) -> Path:
     """Where the file ``name`` of the partition dir ``directory`` is kept: ``_files/<name>``, a path that lives until
     the file is deleted, which readers that planned with the manifest open (see :mod:`tiered.columnar.keeper`)."""
     return directory / FILES_DIR / name
+
+
+_TAIL = 8  # a Parquet file ends with its footer's length (4 bytes, little-endian) and "PAR1"
+
+
+def footer_crc32c(path: Path) -> int:
+    """The crc32c of the footer of the Parquet file at ``path`` (its last ``footer length + 8`` bytes); ValueError
+    for a file that does not end as a Parquet file does."""
+    from local.crc import crc32c
+
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size < 12:
+            raise ValueError(f"{size} bytes: too short for a Parquet file")
+        tail = os.pread(fh.fileno(), _TAIL, size - _TAIL)
+        length = int.from_bytes(tail[:4], "little")
+        if tail[4:] != b"PAR1" or not 0 < length <= size - 12:
+            raise ValueError("no Parquet footer at its end")
+        return crc32c(os.pread(fh.fileno(), length + _TAIL, size - length - _TAIL))
+
+
+def file_problem(path: Path, f: ColumnarFile) -> str | None:
+    """What is wrong with the file at ``path`` that a reader must not trust, as far as its size and footer tell
+    (the manifest's ``f``), or None: a file missing or cut short, or whose footer is not the one written."""
+    try:
+        size = path.stat().st_size
+        if size != f.size:
+            return f"{size} bytes, the manifest says {f.size}"
+        if f.footer_crc32c is None:
+            return None
+        crc = footer_crc32c(path)
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError) as exc:
+        return str(exc)
+    if crc != f.footer_crc32c:
+        return f"its footer has crc32c {crc:#010x}, the manifest says {f.footer_crc32c:#010x}"
+    return None
 
 
 def partition_dir(root: Path, topic: str, partition: int) -> Path:

@@ -386,19 +386,45 @@ def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, b
 def columnar_files(log: Log, start: int, end: int, root: Path) -> list[tuple[str, int, int]]:
     """The files of the partition's columnar manifest that hold offsets of ``[start, end)``, in offset order and
     contiguous: (path to open, first offset, last offset); none when the manifest is missing, empty or of another
-    topic id (a topic made again). A manifest that does not decode is named, with the way around it."""
+    topic id (a topic made again). A manifest that does not decode is named, with the way around it; so is a file
+    whose size or footer is not what the manifest says (:func:`tiered.columnar.manifest.file_problem`): a read would
+    trust its row groups' statistics to skip rows."""
     from local.checkpoint import kafka_uuid_to_str
-    from tiered.columnar.manifest import ColumnarManifestError, partition_dir, read_manifest, stored_file
+    from tiered.columnar.manifest import (
+        ColumnarManifestError,
+        file_problem,
+        partition_dir,
+        read_manifest,
+        stored_file,
+    )
 
     directory = partition_dir(root, log.topic, log.partition)
-    try:
-        m = read_manifest(directory)
-    except ColumnarManifestError as exc:
-        raise ColumnarManifestError(f"{exc} (set the option columnarCopy=false to read the log only)") from exc
-    if m is None or not m.files or log.topic_id is None or m.topic_id != kafka_uuid_to_str(log.topic_id):
-        return []
-    return [(str(stored_file(directory, f.name)), f.base_offset, f.end_offset)
-            for f in m.files if f.end_offset >= start and f.base_offset < end]
+    for _attempt in range(3):
+        try:
+            m = read_manifest(directory)
+        except ColumnarManifestError as exc:
+            raise ColumnarManifestError(f"{exc} (set the option columnarCopy=false to read the log only)") from exc
+        if m is None or not m.files or log.topic_id is None or m.topic_id != kafka_uuid_to_str(log.topic_id):
+            return []
+        used, damaged = [], None
+        for f in m.files:
+            if f.end_offset >= start and f.base_offset < end:
+                path = stored_file(directory, f.name)
+                problem = file_problem(path, f)  # its size and footer (ranged reads skip row groups by its statistics)
+                if problem is not None:
+                    damaged = (path, f, problem)
+                    break
+                used.append((str(path), f.base_offset, f.end_offset))
+        if damaged is None:
+            return used
+        # (a file retired and deleted since the manifest was read, with a delete delay of 0, is not damage: the
+        # manifest read again no longer names it)
+    assert damaged is not None
+    path, f, problem = damaged
+    raise ColumnarManifestError(
+        f"{path} ({log.topic}-{log.partition} offsets {f.base_offset}-{f.end_offset}) does not match the columnar "
+        f"manifest: {problem} (damaged: tiered verify reports it; set the option columnarCopy=false to read the log "
+        "only)")
 
 
 def _columnar_pieces(log: Log, start: int, end: int, root: Path, base: dict[str, Any]) -> list[Piece]:

@@ -311,11 +311,9 @@ _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
 def _read_parquet(piece: Piece, projection: Projection | None) -> Iterator[pa.RecordBatch]:
-    """The records of a Parquet piece (module docstring), one row group at a time."""
-    import pyarrow.compute as pc
+    """The records of a Parquet piece (module docstring), one row group at a time; a damaged file fails the read
+    naming it."""
     import pyarrow.parquet as pq
-
-    from tiered.columnar.keeper import ABORTED
 
     path = piece.parquet_path
     assert path is not None
@@ -325,6 +323,26 @@ def _read_parquet(piece: Piece, projection: Projection | None) -> Iterator[pa.Re
         raise ColumnarFileGoneError(
             f"{piece.description}: the columnar copy's file is gone (retention or a merge retired it after the read "
             "was planned); run the read again (a restarted streaming query plans the batch again)", path=path) from None
+    except (OSError, pa.ArrowException) as exc:
+        raise _damaged(piece, exc) from exc
+    try:
+        yield from _read_row_groups(piece, parquet, projection)
+    except (OSError, pa.ArrowException) as exc:  # a damaged page (its checksum), a truncated column chunk
+        raise _damaged(piece, exc) from exc
+    finally:
+        parquet.close()
+
+
+def _damaged(piece: Piece, exc: BaseException) -> CorruptRecordError:
+    return CorruptRecordError(f"{piece.description}: {exc} (the columnar copy's file is damaged: tiered verify reports "
+                              "it; set the option columnarCopy=false to read the log only)", path=piece.parquet_path)
+
+
+def _read_row_groups(piece: Piece, parquet: Any, projection: Projection | None) -> Iterator[pa.RecordBatch]:
+    import pyarrow.compute as pc
+
+    from tiered.columnar.keeper import ABORTED
+
     wanted = set(COLUMNS) if projection is None else {*projection.columns, *(f[0] for f in piece.filters)}
     columns = [c for c in COLUMNS if c in wanted]
     schema = pa.schema([ARROW_SCHEMA.field(c) for c in columns])
