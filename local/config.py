@@ -121,6 +121,19 @@ def _host_port(key: str, value: Any) -> str:
     return str(value).strip()
 
 
+def _local_dir(key: str, value: Any) -> str:
+    """An absolute local path, or a ``file://`` URI of one; empty: unset."""
+    text = str(value).strip()
+    path = text[len("file://"):] if text.startswith("file://") else text
+    if "://" in path:
+        raise _bad(key, value, "a local path or file:// URI (Spark reads the copy with its own Parquet reader; an "
+                               "object store's URI would need Hadoop's connector and credentials on every executor)")
+    if path and not os.path.isabs(path):
+        raise _bad(key, value, "an absolute path (a relative one would be each process's own, from where it was "
+                               "started)")
+    return text
+
+
 def _cleanup_policy(key: str, value: Any) -> str:
     parts = [p.strip() for p in str(value).split(",") if p.strip()]
     if not parts or any(p not in ("delete", "compact") for p in parts):
@@ -132,6 +145,7 @@ _bool.valid = "true, false"  # type: ignore[attr-defined]
 _string.valid = "a string"  # type: ignore[attr-defined]
 _host_port.valid = "HOST:PORT (port 0: a free one)"  # type: ignore[attr-defined]
 _cleanup_policy.valid = "a list of delete, compact"  # type: ignore[attr-defined]
+_local_dir.valid = "an absolute path or file:// URI"  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -244,7 +258,7 @@ _BROKER_DEFS = [
     _Def(None, "remote.log.reader.max.pending.tasks", "remote_log_reader_max_pending_tasks", _long(1, INT_MAX), 100),
     _Def(None, "remote.fetch.max.wait.ms", "remote_fetch_max_wait_ms", _long(1, INT_MAX), 500),
     _Def(None, "remote.log.segment.cache.dir", "remote_log_segment_cache_dir", _string, ""),
-    _Def(None, "remote.log.columnar.dir", "remote_log_columnar_dir", _string, ""),
+    _Def(None, "remote.log.columnar.dir", "remote_log_columnar_dir", _local_dir, ""),
     _Def(None, "remote.log.segment.cache.total.size.bytes", "remote_log_segment_cache_total_size_bytes", _long(0), 2048 * MIB),
     _Def(None, "remote.log.segment.cache.chunk.size.bytes", "remote_log_segment_cache_chunk_size_bytes",
          _long(4096, INT_MAX), 4 * MIB),

@@ -6,8 +6,11 @@ that Spark's executors see as the writer does (local for ``local[*]``, a shared 
 Parquet reader then reads it with no extra jars, which a bucket of S3 or another object store would need (the
 Hadoop connector and its credentials). The copy is not kept in the remote tier's bucket for that reason.
 
+``remote.log.columnar.dir`` is an absolute path or ``file://`` URI (:mod:`local.config` refuses another scheme, or a
+relative path, which each process would resolve from where it started).
+
 Refused, naming both settings (:func:`check_topic`): ``remote.log.columnar.enable=true`` without pyarrow (the
-``columnar`` extra), without a location, without
+``columnar`` extra), without a location, in a location that is not a directory (or under a file), without
 ``remote.storage.enable=true`` (the columnar copy follows the remote segments), or with encrypted remote segments
 (``rsm.config.encryption.enabled=true``: the Parquet copy would hold their plaintext; Parquet modular encryption
 is not implemented).
@@ -40,6 +43,19 @@ def columnar_root(config: LogConfig) -> Path | None:
     return None
 
 
+def root_problem(root: Path) -> str | None:
+    """Why the columnar copies cannot be kept in ``root``, as far as the file system tells now, or None: ``root``,
+    or the nearest of its parents that exists, is not a directory."""
+    at = root
+    while not at.exists():
+        if at.parent == at:
+            return None
+        at = at.parent
+    if not at.is_dir():
+        return f"{at} is not a directory" if at == root else f"{at}, a parent of {root}, is not a directory"
+    return None
+
+
 def encrypted(config: LogConfig) -> bool:
     return str(config.rsm_config.get("encryption.enabled", "false")).strip().lower() == "true"
 
@@ -61,11 +77,16 @@ def check_topic(config: LogConfig, topic_config: TopicConfig) -> None:
     if not topic_config.remote_storage_enable:
         raise ConfigError(f"Invalid value true for configuration {key}: the columnar copy follows the remote tier; set "
                           "remote.storage.enable=true on the topic too", key=key, value="true")
-    if columnar_root(config) is None:
+    root = columnar_root(config)
+    if root is None:
         raise ConfigError(
             f"Invalid value true for configuration {key}: no place for the columnar copy; set remote.log.columnar.dir "
             "in the broker config (a directory Spark's executors can read), or use the local-directory backend",
             key=key, value="true")
+    problem = root_problem(root)
+    if problem is not None:
+        raise ConfigError(f"Invalid value true for configuration {key}: the columnar copy's place "
+                          f"(remote.log.columnar.dir) cannot hold it: {problem}", key=key, value="true")
     if encrypted(config):
         raise ConfigError(
             f"Invalid value true for configuration {key}: the remote segments are encrypted "

@@ -268,6 +268,9 @@ def read_manifest(directory: Path) -> Manifest | None:
         data = path.read_bytes()
     except FileNotFoundError:
         return None
+    except OSError as exc:  # e.g. a file where remote.log.columnar.dir should be a directory
+        raise ColumnarManifestError(f"{path}: cannot be read ({exc.strerror or exc}; remote.log.columnar.dir names "
+                                    "where the copies are)") from exc
     return decode(data, str(path))
 
 

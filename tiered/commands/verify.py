@@ -95,10 +95,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _scrub_columnar(config: Any, result: ScrubResult, topic: str | None) -> None:
     """The columnar copies (tiered.columnar.scrub), where the configuration gives them a place."""
-    from tiered.columnar.location import columnar_root
+    from tiered.columnar.location import columnar_root, root_problem
 
     root = columnar_root(config)
-    if root is None or not root.is_dir():
+    if root is None:
+        return
+    if not root.is_dir():
+        problem = root_problem(root)
+        if problem is not None and _any_columnar_topic(config, result):
+            from tiered.scrub.report import Problem
+
+            result.problems.append((str(root), Problem(
+                "columnar", f"the columnar copies cannot be kept there (remote.log.columnar.dir): {problem}",
+                file=str(root))))
         return
     from tiered.columnar.location import MISSING_PYARROW, pyarrow_missing
 
@@ -135,6 +144,24 @@ def _remote_tier(config: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------------------
+
+
+def _any_columnar_topic(config: Any, result: ScrubResult) -> bool:
+    """Whether the broker default or a partition's topic overrides turn the columnar copy on."""
+    from local.errors import ConfigError
+    from local.manager import TOPIC_CONFIG_FILENAME
+    from local.properties import read_properties
+
+    if config.topic_config().remote_log_columnar_enable:
+        return True
+    for p in result.partitions:
+        overrides = Path(p.data_dir or "") / f"{p.topic}-{p.partition}" / TOPIC_CONFIG_FILENAME
+        try:
+            if read_properties(overrides).get("remote.log.columnar.enable", "").strip().lower() == "true":
+                return True
+        except (OSError, ValueError, ConfigError):  # (a damaged overrides file is reported on its own)
+            continue
+    return False
 
 
 class ScrubResult:
