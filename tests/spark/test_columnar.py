@@ -419,3 +419,39 @@ def test_a_copy_enabled_later_is_made_from_the_remote_tier(tmp_path: Path) -> No
                          columns=["offset", "key", "value"]).to_pylist()
     expected = [(r[1], r[2], r[3]) for r in _engine_rows(tmp_path, "c") if r[1] <= remote[-1].end_offset]
     assert [(r["offset"], r["key"], r["value"]) for r in rows] == expected
+
+
+def test_a_file_whose_manifest_could_not_be_written_is_not_left_behind(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition dir where the manifest cannot be replaced (made read-only, a full disk): the pass fails, and the
+    file it wrote for the manifest goes with it, pass after pass (the sweep of unnamed files runs once a process)."""
+    from tiered.columnar import keeper
+
+    props = local_tier_props(tmp_path)
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        log = m.get_or_create_log("c", 0, {**COLUMNAR, "remote.log.columnar.file.bytes": "1"})
+        rlm = m.remote_tier
+        assert isinstance(rlm, RemoteLogManager) and rlm.columnar is not None
+        _append_c(log, 0, 0, 10_000)
+        log.roll()
+        rlm.run_once(m.all_logs())  # a manifest and its file, the sweep done
+        directory = partition_dir(rlm.columnar.root, "c", 0)
+        before = sorted(p.name for p in (directory / FILES_DIR).iterdir())
+        assert len(before) == 1
+        real = keeper.write_manifest
+
+        def refused(where: Path, manifest: Any) -> None:
+            raise PermissionError(13, "Permission denied", str(where / "_manifest.json.tmp"))
+
+        monkeypatch.setattr(keeper, "write_manifest", refused)
+        for first in (10_000, 20_000):
+            _append_c(log, 0, first, first + 10_000)
+            log.roll()
+            rlm.run_once(m.all_logs())  # the copy's failure is logged; the segments are copied all the same
+            assert sorted(p.name for p in (directory / FILES_DIR).iterdir()) == before
+        monkeypatch.setattr(keeper, "write_manifest", real)
+        rlm.run_once(m.all_logs())
+        manifest = read_manifest(directory)
+        remote = rlm.finished_segments(rlm.topic_id_partition(log))
+    assert manifest is not None and manifest.next_offset == remote[-1].end_offset + 1  # caught up once it could
+    assert {p.name for p in (directory / FILES_DIR).iterdir()} == manifest.names()

@@ -55,6 +55,7 @@ from tiered.columnar.manifest import (
     PARQUET_SUFFIX,
     TEMP_SUFFIX,
     ColumnarFile,
+    ColumnarManifestError,
     Manifest,
     SegmentRows,
     file_name,
@@ -162,7 +163,11 @@ class ColumnarKeeper:
                 result.files_merged += 1
             else:
                 m = m.with_file(f)
-            write_manifest(directory, m)
+            try:
+                write_manifest(directory, m)
+            except BaseException:
+                self._discard_unpublished(directory, f, log)
+                raise
             self.on_step("published")
             self._show(directory, m)
             result.files_written += 1
@@ -198,6 +203,19 @@ class ColumnarKeeper:
                          last.crc32c)
             return None
         return last
+
+    def _discard_unpublished(self, directory: Path, f: ColumnarFile, log: Log) -> None:
+        """After the manifest naming ``f`` failed to be written: remove ``f`` unless the manifest names it after all
+        (the write failed after its rename). Otherwise a process whose manifest writes keep failing (a partition
+        dir made read-only) would leave a new whole file at every pass until it restarts (the sweep of files no
+        manifest names runs once a process)."""
+        try:
+            current = read_manifest(directory)
+        except (OSError, ColumnarManifestError):
+            return  # not known: the next process's sweep decides
+        if current is None or f.name not in current.names():
+            stored_file(directory, f.name).unlink(missing_ok=True)
+            logger.info("columnar copy of %s: removed %s, which no manifest names", log.name, f.name)
 
     # ------------------------------------------------------------------------------------------------------
     def _sweep_once(self, directory: Path, m: Manifest, log: Log) -> None:
