@@ -231,3 +231,27 @@ def test_a_topic_of_249_characters_is_tiered_read_back_and_attached_on_the_local
     assert adopted and adopted == original[: len(adopted)]
     rc, out, err = cli(capsys, "--config", str(second), "verify", "--remote")  # the owner now (tiered.ownership)
     assert rc == 0, out + err
+
+
+def test_status_takes_the_checkpoints_log_start_over_remote_segments_awaiting_deletion(
+        tiered_topic: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Retention moved the log start into the remote range; the remote segments below it are deleted by the next
+    remote pass. Until then status showed the first remote segment's start, where consume (the loader) takes the
+    checkpoint's."""
+    from local.log import LogStartOffsetIncrementReason
+
+    first, _ = tiered_topic
+    props = local_tier_props(tmp_path / "a", **{"rsm.config.dir": str(tmp_path / "bucket")})
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        log = m.get_log("ev", 0)
+        assert log is not None and log.log_start_offset == 0
+        moved = log.local_log_start_offset // 2
+        assert log.maybe_increment_log_start_offset(moved, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION)
+    rc, out, err = cli(capsys, "--config", str(first), "status", "--json")
+    assert rc == 0, err
+    [d] = json.loads(out)["data_dirs"]
+    p = {part["partition"]: part for part in d["partitions"]}["ev-0"]
+    assert p["remote"]["log_start_offset"] == 0  # not deleted yet
+    assert p["log_start_offset"] == moved
+    rc, _, err = cli(capsys, "--config", str(first), "consume", "-t", "ev", "-p", "0", "--offset", "0")
+    assert rc == 1 and f"log start offset {moved}" in err  # the same log start

@@ -324,7 +324,11 @@ def remote_status(partition_dir: Path, status: dict[str, Any], store: Any) -> di
     remote["copy_lag_bytes"] = sum(size for _, size in lag) if tiered else None
     remote["ownership"] = _ownership(partition_dir, status, store, tip)
     out: dict[str, Any] = {"remote": remote}
-    if segs and remote["log_start_offset"] is not None:
+    known = status.get("highest_remote_offset")
+    if segs and remote["log_start_offset"] is not None and (known is None or known < 0):
+        # The data dir has no record of remote data (attached from the bucket, or never copied here): its log start
+        # is the bucket's. With one, the checkpoint's log start stands, as the loader takes it: remote segments
+        # below it are retention's, waiting for their deletion.
         out["log_start_offset"] = min(status["log_start_offset"], remote["log_start_offset"])
     return out
 
