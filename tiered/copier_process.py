@@ -459,7 +459,10 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # the parent died (killed) while a reply was on its way: nobody is left to tell
+        os._exit(0)
 
 
 _COPY_STARTED_EVENT = f".{int(RemoteLogSegmentState.COPY_SEGMENT_STARTED)}.json"  # tiered.layout.metadata_event_key

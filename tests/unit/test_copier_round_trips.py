@@ -127,3 +127,23 @@ def test_a_batch_writes_each_segments_started_event_before_its_objects_and_finis
         assert (remote / _started_key(rsm, md).replace(".0.json", ".1.json")).exists()
     finally:
         copier.close()
+
+
+def test_a_child_whose_parent_died_before_its_reply_exits_quietly(tmp_path: Path) -> None:
+    """SIGKILL of tiered run while its copier child starts: the child's 'ready' meets a closed pipe. It exits,
+    without a traceback on the terminal the run was started from."""
+    import subprocess
+    import sys
+
+    from tiered.copier_process import _send
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    child = subprocess.Popen([sys.executable, "-m", "tiered.copier_process"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert child.stdin is not None and child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # the parent's end of the replies: gone, as when the parent is killed
+    _send(child.stdin, ("tiered.backends.local_dir.LocalDirRemoteStorageManager", {"dir": str(tmp_path / "bucket")}))
+    child.stdin.close()
+    err = child.stderr.read()
+    assert child.wait(timeout=120) == 0
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err
