@@ -275,6 +275,21 @@ def test_verify_finds_a_flipped_byte_and_a_missing_file(root: Path, tmp_path: Pa
     assert problems["c-1"][1].startswith("a read of the directory sees the wrong files: 1 missing")
 
 
+@pytest.mark.parametrize(("remote_scanned", "why"), [
+    (False, "not scanned here; --remote reads the remote segments"),
+    (True, "no tier scrubbed holds their segments now"),
+])
+def test_verify_says_why_segments_were_not_compared(root: Path, remote_scanned: bool, why: str) -> None:
+    """No segment records in the report (as when local retention deleted the segments and the remote ones were not
+    read, or are gone too): the note says which, not to pass --remote when it was passed."""
+    source = columnar_root(LogConfig.from_properties(local_tier_props(root)))
+    assert source is not None
+    reports: list[PartitionReport] = []
+    scrub_columnar(source, reports, topic="c", remote_scanned=remote_scanned)
+    notes = [n for r in reports for n in r.notes if n.startswith("columnar: the rows of 0 segment(s) compared")]
+    assert len(notes) == 2 and all(why in n for n in notes), notes
+
+
 def test_verify_compares_each_segments_rows_with_the_log(root: Path, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     """``tiered verify --remote`` counts each remote segment's records and the rows the copy holds of it: a row

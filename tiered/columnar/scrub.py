@@ -30,9 +30,10 @@ from tiered.scrub.report import PartitionReport, Problem
 KIND = "columnar"
 
 
-def scrub_columnar(root: Path, partitions: list[PartitionReport], topic: str | None = None) -> None:
+def scrub_columnar(root: Path, partitions: list[PartitionReport], topic: str | None = None,
+                   remote_scanned: bool = False) -> None:
     """Add what is wrong with the copies under ``root`` to the reports in ``partitions`` (new ones for partitions
-    the scrub had not seen)."""
+    the scrub had not seen); ``remote_scanned``: the scrub read the remote segments too."""
     if not root.is_dir():
         return
     reports = {(p.topic, p.partition): p for p in partitions}
@@ -45,10 +46,10 @@ def scrub_columnar(root: Path, partitions: list[PartitionReport], topic: str | N
             report = reports[(name, int(number))] = PartitionReport(name, int(number))
             report.notes.append("columnar copy only (no data dir or remote tier scrubbed holds this partition)")
             partitions.append(report)
-        scrub_partition(directory, report)
+        scrub_partition(directory, report, remote_scanned)
 
 
-def scrub_partition(directory: Path, report: PartitionReport) -> None:
+def scrub_partition(directory: Path, report: PartitionReport, remote_scanned: bool = False) -> None:
     import pyarrow.parquet as pq
 
     from local.crc import crc32c
@@ -116,9 +117,10 @@ def scrub_partition(directory: Path, report: PartitionReport) -> None:
             compared += seen
             uncompared += len(f.segments) - seen
     if compared or uncompared:
+        why = ("no tier scrubbed holds their segments now: deleted by retention, or unreadable" if remote_scanned
+               else "not scanned here; --remote reads the remote segments")
         report.notes.append(f"columnar: the rows of {compared} segment(s) compared with the log's records"
-                            + (f", {uncompared} not (not scanned here; --remote reads the remote segments)"
-                               if uncompared else ""))
+                            + (f", {uncompared} not ({why})" if uncompared else ""))
     if m.files and report.log_end_offset is not None and m.files[-1].end_offset >= report.log_end_offset:
         report.problems.append(Problem(KIND, f"the columnar copy holds offsets up to {m.files[-1].end_offset}, past "
                                              f"the log end offset {report.log_end_offset}", file=str(path)))

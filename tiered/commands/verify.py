@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             rsm.object_store.check_access()  # an unreachable endpoint, a missing bucket or bad credentials: at once
         with _progress(enabled=not args.json and sys.stdout.isatty()) as progress:
             result = scrub(dirs, rsm, topic=args.topic, progress=progress, remote_by_default=remote_by_default)
-        _scrub_columnar(config, result, args.topic)
+        _scrub_columnar(config, result, args.topic, rsm is not None)
     finally:
         if rsm is not None:
             rsm.close()
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def _scrub_columnar(config: Any, result: ScrubResult, topic: str | None) -> None:
+def _scrub_columnar(config: Any, result: ScrubResult, topic: str | None, remote_scanned: bool) -> None:
     """The columnar copies (tiered.columnar.scrub), where the configuration gives them a place."""
     from tiered.columnar.location import columnar_root, root_problem
 
@@ -116,7 +116,7 @@ def _scrub_columnar(config: Any, result: ScrubResult, topic: str | None) -> None
         return
     from tiered.columnar.scrub import scrub_columnar
 
-    scrub_columnar(root, result.partitions, topic)
+    scrub_columnar(root, result.partitions, topic, remote_scanned)
     result.partitions.sort(key=lambda p: (p.topic, p.partition, p.data_dir or "", p.topic_id or ""))
 
 
