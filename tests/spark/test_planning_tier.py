@@ -231,3 +231,16 @@ def test_a_local_segment_copied_and_deleted_after_the_plan_is_read_from_its_remo
     assert gone  # (at least the first: local retention keeps what it may)
     values = [v.as_py() for p in pieces for b in reader.read_piece(p) for v in b.column("value")]
     assert values == [b"v%06d" % i for i in range(2 * PER_SEGMENT)]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_a_start_after_the_end_is_refused_as_sparks_kafka_source_does(tmp_path: Path, fail_on_data_loss: str) -> None:
+    from tiered.spark.options import SparkSourceOptionError
+
+    _append(tmp_path, 1)
+    base = {**{f"config.{k}": v for k, v in _props(tmp_path).items()}, "topics": "t",
+            "cacheDir": str(tmp_path / "cache"), "failOnDataLoss": fail_on_data_loss}
+    with pytest.raises(SparkSourceOptionError, match="t-0: startingOffsets 300 is after endingOffsets 100"):
+        planning.plan(parse_options({**base, "startingOffsets": '{"t":{"0":300}}', "endingOffsets": '{"t":{"0":100}}'}))
+    assert planning.plan(parse_options({**base, "startingOffsets": '{"t":{"0":100}}',
+                                        "endingOffsets": '{"t":{"0":100}}'})) == []  # an empty range: nothing

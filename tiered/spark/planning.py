@@ -332,8 +332,10 @@ def offset_range(log: Log, topic: str, partition: int, opts: SourceOptions, boun
     log_start = log.log_start_offset
     bound = log.last_stable_offset if opts.read_committed else log.high_watermark
     start = _resolve(opts.starting, topic, partition, EARLIEST)
-    start = log_start if start == EARLIEST else bound if start == LATEST else start
     end = _resolve(opts.ending, topic, partition, LATEST)
+    if start >= 0 and end >= 0 and start > end:  # (as Spark's Kafka source, whatever failOnDataLoss says)
+        raise SparkSourceOptionError(f"{topic}-{partition}: startingOffsets {start} is after endingOffsets {end}")
+    start = log_start if start == EARLIEST else bound if start == LATEST else start
     end = bound if end == LATEST else min(end, bound)
     if opts.starting_timestamp is not None:
         found = log.offset_for_timestamp(opts.starting_timestamp)
