@@ -199,9 +199,13 @@ def _remote_copy_of(piece: Piece) -> Piece | None:
         metadata = rlm.metadata
         if isinstance(metadata, RemoteLogMetadataStore):
             metadata.load(tip)  # the worker's view may be of a plan before the copy
-        for md in metadata.list_remote_log_segments(tip):
+            segments = metadata.readable_segments(tip)  # the current owner's: never another data dir's copy
+        else:
+            segments = metadata.list_remote_log_segments(tip)
+        for md in segments:
             if (md.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED and md.start_offset == base
-                    and md.end_offset >= piece.until_offset - 1):
+                    and md.end_offset >= piece.until_offset - 1
+                    and (piece.end_position is None or piece.end_position <= md.segment_size_in_bytes)):
                 logger.info("%s: the local segment is gone; reading its remote copy %s", piece.description,
                             md.remote_log_segment_id.id)
                 return dataclasses.replace(piece, local_path=None, remote_metadata=encode_metadata(md))
