@@ -455,7 +455,9 @@ static void put_be16(uint8_t *p, int16_t v)
 
 #define SLOW_ATTRIBUTES (A_CODEC_MASK | A_TRANSACTIONAL | A_CONTROL)
 
-enum { STOP_END = 0, STOP_SLOW = 1, STOP_FULL = 2, STOP_CORRUPT = 3, STOP_INVALID = 4 };
+enum { STOP_END = 0, STOP_SLOW = 1, STOP_FULL = 2, STOP_CORRUPT = 3, STOP_INVALID = 4, STOP_ORDER = 5 };
+/* STOP_ORDER: a batch whose offsets do not come after the batch before it (its base offset, outside the CRC, is
+ * damaged); like STOP_INVALID and STOP_SLOW, the caller's own path takes that batch (and names the damage). */
 
 /* The size of the whole v2 batch at buf[pos] within end, 0 when it is not whole there (or not v2: -1). */
 static Py_ssize_t batch_at(const uint8_t *buf, Py_ssize_t pos, Py_ssize_t end)
@@ -667,6 +669,10 @@ static PyObject *map_plain_batches(PyObject *self, PyObject *args)
             stop = STOP_INVALID;
             break;
         }
+        if (last >= start_offset && (base <= latest || last < base)) {
+            stop = STOP_ORDER;
+            break;
+        }
         if (count > 0 && last >= start_offset) {
             if (infos_for(&infos, &capacity, count) == NULL || digests_for(&digests, &digest_capacity, count) == NULL) {
                 nomem = 1;
@@ -779,7 +785,7 @@ static int contains(const int64_t *sorted, Py_ssize_t n, int64_t value)
 }
 
 /* filter_plain_batches(chunk, pos, end, table, slots, latest, upper_bound, now, delete_retention_ms, retain_offsets,
- *                      out, meta, hash_key)
+ *                      out, meta, hash_key[, prev_last])
  *   -> (pos, stop, messages_read, bytes_read, messages_retained, bytes_retained, invalid, last offset consumed or -1)
  * Appends the kept batches to the bytearray out and, per batch written, (last offset, max timestamp, size) as native
  * int64 to the bytearray meta. Holds the GIL (it grows bytearrays). */
@@ -787,12 +793,13 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
 {
     Py_buffer chunk, table, retain;
     Py_ssize_t pos, end, slots;
-    long long latest, upper_bound, now, retention;
+    long long latest, upper_bound, now, retention, prev_last = -1;
     PyObject *out, *meta;
     Py_buffer key_view;
     sip_key key;
-    if (!PyArg_ParseTuple(args, "y*nny*nLLLLy*O!O!y*", &chunk, &pos, &end, &table, &slots, &latest, &upper_bound, &now,
-                          &retention, &retain, &PyByteArray_Type, &out, &PyByteArray_Type, &meta, &key_view))
+    if (!PyArg_ParseTuple(args, "y*nny*nLLLLy*O!O!y*|L", &chunk, &pos, &end, &table, &slots, &latest, &upper_bound,
+                          &now, &retention, &retain, &PyByteArray_Type, &out, &PyByteArray_Type, &meta, &key_view,
+                          &prev_last))
         return NULL;
     int key_ok = parse_key(&key_view, &key);
     PyBuffer_Release(&key_view);
@@ -833,6 +840,10 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
         int64_t base = be64(b), last_delta = be32(b + H_LAST_DELTA), last = base + last_delta;
         int64_t base_ts = be64(b + H_BASE_TS), max_ts = be64(b + H_MAX_TS), producer_id = be64(b + H_PRODUCER_ID);
         int64_t count = be32(b + H_COUNT);
+        if (base <= prev_last || last < base) {
+            stop = STOP_ORDER;
+            break;
+        }
         int has_horizon = (attributes & 0x40) != 0, log_append = (attributes & 0x08) != 0;
         if (count < 0) {
             stop = STOP_INVALID;
@@ -906,7 +917,7 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
         int64_t written_max_ts = max_ts;
         if (kept == 0) {
             if (!retain_empty) {
-                last_seen = last;
+                last_seen = prev_last = last;
                 pos += size;
                 continue;
             }
@@ -994,7 +1005,7 @@ static PyObject *filter_plain_batches(PyObject *self, PyObject *args)
             goto done;
         m_kept += kept;
         b_kept += write_size;
-        last_seen = last;
+        last_seen = prev_last = last;
         pos += size;
     }
     if (!finish_bytes(out, out_used) || !finish_bytes(meta, meta_used))

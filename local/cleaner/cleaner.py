@@ -49,7 +49,14 @@ from local.records.batch import (
     TRANSACTIONAL_FLAG_MASK,
 )
 from local.records.compression import CompressionType
-from local.records.constants import INT32_MAX, LOG_OVERHEAD, MAGIC_OFFSET, RECORD_BATCH_OVERHEAD, SIZE_OFFSET
+from local.records.constants import (
+    INT32_MAX,
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    SIZE_OFFSET,
+)
 from local.records.memory_records import batch_from_buffer
 from local.records.walk import batch_size
 from local.scheduler import SYSTEM_TIME, Time
@@ -296,7 +303,7 @@ class Cleaner:
                     at += size
                 if at == 0:
                     if not window.fit(n, pos, end):
-                        break  # a torn tail (the load recovers it)
+                        raise _not_whole(pos, end, source)
                     continue
                 pos += at
         finally:
@@ -318,6 +325,8 @@ class Cleaner:
         if crc32c(view[at + ATTRIBUTES_OFFSET : at + size]) != crc:
             raise _corrupt_batch(view, at, position if position >= 0 else at, source)
         last_offset = base + last_delta
+        if last_offset >= start:
+            _check_order(view, at, offset_map.latest_offset, position if position >= 0 else at, source)
         header = _MapHeader(last_offset, producer_id, attributes)
         if attributes & CONTROL_FLAG_MASK:
             transactions.on_control_batch_read(header, _control_type(view, at, size, attributes, count))
@@ -414,6 +423,7 @@ class Cleaner:
         end = records_log.size_in_bytes
         window = self._window
         pos, wanted = 0, 0
+        prev_last = -1  # the last offset of the batch before: each batch's offsets must come after it
         try:
             while pos < end:
                 if needed is not None:
@@ -430,7 +440,8 @@ class Cleaner:
                         at, stop, m_read, b_read, m_kept, b_kept, invalid, c_last = _cleancore.filter_plain_batches(
                             view, at, n, offset_map.table_view, offset_map.slots, offset_map.latest_offset,
                             upper_bound_offset, now, log.config.delete_retention_ms, retain, out, meta,
-                            offset_map.hash_key)
+                            offset_map.hash_key, prev_last)
+                        prev_last = max(prev_last, c_last)
                         counted.messages_read += m_read
                         counted.bytes_read += b_read
                         counted.invalid_messages += invalid
@@ -449,6 +460,8 @@ class Cleaner:
                     if size is None:
                         break
                     self.throttler.maybe_throttle(size)
+                    if view[at + MAGIC_OFFSET] == MAGIC_V2:
+                        prev_last = _check_order(view, at, prev_last, pos + at, source)
                     retained = (counted.messages_retained, counted.bytes_retained)
                     kept = batch_filter.filter(view, at, size, pos + at)
                     if counted is not filter_stats:
@@ -468,7 +481,7 @@ class Cleaner:
                     at += size
                 if at == 0:
                     if not window.fit(n, pos, end):
-                        break  # a torn tail (recovered at load)
+                        raise _not_whole(pos, end, source)
                     continue
                 pos += at
                 if needed is not None:
@@ -494,6 +507,22 @@ class Cleaner:
 
     def _append(self, dest: LogSegment, largest: int, out: bytearray, appended: list[_Appended]) -> None:
         if out:
+            room = _index_room(dest)
+            if room < len(appended):
+                # Each batch may add an index entry, and the cleaned segment's indexes have room for fewer: the
+                # grouping counts its sources' entries, but a source's first batch and a small segment have none,
+                # while the cleaned segment indexes every index.interval.bytes of its own. The batches past the
+                # room go unindexed (the index is sparse: a lookup scans on from the entry before), or the
+                # partition could never be cleaned again.
+                cut = max(room - 1, 0)
+                if cut:
+                    head = sum(a.size_in_bytes for a in appended[:cut])
+                    dest.append(appended[cut - 1].last_offset, memoryview(out)[:head], appended[:cut])
+                    del out[:head]
+                    del appended[:cut]
+                if dest.index_interval_bytes < INT32_MAX:
+                    logger.info("cleaning into %s: its indexes are full; the rest of it goes unindexed", dest.log.path)
+                    dest.index_interval_bytes = INT32_MAX
             dest.append(largest, out, appended)  # written at once (pwrite): the buffer is reused after
             self.throttler.maybe_throttle(len(out))
             out.clear()
@@ -577,6 +606,38 @@ def _corrupt_batch(view: memoryview, at: int, position: int, source: str) -> Cor
     return CorruptRecordError(
         f"the cleaner found a corrupt batch at position {position} of {source} (offset {base}): its CRC does not "
         "match", offset=base, position=position, path=source)
+
+
+def _index_room(segment: LogSegment) -> int:
+    """How many more entries the segment's offset and time indexes both take."""
+    offsets, times = segment.offset_index, segment.time_index
+    return min(offsets.max_entries - offsets.reserved_slots - offsets.entries,
+               times.max_entries - times.reserved_slots - times.entries)
+
+
+def _check_order(view: memoryview, at: int, prev_last: int, position: int, source: str) -> int:
+    """The last offset of the v2 batch at ``view[at:]``, which must come after ``prev_last`` (the batch before it):
+    a base offset (outside the CRC) that breaks the order is damage, which a rewrite would make permanent in a
+    batch with a valid CRC."""
+    base = int.from_bytes(view[at : at + 8], "big", signed=True)
+    last = base + int.from_bytes(view[at + LAST_OFFSET_DELTA_OFFSET : at + LAST_OFFSET_DELTA_OFFSET + 4], "big",
+                                 signed=True)
+    if base <= prev_last or last < base:
+        raise CorruptRecordError(
+            f"the cleaner found a batch out of order at position {position} of {source}: offsets {base}-{last} after "
+            f"offset {prev_last} (a base offset here or before it is damaged)", offset=base, position=position, path=source)
+    return last
+
+
+def _not_whole(position: int, end: int, source: str) -> CorruptRecordError:
+    """The bytes of a segment being cleaned from ``position`` to its end ``end`` hold no whole batch. A cleaned
+    segment is a closed one below the recovery point, flushed whole: a torn tail there is damage (a batch length
+    pointing past the end, or a file cut short), never what a crash leaves (the load recovers those segments), and
+    the rewritten segment would drop every record after it."""
+    return CorruptRecordError(
+        f"the cleaner found bytes that are not a whole batch at position {position} of {source} ({end - position} "
+        "bytes to the segment's end: a batch length is damaged, or the file was cut short)", position=position,
+        path=source)
 
 
 def _whole_batch(view: memoryview, at: int, length: int, chunk_pos: int, segment: LogSegment) -> int | None:

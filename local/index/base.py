@@ -283,6 +283,11 @@ class AbstractIndex(IndexCore, ABC):
         return self._length // self._entry_size
 
     @property
+    def reserved_slots(self) -> int:
+        """The slots at the end that appends leave free (see :attr:`is_full`)."""
+        return self._reserved_slots
+
+    @property
     def length(self) -> int:
         """The file length in bytes (preallocated space included)."""
         return self._length

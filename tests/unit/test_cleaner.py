@@ -349,3 +349,76 @@ def test_a_damaged_batch_stops_the_cleaning_of_its_partition_and_loses_nothing(t
     assert code == 1 and out.startswith("c-0: cleaning FAILED: ") and "CRC" in out
     assert {p.name: p.read_bytes() for p in (data / "c-0").iterdir() if p.suffix == ".log"} == before
     assert not list((data / "c-0").glob("*.cleaned"))
+
+
+def _damaged_compacted(data: Path, damage: Any) -> dict[str, bytes]:
+    """A compacted partition of 200 records in batches of 5 (one closed segment), ``damage(raw, positions)`` done
+    to its segment file: the segment files as they are then."""
+    with LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False) as m:
+        log = m.get_or_create_log("c", 0, {"cleanup.policy": "compact"})
+        for i in range(0, 200, 5):
+            log.append(MemoryRecords.build([SimpleRecord(T0, b"k%d" % j, b"v%d" % j) for j in range(i, i + 5)]))
+        log.roll()
+    segment = data / "c-0" / "00000000000000000000.log"
+    raw = bytearray(segment.read_bytes())
+    positions, at = [], 0
+    while at < len(raw):
+        positions.append(at)
+        at += int.from_bytes(raw[at + 8 : at + 12], "big") + 12
+    damage(raw, positions)
+    segment.write_bytes(bytes(raw))
+    return {p.name: p.read_bytes() for p in (data / "c-0").iterdir() if p.suffix == ".log"}
+
+
+def _set_length(raw: bytearray, positions: list[int]) -> None:
+    raw[positions[3] + 8 : positions[3] + 12] = (1 << 20).to_bytes(4, "big")  # past the segment's end
+
+
+def _shift_base(delta: int) -> Any:
+    def damage(raw: bytearray, positions: list[int]) -> None:
+        at = positions[3]
+        raw[at : at + 8] = (int.from_bytes(raw[at : at + 8], "big") + delta).to_bytes(8, "big")  # outside the CRC
+    return damage
+
+
+@pytest.mark.parametrize(("damage", "found"), [
+    (_set_length, "not a whole batch at position"),  # it dropped the rest of the segment: 185 records, exit 0
+    (_shift_base(3), "a batch out of order at position"),  # it rewrote the overlap into batches with valid CRCs
+    (_shift_base(-3), "a batch out of order at position"),
+    (_shift_base(1000), "a batch out of order at position"),  # it named the .cleaned index, not the damage
+])
+def test_damage_outside_the_crc_stops_the_cleaning_and_loses_nothing(tmp_path: Path, damage: Any, found: str) -> None:
+    """A batch length pointing past the end of a closed segment is no torn tail (the load recovers those, in
+    segments past the recovery point): the cleaner found the end of the data there and rewrote the segment without
+    the 185 records after it, exit 0, and verify was OK afterwards. A base offset is outside the CRC too."""
+    data = tmp_path / "data"
+    before = _damaged_compacted(data, damage)
+    code, out, _ = _cli("compact", "--log-dirs", str(data))
+    assert code == 1 and out.startswith("c-0: cleaning FAILED: CorruptRecordError: ") and found in out, out
+    assert "00000000000000000000.log" in out
+    assert {p.name: p.read_bytes() for p in (data / "c-0").iterdir() if p.suffix == ".log"} == before
+    assert not list((data / "c-0").glob("*.cleaned"))
+
+
+def test_a_cleaned_segment_whose_indexes_fill_leaves_the_rest_unindexed_and_the_partition_cleanable(
+        tmp_path: Path) -> None:
+    """The grouping counts its sources' index entries, but a segment's first batch, or a segment smaller than
+    index.interval.bytes, has none, while the cleaned segment indexes every interval of its own bytes: with a small
+    segment.index.bytes and time-rolled segments the cleaned one's index filled (IndexFullError), and every later
+    cleaning failed the same way."""
+    log = _log(tmp_path, segment_index_bytes=96, index_interval_bytes=64)
+    written = {}
+    for i in range(120):
+        key = b"k%d" % i
+        written[key] = _put(log, key, b"v%d-" % i + b"x" * 50)
+        log.roll()  # one batch a segment: no index entry in any of them
+    log.roll()
+    assert all(s.offset_index.entries == 0 for s in log.segments.values()) and len(log.segments.values()) > 100
+    reports = _cleaner(tmp_path, log).clean_pass()
+    assert reports[0].cleaned, reports
+    assert [(o, k) for o, k, _ in _records(log)] == sorted((o, k) for k, o in written.items())
+    for offset in written.values():  # every offset is found through the (sparse) indexes
+        (batch, *_) = log.batches_from(offset)
+        assert batch.base_offset <= offset <= batch.last_offset
+    _decodes(log)
+    log.close()
