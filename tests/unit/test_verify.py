@@ -551,6 +551,34 @@ def test_an_unclean_data_dir_notes_what_recovery_will_redo(tmp_path: Path) -> No
     assert code == 1 and f"v-0: {segments[0]}, position" in out
 
 
+def test_a_segment_past_the_recovery_point_whose_index_was_left_preallocated_is_no_damage(tmp_path: Path) -> None:
+    """A stop during a roll (or a close) leaves the segment before the new active one with its index preallocated:
+    the next start recovers it, as every segment from the one holding the recovery point on. verify called it
+    damage (a helper's SIGKILL loop of tiered compact, 3 in 25); a flushed segment below the recovery point, the
+    same, still is."""
+    from local import filenames
+
+    live = tmp_path / "live"
+    _local_log(live, 1200)
+    copy = tmp_path / "crashed"
+    shutil.copytree(live, copy)
+    (copy / filenames.CLEAN_SHUTDOWN_FILENAME).unlink()
+    segments = sorted((copy / "v-0").glob("*.log"))
+    assert len(segments) >= 3
+    closed = segments[-2].with_suffix(".index")  # not the active one
+    with open(closed, "ab") as f:
+        f.write(bytes(8 * 40))  # as preallocated: zeros past its entries
+    recovery = copy / filenames.RECOVERY_POINT_CHECKPOINT_FILENAME
+    base = int(segments[-2].stem)
+    recovery.write_text(f"0\n1\nv 0 {base + 1}\n")  # inside it: the next start recovers it
+    code, out = run_cli("verify", "--log-dirs", str(copy))
+    assert code == 0, out
+    assert f"{closed}: 40 zero-filled (preallocated) entries at the end" in out
+    recovery.write_text(f"0\n1\nv 0 {int(segments[-1].stem)}\n")  # past it: flushed, never recovered again
+    code, out = run_cli("verify", "--log-dirs", str(copy))
+    assert code == 1 and f"{closed}, position" in out
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Other backends (in process): S3 streams the .log in one GET, fsspec reads it in ranged chunks
 

@@ -117,10 +117,16 @@ def scrub_partition(pdir: Path, topic: str, partition: int, dir_report: DataDirR
         else:
             others.setdefault(suffix, []).append(Path(entry.path))
     last_base = logs[-1][0] if logs else None
+    # After an unclean stop the next start recovers every segment from the one holding the recovery point on,
+    # rebuilding their indexes: one still preallocated there (zeros past its entries: a roll or a close the stop
+    # cut short) is what recovery is for, not damage.
+    recovery_point = dir_report.checkpoints.get(filenames.RECOVERY_POINT_CHECKPOINT_FILENAME, {}).get(
+        (topic, partition), 0)
     next_min = 0
-    for base, path in logs:
+    for i, (base, path) in enumerate(logs):
         active_unclean = base == last_base and not dir_report.clean_shutdown
-        scan = _scrub_segment(pdir, base, path, report, next_min, active_unclean, dir_report, progress)
+        recovered = not dir_report.clean_shutdown and (i + 1 == len(logs) or logs[i + 1][0] > recovery_point)
+        scan = _scrub_segment(pdir, base, path, report, next_min, active_unclean, dir_report, progress, recovered)
         if scan.next_offset is not None:
             next_min = scan.next_offset
         report.log_end_offset = scan.next_offset if scan.next_offset is not None else max(base, next_min)
@@ -215,7 +221,7 @@ def _check_partition_files(pdir: Path, report: PartitionReport) -> None:
 
 
 def _scrub_segment(pdir: Path, base: int, path: Path, report: PartitionReport, next_min: int, active_unclean: bool,
-                   dir_report: DataDirReport, progress: Progress) -> BatchScanner:
+                   dir_report: DataDirReport, progress: Progress, recovered: bool = False) -> BatchScanner:
     scan = BatchScanner(str(path), remote=False, segment_base=base, min_offset=max(base, next_min), total_size=None,
                         progress=progress)
     try:
@@ -239,7 +245,7 @@ def _scrub_segment(pdir: Path, base: int, path: Path, report: PartitionReport, n
     index = filenames.offset_index_file(pdir, base)
     if index.exists():
         problems, notes = check_offset_index_file(index, base, scan, dir_report.requested_entry_size,
-                                                  zero_tail_ok=active_unclean)
+                                                  zero_tail_ok=recovered)
         report.problems += problems
         report.notes += notes
     else:
@@ -247,7 +253,7 @@ def _scrub_segment(pdir: Path, base: int, path: Path, report: PartitionReport, n
     time_index = filenames.time_index_file(pdir, base)
     if time_index.exists():
         problems, notes = check_time_index(_read(time_index, report), base, scan, str(time_index), remote=False,
-                                           zero_tail_ok=active_unclean)
+                                           zero_tail_ok=recovered)
         report.problems += problems
         report.notes += notes
     txn_index = filenames.transaction_index_file(pdir, base)
