@@ -135,8 +135,8 @@ def _local_dir(key: str, value: Any) -> str:
 
 
 def _cleanup_policy(key: str, value: Any) -> str:
-    parts = [p.strip() for p in str(value).split(",") if p.strip()]
-    if not parts or any(p not in ("delete", "compact") for p in parts):
+    parts = [p.strip() for p in str(value).split(",")]
+    if any(p not in ("delete", "compact") for p in parts):  # an empty element too, as Kafka's ValidList refuses it
         raise _bad(key, value, "must be a list of delete and/or compact")
     return ",".join(parts)
 

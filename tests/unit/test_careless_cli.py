@@ -165,3 +165,16 @@ def test_a_mistyped_data_dir_gets_one_answer_from_every_command_that_never_makes
     assert rc == 2
     assert err.count("\n") == 1 and f"no such data dir: {typo}" in err
     assert not typo.exists()
+
+
+@pytest.mark.parametrize("policy", ["compact,,delete", "compact,", ",delete", "compact, ,delete"])
+def test_a_cleanup_policy_with_an_empty_element_is_refused_as_kafka_does(policy: str) -> None:
+    with pytest.raises(ConfigError, match=rf"Invalid value {policy} for configuration cleanup.policy"):
+        LogConfig.from_properties({"log.dirs": "/tmp/unused"}).topic_config({"cleanup.policy": policy})
+
+
+@pytest.mark.parametrize(("policy", "stored"), [("compact", "compact"), (" compact , delete ", "compact,delete"),
+                                                ("delete,compact", "delete,compact")])
+def test_a_cleanup_policy_list_is_taken_trimmed(policy: str, stored: str) -> None:
+    config = LogConfig.from_properties({"log.dirs": "/tmp/unused"}).topic_config({"cleanup.policy": policy})
+    assert config.cleanup_policy == stored
