@@ -63,7 +63,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from local.crc import crc32c
 from local.remote_state import REMOTE_LOG_STATE_FILENAME
-from tiered.errors import NotPartitionOwnerError, ObjectExistsError, RemoteStoreMismatchError
+from tiered.errors import (
+    NotPartitionOwnerError,
+    ObjectExistsError,
+    RemoteStorageError,
+    RemoteStoreMismatchError,
+)
 from tiered.rsm import RemoteLogSegmentMetadata, TopicIdPartition
 
 if TYPE_CHECKING:
@@ -413,7 +418,17 @@ class OwnershipGuard:
         try:
             self._store.claim_ownership(tip, record)
         except ObjectExistsError:
-            pass  # another data dir claimed this epoch first: the listing below names it
+            pass  # another data dir claimed this epoch first, or our own write did and its answer was lost: below
+        except (RemoteStorageError, OSError):
+            # The answer was lost or failed (a 500 after the store wrote it, a timeout): the claim may stand all the
+            # same. Read the records back: our own claim is ownership, not another owner (a data dir that took its
+            # own stored claim for another's fenced itself for good).
+            try:
+                landed = self._store.owner_records(tip)
+            except (RemoteStorageError, OSError):
+                landed = []
+            if not landed or landed[-1].owner_id != record.owner_id:
+                raise
         records = self._store.owner_records(tip)
         if not records:  # a metadata manager that keeps no owner records (a custom one): nothing to fence with
             return Ownership(OWNER, f"{log.name}: its metadata manager keeps no owner records (ownership not checked)")

@@ -718,3 +718,56 @@ def test_a_listener_whose_data_dir_lost_the_partition_refuses_writes_as_a_depose
             assert refused.value.status == 409
         finally:
             kafka.stop()
+
+
+@pytest.mark.parametrize("answer", ["500", "timeout"])
+def test_a_claim_stored_whose_answer_was_lost_is_this_data_dirs(tmp_path: Path, answer: str) -> None:
+    """The store wrote the first claim, but its answer was lost (a 500 after the write, a read timeout): the data
+    dir took its own claim, read back at the next pass, for another owner's and fenced the partition for good
+    (offload exit 1, HTTP 409 to produces: a helper's S3 fault pass). The records are read back at once."""
+    from tiered.errors import RemoteStorageError
+    from tiered.ownership import OWNER, OwnershipGuard
+    from tiered.remote_tier_parts import topic_id_partition
+
+    config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{
+        "rsm.config.dir": str(tmp_path / "bucket")}))
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(tmp_path / "bucket")})
+
+    class LostAnswer(RemoteLogMetadataStore):
+        def claim_ownership(self, tip: TopicIdPartition, record: OwnerRecord) -> None:
+            super().claim_ownership(tip, record)  # written...
+            if answer == "500":
+                raise RemoteStorageError("PutObject failed: 500 InternalError (after 3 attempts)")
+            raise TimeoutError("Read timeout on endpoint URL")  # ...and the answer never came
+
+    with open_log_manager(LogConfig.from_properties(str(config)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true"})
+        tip = topic_id_partition(log)
+        guard = OwnershipGuard(LostAnswer(rsm.store, rsm.prefix), clock=lambda: 0, store_name="bucket")
+        assert guard.ensure_owner(log, tip).state == OWNER
+        owner = guard.states()[tip].owner
+        assert owner is not None and log.remote_log_state.owner_id == owner.owner_id  # remembered as its own
+        again = OwnershipGuard(RemoteLogMetadataStore(rsm.store, rsm.prefix), clock=lambda: 0, store_name="bucket")
+        assert again.ensure_owner(log, tip).state == OWNER  # and so at the next pass
+
+
+def test_a_claim_whose_write_failed_is_still_an_error(tmp_path: Path) -> None:
+    from tiered.errors import RemoteStorageError
+    from tiered.ownership import OwnershipGuard
+    from tiered.remote_tier_parts import topic_id_partition
+
+    config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{
+        "rsm.config.dir": str(tmp_path / "bucket")}))
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(tmp_path / "bucket")})
+
+    class Down(RemoteLogMetadataStore):
+        def claim_ownership(self, tip: TopicIdPartition, record: OwnerRecord) -> None:
+            raise RemoteStorageError("PutObject failed: 503 SlowDown")  # nothing written
+
+    with open_log_manager(LogConfig.from_properties(str(config)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true"})
+        guard = OwnershipGuard(Down(rsm.store, rsm.prefix), clock=lambda: 0, store_name="bucket")
+        with pytest.raises(RemoteStorageError, match="503"):
+            guard.ensure_owner(log, topic_id_partition(log))
