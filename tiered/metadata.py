@@ -499,6 +499,13 @@ class RemoteLogMetadataStore:
             segs = list(view.values()) if view is not None else []
         return self._not_damaged(tip, [m for m in segs if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)])
 
+    def unreadable_events(self, tip: TopicIdPartition) -> dict[str, str]:
+        """The partition's metadata event objects its last listing could not read or decode (key: why), whatever
+        the cause: damage, or a store that did not answer. What is known of the partition then may be short of
+        what the store holds."""
+        with self._lock:
+            return {key: why for key, (_named, why) in (self._unreadable.get(tip) or {}).items()}
+
     def _not_damaged(self, tip: TopicIdPartition, segs: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
         """``segs`` but those with a metadata event that could not be read: a segment left STARTED in the readable
         events may be a finished copy whose FINISHED event is the damaged one, its objects intact and the only copy

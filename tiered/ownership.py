@@ -267,6 +267,26 @@ def segment_differs(seg: Any, md: RemoteLogSegmentMetadata, checksums: Any) -> s
     return None
 
 
+def put_claim(store: OwnershipStore, tip: TopicIdPartition, record: OwnerRecord) -> None:
+    """``store.claim_ownership(tip, record)``, where a failed answer is no failure when the claim stands: a 500 after
+    the store wrote it, or a timeout, and the owner records read back end with this claim. Without that a data dir
+    took its own stored claim, found at its next pass, for another's, and fenced the partition for good (and an
+    attach deposed the owner while it said it failed). :class:`ObjectExistsError` (the epoch claimed already, by
+    anyone) is the caller's."""
+    try:
+        store.claim_ownership(tip, record)
+    except ObjectExistsError:
+        raise
+    except (RemoteStorageError, OSError):
+        try:
+            landed = store.owner_records(tip)
+        except (RemoteStorageError, OSError):
+            landed = []
+        if not landed or landed[-1].owner_id != record.owner_id:
+            raise
+        logger.info("%s: the answer to its ownership claim was lost, but the claim stands: %s", tip, record.describe())
+
+
 class OwnershipGuard:
     """Checks, and claims when nobody has, ownership of each partition's remote data for one remote tier (see the
     module docstring). Thread-safe; one per :class:`tiered.remote_log_manager.RemoteLogManager`."""
@@ -416,19 +436,9 @@ class OwnershipGuard:
         record = OwnerRecord(epoch, uuid.uuid4().hex, claim_lineage(self._known_epochs(log, tip), log.log_end_offset, epoch),
                              self._clock(), self._host, self._log_dirs or (str(log.dir.parent),))
         try:
-            self._store.claim_ownership(tip, record)
+            put_claim(self._store, tip, record)
         except ObjectExistsError:
             pass  # another data dir claimed this epoch first, or our own write did and its answer was lost: below
-        except (RemoteStorageError, OSError):
-            # The answer was lost or failed (a 500 after the store wrote it, a timeout): the claim may stand all the
-            # same. Read the records back: our own claim is ownership, not another owner (a data dir that took its
-            # own stored claim for another's fenced itself for good).
-            try:
-                landed = self._store.owner_records(tip)
-            except (RemoteStorageError, OSError):
-                landed = []
-            if not landed or landed[-1].owner_id != record.owner_id:
-                raise
         records = self._store.owner_records(tip)
         if not records:  # a metadata manager that keeps no owner records (a custom one): nothing to fence with
             return Ownership(OWNER, f"{log.name}: its metadata manager keeps no owner records (ownership not checked)")

@@ -255,3 +255,55 @@ def test_status_takes_the_checkpoints_log_start_over_remote_segments_awaiting_de
     assert p["log_start_offset"] == moved
     rc, _, err = cli(capsys, "--config", str(first), "consume", "-t", "ev", "-p", "0", "--offset", "0")
     assert rc == 1 and f"log start offset {moved}" in err  # the same log start
+
+
+def test_attach_refuses_while_a_metadata_event_cannot_be_read(tiered_topic: tuple[Path, Path], tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that does not answer for the newest segment's COPY_SEGMENT_FINISHED event: attach adopted the other
+    segments, a log ending before the bucket's end, and exited 0; new appends then took offsets the bucket held and
+    the next pass deleted that segment as theirs, its records gone (a helper's S3 fault pass). It refuses, naming the
+    object, and writes and claims nothing."""
+    from tiered.backends.local_dir import LocalDirStore
+    from tiered.errors import RemoteStorageError
+
+    _, second = tiered_topic
+    newest = max((tmp_path / "bucket").rglob("*.1.json"), key=lambda f: f.name)  # the highest start offset
+    real = LocalDirStore.get
+
+    def failing(self: LocalDirStore, key: str) -> bytes:
+        if key.endswith(newest.name):
+            raise RemoteStorageError(f"GetObject {key} failed: 503 SlowDown (after 3 attempts)")
+        return real(self, key)
+
+    monkeypatch.setattr(LocalDirStore, "get", failing)
+    owners_before = sorted((tmp_path / "bucket").rglob("owner-*.json"))
+    rc, out, err = cli(capsys, "--config", str(second), "attach", "-t", "ev")
+    assert rc == 1, out
+    assert "remote metadata object(s) cannot be read" in err and newest.name in err and "503 SlowDown" in err
+    assert not list((tmp_path / "b" / "data").glob("ev-*"))  # nothing written
+    assert sorted((tmp_path / "bucket").rglob("owner-*.json")) == owners_before  # nobody deposed
+    monkeypatch.setattr(LocalDirStore, "get", real)
+    rc, out, err = cli(capsys, "--config", str(second), "attach", "-t", "ev")  # once the store answers
+    assert rc == 0, err
+
+
+def test_attach_whose_claims_answer_was_lost_attaches(tiered_topic: tuple[Path, Path], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim written, its answer a 500: attach exited 1 having deposed the owner all the same, and writing
+    nothing; 'attach it again' then found nothing to do. The claim read back is its own: it attaches."""
+    from tiered.errors import RemoteStorageError
+    from tiered.metadata import RemoteLogMetadataStore
+
+    _, second = tiered_topic
+    real = RemoteLogMetadataStore.claim_ownership
+
+    def lost_answer(self: RemoteLogMetadataStore, tip: object, record: object) -> None:
+        real(self, tip, record)  # type: ignore[arg-type]
+        raise RemoteStorageError("PutObject failed: 500 InternalError (after 3 attempts)")
+
+    monkeypatch.setattr(RemoteLogMetadataStore, "claim_ownership", lost_answer)
+    rc, out, err = cli(capsys, "--config", str(second), "attach", "-t", "ev")
+    assert rc == 0, err
+    assert out.count("attached ev-") == 2 and "owner epoch" in out

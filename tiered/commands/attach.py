@@ -120,13 +120,13 @@ def _claim(config: Any, store: Any, tip: Any, r: RemotePartition) -> Any:
     import time
 
     from tiered.errors import ObjectExistsError
-    from tiered.ownership import OwnerRecord, claim_lineage
+    from tiered.ownership import OwnerRecord, claim_lineage, put_claim
 
     epoch = max(store.max_epoch(tip), -1) + 1
     record = OwnerRecord(epoch, uuid.uuid4().hex, claim_lineage(r.epochs, r.highest_offset + 1, epoch),
                          int(time.time() * 1000), socket.gethostname(), tuple(str(d) for d in config.log_dirs))
     try:
-        store.claim_ownership(tip, record)
+        put_claim(store, tip, record)  # (a lost answer to a claim that stands is no failure)
     except ObjectExistsError:
         pass  # claimed by another attach at the same moment: the listing below names it
     newest = store.owner_records(tip)[-1:]
@@ -178,7 +178,17 @@ def _partitions(store: Any, topic: str, topic_id: uuid.UUID) -> set[int]:
 
 
 def _remote_partition(store: Any, topic: str, topic_id: uuid.UUID, partition: int) -> RemotePartition:
-    segments = store.readable_segments(TopicIdPartition(topic_id, topic, partition))
+    tip = TopicIdPartition(topic_id, topic, partition)
+    segments = store.readable_segments(tip)
+    unreadable = store.unreadable_events(tip) if hasattr(store, "unreadable_events") else {}
+    if unreadable:
+        # A FINISHED event not read is a segment not seen: the adopted log would end before what the store holds,
+        # the next appends would take offsets it holds, and the next pass would delete that segment as theirs.
+        key, why = sorted(unreadable.items())[0]
+        raise AttachError(
+            f"{topic}-{partition}: {len(unreadable)} remote metadata object(s) cannot be read, e.g. {key} ({why}); "
+            "attaching now could adopt a log shorter than the remote tier holds. Run attach again when the store "
+            "answers; an object that stays unreadable is damage (tiered verify --remote names it)")
     if not segments:
         return RemotePartition(partition, -1, -1, 0, 0, [], None)
     epochs: list[tuple[int, int]] = []
