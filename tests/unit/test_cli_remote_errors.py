@@ -233,3 +233,22 @@ def test_verbose_adds_the_traceback(stub: StubS3, tmp_path: Path) -> None:
     assert proc.returncode == 1, err
     assert "tiered offload: the bucket 'bkt' does not exist" in err and "Traceback" in err
     assert "s3cr3t-value" not in err
+
+
+@pytest.mark.parametrize("attempts", [1, 3])
+def test_max_attempts_counts_every_request_of_a_call(stub: StubS3, attempts: int) -> None:
+    """rsm.config.max_attempts=1 sent two requests (botocore's max_attempts counts the retries only)."""
+    from tiered.backends.s3 import S3RemoteStorageManager
+    from tiered.errors import RemoteStorageError
+
+    stub.status, stub.code = 503, "SlowDown"
+    rsm = S3RemoteStorageManager()
+    rsm.configure({"bucket": "bkt", "region": "us-east-1", "endpoint_url": stub.url, "path_style": "true",
+                   "aws_access_key_id": "AKIDEXAMPLE", "aws_secret_access_key": "s3cr3t-value",
+                   "max_attempts": str(attempts), "retry_mode": "standard"})
+    try:
+        with pytest.raises(RemoteStorageError):
+            rsm.store.size("topic-x/0/00000000000000000000-x.log")
+    finally:
+        rsm.close()
+    assert stub.requests == attempts

@@ -93,7 +93,8 @@ class S3Store(ObjectStore):
         "read_timeout_ms": ("30000", "[1, 3600000]",
             "Read timeout."),
         "max_attempts": ("5", "[1, 100]",
-            "Attempts per request (botocore retries)."),
+            "Requests per call, the first included (botocore's total_max_attempts); a body whose checksum does not "
+            "match is fetched once more, with as many."),
         "retry_mode": ("standard", "standard, legacy, adaptive",
             "botocore's retry mode."),
     }
@@ -132,7 +133,8 @@ class S3Store(ObjectStore):
             region_name=region,
             connect_timeout=(o.integer("connect_timeout_ms", 10_000, 1, 3_600_000) or 0) / 1000,
             read_timeout=(o.integer("read_timeout_ms", 30_000, 1, 3_600_000) or 0) / 1000,
-            retries={"max_attempts": o.integer("max_attempts", 5, 1, 100),
+            # botocore's max_attempts counts retries only (1: two requests); total_max_attempts counts them all
+            retries={"total_max_attempts": o.integer("max_attempts", 5, 1, 100),
                      "mode": o.choice("retry_mode", "standard", ("standard", "legacy", "adaptive"))},
             s3={"addressing_style": "path" if o.boolean("path_style", False) else "auto"},
             max_pool_connections=max(10, concurrency * 2),
