@@ -252,3 +252,30 @@ def test_max_attempts_counts_every_request_of_a_call(stub: StubS3, attempts: int
     finally:
         rsm.close()
     assert stub.requests == attempts
+
+
+def test_tiered_run_rides_out_a_store_that_stops_answering_after_its_first_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The store answered the start's check, then throttled every listing (a brownout): tiered run said it was
+    listening and exited 1 three seconds later, its local partitions gone with it (its progress line listed the
+    remote metadata in the main thread; a helper's S3 fault pass). It serves on; the tasks retry at each pass."""
+    from local import LogConfig, LogManager
+    from tests.logutil import local_tier_props
+    from tiered.backends.local_dir import LocalDirStore
+    from tiered.cli import main
+    from tiered.errors import RemoteStorageError
+
+    props = local_tier_props(tmp_path)
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        m.get_or_create_log("t", 0, {"remote.storage.enable": "true"})
+    config = tmp_path / "broker.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def throttled(self: LocalDirStore, prefix: str = "") -> list[str]:
+        raise RemoteStorageError(f"S3 list of s3://b/{prefix} failed: SlowDown (after 5 attempts)")
+
+    monkeypatch.setattr(LocalDirStore, "list_keys", throttled)
+    rc = main(["run", "--config", str(config), "--duration", "2", "--listen", "127.0.0.1:0"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "listening on" in out and "SlowDown" not in out

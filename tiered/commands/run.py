@@ -29,6 +29,7 @@ at once.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -38,11 +39,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiered.commands._common import UsageError, load_config, non_negative_seconds
+from tiered.errors import TieredStorageError
 
 if TYPE_CHECKING:
     from local.manager import LogManager
     from tiered.remote_log_manager import RemoteLogManager
 
+logger = logging.getLogger(__name__)
 _REPORT_INTERVAL_S = 1.0
 DEFAULT_STOP_TIMEOUT_S = 30.0
 
@@ -229,8 +232,14 @@ def _watch(
         while not stop.is_set():
             totals = getattr(rlm, "task_totals", None)
             if rlm is not None and totals is not None:
-                backlog = sum(rlm.copy_lag(log)[0] for log in manager.all_logs()
-                              if log.config.remote_storage_enable)
+                try:
+                    backlog = sum(rlm.copy_lag(log)[0] for log in manager.all_logs()
+                                  if log.config.remote_storage_enable)
+                except (TieredStorageError, OSError) as exc:
+                    # The store not answering (a brownout at startup, before a partition's metadata was ever
+                    # listed): the progress waits; the tasks log and retry at each pass. It stopped the broker.
+                    logger.debug("copy lag not known: %s", exc)
+                    backlog = 0
                 copied, deleted = totals.segments_copied, totals.segments_deleted
                 progress.update(task, total=copied + backlog, completed=copied)
                 if (copied, deleted) != reported:
