@@ -459,6 +459,15 @@ def test_an_owner_record_round_trips_and_refuses_what_is_not_one() -> None:
             OwnerRecord.decode(bad)
 
 
+def _config_and_bucket(tmp_path: Path) -> tuple[Path, LocalDirRemoteStorageManager]:
+    """A data dir's broker config over a local-directory bucket, and that bucket's plugin."""
+    config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{
+        "rsm.config.dir": str(tmp_path / "bucket")}))
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(tmp_path / "bucket")})
+    return config, rsm
+
+
 def test_the_copy_and_expiration_tasks_claiming_at_once_both_find_this_data_dir_the_owner(tmp_path: Path) -> None:
     """The first claim of a partition, by its copy and expiration tasks at the same moment: the task whose conditional
     put loses to the other's must see the winner's claim as this data dir's, not report the partition lost (the soak
@@ -466,10 +475,7 @@ def test_the_copy_and_expiration_tasks_claiming_at_once_both_find_this_data_dir_
     from tiered.ownership import OWNER, OwnershipGuard
     from tiered.remote_tier_parts import topic_id_partition
 
-    config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{
-        "rsm.config.dir": str(tmp_path / "bucket")}))
-    rsm = LocalDirRemoteStorageManager()
-    rsm.configure({"dir": str(tmp_path / "bucket")})
+    config, rsm = _config_and_bucket(tmp_path)
     claimed, other_looked = threading.Event(), threading.Event()
 
     class SlowFirstClaim(RemoteLogMetadataStore):
@@ -729,10 +735,7 @@ def test_a_claim_stored_whose_answer_was_lost_is_this_data_dirs(tmp_path: Path, 
     from tiered.ownership import OWNER, OwnershipGuard
     from tiered.remote_tier_parts import topic_id_partition
 
-    config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{
-        "rsm.config.dir": str(tmp_path / "bucket")}))
-    rsm = LocalDirRemoteStorageManager()
-    rsm.configure({"dir": str(tmp_path / "bucket")})
+    config, rsm = _config_and_bucket(tmp_path)
 
     class LostAnswer(RemoteLogMetadataStore):
         def claim_ownership(self, tip: TopicIdPartition, record: OwnerRecord) -> None:
@@ -757,10 +760,7 @@ def test_a_claim_whose_write_failed_is_still_an_error(tmp_path: Path) -> None:
     from tiered.ownership import OwnershipGuard
     from tiered.remote_tier_parts import topic_id_partition
 
-    config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{
-        "rsm.config.dir": str(tmp_path / "bucket")}))
-    rsm = LocalDirRemoteStorageManager()
-    rsm.configure({"dir": str(tmp_path / "bucket")})
+    config, rsm = _config_and_bucket(tmp_path)
 
     class Down(RemoteLogMetadataStore):
         def claim_ownership(self, tip: TopicIdPartition, record: OwnerRecord) -> None:
