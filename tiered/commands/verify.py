@@ -149,13 +149,16 @@ def _remote_tier(config: Any) -> Any:
 def _any_columnar_topic(config: Any, result: ScrubResult) -> bool:
     """Whether the broker default or a partition's topic overrides turn the columnar copy on."""
     from local.errors import ConfigError
+    from local.filenames import partition_dir_name
     from local.manager import TOPIC_CONFIG_FILENAME
     from local.properties import read_properties
 
     if config.topic_config().remote_log_columnar_enable:
         return True
     for p in result.partitions:
-        overrides = Path(p.data_dir or "") / f"{p.topic}-{p.partition}" / TOPIC_CONFIG_FILENAME
+        if p.data_dir is None:  # in the remote tier only: no overrides here
+            continue
+        overrides = Path(p.data_dir) / partition_dir_name(p.topic, p.partition) / TOPIC_CONFIG_FILENAME
         try:
             if read_properties(overrides).get("remote.log.columnar.enable", "").strip().lower() == "true":
                 return True
