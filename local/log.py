@@ -366,10 +366,20 @@ class Log:
 
     def note_remote_owner(self, owner_epoch: int, owner_id: str) -> None:
         """Remember (durably, in ``remote-log-state``) that this data dir claimed ownership of the partition's remote
-        data at ``owner_epoch`` (the remote tier's fencing: see :mod:`local.remote_state`)."""
+        data at ``owner_epoch`` (the remote tier's fencing: see :mod:`local.remote_state`); a pending claim is done."""
         with self._lock:
             new = dataclasses.replace(self.remote_log_state, remote_storage_enabled=True, owner_epoch=owner_epoch,
-                                      owner_id=owner_id)
+                                      owner_id=owner_id, pending_owner_epoch=-1, pending_owner_id="")
+            if not self.read_only:
+                RemoteLogStateFile(self.dir).write(new)
+            self.remote_log_state = new
+
+    def note_pending_claim(self, owner_epoch: int, owner_id: str) -> None:
+        """Remember (durably) the claim the remote tier is about to write, before it writes it: an owner record of
+        this epoch and id found later, whenever the write lands, is this data dir's own."""
+        with self._lock:
+            new = dataclasses.replace(self.remote_log_state, remote_storage_enabled=True,
+                                      pending_owner_epoch=owner_epoch, pending_owner_id=owner_id)
             if not self.read_only:
                 RemoteLogStateFile(self.dir).write(new)
             self.remote_log_state = new

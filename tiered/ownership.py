@@ -25,7 +25,10 @@ Claiming
     wins). ``tiered attach`` claims epoch max(every epoch the store knows) + 1; a data dir that tiers a partition
     nobody claimed yet (a new topic, or remote data written before ownership existed) claims its log's latest leader
     epoch at its first copy or expiration. The data dir remembers its claim in ``remote-log-state``
-    (:mod:`local.remote_state`).
+    (:mod:`local.remote_state`), and a claim it is about to write as pending before the write: a write whose answer
+    was lost (a 500 after the store took it, a timeout, a PUT held somewhere that reaches the store later) may land
+    at any time, and the record it leaves is then known as this data dir's own. Until the store answers, the claim
+    is made again with the same epoch and id.
 
 Fencing
     Before each copy and expiration run, and again before each segment it copies or deletes, the remote tier lists
@@ -208,11 +211,14 @@ class Ownership:
 def assess(
     name: str, local_epoch: int, local_id: str, records: Sequence[OwnerRecord], *, has_remote_data: bool,
     below_local_start: bool, holds_metadata: bool, state_file: str, store: str, damaged: Mapping[int, str] | None = None,
+    pending: tuple[int, str] | None = None,
 ) -> Ownership | None:
     """The ownership of partition ``name`` from its data dir's claim (``local_epoch``/``local_id``, -1/"" when none)
     and the store's ``records``; None when nobody claimed it yet and nothing is wrong (the data dir may claim it).
     ``damaged``: owner records that could not be read (epoch -> key): when one of them may be the newest, nothing
-    can be told but that (a damaged record is not a wrong bucket)."""
+    can be told but that (a damaged record is not a wrong bucket). ``pending``: the (epoch, id) of a claim the data
+    dir wrote without an answer: the newest record being it, the data dir owns the partition (its caller then
+    remembers the claim as made)."""
     newest_epoch = records[-1].owner_epoch if records else -1
     suspect = {epoch: key for epoch, key in (damaged or {}).items() if epoch >= newest_epoch}
     if suspect:
@@ -223,11 +229,14 @@ def assess(
                                       "names it)")
     if records:
         newest = records[-1]
-        if local_epoch == newest.owner_epoch and local_id == newest.owner_id:
+        newest_claim = (newest.owner_epoch, newest.owner_id)
+        if newest_claim in ((local_epoch, local_id), pending):
             return Ownership(OWNER, f"{name}: this data dir owns its remote data at {newest.describe()}", newest)
         mine = f"this data dir's claim is owner epoch {local_epoch}" if local_epoch >= 0 else "this data dir never claimed it"
         if local_epoch == newest.owner_epoch:
             mine += " with another claim id (a copy of a data dir?)"
+        if pending is not None:
+            mine += f"; its claim of owner epoch {pending[0]} was not answered and is not the newest"
         return Ownership(LOST, f"{name}: this data dir lost ownership of its remote data to {newest.describe()} "
                                f"({mine}, {state_file}): it copies and deletes nothing there any more; its local data "
                                "stays as it is", newest)
@@ -324,6 +333,8 @@ class OwnershipGuard:
             found = self._assess(log, tip, self._store.owner_records(tip))
             if found is None:
                 found = self._claim(log, tip)
+            else:
+                self._confirm_pending(log, found)
             if found.state == OWNER:
                 found = self._checked_content(log, tip, found)
         self._set(tip, found)
@@ -417,6 +428,15 @@ class OwnershipGuard:
         with self._lock:
             self._store_checked.add(tip)
 
+    def _confirm_pending(self, log: Log, found: Ownership) -> None:
+        """Remember as made a pending claim (see the module docstring) that ``found`` shows standing."""
+        state = log.remote_log_state
+        owner = found.owner
+        if (found.state == OWNER and owner is not None and state.claim_pending
+                and (state.pending_owner_epoch, state.pending_owner_id) == (owner.owner_epoch, owner.owner_id)):
+            log.note_remote_owner(owner.owner_epoch, owner.owner_id)
+            logger.info("%s: its claim whose write was not answered stands: %s", log.name, owner.describe())
+
     def _assess(self, log: Log, tip: TopicIdPartition, records: Sequence[OwnerRecord]) -> Ownership | None:
         state = log.remote_log_state
         return assess(
@@ -425,16 +445,25 @@ class OwnershipGuard:
             holds_metadata=bool(records) or self._store.holds_metadata(tip),
             state_file=str(log.source_dir / REMOTE_LOG_STATE_FILENAME), store=self._store_name,
             damaged=damaged(tip) if (damaged := getattr(self._store, "damaged_owner_records", None)) else None,
+            pending=(state.pending_owner_epoch, state.pending_owner_id) if state.claim_pending else None,
         )
 
     def _claim(self, log: Log, tip: TopicIdPartition) -> Ownership:
-        """Claim ``tip`` for this data dir at its log's latest leader epoch (at least every epoch the store knows)."""
+        """Claim ``tip`` for this data dir at its log's latest leader epoch (at least every epoch the store knows), or
+        make its pending claim again (the same epoch and id: its earlier write may land first, or this one)."""
         epoch = max(log.latest_epoch or 0, self._store.max_epoch(tip), 0)
+        state = log.remote_log_state
+        pending = state.claim_pending and state.pending_owner_epoch >= epoch
+        if pending:
+            epoch = state.pending_owner_epoch
         cached = log.leader_epoch_cache.epoch_entries()
         if not cached or cached[-1].epoch < epoch:
             log.assign_epoch_start_offset(epoch)  # appends from here on carry the owner epoch
-        record = OwnerRecord(epoch, uuid.uuid4().hex, claim_lineage(self._known_epochs(log, tip), log.log_end_offset, epoch),
+        claim_id = state.pending_owner_id if pending else uuid.uuid4().hex
+        record = OwnerRecord(epoch, claim_id, claim_lineage(self._known_epochs(log, tip), log.log_end_offset, epoch),
                              self._clock(), self._host, self._log_dirs or (str(log.dir.parent),))
+        if not pending:
+            log.note_pending_claim(epoch, claim_id)  # before the write: whenever it lands, it is known as ours
         try:
             put_claim(self._store, tip, record)
         except ObjectExistsError:

@@ -755,6 +755,104 @@ def test_a_claim_stored_whose_answer_was_lost_is_this_data_dirs(tmp_path: Path, 
         assert again.ensure_owner(log, tip).state == OWNER  # and so at the next pass
 
 
+class _HeldClaims(RemoteLogMetadataStore):
+    """A store whose claim writes reach it only when :meth:`land` says so (a PUT held past the client's read
+    timeout, delivered later): the claimant gets a timeout and, reading back, finds nothing of its claim yet."""
+
+    held: list[tuple[TopicIdPartition, OwnerRecord]]
+
+    def claim_ownership(self, tip: TopicIdPartition, record: OwnerRecord) -> None:
+        self.held.append((tip, record))
+        raise TimeoutError("Read timeout on endpoint URL")
+
+    def land(self) -> None:
+        for tip, record in self.held:
+            try:
+                super().claim_ownership(tip, record)
+            except ObjectExistsError:
+                pass  # (a conditional create: the epoch was claimed meanwhile)
+        self.held.clear()
+
+
+@pytest.mark.parametrize("order", ["lands_before_next_pass", "lands_after_a_retry"])
+def test_a_claim_that_lands_after_the_read_back_is_this_data_dirs(tmp_path: Path, order: str) -> None:
+    """A claim PUT held past the read timeout reached the store after the claimant had read the owner records back
+    (a helper's fault proxy): the next pass found an owner record it did not know and fenced the partition for good
+    ("this data dir never claimed it"). The claim is remembered as pending before it is written: found later, it is
+    this data dir's; made again meanwhile, it is the same epoch and id."""
+    from tiered.ownership import OWNER, OwnershipGuard
+    from tiered.remote_tier_parts import topic_id_partition
+
+    config, rsm = _config_and_bucket(tmp_path)
+    held = _HeldClaims(rsm.store, rsm.prefix)
+    held.held = []
+    plain = RemoteLogMetadataStore(rsm.store, rsm.prefix)
+    with open_log_manager(LogConfig.from_properties(str(config)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true"})
+        tip = topic_id_partition(log)
+        with pytest.raises(TimeoutError):
+            OwnershipGuard(held, clock=lambda: 0, store_name="bucket").ensure_owner(log, tip)
+        (_, first), = held.held
+        state = RemoteLogStateFile(log.dir).read()  # durable before the write
+        assert (state.pending_owner_epoch, state.pending_owner_id) == (first.owner_epoch, first.owner_id)
+        assert not state.claimed and plain.owner_records(tip) == []
+        if order == "lands_before_next_pass":
+            held.land()
+            guard = OwnershipGuard(plain, clock=lambda: 0, store_name="bucket")
+            assert guard.ensure_owner(log, tip).state == OWNER
+        else:
+            guard = OwnershipGuard(plain, clock=lambda: 0, store_name="bucket")
+            assert guard.ensure_owner(log, tip).state == OWNER  # claimed again: the same epoch and id
+            held.land()  # the late PUT finds its epoch taken
+            assert guard.ensure_owner(log, tip).state == OWNER
+        (record,) = plain.owner_records(tip)
+        assert (record.owner_epoch, record.owner_id) == (first.owner_epoch, first.owner_id)
+        state = RemoteLogStateFile(log.dir).read()
+        assert (state.owner_epoch, state.owner_id) == (first.owner_epoch, first.owner_id) and not state.claim_pending
+        assert log.remote_log_state == state
+
+
+def test_a_pending_claim_that_lands_is_shown_as_this_data_dirs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """status and verify, before the next pass remembers the landed claim: the owner, not "never claimed it"."""
+    from tiered.ownership import OwnershipGuard
+    from tiered.remote_tier_parts import topic_id_partition
+
+    config, rsm = _config_and_bucket(tmp_path)
+    held = _HeldClaims(rsm.store, rsm.prefix)
+    held.held = []
+    with open_log_manager(LogConfig.from_properties(str(config)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true"})
+        log.append(MemoryRecords.build([SimpleRecord(b"x")]))
+        with pytest.raises(TimeoutError):
+            OwnershipGuard(held, clock=lambda: 0, store_name="bucket").ensure_owner(log, topic_id_partition(log))
+        state_file = RemoteLogStateFile(log.dir)
+    held.land()
+    assert state_file.read().claim_pending
+    rc, out, err = cli(capsys, "--config", str(config), "status", "--json")
+    [part] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert rc == 0 and part["remote"]["ownership"]["state"] == "owner", (out, err)
+    rc, out, err = cli(capsys, "--config", str(config), "verify", "--remote")
+    assert rc == 0 and "not_owner" not in out + err, out + err
+    assert state_file.read().claim_pending  # (remembered as made at the next pass)
+
+
+def test_a_pending_claim_round_trips_and_is_checked() -> None:
+    from local.errors import KafkaStorageError
+
+    for state in (RemoteLogState(True, -1, pending_owner_epoch=0, pending_owner_id="a" * 32),
+                  RemoteLogState(True, 41, 2, "b" * 32, 3, "c" * 32)):
+        text = state.encode()
+        assert text.startswith(b"version: 2\n") and RemoteLogState.decode(text) == state
+    assert RemoteLogState(True, 41, 2, "b" * 32).encode().startswith(b"version: 1\n")  # as before, with no pending
+    for bad in (b"version: 2\nremote_storage_enabled: true\nhighest_remote_offset: -1\n",
+                b"version: 2\nremote_storage_enabled: true\nhighest_remote_offset: -1\npending_owner_epoch: -1\n"
+                b"pending_owner_id: x\n",
+                b"version: 1\nremote_storage_enabled: true\nhighest_remote_offset: -1\nowner_epoch: 1\nowner_id: x\n"
+                b"pending_owner_epoch: 2\npending_owner_id: y\n"):
+        with pytest.raises(KafkaStorageError, match="malformed"):
+            RemoteLogState.decode(bad)
+
+
 def test_a_claim_whose_write_failed_is_still_an_error(tmp_path: Path) -> None:
     from tiered.errors import RemoteStorageError
     from tiered.ownership import OwnershipGuard
@@ -771,3 +869,20 @@ def test_a_claim_whose_write_failed_is_still_an_error(tmp_path: Path) -> None:
         guard = OwnershipGuard(Down(rsm.store, rsm.prefix), clock=lambda: 0, store_name="bucket")
         with pytest.raises(RemoteStorageError, match="503"):
             guard.ensure_owner(log, topic_id_partition(log))
+
+
+def test_an_attach_whose_claim_was_not_answered_says_it_may_land(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store took no answer to attach's claim (a timeout): exit 1 with one line that says the claim may still land
+    and depose the owner, and what to do (a helper's fault pass found the owner deposed by a failed attach)."""
+    _, b, _ = two_dirs
+
+    def timeout(self: RemoteLogMetadataStore, tip: TopicIdPartition, record: OwnerRecord) -> None:
+        raise TimeoutError("Read timeout on endpoint URL")
+
+    monkeypatch.setattr(RemoteLogMetadataStore, "claim_ownership", timeout)
+    rc, _, err = cli(capsys, "--config", str(b), "attach", "-t", TOPIC)
+    assert rc == 1 and "Traceback" not in err
+    assert "did not answer the ownership claim of owner epoch 1" in err and "run attach again" in err, err
+    assert not (tmp_path / "b" / "data" / f"{TOPIC}-0").exists()

@@ -119,7 +119,7 @@ def _claim(config: Any, store: Any, tip: Any, r: RemotePartition) -> Any:
     import socket
     import time
 
-    from tiered.errors import ObjectExistsError
+    from tiered.errors import ObjectExistsError, RemoteStorageError
     from tiered.ownership import OwnerRecord, claim_lineage, put_claim
 
     epoch = max(store.max_epoch(tip), -1) + 1
@@ -129,6 +129,11 @@ def _claim(config: Any, store: Any, tip: Any, r: RemotePartition) -> Any:
         put_claim(store, tip, record)  # (a lost answer to a claim that stands is no failure)
     except ObjectExistsError:
         pass  # claimed by another attach at the same moment: the listing below names it
+    except (RemoteStorageError, OSError) as exc:
+        raise AttachError(
+            f"{tip.topic}-{tip.partition}: the store did not answer the ownership claim of owner epoch {epoch} ({exc}); "
+            "nothing was written here. A write that was not answered may still land, and then the partition's current "
+            "owner stops tiering it: run attach again (it claims the next epoch)") from exc
     newest = store.owner_records(tip)[-1:]
     if not newest or newest[0].owner_id != record.owner_id:
         held = newest[0].describe() if newest else "nobody"

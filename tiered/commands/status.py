@@ -351,6 +351,7 @@ def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any
         below_local_start=start is not None and local_start is not None and start < local_start,
         holds_metadata=bool(records) or store.holds_metadata(tip),
         state_file=str(partition_dir / REMOTE_LOG_STATE_FILENAME), store=repr(store.store),
+        pending=(local.pending_owner_epoch, local.pending_owner_id) if local.claim_pending else None,
     )
     newest = records[-1] if records else None
     return {

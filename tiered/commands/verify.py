@@ -288,7 +288,9 @@ def _check_claim(report: Any, owner: Any) -> None:
         state = RemoteLogStateFile(pdir).read()
     except KafkaStorageError:
         return  # the local scrub reports the file
-    if (state.owner_epoch, state.owner_id) != (owner.owner_epoch, owner.owner_id):
+    newest = (owner.owner_epoch, owner.owner_id)
+    # (a pending claim that landed is this data dir's own: its next pass remembers it as made)
+    if newest != (state.owner_epoch, state.owner_id) and newest != (state.pending_owner_epoch, state.pending_owner_id):
         mine = f"owner epoch {state.owner_epoch}" if state.claimed else "no claim"
         report.problems.append(Problem(
             "not_owner", f"this data dir ({mine}) does not own the partition's remote data: the store's current owner "
