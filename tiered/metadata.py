@@ -6,6 +6,9 @@ that state. Loading a partition lists those objects and keeps, per segment, the 
 a Spark job) finds every remote segment from the bucket alone, there is no read-modify-write, and a crash leaves
 at worst a COPY_SEGMENT_STARTED without its FINISHED event, which :meth:`find_stale_copies` reports for cleanup.
 
+Each event ends with a CRC-32C of its own text (:mod:`tiered.sealed_json`): a damaged one is unreadable, which
+:meth:`RemoteLogMetadataStore.load` reports and never takes for a stale copy.
+
 The COPY_SEGMENT_FINISHED event of a segment copied with checksums also holds them (field ``checksums``, see
 :mod:`tiered.checksums`): :meth:`RemoteLogMetadataStore.segment_checksums` gives them to readers. Events written
 before checksums existed have no such field and decode as before.
@@ -50,6 +53,7 @@ from tiered.rsm import (
     RemoteStorageManager,
     TopicIdPartition,
 )
+from tiered.sealed_json import seal, unseal
 from tiered.store import ObjectStore, StoreCapabilities, not_found, put_if_absent, read_all
 
 logger = logging.getLogger(__name__)
@@ -71,7 +75,7 @@ def encode_metadata(md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | 
     }
     if checksums is not None:
         record["checksums"] = checksums.to_json()
-    return json.dumps(record, separators=(",", ":")).encode()
+    return seal(json.dumps(record, separators=(",", ":")))
 
 
 def decode_metadata(data: bytes) -> RemoteLogSegmentMetadata:
@@ -79,8 +83,9 @@ def decode_metadata(data: bytes) -> RemoteLogSegmentMetadata:
 
 
 def decode_record(data: bytes) -> tuple[RemoteLogSegmentMetadata, SegmentChecksums | None]:
-    """A metadata event: the segment's metadata and its checksums (None when the event has none)."""
-    d = json.loads(data)
+    """A metadata event: the segment's metadata and its checksums (None when the event has none). ``ValueError`` for
+    an event whose text is damaged (:mod:`tiered.sealed_json`)."""
+    d = unseal(data)
     md = _decode_metadata(d)
     raw = d.get("checksums")
     if raw is None:

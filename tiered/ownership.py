@@ -73,6 +73,7 @@ from tiered.errors import (
     RemoteStoreMismatchError,
 )
 from tiered.rsm import RemoteLogSegmentMetadata, TopicIdPartition
+from tiered.sealed_json import seal, unseal
 
 if TYPE_CHECKING:
     from local.log import Log
@@ -114,17 +115,17 @@ class OwnerRecord:
         return f"owner epoch {self.owner_epoch} (claimed by {where}, from offset {self.start_offset})"
 
     def encode(self) -> bytes:
-        return json.dumps({
+        return seal(json.dumps({
             "version": _VERSION, "owner_epoch": self.owner_epoch, "owner_id": self.owner_id,
             "claimed_at_ms": self.claimed_at_ms, "host": self.host, "log_dirs": list(self.log_dirs),
             "lineage": [list(entry) for entry in self.lineage],
-        }, separators=(",", ":")).encode()
+        }, separators=(",", ":")))
 
     @classmethod
     def decode(cls, data: bytes) -> OwnerRecord:
         """The record in ``data``; ``ValueError`` naming what is wrong for anything else."""
         try:
-            d = json.loads(data)
+            d = unseal(data)
             if d["version"] != _VERSION:
                 raise ValueError(f"unsupported version {d['version']!r}")
             return cls(int(d["owner_epoch"]), str(d["owner_id"]),

@@ -330,12 +330,14 @@ def test_a_produce_that_fails_validation_writes_nothing(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "bad/topic" in proc.stderr and not data.exists()
 
 
-@pytest.mark.parametrize("damage", ["invalid_json", "other_state", "deleted"])
+@pytest.mark.parametrize("damage", ["invalid_json", "other_state", "epoch_digit", "deleted"])
 def test_a_damaged_finished_event_never_gets_its_segment_deleted(broker: tuple[Path, Path, Path], damage: str) -> None:
     """One flipped byte in a segment's COPY_SEGMENT_FINISHED event (JSON broken, or still valid with state 0 where
     1 was), or the event deleted, left the segment looking like a copy a crash abandoned, and the next copy pass
     deleted its objects: the only copy of its records, local retention having removed them. Now the segment is left
-    as it is and said in an error, verify names the damaged event, and restoring the event makes it readable."""
+    as it is and said in an error, verify names the damaged event, and restoring the event makes it readable. A
+    changed digit that leaves the event valid (its leader epoch's start offset) was served as it was: the event's own
+    CRC-32C (``json_crc32c``) finds it."""
     props, _, remote = broker
     _produce_and_offload(props, 40_000)
     events = sorted(remote.rglob("__remote_log_metadata/*.1.json"))
@@ -353,6 +355,10 @@ def test_a_damaged_finished_event_never_gets_its_segment_deleted(broker: tuple[P
     elif damage == "other_state":
         at = raw.index(b'"state": 1') + len(b'"state": ') if b'"state": 1' in raw else raw.index(b'"state":1') + 8
         raw[at] ^= 1  # '1' -> '0': valid JSON, the event now says COPY_SEGMENT_STARTED
+        victim.write_bytes(bytes(raw))
+    elif damage == "epoch_digit":
+        at = raw.index(b'"segment_leader_epochs":{"0":') + len(b'"segment_leader_epochs":{"0":')
+        raw[at] ^= 1  # the epoch's first offset: still valid JSON, still state 1
         victim.write_bytes(bytes(raw))
     else:
         victim.unlink()

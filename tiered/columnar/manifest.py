@@ -7,7 +7,10 @@ One JSON document per partition, ``<remote.log.columnar.dir>/<topic>-<partition>
                   "rows": 3000, "size": 81234, "crc32c": 305419896, "footer_crc32c": 2271560481,
                   "segments": [{"id": "<remote segment id>", "base_offset": 0, "end_offset": 999, "rows": 1000},
                                ...]}, ...],
-     "retired": [{"name": "...parquet", "at_ms": 1764230400000}, ...]}
+     "retired": [{"name": "...parquet", "at_ms": 1764230400000}, ...], "json_crc32c": 1234567890}
+
+``json_crc32c``, the last field, is the CRC-32C of the document's own text (:mod:`tiered.sealed_json`): a manifest
+damaged at rest is refused, naming it, rather than trusted (one written before the field existed is read as before).
 
 ``files`` are in offset order and contiguous (``base_offset`` of one is ``end_offset + 1`` of the one before): each
 holds the offsets ``[base_offset, end_offset]`` (inclusive, as Kafka's segment metadata) of the remote segments
@@ -48,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from tiered.errors import TieredStorageError
+from tiered.sealed_json import seal, unseal
 
 FILES_DIR = "_files"  # the files themselves; the partition dir holds hard links to the published ones
 MANIFEST_NAME = "_manifest.json"  # "_": Spark's file listing skips it, so the directory reads as a Parquet dataset
@@ -158,12 +162,17 @@ def encode(m: Manifest) -> bytes:
                                  "rows": s.rows} for s in f.segments]} for f in m.files],
         "retired": [{"name": r.name, "at_ms": r.at_ms} for r in m.retired],
     }
-    return (json.dumps(doc, indent=1) + "\n").encode()
+    return seal(json.dumps(doc, indent=1) + "\n")
 
 
 def decode(data: bytes, where: str = "manifest") -> Manifest:
     try:
-        doc: Any = json.loads(data)
+        doc: Any = unseal(data)
+    except json.JSONDecodeError as exc:
+        raise ColumnarManifestError(f"{where}: not a columnar manifest (JSONDecodeError: {exc})") from None
+    except ValueError as exc:  # its seal does not match
+        raise ColumnarManifestError(f"{where}: {exc}") from None
+    try:
         version = doc.get("version")
         if version not in _READABLE:
             raise ColumnarManifestError(f"{where}: version {version!r}, expected one of {list(_READABLE)}")
