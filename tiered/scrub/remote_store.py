@@ -167,11 +167,13 @@ class RemoteScrub:
         from tiered.metadata import decode_metadata
 
         latest: dict[str, RemoteLogSegmentMetadata] = {}
+        events: dict[str, list[tuple[int, str]]] = {}
         for key in group.metadata_keys:
             event = layout.metadata_event_of_key(key)
             assert event is not None  # grouped as an event by its key
             start, segment_id, state = event
             sid = layout.kafka_uuid(segment_id)
+            events.setdefault(sid, []).append((state, key))
             try:
                 data = self.store.get(key)
             except (TieredStorageError, OSError) as exc:
@@ -191,6 +193,14 @@ class RemoteScrub:
                 continue
             if sid not in latest or md.state > latest[sid].state:
                 latest[sid] = md
+        for sid, md in latest.items():
+            if md.state is S.DELETE_SEGMENT_FINISHED:  # its other events were deleted with it; one here landed later
+                for state, key in sorted(events[sid]):
+                    if state != S.DELETE_SEGMENT_FINISHED:
+                        out.problems.append(Problem(
+                            "orphaned_object", f"a metadata event of segment {sid}, whose deletion finished (a write "
+                            "that reached the store after the deletion, or a crash in its cleanup): nothing reads it; "
+                            "it can be deleted", object=key, offset=md.start_offset))
         for md in latest.values():
             if md.state is S.COPY_SEGMENT_FINISHED:
                 self.add_total(max(0, md.segment_size_in_bytes))
