@@ -160,7 +160,8 @@ class RemoteLogManager:
                     checksum_chunk_bytes=self.checksum_chunk_bytes, record=self.record_task_result,
                     stopping=self._stopping, copy_batch=self._copy_batch, columnar=self.columnar,
                 )
-                tasks = self._partition_tasks[tip] = (copy, RLMExpirationTask(self.parts, tip, record=self.record_task_result))
+                expiration = RLMExpirationTask(self.parts, tip, record=self.record_task_result, columnar=self.columnar)
+                tasks = self._partition_tasks[tip] = (copy, expiration)
             return tasks
 
     def copy_task(self, log: Log) -> RLMCopyTask:

@@ -29,6 +29,7 @@ from tiered.rsm import RemoteLogSegmentMetadata, TopicIdPartition
 
 if TYPE_CHECKING:
     from local.log import Log
+    from tiered.columnar.keeper import ColumnarKeeper
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +39,12 @@ _OUTSIDE_LINEAGE = "outside the owner's lineage (a former owner's copy, made aft
 class RLMExpirationTask:
     """See the module docstring."""
 
-    def __init__(self, parts: RemoteTierParts, tip: TopicIdPartition, *, record: Callable[[PassResult], None]) -> None:
+    def __init__(self, parts: RemoteTierParts, tip: TopicIdPartition, *, record: Callable[[PassResult], None],
+                 columnar: ColumnarKeeper | None = None) -> None:
         self.parts = parts
         self.tip = tip
         self._record = record
+        self._columnar = columnar  # the columnar copy's keeper: its files below a moved log start retire at once
         self.lock = threading.Lock()
 
     def run(self, log: Log) -> PassResult:
@@ -76,7 +79,19 @@ class RLMExpirationTask:
                 deleted += parts.delete_remote_segment(md, reason=reason)  # False: another task deleted it
             parts.update_log_size(self.tip)
             self._set_lag(log, 0, 0)
+            if doomed and self._columnar is not None and log.config.remote_log_columnar_enable:
+                self._retire_columnar(log)
             return deleted
+
+    def _retire_columnar(self, log: Log) -> None:
+        """The columnar copy's files wholly below the new log start leave its manifest (a failure is logged; the
+        copy task's next run retires them)."""
+        assert self._columnar is not None
+        try:
+            self._columnar.follow_log_start(log, self.tip)
+        except Exception as exc:
+            logger.warning("retiring columnar files of %s below its log start failed (%s: %s); retried at the next "
+                           "pass", log.name, type(exc).__name__, exc, exc_info=logger.isEnabledFor(logging.DEBUG))
 
     def _owned(self, log: Log) -> bool:
         """Whether this data dir (still) owns the partition's remote data (:mod:`tiered.ownership`: the guard claims

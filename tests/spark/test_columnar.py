@@ -253,6 +253,27 @@ def test_retention_nothing_below_the_log_start_and_retired_files_go(spark: Any, 
     assert _rows(read_topic(spark, topics="c", **_options(tmp_path))) == expected
 
 
+def test_files_below_a_log_start_remote_retention_moved_leave_the_manifest_in_the_same_pass(tmp_path: Path) -> None:
+    """The keeper ran before the pass's remote retention: files wholly below the log start that retention moved stayed
+    in the manifest (and their links in the directory) until the next pass (a helper's pass). The expiration task
+    retires them as it moves the log start."""
+    _build(tmp_path, partitions=1, n=30_000, extra={
+        "remote.log.columnar.file.delete.delay.ms": "0", "remote.log.columnar.file.bytes": "1",
+        "retention.ms": "60000"})  # every record is an hour old: each remote segment expires in the pass that copies it
+    props = local_tier_props(tmp_path)
+    directory = partition_dir(columnar_root(LogConfig.from_properties(props)), "c", 0)  # type: ignore[arg-type]
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        log = m.get_log("c", 0)
+        assert log is not None
+        start = log.log_start_offset
+    assert start > 0  # remote retention moved it, in the pass that made the copy
+    now = read_manifest(directory)
+    assert now is not None and all(f.base_offset >= start for f in now.files), (start, now.files)
+    assert not list((directory / FILES_DIR).glob("*.parquet")) or all(
+        int(p.name.split("-", 1)[0]) >= start for p in (directory / FILES_DIR).glob("*.parquet"))
+    assert sorted(p.name for p in directory.glob("*.parquet")) == sorted(f.name for f in now.files)
+
+
 def test_verify_finds_a_flipped_byte_and_a_missing_file(root: Path, tmp_path: Path) -> None:
     source = columnar_root(LogConfig.from_properties(local_tier_props(root)))
     assert source is not None

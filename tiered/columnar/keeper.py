@@ -121,10 +121,38 @@ class ColumnarKeeper:
         self._read_range = read_range
         self._swept: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
+        # One change of a partition's manifest at a time: the copy task's keep() and the expiration task's
+        # follow_log_start() both read, change and replace it.
+        self._partitions: dict[tuple[str, int], threading.Lock] = {}
         # A seam for crash tests: called with the name of each step once it is done (see the module docstring).
         self.on_step: Callable[[str], None] = lambda step: None
 
+    def _partition_lock(self, log: Log) -> threading.Lock:
+        with self._lock:
+            return self._partitions.setdefault((log.topic, log.partition), threading.Lock())
+
+    def follow_log_start(self, log: Log, tip: TopicIdPartition) -> ColumnarPass:
+        """Retire the files wholly below the log start offset now (and delete those due): the expiration task calls
+        it after it moved the log start, so they leave the manifest in the same pass, not at the copy task's next
+        run. Nothing when the partition's keep() is running: it follows the log start again as it ends."""
+        result = ColumnarPass()
+        directory = partition_dir(self.root, log.topic, log.partition)
+        lock = self._partition_lock(log)
+        if self.refusal is not None or not lock.acquire(blocking=False):
+            return result
+        try:
+            found = read_manifest(directory)
+            if found is not None and found.topic_id == kafka_uuid_to_str(tip.topic_id):
+                self._follow_retention(directory, found, found, log, self.parts.time.milliseconds(), result)
+        finally:
+            lock.release()
+        return result
+
     def keep(self, log: Log, tip: TopicIdPartition, stopping: threading.Event | None = None) -> ColumnarPass:
+        with self._partition_lock(log):
+            return self._keep(log, tip, stopping)
+
+    def _keep(self, log: Log, tip: TopicIdPartition, stopping: threading.Event | None) -> ColumnarPass:
         result = ColumnarPass()
         if self.refusal is not None:
             with self._lock:
@@ -177,8 +205,9 @@ class ColumnarKeeper:
             logger.info("columnar copy of %s: offsets %d-%d in %s (%d rows, %d bytes)%s", log.name,
                         md.start_offset, md.end_offset, f.name, f.rows, f.size,
                         f" with the rows of {last.name}, retired" if last is not None else "")
-        if result.files_merged:  # the files they replaced: deleted now when the delay is 0
-            m = self._follow_retention(directory, m, m, log, self.parts.time.milliseconds(), result)
+        # The files replaced by merges (deleted now when the delay is 0), and those below a log start the expiration
+        # task moved while this ran (its follow_log_start() found the partition busy).
+        m = self._follow_retention(directory, m, m, log, self.parts.time.milliseconds(), result)
         return result
 
     def _extendable(self, directory: Path, log: Log, m: Manifest) -> ColumnarFile | None:
