@@ -110,3 +110,16 @@ class EncryptionKeyNotFoundError(RemoteStorageError):
     message names it and the ring's ids."""
 
     key_id: str
+
+
+def one_line_cause(error: BaseException) -> str:
+    """An error in one line, with its innermost cause where another error wraps it
+    (``RemoteStorageError: ... <- OSError: [Errno 28] No space left on device: ...``)."""
+    inner = error
+    for _ in range(10):  # (a cycle of causes ends here)
+        nxt = inner.__cause__ or (None if inner.__suppress_context__ else inner.__context__)
+        if nxt is None:
+            break
+        inner = nxt
+    line = f"{type(error).__name__}: {error}"
+    return line if inner is error else f"{line} <- {type(inner).__name__}: {inner}"

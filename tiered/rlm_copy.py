@@ -43,6 +43,7 @@ from tiered.errors import (
     NotPartitionOwnerError,
     RemoteStorageError,
     RemoteStoreMismatchError,
+    one_line_cause,
 )
 from tiered.pass_result import PassResult
 from tiered.rate_limiter import RateLimiter
@@ -253,7 +254,7 @@ class RLMCopyTask:
                     # the cause on the line itself (ENOSPC, EROFS, a store's error): without -v the traceback is not
                     # shown, and `tiered run` said only "failed" at every interval
                     logger.error("copy of segment %d of %s to the remote tier failed: %s", candidates[i][0].base_offset,
-                                 log.name, _cause(error), exc_info=error)
+                                 log.name, one_line_cause(error), exc_info=error)
                 break
             self._set_lag(log, candidate_segments(self.parts, self.tip, log))
             if result.segments_copied:
@@ -280,10 +281,10 @@ class RLMCopyTask:
         except (NotPartitionOwnerError, RemoteStoreMismatchError):
             result.not_owned += 1
             return False
-        except Exception:
+        except Exception as exc:
             result.copy_errors += 1
-            logger.warning("cannot check the ownership of %s's remote data; retried at the next pass", log.name,
-                           exc_info=True)
+            logger.warning("cannot check the ownership of %s's remote data (%s); retried at the next pass", log.name,
+                           one_line_cause(exc), exc_info=logger.isEnabledFor(logging.DEBUG))
             return False
         return True
 
@@ -498,17 +499,6 @@ class RLMCopyTask:
         return cleaned
 
 
-def _cause(error: BaseException) -> str:
-    """A copy's failure in one line, with its innermost cause where another error wraps it
-    (``RemoteStorageError: ... <- OSError: [Errno 28] No space left on device: ...``)."""
-    inner = error
-    for _ in range(10):  # (a cycle of causes ends here)
-        nxt = inner.__cause__ or (None if inner.__suppress_context__ else inner.__context__)
-        if nxt is None:
-            break
-        inner = nxt
-    line = f"{type(error).__name__}: {error}"
-    return line if inner is error else f"{line} <- {type(inner).__name__}: {inner}"
 
 
 def segment_leader_epochs(log: Log, start: int, next_offset: int) -> dict[int, int]:

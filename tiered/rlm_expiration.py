@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tiered.errors import NotPartitionOwnerError, RemoteStoreMismatchError
+from tiered.errors import NotPartitionOwnerError, RemoteStoreMismatchError, one_line_cause
 from tiered.pass_result import PassResult
 from tiered.remote_tier_parts import RemoteTierParts
 from tiered.rsm import RemoteLogSegmentMetadata, TopicIdPartition
@@ -101,9 +101,9 @@ class RLMExpirationTask:
             self.parts.ownership.ensure_owner(log, self.tip)
         except (NotPartitionOwnerError, RemoteStoreMismatchError):
             return False
-        except Exception:
-            logger.warning("cannot check the ownership of %s's remote data: no remote segment is deleted until the "
-                           "next pass", log.name, exc_info=True)
+        except Exception as exc:
+            logger.warning("cannot check the ownership of %s's remote data (%s): no remote segment is deleted until "
+                           "the next pass", log.name, one_line_cause(exc), exc_info=logger.isEnabledFor(logging.DEBUG))
             return False
         return True
 

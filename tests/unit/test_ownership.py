@@ -886,3 +886,28 @@ def test_an_attach_whose_claim_was_not_answered_says_it_may_land(
     assert rc == 1 and "Traceback" not in err
     assert "did not answer the ownership claim of owner epoch 1" in err and "run attach again" in err, err
     assert not (tmp_path / "b" / "data" / f"{TOPIC}-0").exists()
+
+
+def test_a_pass_that_cannot_check_ownership_says_why(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """'cannot check the ownership of ev-0's remote data; retried at the next pass' said nothing of the cause (a 503,
+    a timeout) without -v (a helper's S3 fault pass): the line itself names it now, for the copy and the expiration."""
+    from tiered.errors import RemoteStorageError
+
+    config, _ = _config_and_bucket(tmp_path)
+
+    def slow_down(self: RemoteLogMetadataStore, tip: TopicIdPartition) -> list[OwnerRecord]:
+        raise RemoteStorageError("S3 list failed: SlowDown (503)")
+
+    with open_log_manager(LogConfig.from_properties(str(config)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true"})
+        log.append(MemoryRecords.build([SimpleRecord(b"v")]))
+        log.roll()  # a closed segment to copy
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None
+        monkeypatch.setattr(RemoteLogMetadataStore, "owner_records", slow_down)
+        with caplog.at_level(logging.WARNING, logger="tiered"):
+            result = rlm.run_once([log])
+    lines = [r.getMessage() for r in caplog.records if "cannot check the ownership" in r.getMessage()]
+    assert result.copy_errors == 1 and len(lines) == 2, lines
+    assert all("RemoteStorageError: S3 list failed: SlowDown (503)" in line for line in lines), lines
