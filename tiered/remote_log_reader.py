@@ -417,7 +417,7 @@ class RemoteLogReader:
                     raise deposed
                 raise CorruptRecordError(
                     f"offsets {offset}..{md.start_offset - 1} of {log.name} are in no remote segment (the next, "
-                    f"{sid}, starts at {md.start_offset}): the remote tier has a gap",
+                    f"{sid}, starts at {md.start_offset}): the remote tier has a gap{self._unread_note(tip)}",
                     offset=offset, segment_id=str(sid))
             position = resumed[1] if resumed is not None and resumed[0] == sid else None
             if position is not None or offset <= md.start_offset:
@@ -510,8 +510,19 @@ class RemoteLogReader:
                 return deposed
         return RemoteResourceNotFoundError(
             f"no remote segment of {tip} holds offset {offset} (log start offset {log.log_start_offset}, local "
-            f"log start offset {log.local_log_start_offset}): the remote tier's metadata or objects are missing",
-            offset=offset)
+            f"log start offset {log.local_log_start_offset}): the remote tier's metadata or objects are missing"
+            f"{self._unread_note(tip)}", offset=offset)
+
+    def _unread_note(self, tip: TopicIdPartition) -> str:
+        """For an error about offsets no segment holds: the partition's metadata objects that could not be read at
+        its last listing (a store that did not answer, more often than damage), which may be the segments missing."""
+        unreadable = getattr(self.metadata, "unreadable_events", None)
+        found = unreadable(tip) if unreadable is not None else {}
+        if not found:
+            return ""
+        key, why = sorted(found.items())[0]
+        return (f"; {len(found)} of its remote metadata object(s) could not be read at the last listing (e.g. {key}: "
+                f"{why}): if the store did not answer, read again (tiered verify --remote tells damage)")
 
     def _read_ahead_next_segment(self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata) -> None:
         """A sequential reader's read-ahead reaches the end of ``md``: start on the next segment (once per segment

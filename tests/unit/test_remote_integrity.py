@@ -478,3 +478,38 @@ def _md() -> Any:
 
     tip = TopicIdPartition(uuid.uuid4(), "t", 0)
     return RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, T0, 0, T0, 100, {0: 0})
+
+
+def test_a_gap_from_a_metadata_object_the_store_did_not_answer_says_so(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """One GET of a middle segment's COPY_SEGMENT_FINISHED event failed (503s past the retries): the read then said
+    only "the remote tier has a gap", which reads like damage (a helper's S3 fault pass). It names the object it
+    could not read and says to read again; once the store answers, the read is whole."""
+    props = _props(tmp_path)
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+        log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)
+        _produce(log, 20_000)
+        expected = read_all_values(log)
+        manager.remote_tier.run_once(manager.all_logs())
+        manager.cleanup_logs()
+    events = sorted((tmp_path / "remote").rglob("__remote_log_metadata/*.1.json"))
+    assert len(events) >= 3, events
+    victim = events[1].name
+    real_get = LocalDirStore.get
+
+    def unanswered(self: LocalDirStore, key: str) -> bytes:
+        if key.endswith(victim):
+            raise RemoteStorageError(f"get of {key} failed: SlowDown (503) after 3 attempts")
+        return real_get(self, key)
+
+    monkeypatch.setattr(LocalDirStore, "get", unanswered)
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+        log = manager.get_log("t", 0)
+        assert log is not None
+        with pytest.raises(CorruptRecordError, match="the remote tier has a gap") as gap:
+            read_all_values(log)
+    assert victim in str(gap.value) and "SlowDown (503)" in str(gap.value) and "read again" in str(gap.value)
+    monkeypatch.setattr(LocalDirStore, "get", real_get)
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+        log = manager.get_log("t", 0)
+        assert log is not None and read_all_values(log) == expected
