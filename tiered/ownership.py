@@ -30,6 +30,15 @@ Claiming
     at any time, and the record it leaves is then known as this data dir's own. Until the store answers, the claim
     is made again with the same epoch and id.
 
+A new owner epoch per ``tiered run``
+    Kafka gives a partition a new leader epoch at every election, a broker's restart included. ``tiered run`` claims
+    each partition its data dir owns again at its start, before it takes writes (:meth:`OwnershipGuard.renew`): the
+    next owner epoch, from the log end on. A copy of a data dir (a cloned machine, a restored backup) started beside
+    its original then fences the one that started first, as a leader elected anew does: from the claim on, the
+    other's copies lie outside the lineage, its writes are refused, and no record of the two is ever read as the
+    other's. (Without it both would hold the same claim; the content check below finds that only once their remote
+    segments overlap.)
+
 Fencing
     Before each copy and expiration run, and again before each segment it copies or deletes, the remote tier lists
     the partition's owner records (one LIST). A data dir whose claim is not the newest has lost the partition: it
@@ -449,10 +458,35 @@ class OwnershipGuard:
             pending=(state.pending_owner_epoch, state.pending_owner_id) if state.claim_pending else None,
         )
 
-    def _claim(self, log: Log, tip: TopicIdPartition) -> Ownership:
-        """Claim ``tip`` for this data dir at its log's latest leader epoch (at least every epoch the store knows), or
-        make its pending claim again (the same epoch and id: its earlier write may land first, or this one)."""
-        epoch = max(log.latest_epoch or 0, self._store.max_epoch(tip), 0)
+    def renew(self, log: Log, tip: TopicIdPartition) -> Ownership | None:
+        """Claim ``tip`` again at the next owner epoch when this data dir owns it (see the module docstring: a new
+        owner epoch per ``tiered run``); its new state, or None when it made no new claim: it owns nothing there
+        (never claimed, or lost: :meth:`ensure_owner` tells), or the remote tier reaches past its log end. A store
+        error propagates."""
+        with self._lock:
+            claim_lock = self._claims.setdefault(tip, threading.Lock())
+        with claim_lock:
+            found = self._assess(log, tip, self._store.owner_records(tip))
+            if found is None or found.state != OWNER or found.owner is None:
+                return None
+            self._confirm_pending(log, found)
+            remote_end = max((md.end_offset for md in self._store.readable_segments(tip)), default=-1)
+            if remote_end >= log.log_end_offset:
+                # Remote copies past the log end: this data dir is older than its claim (restored from a backup?). A
+                # lineage from its log end would put them outside it, and retention would delete them.
+                logger.warning("%s: the remote tier holds offsets up to %d, past this data dir's log end %d (a data "
+                               "dir restored from an older copy?): it is not claimed at a new owner epoch", log.name,
+                               remote_end, log.log_end_offset)
+                return None
+            found = self._claim(log, tip, above=found.owner.owner_epoch)
+        self._set(tip, found)
+        return found
+
+    def _claim(self, log: Log, tip: TopicIdPartition, above: int = -1) -> Ownership:
+        """Claim ``tip`` for this data dir at its log's latest leader epoch (at least every epoch the store knows, and
+        more than ``above``), or make its pending claim again (the same epoch and id: its earlier write may land
+        first, or this one)."""
+        epoch = max(log.latest_epoch or 0, self._store.max_epoch(tip), above + 1, 0)
         state = log.remote_log_state
         pending = state.claim_pending and state.pending_owner_epoch >= epoch
         if pending:

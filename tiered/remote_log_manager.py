@@ -40,6 +40,7 @@ from tiered.checksums import (
     SegmentChecksums,
     compute_segment_checksums,
 )
+from tiered.errors import one_line_cause
 from tiered.pass_result import PassResult
 from tiered.rate_limiter import RateLimiter
 from tiered.remote_log_reader import RemoteLogReader
@@ -236,6 +237,27 @@ class RemoteLogManager:
             for res in pool.map(one, eligible):
                 total.add(res)
         return total
+
+    def renew_ownership(self, logs: Iterable[Log]) -> int:
+        """Claim every remote-enabled partition this data dir owns again, at its next owner epoch
+        (:meth:`tiered.ownership.OwnershipGuard.renew`: ``tiered run`` calls it at its start, before it takes
+        writes); how many were renewed. A partition whose claim cannot be made now (a store that does not answer) is
+        logged and left at its claim: its passes check ownership as before."""
+        claimed = [log for log in logs if tiering_enabled(log) and log.remote_log_state.claimed]
+
+        def one(log: Log) -> bool:
+            try:
+                return self.ownership.renew(log, topic_id_partition(log)) is not None
+            except Exception as exc:
+                logger.warning("cannot claim %s's remote data at a new owner epoch (%s); it stays at owner epoch %d",
+                               log.name, one_line_cause(exc), log.remote_log_state.owner_epoch)
+                return False
+
+        with ThreadPoolExecutor(self.copier_threads, thread_name_prefix="remote-log-claim") as pool:
+            renewed = sum(pool.map(one, claimed))
+        if renewed:
+            logger.info("claimed %d partition(s) at a new owner epoch", renewed)
+        return renewed
 
     def start_tasks(self, logs: Callable[[], Iterable[Log]]) -> None:
         """Start the copy and expiration tasks of every remote-enabled log that ``logs()`` returns, each run every

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ import pytest
 
 from local import LogConfig, LogManager
 from local.records import MemoryRecords, SimpleRecord
+from local.remote_state import RemoteLogStateFile
 from tests.logutil import local_tier_props
 from tiered.backends.local_dir import LocalDirRemoteStorageManager
 from tiered.copier_process import BATCH_UPLOADS
@@ -427,3 +429,66 @@ def test_tiered_run_cleans_a_compacted_topic_and_serves_the_latest_values(tmp_pa
         assert run.stop() == 0, run.err
     finally:
         run.kill()
+
+
+@pytest.mark.parametrize("copied", ["before_the_original_starts", "while_the_original_runs"])
+def test_a_copy_of_a_data_dir_run_beside_its_original_leaves_one_writer(tmp_path: Path, copied: str) -> None:
+    """A ``cp -a`` of the owning data dir, run beside its original on one bucket: both held the same claim, the
+    content check never saw the other's copies in a running process, both tiered, and the bucket served an
+    interleaving of the two machines' records (a helper's pass). Each ``tiered run`` now claims its partitions at a
+    new owner epoch before it takes writes: of two data dirs holding one claim, the one that claims later owns the
+    partition, and the other refuses writes (409) from its next pass (a copy of the state before the original
+    claimed again is refused at once)."""
+    a, c = tmp_path / "a", tmp_path / "c"
+    a.mkdir()
+    _create_partition(a, "events", records=9000)
+    with LogManager(LogConfig.from_properties(_props(a)), start_scheduler=False) as manager:
+        rlm = manager.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        assert rlm.run_once(manager.all_logs()).segments_copied >= 1  # A claims owner epoch 0 and tiers
+
+    def copy_a() -> None:
+        shutil.copytree(a / "data", c / "data", symlinks=True)
+        (c / "data" / ".lock").unlink(missing_ok=True)
+
+    if copied == "before_the_original_starts":
+        copy_a()
+    store, tip = _bucket(a, "events")
+    run_a = RunProcess(_write_config(a, _props(a)))
+    run_c = None
+    try:
+        url_a = run_a.url  # claimed at owner epoch 1 before it listens
+        assert [r.owner_epoch for r in store.owner_records(tip)] == [0, 1]
+        if copied == "while_the_original_runs":
+            copy_a()  # its claim is owner epoch 1, the newest: it claims epoch 2 at its start
+        run_c = RunProcess(_write_config(c, _props(c, **{"rsm.config.dir": str(a / "remote")})))
+        url_c = run_c.url
+        owner, deposed = (url_a, url_c) if copied == "before_the_original_starts" else (url_c, url_a)
+        newest = store.owner_records(tip)[-1]
+        assert newest.owner_epoch == (1 if copied == "before_the_original_starts" else 2)
+        assert newest.log_dirs == (str((a if owner == url_a else c) / "data"),)
+        status, body = _http("POST", owner + "/topics/events/partitions/0/records", [{"value": "from the owner"}])
+        assert status == 200, body
+        assert json.loads(body)["first_offset"] == 9000
+
+        def refuses() -> bool:
+            status, body = _http("POST", deposed + "/topics/events/partitions/0/records", [{"value": "deposed"}])
+            assert status in (200, 409), body
+            return status == 409 and b"lost ownership of its remote data" in body
+
+        _poll("the other data dir refusing writes", refuses)
+        assert run_a.stop() == 0 and run_c.stop() == 0
+    finally:
+        run_a.kill()
+        if run_c is not None:
+            run_c.kill()
+    root = a if copied == "before_the_original_starts" else c
+    proc = subprocess.run([sys.executable, "-m", "tiered.cli", "--config", str(root / "broker.properties"), "consume",
+                           "-t", "events", "--offset", "8999", "--json"], capture_output=True, text=True, timeout=LIMIT)
+    assert proc.returncode == 0, proc.stderr
+    values = [json.loads(line)["value"] for line in proc.stdout.splitlines()]
+    assert values[:2] == [f"{8999:06d}" * 33, "from the owner"]
+    assert RemoteLogStateFile(root / "data" / "events-0").read().owner_epoch == newest.owner_epoch
+    verify = subprocess.run([sys.executable, "-m", "tiered.cli", "--config", str(root / "broker.properties"), "verify",
+                             "--remote"], capture_output=True, text=True, timeout=LIMIT)
+    assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from local.config import parse_host_port
     from local.metrics import RichLoadProgress
     from tiered.commands._remote import check_remote_access
-    from tiered.composition import open_log_manager
+    from tiered.composition import open_log_manager, remote_log_manager_of
     from tiered.http_server import Endpoint, Server
     from tiered.pass_report import collecting_remote_errors
 
@@ -133,6 +133,9 @@ def run(args: argparse.Namespace) -> int:
     with collecting_remote_errors() as errors:  # from the tasks' first run on
         with RichLoadProgress(console=console):  # startup of a large dir draws a progress bar on a terminal
             manager = open_log_manager(config)  # starts the scheduler, and the remote tier's tasks with it
+        rlm = remote_log_manager_of(manager)
+        if rlm is not None:  # a new owner epoch for each partition it owns, before any write (tiered.ownership)
+            rlm.renew_ownership(manager.all_logs())
         try:
             server = Server(Endpoint(manager), host, port)
         except OSError as exc:
