@@ -58,6 +58,7 @@ from tiered.store import ObjectStore, StoreCapabilities, not_found, put_if_absen
 
 logger = logging.getLogger(__name__)
 S = RemoteLogSegmentState
+_WARNED_OWNER_RECORDS: set[str] = set()  # damaged owner records warned of in this process (each said once)
 
 
 def encode_metadata(md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> bytes:
@@ -316,11 +317,15 @@ class RemoteLogMetadataStore:
                 except RemoteResourceNotFoundError:
                     continue
                 except ValueError as exc:
-                    logger.warning("ignoring unreadable owner record %s: %s", key, exc)
+                    if key not in _WARNED_OWNER_RECORDS:  # (read again at every listing, by every view, while damaged)
+                        _WARNED_OWNER_RECORDS.add(key)
+                        logger.warning("ignoring unreadable owner record %s: %s", key, exc)
                     damaged[epoch] = key
                     continue
                 if record.owner_epoch != epoch:
-                    logger.warning("ignoring owner record %s: it holds owner epoch %d", key, record.owner_epoch)
+                    if key not in _WARNED_OWNER_RECORDS:
+                        _WARNED_OWNER_RECORDS.add(key)
+                        logger.warning("ignoring owner record %s: it holds owner epoch %d", key, record.owner_epoch)
                     damaged[epoch] = key
                     continue
                 self._owner_objects[key] = record
@@ -352,11 +357,12 @@ class RemoteLogMetadataStore:
 
     def max_epoch(self, tip: TopicIdPartition) -> int:
         """The highest leader epoch the store knows of the partition (its owner records' and its segments'), -1 when
-        none."""
+        none. A damaged owner record's epoch (its key's) counts: a claim above every epoch is above it too."""
         view = self._view(tip)
         with self._lock:
             owners = list(self._owners.get(tip, []))
-        epochs = [r.owner_epoch for r in owners]
+            damaged = list(self._damaged_owners.get(tip, {}))
+        epochs = [r.owner_epoch for r in owners] + damaged
         epochs += [e for md in view.values() for e in md.segment_leader_epochs]
         return max(epochs, default=-1)
 

@@ -235,8 +235,8 @@ def assess(
         epoch, key = max(suspect.items())
         return Ownership(WRONG_STORE, f"{name}: its owner record {key} (owner epoch {epoch}) in {store} cannot be read "
                                       "(damaged): who owns the partition's remote data cannot be told, so nothing is "
-                                      "copied, deleted or read there until it is repaired (tiered verify --remote "
-                                      "names it)")
+                                      "copied, deleted or read there until the record is restored, or until tiered "
+                                      "attach on the data dir that should own the partition claims it above")
     if records:
         newest = records[-1]
         newest_claim = (newest.owner_epoch, newest.owner_id)

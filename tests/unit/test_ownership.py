@@ -911,3 +911,31 @@ def test_a_pass_that_cannot_check_ownership_says_why(tmp_path: Path, caplog: pyt
     lines = [r.getMessage() for r in caplog.records if "cannot check the ownership" in r.getMessage()]
     assert result.copy_errors == 1 and len(lines) == 2, lines
     assert all("RemoteStorageError: S3 list failed: SlowDown (503)" in line for line in lines), lines
+
+
+def test_a_damaged_newest_owner_record_is_said_so_and_attach_claims_above_it(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One flipped bit in the newest owner record: status said the partition was lost to an older owner, attach
+    elsewhere claimed the damaged record's epoch, lost to it, and said "another data dir took ownership at the same
+    time" at every try, and verify warned once per listing (a helper's pass). Status says the record is damaged,
+    attach claims above it, and the warning comes once."""
+    a, b, bucket = two_dirs
+    (record,) = bucket.rglob("owner-0000000000.json")
+    raw = bytearray(record.read_bytes())
+    raw[raw.index(b'"claimed_at_ms":') + len(b'"claimed_at_ms":')] ^= 1
+    record.write_bytes(bytes(raw))
+    rc, out, err = cli(capsys, "--config", str(a), "status", "--json")
+    [part] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert rc == 1 and part["remote"]["ownership"]["state"] == "damaged_owner_record", out
+    assert "owner-0000000000.json" in err and "tiered attach" in err and "lost ownership" not in err
+    rc, out, err = cli(capsys, "--config", str(a), "status")
+    assert "OWNER RECORD DAMAGED" in out
+    with caplog.at_level(logging.WARNING, logger="tiered"):
+        rc, out, err = cli(capsys, "--config", str(a), "verify", "--remote")
+    assert rc == 1 and "owner-0000000000.json" in out
+    assert sum("ignoring unreadable owner record" in r.getMessage() for r in caplog.records) <= 1
+    assert "owner epoch 1" in attach(capsys, b)  # above the damaged epoch 0
+    rc, out, err = cli(capsys, "--config", str(a), "status", "--json")
+    [part] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert part["remote"]["ownership"]["state"] == "lost" and part["remote"]["ownership"]["owner_epoch"] == 1

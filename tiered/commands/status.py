@@ -161,7 +161,7 @@ def dir_status(data_dir: Path, topic: str | None = None, store: Any = None) -> d
                 except TieredStorageError as exc:
                     out["problems"].append(f"partition {child.name}: remote tier: {_one_line(exc)}")
                 ownership = (status.get("remote") or {}).get("ownership") or {}
-                if ownership.get("state") in ("lost", "wrong_store"):
+                if ownership.get("state") in ("lost", "wrong_store", "damaged_owner_record"):
                     out["problems"].append(f"partition {ownership['detail']}")
         except OSError as exc:
             status = {"partition": child.name, "offline": f"unreadable: {exc}", "segments": 0, "size_bytes": 0,
@@ -335,7 +335,8 @@ def remote_status(partition_dir: Path, status: dict[str, Any], store: Any) -> di
 
 def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any) -> dict[str, Any]:
     """Who owns the partition's remote data (:mod:`tiered.ownership`), from the store's owner records and this data
-    dir's claim: ``state`` owner, lost, wrong_store or unclaimed (nobody claimed it yet: the next copy does)."""
+    dir's claim: ``state`` owner, lost, wrong_store, damaged_owner_record (the newest record cannot be read: who
+    owns it cannot be told) or unclaimed (nobody claimed it yet: the next copy does)."""
     from local.errors import KafkaStorageError
     from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogStateFile
     from tiered.ownership import assess
@@ -345,6 +346,7 @@ def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any
     except KafkaStorageError:
         return {"state": "unknown", "detail": f"unreadable {REMOTE_LOG_STATE_FILENAME}"}
     records = store.owner_records(tip)
+    damaged = store.damaged_owner_records(tip) if hasattr(store, "damaged_owner_records") else {}
     start, local_start = status.get("log_start_offset"), status.get("local_log_start_offset")
     found = assess(
         partition_dir.name, local.owner_epoch, local.owner_id, records, has_remote_data=local.has_remote_data,
@@ -352,10 +354,14 @@ def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any
         holds_metadata=bool(records) or store.holds_metadata(tip),
         state_file=str(partition_dir / REMOTE_LOG_STATE_FILENAME), store=repr(store.store),
         pending=(local.pending_owner_epoch, local.pending_owner_id) if local.claim_pending else None,
+        damaged=damaged,
     )
     newest = records[-1] if records else None
+    state = found.state if found is not None else "unclaimed"
+    if damaged and max(damaged) >= (newest.owner_epoch if newest is not None else -1):
+        state = "damaged_owner_record"  # (assess says wrong_store: nothing is done there; the cause is the record)
     return {
-        "state": found.state if found is not None else "unclaimed",
+        "state": state,
         "owner_epoch": newest.owner_epoch if newest is not None else None,
         "owner": newest.describe() if newest is not None else None,
         "claimed_epoch": local.owner_epoch if local.claimed else None,
@@ -519,6 +525,8 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
                 notes.insert(0, f"OWNERSHIP LOST to {owner['owner']}")
             elif owner.get("state") == "wrong_store":
                 notes.insert(0, "WRONG STORE: it holds none of this partition's remote data")
+            elif owner.get("state") == "damaged_owner_record":
+                notes.insert(0, "OWNER RECORD DAMAGED: who owns its remote data cannot be told")
             highest = remote["highest_offset"] if remote else p.get("highest_remote_offset")
             rows.append(
                 (p["partition"], _offset(p["log_start_offset"]), _offset(p.get("local_log_start_offset")),
