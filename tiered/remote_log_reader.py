@@ -541,16 +541,24 @@ class RemoteLogReader:
         self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata, fetch_offset: int, data: bytes | memoryview
     ) -> list[Any]:
         """The aborted transactions overlapping the batches ``data`` (read from ``md`` at ``fetch_offset``): from
-        the remote transaction indexes from ``md`` on, then, if those do not complete the search, the local ones."""
+        the remote transaction indexes from ``md`` on, then, if those do not complete the search, the local ones.
+
+        A transaction's entry is in the index of the segment holding its marker, which may come segments after its
+        records: the search goes on past the batches read until an entry says it is complete (its last stable offset
+        reaches the upper bound), as Kafka's ``collectAbortedTransactions`` does."""
         batches = list(MemoryRecords(data).batches(verify=False))  # headers only: the consumer checks the CRCs
         upper = batches[-1].last_offset + 1 if batches else fetch_offset
         aborted: list[Any] = []
+        checksums = getattr(self.metadata, "segment_checksums", None)
         for seg in finished_segments(self.metadata, tip):
             if seg.end_offset < md.start_offset:
                 continue
+            sums = checksums(seg) if checksums is not None else None
+            if sums is not None and ".txnindex" not in sums.objects:
+                continue  # copied without a transaction index: no aborted transaction ends there (Kafka's txnIdxEmpty)
             result = self.index_cache.collect_aborted_txns(seg, fetch_offset, upper)
             aborted.extend(result.aborted_txns)
-            if result.is_complete or seg.end_offset + 1 >= upper:
+            if result.is_complete:
                 return aborted
         aborted.extend(log.collect_aborted_transactions(fetch_offset, upper))
         return aborted

@@ -687,17 +687,29 @@ def test_the_answer_knows_its_segment_and_position_and_the_metrics_count_it() ->
 
 
 def test_aborted_transactions_come_from_the_remote_indexes_from_the_segment_read_then_the_local_ones() -> None:
+    """Kafka's collectAbortedTransactions: the search goes on, segment after segment and then the local log, until
+    an entry says it is complete. It used to stop at the segment holding the last batch read: a transaction whose
+    abort marker (and so its index entry) was in a later segment was not returned, and read_committed consumers got
+    its records (a helper's pass over transactions in the remote tier)."""
     a, b, c = _segment(0, batches=2), _segment(20, batches=2), _segment(40, batches=2)
     tier = _Tier(a, b, c)
     txn = AbortedTxn(producer_id=1, first_offset=22, last_offset=30, last_stable_offset=31)
-    tier.index.txns[b.md.remote_log_segment_id] = TxnIndexSearchResult([txn], False)
+    tier.index.txns[b.md.remote_log_segment_id] = TxnIndexSearchResult([txn], True)  # complete: 31 >= upper
     log = _Log(local_start=60)
     info = tier.read(log, 25, b.positions[1], isolation=FetchIsolation.TXN_COMMITTED)  # 20..29: upper 30
     assert info.aborted_transactions == [txn]
-    assert tier.index.txn_searches == [(b.md.remote_log_segment_id, 25, 30)]  # b ends at 39 >= upper: done
+    assert tier.index.txn_searches == [(b.md.remote_log_segment_id, 25, 30)]
+    # an aborted transaction whose marker is in the next segment: found there
+    later = AbortedTxn(producer_id=3, first_offset=35, last_offset=45, last_stable_offset=46)
+    tier.index.txns[b.md.remote_log_segment_id] = TxnIndexSearchResult([], False)
+    tier.index.txns[c.md.remote_log_segment_id] = TxnIndexSearchResult([later], True)
     tier.index.txn_searches.clear()
     info = tier.read(log, 30, 1 << 20, isolation=FetchIsolation.TXN_COMMITTED)  # 30..39: b ends exactly at 39
-    assert tier.index.txn_searches == [(b.md.remote_log_segment_id, 30, 40)] and log.local_txns == []
+    assert info.aborted_transactions == [later]
+    assert tier.index.txn_searches == [(b.md.remote_log_segment_id, 30, 40), (c.md.remote_log_segment_id, 30, 40)]
+    assert log.local_txns == []
+    tier.index.txns[b.md.remote_log_segment_id] = TxnIndexSearchResult([txn], False)
+    tier.index.txns[c.md.remote_log_segment_id] = TxnIndexSearchResult([], False)
     # a search the remote segments do not complete goes on to the local indexes
     # batches reaching one offset past a segment: the next segment's index is searched too
     reader = tier.reader
@@ -705,6 +717,8 @@ def test_aborted_transactions_come_from_the_remote_indexes_from_the_segment_read
     data = b.batches(0, 2) + _batch(40, 1)  # 20..40: upper 41
     assert reader.aborted_transactions(log, TIP, b.md, 20, data) == [txn]  # type: ignore[arg-type]
     assert tier.index.txn_searches == [(b.md.remote_log_segment_id, 20, 41), (c.md.remote_log_segment_id, 20, 41)]
+    assert log.local_txns == [(20, 41)]  # not complete in the remote tier: the local indexes too
+    log.local_txns.clear()
     # past the last remote segment: the local indexes complete the search
     local = AbortedTxn(producer_id=2, first_offset=58, last_offset=61, last_stable_offset=62)
     log.local_aborted = [local]
@@ -719,6 +733,7 @@ def test_aborted_transactions_come_from_the_remote_indexes_from_the_segment_read
     assert log.local_txns == [(20, 61)]
     # no batches: the upper bound is the fetch offset
     tier.index.txn_searches.clear()
+    tier.index.txns[c.md.remote_log_segment_id] = TxnIndexSearchResult([], True)
     reader.aborted_transactions(log, TIP, c.md, 45, b"")  # type: ignore[arg-type]
     assert tier.index.txn_searches == [(c.md.remote_log_segment_id, 45, 45)]
 
@@ -755,7 +770,7 @@ def test_aborted_transactions_read_the_batch_headers_without_checking_crcs() -> 
     tier = _Tier(seg)
     log = _Log()
     assert tier.reader.aborted_transactions(log, TIP, seg.md, 0, bytes(data)) == []  # type: ignore[arg-type]
-    assert tier.index.txn_searches == [(seg.md.remote_log_segment_id, 0, 20)] and log.local_txns == []
+    assert tier.index.txn_searches == [(seg.md.remote_log_segment_id, 0, 20)] and log.local_txns == [(0, 20)]
 
 
 def test_the_timestamp_scan_finds_the_first_record_at_or_after_the_timestamp_and_the_log_start() -> None:

@@ -567,6 +567,38 @@ def test_txn_committed_reads_from_remote_carry_aborted_transactions(manager: Log
     assert [(t.producer_id, t.first_offset) for t in info.aborted_transactions] == [(1, 0)]
 
 
+def test_an_abort_marker_segments_after_its_records_hides_them_from_read_committed_remote_reads(
+        manager: LogManager) -> None:
+    """A transaction's records in one segment, its abort marker (and so its transaction index entry) two segments
+    later, all three in the remote tier only: a read_committed read of the first segment stopped its search for
+    aborted transactions at the segment read, and returned the aborted records as committed (Kafka clients,
+    consume and the HTTP endpoint alike: a helper's pass). Interleaved non-transactional records fill the
+    segments between."""
+    from tiered.commands.consume import records_from
+
+    log = manager.get_or_create_log("t", 0, {**TOPIC_OVERRIDES, "local.retention.bytes": "1"})
+    log.append(MemoryRecords.build([SimpleRecord(T0, b"tx", b"aborted-%d" % i) for i in range(3)], producer_id=7,
+                                   producer_epoch=0, base_sequence=0, is_transactional=True))
+    _produce(log, 50, start=3)
+    log.roll()
+    _produce(log, 50, start=53)
+    log.roll()
+    log.append(MemoryRecords.end_transaction_marker(7, 0, commit=False, timestamp=T0))
+    _produce(log, 50, start=104)
+    log.roll()
+    _produce(log, 10, start=154)
+    rlm = manager.remote_tier
+    assert isinstance(rlm, RemoteLogManager)
+    assert rlm.run_once(manager.all_logs()).segments_copied == 3
+    manager.cleanup_logs()
+    assert log.local_log_start_offset == 154  # every transactional segment is remote-only now
+    info = log.read(0, 1 << 20, isolation=FetchIsolation.TXN_COMMITTED)
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in info.aborted_transactions] == [(7, 0, 103)]
+    values = [rec.value for _, rec in records_from(log, 0, FetchIsolation.TXN_COMMITTED)]
+    assert values and not any(v.startswith(b"aborted") for v in values)
+    assert len(values) == 163 - 3
+
+
 def test_remote_read_far_from_an_index_entry_returns_the_batches_without_min_one_message(manager: LogManager) -> None:
     """With no index entry near the offset, the batches before it are skipped by their headers and the read
     fetches on past its first range: a whole batch that fits max_bytes comes back even without min_one_message
