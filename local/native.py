@@ -8,11 +8,13 @@ by the same names.
 
 from __future__ import annotations
 
-try:
-    from local._appendcore import IndexCore, LazyCore, SegmentCore
+from local.extensions import fresh_extension
 
+_core = fresh_extension("local._appendcore")  # (None where not built, or built from an older source)
+if _core is not None:
+    IndexCore, LazyCore, SegmentCore = _core.IndexCore, _core.LazyCore, _core.SegmentCore
     NATIVE_APPEND = True
-except ImportError:  # pragma: no cover - a machine without a C compiler
+else:  # pragma: no cover - a machine without a C compiler
 
     class IndexCore:  # type: ignore[no-redef]
         """An index's fields, as slots (the names of local/_appendcore.c's)."""

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from local.crc import crc32c
 from local.errors import (
@@ -53,6 +53,7 @@ from local.errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
+from local.extensions import fresh_extension
 from local.records.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER,
@@ -76,10 +77,9 @@ from local.records.legacy import LegacyRecordBatch
 from local.records.memory_records import MemoryRecords, corrupt_batch_error
 from local.records.varint import decode_varint
 
-try:  # the same walk in C (local/records/_fastwalk.c), built where a compiler exists; the Python walk otherwise
-    from local.records import _fastwalk
-except ImportError:  # pragma: no cover - a machine without a C compiler
-    _fastwalk = None  # type: ignore[assignment]
+# the same walk in C (local/records/_fastwalk.c), built where a compiler exists (and not from an older source); the
+# Python walk otherwise
+_fastwalk: Any = fresh_extension("local.records._fastwalk")
 
 DECOMPRESSED_SIZE_MULTIPLE = 32
 """A compressed batch may inflate to this many times ``max.message.bytes``..."""

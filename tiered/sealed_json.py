@@ -23,7 +23,8 @@ from typing import Any
 from local.crc import crc32c
 
 SEAL_FIELD = "json_crc32c"
-_SEAL = re.compile(rb',?"json_crc32c":(\d{1,10})\}\s*\Z')  # (no comma in an object of no other field)
+# the field as written (no comma in an object of no other field); whitespace a re-serialisation adds is tolerated
+_SEAL = re.compile(rb',?\s*"json_crc32c"\s*:\s*(\d{1,10})\s*\}\s*\Z')
 
 __all__ = ["SEAL_FIELD", "seal", "unseal"]
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from local.cleaner.records import scan_records as py_scan_records
 from local.cleaner.transactions import CleanedTransactionMetadata
 from local.crc import crc32c
 from local.errors import CorruptRecordError, InvalidRecordError
+from local.extensions import fresh_extension
 from local.records.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER,
@@ -52,10 +54,8 @@ from local.records.batch import (
 from local.records.compression import CompressionType
 from local.records.constants import LOG_OVERHEAD, MAGIC_OFFSET
 
-try:  # the record walk and re-encoding in C (local/cleaner/_cleancore.c)
-    from local.cleaner import _cleancore
-except ImportError:  # pragma: no cover - a machine without a C compiler
-    _cleancore = None  # type: ignore[assignment]
+# the record walk and re-encoding in C (local/cleaner/_cleancore.c), where built (and not from an older source)
+_cleancore: Any = fresh_extension("local.cleaner._cleancore")
 
 
 def c_scan_records(body: bytes | bytearray | memoryview, count: int, hash_key: bytes) -> tuple[np.ndarray, bytes]:

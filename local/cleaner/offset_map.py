@@ -25,15 +25,15 @@ from __future__ import annotations
 
 import os
 import struct
+from typing import Any
 
 import numpy as np
 
 from local.cleaner.records import HASH_KEY_SIZE, HASH_SIZE, key_digest
+from local.extensions import fresh_extension
 
-try:  # the loops in C, built where a compiler exists (local/cleaner/_cleancore.c)
-    from local.cleaner import _cleancore
-except ImportError:  # pragma: no cover - a machine without a C compiler
-    _cleancore = None  # type: ignore[assignment]
+# the loops in C, built where a compiler exists (local/cleaner/_cleancore.c), and not from an older source
+_cleancore: Any = fresh_extension("local.cleaner._cleancore")
 
 BYTES_PER_ENTRY = HASH_SIZE + 8
 _INT = struct.Struct(">i")

@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from local.crc import crc32c
 from local.errors import CorruptRecordError, InvalidRecordError
+from local.extensions import fresh_extension
 from local.records.batch import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER,
@@ -69,10 +70,9 @@ SCHEMA_DDL = (
     "headers array<struct<key:string,value:binary>>, leaderEpoch int"
 )
 COLUMNS = tuple(ARROW_SCHEMA.names)
-try:  # the record walk in C (tiered/spark/_arrowdecode.c), built where a compiler exists; numpy's otherwise
-    import tiered.spark._arrowdecode as _arrowdecode  # the extension alone, not the package (its __init__ imports us)
-except ImportError:  # pragma: no cover - a machine without a C compiler
-    _arrowdecode = None  # type: ignore[assignment]
+# the record walk in C (tiered/spark/_arrowdecode.c), built where a compiler exists (and not from an older source);
+# numpy's otherwise. (The extension alone, not the package: its __init__ imports this module.)
+_arrowdecode: Any = fresh_extension("tiered.spark._arrowdecode")
 NATIVE_DECODE = _arrowdecode is not None
 _WANT = {"key": 1, "value": 2, "headers": 4}  # the variable-size columns _arrowdecode.decode builds on request
 _PAD = bytes(16)  # a varint read near the end of the buffer never indexes past it
