@@ -39,8 +39,10 @@ def test_an_s3_outage_in_the_middle_of_a_copy_leaves_no_orphan_after_the_next_pa
     direct = load_rsm("s3", s3_server.rsm_config(bucket, prefix))  # straight to the server: what the bucket holds
     assert isinstance(direct, ObjectStoreRemoteStorageManager)
     with FaultProxy((server.hostname or "127.0.0.1", server.port or 80)) as proxy:
+        # A read timeout a busy machine's server answers within (1.5 s once timed out the claim's PUT beside two
+        # other test runs): only the "hang" mode waits for it to expire, twice.
         config = {**s3_server.rsm_config(bucket, prefix), "endpoint_url": f"http://127.0.0.1:{proxy.port}",
-                  "connect_timeout_ms": "1000", "read_timeout_ms": "1500", "max_attempts": "2"}
+                  "connect_timeout_ms": "1000", "read_timeout_ms": "5000", "max_attempts": "2"}
         rsm = load_rsm("s3", config)
         rlm = assemble_remote_log_manager(rsm, RemoteLogMetadataStore.in_bucket(rsm), tmp_path / "data")
         log_config = LogConfig.from_properties({"log.dirs": str(tmp_path / "data"), "log.segment.bytes": str(MIB)})
