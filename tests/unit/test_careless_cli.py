@@ -178,3 +178,28 @@ def test_a_cleanup_policy_with_an_empty_element_is_refused_as_kafka_does(policy:
 def test_a_cleanup_policy_list_is_taken_trimmed(policy: str, stored: str) -> None:
     config = LogConfig.from_properties({"log.dirs": "/tmp/unused"}).topic_config({"cleanup.policy": policy})
     assert config.cleanup_policy == stored
+
+
+@pytest.mark.parametrize("where", ["data_dir", "parent_of_everything", "remote_dir", "inside_data_dir", "columnar_dir",
+                                   "config_file"])
+def test_export_never_writes_over_or_into_what_it_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        where: str) -> None:
+    """`tiered export -t ev --overwrite OUT` replaced OUT whatever it was: the data dir, its parent (the data dir,
+    the remote tier and the config file with it), or the local remote tier whose segments were the only copy of
+    their records (a helper's pass: exit 0, data gone). OUT that is, holds or lies inside one of the config's own
+    places is a usage error, before Spark starts and before anything is touched."""
+    from tests.logutil import local_tier_props
+
+    props = local_tier_props(tmp_path)
+    config = tmp_path / "broker.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    _log_with_records(tmp_path / "data", "ev")
+    (tmp_path / "remote").mkdir()
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    out = {"data_dir": tmp_path / "data", "parent_of_everything": tmp_path, "remote_dir": tmp_path / "remote",
+           "inside_data_dir": tmp_path / "data" / "exported", "columnar_dir": tmp_path / "remote-columnar",
+           "config_file": config}[where]
+    rc, _, err = cli(capsys, "--config", str(config), "export", "-t", "ev", "--overwrite", str(out))
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"OUT {out} " in err and ("data dir" in err or "remote" in err or "columnar" in err or "config file" in err)
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before

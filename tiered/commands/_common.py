@@ -6,6 +6,8 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from local.config import LogConfig
 
 
@@ -131,3 +133,40 @@ def parse_topic_overrides(items: list[str]) -> dict[str, str]:
             raise UsageError(f"--topic-config expects KEY=VALUE, got {item!r}")
         out[key.strip()] = value.strip()
     return out
+
+
+def own_places(config: LogConfig, config_file: str | None = None) -> list[tuple[str, Path]]:
+    """What a command must never write over or into, each with what it is: the data dirs, the local-directory remote
+    tier (``rsm.config.dir``), the remote log metadata directory (``rlmm.config.dir``), the columnar copies and the
+    config file."""
+    from pathlib import Path
+
+    from tiered.columnar.location import columnar_root
+
+    places = [("the data dir", Path(d)) for d in config.log_dirs]
+    for what, value in (("the remote tier's directory (rsm.config.dir)", config.rsm_config.get("dir")),
+                        ("the remote log metadata directory (rlmm.config.dir)", config.rlmm_config.get("dir"))):
+        if value and value.strip() and "://" not in value:
+            places.append((what, Path(value.strip())))
+    try:
+        columnar = columnar_root(config)
+    except ValueError:
+        columnar = None
+    if columnar is not None:
+        places.append(("the columnar copies (remote.log.columnar.dir)", columnar))
+    if config_file:
+        places.append(("the config file", Path(config_file)))
+    return places
+
+
+def check_output_place(out: str, config: LogConfig, config_file: str | None, option: str) -> None:
+    """A usage error (exit 2) when the output directory ``out`` is, holds or lies inside one of the config's own
+    places (:func:`own_places`): writing it, or replacing it (``--overwrite``), would destroy the data it reads."""
+    from pathlib import Path
+
+    target = Path(out).expanduser().resolve()
+    for what, place in own_places(config, config_file):
+        place = place.expanduser().resolve()
+        if target == place or target in place.parents or place in target.parents:
+            relation = "is" if target == place else "holds" if target in place.parents else "lies inside"
+            raise UsageError(f"{option} {out} {relation} {what} {place}: choose a directory outside it")

@@ -33,7 +33,13 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from tiered.commands._common import UsageError, check_topic_name, check_typed_data_dirs, load_config
+from tiered.commands._common import (
+    UsageError,
+    check_output_place,
+    check_topic_name,
+    check_typed_data_dirs,
+    load_config,
+)
 
 if TYPE_CHECKING:
     from local.config import LogConfig
@@ -198,7 +204,8 @@ def write_output(df: Any, fmt: str, out: str, mode: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     opts = _options(args)
-    check_inputs(args, topic_names(args.topic))
+    config = check_inputs(args, topic_names(args.topic))
+    check_output_place(args.out, config, getattr(args, "config", None), "OUT")
     ends = _incremental(args, opts) if args.incremental else None
     if os.path.exists(args.out) and not args.overwrite and ends is None:
         print(f"tiered export: {args.out} exists (--overwrite replaces it)", file=sys.stderr)
