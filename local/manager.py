@@ -36,7 +36,7 @@ import threading
 import time as _time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -563,6 +563,11 @@ class LogManager:
         refused first (:class:`TooManyPartitionsError`) when their files would not fit under the process's limit of
         open files, and when a creation fails part way (a full disk) the partitions made by this call are deleted
         again before the error is raised, so no half-made topic is left behind."""
+        if isinstance(partitions, Sized):  # refused from the count before a huge range becomes a list
+            have = sum(1 for t, _p in list(self._logs) if t == topic)
+            refusal = open_files_refusal(len(partitions) - have)
+            if refusal is not None:
+                raise TooManyPartitionsError(f"cannot create {len(partitions) - have} partition(s) of {topic}: {refusal}")
         new = [p for p in partitions if self.get_log(topic, p) is None]
         refusal = open_files_refusal(len(new))
         if refusal is not None:

@@ -203,3 +203,31 @@ def test_export_never_writes_over_or_into_what_it_reads(tmp_path: Path, capsys: 
     assert rc == 2 and err.count("\n") == 1, err
     assert f"OUT {out} " in err and ("data dir" in err or "remote" in err or "columnar" in err or "config file" in err)
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_huge_partition_count_is_refused_before_anything_is_allocated(tmp_path: Path) -> None:
+    """`topics create --partitions 99999999999` grew to 23 GB before the kernel killed it (a helper's pass): the list
+    of new partitions was built before the open-files check. Beyond an int32 it is a usage error; below, the check
+    runs on the count. Run under a 2 GiB address-space limit, so a regression fails here instead of taking the
+    machine's memory."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tiered.cli", "--log-dirs", str(tmp_path), *args],
+                              capture_output=True, text=True, timeout=120, preexec_fn=limit)
+
+    for count, code, says in (("99999999999", 2, "at most 2147483647 partitions"),
+                              ("2147483647", 1, "cannot create 2147483647 partition(s) of zz")):
+        proc = run("topics", "create", "-t", "zz", "--partitions", count)
+        assert proc.returncode == code and says in proc.stderr and "MemoryError" not in proc.stderr, proc.stderr
+    assert not list(tmp_path.glob("zz-*"))
+    assert run("topics", "create", "-t", "zz").returncode == 0
+    proc = run("topics", "alter", "-t", "zz", "--partitions", "2147483647")
+    assert proc.returncode == 1 and "cannot add 2147483646 partition(s) to zz" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.glob("zz-*")) == ["zz-0"]

@@ -54,6 +54,14 @@ def positive_int(text: str) -> int:
     return _whole_number(text, 1, "must be >= 1")
 
 
+def partition_count(text: str) -> int:
+    """An argparse type: a number of partitions, 1..2^31-1 (Kafka's partition count is an int32)."""
+    value = _whole_number(text, 1, "must be >= 1")
+    if value > 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"invalid value {value}: a topic has at most {2**31 - 1} partitions")
+    return value
+
+
 def non_negative_int(text: str) -> int:
     """An argparse type: a whole number >= 0 (offsets, sizes that may be empty)."""
     return _whole_number(text, 0, "must be >= 0")

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tiered.commands._common import UsageError, check_topic_name, load_config, positive_int
+from tiered.commands._common import UsageError, check_topic_name, load_config, partition_count
 
 ACTIONS = ("create", "describe", "alter", "list")
 
@@ -41,7 +41,7 @@ ACTIONS = ("create", "describe", "alter", "list")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=ACTIONS, help="create, describe, alter or list topics")
     parser.add_argument("--topic", "-t", help="the topic (required by create and alter; describe: only this one)")
-    parser.add_argument("--partitions", type=positive_int, default=None, metavar="N",
+    parser.add_argument("--partitions", type=partition_count, default=None, metavar="N",
                         help="create: the number of partitions (default: 1); alter: grow the topic to N partitions "
                              "(never fewer, as in Kafka)")
     parser.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
@@ -305,15 +305,15 @@ def alter(config: Any, topic: str, adds: dict[str, str], deletes: list[str], par
     new.update(adds)
     new_config = config.topic_config(new)  # validated before anything changes
     _check_remote_allowed(config, new)
-    from local.manager import _validate_turning_off_remote_storage
+    from local.manager import _validate_turning_off_remote_storage, open_files_refusal
 
-    added = [p for p in range(partition_count or 0) if p not in partitions]
-    from local.manager import open_files_refusal
-
-    refusal = open_files_refusal(len(added))  # before any config changes
+    # before any config changes, and from the count: a list of a huge --partitions would take all memory first
+    growth = max(0, (partition_count or 0) - len(partitions))
+    refusal = open_files_refusal(growth)
     if refusal is not None:
-        print(f"tiered topics: cannot add {len(added)} partition(s) to {topic}: {refusal}", file=sys.stderr)
+        print(f"tiered topics: cannot add {growth} partition(s) to {topic}: {refusal}", file=sys.stderr)
         return 1
+    added = [p for p in range(partition_count or 0) if p not in partitions]
     with _manager(config) as manager:
         logs = [manager.get_log(topic, p) for p in sorted(partitions)]
         for log in logs:  # every partition checked before any changes
