@@ -231,3 +231,29 @@ def test_a_huge_partition_count_is_refused_before_anything_is_allocated(tmp_path
     proc = run("topics", "alter", "-t", "zz", "--partitions", "2147483647")
     assert proc.returncode == 1 and "cannot add 2147483646 partition(s) to zz" in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.glob("zz-*")) == ["zz-0"]
+
+
+def test_produce_topic_config_never_rewrites_an_existing_topics_partition(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`produce -t ev -p 1 --topic-config remote.storage.enable=false` replaced partition 1's overrides alone (its
+    other override dropped, the topic's partitions now configured apart, the remote-storage guard passed by), exit 0
+    (a helper's pass). For an existing topic it is a usage error unless it says what the topic has already."""
+    import io
+
+    data = tmp_path / "data"
+    rc, _, err = cli(capsys, "--log-dirs", str(data), "topics", "create", "-t", "ev", "--partitions", "2",
+                     "--topic-config", "retention.ms=86400000", "--topic-config", "segment.ms=3600000")
+    assert rc == 0, err
+    files = {p: (data / f"ev-{p}" / "tiered-topic.properties").read_bytes() for p in (0, 1)}
+
+    def produce(*extra: str) -> tuple[int, str]:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"hi\n")))
+        rc, _, err = cli(capsys, "--log-dirs", str(data), "produce", "-t", "ev", "-p", "1", *extra)
+        return rc, err
+
+    rc, err = produce("--topic-config", "retention.ms=1000")
+    assert rc == 2 and "topic ev exists" in err and "retention.ms=1000" in err and "topics alter" in err, err
+    assert {p: (data / f"ev-{p}" / "tiered-topic.properties").read_bytes() for p in (0, 1)} == files
+    rc, err = produce("--topic-config", "retention.ms=86400000")  # what the topic has: nothing to change
+    assert rc == 0 and "produced 1 records to ev-1" in err, err
+    assert {p: (data / f"ev-{p}" / "tiered-topic.properties").read_bytes() for p in (0, 1)} == files

@@ -15,7 +15,7 @@ import argparse
 import sys
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tiered.commands._common import (
     UsageError,
@@ -42,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compression", default="none", choices=[c.name_lower for c in CompressionType],
                         help="the batches' codec (default: none)")
     parser.add_argument("--batch-size", type=positive_int, default=500, help="records per batch (default: 500)")
-    parser.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE", help="topic config override")
+    parser.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
+                        help="topic config override where the write creates the topic (repeatable; an existing "
+                        "topic's config: tiered topics alter)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
             if log is None:
                 manager = open_log_manager(config, start_scheduler=False)
                 check_partition_to_write(manager, args.topic, args.partition)
+                overrides = _overrides_of_a_new_topic(manager, args.topic, overrides)
                 log = manager.get_or_create_log(args.topic, args.partition, overrides)
                 started = log.log_end_offset
             info = log.append(MemoryRecords.build(batch, compression=args.compression))
@@ -99,6 +102,25 @@ def run(args: argparse.Namespace) -> int:
     print(_produced(args, count, first, last) if count else "produced 0 records: stdin was empty (nothing written)",
           file=sys.stderr)
     return 0
+
+
+def _overrides_of_a_new_topic(manager: Any, topic: str, overrides: dict[str, str] | None) -> dict[str, str] | None:
+    """``--topic-config`` applies where the write creates the topic. For an existing topic it rewrote the overrides of
+    the partition written alone, dropping its others and passing by the checks of ``topics alter`` (a helper's
+    pass): refused unless it says what the topic has already (None: nothing to change)."""
+    from tiered.commands.topics import topic_overrides
+
+    existing = sorted(p for t, p in manager.partitions() if t == topic)
+    if overrides is None or not existing:
+        return overrides
+    log = manager.get_log(topic, existing[0])
+    current = topic_overrides(log.dir) if log is not None else {}
+    differ = sorted(k for k, v in overrides.items() if current.get(k) != v)
+    if differ:
+        raise UsageError(f"topic {topic} exists: --topic-config applies only where a write creates the topic, and "
+                         f"{', '.join(f'{k}={overrides[k]}' for k in differ)} is not its config; change an existing "
+                         f"topic's config with tiered topics alter --topic {topic} --add-config KEY=VALUE")
+    return None
 
 
 class _BadLine(ValueError):
