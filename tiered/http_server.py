@@ -472,6 +472,19 @@ class Server(ThreadingHTTPServer):
         host = str(self.server_address[0])
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A request whose handling raised (socketserver printed the traceback to stderr): a client that went away
+        mid-request or mid-answer is one INFO line; anything else one WARNING line, the traceback with -v."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        who = client_address[0] if isinstance(client_address, tuple) and client_address else client_address
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            logger.info("client %s went away: %s", who, exc)
+        else:
+            logger.warning("a request from %s failed: %s: %s", who, type(exc).__name__, exc,
+                           exc_info=logger.isEnabledFor(logging.DEBUG))
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self.serve_forever, name="tiered-http", daemon=True)
         self._thread.start()

@@ -334,3 +334,29 @@ def test_reads_of_offsets_a_recovery_recorded_as_lost_answer_410_and_the_records
     finally:
         server.stop()
         manager.close()
+
+
+def test_a_client_that_goes_away_is_one_log_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that closed mid-body or mid-answer printed socketserver's 'Exception occurred during processing of
+    request' and a traceback on run's stderr (two helpers' passes): one INFO line now; another failure one WARNING."""
+    import logging
+
+    with LogManager(LogConfig.from_properties({"log.dirs": str(tmp_path)})) as manager:
+        server = Server(Endpoint(manager), "127.0.0.1", 0)
+        try:
+            with caplog.at_level(logging.INFO, logger="tiered.http_server"):
+                for exc in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "Connection reset by peer"),
+                            RuntimeError("something else")):
+                    try:
+                        raise exc
+                    except Exception:
+                        server.handle_error(None, ("127.0.0.1", 50000))
+        finally:
+            server.server_close()
+    assert "Traceback" not in capsys.readouterr().err
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines == [("INFO", "client 127.0.0.1 went away: [Errno 32] Broken pipe"),
+                     ("INFO", "client 127.0.0.1 went away: [Errno 104] Connection reset by peer"),
+                     ("WARNING", "a request from 127.0.0.1 failed: RuntimeError: something else")]
