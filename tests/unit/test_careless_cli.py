@@ -257,3 +257,15 @@ def test_produce_topic_config_never_rewrites_an_existing_topics_partition(
     rc, err = produce("--topic-config", "retention.ms=86400000")  # what the topic has: nothing to change
     assert rc == 0 and "produced 1 records to ev-1" in err, err
     assert {p: (data / f"ev-{p}" / "tiered-topic.properties").read_bytes() for p in (0, 1)} == files
+
+
+def test_verify_of_a_topic_that_is_not_there_is_not_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`verify -t <typo>` said "verify OK: ... 0 partition(s)", exit 0, where status and compact refuse the typo (a
+    helper's pass): a script checking one topic passed on a misspelt name."""
+    _log_with_records(tmp_path / "data", "ev")
+    rc, out, err = cli(capsys, "--log-dirs", str(tmp_path / "data"), "verify", "-t", "evv")
+    assert rc == 1 and f"no topic 'evv' in {tmp_path / 'data'}" in err and "OK" not in out, (out, err)
+    rc, _, err = cli(capsys, "--log-dirs", str(tmp_path / "data"), "verify", "-t", "a/b")
+    assert rc == 2 and "a/b" in err
+    rc, out, _ = cli(capsys, "--log-dirs", str(tmp_path / "data"), "verify", "-t", "ev")
+    assert rc == 0 and "verify OK" in out

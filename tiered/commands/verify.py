@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tiered.commands._common import UsageError, check_typed_data_dirs, load_config
+from tiered.commands._common import UsageError, check_topic_name, check_typed_data_dirs, load_config
 
 if TYPE_CHECKING:
     from tiered.scrub.remote_store import RemoteReport
@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
     from local.errors import ConfigError
     from local.filenames import FEATURES_FILENAME
 
+    if args.topic is not None:
+        check_topic_name(args.topic)
     config_file = getattr(args, "config", None)
     if config_file and not Path(config_file).is_file():
         raise UsageError(f"no config file {config_file}")
@@ -86,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if rsm is not None:
             rsm.close()
+    if args.topic is not None and not result.partitions:  # a typo'd topic is not "OK, 0 partitions" (status: exit 1)
+        where = ", ".join([*map(str, dirs), *([] if rsm is None else ["the remote tier"])])
+        print(f"tiered verify: no topic {args.topic!r} in {where or 'nothing scanned'}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
