@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -269,3 +270,27 @@ def test_verify_of_a_topic_that_is_not_there_is_not_ok(tmp_path: Path, capsys: p
     assert rc == 2 and "a/b" in err
     rc, out, _ = cli(capsys, "--log-dirs", str(tmp_path / "data"), "verify", "-t", "ev")
     assert rc == 0 and "verify OK" in out
+
+
+def test_an_unreadable_local_remote_tier_is_named_not_taken_for_missing_data(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """With rsm.config.dir unreadable, the listing was empty: verify --remote reported an offset gap "(which ends at
+    None)" and never the EACCES (a helper's pass). A directory that cannot be listed is a store error naming it."""
+    from tests.logutil import local_tier_props
+
+    props = local_tier_props(tmp_path)
+    config = tmp_path / "broker.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    (remote / "t-x").mkdir()
+    real = os.scandir
+
+    def denied(path: Any) -> Any:
+        if str(path).startswith(str(remote)):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", denied)
+    rc, out, err = cli(capsys, "--config", str(config), "verify", "--remote-only")
+    assert rc == 1 and "Permission denied" in out + err and "None" not in out + err, (out, err)

@@ -154,8 +154,11 @@ class LocalDirStore(ObjectStore):
             try:
                 with os.scandir(directory) as entries:
                     found = list(entries)
-            except (PermissionError, FileNotFoundError, NotADirectoryError):  # as rglob: gone, or not a directory
+            except (FileNotFoundError, NotADirectoryError):  # gone since, or not a directory: nothing there
                 continue
+            except PermissionError as exc:  # not "empty": a listing that hides objects reads as data missing
+                raise RemoteStorageError(f"cannot list {directory} of the local remote tier {self.root}: "
+                                         f"{exc.strerror or exc}") from exc
             for entry in found:
                 if entry.is_dir(follow_symlinks=False):
                     todo.append((entry.path, head + entry.name + "/"))
