@@ -294,3 +294,25 @@ def test_an_unreadable_local_remote_tier_is_named_not_taken_for_missing_data(
     monkeypatch.setattr(os, "scandir", denied)
     rc, out, err = cli(capsys, "--config", str(config), "verify", "--remote-only")
     assert rc == 1 and "Permission denied" in out + err and "None" not in out + err, (out, err)
+
+
+def test_offload_whose_data_dir_went_offline_exits_1_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A data dir taken offline during the pass (an unreadable partition dir, an I/O error) was logged, and offload
+    exited 0 with 'copied 0 segment(s)' (a helper's pass)."""
+    from tests.logutil import local_tier_props
+    from tiered.commands import offload
+
+    props = local_tier_props(tmp_path)
+    config = tmp_path / "broker.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    _log_with_records(tmp_path / "data", "ev")
+    real = offload.offload_once
+
+    def failing(manager: Any, **kwargs: Any) -> Any:
+        manager._mark_offline(tmp_path / "data", "[Errno 13] Permission denied: 'ev-0'")
+        return real(manager, **kwargs)
+
+    monkeypatch.setattr(offload, "offload_once", failing)
+    rc, _, err = cli(capsys, "--config", str(config), "offload")
+    assert rc == 1 and f"data dir {tmp_path / 'data'} is offline" in err and "Permission denied" in err, err

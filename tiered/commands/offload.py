@@ -134,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
                 return 130
         record_pass(manager.live_dirs, result, errors)
         not_owned = _ownership_problems(manager)
+        offline = dict(manager.offline_dirs)  # (a data dir that failed during the pass: its partitions were not done)
     print(
         f"copied {result.segments_copied} segment(s) ({result.bytes_copied:,} bytes), deleted "
         f"{result.segments_deleted} remote segment(s), local retention deleted {deleted} segment(s)"
@@ -145,7 +146,10 @@ def run(args: argparse.Namespace) -> int:
     if stranded:
         print(f"tiered offload: {stranded} partition(s) hold data in remote storage but are not tiered: their "
               "retention is refused (above)", file=sys.stderr)
-    return 1 if result.copy_errors or not_owned or stranded else 0
+    for data_dir, why in offline.items():
+        print(f"tiered offload: data dir {data_dir} is offline ({why}): its partitions were not offloaded",
+              file=sys.stderr)
+    return 1 if result.copy_errors or not_owned or stranded or offline else 0
 
 
 def _ownership_problems(manager: LogManager) -> list[str]:
