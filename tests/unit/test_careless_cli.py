@@ -316,3 +316,23 @@ def test_offload_whose_data_dir_went_offline_exits_1_naming_it(
     monkeypatch.setattr(offload, "offload_once", failing)
     rc, _, err = cli(capsys, "--config", str(config), "offload")
     assert rc == 1 and f"data dir {tmp_path / 'data'} is offline" in err and "Permission denied" in err, err
+
+
+def test_produce_stops_reading_a_line_no_record_can_hold_and_names_closed_stdin(tmp_path: Path) -> None:
+    """One 1.5 GB line was read whole (5.8 GB resident) before its size was checked, and a topic was made; produce
+    with stdin closed said "unexpected error: AttributeError" (a helper's pass)."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+
+    def produce(text: bytes | None, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([sys.executable, "-m", "tiered.cli", "--log-dirs", str(data), "produce", "-t", "big"],
+                              input=text, capture_output=True, timeout=120, **kwargs)
+
+    proc = produce(b"x" * (3 << 20) + b"\n")  # 3 MiB: more than max.message.bytes allows a record
+    assert proc.returncode == 1, proc.stderr
+    assert b"line 1 is longer than 1114124 bytes" in proc.stderr and b"max.message.bytes 1048588" in proc.stderr
+    assert not list(data.glob("big-*"))
+    proc = produce(None, stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(0))
+    assert proc.returncode == 2 and b"stdin is closed" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr

@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     manager = log = None
     started = -1  # the log end offset when the log was opened (what an interrupted run says it wrote is from it)
     try:
-        for batch in _batches(_records(args, headers), args.batch_size):
+        limit, reason = _line_limit(config, args, overrides)
+        for batch in _batches(_records(args, headers, limit, reason), args.batch_size):
             if log is None:
                 manager = open_log_manager(config, start_scheduler=False)
                 check_partition_to_write(manager, args.topic, args.partition)
@@ -144,7 +145,44 @@ def _batches(records: Iterator[SimpleRecord], size: int) -> Iterator[list[Simple
         yield batch
 
 
-def _records(args: argparse.Namespace, headers: list[tuple[str, bytes | None]]) -> Iterator[SimpleRecord]:
+def _line_limit(config: Any, args: argparse.Namespace, overrides: dict[str, str] | None) -> tuple[int, str]:
+    """The longest input line that can be a record of the topic, and what bounds it: a record's batch fits
+    ``max.message.bytes`` and ``segment.bytes`` (the broker's, the ones given, the topic's own where it exists), or,
+    compressed, inflates to no more than :func:`local.validation.max_decompressed_bytes`; and a JSON line may spell
+    each byte in up to six (``\\u00XX``). Reading stops there: a longer line is no record, and read whole it could
+    take all memory first."""
+    from pathlib import Path
+
+    from local.errors import ConfigError
+    from local.filenames import parse_partition_dir_name
+    from local.manager import TOPIC_CONFIG_FILENAME
+    from local.properties import read_properties
+    from local.validation import max_decompressed_bytes
+
+    sizes = {**(overrides or {})}
+    for data_dir in config.log_dirs:  # an existing topic's own overrides (any partition: they are the topic's)
+        for path in Path(data_dir).glob(f"{args.topic}-*/{TOPIC_CONFIG_FILENAME}"):
+            try:
+                if parse_partition_dir_name(path.parent.name)[0] == args.topic:
+                    sizes = {**dict(read_properties(path)), **sizes}
+                    break
+            except (OSError, ValueError):
+                continue
+    try:
+        topic = config.topic_config({k: v for k, v in sizes.items() if k in ("max.message.bytes", "segment.bytes")})
+    except ConfigError:  # (a damaged overrides file: the write reports it; the broker's limits bound the line here)
+        topic = config.topic_config()
+    if args.compression == "none":  # the batch is the record's bytes: both limits hold
+        bound = min(topic.max_message_bytes, topic.segment_bytes)
+        reason = f"max.message.bytes {topic.max_message_bytes} and segment.bytes {topic.segment_bytes}"
+    else:  # compressed, it may be far smaller; uncompressed, no larger than a batch may inflate to
+        bound = max_decompressed_bytes(topic.max_message_bytes)
+        reason = f"the {bound} bytes a compressed batch may inflate to under max.message.bytes {topic.max_message_bytes}"
+    return bound * (6 if args.json else 1) + 64 * 1024, reason
+
+
+def _records(args: argparse.Namespace, headers: list[tuple[str, bytes | None]], line_limit: int = 2**31,
+             limit_reason: str = "") -> Iterator[SimpleRecord]:
     """The records of stdin's lines, read as they come; _BadLine naming the first line that is not a record.
 
     Lines are read as bytes: a plain line's bytes are the value as they are (any encoding, or none), as Kafka's
@@ -153,7 +191,15 @@ def _records(args: argparse.Namespace, headers: list[tuple[str, bytes | None]]) 
     from tiered.record_json import loads, record_from_json
 
     separator = args.key_separator.encode("utf-8", "surrogateescape") if args.key_separator else None
-    for lineno, raw in enumerate(sys.stdin.buffer, 1):
+    stdin = sys.stdin.buffer if sys.stdin is not None else None
+    if stdin is None:
+        raise UsageError("stdin is closed: produce reads its records from stdin")
+    limit = line_limit
+    for lineno, raw in enumerate(iter(lambda: stdin.readline(limit + 1), b""), 1):
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            # (read no further into memory: a line this long is no record under the topic's limits)
+            raise _BadLine(f"line {lineno} is longer than {limit} bytes: more than a record may hold under "
+                           f"{limit_reason}")
         line = raw[:-1] if raw.endswith(b"\n") else raw
         now = int(time.time() * 1000)
         if args.json:
