@@ -336,3 +336,17 @@ def test_produce_stops_reading_a_line_no_record_can_hold_and_names_closed_stdin(
     assert not list(data.glob("big-*"))
     proc = produce(None, stdin=subprocess.DEVNULL, preexec_fn=lambda: os.close(0))
     assert proc.returncode == 2 and b"stdin is closed" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
+
+
+def test_consume_never_creates_a_mistyped_remote_tier_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A read-only consume with a mistyped rsm.config.dir made that directory (a helper's pass); status and verify
+    did not. It says the directory does not exist, and makes nothing."""
+    from tests.logutil import local_tier_props
+
+    _log_with_records(tmp_path / "data", "ev")
+    props = local_tier_props(tmp_path, **{"rsm.config.dir": str(tmp_path / "remote-typo")})
+    config = tmp_path / "broker.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    rc, _, err = cli(capsys, "--config", str(config), "consume", "-t", "ev")
+    assert rc == 1 and f"{tmp_path / 'remote-typo'} (rsm.config.dir) does not exist" in err, err
+    assert not (tmp_path / "remote-typo").exists()

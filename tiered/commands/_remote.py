@@ -32,13 +32,16 @@ def remote_tier_enabled(config: LogConfig) -> bool:
     return bool(config.remote_log_storage_system_enable)
 
 
-def check_remote_access(config: LogConfig) -> None:
+def check_remote_access(config: LogConfig, *, reader: bool = False) -> None:
     """When the remote tier is enabled: build its plugin (a bad ``rsm.config.*`` is a ConfigError) and let it check
-    that its store answers (see the module docstring). Nothing is written."""
+    that its store answers (see the module docstring). Nothing is written. ``reader``: the caller only reads
+    (consume), so the local-directory tier's missing directory is an error, not one to create."""
     from tiered.backends import load_rsm
 
     if not remote_tier_enabled(config):
         return
+    if reader:
+        _refuse_a_missing_local_dir(config)
     rsm = load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
     try:  # any plugin (a custom one need not be built on an object store): only a store is asked
         if rsm.object_store is not None:
@@ -61,19 +64,14 @@ def remote_plugin(
     """The configured plugin (which must be built on an object store) and the remote metadata store in its bucket,
     closed on exit. ``check``: let the store check it answers first. ``reader``: the caller only reads (status,
     attach), so the local-directory tier's missing directory is an error rather than a directory to create."""
-    from tiered.backends import BY_NAME, load_rsm
-    from tiered.errors import RemoteStorageError
+    from tiered.backends import load_rsm
     from tiered.metadata import RemoteLogMetadataStore
 
     if not remote_tier_enabled(config):
         raise UsageError(f"the remote tier is not enabled: {REMOTE_TIER_HINT}")
-    class_name = config.remote_log_storage_manager_class_name
-    directory = config.rsm_config.get("dir")
-    is_local = class_name in ("local", BY_NAME["local"].class_path)
-    if reader and is_local and directory and not Path(directory).is_dir():
-        # Configuring the local-directory tier creates its directory: a reader must not (nothing to read there).
-        raise RemoteStorageError(f"the remote tier's directory {directory} (rsm.config.dir) does not exist")
-    rsm = load_rsm(class_name, config.rsm_config)
+    if reader:
+        _refuse_a_missing_local_dir(config)
+    rsm = load_rsm(config.remote_log_storage_manager_class_name, config.rsm_config)
     try:
         store = rsm.object_store
         if store is None:
@@ -84,6 +82,18 @@ def remote_plugin(
         yield rsm, RemoteLogMetadataStore.in_bucket(rsm)
     finally:
         rsm.close()
+
+
+def _refuse_a_missing_local_dir(config: LogConfig) -> None:
+    """Configuring the local-directory tier creates its directory: a reader must not (a mistyped rsm.config.dir
+    would be made, and nothing is there to read)."""
+    from tiered.backends import BY_NAME
+    from tiered.errors import RemoteStorageError
+
+    directory = config.rsm_config.get("dir")
+    is_local = config.remote_log_storage_manager_class_name in ("local", BY_NAME["local"].class_path)
+    if is_local and directory and not Path(directory).is_dir():
+        raise RemoteStorageError(f"the remote tier's directory {directory} (rsm.config.dir) does not exist")
 
 
 def topic_ids_in_store(store: ObjectStore, prefix: str, topic: str) -> dict[uuid.UUID, set[int]]:

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--to-offset {args.to_offset} must be above --offset {args.offset} (it is exclusive)")
     config = load_config(args)
     try:
-        check_remote_access(config)  # an unreachable store, missing bucket or bad credentials: one line, at once
+        check_remote_access(config, reader=True)  # an unreachable store, missing bucket or bad credentials: one line
         check_typed_data_dirs(args, config)
         return _consume(args, config)
     except ConfigError:
