@@ -939,3 +939,25 @@ def test_a_damaged_newest_owner_record_is_said_so_and_attach_claims_above_it(
     rc, out, err = cli(capsys, "--config", str(a), "status", "--json")
     [part] = json.loads(out)["data_dirs"][0]["partitions"]
     assert part["remote"]["ownership"]["state"] == "lost" and part["remote"]["ownership"]["owner_epoch"] == 1
+
+
+def test_status_says_a_remote_metadata_event_cannot_be_read(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A damaged COPY_SEGMENT_FINISHED event made status show one remote segment fewer, exit 0, no note (a helper's
+    pass); consume, verify and offload named it. Status names it too, and exits 1."""
+    a, _, bucket = two_dirs
+    events = sorted(bucket.rglob("__remote_log_metadata/*.1.json"))
+    rc, out, _ = cli(capsys, "--config", str(a), "status", "--json")
+    [part] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert rc == 0 and part["remote"]["segments"] == len(events) and part["remote"]["unreadable_metadata"] == []
+    raw = bytearray(events[0].read_bytes())
+    raw[raw.index(b'"end_offset":') + len(b'"end_offset":')] ^= 1
+    events[0].write_bytes(bytes(raw))
+    rc, out, err = cli(capsys, "--config", str(a), "status", "--json")
+    [part] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert rc == 1 and part["remote"]["segments"] == len(events) - 1
+    assert [k.rsplit("/", 1)[-1] for k in part["remote"]["unreadable_metadata"]] == [events[0].name]
+    assert events[0].name in err
+    rc, out, _ = cli(capsys, "--config", str(a), "status")
+    assert "1 remote metadata object(s) cannot be read" in out

@@ -163,6 +163,10 @@ def dir_status(data_dir: Path, topic: str | None = None, store: Any = None) -> d
                 ownership = (status.get("remote") or {}).get("ownership") or {}
                 if ownership.get("state") in ("lost", "wrong_store", "damaged_owner_record"):
                     out["problems"].append(f"partition {ownership['detail']}")
+                unread = (status.get("remote") or {}).get("unreadable_metadata") or []
+                if unread:
+                    out["problems"].append(f"partition {child.name}: {len(unread)} remote metadata object(s) cannot "
+                                           f"be read, e.g. {unread[0]} (tiered verify --remote names each)")
         except OSError as exc:
             status = {"partition": child.name, "offline": f"unreadable: {exc}", "segments": 0, "size_bytes": 0,
                       "recovery_point": None, "producer_snapshots": 0, "transient_files": [],
@@ -323,7 +327,13 @@ def remote_status(partition_dir: Path, status: dict[str, Any], store: Any) -> di
     remote["copy_lag_segments"] = len(lag) if tiered else None
     remote["copy_lag_bytes"] = sum(size for _, size in lag) if tiered else None
     remote["ownership"] = _ownership(partition_dir, status, store, tip)
+    unreadable = store.unreadable_events(tip) if hasattr(store, "unreadable_events") else {}
+    remote["unreadable_metadata"] = sorted(unreadable)  # (their segments are not counted above: not seen)
     out: dict[str, Any] = {"remote": remote}
+    if unreadable:
+        key, why = sorted(unreadable.items())[0]
+        out["notes"] = [*status.get("notes", []), f"{len(unreadable)} remote metadata object(s) cannot be read, e.g. "
+                        f"{key.rsplit('/', 1)[-1]} ({why}): their segments are not counted; tiered verify --remote"]
     known = status.get("highest_remote_offset")
     if segs and remote["log_start_offset"] is not None and (known is None or known < 0):
         # The data dir has no record of remote data (attached from the bucket, or never copied here): its log start
