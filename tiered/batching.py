@@ -68,10 +68,10 @@ def build_within(records: Sequence[SimpleRecord], limit: int, compression: str |
 
 
 def build_batches(records: Sequence[SimpleRecord], max_batch_bytes: int, compression: str = "none",
-                  what: str = "the request") -> list[MemoryRecords]:
+                  what: str = "the request", limit_name: str = "max.message.bytes") -> list[MemoryRecords]:
     """``records`` in order, as batches of at most ``max_batch_bytes`` each, each closed before the record that would
     take it above. RecordTooLargeError naming the first record (0-based, within ``what``) whose batch alone is
-    larger."""
+    larger, and the limit (``limit_name``: the topic config it is)."""
     out: list[MemoryRecords] = []
     pending = PendingBatch()
     first = 0  # the index of the pending batch's first record
@@ -81,7 +81,7 @@ def build_batches(records: Sequence[SimpleRecord], max_batch_bytes: int, compres
         offset = first
         group = pending.take()
         out.extend(build_within(group, max_batch_bytes, compression, lambda i, size: RecordTooLargeError(
-            f"record {offset + i} of {what} takes a batch of {size} bytes, above the topic's max.message.bytes "
+            f"record {offset + i} of {what} takes a batch of {size} bytes, above the topic's {limit_name} "
             f"{max_batch_bytes}", size=size)))
         first += len(group)
 

@@ -148,7 +148,8 @@ class Endpoint:
         # One batch per max.message.bytes of records (Kafka's limit on a batch), one append per segment.bytes of
         # batches: a POST is one append, all or nothing, unless it is larger than a segment.
         limit = min(log.config.max_message_bytes, log.config.segment_bytes)
-        batches = build_batches(records, limit, compression)
+        limit_name = "max.message.bytes" if limit == log.config.max_message_bytes else "segment.bytes"
+        batches = build_batches(records, limit, compression, limit_name=limit_name)
         first = last = -1
         for data in group_appends(batches, log.config.segment_bytes):
             info = log.append(data)
