@@ -3,8 +3,8 @@
 Each command lives in ``tiered/commands/<name>.py`` with ``add_arguments(parser)`` and ``run(args) -> int`` and is
 imported only when it runs, so ``tiered dump`` starts without loading the log engine or the remote tier.
 The global options (``--config``, ``--log-dirs``, ``-o KEY=VALUE``, ``-v``) are accepted before or after the
-command. Exit codes: 0 ok, 1 a failure was found, 2 usage. Errors are one line on stderr; ``-v`` adds the
-traceback of an unexpected one.
+command. Exit codes: 0 ok, 1 a failure was found, 2 usage, 130 Ctrl-C, 143 SIGTERM (handled as Ctrl-C). Errors are one
+line on stderr; ``-v`` adds the traceback of an unexpected one.
 """
 
 from __future__ import annotations
@@ -174,6 +174,12 @@ def raise_open_files_limit() -> None:
         pass  # (a sandbox that refuses it: the limit stays; the errors name it where it is reached)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    from tiered.commands._common import Terminated
+
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser, args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command is None:
@@ -189,13 +195,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if module is None:
         print(f"tiered {args.command}: not available in this build", file=sys.stderr)
         return 1
-    from tiered.commands._common import UsageError
+    # SIGTERM (kill, systemd, `timeout`) as Ctrl-C: the command's cleanups run and it says what it did, where the
+    # default action ended it on the spot (a produce said nothing of what it wrote, a quickstart left its temp dir).
+    # `tiered run` and `offload` install their own handlers over this one. (Only in the main thread, and put back
+    # after: main() also runs inside other programs, the tests among them.)
+    import threading
+
+    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
+    try:
+        return _run(module, args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(module: Any, args: argparse.Namespace) -> int:
+    """``module.run(args)``, its errors as one line and an exit code."""
+    from tiered.commands._common import Terminated, UsageError
 
     try:
         return int(module.run(args))
     except UsageError as exc:
         print(f"tiered {args.command}: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -310,7 +310,8 @@ def cli_md() -> str:
         "tiered/commands/); do not edit. -->",
         "",
         "Global options (`--config`, `--log-dirs`, `-o KEY=VALUE`, `-v`) go before or after the command. Exit "
-        "codes: 0 ok, 1 a failure, 2 usage. Errors are one line on stderr; `-v` adds the traceback. Commands:",
+        "codes: 0 ok, 1 a failure, 2 usage, 130 Ctrl-C, 143 SIGTERM (handled as Ctrl-C: what was done is said). "
+        "Errors are one line on stderr; `-v` adds the traceback. Commands:",
         "",
     ]
     lines += [f"- [`{prog}`](#{_anchor(prog)})" for prog, _ in sections[1:]]

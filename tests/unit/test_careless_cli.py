@@ -350,3 +350,27 @@ def test_consume_never_creates_a_mistyped_remote_tier_directory(tmp_path: Path, 
     rc, _, err = cli(capsys, "--config", str(config), "consume", "-t", "ev")
     assert rc == 1 and f"{tmp_path / 'remote-typo'} (rsm.config.dir) does not exist" in err, err
     assert not (tmp_path / "remote-typo").exists()
+
+
+def test_sigterm_is_handled_as_ctrl_c_saying_what_was_written(tmp_path: Path) -> None:
+    """SIGTERM (kill, systemd, `timeout`) ended produce on the spot with no word of what it wrote, where Ctrl-C says it
+    (a helper's pass). It is handled as Ctrl-C: the cleanups run, the line says what was written, exit 143."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data = tmp_path / "data"
+    proc = subprocess.Popen([sys.executable, "-m", "tiered.cli", "--log-dirs", str(data), "produce", "-t", "ev",
+                             "--batch-size", "10"], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stderr is not None
+    proc.stdin.write(b"".join(b"line-%d\n" % i for i in range(100)))
+    proc.stdin.flush()  # (stdin stays open: produce waits for more)
+    segment = data / "ev-0" / "00000000000000000000.log"
+    deadline = time.monotonic() + 120  # a failure bound only: the loop ends once the records are appended
+    while not (segment.exists() and segment.stat().st_size > 0) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM, err
+    assert "tiered produce: interrupted; produced " in err and "Traceback" not in err, err

@@ -15,6 +15,10 @@ class UsageError(Exception):
     """A command line that cannot work: reported on stderr with exit code 2."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command runs (:mod:`tiered.cli`): handled as Ctrl-C is, exit 143."""
+
+
 def check_typed_data_dirs(args: argparse.Namespace, config: LogConfig) -> None:
     """A usage error (exit 2) for a data dir typed with ``--log-dirs`` that does not exist or is not a directory:
     the same answer from every command that never makes one. A dir of the config file that is missing is the

@@ -68,11 +68,12 @@ def offload_once(manager: LogManager, interruptible: bool = False) -> tuple[Pass
         print("tiered offload: stopping after the segment copies in progress (Ctrl-C again to stop at once)",
               file=sys.stderr, flush=True)
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {sig: signal.signal(sig, on_sigint) for sig in (signal.SIGINT, signal.SIGTERM)}  # SIGTERM as Ctrl-C
     try:
         result = rlm.run_once(manager.all_logs())
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if stopping.is_set():
         raise OffloadInterrupted(result)
     return result, manager.cleanup_logs()

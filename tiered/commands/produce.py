@@ -12,12 +12,14 @@ has one creates nothing (no data dir, no topic).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tiered.commands._common import (
+    Terminated,
     UsageError,
     check_partition_to_write,
     check_topic_name,
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         end = log.log_end_offset if log is not None else started
         written = _produced(args, end - started, started, end - 1) if log is not None and end > started else None
         print(f"tiered produce: interrupted; {written or 'nothing written'}", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGTERM if isinstance(sys.exc_info()[1], Terminated) else 130
     finally:
         if manager is not None:
             try:
