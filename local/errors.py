@@ -30,6 +30,10 @@ class InvalidRecordError(KafkaStorageError):
     """A well-formed batch whose content breaks a rule (record count mismatch, bad varint, ...)."""
 
 
+class InvalidTopicError(KafkaStorageError):
+    """A write to a topic clients may not write to (an internal topic: Kafka's InvalidTopicException)."""
+
+
 class UnsupportedCompressionTypeError(KafkaStorageError):
     """A batch names a compression codec that does not exist or is not available."""
 

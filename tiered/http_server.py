@@ -426,6 +426,7 @@ def _error_status(exc: Exception) -> tuple[HTTPStatus, dict[str, Any]]:
         ConfigError,
         InvalidRecordError,
         InvalidTimestampError,
+        InvalidTopicError,
         KafkaStorageError,
         LostOffsetsError,
         OffsetOutOfRangeError,
@@ -443,7 +444,7 @@ def _error_status(exc: Exception) -> tuple[HTTPStatus, dict[str, Any]]:
                                  "last_lost_offset": exc.last_offset, "next_offset": exc.next_offset}  # type: ignore[attr-defined]
     if isinstance(exc, UnknownTopicOrPartitionError):
         return HTTPStatus.NOT_FOUND, {"error": message}
-    if isinstance(exc, (ConfigError, InvalidRecordError, InvalidTimestampError, RecordTooLargeError,
+    if isinstance(exc, (ConfigError, InvalidRecordError, InvalidTimestampError, InvalidTopicError, RecordTooLargeError,
                         UnsupportedCompressionTypeError)):
         return HTTPStatus.BAD_REQUEST, {"error": message}
     if isinstance(exc, (KafkaStorageError, TieredStorageError, OSError)):

@@ -374,3 +374,26 @@ def test_sigterm_is_handled_as_ctrl_c_saying_what_was_written(tmp_path: Path) ->
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM, err
     assert "tiered produce: interrupted; produced " in err and "Traceback" not in err, err
+
+
+def test_clients_cannot_write_to_an_internal_topic_from_produce_or_http(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`produce -t __consumer_offsets` made the group coordinator's topic with 1 partition (Kafka's has
+    offsets.topic.num.partitions, 50), where the Kafka listener refuses such writes (a helper's pass)."""
+    import io
+
+    from local import LogConfig
+    from local.errors import InvalidTopicError
+    from tiered.http_server import Endpoint, _error_status
+
+    data = tmp_path / "data"
+    for topic in ("__consumer_offsets", "__transaction_state"):
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"hi\n")))
+        rc, _, err = cli(capsys, "--log-dirs", str(data), "produce", "-t", topic)
+        assert rc == 1 and f"{topic} is an internal topic" in err, err
+    assert not list(data.glob("__*"))
+    with LogManager(LogConfig.from_properties({"log.dirs": str(data)})) as manager:
+        with pytest.raises(InvalidTopicError, match="is an internal topic") as refused:
+            Endpoint(manager).produce("__consumer_offsets", 0, b'{"value": "x"}', "none")
+        assert _error_status(refused.value)[0] == 400  # (what the handler answers)
+    assert not list(data.glob("__*"))

@@ -88,8 +88,11 @@ def check_partition_to_write(manager: Any, topic: str, partition: int) -> None:
     ``num.partitions=1``), never a topic made of partition 5 alone, and never adds a partition to an existing topic
     behind its back (nor a second topic id). ``tiered topics create --partitions N`` and ``tiered topics alter
     --partitions N`` do those."""
-    from local.errors import UnknownTopicOrPartitionError
+    from local.errors import InvalidTopicError, UnknownTopicOrPartitionError
+    from tiered.internal_topics import HIDDEN_TOPICS, INTERNAL_TOPICS
 
+    if topic in INTERNAL_TOPICS | HIDDEN_TOPICS:  # (Kafka's INVALID_TOPIC_EXCEPTION, as the listener answers)
+        raise InvalidTopicError(f"{topic} is an internal topic: clients cannot write to it (its coordinator does)")
     have = sorted(p for t, p in manager.partitions() if t == topic)
     if not have and partition != 0:
         raise UnknownTopicOrPartitionError(

@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from local import filenames
 from local.errors import ConfigError, TooManyPartitionsError
 from local.manager import open_files_refusal
+from tiered.internal_topics import HIDDEN_TOPICS, INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from local.config import LogConfig
@@ -39,11 +40,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
-# A KRaft broker's metadata log sits in its data dir like a partition; Kafka never shows it to clients.
-HIDDEN_TOPICS = frozenset({"__cluster_metadata"})
 
 
 class TopicError(Exception):

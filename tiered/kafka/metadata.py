@@ -16,7 +16,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from local import filenames
-from tiered.kafka.broker import INTERNAL_TOPICS, KafkaBroker, leader_epoch
+from tiered.internal_topics import INTERNAL_TOPICS
+from tiered.kafka.broker import KafkaBroker, leader_epoch
 from tiered.kafka.protocol import NO_THROTTLE, Request, make
 
 _NO_ID = None  # kio writes a null topic id as the zero UUID

@@ -156,7 +156,7 @@ class OffsetsLog(InternalTopicLog):
 
     @classmethod
     def open_offsets(cls, broker: KafkaBroker) -> OffsetsLog:
-        from tiered.kafka.broker import OFFSETS_TOPIC
+        from tiered.internal_topics import OFFSETS_TOPIC
 
         log = InternalTopicLog.open(broker, OFFSETS_TOPIC, broker.config.offsets_topic_num_partitions,
                                     broker.config.offsets_topic_segment_bytes)
@@ -164,7 +164,7 @@ class OffsetsLog(InternalTopicLog):
 
     @classmethod
     def existing_offsets(cls, broker: KafkaBroker) -> OffsetsLog | None:
-        from tiered.kafka.broker import OFFSETS_TOPIC
+        from tiered.internal_topics import OFFSETS_TOPIC
 
         log = InternalTopicLog.existing(broker, OFFSETS_TOPIC)
         return None if log is None else cls(broker, log.topic, log.partitions)

@@ -29,7 +29,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from local.records import MemoryRecords
-from tiered.kafka.broker import INTERNAL_TOPICS, KafkaBroker
+from tiered.internal_topics import INTERNAL_TOPICS
+from tiered.kafka.broker import KafkaBroker
 from tiered.kafka.errors import error_code, error_message
 from tiered.kafka.protocol import NO_THROTTLE, ProtocolError, Request, make
 from tiered.kafka.server import NO_RESPONSE

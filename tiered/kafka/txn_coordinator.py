@@ -47,7 +47,7 @@ from kio.static.primitive import i8, i16, i32, i64
 
 from local.producer_state import AppendOrigin
 from local.records import MemoryRecords
-from tiered.kafka.broker import TRANSACTION_STATE_TOPIC
+from tiered.internal_topics import TRANSACTION_STATE_TOPIC
 from tiered.kafka.errors import error_code
 from tiered.kafka.internal_topic import InternalTopicLog
 from tiered.kafka.timers import Timers
