@@ -397,3 +397,12 @@ def test_clients_cannot_write_to_an_internal_topic_from_produce_or_http(
             Endpoint(manager).produce("__consumer_offsets", 0, b'{"value": "x"}', "none")
         assert _error_status(refused.value)[0] == 400  # (what the handler answers)
     assert not list(data.glob("__*"))
+
+
+@pytest.mark.parametrize("given", [["-o", "log.segment.bytes=abc"], ["--log-dirs", "."], ["--config", "b.properties"]])
+def test_quickstart_refuses_the_global_options_it_would_ignore(capsys: pytest.CaptureFixture[str],
+                                                               given: list[str]) -> None:
+    """quickstart took --config, --log-dirs and -o (an invalid value too) and ignored them, running in its own temp
+    dir (a helper's pass)."""
+    rc, _, err = cli(capsys, *given, "quickstart", "--records", "10")
+    assert rc == 2 and f"it takes no {given[0]}" in err and "--dir DIR" in err, err

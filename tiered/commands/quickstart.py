@@ -55,6 +55,11 @@ def run(args: argparse.Namespace) -> int:
     from local.records import MemoryRecords, SimpleRecord
     from tiered.composition import open_log_manager, remote_log_manager_of
 
+    given = [name for name, value in (("--config", getattr(args, "config", None)), ("--log-dirs", getattr(args, "log_dirs", None)),
+                                      ("-o", getattr(args, "override", None))) if value]
+    if given:  # (they were taken and silently ignored: an invalid -o value too)
+        raise UsageError(f"it makes its own data dir and broker config, so it takes no {', '.join(given)} "
+                         "(--dir DIR picks the place)")
     if args.dir is not None and Path(args.dir).exists() and (not Path(args.dir).is_dir() or any(Path(args.dir).iterdir())):
         # (its data would be appended to, and the read-back check would call that a mismatch)
         raise UsageError(f"--dir {args.dir} is not an empty directory: pass a new one")
