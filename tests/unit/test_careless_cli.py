@@ -406,3 +406,14 @@ def test_quickstart_refuses_the_global_options_it_would_ignore(capsys: pytest.Ca
     dir (a helper's pass)."""
     rc, _, err = cli(capsys, *given, "quickstart", "--records", "10")
     assert rc == 2 and f"it takes no {given[0]}" in err and "--dir DIR" in err, err
+
+
+def test_spark_commands_check_master_and_codec_before_spark_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    """`export --master banana` printed a Java stack trace and "Java gateway process exited", and `import
+    --compression brotli` was refused only once Spark had started (a helper's pass): both are usage errors now."""
+    for args, says in ((["export", "-t", "ev", "--master", "banana", "out"], "invalid Spark master 'banana'"),
+                       (["import", "-t", "ev", "--compression", "brotli", "in"], "'brotli'")):
+        with pytest.raises(SystemExit) as usage:  # (argparse's own usage error)
+            main(args)
+        err = capsys.readouterr().err
+        assert usage.value.code == 2 and says in err and "Java" not in err, err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -185,3 +186,17 @@ def check_output_place(out: str, config: LogConfig, config_file: str | None, opt
         if target == place or target in place.parents or place in target.parents:
             relation = "is" if target == place else "holds" if target in place.parents else "lies inside"
             raise UsageError(f"{option} {out} {relation} {what} {place}: choose a directory outside it")
+
+
+_SPARK_MASTER = re.compile(r"local(\[(\*|[1-9][0-9]*)(,[1-9][0-9]*)?\])?|local-cluster\[[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*\]"
+                           r"|(spark|k8s|mesos)://\S+|yarn")
+
+
+def spark_master(text: str) -> str:
+    """An argparse type: a Spark master URL (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``,
+    ``local-cluster[N,C,M]``, ``spark://``, ``k8s://``, ``mesos://``, ``yarn``), checked before Spark starts (a wrong
+    one was a Java stack trace and "Java gateway process exited")."""
+    if not _SPARK_MASTER.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"invalid Spark master {text!r}: expected local, local[N], local[*], "
+                                         "local-cluster[N,C,M], spark://HOST:PORT, k8s://..., or yarn")
+    return text.strip()

@@ -39,6 +39,7 @@ from tiered.commands._common import (
     check_topic_name,
     check_typed_data_dirs,
     load_config,
+    spark_master,
 )
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="first offset, or @epoch-ms / ISO date-time of the first record")
     parser.add_argument("--to", metavar="OFFSET|TIME", help="stop before this offset, or before this time")
     parser.add_argument("--format", choices=["parquet", "jsonl"], default="parquet")
-    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--master", default="local[*]", type=spark_master, help="Spark master (default local[*])")
     parser.add_argument("--isolation-level", choices=["read_uncommitted", "read_committed"], default="read_uncommitted")
     parser.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     parser.add_argument("--incremental", action="store_true",

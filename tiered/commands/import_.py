@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from tiered.commands._common import UsageError, check_topic_name, positive_int
+from tiered.commands._common import UsageError, check_topic_name, positive_int, spark_master
 from tiered.commands.export import _options as _source_options
 from tiered.commands.export import check_inputs, session
 
@@ -31,11 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", "-t", required=True, help="the topic to append to")
     parser.add_argument("--format", choices=["parquet", "jsonl"], default="parquet")
     parser.add_argument("--partitions", type=positive_int, help="partitions of the topic if it is created")
-    parser.add_argument("--compression", default="none", help="none, gzip, snappy, lz4 or zstd (default: none)")
+    parser.add_argument("--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                        help="none, gzip, snappy, lz4 or zstd (default: none)")
     parser.add_argument("--batch-size", type=positive_int, default=1024 * 1024,
                         help="bytes per record batch as encoded (default 1 MiB; never above the topic's "
                              "max.message.bytes and segment.bytes)")
-    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--master", default="local[*]", type=spark_master, help="Spark master (default local[*])")
     parser.add_argument("input", metavar="IN", help="a directory written by tiered export")
 
 
