@@ -234,6 +234,9 @@ def _json_objects(body: bytes) -> list[Any]:
     return parsed if isinstance(parsed, list) else [parsed]
 
 
+_QUERY_PARAMS = {"POST": frozenset({"compression"}), "GET": frozenset({"offset", "max_bytes", "isolation"})}
+
+
 def _param(query: dict[str, list[str]], name: str, default: str) -> str:
     values = query.get(name)
     return values[-1] if values else default
@@ -317,6 +320,11 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HttpError(HTTPStatus.NOT_FOUND, f"no endpoint {method} {url.path}: expected GET /metrics, "
                                 "GET /health, GET or POST /topics/<topic>/partitions/<p>/records")
             topic, partition = unquote(match["topic"]), _partition(unquote(match["partition"]))
+            known = _QUERY_PARAMS[method]
+            unknown = sorted(set(query) - known)
+            if unknown:  # a typo (?ofset=5) read from the log start, silently
+                raise HttpError(HTTPStatus.BAD_REQUEST, f"unknown query parameter(s) {', '.join(unknown)} of {method} "
+                                f"{url.path}: expected {', '.join(sorted(known))}")
             if method == "POST":
                 self._json(HTTPStatus.OK, endpoint.produce(topic, partition, self._body(), _param(query, "compression", "none")))
             else:

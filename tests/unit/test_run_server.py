@@ -366,3 +366,14 @@ def test_a_client_that_goes_away_is_one_log_line_not_a_traceback(
     assert lines == [("INFO", "client 127.0.0.1 went away: [Errno 32] Broken pipe"),
                      ("INFO", "client 127.0.0.1 went away: [Errno 104] Connection reset by peer"),
                      ("WARNING", "a request from 127.0.0.1 failed: RuntimeError: something else")]
+
+
+def test_an_unknown_query_parameter_is_a_bad_request(served: tuple[LogManager, str]) -> None:
+    """`GET ...?ofset=5` answered 200 from offset 0: the typo was ignored (a helper's pass)."""
+    _, url = served
+    assert _call("POST", url + RECORDS, b'{"value": "a"}')[0] == 200
+    status, message = _error("GET", url + RECORDS + "?ofset=5")
+    assert status == 400 and "unknown query parameter(s) ofset" in message and "offset" in message
+    status, message = _error("POST", url + RECORDS + "?compresion=gzip", b'{"value": "b"}')
+    assert status == 400 and "compresion" in message
+    assert _call("GET", url + RECORDS + "?offset=0&max_bytes=100&isolation=log_end")[0] == 200
