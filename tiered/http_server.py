@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -470,6 +471,8 @@ class Server(ThreadingHTTPServer):
 
     def __init__(self, endpoint: Endpoint, host: str, port: int) -> None:
         self.endpoint = endpoint
+        if ":" in host:  # an IPv6 address ([::1]:8080): the server's default family is IPv4
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)
         self._thread: threading.Thread | None = None
 

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--stop-timeout must be > 0")
     config = load_config(args)
     give_back_large_buffers()
-    listen = args.listen or config.tiered_http_listen
+    listen = args.listen if args.listen is not None else config.tiered_http_listen  # (an empty --listen is an error)
     try:
         host, port = parse_host_port(listen)
     except ValueError as exc:

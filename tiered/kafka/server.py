@@ -100,7 +100,8 @@ class KafkaServer:
         self.max_connections = config.max_connections
         self._queued_bytes = config.queued_max_request_bytes
         self._pool = concurrent.futures.ThreadPoolExecutor(config.num_io_threads, thread_name_prefix="kafka-io")
-        self._sock = socket.create_server((host, port), reuse_port=False)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET  # ([::1]:9092: an IPv6 address)
+        self._sock = socket.create_server((host, port), family=family, reuse_port=False)
         self._sock.setblocking(False)
         self.host, self.port = self._sock.getsockname()[:2]
         self._loop = asyncio.new_event_loop()
@@ -115,7 +116,7 @@ class KafkaServer:
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     # Life cycle ---------------------------------------------------------------------------------------------------
 
