@@ -234,14 +234,15 @@ def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any
                 progress.describe(pdir.name)
                 result.partitions.append(scrub_local_partition(pdir, name, number, dir_report, progress=progress.advance))
     if rsm is not None:
-        _scrub_remote(rsm, result, topic, progress, remote_by_default)
+        _scrub_remote(rsm, result, topic, progress, remote_by_default, dirs_read=bool(dirs))
     result.partitions.sort(key=lambda p: (p.topic, p.partition, p.data_dir or "", p.topic_id or ""))
     if len({p.name for p in result.partitions}) < len(result.partitions):
         _note_duplicates(result.partitions)
     return result
 
 
-def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: Any, remote_by_default: bool) -> None:
+def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: Any, remote_by_default: bool,
+                  dirs_read: bool = True) -> None:
     from tiered.errors import TieredStorageError
     from tiered.scrub.remote_store import RemoteScrub, check_tier_gap, topic_id_text
     from tiered.scrub.report import PartitionReport, Problem
@@ -262,7 +263,8 @@ def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: An
         report = local.get((tip.topic, tip.partition))
         if report is None or (report.topic_id is not None and report.topic_id != tid):
             report = PartitionReport(tip.topic, tip.partition, topic_id=tid)
-            report.notes.append("in the remote tier only (no data dir holds this partition with this topic id)")
+            report.notes.append("in the remote tier only (no data dir holds this partition with this topic id)"
+                                if dirs_read else "in the remote tier (--remote-only: the data dirs were not read)")
             result.partitions.append(report)
         elif report.topic_id is None:
             report.topic_id = tid
