@@ -203,15 +203,22 @@ def test_a_segment_cache_chunk_damaged_on_disk_is_fetched_again(tmp_path: Path) 
         assert cache.disk_mismatches == 0 and len(calls) == 6
 
 
-def test_a_segment_copied_before_checksums_existed_still_reads(tmp_path: Path) -> None:
+def _offloaded(tmp_path: Path, records: int) -> tuple[dict[str, str], list[tuple[int, bytes | None]]]:
+    """Partition t-0 of ``records`` records, offloaded and deleted locally (all but the active segment remote-only):
+    the broker properties and every value."""
     props = _props(tmp_path)
     with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
         log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)
-        _produce(log, 12_000)
+        _produce(log, records)
         expected = read_all_values(log)
-        manager.remote_tier.run_once(manager.all_logs())
+        manager.remote_tier.run_once(manager.all_logs())  # type: ignore[union-attr]
         manager.cleanup_logs()
         assert log.local_log_start_offset > 0
+    return props, expected
+
+
+def test_a_segment_copied_before_checksums_existed_still_reads(tmp_path: Path) -> None:
+    props, expected = _offloaded(tmp_path, 12_000)
     for event in (tmp_path / "remote").rglob("*.json"):  # as an older version wrote them
         record = json.loads(event.read_bytes())
         record.pop("checksums", None)
@@ -485,13 +492,7 @@ def test_a_gap_from_a_metadata_object_the_store_did_not_answer_says_so(tmp_path:
     """One GET of a middle segment's COPY_SEGMENT_FINISHED event failed (503s past the retries): the read then said
     only "the remote tier has a gap", which reads like damage (a helper's S3 fault pass). It names the object it
     could not read and says to read again; once the store answers, the read is whole."""
-    props = _props(tmp_path)
-    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
-        log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)
-        _produce(log, 20_000)
-        expected = read_all_values(log)
-        manager.remote_tier.run_once(manager.all_logs())
-        manager.cleanup_logs()
+    props, expected = _offloaded(tmp_path, 20_000)
     events = sorted((tmp_path / "remote").rglob("__remote_log_metadata/*.1.json"))
     assert len(events) >= 3, events
     victim = events[1].name
