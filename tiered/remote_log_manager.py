@@ -244,11 +244,17 @@ class RemoteLogManager:
         writes); how many were renewed. A partition whose claim cannot be made now (a store that does not answer) is
         logged and left at its claim: its passes check ownership as before."""
         claimed = [log for log in logs if tiering_enabled(log) and log.remote_log_state.claimed]
+        store_failed = threading.Event()  # after the first store error no more are tried: a store down at start
+        skipped: list[str] = []           # would hold the start back by a timeout per partition
 
         def one(log: Log) -> bool:
+            if store_failed.is_set():
+                skipped.append(log.name)
+                return False
             try:
                 return self.ownership.renew(log, topic_id_partition(log)) is not None
             except Exception as exc:
+                store_failed.set()
                 logger.warning("cannot claim %s's remote data at a new owner epoch (%s); it stays at owner epoch %d",
                                log.name, one_line_cause(exc), log.remote_log_state.owner_epoch)
                 return False
@@ -257,6 +263,9 @@ class RemoteLogManager:
             renewed = sum(pool.map(one, claimed))
         if renewed:
             logger.info("claimed %d partition(s) at a new owner epoch", renewed)
+        if skipped:
+            logger.warning("%d more partition(s) were not claimed at a new owner epoch after that store error (they "
+                           "stay at their claims), e.g. %s", len(skipped), skipped[0])
         return renewed
 
     def start_tasks(self, logs: Callable[[], Iterable[Log]]) -> None:

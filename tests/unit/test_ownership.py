@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -961,3 +962,33 @@ def test_status_says_a_remote_metadata_event_cannot_be_read(
     assert events[0].name in err
     rc, out, _ = cli(capsys, "--config", str(a), "status")
     assert "1 remote metadata object(s) cannot be read" in out
+
+
+def test_a_run_starting_beside_a_store_that_does_not_answer_tries_one_claim_not_each(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tiered run claims its partitions at new owner epochs before it takes writes: with the store down after its
+    start probe, a claim per partition would each wait for the store's timeouts before the endpoint listened. After
+    the first store error no more are tried; the partitions stay at their claims."""
+    from tiered.errors import RemoteStorageError
+    from tiered.ownership import OwnershipGuard
+
+    config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path / "a", **{
+        "rsm.config.dir": str(tmp_path / "bucket"), "remote.log.manager.copier.thread.pool.size": "1"}))
+    with open_log_manager(LogConfig.from_properties(str(config)), start_scheduler=False) as manager:
+        logs = [manager.get_or_create_log(TOPIC, p, {"remote.storage.enable": "true"}) for p in range(4)]
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None
+        for log in logs:
+            log.note_remote_owner(0, "a" * 32)  # claimed before this start
+        calls = []
+
+        def down(self: OwnershipGuard, log: Any, tip: TopicIdPartition) -> None:
+            calls.append(log.name)
+            raise RemoteStorageError("S3 list failed: read timeout (after 3 attempts)")
+
+        monkeypatch.setattr(OwnershipGuard, "renew", down)
+        with caplog.at_level(logging.WARNING, logger="tiered"):
+            assert rlm.renew_ownership(logs) == 0
+    assert len(calls) == 1
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "read timeout" in text and "3 more partition(s) were not claimed at a new owner epoch" in text
