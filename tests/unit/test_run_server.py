@@ -393,3 +393,25 @@ def test_the_endpoints_listen_on_an_ipv6_address(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "tiered.cli", "--log-dirs", str(tmp_path / "data"), "run", "--listen",
                            "", "--duration", "0.5"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "invalid --listen ''" in proc.stderr, proc.stderr
+
+
+def test_a_start_whose_claims_hang_serves_anyway(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The start's claims at new owner epochs, against a store that hangs after the start probe, would hold the
+    endpoints back by the store's timeouts: the start waits for them a bounded time, then serves."""
+    import logging
+    import threading
+
+    from tiered.commands import run
+
+    release = threading.Event()
+
+    class Hanging:
+        def renew_ownership(self, logs: list[Any]) -> int:
+            release.wait()
+            return 0
+
+    monkeypatch.setattr(run, "RENEW_WAIT_S", 0.01)
+    with caplog.at_level(logging.WARNING, logger="tiered"):
+        run._renew_ownership(Hanging(), [])  # returns while the claims still wait
+    release.set()
+    assert any("still wait for the remote store" in r.getMessage() for r in caplog.records)

@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
             manager = open_log_manager(config)  # starts the scheduler, and the remote tier's tasks with it
         rlm = remote_log_manager_of(manager)
         if rlm is not None:  # a new owner epoch for each partition it owns, before any write (tiered.ownership)
-            rlm.renew_ownership(manager.all_logs())
+            _renew_ownership(rlm, manager.all_logs())
         try:
             server = Server(Endpoint(manager), host, port)
         except OSError as exc:
@@ -164,6 +164,21 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             pass
         return _stop(manager, server, console, signals, args.stop_timeout, passes, kafka)
+
+
+RENEW_WAIT_S = 15.0  # how long the start waits for its claims at new owner epochs before it serves anyway
+
+
+def _renew_ownership(rlm: Any, logs: list[Any]) -> None:
+    """The start's claims at new owner epochs (:meth:`RemoteLogManager.renew_ownership`), waited for at most
+    RENEW_WAIT_S: a store that hangs after the start probe delays the endpoints that long, not by its timeouts (the
+    claims go on behind; local reads and writes are served meanwhile)."""
+    renewing = threading.Thread(target=rlm.renew_ownership, args=(logs,), name="remote-log-claims", daemon=True)
+    renewing.start()
+    renewing.join(RENEW_WAIT_S)
+    if renewing.is_alive():
+        logger.warning("the claims at new owner epochs still wait for the remote store after %.0f s: serving "
+                       "meanwhile", RENEW_WAIT_S)
 
 
 class _PassRecorder:
