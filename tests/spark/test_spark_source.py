@@ -369,6 +369,64 @@ def test_a_segment_file_gone_since_planning_is_data_loss(root: Path, tmp_path: P
     assert list(read_piece(piece)) == []
 
 
+def test_a_remote_segment_deleted_since_planning_is_data_loss(root: Path, tmp_path: Path) -> None:
+    """A remote segment that retention deleted after the plan failed the task with ObjectNotFoundError, whatever
+    failOnDataLoss said (a helper's pass): it is the documented data-loss error, or, with failOnDataLoss=false,
+    skipped; a remote object missing while the metadata still names it stays an error (damage)."""
+    from tiered.errors import RemoteResourceNotFoundError
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import SparkSourceDataLossError, plan
+    from tiered.spark.reader import read_piece
+
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "data", copy / "data")
+    shutil.copytree(root / "remote", copy / "remote")
+    options = {**_options(copy, topics="t"), "cacheDir": str(tmp_path / "cache")}
+    piece = next(p for p in plan(parse_options(options)) if p.remote_metadata is not None)
+    log_file = next((copy / "remote").rglob(f"*{_segment_id_text(piece)}.log"))
+    log_file.rename(log_file.with_name(log_file.name + ".hidden"))  # the object missing, its metadata still there
+    with pytest.raises(RemoteResourceNotFoundError):
+        list(read_piece(piece))
+    log_file.with_name(log_file.name + ".hidden").rename(log_file)
+    with LogManager(LogConfig.from_properties(_props(copy)), start_scheduler=False) as m:
+        log = m.get_log("t", piece.partition)
+        assert log is not None and m.remote_tier is not None
+        log.delete_records(piece.until_offset)  # remote retention then deletes the planned segment
+        assert m.remote_tier.cleanup_remote_segments(log) >= 1  # type: ignore[attr-defined]
+    with pytest.raises(SparkSourceDataLossError, match="deleted by retention since the job was planned"):
+        list(read_piece(piece))
+    piece.fail_on_data_loss = False
+    assert list(read_piece(piece)) == []
+
+
+def test_a_stream_starts_at_starting_timestamp_and_refuses_batch_only_options(root: Path) -> None:
+    """A stream with startingTimestamp read from the log start, and one with endingOffsets or endingTimestamp read on
+    past them, silently (a helper's pass): it starts at the first offset at or after the timestamp, as a batch read
+    does, and the batch-only options are refused (Spark's Kafka source refuses them in a stream)."""
+    from tiered.spark.options import SparkSourceOptionError
+    from tiered.spark.source import TieredStreamReader
+
+    at = T0 + 5000 * 10  # t-0's record 5000 (timestamps T0 + i*10 + p)
+    begins = TieredStreamReader(_options(root, topics="t", startingTimestamp=str(at))).initialOffset()
+    assert begins == {"t": {"0": 5000, "1": 5000}}, begins
+    late = TieredStreamReader(_options(root, topics="t", startingTimestamp=str(T0 + N * 100))).initialOffset()
+    assert late == {"t": {"0": N, "1": N}}  # no record that late: the stream starts at the end
+    for option in ("endingOffsets", "endingTimestamp"):
+        with pytest.raises(SparkSourceOptionError, match=f"{option} is for batch reads"):
+            TieredStreamReader(_options(root, topics="t", **{option: "latest" if option == "endingOffsets" else "5"}))
+    with pytest.raises(SparkSourceOptionError, match="startingTimestamp='-3': expected milliseconds"):
+        TieredStreamReader(_options(root, topics="t", startingTimestamp="-3"))
+    with pytest.raises(SparkSourceOptionError, match="maxOffsetsPerTrigger='abc'"):
+        TieredStreamReader(_options(root, topics="t", maxOffsetsPerTrigger="abc"))
+
+
+def _segment_id_text(piece: Any) -> str:
+    from tiered.layout import kafka_uuid
+    from tiered.metadata import decode_metadata
+
+    return kafka_uuid(decode_metadata(piece.remote_metadata).remote_log_segment_id.id)
+
+
 # What the source refuses, and a user schema ----------------------------------------------------------------------
 
 def test_unknown_options_are_refused_at_load_naming_the_known_ones(spark: Any, root: Path) -> None:

@@ -136,6 +136,15 @@ def _int(name: str, value: str | None) -> int | None:
         raise SparkSourceOptionError(f"{name}={value!r}: expected an integer") from None
 
 
+def _timestamp(name: str, value: str | None) -> int | None:
+    """A timestamp option: ms since the epoch, >= 0 (a negative one was taken for Kafka's special lookups, -1 latest,
+    -2 earliest, -3 the largest timestamp..., and -6 failed with a traceback)."""
+    ms = _int(name, value)
+    if ms is not None and ms < 0:
+        raise SparkSourceOptionError(f"{name}={value!r}: expected milliseconds since the epoch, >= 0")
+    return ms
+
+
 def broker_props(options: Mapping[str, Any]) -> dict[str, str]:
     """The broker properties named by the options ``config`` (a file) and ``config.<key>`` (overriding the file's)."""
     props: dict[str, str] = {}
@@ -182,8 +191,8 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
         topic_pattern=pattern,
         starting=_offsets("startingOffsets", opts.get("startingoffsets"), EARLIEST),
         ending=_offsets("endingOffsets", opts.get("endingoffsets"), LATEST),
-        starting_timestamp=_int("startingTimestamp", opts.get("startingtimestamp")),
-        ending_timestamp=_int("endingTimestamp", opts.get("endingtimestamp")),
+        starting_timestamp=_timestamp("startingTimestamp", opts.get("startingtimestamp")),
+        ending_timestamp=_timestamp("endingTimestamp", opts.get("endingtimestamp")),
         read_committed=isolation == "read_committed",
         tiers=tiers,
         fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss"), True),

@@ -167,11 +167,40 @@ def read_piece(piece: Piece, projection: Projection | None = None) -> Iterator[p
         finally:
             records.close_handlers()
     else:
+        from tiered.errors import RemoteResourceNotFoundError
+
         with remote_log_manager(piece.props, piece.cache_dir) as rlm:
             read, where, size, forget = _remote_range_reader(piece, rlm)
-            yield from _decode(piece, read, piece.start_position,
-                               piece.end_position if piece.end_position is not None else size, where, projection,
-                               forget)
+            try:
+                yield from _decode(piece, read, piece.start_position,
+                                   piece.end_position if piece.end_position is not None else size, where, projection,
+                                   forget)
+            except RemoteResourceNotFoundError:
+                if not _deleted_since_the_plan(piece, rlm):
+                    raise  # its metadata still says it is there: a missing object is damage
+                if piece.fail_on_data_loss:
+                    raise SparkSourceDataLossError(
+                        f"{piece.description}: the remote segment is gone (deleted by retention since the job was "
+                        "planned); set failOnDataLoss=false to skip it") from None
+                logger.warning("%s: the remote segment was deleted since the plan (failOnDataLoss=false): skipped",
+                               piece.description)
+
+
+def _deleted_since_the_plan(piece: Piece, rlm: Any) -> bool:
+    """Whether ``piece``'s remote segment is no longer a readable one once the partition's metadata is listed again
+    (remote retention deleted it after the plan: Kafka's source reports that as data loss, or skips it)."""
+    from tiered.metadata import RemoteLogMetadataStore, decode_metadata
+
+    assert piece.remote_metadata is not None
+    md = decode_metadata(piece.remote_metadata)
+    metadata = rlm.metadata
+    tip = md.topic_id_partition
+    if isinstance(metadata, RemoteLogMetadataStore):
+        metadata.load(tip)
+        segments = metadata.readable_segments(tip)
+    else:
+        segments = metadata.list_remote_log_segments(tip)
+    return all(m.remote_log_segment_id != md.remote_log_segment_id for m in segments)
 
 
 def _remote_copy_of(piece: Piece) -> Piece | None:

@@ -282,12 +282,19 @@ class TieredStreamReader(DataSourceStreamReader):
         self.projection = columns
         raw = {str(k).lower(): v for k, v in options.items()}
         limit = raw.get("maxoffsetspertrigger")
-        self.max_offsets = int(limit) if limit is not None else None
+        try:
+            self.max_offsets = int(limit) if limit is not None else None
+        except ValueError:
+            raise SparkSourceOptionError(f"maxOffsetsPerTrigger={limit!r}: expected a whole number > 0") from None
         if self.max_offsets is not None and self.max_offsets <= 0:
             raise SparkSourceOptionError(f"maxOffsetsPerTrigger={limit}: must be positive")
+        given = [name for name in ("endingOffsets", "endingTimestamp") if name.lower() in raw]
+        if given:  # (a stream read them as nothing, silently: Spark's Kafka source refuses them in a stream too)
+            raise SparkSourceOptionError(f"{', '.join(given)} is for batch reads: a stream reads on as the log grows")
 
-    def _bounds(self) -> dict[str, dict[str, tuple[int, int]]]:
-        """Per partition: (log start, end bound)."""
+    def _bounds(self, timestamp: int | None = None) -> dict[str, dict[str, tuple[int, int]]]:
+        """Per partition: (log start, end bound); with ``timestamp``, the first offset at or after it stands for the
+        log start (the end bound where no record is that late)."""
         from tiered.spark.planning import open_read_only
 
         out: dict[str, dict[str, tuple[int, int]]] = {}
@@ -299,19 +306,25 @@ class TieredStreamReader(DataSourceStreamReader):
                 if log is None:
                     continue
                 end = log.last_stable_offset if self.opts.read_committed else log.high_watermark
-                out.setdefault(topic, {})[str(partition)] = (log.log_start_offset, end)
+                start = log.log_start_offset
+                if timestamp is not None:
+                    found = log.offset_for_timestamp(timestamp)
+                    start = max(start, min(found.offset, end) if found is not None else end)
+                out.setdefault(topic, {})[str(partition)] = (start, end)
         return out
 
     def initialOffset(self) -> dict:
         from tiered.spark.options import LATEST
 
-        bounds = self._bounds()
+        bounds = self._bounds(self.opts.starting_timestamp)  # (startingTimestamp: where the stream begins)
         check_subscription(self.opts, [(t, int(p)) for t, parts in bounds.items() for p in parts])
         out: dict[str, dict[str, int]] = {}
         for topic, parts in bounds.items():
             for p, (start, end) in parts.items():
                 spec = self.opts.starting
                 wanted = spec if isinstance(spec, int) else spec.get(topic, {}).get(int(p), -2)
+                if self.opts.starting_timestamp is not None:
+                    wanted = max(wanted, start) if wanted >= 0 else start
                 out.setdefault(topic, {})[p] = end if wanted == LATEST else start if wanted < 0 else wanted
         return out
 
