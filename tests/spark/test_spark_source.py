@@ -418,6 +418,9 @@ def test_a_stream_starts_at_starting_timestamp_and_refuses_batch_only_options(ro
         TieredStreamReader(_options(root, topics="t", startingTimestamp="-3"))
     with pytest.raises(SparkSourceOptionError, match="maxOffsetsPerTrigger='abc'"):
         TieredStreamReader(_options(root, topics="t", maxOffsetsPerTrigger="abc"))
+    past = TieredStreamReader(_options(root, topics="t", startingOffsets=f'{{"t":{{"0":{N + 5},"1":0}}}}'))
+    with pytest.raises(SparkSourceOptionError, match=f"startingOffsets {N + 5} of t-0 is past its end {N}"):
+        past.initialOffset()
 
 
 def _segment_id_text(piece: Any) -> str:
@@ -773,3 +776,20 @@ def test_streaming_restart_loses_and_repeats_nothing(spark: Any, tmp_path: Path)
     rows = spark.read.parquet(str(out)).collect()
     got = sorted((r["partition"], r["offset"], r["value"]) for r in rows)
     assert got == [(p, i, b"s%d-%d" % (p, i)) for p in range(2) for i in range(1500)]
+
+
+@pytest.mark.parametrize(("option", "value", "message"), [
+    ("startingOffsets", '{"t":{"0":5998.7}}', "offset 5998.7 is not a whole number"),
+    ("startingOffsets", '{"t":{"0":true}}', "offset True is not a whole number"),
+    ("startingOffsets", '{"t":{"0":"5998"}}', "offset '5998' is not a whole number"),
+    ("endingOffsets", '{"t":{"0":-2}}', r"-2 \(earliest\) for t-0 is not allowed as an ending offset"),
+    ("topics", " , ", "no topic name"),
+])
+def test_careless_offsets_and_topics_are_refused(root: Path, option: str, value: str, message: str) -> None:
+    """5998.7 read from 5998, true from 1, "5998" as 5998; -2 as an ending offset read nothing; topics " , " read
+    nothing, all without a word (a helper's pass)."""
+    from tiered.spark.options import SparkSourceOptionError, parse_options
+
+    options = {**_options(root, topics="t"), option: value}
+    with pytest.raises(SparkSourceOptionError, match=message):
+        parse_options(options)

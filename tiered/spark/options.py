@@ -100,7 +100,7 @@ def _offsets(name: str, value: str | None, default: int) -> int | dict[str, dict
         return LATEST
     try:
         parsed = json.loads(text)
-        out = {str(t): {int(p): int(o) for p, o in parts.items()} for t, parts in parsed.items()}
+        out = {str(t): {int(p): _whole(o) for p, o in parts.items()} for t, parts in parsed.items()}
     except (ValueError, AttributeError, TypeError) as exc:
         raise SparkSourceOptionError(
             f"{name}={value!r}: expected earliest, latest or JSON like {{\"topic\":{{\"0\":23}}}} ({exc})") from None
@@ -108,7 +108,16 @@ def _offsets(name: str, value: str | None, default: int) -> int | dict[str, dict
         for p, o in parts.items():
             if o < EARLIEST:
                 raise SparkSourceOptionError(f"{name}: offset {o} of {t}-{p} is below -2 (earliest)")
+            if o == EARLIEST and default == LATEST:  # (as endingOffsets=earliest: Spark's Kafka source refuses both)
+                raise SparkSourceOptionError(f"{name}: -2 (earliest) for {t}-{p} is not allowed as an ending offset")
     return out
+
+
+def _whole(value: object) -> int:
+    """An offset of a JSON offsets option: a JSON integer (5998.7 read from 5998, true from 1, "5998" as 5998)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"offset {value!r} is not a whole number")
+    return value
 
 
 def _bool(name: str, value: str | None, default: bool) -> bool:
@@ -174,6 +183,8 @@ def parse_options(options: Mapping[str, Any]) -> SourceOptions:
     pattern = opts.get("topicpattern") or opts.get("subscribepattern")
     if (topics is None) == (pattern is None):
         raise SparkSourceOptionError("set exactly one of the options topics (a comma list) and topicPattern")
+    if topics is not None and not any(t.strip() for t in topics.split(",")):  # (" , " read nothing, silently)
+        raise SparkSourceOptionError(f"topics={topics!r}: no topic name")
     if pattern is not None:
         try:
             re.compile(pattern)

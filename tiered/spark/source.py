@@ -325,6 +325,8 @@ class TieredStreamReader(DataSourceStreamReader):
                 wanted = spec if isinstance(spec, int) else spec.get(topic, {}).get(int(p), -2)
                 if self.opts.starting_timestamp is not None:
                     wanted = max(wanted, start) if wanted >= 0 else start
+                if wanted > end:  # (said later as a clash with an endingOffsets the stream was never given)
+                    raise SparkSourceOptionError(f"startingOffsets {wanted} of {topic}-{p} is past its end {end}")
                 out.setdefault(topic, {})[p] = end if wanted == LATEST else start if wanted < 0 else wanted
         return out
 
