@@ -153,23 +153,17 @@ def _line_limit(config: Any, args: argparse.Namespace, overrides: dict[str, str]
     compressed, inflates to no more than :func:`local.validation.max_decompressed_bytes`; and a JSON line may spell
     each byte in up to six (``\\u00XX``). Reading stops there: a longer line is no record, and read whole it could
     take all memory first."""
-    from pathlib import Path
-
     from local.errors import ConfigError
-    from local.filenames import parse_partition_dir_name
-    from local.manager import TOPIC_CONFIG_FILENAME
-    from local.properties import read_properties
     from local.validation import max_decompressed_bytes
+    from tiered.commands.topics import local_topics, topic_overrides
 
     sizes = {**(overrides or {})}
-    for data_dir in config.log_dirs:  # an existing topic's own overrides (any partition: they are the topic's)
-        for path in Path(data_dir).glob(f"{args.topic}-*/{TOPIC_CONFIG_FILENAME}"):
-            try:
-                if parse_partition_dir_name(path.parent.name)[0] == args.topic:
-                    sizes = {**dict(read_properties(path)), **sizes}
-                    break
-            except (OSError, ValueError):
-                continue
+    existing = local_topics(config, missing_ok=True).get(args.topic)
+    if existing:  # an existing topic's own overrides (any partition's: they are the topic's)
+        try:
+            sizes = {**topic_overrides(existing[min(existing)]), **sizes}
+        except ConfigError:
+            pass  # (an unreadable overrides file: the write reports it)
     try:
         topic = config.topic_config({k: v for k, v in sizes.items() if k in ("max.message.bytes", "segment.bytes")})
     except ConfigError:  # (a damaged overrides file: the write reports it; the broker's limits bound the line here)

@@ -189,18 +189,23 @@ def read_piece(piece: Piece, projection: Projection | None = None) -> Iterator[p
 def _deleted_since_the_plan(piece: Piece, rlm: Any) -> bool:
     """Whether ``piece``'s remote segment is no longer a readable one once the partition's metadata is listed again
     (remote retention deleted it after the plan: Kafka's source reports that as data loss, or skips it)."""
-    from tiered.metadata import RemoteLogMetadataStore, decode_metadata
+    from tiered.metadata import decode_metadata
 
     assert piece.remote_metadata is not None
     md = decode_metadata(piece.remote_metadata)
+    return all(m.remote_log_segment_id != md.remote_log_segment_id for m in _segments_now(rlm, md.topic_id_partition))
+
+
+def _segments_now(rlm: Any, tip: Any) -> list[Any]:
+    """The partition's remote segments as its metadata lists them now (the worker's view may be of a plan before a
+    copy or a deletion): the current owner's readable ones, never another data dir's."""
+    from tiered.metadata import RemoteLogMetadataStore
+
     metadata = rlm.metadata
-    tip = md.topic_id_partition
     if isinstance(metadata, RemoteLogMetadataStore):
         metadata.load(tip)
-        segments = metadata.readable_segments(tip)
-    else:
-        segments = metadata.list_remote_log_segments(tip)
-    return all(m.remote_log_segment_id != md.remote_log_segment_id for m in segments)
+        return metadata.readable_segments(tip)
+    return list(metadata.list_remote_log_segments(tip))
 
 
 def _remote_copy_of(piece: Piece) -> Piece | None:
@@ -211,7 +216,7 @@ def _remote_copy_of(piece: Piece) -> Piece | None:
     from local import LogConfig, filenames
     from local.checkpoint import PartitionMetadataFile
     from local.errors import KafkaStorageError
-    from tiered.metadata import RemoteLogMetadataStore, encode_metadata
+    from tiered.metadata import encode_metadata
     from tiered.rsm import RemoteLogSegmentState, TopicIdPartition
 
     assert piece.local_path is not None
@@ -225,13 +230,7 @@ def _remote_copy_of(piece: Piece) -> Piece | None:
         return None
     tip = TopicIdPartition(topic_id, piece.topic, piece.partition)
     with remote_log_manager(piece.props, piece.cache_dir) as rlm:
-        metadata = rlm.metadata
-        if isinstance(metadata, RemoteLogMetadataStore):
-            metadata.load(tip)  # the worker's view may be of a plan before the copy
-            segments = metadata.readable_segments(tip)  # the current owner's: never another data dir's copy
-        else:
-            segments = metadata.list_remote_log_segments(tip)
-        for md in segments:
+        for md in _segments_now(rlm, tip):
             if (md.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED and md.start_offset == base
                     and md.end_offset >= piece.until_offset - 1
                     and (piece.end_position is None or piece.end_position <= md.segment_size_in_bytes)):
