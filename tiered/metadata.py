@@ -416,6 +416,26 @@ class RemoteLogMetadataStore:
                 self._checksums.pop(sid.id, None)
         return md
 
+    def remove_leftover_events(self, tip: TopicIdPartition) -> int:
+        """Delete the events, as of the partition's last load, of segments whose deletion had finished: what a crash
+        between DELETE_SEGMENT_FINISHED and the removal of the segment's other events left, or an event whose write
+        reached the store after the deletion. Readers ignore them (a segment's newest state wins), but nothing else
+        would ever remove them. For the partition's owner (its expiration task); how many were deleted."""
+        with self._lock:
+            decoded = dict(self._decoded.get(tip, {}))
+        gone = {md.remote_log_segment_id.id for md, _ in decoded.values() if md.state is S.DELETE_SEGMENT_FINISHED}
+        keys = sorted(key for key, (md, _) in decoded.items()
+                      if md.remote_log_segment_id.id in gone and md.state is not S.DELETE_SEGMENT_FINISHED)
+        if keys:
+            logger.info("deleting %d leftover metadata event(s) of remote segments of %s whose deletion finished",
+                        len(keys), tip)
+            self.store.delete_many(keys)
+            with self._lock:
+                known = self._decoded.get(tip, {})
+                for key in keys:
+                    known.pop(key, None)
+        return len(keys)
+
     def record_written(self, md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> None:
         """Record in this view an event another process already wrote to the store (the copier process's batch
         copies, tiered.copier_process.BatchCopier): as add/update would, the transition checked, without writing

@@ -61,6 +61,7 @@ class RLMExpirationTask:
         with self.lock:
             if not self._owned(log):
                 return 0
+            self._remove_leftover_events(log)
             foreign = parts.metadata.foreign_segments(self.tip)
             segs = parts.finished_segments(self.tip)
             if not segs and not foreign:
@@ -82,6 +83,15 @@ class RLMExpirationTask:
             if doomed and self._columnar is not None and log.config.remote_log_columnar_enable:
                 self._retire_columnar(log)
             return deleted
+
+    def _remove_leftover_events(self, log: Log) -> None:
+        """The metadata events a crash in a deletion left behind (:meth:`RemoteLogMetadataStore.remove_leftover_events`;
+        a failure is logged, and the next pass tries again)."""
+        try:
+            self.parts.metadata.remove_leftover_events(self.tip)
+        except Exception as exc:
+            logger.warning("deleting leftover metadata events of %s failed (%s); retried at the next pass", log.name,
+                           one_line_cause(exc), exc_info=logger.isEnabledFor(logging.DEBUG))
 
     def _retire_columnar(self, log: Log) -> None:
         """The columnar copy's files wholly below the new log start leave its manifest (a failure is logged; the

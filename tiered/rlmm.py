@@ -25,10 +25,10 @@ The dotted path of a class implementing :class:`RemoteLogMetadataManager` with a
 
 Differences from Kafka's interface, kept because the RemoteLogManager's copy and cleanup need them: a
 COPY_SEGMENT_FINISHED update carries the segment's checksums (:mod:`tiered.checksums`); ``find_stale_copies``,
-``unfinished_segments`` and ``purge`` clean up after a crashed or failed copy; ``readable_segments``,
-``foreign_segments``, ``owner_records``, ``claim_ownership``, ``holds_metadata`` and ``max_epoch`` give one writer
-per partition across machines sharing a store (:mod:`tiered.ownership`). Calls are synchronous (Kafka's
-return futures). ``remote_log_segment_metadata`` takes the offset before the (optional) epoch.
+``unfinished_segments`` and ``purge`` clean up after a crashed or failed copy, ``remove_leftover_events`` after a
+crashed deletion; ``readable_segments``, ``foreign_segments``, ``owner_records``, ``claim_ownership``,
+``holds_metadata`` and ``max_epoch`` give one writer per partition across machines sharing a store
+(:mod:`tiered.ownership`). Calls are synchronous (Kafka's return futures). ``remote_log_segment_metadata`` takes the offset before the (optional) epoch.
 """
 
 from __future__ import annotations
@@ -116,6 +116,12 @@ class RemoteLogMetadataManager(Protocol):
 
     def purge(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Forget every state of a copy that never finished (deleting what is gone is not an error)."""
+        ...
+
+    def remove_leftover_events(self, tip: TopicIdPartition) -> int:
+        """Delete what a crash in a deletion left of segments whose deletion finished (their events of lower states;
+        never read); how many. Called by the partition's owner at each retention pass: return 0 for a manager that
+        leaves nothing behind."""
         ...
 
     def close(self) -> None:

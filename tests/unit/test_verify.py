@@ -730,3 +730,29 @@ def test_a_metadata_event_that_landed_after_its_segments_deletion_is_an_orphan(d
     found = [(p["kind"], p["object"]) for p in problems(doc)]
     assert found == [("orphaned_object", first.relative_to(dirs / "remote").as_posix())], found
     assert "whose deletion finished" in problems(doc)[0]["message"]
+
+
+def test_the_owners_next_retention_pass_removes_events_left_by_a_crashed_deletion(dirs: Path) -> None:
+    """A crash between a segment's DELETE_SEGMENT_FINISHED and the removal of its other events left them in the store
+    (verify reports them, above); the owner's next retention pass, in a new process, deletes them."""
+    from local import LogConfig, LogManager
+
+    first = sorted((dirs / "remote").rglob("__remote_log_metadata/*.1.json"))[0]
+    leftover = first.read_bytes()
+    end = json.loads(leftover)["end_offset"]
+    config = LogConfig.from_properties(str(dirs / "broker.properties"))
+    with LogManager(config, start_scheduler=False) as manager:
+        log = manager.get_log("t", 0)
+        assert log is not None and manager.remote_tier is not None
+        log.delete_records(end + 1)
+        assert manager.remote_tier.cleanup_remote_segments(log) == 1  # type: ignore[attr-defined]
+    first.write_bytes(leftover)  # what the crash left
+    assert verify_json(dirs)[0] == 1
+    with LogManager(config, start_scheduler=False) as manager:
+        log = manager.get_log("t", 0)
+        assert log is not None and manager.remote_tier is not None
+        assert manager.remote_tier.cleanup_remote_segments(log) == 0  # type: ignore[attr-defined]
+        assert not first.exists()
+        assert first.with_name(first.name.replace(".1.json", ".3.json")).exists()  # the deletion's own record stays
+    code, out = verify(dirs)
+    assert code == 0, out
