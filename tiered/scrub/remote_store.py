@@ -200,7 +200,7 @@ class RemoteScrub:
                         out.problems.append(Problem(
                             "orphaned_object", f"a metadata event of segment {sid}, whose deletion finished (a write "
                             "that reached the store after the deletion, or a crash in its cleanup): nothing reads it; "
-                            "it can be deleted", object=key, offset=md.start_offset))
+                            "the owner's next retention pass deletes it", object=key, offset=md.start_offset))
         for md in latest.values():
             if md.state is S.COPY_SEGMENT_FINISHED:
                 self.add_total(max(0, md.segment_size_in_bytes))
