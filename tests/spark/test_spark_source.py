@@ -423,6 +423,29 @@ def test_a_stream_starts_at_starting_timestamp_and_refuses_batch_only_options(ro
         past.initialOffset()
 
 
+def test_a_stream_behind_retention_spends_its_cap_on_offsets_still_there(root: Path, tmp_path: Path) -> None:
+    """A stream whose checkpointed offsets retention passed, with failOnDataLoss=false and maxOffsetsPerTrigger, got
+    micro-batches of deleted offsets only (each one empty) until its cap had walked up to the log start: the cap is
+    now counted from the log start. With failOnDataLoss=true the end stays where the plan reports the loss."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from tiered.spark.source import TieredStreamReader
+
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "data", copy / "data")
+    shutil.copytree(root / "remote", copy / "remote")
+    with LogManager(LogConfig.from_properties(_props(copy)), start_scheduler=False) as m:
+        log = m.get_log("t", 0)
+        assert log is not None
+        log.delete_records(5000)
+    options = {**_options(copy, topics="t"), "cacheDir": str(tmp_path / "cache")}
+    behind = {"t": {"0": 100, "1": N}}  # t-0 checkpointed at 100, t-1 caught up
+    skipping = TieredStreamReader({**options, "failOnDataLoss": "false"})
+    assert skipping.latestOffset(behind, ReadMaxRows(700)) == {"t": {"0": 5700, "1": N}}
+    strict = TieredStreamReader(options)
+    assert strict.latestOffset(behind, ReadMaxRows(700)) == {"t": {"0": 800, "1": N}}
+
+
 def _segment_id_text(piece: Any) -> str:
     from tiered.layout import kafka_uuid
     from tiered.metadata import decode_metadata

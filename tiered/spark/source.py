@@ -273,7 +273,7 @@ class TieredStreamReader(DataSourceStreamReader):
     source). ``latestOffset`` opens the data dirs read-only and takes each partition's high watermark (the last
     stable offset under read_committed); a partition that appears later starts at its log start.
     ``maxOffsetsPerTrigger`` caps the offsets of one micro-batch, shared among the partitions in proportion to
-    their lag. Each micro-batch is planned like a batch read of [start, end), so segments appended or offloaded
+    their lag (with ``failOnDataLoss=false``, counted from the log start where retention passed the stream). Each micro-batch is planned like a batch read of [start, end), so segments appended or offloaded
     meanwhile are found, and offsets in the columnar copy are read from its Parquet files (``columnarCopy``);
     exactly-once comes from Spark's checkpoint of these offsets."""
 
@@ -339,6 +339,8 @@ class TieredStreamReader(DataSourceStreamReader):
         if not isinstance(limit, ReadMaxRows):
             return latest
         begin = {t: {p: (start or {}).get(t, {}).get(p, bounds[t][p][0]) for p in parts} for t, parts in latest.items()}
+        if not self.opts.fail_on_data_loss:  # offsets retention took since are skipped: they take no share of the cap
+            begin = {t: {p: max(o, bounds[t][p][0]) for p, o in parts.items()} for t, parts in begin.items()}
         lags = {(t, p): max(0, latest[t][p] - begin[t][p]) for t in latest for p in latest[t]}
         total = sum(lags.values())
         if total <= limit.max_rows:
