@@ -205,6 +205,9 @@ class RemoteLogMetadataStore:
         # such an event is never taken for a stale copy: its FINISHED event may be the damaged one.
         self._unreadable: dict[TopicIdPartition, dict[str, tuple[tuple[int, uuid.UUID, int] | None, str]]] = {}
         self._warned_unreadable: set[str] = set()
+        # The segments this process recorded an event of (written here, or by its copier process): the only ones
+        # unfinished_segments names, whatever a reload brings in of other writers' copies under way.
+        self._recorded_here: set[uuid.UUID] = set()
 
     @classmethod
     def in_bucket(cls, rsm: RemoteStorageManager) -> RemoteLogMetadataStore:
@@ -285,6 +288,11 @@ class RemoteLogMetadataStore:
             self._checksums.update(checksums)
         self._read_owner_records(tip, owner_keys)
         return latest
+
+    def refresh(self, tip: TopicIdPartition) -> None:
+        """Bring the partition's view up to date with the store (:meth:`load`): one listing, and a read of each event
+        new since the last load. The copy task's way to see what another data dir wrote under this one's claim."""
+        self.load(tip)
 
     def _view(self, tip: TopicIdPartition) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
         with self._lock:
@@ -388,6 +396,7 @@ class RemoteLogMetadataStore:
         key = layout.metadata_event_key(self.prefix, sid, md.start_offset, int(md.state))
         self.store.put(key, encode_metadata(md, checksums))
         with self._lock:
+            self._recorded_here.add(sid.id)
             self._view(md.topic_id_partition)[sid.id] = md
             self._readable.pop(md.topic_id_partition, None)
             if checksums is not None:
@@ -444,6 +453,7 @@ class RemoteLogMetadataStore:
         current = self._view(md.topic_id_partition).get(sid.id)
         S.check_transition(current.state if current is not None else None, md.state)
         with self._lock:
+            self._recorded_here.add(sid.id)
             self._view(md.topic_id_partition)[sid.id] = md
             self._readable.pop(md.topic_id_partition, None)
             if checksums is not None:
@@ -522,12 +532,12 @@ class RemoteLogMetadataStore:
         return self._not_damaged(tip, stale)
 
     def unfinished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
-        """The segments of this view left COPY_SEGMENT_STARTED or DELETE_SEGMENT_STARTED (no reload: what this
-        process recorded since it loaded the partition, e.g. a copy whose cleanup failed in an outage), but those
-        with an event that cannot be read (:meth:`_not_damaged`)."""
+        """The segments this process recorded that are left COPY_SEGMENT_STARTED or DELETE_SEGMENT_STARTED (no reload;
+        e.g. a copy whose cleanup failed in an outage), but those with an event that cannot be read
+        (:meth:`_not_damaged`). Never another writer's copy under way that a :meth:`refresh` brought in."""
         with self._lock:
             view = self._segments.get(tip)
-            segs = list(view.values()) if view is not None else []
+            segs = [m for m in view.values() if m.remote_log_segment_id.id in self._recorded_here] if view else []
         return self._not_damaged(tip, [m for m in segs if m.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED)])
 
     def unreadable_events(self, tip: TopicIdPartition) -> dict[str, str]:

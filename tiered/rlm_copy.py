@@ -215,12 +215,17 @@ class RLMCopyTask:
         with self.lock:
             if not self._owned(log, result):
                 return result
+            loaded = not self._cleaned_stale  # the first run's cleanup lists the partition's metadata anew
             try:
                 result.stale_copies_cleaned += self._cleanup_stale_copies(log)
             except Exception:
                 # The store is down (an outage): the copies below fail too, and the next run tries again.
                 logger.warning("cleanup of failed copies of %s failed; retried at the next pass", log.name, exc_info=True)
             candidates = candidate_segments(self.parts, self.tip, log)
+            if candidates and not loaded:
+                if not self._refreshed(log, result):
+                    return result
+                candidates = candidate_segments(self.parts, self.tip, log)
             self._set_lag(log, candidates)
             lag_bytes = sum(s.size for s, _ in candidates)
             i = 0
@@ -287,6 +292,21 @@ class RLMCopyTask:
                            one_line_cause(exc), exc_info=logger.isEnabledFor(logging.DEBUG))
             return False
         return True
+
+    def _refreshed(self, log: Log, result: PassResult) -> bool:
+        """Before a copy, the partition's metadata as the store holds it now, and ownership checked against it: a data
+        dir holding this one's claim (a copy of it, run beside it) may have copied segments since this process
+        loaded the partition. One of other records than the local segment at its offsets fences the partition (the
+        content check, :mod:`tiered.ownership`); one of the same records counts as copied. False when nothing may be
+        copied this run (a store error counts as a copy error)."""
+        try:
+            self.parts.metadata.refresh(self.tip)
+        except Exception as exc:
+            result.copy_errors += 1
+            logger.warning("cannot list the remote metadata of %s before copying (%s); retried at the next pass",
+                           log.name, one_line_cause(exc), exc_info=logger.isEnabledFor(logging.DEBUG))
+            return False
+        return self._owned(log, result)
 
     def _set_lag(self, log: Log, candidates: list[tuple[LogSegment, LogSegment]]) -> None:
         self._set_lag_to(log, len(candidates), sum(s.size for s, _ in candidates))

@@ -26,7 +26,7 @@ The dotted path of a class implementing :class:`RemoteLogMetadataManager` with a
 Differences from Kafka's interface, kept because the RemoteLogManager's copy and cleanup need them: a
 COPY_SEGMENT_FINISHED update carries the segment's checksums (:mod:`tiered.checksums`); ``find_stale_copies``,
 ``unfinished_segments`` and ``purge`` clean up after a crashed or failed copy, ``remove_leftover_events`` after a
-crashed deletion; ``readable_segments``, ``foreign_segments``, ``owner_records``, ``claim_ownership``,
+crashed deletion; ``refresh`` shows what another data dir wrote; ``readable_segments``, ``foreign_segments``, ``owner_records``, ``claim_ownership``,
 ``holds_metadata`` and ``max_epoch`` give one writer per partition across machines sharing a store
 (:mod:`tiered.ownership`). Calls are synchronous (Kafka's return futures). ``remote_log_segment_metadata`` takes the offset before the (optional) epoch.
 """
@@ -116,6 +116,12 @@ class RemoteLogMetadataManager(Protocol):
 
     def purge(self, metadata: RemoteLogSegmentMetadata) -> None:
         """Forget every state of a copy that never finished (deleting what is gone is not an error)."""
+        ...
+
+    def refresh(self, tip: TopicIdPartition) -> None:
+        """Bring what this manager knows of the partition up to date with where the metadata lives: the copy task
+        asks before it copies, to see a segment another data dir copied under this one's claim. A no-op for a manager
+        that is always current."""
         ...
 
     def remove_leftover_events(self, tip: TopicIdPartition) -> int:

@@ -992,3 +992,90 @@ def test_a_run_starting_beside_a_store_that_does_not_answer_tries_one_claim_not_
     assert len(calls) == 1
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "read timeout" in text and "3 more partition(s) were not claimed at a new owner epoch" in text
+
+
+def _append(log: Any, label: str, batches: int) -> None:
+    """``produce``'s records, appended to an open log (a running data dir), then a roll."""
+    now = int(time.time() * 1000)
+    for _ in range(batches):
+        at = log.log_end_offset
+        log.append(MemoryRecords.build([SimpleRecord(now, None, f"{label}-{at + j}".encode() + b"x" * 300)
+                                        for j in range(BATCH)]))
+    log.roll()
+    log.flush()
+
+
+def _finished_starts(rsm: LocalDirRemoteStorageManager, tip: TopicIdPartition) -> list[int]:
+    return [m.start_offset for m in RemoteLogMetadataStore.in_bucket(rsm).list_remote_log_segments(tip)
+            if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
+
+
+@pytest.mark.parametrize("clone_writes", [False, True])
+def test_a_running_data_dir_sees_what_a_copy_of_it_copied_under_its_claim(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path, clone_writes: bool
+) -> None:
+    """A copy of a data dir (cp -a to another machine) offloading beside the original, which runs on (`tiered run`,
+    or a program with its own LogManager): both hold one claim. The original's view of the bucket was loaded at its
+    start and never again, so it never saw the copy's segments: it copied the same offsets a second time, and where
+    the copy had written other records there, the bucket held both machines' records at one offset. Before copying it
+    now lists the partition's metadata again: segments of its own records count as copied, segments of other records
+    fence it (it copies nothing more, and keeps its local segments)."""
+    import shutil
+
+    from tiered.ownership import LOST, OWNER
+    from tiered.remote_tier_parts import topic_id_partition
+
+    a, _, bucket = two_dirs
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(bucket)})
+    clone_dir = tmp_path / "clone"
+    clone = write_config(tmp_path / "clone.properties", local_tier_props(clone_dir, **{"rsm.config.dir": str(bucket)}))
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        log = manager.get_log(TOPIC, 0)
+        assert rlm is not None and log is not None
+        tip = topic_id_partition(log)
+        assert rlm.run_once(manager.all_logs()).segments_copied == 0  # the running data dir's view is loaded
+        if clone_writes:
+            shutil.copytree(tmp_path / "a", clone_dir, ignore=shutil.ignore_patterns(".lock"))
+            first, _ = produce(clone, "C", 60)
+            _append(log, "A", 40)  # other records at the same offsets
+        else:
+            _append(log, "A", 40)
+            shutil.copytree(tmp_path / "a", clone_dir, ignore=shutil.ignore_patterns(".lock"))
+        rc, out, err = cli(capsys, "--config", str(clone), "offload")
+        assert rc == 0 and "copied 0 segment(s)" not in out, out + err
+        copied_by_clone = _finished_starts(rsm, tip)
+        objects = sorted(p.relative_to(bucket) for p in bucket.rglob("*") if p.is_file())
+        result = rlm.run_once(manager.all_logs())
+        assert result.segments_copied == 0
+        assert _finished_starts(rsm, tip) == copied_by_clone  # no offset copied twice
+        state = rlm.ownership.states()[tip]
+        if not clone_writes:
+            assert state.state == OWNER, state.detail
+            assert sorted(set(copied_by_clone)) == copied_by_clone
+        else:
+            assert state.state == LOST and "holds other records than this data dir's" in state.detail, state.detail
+            assert sorted(p.relative_to(bucket) for p in bucket.rglob("*") if p.is_file()) == objects
+            manager.cleanup_logs()
+            assert log.local_log_start_offset <= first  # its own records stay, in its local segments
+    if clone_writes:
+        rc, records, err = consume(capsys, a, "--offset", str(first + 5), "--max-messages", "1")
+        assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first + 5}x"), err
+
+
+def test_a_refresh_never_makes_another_writers_copy_under_way_a_failed_copy_of_this_process(tmp_path: Path) -> None:
+    """unfinished_segments names the copies this process left STARTED, which its copy task deletes as failed ones:
+    after a refresh brought in another data dir's copy under way (STARTED in the store), that one must not be among
+    them, or the task would delete a copy in flight."""
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(tmp_path / "bucket")})
+    tip = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    here, there = RemoteLogMetadataStore.in_bucket(rsm), RemoteLogMetadataStore.in_bucket(rsm)
+    mine, theirs = _md(tip, 0, 99), _md(tip, 100, 199)
+    here.add_remote_log_segment_metadata(mine)
+    there.add_remote_log_segment_metadata(theirs)
+    here.refresh(tip)
+    assert {m.start_offset for m in here.list_remote_log_segments(tip)} == {0, 100}  # the refresh sees it
+    assert [m.start_offset for m in here.unfinished_segments(tip)] == [0]
+    assert [m.start_offset for m in there.unfinished_segments(tip)] == [100]
