@@ -424,6 +424,8 @@ class FileRecords:
         try:
             os.replace(self._path, target)
         finally:
+            if self._source == self._path:
+                self._source = target  # errors name the file by the name it has now (not a cleaning's .cleaned)
             self._path = target
 
 

@@ -851,6 +851,11 @@ class Log:
                     if isolation is FetchIsolation.TXN_COMMITTED:
                         info = self._add_aborted_transactions(offset, segment, info)
                     break
+                if segments.get(segment.base_offset) is not segment and (now := segments.floor_segment(offset)):
+                    # A cleaning swapped the segment out under the read: its replacement may hold the records of
+                    # the segments after it too, which the segment after the replacement would skip.
+                    segment = now
+                    continue
                 segment = segments.higher_segment(segment.base_offset)
         except Exception:
             if offset < self.local_log_start_offset:
@@ -1203,14 +1208,13 @@ class Log:
             for seg in reversed(new_sorted):
                 seg.change_file_suffixes(filenames.CLEANED_FILE_SUFFIX, filenames.SWAP_FILE_SUFFIX)
             fsync_dir(self.dir)  # every .swap durable before any old file is renamed .deleted
-            for seg in reversed(new_sorted):
-                self.segments.add(seg)
             new_bases = {seg.base_offset for seg in new_sorted}
-            deleted_not_replaced = []
-            for seg in sorted(old_segments, key=lambda s: s.base_offset):
-                if seg.base_offset not in new_bases:
-                    self.segments.remove(seg.base_offset)
-                    deleted_not_replaced.append(seg)
+            old_sorted = sorted(old_segments, key=lambda s: s.base_offset)
+            deleted_not_replaced = [seg for seg in old_sorted if seg.base_offset not in new_bases]
+            # The lookup list changes in one step (readers never see a new segment beside an old one it replaces),
+            # then the old files are renamed .deleted.
+            self.segments.replace(new_sorted, [seg.base_offset for seg in deleted_not_replaced])
+            for seg in old_sorted:
                 self._async_delete(seg)
             for seg in new_sorted:
                 seg.change_file_suffixes(filenames.SWAP_FILE_SUFFIX, "")

@@ -45,6 +45,20 @@ class LogSegments:
             bases = sorted(by_base)
             self._state = (bases, [by_base[base] for base in bases])
 
+    def replace(self, segments: Iterable[LogSegment], removed: Iterable[int]) -> None:
+        """Add ``segments`` (each replacing a segment with its base offset) and remove the segments at the base
+        offsets ``removed``, publishing ONE new list: a cleaning's swap, which a reader sees wholly before or wholly
+        after. (Added then removed one at a time, the new segment stood beside an old one it replaces: a read found
+        the next segment starting inside the segment it read, and took it for damage.)"""
+        with self._lock:
+            by_base = dict(zip(*self._state, strict=True))
+            for base in removed:
+                by_base.pop(base, None)
+            for segment in segments:
+                by_base[segment.base_offset] = segment
+            bases = sorted(by_base)
+            self._state = (bases, [by_base[base] for base in bases])
+
     def remove(self, base_offset: int) -> LogSegment | None:
         with self._lock:
             bases, segs = self._state

@@ -422,3 +422,72 @@ def test_a_cleaned_segment_whose_indexes_fill_leaves_the_rest_unindexed_and_the_
         assert batch.base_offset <= offset <= batch.last_offset
     _decodes(log)
     log.close()
+
+
+def _gap_then_segment(tmp_path: Path) -> Log:
+    """Segment 0 holding key ``cold`` at 0 and ``hot`` at 1..3, ending in a gap (4..9); segment 10 holding ``hot`` at
+    10..12; the active segment 20 holding ``other``. A cleaning merges 0 and 10 into one segment holding 0 and 12."""
+    log = _log(tmp_path)
+    now = log.time.milliseconds()
+    log.append_as_follower(MemoryRecords.build([SimpleRecord(now, b"cold", b"c")], base_offset=0))
+    log.append_as_follower(MemoryRecords.build([SimpleRecord(now, b"hot", b"h%d" % i) for i in range(3)], base_offset=1))
+    log.roll(10)
+    log.append_as_follower(MemoryRecords.build([SimpleRecord(now, b"hot", b"h%d" % i) for i in range(3)], base_offset=10))
+    log.roll(20)
+    log.append_as_follower(MemoryRecords.build([SimpleRecord(now, b"other", b"o")], base_offset=20))
+    log.update_high_watermark(log.log_end_offset)
+    assert log.segments.base_offsets() == [0, 10, 20]
+    return log
+
+
+def test_a_read_in_a_gap_while_the_cleaner_swaps_segments_is_answered_not_taken_for_damage(tmp_path: Path) -> None:
+    """The swap put the merged segment 0 (0 and 12, a gap between) in the lookup list, then removed segment 10 only
+    after renaming files: a read of offset 5 in between found batch 12 after the gap, the last of its segment, and
+    "the next segment" starting at 10, below it: CORRUPT_MESSAGE to Kafka clients (a helper's pass, librdkafka
+    and kafka-python). The list now changes in one step."""
+    log = _gap_then_segment(tmp_path)
+    seen: list[tuple[list[int], int]] = []
+    delete = log._async_delete
+
+    def read_during_the_swap(segment: Any) -> None:
+        if not seen:  # the first old segment about to be renamed .deleted: the swap is under way
+            info = log.read(5)
+            seen.append((log.segments.base_offsets(), next(info.records.batches()).base_offset))
+        delete(segment)
+
+    log._async_delete = read_during_the_swap  # type: ignore[method-assign]
+    try:
+        assert _cleaner(tmp_path, log).clean_pass()[0].cleaned
+        assert seen == [([0, 20], 10)]  # the batch holding 12 (a cleaned batch keeps its base offset, as Kafka's)
+        assert _records(log) == [(0, b"cold", b"c"), (12, b"hot", b"h2"), (20, b"other", b"o")]
+        cleaned = log.segments.get(0)
+        assert cleaned is not None  # its errors name the file as it is called now, not the cleaning's .cleaned
+        assert str(cleaned.log.source_path) == str(log.dir / "00000000000000000000.log")
+    finally:
+        log.close()
+
+
+def test_a_read_whose_segment_is_swapped_out_under_it_skips_none_of_its_replacements_records(tmp_path: Path) -> None:
+    """A read of offset 5 found nothing in segment 0 (its tail is a gap) and went on to the segment after it; a
+    cleaning that merged 0 and 10 in between made that the segment after the merged one: the read answered with
+    offset 20 and skipped 12, silently. It now reads the segment that replaced its own."""
+    log = _gap_then_segment(tmp_path)
+    old = log.segments.get(0)
+    assert old is not None
+    cleaner = _cleaner(tmp_path, log)
+    read = old.read
+    reports: list[Any] = []
+
+    def read_then_swap(*args: Any, **kwargs: Any) -> Any:
+        info = read(*args, **kwargs)
+        if info is None and not reports:  # nothing at 5 or after in the old segment: the cleaning swaps it now
+            reports.extend(cleaner.clean_pass())
+        return info
+
+    old.read = read_then_swap  # type: ignore[method-assign]
+    try:
+        info = log.read(5)
+        assert reports and reports[0].cleaned and log.segments.get(0) is not old
+        assert [r.offset for r in next(info.records.batches()).records()] == [12]
+    finally:
+        log.close()
