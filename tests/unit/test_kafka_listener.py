@@ -253,6 +253,26 @@ def test_fetch_errors(kafka):
     assert session.error_code == ErrorCode.fetch_session_id_not_found
 
 
+def test_a_fetch_answered_corrupt_message_is_logged_once_naming_the_partition(kafka, tmp_path, caplog):
+    """A read that fails on damage was answered CORRUPT_MESSAGE and logged nowhere (a helper's pass): the operator
+    never learnt of it. It is logged as Kafka's fetch logs it, once however often a consumer retries the offset."""
+    import logging
+
+    with RawClient(kafka.address) as client:
+        _create(client, "t")
+        client.call(0, 9, produce_request(9, "t", 0, _batch(b"a", b"b")))
+        (segment,) = (tmp_path / "data" / "t-0").glob("*.log")
+        with open(segment, "r+b") as f:  # the first batch's length now runs past the file's end
+            f.seek(8)
+            f.write((1 << 20).to_bytes(4, "big"))
+        with caplog.at_level(logging.ERROR, logger="tiered.kafka.fetch"):
+            answers = [client.call(1, 12, fetch_request(12, {"t": {0: 0}})) for _ in range(3)]
+    assert {a.responses[0].partitions[0].error_code for a in answers} == {ErrorCode.corrupt_message}
+    logged = [r.getMessage() for r in caplog.records if r.name == "tiered.kafka.fetch"]
+    assert len(logged) == 1 and "t-0 at offset 0 is answered CORRUPT_MESSAGE" in logged[0], logged
+    assert str(segment) in logged[0]
+
+
 def test_fetch_respects_max_bytes_but_returns_one_whole_batch(kafka):
     big = _batch(b"x" * 5000)
     with RawClient(kafka.address) as client:

@@ -24,6 +24,7 @@ returned ``FetchDataInfo.records`` go into the response as they are.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -35,6 +36,14 @@ from tiered.kafka.broker import KafkaBroker, current_leader_epoch_error
 from tiered.kafka.errors import error_code
 from tiered.kafka.protocol import NO_THROTTLE, Request, make
 from tiered.kafka.server import WaitForAppend
+
+logger = logging.getLogger(__name__)
+
+# A read that failed other than as clients expect (damage, a storage error, a bug) is logged, as Kafka's fetch logs
+# "Error processing fetch"; once per partition, offset and error: a consumer retries the same offset again and again.
+_LOGGED_CODES = frozenset({ErrorCode.corrupt_message, ErrorCode.kafka_storage_error, ErrorCode.unknown_server_error})
+_logged: set[tuple[str, int, int, str]] = set()
+_LOGGED_MAX = 1024
 
 READ_COMMITTED = 1
 _NO_REPLICA = -1
@@ -132,7 +141,10 @@ def _read_partition(broker: KafkaBroker, module: Any, topic: str, wanted: Any, m
         info = log.read(wanted.fetch_offset, max_bytes, isolation, min_one_message=first)
         records = bytes(info.records)
     except Exception as exc:
-        return _error(module, partition, error_code(exc), log)
+        code = error_code(exc)
+        if code in _LOGGED_CODES:
+            _log_failed_read(topic, partition, wanted.fetch_offset, code, exc)
+        return _error(module, partition, code, log)
     aborted = None
     if isolation is FetchIsolation.TXN_COMMITTED:
         aborted = tuple(make(module, "AbortedTransaction", producer_id=txn.producer_id, first_offset=txn.first_offset)
@@ -141,6 +153,17 @@ def _read_partition(broker: KafkaBroker, module: Any, topic: str, wanted: Any, m
                 high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
                 log_start_offset=log.log_start_offset, aborted_transactions=aborted,
                 preferred_read_replica=_NO_REPLICA, records=records)
+
+
+def _log_failed_read(topic: str, partition: int, offset: int, code: ErrorCode, exc: Exception) -> None:
+    key = (topic, partition, offset, f"{type(exc).__name__}: {exc}")
+    if key in _logged:
+        return
+    if len(_logged) >= _LOGGED_MAX:
+        _logged.clear()
+    _logged.add(key)
+    logger.error("a fetch of %s-%d at offset %d is answered %s: %s", topic, partition, offset, code.name.upper(),
+                 key[3], exc_info=logger.isEnabledFor(logging.DEBUG))
 
 
 def _error(module: Any, partition: int, code: ErrorCode, log: Any = None) -> Any:
