@@ -61,6 +61,7 @@ from tiered.columnar.manifest import (
     file_name,
     footer_crc32c,
     partition_dir,
+    published_file,
     read_manifest,
     stored_file,
     write_manifest,
@@ -219,7 +220,7 @@ class ColumnarKeeper:
         last = m.files[-1]
         crc = 0
         try:
-            with open(stored_file(directory, last.name), "rb") as fh:
+            with open(published_file(directory, last.name), "rb") as fh:
                 while chunk := fh.read(8 * 1024 * 1024):
                     crc = crc32c(chunk, crc)
         except OSError as exc:
@@ -325,7 +326,7 @@ class ColumnarKeeper:
             with pq.ParquetWriter(tmp, columnar_schema(), compression="snappy", write_statistics=True,
                                   write_page_checksum=True, use_dictionary=_DICTIONARY_COLUMNS) as writer:
                 if prefix is not None:
-                    with pq.ParquetFile(stored_file(directory, prefix.name), page_checksum_verification=True) as old:
+                    with pq.ParquetFile(published_file(directory, prefix.name), page_checksum_verification=True) as old:
                         for i in range(old.num_row_groups):  # one row group in memory at a time
                             writer.write_table(old.read_row_group(i))
                 for rb in self._record_batches(log, tip, md):

@@ -228,6 +228,16 @@ def stored_file(directory: Path, name: str) -> Path:
     return directory / FILES_DIR / name
 
 
+def published_file(directory: Path, name: str) -> Path:
+    """Where a reader finds the published file ``name``: :func:`stored_file`, else its link in the partition dir,
+    which holds the same bytes (a copy made before ``_files/``, or a ``_files/`` entry lost since; the partition's
+    next writer puts it back). The reader checks it against the manifest as it would the stored one."""
+    kept = stored_file(directory, name)
+    if not kept.exists() and (directory / name).exists():
+        return directory / name
+    return kept
+
+
 _TAIL = 8  # a Parquet file ends with its footer's length (4 bytes, little-endian) and "PAR1"
 
 

@@ -6,7 +6,8 @@ manifest's size and crc32c (a flipped byte is found here), its Parquet footer co
 statistics of its ``offset`` column lie inside the file's range, its offsets rise strictly and each remote segment
 it lists holds the rows the manifest says (its ``offset`` column is read); each segment's rows equal the records of
 the segment's data batches wherever the scrub read that segment without a problem (the local segment, or the remote
-one with ``--remote``: :attr:`tiered.scrub.report.PartitionReport.segment_records`); no file holds offsets at or
+one with ``--remote``: :attr:`tiered.scrub.report.PartitionReport.segment_records`), in number and in content (the
+digest of :mod:`tiered.scrub.content`), with rows marked aborted only among its transactional batches'; no file holds offsets at or
 past the log end offset, and the manifest's topic id is the partition's; the partition dir's links (what a plain directory read
 sees) are exactly the published files. Parquet files that no manifest names are noted (a crash
 leaves them; the partition's next writer removes them), not counted as problems. Nothing is written.
@@ -15,6 +16,7 @@ leaves them; the partition's next writer removes them), not counted as problems.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from tiered.columnar.manifest import (
     FILES_DIR,
@@ -22,8 +24,8 @@ from tiered.columnar.manifest import (
     PARQUET_SUFFIX,
     ColumnarFile,
     ColumnarManifestError,
+    published_file,
     read_manifest,
-    stored_file,
 )
 from tiered.scrub.report import PartitionReport, Problem
 
@@ -69,9 +71,7 @@ def scrub_partition(directory: Path, report: PartitionReport, remote_scanned: bo
                                              f"{report.topic_id}", file=str(path)))
     compared = uncompared = 0
     for f in m.files:
-        file = stored_file(directory, f.name)
-        if not file.exists() and (directory / f.name).exists():
-            file = directory / f.name  # a copy made before _files/ (its next writer moves it)
+        file = published_file(directory, f.name)
         try:
             data = file.read_bytes()
         except FileNotFoundError:
@@ -110,7 +110,7 @@ def scrub_partition(directory: Path, report: PartitionReport, remote_scanned: bo
                                                offset=int(stats.min)))
         if not f.segments:
             continue
-        problems = _check_segment_rows(file, f, report.segment_records)
+        problems = _check_segment_rows(file, f, report.segment_records, report.segment_content)
         report.problems += problems
         if not problems:
             seen = sum(1 for s in f.segments if report.segment_records.get(s.base_offset, (None,))[0] == s.end_offset)
@@ -140,9 +140,11 @@ def scrub_partition(directory: Path, report: PartitionReport, remote_scanned: bo
                                                  "links right", file=str(directory)))
 
 
-def _check_segment_rows(file: Path, f: ColumnarFile, records: dict[int, tuple[int, int]]) -> list[Problem]:
+def _check_segment_rows(file: Path, f: ColumnarFile, records: dict[int, tuple[int, int]],
+                        contents: dict[int, tuple[bytes, tuple[int, ...]]] | None = None) -> list[Problem]:
     """The file's offsets rise strictly, each listed segment holds the rows the manifest says, and those equal the
-    log's records of that segment where the scrub counted them."""
+    log's records of that segment where the scrub counted them: as many, and, where it digested them (``contents``),
+    the same (:mod:`tiered.scrub.content`), with rows marked aborted only among its transactional batches'."""
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -165,4 +167,47 @@ def _check_segment_rows(file: Path, f: ColumnarFile, records: dict[int, tuple[in
             problems.append(Problem(KIND, f"{count} rows of segment {s.segment_id} ({s.base_offset}-{s.end_offset}), "
                                           f"but the segment has {found[1]} records", file=str(file),
                                     offset=s.base_offset))
+    if problems or not contents:
+        return problems
+    digested = [s for s in f.segments if s.base_offset in contents and records.get(s.base_offset, (None,))[0] ==
+                s.end_offset]
+    if digested:
+        problems += _check_contents(file, offsets, digested, contents)
+    return problems
+
+
+def _check_contents(file: Path, offsets: Any, segments: list[Any],
+                    contents: dict[int, tuple[bytes, tuple[int, ...]]]) -> list[Problem]:
+    """Each segment's rows against the digest of its records, and its aborted marks against its transactional
+    batches."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tiered.scrub.content import rows_digest
+
+    names = ["offset", "timestamp", "timestampType", "leaderEpoch", "key", "value", "headers", "aborted"]
+    table = pq.read_table(file, columns=names)
+    stamps = table.column("timestamp").cast(pa.int64())
+    columns = {name: (stamps if name == "timestamp" else table.column(name)).to_pylist() for name in names[:-1]}
+    aborted = table.column("aborted").to_numpy(zero_copy_only=False)
+    problems = []
+    for s in segments:
+        digest, transactional = contents[s.base_offset]
+        lo = int(np.searchsorted(offsets, s.base_offset, side="left"))
+        hi = int(np.searchsorted(offsets, s.end_offset, side="right"))
+        if rows_digest(columns, lo, hi) != digest:
+            problems.append(Problem(KIND, f"the rows of segment {s.segment_id} ({s.base_offset}-{s.end_offset}) are "
+                                          "not its records: an offset, timestamp, leader epoch, key, value or header "
+                                          "differs", file=str(file), offset=s.base_offset))
+            continue
+        marked = offsets[lo:hi][aborted[lo:hi].astype(bool)]
+        if len(marked):
+            ranges = np.array(transactional, np.int64).reshape(-1, 2)
+            i = np.searchsorted(ranges[:, 0], marked, side="right") - 1
+            outside = marked[(i < 0) | (marked > ranges[np.maximum(i, 0), 1])] if len(ranges) else marked
+            if len(outside):
+                problems.append(Problem(KIND, f"row {int(outside[0])} of segment {s.segment_id} is marked aborted, but "
+                                              "its record is not in a transactional batch", file=str(file),
+                                        offset=int(outside[0])))
     return problems

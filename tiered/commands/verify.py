@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         if rsm is not None and rsm.object_store is not None:
             rsm.object_store.check_access()  # an unreachable endpoint, a missing bucket or bad credentials: at once
         with _progress(enabled=not args.json and sys.stdout.isatty()) as progress:
-            result = scrub(dirs, rsm, topic=args.topic, progress=progress, remote_by_default=remote_by_default)
+            result = scrub(dirs, rsm, topic=args.topic, progress=progress, remote_by_default=remote_by_default,
+                           content=_columnar_partitions(config))
         _scrub_columnar(config, result, args.topic, rsm is not None)
     finally:
         if rsm is not None:
@@ -97,6 +99,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_text(result)
     return 0 if result.ok else 1
+
+
+def _columnar_partitions(config: Any) -> set[tuple[str, int]]:
+    """The partitions with a columnar copy (a manifest) where the configuration keeps them: their segments' records
+    are compared with the copy's rows."""
+    from tiered.columnar.location import columnar_root
+    from tiered.columnar.manifest import MANIFEST_NAME
+
+    root = columnar_root(config)
+    if root is None or not root.is_dir():
+        return set()
+    out = set()
+    for directory in root.iterdir():
+        name, _, number = directory.name.rpartition("-")
+        if name and number.isdigit() and (directory / MANIFEST_NAME).exists():
+            out.add((name, int(number)))
+    return out
 
 
 def _scrub_columnar(config: Any, result: ScrubResult, topic: str | None, remote_scanned: bool) -> None:
@@ -207,9 +226,10 @@ class ScrubResult:
 
 
 def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any = None,
-          remote_by_default: bool = False) -> ScrubResult:
+          remote_by_default: bool = False, content: Collection[tuple[str, int]] = ()) -> ScrubResult:
     """Scrub ``dirs`` and, when ``rsm`` is given, its remote tier (``remote_by_default``: the broker's default of
-    the topic key ``remote.storage.enable``, for partitions without an override)."""
+    the topic key ``remote.storage.enable``, for partitions without an override); the segments of the partitions in
+    ``content`` (those with a columnar copy) have their records' contents digested too."""
     from tiered.scrub.data_dir import log_bytes, partition_dirs, scrub_data_dir_files
     from tiered.scrub.data_dir import scrub_partition as scrub_local_partition
     from tiered.scrub.report import DataDirReport, Problem
@@ -232,9 +252,10 @@ def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any
         for pdir, name, number in partition_dirs(d):
             if topic is None or name == topic:
                 progress.describe(pdir.name)
-                result.partitions.append(scrub_local_partition(pdir, name, number, dir_report, progress=progress.advance))
+                result.partitions.append(scrub_local_partition(pdir, name, number, dir_report, progress=progress.advance,
+                                                               check_content=(name, number) in content))
     if rsm is not None:
-        _scrub_remote(rsm, result, topic, progress, remote_by_default, dirs_read=bool(dirs))
+        _scrub_remote(rsm, result, topic, progress, remote_by_default, dirs_read=bool(dirs), content=content)
     result.partitions.sort(key=lambda p: (p.topic, p.partition, p.data_dir or "", p.topic_id or ""))
     if len({p.name for p in result.partitions}) < len(result.partitions):
         _note_duplicates(result.partitions)
@@ -242,7 +263,7 @@ def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any
 
 
 def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: Any, remote_by_default: bool,
-                  dirs_read: bool = True) -> None:
+                  dirs_read: bool = True, content: Collection[tuple[str, int]] = ()) -> None:
     from tiered.errors import TieredStorageError
     from tiered.scrub.remote_store import RemoteScrub, check_tier_gap, topic_id_text
     from tiered.scrub.report import PartitionReport, Problem
@@ -268,6 +289,7 @@ def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: An
             result.partitions.append(report)
         elif report.topic_id is None:
             report.topic_id = tid
+        report.check_content = (tip.topic, tip.partition) in content
         progress.describe(f"{tip.topic}-{tip.partition} (remote)")
         latest = remote.load_metadata(group, report)
         owners = remote.load_owners(group, report)

@@ -29,7 +29,9 @@ from local.records.batch import (
     RECORD_BATCH_OVERHEAD,
 )
 from local.records.constants import INT32_MAX
+from local.records.memory_records import batch_from_buffer
 from local.records.walk import checked_batch_size
+from tiered.scrub.content import fold_records, new_digest
 from tiered.scrub.report import MAX_LISTED_PER_FILE, Problem, problem_at
 
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -40,6 +42,8 @@ _I64 = struct.Struct(">q")
 _LEGACY_CRC_START = LOG_OVERHEAD + 4  # a legacy CRC covers magic..end
 _MAX_CODEC = 4  # zstd
 _CONTROL = 0x20  # attributes bit 5: a control batch (transaction markers)
+_TRANSACTIONAL = 0x10
+_LOG_APPEND_TIME = 0x08
 
 Progress = Callable[[int], None]
 
@@ -57,7 +61,7 @@ class BatchScanner:
     """
 
     def __init__(self, name: str, *, remote: bool, segment_base: int, min_offset: int, total_size: int | None,
-                 progress: Progress = no_progress) -> None:
+                 progress: Progress = no_progress, content: bool = False) -> None:
         self.name = name
         self.remote = remote
         self.segment_base = segment_base
@@ -77,6 +81,11 @@ class BatchScanner:
         # Records of its data batches (control batches' records are no consumer's), while only v2 batches are seen.
         self.records = 0
         self.records_known = True
+        # With ``content``: the digest of its data records (tiered.scrub.content), which the columnar copy's rows are
+        # compared with, and the offset ranges (base, last) of its transactional data batches, where alone a row
+        # may be marked aborted. None when not asked, or once a batch could not be decoded.
+        self.content: Any = new_digest() if content else None
+        self.transactional = array("q")
 
     def report(self, kind: str, message: str, position: int | None = None, offset: int | None = None) -> None:
         n = self._counts[kind] = self._counts.get(kind, 0) + 1
@@ -124,7 +133,7 @@ class BatchScanner:
         next_min, max_last = self._next_min, self.segment_base + INT32_MAX
         records = 0
         while n - p >= RECORD_BATCH_OVERHEAD and view[p + MAGIC_OFFSET] == MAGIC_V2:
-            (base, length, _epoch, _magic, crc, attributes, delta, _base_ts, max_ts, _pid, _pepoch, _seq,
+            (base, length, epoch, _magic, crc, attributes, delta, _base_ts, max_ts, _pid, _pepoch, _seq,
              count) = unpack(view, p)
             size = LOG_OVERHEAD + length
             last = base + delta
@@ -138,6 +147,8 @@ class BatchScanner:
             max_timestamps(max_ts)
             if not attributes & _CONTROL:
                 records += count
+                if self.content is not None:
+                    self._fold(view[p : p + size], start + p, base, attributes, epoch)
             next_min = last + 1
             p += size
         self._next_min = next_min
@@ -176,7 +187,7 @@ class BatchScanner:
         return p + size
 
     def _check_v2(self, view: memoryview, p: int, position: int, size: int) -> None:
-        (base, _length, _epoch, _magic, crc, attributes, delta, _base_ts, max_ts, _pid, _pepoch, _seq,
+        (base, _length, epoch, _magic, crc, attributes, delta, _base_ts, max_ts, _pid, _pepoch, _seq,
          count) = BATCH_HEADER.unpack_from(view, p)
         computed = crc32c(view[p + ATTRIBUTES_OFFSET : p + size])
         last = base + delta
@@ -190,7 +201,26 @@ class BatchScanner:
             self.report("corrupt_batch", f"unknown compression codec {attributes & 0x07}", position, base)
         if not attributes & _CONTROL:
             self.records += count
+            if self.content is not None:
+                if computed == crc:
+                    self._fold(view[p : p + size], position, base, attributes, epoch)
+                else:
+                    self.content = None  # (its records cannot be vouched for)
         self._add(position, base, max(base, last), max_ts)
+
+    def _fold(self, batch: memoryview, position: int, base: int, attributes: int, epoch: int) -> None:
+        """Fold a data batch whose CRC matched into the content digest, decoded by the engine's decoder; a batch
+        whose records do not decode is a problem (its producer wrote it so, or it was damaged before its CRC)."""
+        try:
+            decoded = batch_from_buffer(bytes(batch))
+            records = list(decoded.records())
+        except Exception as exc:  # a codec's own errors, besides InvalidRecordError
+            self.report("corrupt_batch", f"its records do not decode: {type(exc).__name__}: {exc}", position, base)
+            self.content = None
+            return
+        fold_records(self.content, records, 1 if attributes & _LOG_APPEND_TIME else 0, epoch)
+        if attributes & _TRANSACTIONAL:
+            self.transactional.extend((base, decoded.last_offset))
 
     def _check_legacy(self, view: memoryview, p: int, position: int, size: int, magic: int) -> None:
         offset, _size, crc, _magic, attributes = _LEGACY_HEAD.unpack_from(view, p)

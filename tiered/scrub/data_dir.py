@@ -91,9 +91,10 @@ def scrub_data_dir_files(data_dir: Path) -> DataDirReport:
 
 
 def scrub_partition(pdir: Path, topic: str, partition: int, dir_report: DataDirReport, *,
-                    progress: Progress = no_progress) -> PartitionReport:
-    """Scrub one partition dir (what is checked: the :mod:`tiered.scrub` docs)."""
-    report = PartitionReport(topic, partition, data_dir=str(pdir.parent))
+                    progress: Progress = no_progress, check_content: bool = False) -> PartitionReport:
+    """Scrub one partition dir (what is checked: the :mod:`tiered.scrub` docs); ``check_content``: digest its
+    segments' records too (:attr:`PartitionReport.segment_content`)."""
+    report = PartitionReport(topic, partition, data_dir=str(pdir.parent), check_content=check_content)
     _check_partition_files(pdir, report)
     logs: list[tuple[int, Path]] = []
     others: dict[str, list[Path]] = {}
@@ -223,7 +224,7 @@ def _check_partition_files(pdir: Path, report: PartitionReport) -> None:
 def _scrub_segment(pdir: Path, base: int, path: Path, report: PartitionReport, next_min: int, active_unclean: bool,
                    dir_report: DataDirReport, progress: Progress, recovered: bool = False) -> BatchScanner:
     scan = BatchScanner(str(path), remote=False, segment_base=base, min_offset=max(base, next_min), total_size=None,
-                        progress=progress)
+                        progress=progress, content=report.check_content)
     try:
         size = scan_file(scan, path)
     except OSError as exc:  # deleted meanwhile (a live broker's retention), permissions, I/O errors

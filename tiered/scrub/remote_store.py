@@ -357,7 +357,7 @@ class RemoteScrub:
         size = md.segment_size_in_bytes
         known = 0 <= size < INT32_MAX
         scan = BatchScanner(key, remote=True, segment_base=md.start_offset, min_offset=md.start_offset,
-                            total_size=size if known else None, progress=self.progress)
+                            total_size=size if known else None, progress=self.progress, content=out.check_content)
         try:
             for chunk in self._log_chunks(md):
                 scan.feed(chunk)

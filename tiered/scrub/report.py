@@ -88,6 +88,10 @@ def listed(problems: list[Problem], kind: str, items: Iterable[tuple[str, int, i
                                    f"{len(rows) - MAX_LISTED_PER_FILE} more problem(s) of this kind not listed"))
 
 
+SegmentContent = tuple[bytes, tuple[int, ...]]
+"""A segment's records' digest and its transactional data batches' (base, last) offsets, flat."""
+
+
 @dataclass
 class PartitionReport:
     """What the scrub found for one partition (local and/or remote)."""
@@ -111,12 +115,19 @@ class PartitionReport:
     # Per segment scanned without a problem, local or remote: base offset -> (last offset, records of its data
     # batches). The columnar copy's rows are checked against it (tiered.columnar.scrub); not in the JSON report.
     segment_records: dict[int, tuple[int, int]] = field(default_factory=dict, repr=False)
+    # Whether its segments' contents are digested as they are scanned (the partition has a columnar copy), and per
+    # segment so digested: base offset -> (its records' digest, the (base, last) offsets of its transactional data
+    # batches, flat) (tiered.scrub.content).
+    check_content: bool = field(default=False, repr=False)
+    segment_content: dict[int, SegmentContent] = field(default_factory=dict, repr=False)
 
     def count_records(self, base: int, scan: Any) -> None:
         """Keep ``scan``'s record count for the segment at ``base`` (a :class:`tiered.scrub.batches.BatchScanner`
-        that is finished), when it is exact."""
+        that is finished), when it is exact, and its content digest when it made one."""
         if scan.records_known and not scan.problems and scan.stopped_at is None and len(scan.lasts):
             self.segment_records[base] = (int(scan.lasts[-1]), int(scan.records))
+            if scan.content is not None:
+                self.segment_content[base] = (scan.content.digest(), tuple(scan.transactional))
 
     @property
     def name(self) -> str:

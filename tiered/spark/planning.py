@@ -396,8 +396,8 @@ def columnar_files(log: Log, start: int, end: int, root: Path) -> list[tuple[str
         ColumnarManifestError,
         file_problem,
         partition_dir,
+        published_file,
         read_manifest,
-        stored_file,
     )
 
     directory = partition_dir(root, log.topic, log.partition)
@@ -411,7 +411,7 @@ def columnar_files(log: Log, start: int, end: int, root: Path) -> list[tuple[str
         used, damaged = [], None
         for f in m.files:
             if f.end_offset >= start and f.base_offset < end:
-                path = stored_file(directory, f.name)
+                path = published_file(directory, f.name)
                 problem = file_problem(path, f)  # its size and footer (ranged reads skip row groups by its statistics)
                 if problem is not None:
                     damaged = (path, f, problem)
