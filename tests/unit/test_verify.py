@@ -756,3 +756,75 @@ def test_the_owners_next_retention_pass_removes_events_left_by_a_crashed_deletio
         assert first.with_name(first.name.replace(".1.json", ".3.json")).exists()  # the deletion's own record stays
     code, out = verify(dirs)
     assert code == 0, out
+
+
+def _offset_index_rows_model(data: bytes, entry_size: int, base: int, scan: Any) -> list[tuple[str, int, int]]:
+    """Every problem row of an offset index, entry by entry: what check_offset_index lists the first of."""
+    rows = []
+    previous: tuple[int, int] | None = None
+    positions, bases, lasts, _ts = (list(c) for c in scan.columns())
+    for i in range(len(data) // entry_size):
+        rel, pos = struct.unpack_from(">ii" if entry_size == 8 else ">iq", data, i * entry_size)
+        offset = base + rel
+        if rel < 0 or pos < 0 or (previous is not None and (rel <= previous[0] or pos < previous[1])):
+            rows.append((f"entry {i} (offset {offset}, position {pos}) is negative or below the entry before it",
+                         i * entry_size, offset))
+        elif pos not in positions:
+            where = "past the last whole batch" if pos >= scan.valid_end else "not the start of a batch"
+            rows.append((f"entry {i} (offset {offset}) points at log position {pos}, which is {where}",
+                         i * entry_size, offset))
+        else:
+            b = positions.index(pos)
+            if not bases[b] <= offset <= lasts[b]:
+                rows.append((f"entry {i} (offset {offset}, position {pos}) points at the batch of offsets "
+                             f"{bases[b]}..{lasts[b]}, which does not hold it", i * entry_size, offset))
+        previous = (rel, pos)
+    return rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries=st.lists(st.tuples(st.integers(-3, 40), st.integers(-3, 400)), max_size=60),
+       entry_size=st.sampled_from([8, 12]))
+def test_an_offset_index_lists_the_first_of_its_problems_and_counts_them_all(
+    entries: list[tuple[int, int]], entry_size: int
+) -> None:
+    from tiered.scrub.files import check_offset_index
+    from tiered.scrub.report import MAX_LISTED_PER_FILE
+
+    segment = _segment_bytes()
+    scan = _scan(segment, [], total=len(segment))
+    data = b"".join(struct.pack(">ii" if entry_size == 8 else ">iq", rel, pos) for rel, pos in entries)
+    problems, _notes = check_offset_index(data, entry_size, 100, scan, "idx", remote=False)
+    model = _offset_index_rows_model(data, entry_size, 100, scan)
+    listed = [(p.message, p.position, p.offset) for p in problems[:MAX_LISTED_PER_FILE]]
+    assert listed == model[:MAX_LISTED_PER_FILE]
+    more = [p.message for p in problems[MAX_LISTED_PER_FILE:]]
+    assert more == ([f"{len(model) - MAX_LISTED_PER_FILE} more problem(s) of this kind not listed"]
+                    if len(model) > MAX_LISTED_PER_FILE else [])
+
+
+def test_a_huge_damaged_index_is_checked_in_memory_of_its_own_order(tmp_path: Path) -> None:
+    """A remote .index overwritten with 20 MiB of zeros took verify 0.94 GB (200 MiB: 8.8 GB) to report: a message
+    was formatted for each of its millions of bad entries before the first 20 were kept (a helper's pass). Only the
+    listed ones are formatted now: memory of a few times the index's size, whatever the index holds."""
+    import tracemalloc
+
+    from tiered.scrub.files import check_offset_index, check_time_index, check_txn_index
+    from tiered.scrub.report import MAX_LISTED_PER_FILE
+
+    segment = _segment_bytes()
+    scan = _scan(segment, [], total=len(segment))
+    data = bytes(408 * 51_400)  # ~20 MiB, whole entries of each index (8, 12 and 34 bytes)
+    tracemalloc.start()
+    try:
+        found = [check_offset_index(data, 8, 100, scan, "idx", remote=True)[0],
+                 check_time_index(data, 100, scan, "tidx", remote=True)[0],
+                 check_txn_index(data, 100, 111, "txn", remote=True)]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    for problems in found:
+        assert len(problems) == MAX_LISTED_PER_FILE + 1 and problems[-1].message.endswith("not listed")
+    # every entry after the first (offset 100 at position 0: the segment's first batch) is below the one before it
+    assert found[0][-1].message.startswith(f"{len(data) // 8 - 1 - MAX_LISTED_PER_FILE} more")
+    assert peak < 10 * len(data), peak  # (35x before: a message per bad entry)

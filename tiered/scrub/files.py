@@ -23,7 +23,7 @@ from local.index.entries import (
     TIME_ENTRY_SIZE,
 )
 from tiered.scrub.batches import BatchScanner
-from tiered.scrub.report import Problem, listed, problem_at
+from tiered.scrub.report import MAX_LISTED_PER_FILE, Problem, listed, problem_at
 
 
 def offset_entry_sizes_of_bytes(data: bytes, log_size: int | None) -> tuple[int, ...]:
@@ -70,25 +70,29 @@ def check_offset_index(data: bytes, entry_size: int, base_offset: int, scan: Bat
     offsets = base_offset + rel
     bad = (rel < 0) | (pos < 0)
     bad[1:] |= (rel[1:] <= rel[:-1]) | (pos[1:] < pos[:-1])  # the loader's rule: equal positions pass
-    rows: list[tuple[str, int, int | None]] = [
-        (f"entry {i} (offset {offsets[i]}, position {pos[i]}) is negative or below the entry before it",
-         int(i) * entry_size, int(offsets[i])) for i in np.flatnonzero(bad)]
     positions, bases, lasts, _ts = scan.columns()
     idx = np.searchsorted(positions, pos)
     hit = idx < positions.size
     hit[hit] = positions[idx[hit]] == pos[hit]
-    for i in np.flatnonzero(~hit & ~bad):
+    holds = np.zeros(entries.size, np.bool_)
+    holds[hit] = (bases[idx[hit]] <= offsets[hit]) & (offsets[hit] <= lasts[idx[hit]])
+
+    def order(i: int) -> str:
+        return f"entry {i} (offset {offsets[i]}, position {pos[i]}) is negative or below the entry before it"
+
+    def nowhere(i: int) -> str:
         beyond = pos[i] >= scan.valid_end
-        rows.append((f"entry {i} (offset {offsets[i]}) points at log position {pos[i]}, which is "
-                     + ("past the last whole batch" if beyond else "not the start of a batch"),
-                     int(i) * entry_size, int(offsets[i])))
-    for i in np.flatnonzero(hit & ~bad):
+        return (f"entry {i} (offset {offsets[i]}) points at log position {pos[i]}, which is "
+                + ("past the last whole batch" if beyond else "not the start of a batch"))
+
+    def elsewhere(i: int) -> str:
         b = idx[i]
-        if not bases[b] <= offsets[i] <= lasts[b]:
-            rows.append((f"entry {i} (offset {offsets[i]}, position {pos[i]}) points at the batch of offsets "
-                         f"{bases[b]}..{lasts[b]}, which does not hold it", int(i) * entry_size, int(offsets[i])))
-    rows.sort(key=lambda r: r[1])  # stable: per entry, its order problem first
-    listed(problems, "offset_index", rows, name, remote)
+        return (f"entry {i} (offset {offsets[i]}, position {pos[i]}) points at the batch of offsets "
+                f"{bases[b]}..{lasts[b]}, which does not hold it")
+
+    rows, total = _first_rows([(bad, order), (~hit & ~bad, nowhere), (hit & ~bad & ~holds, elsewhere)],
+                              entry_size, offsets)
+    listed(problems, "offset_index", rows, name, remote, total=total)
     return problems, notes
 
 
@@ -112,28 +116,34 @@ def check_time_index(data: bytes, base_offset: int, scan: BatchScanner, name: st
     offsets = base_offset + rel
     bad = rel < 0
     bad[1:] |= (ts[1:] <= ts[:-1]) | (rel[1:] < rel[:-1])  # TimeIndex appends only a larger timestamp
-    rows: list[tuple[str, int, int | None]] = [
-        (f"entry {i} (timestamp {ts[i]}, offset {offsets[i]}) does not go above the entry before it (or has a "
-         "negative offset)", int(i) * TIME_ENTRY_SIZE, int(offsets[i])) for i in np.flatnonzero(bad)]
+
+    def order(i: int) -> str:
+        return (f"entry {i} (timestamp {ts[i]}, offset {offsets[i]}) does not go above the entry before it (or has a "
+                "negative offset)")
+
     _positions, bases, lasts, max_ts = scan.columns()
     if lasts.size and not (np.diff(lasts) > 0).all():
         # batch offsets out of order (reported with the segment): entries cannot be matched to batches
-        listed(problems, "time_index", rows, name, remote)
+        rows, total = _first_rows([(bad, order)], TIME_ENTRY_SIZE, offsets)
+        listed(problems, "time_index", rows, name, remote, total=total)
         return problems, notes
     idx = np.searchsorted(lasts, offsets)
     inside = idx < lasts.size
     inside[inside] = bases[idx[inside]] <= offsets[inside]
-    for i in np.flatnonzero(~inside & ~bad):
-        rows.append((f"entry {i} (timestamp {ts[i]}) names offset {offsets[i]}, which no batch of the segment holds",
-                     int(i) * TIME_ENTRY_SIZE, int(offsets[i])))
-    for i in np.flatnonzero(inside & ~bad):
+    matches = np.zeros(entries.size, np.bool_)
+    matches[inside] = max_ts[idx[inside]] == ts[inside]
+
+    def nowhere(i: int) -> str:
+        return f"entry {i} (timestamp {ts[i]}) names offset {offsets[i]}, which no batch of the segment holds"
+
+    def other(i: int) -> str:
         b = idx[i]
-        if max_ts[b] != ts[i]:
-            rows.append((f"entry {i} (timestamp {ts[i]}, offset {offsets[i]}) does not match the max timestamp "
-                         f"{max_ts[b]} of the batch of offsets {bases[b]}..{lasts[b]}", int(i) * TIME_ENTRY_SIZE,
-                         int(offsets[i])))
-    rows.sort(key=lambda r: r[1])  # stable: per entry, its order problem first
-    listed(problems, "time_index", rows, name, remote)
+        return (f"entry {i} (timestamp {ts[i]}, offset {offsets[i]}) does not match the max timestamp {max_ts[b]} of "
+                f"the batch of offsets {bases[b]}..{lasts[b]}")
+
+    rows, total = _first_rows([(bad, order), (~inside & ~bad, nowhere), (inside & ~bad & ~matches, other)],
+                              TIME_ENTRY_SIZE, offsets)
+    listed(problems, "time_index", rows, name, remote, total=total)
     return problems, notes
 
 
@@ -143,18 +153,48 @@ def check_txn_index(data: bytes, base_offset: int, segment_last: int | None, nam
     if len(data) % ABORTED_TXN_SIZE:
         problems.append(problem_at(name, remote, "txn_index",
                                    f"length {len(data)} is not a multiple of the {ABORTED_TXN_SIZE}-byte entry size"))
-    rows: list[tuple[str, int, int | None]] = []
-    for position in range(0, len(data) - len(data) % ABORTED_TXN_SIZE, ABORTED_TXN_SIZE):
-        version, producer_id, first, last, _lso = ABORTED_TXN.unpack_from(data, position)
-        if version > ABORTED_TXN_CURRENT_VERSION or version < 0:
-            rows.append((f"unknown aborted transaction version {version}", position, None))
-        elif first > last:
-            rows.append((f"producer {producer_id}: first offset {first} above last offset {last}", position, first))
-        elif last < base_offset or (segment_last is not None and last > segment_last):
-            rows.append((f"producer {producer_id}: abort marker offset {last} is outside the segment "
-                         f"({base_offset}..{segment_last})", position, last))
-    listed(problems, "txn_index", rows, name, remote)
+    entries = np.frombuffer(data, dtype=_ABORTED_TXN_DTYPE, count=len(data) // ABORTED_TXN_SIZE)
+    version = entries["version"].astype(np.int64)
+    pid, first, last = (entries[f].astype(np.int64) for f in ("pid", "first", "last"))
+    unknown = (version > ABORTED_TXN_CURRENT_VERSION) | (version < 0)
+    inverted = ~unknown & (first > last)
+    outside = ~unknown & ~inverted & ((last < base_offset) | (last > segment_last if segment_last is not None else False))
+
+    def unknown_version(i: int) -> str:
+        return f"unknown aborted transaction version {version[i]}"
+
+    def above(i: int) -> str:
+        return f"producer {pid[i]}: first offset {first[i]} above last offset {last[i]}"
+
+    def elsewhere(i: int) -> str:
+        return f"producer {pid[i]}: abort marker offset {last[i]} is outside the segment ({base_offset}..{segment_last})"
+
+    rows, total = _first_rows([(unknown, unknown_version), (inverted, above), (outside, elsewhere)], ABORTED_TXN_SIZE,
+                              None, offsets_of=[None, first, last])
+    listed(problems, "txn_index", rows, name, remote, total=total)
     return problems
+
+
+_ABORTED_TXN_DTYPE = np.dtype([("version", ">i2"), ("pid", ">i8"), ("first", ">i8"), ("last", ">i8"), ("lso", ">i8")])
+assert _ABORTED_TXN_DTYPE.itemsize == ABORTED_TXN.size
+
+
+def _first_rows(kinds: list[tuple[Any, Any]], entry_size: int, offsets: Any,
+                offsets_of: list[Any] | None = None) -> tuple[list[tuple[str, int, int | None]], int]:
+    """The problem rows (message, position, offset) of the entries each mask of ``kinds`` marks, in entry order (an
+    entry's kinds in the order given), as many as are listed, with how many there are in all: a damaged index of
+    millions of entries formats only the rows it lists. Each kind is (mask, its message of an entry index); the
+    row's offset is ``offsets`` (or the kind's own array of ``offsets_of``; None: no offset) at the entry."""
+    total = 0
+    first: list[tuple[int, int]] = []  # (entry, kind): the first listed of each kind, which holds the first overall
+    for k, (mask, _) in enumerate(kinds):
+        total += int(np.count_nonzero(mask))
+        first += [(int(i), k) for i in np.flatnonzero(mask)[:MAX_LISTED_PER_FILE]]
+    rows = []
+    for i, k in sorted(first)[:MAX_LISTED_PER_FILE]:
+        source = offsets if offsets_of is None else offsets_of[k]
+        rows.append((kinds[k][1](i), i * entry_size, None if source is None else int(source[i])))
+    return rows, total
 
 
 def check_producer_snapshot(data: bytes, name: str, *, remote: bool) -> list[Problem]:

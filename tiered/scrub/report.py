@@ -78,14 +78,16 @@ def problem_at(name: str, remote: bool, kind: str, message: str, position: int |
 
 
 def listed(problems: list[Problem], kind: str, items: Iterable[tuple[str, int, int | None]], name: str,
-            remote: bool) -> None:
-    """Append one problem per (message, position, offset), at most MAX_LISTED_PER_FILE, then a count."""
+            remote: bool, total: int | None = None) -> None:
+    """Append one problem per (message, position, offset), at most MAX_LISTED_PER_FILE, then a count of the rest
+    (of ``total`` when given: ``items`` are then only the first ones)."""
     rows = list(items)
     for message, position, offset in rows[:MAX_LISTED_PER_FILE]:
         problems.append(problem_at(name, remote, kind, message, position, offset))
-    if len(rows) > MAX_LISTED_PER_FILE:
+    total = len(rows) if total is None else total
+    if total > MAX_LISTED_PER_FILE:
         problems.append(problem_at(name, remote, kind,
-                                   f"{len(rows) - MAX_LISTED_PER_FILE} more problem(s) of this kind not listed"))
+                                   f"{total - MAX_LISTED_PER_FILE} more problem(s) of this kind not listed"))
 
 
 SegmentContent = tuple[bytes, tuple[int, ...]]
