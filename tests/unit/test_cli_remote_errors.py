@@ -24,6 +24,7 @@ class StubS3:
     def __init__(self) -> None:
         self.status, self.code, self.requests = 404, "NoSuchBucket", 0
         self.html = False  # answer as a web server that is not S3 does, with an HTML page
+        self.location: str | None = None  # a Location header (a redirect), as a web server's for a directory
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,6 +37,8 @@ class StubS3:
                 self.send_response(stub.status)
                 self.send_header("Content-Type", "text/html" if stub.html else "application/xml")
                 self.send_header("Content-Length", str(len(body)))
+                if stub.location is not None:
+                    self.send_header("Location", stub.location)
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(body)
@@ -106,6 +109,19 @@ def test_an_endpoint_that_is_not_s3_is_named_so_not_as_a_missing_bucket(
     rc, line = run(capsys, "offload", "--log-dirs", str(tmp_path / "data"), *s3_options(stub.url))
     assert rc == 1 and f"the endpoint {stub.url} does not answer as S3 does (HTTP {status} without" in line
     assert "rsm.config.endpoint_url" in line and "does not exist" not in line and "access denied" not in line
+
+
+def test_an_endpoint_that_redirects_without_end_is_named_as_not_s3(
+    stub: StubS3, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A web server's 301 for a directory (no S3 region header) made botocore follow it until Python's recursion
+    limit: "maximum recursion depth exceeded" (a helper's pass, python -m http.server as the endpoint)."""
+    stub.status, stub.html, stub.location = 301, True, "/bkt/"
+    (tmp_path / "data").mkdir()
+    for command in (["offload"], ["status"]):
+        rc, line = run(capsys, *command, "--log-dirs", str(tmp_path / "data"), *s3_options(stub.url))
+        assert rc == 1 and f"the endpoint {stub.url} does not answer as S3 does" in line, line
+        assert "rsm.config.endpoint_url" in line and "recursion" not in line
 
 
 @pytest.mark.parametrize("code", ["InvalidAccessKeyId", "SignatureDoesNotMatch"])

@@ -228,6 +228,11 @@ class S3Store(ObjectStore):
             ReadTimeoutError,
         )
 
+        if isinstance(exc, RecursionError) or isinstance(getattr(exc, "kwargs", {}).get("error"), RecursionError):
+            # botocore follows a redirect that names no S3 region (a web server's 301 for a directory) without end
+            return self._failure(f"the endpoint {self.endpoint} does not answer as S3 does (it redirects the {action} "
+                                 f"of s3://{self.bucket}/{key} again and again): check rsm.config.endpoint_url (and "
+                                 "rsm.config.path_style)", None, key=key)
         if isinstance(exc, NoCredentialsError):
             return RemoteConfigError(
                 f"no S3 credentials found for bucket {self.bucket!r}: set rsm.config.aws_access_key_id and "
