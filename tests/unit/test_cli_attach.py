@@ -307,3 +307,28 @@ def test_attach_whose_claims_answer_was_lost_attaches(tiered_topic: tuple[Path, 
     rc, out, err = cli(capsys, "--config", str(second), "attach", "-t", "ev")
     assert rc == 0, err
     assert out.count("attached ev-") == 2 and "owner epoch" in out
+
+
+def test_a_topic_under_two_ids_asks_for_one_in_a_form_that_takes_any_id(
+        tiered_topic: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two data dirs made topic 'ev' on one bucket (two topic ids): attach asked for "--topic-id", which argparse
+    refuses for the one id in 64 that starts with '-' ("expected one argument"; a helper's pass). The advice is now
+    --topic-id=ID, which takes any id, and attaching with it adopts that id's partitions."""
+    other = write_config(tmp_path / "c.properties", local_tier_props(tmp_path / "c", **{
+        "rsm.config.dir": str(tmp_path / "bucket")}))
+    assert cli(capsys, "--config", str(other), "topics", "create", "-t", "ev", "--topic-config",
+               "remote.storage.enable=true")[0] == 0
+    produce(other, "ev", 1)
+    assert cli(capsys, "--config", str(other), "offload")[0] == 0
+    third = write_config(tmp_path / "d.properties", local_tier_props(tmp_path / "d", **{
+        "rsm.config.dir": str(tmp_path / "bucket")}))
+    rc, _, err = cli(capsys, "--config", str(third), "attach", "-t", "ev")
+    assert rc == 2 and "under 2 topic ids" in err and "pick one with --topic-id=ID (e.g. --topic-id=" in err, err
+    advised = err.split("e.g. ", 1)[1].split(";", 1)[0]
+    partitions = int(err.split(advised.removeprefix("--topic-id=") + " (", 1)[1].split(" ", 1)[0])
+    rc, _, err = cli(capsys, "--config", str(third), "attach", "-t", "ev", "--topic-id=-Bu71g8NRYaMLQ1kUwfpLg")
+    assert rc == 1 and "no remote metadata of topic 'ev' with id -Bu71g8NRYaMLQ1kUwfpLg" in err, err  # taken as an id
+    rc, _, err = cli(capsys, "--config", str(third), "attach", "-t", "ev", advised)
+    assert rc == 0, err
+    assert sorted(p.name for p in (tmp_path / "d" / "data").iterdir() if p.name.startswith("ev-")) == [
+        f"ev-{p}" for p in range(partitions)]

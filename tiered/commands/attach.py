@@ -48,7 +48,8 @@ from tiered.rsm import TopicIdPartition
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", "-t", required=True, help="the topic to adopt from the remote store")
     parser.add_argument("--topic-id", metavar="ID",
-                        help="the topic id (22-character base64) to adopt when the store holds several for the topic")
+                        help="the topic id (22-character base64) to adopt when the store holds several for the topic; "
+                             "write --topic-id=ID (an id may start with '-')")
 
 
 @dataclass(frozen=True)
@@ -165,8 +166,10 @@ def _pick_topic_id(store: Any, topic: str, topic_id_text: str | None) -> uuid.UU
         raise AttachError(f"no remote metadata of topic {topic!r} in {where}: nothing to attach (check the topic "
                           "name and rsm.config.prefix)")
     if len(found) > 1:
+        first = layout.kafka_uuid(next(iter(found)))
         raise UsageError(f"the remote store holds topic {topic!r} under {len(found)} topic ids ({_ids(found)}): "
-                         "pick one with --topic-id")
+                         f"pick one with --topic-id=ID (e.g. --topic-id={first}; with the '=', an id that starts "
+                         "with '-' is not taken for an option)")
     return next(iter(found))
 
 
