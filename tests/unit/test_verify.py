@@ -296,6 +296,8 @@ def test_a_remote_tier_whose_data_is_gone_leaves_a_gap(dirs: Path) -> None:
     code, out = verify(dirs)
     assert code == 1, out
     assert "[offset_gap]" in out and "in neither the remote tier" in out
+    # (it said "which ends at None"; a helper's pass with a wrong rsm.config.prefix)
+    assert "None" not in out and "holds no segment of the partition here: a wrong bucket or rsm.config.prefix?" in out
 
 
 def test_json_lists_the_problems_with_their_place(dirs: Path) -> None:

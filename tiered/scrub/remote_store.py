@@ -467,10 +467,11 @@ def check_tier_gap(report: PartitionReport) -> None:
         return
     first_missing = start if remote_end is None else max(start, remote_end + 1)
     if first_missing < local:
+        remote = (f"the remote tier (which ends at {remote_end})" if remote_end is not None else
+                  "the remote tier (which holds no segment of the partition here: a wrong bucket or rsm.config.prefix?)")
         report.problems.append(Problem(
             "offset_gap", f"offsets {first_missing}..{local - 1} are above the log start offset {start} but in neither "
-            f"the remote tier (which ends at {remote_end}) nor the local segments (which start at {local})",
-            offset=first_missing))
+            f"{remote} nor the local segments (which start at {local})", offset=first_missing))
 
 
 def topic_id_text(topic_id: uuid.UUID) -> str:
