@@ -87,7 +87,12 @@ def decode_record(data: bytes) -> tuple[RemoteLogSegmentMetadata, SegmentChecksu
     """A metadata event: the segment's metadata and its checksums (None when the event has none). ``ValueError`` for
     an event whose text is damaged (:mod:`tiered.sealed_json`)."""
     d = unseal(data)
-    md = _decode_metadata(d)
+    if not isinstance(d, dict):
+        raise ValueError(f"not a remote segment metadata event: JSON {type(d).__name__}, not an object of its fields")
+    try:
+        md = _decode_metadata(d)
+    except KeyError as exc:  # (said as "KeyError: 'topic_id'" otherwise)
+        raise ValueError(f"not a remote segment metadata event: no field {exc}") from None
     raw = d.get("checksums")
     if raw is None:
         return md, None

@@ -962,6 +962,10 @@ def test_status_says_a_remote_metadata_event_cannot_be_read(
     assert events[0].name in err
     rc, out, _ = cli(capsys, "--config", str(a), "status")
     assert "1 remote metadata object(s) cannot be read" in out
+    # an object of JSON that is not an event: said so, not as a KeyError of a field (a helper's pass)
+    events[0].write_text('{"topic": "ev"}')
+    rc, out, _ = cli(capsys, "--config", str(a), "status")
+    assert rc == 1 and "not a remote segment metadata event: no field 'topic_id'" in out and "KeyError" not in out
 
 
 def test_a_run_starting_beside_a_store_that_does_not_answer_tries_one_claim_not_each(
