@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -180,6 +181,109 @@ def test_incremental_export_exports_only_new_records(spark: Any, tmp_path: Path)
     assert rows(out) == whole
     assert main(["export", "--log-dirs", src["log.dirs"], "--topic", "g", "--incremental", "--from", "5",
                  str(out)]) == 2
+
+
+def _exported(path: Path) -> list[tuple[Any, ...]]:
+    import pyarrow.dataset as ds
+
+    t = ds.dataset(str(path), format="parquet", partitioning="hive").to_table()
+    return sorted(zip(*[t.column(c).to_pylist() for c in ("partition", "offset", "value")], strict=True))
+
+
+@pytest.mark.parametrize("stopped", ["before_pending", "mid_move"])
+def test_an_incremental_run_stopped_anywhere_leaves_each_offset_once(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stopped: str) -> None:
+    """A run killed after Spark had put its files in OUT but before the state said so was exported again by the next
+    run: 1000 offsets twice (a helper's SIGKILL loop). The job now writes a staging directory, the state records the
+    run as pending before its files are renamed into OUT, and the next run finishes a pending run (or removes a
+    staging directory no state names). The stop is a BaseException at the two places a kill matters."""
+    import tiered.commands.export as export
+    from tiered.cli import main
+
+    src = {"log.dirs": str(tmp_path / "src")}
+    _build_source(src, "g", 0, 1500)
+    out = tmp_path / "inc"
+    args = ["export", "--log-dirs", src["log.dirs"], "--topic", "g", "--incremental", str(out)]
+    assert main(args) == 0
+    _build_source(src, "g", 1500, 700)
+
+    class Killed(BaseException):
+        pass
+
+    if stopped == "before_pending":
+        def stop(*_a: Any) -> None:
+            raise Killed
+        monkeypatch.setattr(export, "_commit_run", stop)
+    else:
+        def move_one_then_stop(staged: str, target: str) -> None:
+            first = export._data_files(staged)[0]
+            os.makedirs(os.path.dirname(os.path.join(target, first)), exist_ok=True)
+            os.rename(os.path.join(staged, first), os.path.join(target, first))
+            raise Killed
+        monkeypatch.setattr(export, "_move_into", move_one_then_stop)
+    with pytest.raises(Killed):
+        main(args)
+    monkeypatch.undo()
+    state = json.loads(Path(export.state_path(str(out))).read_text())
+    assert ("pending" in state) == (stopped == "mid_move")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".inc.export-")]  # the staging dir is left
+    assert main(args) == 0
+    assert json.loads(Path(export.state_path(str(out))).read_text()) == {
+        "format": "parquet", "next_offsets": {"g": {"0": 2200, "1": 2200}}, "topic": "g"}
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".inc.export-")]
+    full = tmp_path / "full"
+    assert main(["export", "--log-dirs", src["log.dirs"], "--topic", "g", str(full)]) == 0
+    inc = _exported(out)
+    assert len(inc) == len(set(inc)) == 4400 and inc == _exported(full)
+
+
+def test_an_incremental_export_past_retention_says_so_before_spark_and_goes_on_when_told(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Retention passed the offset an incremental export stopped at: the error said "set failOnDataLoss=false",
+    which export had no way to take, so the export was stuck for good (a helper's pass). It is said before Spark
+    starts, naming the offsets, and --no-fail-on-data-loss goes on from the log start."""
+    from tiered.cli import main
+
+    src = {"log.dirs": str(tmp_path / "src")}
+    _build_source(src, "g", 0, 1000)
+    out = tmp_path / "inc"
+    args = ["export", "--log-dirs", src["log.dirs"], "--topic", "g", "--incremental", str(out)]
+    assert main(args) == 0
+    _build_source(src, "g", 1000, 1000)
+    with LogManager(LogConfig.from_properties(src), start_scheduler=False) as m:
+        log = m.get_log("g", 0)
+        assert log is not None
+        log.delete_records(1500)
+    capsys.readouterr()
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert ("g-0: the last incremental export stopped at offset 1000, but the log now starts at 1500 (offsets "
+            "1000..1499 were deleted by retention): pass --no-fail-on-data-loss to export from 1500 on") in err, err
+    assert main([*args[:-1], "--no-fail-on-data-loss", str(out)]) == 0
+    offsets = {p: sorted(o for q, o, _v in _exported(out) if q == p) for p in (0, 1)}
+    assert offsets[0] == [*range(1000), *range(1500, 2000)] and offsets[1] == list(range(2000))
+
+
+def test_an_export_of_nothing_is_refused_and_leaves_nothing(spark: Any, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """--from 10 --to 5 and --from past the end failed in Spark (UNABLE_TO_INFER_SCHEMA, counting what was written)
+    and left an OUT of only _SUCCESS; --from @-5 failed after Spark started, naming its startingTimestamp option (a
+    helper's pass)."""
+    from tiered.cli import main
+
+    src = {"log.dirs": str(tmp_path / "src")}
+    _build_source(src, "g", 0, 200)
+    out = tmp_path / "out"
+    base = ["export", "--log-dirs", src["log.dirs"], "--topic", "g"]
+    capsys.readouterr()
+    for extra, message in ((["--from", "10", "--to", "5"], "--from 10 is not before --to 5: nothing to export"),
+                           (["--from", "@-5"], "--from '@-5': epoch milliseconds are >= 0"),
+                           (["--from", "1969-12-31T23:00:00"], "before 1970-01-01T00:00Z")):
+        assert main([*base, *extra, str(out)]) == 2
+        assert message in capsys.readouterr().err
+    assert main([*base, "--from", "5000", str(out)]) == 1
+    assert "no record of g in the range asked: nothing written" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
 
 
 def _build_incompressible(props: dict[str, str], topic: str, per_partition: int) -> None:
