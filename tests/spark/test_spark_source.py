@@ -446,6 +446,34 @@ def test_a_stream_behind_retention_spends_its_cap_on_offsets_still_there(root: P
     assert strict.latestOffset(behind, ReadMaxRows(700)) == {"t": {"0": 800, "1": N}}
 
 
+def test_a_stream_restarted_over_partitions_gone_or_moved_back_is_data_loss(root: Path) -> None:
+    """A checkpoint of topic t restarted with topics=codecs dropped t silently and read codecs from its start, even
+    with failOnDataLoss=true; one past the log's end (a topic made again, another data dir) failed naming
+    startingOffsets and endingOffsets the user never set (a helper's pass). Both are data loss now, as Spark's Kafka
+    source reports them: an error naming the partition, or with failOnDataLoss=false a warning and a plan without it."""
+    from tiered.spark.planning import SparkSourceDataLossError
+    from tiered.spark.source import TieredStreamReader
+
+    other = TieredStreamReader(_options(root, topics="codecs"))
+    end = other.latestOffset({"t": {"0": 10, "1": 10}}, other.getDefaultReadLimit())
+    assert "t" not in end
+    with pytest.raises(SparkSourceDataLossError, match=r"t-0 of the stream's checkpoint is not in the data dirs "
+                                                       r"\(a deleted topic, or the query restarted with other topics\?\) "
+                                                       r"\(and 1 more\); set failOnDataLoss=false"):
+        other.partitions({"t": {"0": 10, "1": 10}}, end)
+    lenient = TieredStreamReader(_options(root, topics="codecs", failOnDataLoss="false"))
+    planned = lenient.partitions({"t": {"0": 10, "1": 10}}, end)
+    assert {piece.topic for part in planned for piece in part.pieces} == {"codecs"}  # type: ignore[attr-defined]
+    ahead = {"t": {"0": N + 500, "1": 0}}
+    stream = TieredStreamReader(_options(root, topics="t"))
+    with pytest.raises(SparkSourceDataLossError, match=f"t-0: the stream's checkpoint is at offset {N + 500}, past the "
+                                                       f"log's end {N}"):
+        stream.partitions(ahead, {"t": {"0": N, "1": N}})
+    planned = TieredStreamReader(_options(root, topics="t", failOnDataLoss="false")).partitions(
+        ahead, {"t": {"0": N, "1": N}})
+    assert {(piece.topic, piece.partition) for part in planned for piece in part.pieces} == {("t", 1)}  # type: ignore[attr-defined]
+
+
 def _segment_id_text(piece: Any) -> str:
     from tiered.layout import kafka_uuid
     from tiered.metadata import decode_metadata

@@ -36,6 +36,7 @@ than decoding the records; the option ``freezeWorkerHeap=false`` leaves the coll
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -76,6 +77,8 @@ _PUSHABLE = ("partition", "offset", "timestamp")
 _INT_LIMIT = 2**63
 SOURCE_SCHEMA = from_arrow_schema(ARROW_SCHEMA)  # SCHEMA_DDL as Spark types
 _NULLABLE = ("key", "value", "timestamp", "leaderEpoch")  # null for a record without a key, a value, ... (legacy)
+
+logger = logging.getLogger(__name__)
 
 
 def projection(schema: StructType) -> Projection | None:
@@ -359,8 +362,9 @@ class TieredStreamReader(DataSourceStreamReader):
 
         from tiered.spark.options import EARLIEST
 
+        start, end = self._checked(start or {}, end)
         opts = copy.copy(self.opts)
-        opts.starting = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in (start or {}).items()}
+        opts.starting = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in start.items()}
         opts.ending = {t: {int(p): int(o) for p, o in parts.items()} for t, parts in end.items()}
         opts.starting_timestamp = opts.ending_timestamp = None
         for t, parts in opts.ending.items():  # partitions new since the start begin at their log start
@@ -370,6 +374,30 @@ class TieredStreamReader(DataSourceStreamReader):
         opts.topic_pattern = None
         groups = input_partitions(opts, Bounds(), check=False)  # checked when the stream started; Spark's offsets since
         return [TieredInputPartition(g) for g in groups] or [TieredInputPartition([])]
+
+    def _checked(self, start: dict, end: dict) -> tuple[dict, dict]:
+        """``start`` and ``end`` with what Spark's Kafka source reports as data loss taken out: a partition of the
+        checkpoint that is gone (a deleted topic, or a query restarted with other topics), and one whose offset went
+        back (a topic made again, another data dir). With failOnDataLoss=true each is an error naming it."""
+        from tiered.spark.planning import SparkSourceDataLossError
+
+        losses = []
+        gone = sorted((t, p) for t, parts in start.items() for p in parts if p not in end.get(t, {}))
+        for t, p in gone:
+            losses.append(f"{t}-{p} of the stream's checkpoint is not in the data dirs (a deleted topic, or the query "
+                          "restarted with other topics?)")
+        back = sorted((t, p) for t, parts in end.items() for p, o in parts.items() if start.get(t, {}).get(p, -1) > o)
+        for t, p in back:
+            losses.append(f"{t}-{p}: the stream's checkpoint is at offset {start[t][p]}, past the log's end {end[t][p]} "
+                          "(the topic made again, or another data dir?)")
+        if losses and self.opts.fail_on_data_loss:
+            raise SparkSourceDataLossError(f"{losses[0]}{f' (and {len(losses) - 1} more)' if len(losses) > 1 else ''}"
+                                           "; set failOnDataLoss=false to go on without those offsets")
+        for loss in losses:
+            logger.warning("%s: going on without it (failOnDataLoss=false)", loss)
+        start = {t: {p: o for p, o in parts.items() if (t, p) not in gone} for t, parts in start.items()}
+        end = {t: {p: o for p, o in parts.items() if (t, p) not in back} for t, parts in end.items()}
+        return start, {t: parts for t, parts in end.items() if parts}
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read_pieces(partition, self.projection, self.opts.freeze_worker_heap)
