@@ -157,6 +157,14 @@ def list_offsets_request(version: int, topic: str, partition: int, timestamp: in
     return build(2, version, replica_id=-1, isolation_level=isolation_level, topics=(t,))
 
 
+def offset_for_leader_epoch_request(version: int, topic: str, partition: int, leader_epoch: int,
+                                    current_leader_epoch: int = -1) -> Any:
+    p = build(23, version, "OffsetForLeaderPartition", partition=partition, current_leader_epoch=current_leader_epoch,
+              leader_epoch=leader_epoch)
+    t = build(23, version, "OffsetForLeaderTopic", topic=topic, partitions=(p,))
+    return build(23, version, replica_id=-1, topics=(t,))
+
+
 def metadata_request(version: int, topics: list[str] | None, allow_auto_topic_creation: bool = True) -> Any:
     wanted = None if topics is None else tuple(build(3, version, "MetadataRequestTopic", name=t, topic_id=None)
                                                for t in topics)

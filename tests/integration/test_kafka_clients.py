@@ -235,6 +235,49 @@ def test_groups_resume_at_their_commits_after_the_server_is_killed(kafka_run) ->
     fresh.close()
 
 
+def test_a_kafka_python_member_goes_on_after_a_restarts_new_leader_epoch(kafka_run) -> None:
+    """tiered run claims each tiered partition at a new leader epoch when it starts; a kafka-python member running
+    through the restart then checks its position with OffsetForLeaderEpoch, which the listener did not serve:
+    kafka-python retried it every 100 ms for ever, heartbeating on, and never fetched the partition again (a helper's
+    pass, every time)."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    run = kafka_run()
+    port, bootstrap = run.port, run.bootstrap
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic("tiered", 1, 1, topic_configs=TOPIC_CONFIGS)])
+    admin.close()
+    now = int(time.time() * 1000)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5, batch_size=64 * 1024)
+    futures = [producer.send("tiered", key=k, value=v, timestamp_ms=ts) for k, v, _h, ts in
+               (_sent(i, now) for i in range(RECORDS))]
+    producer.flush()
+    assert [f.get(LIMIT).offset for f in futures] == list(range(RECORDS))
+    producer.close()
+    _poll("the first copy (the partition's claim)", lambda: _list_offset(bootstrap, "tiered", -5) >= 0)
+    consumer = KafkaConsumer("tiered", bootstrap_servers=bootstrap, group_id="g-epoch", enable_auto_commit=False,
+                             auto_offset_reset="earliest", max_poll_records=100, reconnect_backoff_max_ms=200)
+    seen = _kafka_python_poll(consumer, lambda got: len(got) >= 500)
+    run.proc.send_signal(signal.SIGKILL)
+    run.proc.wait(LIMIT)
+    kafka_run(port)
+    after = _kafka_python_poll(consumer, lambda got: bool(got) and got[-1] >= RECORDS - 1)
+    consumer.close()
+    assert set(seen) | set(after) == set(range(RECORDS))
+
+
+def _kafka_python_poll(consumer: Any, done: Callable[[list[int]], bool]) -> list[int]:
+    got: list[int] = []
+    deadline = time.monotonic() + LIMIT
+    while not done(got):
+        if time.monotonic() > deadline:
+            pytest.fail(f"kafka-python got {len(got)} records (up to {got[-1] if got else None}) within {LIMIT} s")
+        for records in consumer.poll(timeout_ms=500).values():
+            got.extend(r.offset for r in records)
+    return got
+
+
 def _confluent_poll(consumer: Any, done: Callable[[list[int]], bool]) -> list[int]:
     got: list[int] = []
     deadline = time.monotonic() + LIMIT

@@ -20,6 +20,7 @@ from tests.kafkautil import (
     list_offsets_request,
     listener,
     metadata_request,
+    offset_for_leader_epoch_request,
     produce_request,
 )
 from tiered.kafka.dispatcher import SUPPORTED
@@ -400,6 +401,35 @@ def test_read_committed_fetch_lists_aborted_transactions_and_stops_at_the_lso(ka
     (u,) = uncommitted.responses[0].partitions
     assert u.aborted_transactions is None and u.high_watermark == 3
     assert latest_committed.topics[0].partitions[0].offset == 2
+
+
+# OffsetForLeaderEpoch ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])
+def test_offset_for_leader_epoch_answers_where_each_epoch_ends(kafka, version):
+    """Not served before: kafka-python consumers retried it for ever after a restart's new leader epoch, and their
+    partitions were never fetched again (a helper's pass). Kafka's answers, from the leader-epoch cache."""
+    with RawClient(kafka.address) as client:
+        _create(client, "t")
+        client.call(0, 9, produce_request(9, "t", 0, _batch(b"a", b"b")))  # offsets 0-1 in epoch 0
+        log = kafka.broker.log("t", 0)
+        log.assign_epoch_start_offset(3)  # a restart's claim: a new leader epoch from offset 2
+        client.call(0, 9, produce_request(9, "t", 0, _batch(b"c")))
+
+        def ask(epoch: int, current: int = -1, topic: str = "t") -> tuple[int, int, int]:
+            body = offset_for_leader_epoch_request(version, topic, 0, epoch, current)
+            (p,) = client.call(23, version, body).topics[0].partitions
+            return p.error_code, p.leader_epoch, p.end_offset
+
+        assert ask(0) == (ErrorCode.none, 0, 2)  # epoch 0 ends where epoch 3 starts
+        assert ask(1) == (ErrorCode.none, 0, 2)  # an epoch never led: the largest below it, and the same end
+        assert ask(3) == (ErrorCode.none, 3, 3)  # the latest: the log end offset
+        assert ask(7) == (ErrorCode.none, -1, -1)  # above every known epoch
+        assert ask(3, current=3) == (ErrorCode.none, 3, 3)
+        assert ask(0, current=2)[0] == ErrorCode.fenced_leader_epoch
+        assert ask(0, current=4)[0] == ErrorCode.unknown_leader_epoch
+        assert ask(0, topic="nope")[0] == ErrorCode.unknown_topic_or_partition
 
 
 # ListOffsets -------------------------------------------------------------------------------------------------

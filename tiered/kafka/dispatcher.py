@@ -37,6 +37,7 @@ from tiered.kafka.groups import (
     handle_offset_fetch,
     handle_sync_group,
 )
+from tiered.kafka.leader_epochs import handle_offset_for_leader_epoch
 from tiered.kafka.list_offsets import handle_list_offsets
 from tiered.kafka.metadata import handle_metadata
 from tiered.kafka.produce import handle_produce
@@ -102,6 +103,7 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     19: (2, 7, handle_create_topics),
     20: (1, 5, handle_delete_topics),
     22: (0, 4, handle_init_producer_id),
+    23: (2, 4, handle_offset_for_leader_epoch),
     24: (0, 3, handle_add_partitions_to_txn),
     25: (0, 3, handle_add_offsets_to_txn),
     26: (0, 3, handle_end_txn),
