@@ -227,6 +227,11 @@ def test_commit_and_fetch_offsets_survive_a_restart(tmp_path: Path):
         too_long = "x" * 5000
         assert _commit(client, "g", joined.generation_id, joined.member_id, {("t", 0): 12}, too_long) == {
             ("t", 0): ErrorCode.offset_metadata_too_large}
+        # the limit counts characters as Java's String.length() does (UTF-16 units), not UTF-8 bytes: 2000 "✓" are
+        # 6000 bytes but 2000 characters, which Kafka accepts (a helper's pass); 2049 emoji are 4098 units
+        assert _commit(client, "unicode", -1, "", {("t", 1): 4}, "\u2713" * 2000) == {("t", 1): ErrorCode.none}
+        assert _commit(client, "unicode", -1, "", {("t", 1): 5}, "\U0001F600" * 2049) == {
+            ("t", 1): ErrorCode.offset_metadata_too_large}
         # a consumer that assigns its own partitions commits outside any generation
         assert _commit(client, "solo", -1, "", {("t", 0): 3}) == {("t", 0): ErrorCode.none}
         assert _fetch_offsets(client, "g") == {("t", 0): (10, "m"), ("t", 1): (20, "m")}

@@ -490,7 +490,8 @@ class GroupCoordinator:
         accepted: dict[tuple[str, int], CommittedOffset] = {}
         for tp, (offset, epoch, metadata) in offsets.items():
             text = metadata or ""
-            if len(text.encode()) > self.max_metadata_bytes:
+            # Kafka compares metadata.length(): UTF-16 code units of the Java string, not its UTF-8 bytes
+            if len(text.encode("utf-16-le")) // 2 > self.max_metadata_bytes:
                 results[tp] = ErrorCode.offset_metadata_too_large
             else:
                 accepted[tp] = CommittedOffset(offset, epoch, text, now)
