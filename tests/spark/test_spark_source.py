@@ -35,6 +35,7 @@ pytestmark = pytest.mark.integration
 MIB = 1024 * 1024
 T0 = int(time.time() * 1000) - 3_600_000  # recent: remote retention must not expire the data
 N = 24_000  # records per partition of topic t: 3+ segments of 1 MiB each
+LIMIT_S = 300  # a bound on a stream query that must end by itself (not a timing)
 COLUMNS = ("partition, offset, key, value, unix_millis(timestamp) AS ts, timestampType, headers, leaderEpoch")
 
 
@@ -792,6 +793,39 @@ def test_a_compacted_topic_and_a_real_brokers_compacted_partition_read_with_thei
                                                 "cacheDir": str(tmp_path / "cache")}).load()
     assert sorted(r["offset"] for r in df.select("offset").collect()) == [2, 4, 5, 8, 12, 13, 14, 15]
     assert df.where("offset = 8").first()["value"] is None  # the tombstone
+
+
+def test_an_available_now_stream_reads_to_the_ends_it_started_with_a_cap_at_a_time(spark: Any, tmp_path: Path) -> None:
+    """The reader did not implement SupportsTriggerAvailableNow: an availableNow query restarted with a batch pending
+    ran that batch and stopped (1050 of 3000 offsets; a helper's pass). It now takes the partitions' ends when the
+    query starts as its target and reads to them, maxOffsetsPerTrigger at a time; what is appended later waits."""
+    from tiered.spark.source import TieredStreamReader
+
+    props = {"log.dirs": str(tmp_path / "data")}
+    _append(props, "s", 0, 1000)
+    options = {"config.log.dirs": props["log.dirs"], "topics": "s", "maxOffsetsPerTrigger": "700"}
+    reader = TieredStreamReader(options)
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    _append(props, "s", 1000, 500)  # after the query started: not read by it
+    ends = []
+    while (end := reader.latestOffset(start, reader.getDefaultReadLimit())) != start:
+        ends.append(end)
+        start = end
+    assert start == {"s": {"0": 1000, "1": 1000}} and len(ends) == 3  # 2000 offsets, 700 a batch
+    assert reader.reportLatestOffset() == {"s": {"0": 1500, "1": 1500}}
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    query = (spark.readStream.format("tiered").options(**options).load().selectExpr("partition", "offset")
+             .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(LIMIT_S)
+        batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    finally:
+        query.stop()
+    assert sum(batches) == 3000 and max(batches) <= 700
+    got = sorted((r["partition"], r["offset"]) for r in spark.read.parquet(str(out)).collect())
+    assert got == [(p, i) for p in range(2) for i in range(1500)]
 
 
 def _dt_iso(ms: int) -> str:

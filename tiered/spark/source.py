@@ -55,7 +55,12 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from tiered.spark.arrow_records import ARROW_SCHEMA, SCHEMA_DDL, Projection
@@ -269,7 +274,7 @@ def _range(op: str, value: Any) -> tuple[int, int]:
 
 # Streaming ------------------------------------------------------------------------------------------------------
 
-class TieredStreamReader(DataSourceStreamReader):
+class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("tiered")``: tails the partitions of the topics.
 
     Spark offsets are JSON per partition, ``{"topic": {"0": next offset, ...}}`` (exclusive ends, as Kafka's
@@ -278,7 +283,9 @@ class TieredStreamReader(DataSourceStreamReader):
     ``maxOffsetsPerTrigger`` caps the offsets of one micro-batch, shared among the partitions in proportion to
     their lag (with ``failOnDataLoss=false``, counted from the log start where retention passed the stream). Each micro-batch is planned like a batch read of [start, end), so segments appended or offloaded
     meanwhile are found, and offsets in the columnar copy are read from its Parquet files (``columnarCopy``);
-    exactly-once comes from Spark's checkpoint of these offsets."""
+    exactly-once comes from Spark's checkpoint of these offsets. ``Trigger.AvailableNow``: the partitions' ends when
+    the query starts are its target; it reads up to them, ``maxOffsetsPerTrigger`` at a time, then stops (a restart
+    with a batch left pending goes on to the target the restart takes)."""
 
     def __init__(self, options: dict[str, str], columns: Projection | None = None) -> None:
         self.opts = parse_options(options)
@@ -294,6 +301,7 @@ class TieredStreamReader(DataSourceStreamReader):
         given = [name for name in ("endingOffsets", "endingTimestamp") if name.lower() in raw]
         if given:  # (a stream read them as nothing, silently: Spark's Kafka source refuses them in a stream too)
             raise SparkSourceOptionError(f"{', '.join(given)} is for batch reads: a stream reads on as the log grows")
+        self._target: dict[str, dict[str, int]] | None = None  # Trigger.AvailableNow's (prepareForTriggerAvailableNow)
 
     def _bounds(self, timestamp: int | None = None) -> dict[str, dict[str, tuple[int, int]]]:
         """Per partition: (log start, end bound); with ``timestamp``, the first offset at or after it stands for the
@@ -336,9 +344,22 @@ class TieredStreamReader(DataSourceStreamReader):
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_offsets) if self.max_offsets is not None else ReadAllAvailable()
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: each partition's end now is where the query ends (a partition made later, and what
+        is appended later, is not read)."""
+        self._target = {t: {p: end for p, (_s, end) in parts.items()} for t, parts in self._bounds().items()}
+
+    def reportLatestOffset(self) -> dict:
+        return {t: {p: end for p, (_s, end) in parts.items()} for t, parts in self._bounds().items()}
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         bounds = self._bounds()
         latest = {t: {p: end for p, (_s, end) in parts.items()} for t, parts in bounds.items()}
+        if self._target is not None:
+            target = self._target
+            latest = {t: {p: min(end, target[t][p]) for p, end in parts.items() if p in target.get(t, {})}
+                      for t, parts in latest.items()}
+            latest = {t: parts for t, parts in latest.items() if parts}
         if not isinstance(limit, ReadMaxRows):
             return latest
         begin = {t: {p: (start or {}).get(t, {}).get(p, bounds[t][p][0]) for p in parts} for t, parts in latest.items()}
