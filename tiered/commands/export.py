@@ -33,6 +33,7 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -237,8 +238,12 @@ def _settled_state(args: argparse.Namespace) -> dict[str, Any] | None:
     pending = state.get("pending") if state is not None else None
     if pending is not None:
         staged = os.path.join(os.path.dirname(os.path.abspath(args.out)), pending["staged"])
-        if os.path.isdir(staged):
-            _move_into(staged, args.out)
+        if not os.path.isdir(staged):  # (removed by hand: whether its rows reached OUT cannot be told)
+            raise UsageError(f"{state_path(args.out)} records a run whose files were being moved into {args.out} from "
+                             f"{staged}, which is gone: restore it, or remove the \"pending\" entry from the state "
+                             "to export that run's offsets again (any of its rows already in OUT would then be "
+                             "there twice)")
+        _move_into(staged, args.out)
         _write_state(args, pending["next_offsets"])
         shutil.rmtree(staged, ignore_errors=True)
         print(f"tiered export: finished the run of {args.out} that was stopped after its job (its files are in "
@@ -246,9 +251,9 @@ def _settled_state(args: argparse.Namespace) -> dict[str, Any] | None:
         state = _read_state(args)
     if "://" in args.out:
         return state
-    parent, prefix = os.path.dirname(os.path.abspath(args.out)), _staging_prefix(args.out)
+    parent, ours = os.path.dirname(os.path.abspath(args.out)), _staging_name(args.out)
     for name in os.listdir(parent) if os.path.isdir(parent) else ():
-        if name.startswith(prefix):  # a run stopped before it was pending: none of its files reached OUT
+        if ours.fullmatch(name):  # a run stopped before it was pending: none of its files reached OUT
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
     return state
 
@@ -293,20 +298,27 @@ def _data_files(root: str) -> list[str]:
 def _move_into(staged: str, out: str) -> None:
     """Rename the data files of ``staged`` into ``out`` (the same relative paths; Spark's file names are unique to
     their job, so a file already moved is simply no longer in ``staged``)."""
-    folders = set()
+    folders: set[str] = set()
+    root = os.path.abspath(out)
     for rel in _data_files(staged):
-        target = os.path.join(out, rel)
+        target = os.path.join(root, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.rename(os.path.join(staged, rel), target)
-        folders.add(os.path.dirname(target))
-    for folder in sorted(folders):
+        folder = os.path.dirname(target)
+        while folder not in folders and folder != os.path.dirname(root):  # (and the new ones' parents)
+            folders.add(folder)
+            folder = os.path.dirname(folder)
+    for folder in sorted(folders, key=len, reverse=True):
         _fsync_dir(folder)
+    _fsync_dir(os.path.dirname(root))
 
 
 def _count_rows(root: str, fmt: str) -> int:
     """The rows of an export directory, from the Parquet footers (or the JSON lines), without a Spark job."""
     count = 0
     for rel in _data_files(root):
+        if not rel.endswith(".parquet" if fmt == "parquet" else ".json"):
+            continue  # (another file put there: not the export's)
         path = os.path.join(root, rel)
         if fmt == "parquet":
             import pyarrow.parquet as pq
@@ -442,9 +454,10 @@ def _exclusive(out: str) -> Iterator[None]:
         os.close(fd)
 
 
-def _staging_prefix(out: str) -> str:
-    """The name every staging directory of ``out`` starts with (beside it)."""
-    return f".{os.path.basename(os.path.abspath(out).rstrip(os.sep))}.export-"
+def _staging_name(out: str) -> re.Pattern[str]:
+    """The names of ``out``'s staging directories (beside it), exactly: not an old OUT an --overwrite moved aside
+    (``<staging>.old``), nor another output's."""
+    return re.compile(re.escape(f".{os.path.basename(os.path.abspath(out).rstrip(os.sep))}.export-") + "[0-9a-f]{12}")
 
 
 def _staging_path(out: str) -> str | None:
@@ -453,7 +466,7 @@ def _staging_path(out: str) -> str | None:
     if "://" in out:
         return None
     target = os.path.abspath(out).rstrip(os.sep)
-    return f"{os.path.dirname(target)}{os.sep}{_staging_prefix(out)}{uuid.uuid4().hex[:12]}"
+    return f"{os.path.dirname(target)}{os.sep}.{os.path.basename(target)}.export-{uuid.uuid4().hex[:12]}"
 
 
 def _replace(staged: str, out: str) -> None:
