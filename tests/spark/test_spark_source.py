@@ -470,6 +470,12 @@ def test_a_stream_restarted_over_partitions_gone_or_moved_back_is_data_loss(root
     with pytest.raises(SparkSourceDataLossError, match=f"t-0: the stream's checkpoint is at offset {N + 500}, past the "
                                                        f"log's end {N}"):
         stream.partitions(ahead, {"t": {"0": N, "1": N}})
+    # with maxOffsetsPerTrigger the end of such a partition was its checkpoint's offset: no loss seen (a review)
+    capped = TieredStreamReader(_options(root, topics="t", maxOffsetsPerTrigger="700"))
+    behind = {"t": {"0": N + 500, "1": 0}}
+    assert capped.latestOffset(behind, capped.getDefaultReadLimit()) == {"t": {"0": N, "1": 700}}
+    with pytest.raises(SparkSourceDataLossError, match=f"t-0: the stream's checkpoint is at offset {N + 500}"):
+        capped.partitions(behind, {"t": {"0": N, "1": 700}})
     planned = TieredStreamReader(_options(root, topics="t", failOnDataLoss="false")).partitions(
         ahead, {"t": {"0": N, "1": N}})
     assert {(piece.topic, piece.partition) for part in planned for piece in part.pieces} == {("t", 1)}  # type: ignore[attr-defined]

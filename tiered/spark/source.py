@@ -375,7 +375,8 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             share = min(lag, max(1, lag * limit.max_rows // total)) if lag else 0
             share = min(share, budget)
             budget -= share
-            out.setdefault(t, {})[p] = begin[t][p] + share
+            # a checkpoint past the log's end ends at the end (partitions() reports the loss), as Spark's Kafka source
+            out.setdefault(t, {})[p] = latest[t][p] if begin[t][p] > latest[t][p] else begin[t][p] + share
         return out
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
