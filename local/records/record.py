@@ -191,7 +191,7 @@ def _decode_records(data: bytes | memoryview, count: int, base_offset: int, base
                 hklen, pos = dv(buf, pos)
                 if hklen < 0:
                     raise InvalidRecordError(f"null header key in record {i} at position {start}", position=start)
-                hk = buf[pos : pos + hklen].decode()
+                hk = buf[pos : pos + hklen].decode("utf-8", "replace")  # as Java's new String(bytes, UTF_8)
                 pos += hklen
                 hvlen, pos = dv(buf, pos)
                 if hvlen < 0:

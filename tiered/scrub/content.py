@@ -27,9 +27,11 @@ def _blob(data: bytes | None) -> bytes:
     return _NULL if data is None else _LEN.pack(len(data)) + data
 
 
-def _row(offset: int, timestamp: int, timestamp_type: int, epoch: int, key: bytes | None, value: bytes | None,
+def _row(offset: int, timestamp: int, timestamp_type: int, epoch: int | None, key: bytes | None, value: bytes | None,
          headers: Iterable[tuple[str, bytes | None]]) -> bytes:
-    parts = [_ROW.pack(offset, timestamp, timestamp_type, epoch), _blob(key), _blob(value)]
+    # (a batch's leader epoch -1 is a null leaderEpoch in the copy, as the source gives it)
+    parts = [_ROW.pack(offset, timestamp, timestamp_type, -1 if epoch is None or epoch < 0 else epoch), _blob(key),
+             _blob(value)]
     pairs = list(headers)
     parts.append(_LEN.pack(len(pairs)))
     for name, data in pairs:
