@@ -373,8 +373,8 @@ def test_verify_compares_the_rows_contents_and_aborted_marks_with_the_log(root: 
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """verify compared only how many rows each segment had (a helper's pass): a copy whose values, or whose aborted
     marks, a keeper bug had written wrong, with a manifest that agrees, was OK. Each segment's rows are now
-    compared with its records as the engine's decoder reads them, and a row may be marked aborted only if its
-    record is in a transactional batch."""
+    compared with its records as the engine's decoder reads them, and its aborted marks with the transaction
+    indexes of it and every later segment (with --remote all are read here)."""
     import pyarrow as pa
 
     from tiered.cli import main
@@ -390,20 +390,28 @@ def test_verify_compares_the_rows_contents_and_aborted_marks_with_the_log(root: 
     values = table.column("value").to_pylist()
     values[7] = values[7][:-1] + b"?"  # one byte of one value
     _rewritten(c0, 0, table.set_column(table.schema.get_field_index("value"), "value", pa.array(values, pa.binary())))
-    first = t.files[0]
+    first, second = t.files[0], t.files[1]
     rows = pq.read_table(stored_file(tx, first.name))
     plain = next(i for i, v in enumerate(rows.column("value").to_pylist()) if v.startswith(b"plain"))
     marks = rows.column("aborted").to_pylist()
-    marks[plain] = True
+    marks[plain] = True  # a committed record marked aborted
     _rewritten(tx, 0, rows.set_column(rows.schema.get_field_index("aborted"), "aborted", pa.array(marks)))
+    later = pq.read_table(stored_file(tx, second.name))
+    marks = later.column("aborted").to_pylist()
+    unmarked = marks.index(True)
+    marks[unmarked] = False  # an aborted record not marked
+    _rewritten(tx, 1, later.set_column(later.schema.get_field_index("aborted"), "aborted", pa.array(marks)))
     assert main(["--config", str(config), "verify", "--remote"]) == 1
     out = capsys.readouterr().out
     s = m.files[0].segments[0]
     assert f"the rows of segment {s.segment_id} ({s.base_offset}-{s.end_offset}) are not its records" in out, out
     offset = rows.column("offset")[plain].as_py()
-    assert f"row {offset} of segment {first.segments[0].segment_id} is marked aborted, but its record is not in a " \
-           "transactional batch" in out, out
-    assert out.count("are not its records") == 1 and out.count("marked aborted") == 1, out
+    assert f"row {offset} of segment {first.segments[0].segment_id} is marked aborted, but the transaction indexes " \
+           "abort no transaction of its batch" in out, out
+    offset = later.column("offset")[unmarked].as_py()
+    assert f"row {offset} of segment {second.segments[0].segment_id} is not marked aborted, but the transaction " \
+           "indexes abort its batch's transaction" in out, out
+    assert out.count("are not its records") == 1 and out.count("marked aborted") == 2, out
 
 
 def test_a_file_kept_only_as_its_link_is_read_as_verify_reads_it(root: Path, tmp_path: Path,

@@ -7,7 +7,8 @@ statistics of its ``offset`` column lie inside the file's range, its offsets ris
 it lists holds the rows the manifest says (its ``offset`` column is read); each segment's rows equal the records of
 the segment's data batches wherever the scrub read that segment without a problem (the local segment, or the remote
 one with ``--remote``: :attr:`tiered.scrub.report.PartitionReport.segment_records`), in number and in content (the
-digest of :mod:`tiered.scrub.content`), with rows marked aborted only among its transactional batches'; no file holds offsets at or
+digest of :mod:`tiered.scrub.content`), with rows marked aborted where the transaction indexes say (where all of them
+from the segment on were read; else only among its transactional batches'); no file holds offsets at or
 past the log end offset, and the manifest's topic id is the partition's; the partition dir's links (what a plain directory read
 sees) are exactly the published files. Parquet files that no manifest names are noted (a crash
 leaves them; the partition's next writer removes them), not counted as problems. Nothing is written.
@@ -110,7 +111,7 @@ def scrub_partition(directory: Path, report: PartitionReport, remote_scanned: bo
                                                offset=int(stats.min)))
         if not f.segments:
             continue
-        problems = _check_segment_rows(file, f, report.segment_records, report.segment_content)
+        problems = _check_segment_rows(file, f, report.segment_records, report.segment_content, report)
         report.problems += problems
         if not problems:
             seen = sum(1 for s in f.segments if report.segment_records.get(s.base_offset, (None,))[0] == s.end_offset)
@@ -141,10 +142,12 @@ def scrub_partition(directory: Path, report: PartitionReport, remote_scanned: bo
 
 
 def _check_segment_rows(file: Path, f: ColumnarFile, records: dict[int, tuple[int, int]],
-                        contents: dict[int, tuple[bytes, tuple[int, ...]]] | None = None) -> list[Problem]:
+                        contents: dict[int, tuple[bytes, tuple[int, ...]]] | None = None,
+                        report: PartitionReport | None = None) -> list[Problem]:
     """The file's offsets rise strictly, each listed segment holds the rows the manifest says, and those equal the
     log's records of that segment where the scrub counted them: as many, and, where it digested them (``contents``),
-    the same (:mod:`tiered.scrub.content`), with rows marked aborted only among its transactional batches'."""
+    the same (:mod:`tiered.scrub.content`), with rows marked aborted exactly where the transaction indexes say (only
+    among its transactional batches' when they are not all known: :func:`_aborted_known`)."""
     import numpy as np
     import pyarrow.parquet as pq
 
@@ -172,14 +175,33 @@ def _check_segment_rows(file: Path, f: ColumnarFile, records: dict[int, tuple[in
     digested = [s for s in f.segments if s.base_offset in contents and records.get(s.base_offset, (None,))[0] ==
                 s.end_offset]
     if digested:
-        problems += _check_contents(file, offsets, digested, contents)
+        problems += _check_contents(file, offsets, digested, contents, report)
     return problems
 
 
+def _aborted_known(base: int, report: PartitionReport | None) -> dict[int, list[tuple[int, int]]] | None:
+    """The aborted transactions that may hold records of the segment at ``base`` (producer id -> its (first offset,
+    abort marker offset)s): those in the transaction indexes of the segments from it to the log end, when every one of
+    them was scanned whole (an abort marker may lie in any later segment); None when one was not."""
+    if report is None or report.log_end_offset is None:
+        return None
+    found: dict[int, list[tuple[int, int]]] = {}
+    at = base
+    while at < report.log_end_offset:
+        scanned, entries = report.segment_records.get(at), report.segment_aborted.get(at)
+        if scanned is None or entries is None:
+            return None
+        for pid, first, last in entries:
+            found.setdefault(pid, []).append((first, last))
+        at = scanned[0] + 1  # the next segment starts after this one's last offset
+    return found
+
+
 def _check_contents(file: Path, offsets: Any, segments: list[Any],
-                    contents: dict[int, tuple[bytes, tuple[int, ...]]]) -> list[Problem]:
-    """Each segment's rows against the digest of its records, and its aborted marks against its transactional
-    batches."""
+                    contents: dict[int, tuple[bytes, tuple[int, ...]]],
+                    report: PartitionReport | None = None) -> list[Problem]:
+    """Each segment's rows against the digest of its records, and its aborted marks against the transaction indexes
+    (or, where not all of them are known, against its transactional batches)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -201,13 +223,21 @@ def _check_contents(file: Path, offsets: Any, segments: list[Any],
                                           "not its records: an offset, timestamp, leader epoch, key, value or header "
                                           "differs", file=str(file), offset=s.base_offset))
             continue
-        marked = offsets[lo:hi][aborted[lo:hi].astype(bool)]
-        if len(marked):
-            ranges = np.array(transactional, np.int64).reshape(-1, 2)
-            i = np.searchsorted(ranges[:, 0], marked, side="right") - 1
-            outside = marked[(i < 0) | (marked > ranges[np.maximum(i, 0), 1])] if len(ranges) else marked
-            if len(outside):
-                problems.append(Problem(KIND, f"row {int(outside[0])} of segment {s.segment_id} is marked aborted, but "
-                                              "its record is not in a transactional batch", file=str(file),
-                                        offset=int(outside[0])))
+        batches = np.array(transactional, np.int64).reshape(-1, 3)  # base, last offset, producer id
+        txns = _aborted_known(s.base_offset, report)
+        rows, marks = offsets[lo:hi], aborted[lo:hi].astype(bool)
+        if txns is None:
+            ranges, why = batches[:, :2], "its record is not in a transactional batch"
+        else:  # Kafka's rule, as the keeper's: a batch of an aborted transaction of its producer
+            ranges = batches[[any(first <= b <= last for first, last in txns.get(int(pid), ()))
+                              for b, _l, pid in batches.tolist()], :2] if len(batches) else batches[:, :2]
+            why = "the transaction indexes abort no transaction of its batch"
+        i = np.searchsorted(ranges[:, 0], rows, side="right") - 1
+        inside = (i >= 0) & (rows <= ranges[np.maximum(i, 0), 1]) if len(ranges) else np.zeros(len(rows), np.bool_)
+        wrong = np.flatnonzero(marks & ~inside if txns is None else marks != inside)
+        if len(wrong):
+            at = int(rows[wrong[0]])
+            what = (f"is marked aborted, but {why}" if marks[wrong[0]] else
+                    "is not marked aborted, but the transaction indexes abort its batch's transaction")
+            problems.append(Problem(KIND, f"row {at} of segment {s.segment_id} {what}", file=str(file), offset=at))
     return problems

@@ -82,7 +82,7 @@ class BatchScanner:
         self.records = 0
         self.records_known = True
         # With ``content``: the digest of its data records (tiered.scrub.content), which the columnar copy's rows are
-        # compared with, and the offset ranges (base, last) of its transactional data batches, where alone a row
+        # compared with, and the offset ranges and producer (base, last, producer id) of its transactional data batches, where alone a row
         # may be marked aborted. None when not asked, or once a batch could not be decoded.
         self.content: Any = new_digest() if content else None
         self.transactional = array("q")
@@ -220,7 +220,7 @@ class BatchScanner:
             return
         fold_records(self.content, records, 1 if attributes & _LOG_APPEND_TIME else 0, epoch)
         if attributes & _TRANSACTIONAL:
-            self.transactional.extend((base, decoded.last_offset))
+            self.transactional.extend((base, decoded.last_offset, decoded.producer_id))
 
     def _check_legacy(self, view: memoryview, p: int, position: int, size: int, magic: int) -> None:
         offset, _size, crc, _magic, attributes = _LEGACY_HEAD.unpack_from(view, p)

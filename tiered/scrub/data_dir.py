@@ -14,6 +14,7 @@ from local.errors import KafkaStorageError
 from local.index.entries import LARGE_OFFSET_ENTRY_SIZE
 from tiered.scrub.batches import BatchScanner, Progress, no_progress, read_file_chunks
 from tiered.scrub.files import (
+    aborted_transactions,
     check_leader_epoch_checkpoint,
     check_offset_index,
     check_producer_snapshot,
@@ -258,10 +259,15 @@ def _scrub_segment(pdir: Path, base: int, path: Path, report: PartitionReport, n
         report.problems += problems
         report.notes += notes
     txn_index = filenames.transaction_index_file(pdir, base)
+    aborted: tuple[tuple[int, int, int], ...] | None = ()
     if txn_index.exists():
         segment_last = scan.lasts[-1] if scan.lasts else None
-        report.problems += check_txn_index(_read(txn_index, report), base, segment_last, str(txn_index),
-                                           remote=False)
+        known = len(report.problems)
+        data = _read(txn_index, report)  # (b"" and a problem when it cannot be read)
+        report.problems += check_txn_index(data, base, segment_last, str(txn_index), remote=False)
+        aborted = aborted_transactions(data) if len(report.problems) == known else None
+    if report.check_content:
+        report.segment_aborted[base] = aborted
     return scan
 
 

@@ -179,6 +179,12 @@ _ABORTED_TXN_DTYPE = np.dtype([("version", ">i2"), ("pid", ">i8"), ("first", ">i
 assert _ABORTED_TXN_DTYPE.itemsize == ABORTED_TXN.size
 
 
+def aborted_transactions(data: bytes) -> tuple[tuple[int, int, int], ...]:
+    """The (producer id, first offset, last offset) entries of a transaction index's bytes (whole entries only)."""
+    entries = np.frombuffer(data, dtype=_ABORTED_TXN_DTYPE, count=len(data) // ABORTED_TXN_SIZE)
+    return tuple(zip(entries["pid"].tolist(), entries["first"].tolist(), entries["last"].tolist(), strict=True))
+
+
 def _first_rows(kinds: list[tuple[Any, Any]], entry_size: int, offsets: Any,
                 offsets_of: list[Any] | None = None) -> tuple[list[tuple[str, int, int | None]], int]:
     """The problem rows (message, position, offset) of the entries each mask of ``kinds`` marks, in entry order (an

@@ -44,6 +44,7 @@ from tiered.ownership import OwnerRecord, within_lineage
 from tiered.rsm import IndexType, RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from tiered.scrub.batches import CHUNK_BYTES, BatchScanner, Progress
 from tiered.scrub.files import (
+    aborted_transactions,
     check_leader_epoch_checkpoint,
     check_offset_index,
     check_producer_snapshot,
@@ -431,12 +432,16 @@ class RemoteScrub:
     def _check_indexes(self, md: RemoteLogSegmentMetadata, present: dict[str, str], keys: dict[str, str],
                        scan: BatchScanner, out: PartitionReport) -> None:
         base = md.start_offset
+        if out.check_content:
+            out.segment_aborted[base] = ()  # (no transaction index: no aborted transaction)
         for kind in IndexType:
             key = keys[kind.suffix]
             if kind.suffix not in present:
                 continue
             data = self._fetch_index(md, kind, key, out)
             if data is None:
+                if kind is IndexType.TRANSACTION:
+                    out.segment_aborted[base] = None
                 continue
             if kind is IndexType.OFFSET:
                 sizes = offset_entry_sizes_of_bytes(data, scan.bytes_seen)
@@ -452,6 +457,8 @@ class RemoteScrub:
                 problems, notes = check_time_index(data, base, scan, key, remote=True)
             elif kind is IndexType.TRANSACTION:
                 problems, notes = check_txn_index(data, base, md.end_offset, key, remote=True), []
+                if out.check_content:
+                    out.segment_aborted[base] = None if problems else aborted_transactions(data)
             elif kind is IndexType.PRODUCER_SNAPSHOT:
                 problems, notes = check_producer_snapshot(data, key, remote=True), []
             else:

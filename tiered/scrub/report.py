@@ -91,7 +91,7 @@ def listed(problems: list[Problem], kind: str, items: Iterable[tuple[str, int, i
 
 
 SegmentContent = tuple[bytes, tuple[int, ...]]
-"""A segment's records' digest and its transactional data batches' (base, last) offsets, flat."""
+"""A segment's records' digest and its transactional data batches' (base, last offset, producer id), flat."""
 
 
 @dataclass
@@ -122,6 +122,10 @@ class PartitionReport:
     # batches, flat) (tiered.scrub.content).
     check_content: bool = field(default=False, repr=False)
     segment_content: dict[int, SegmentContent] = field(default_factory=dict, repr=False)
+    # Per segment scanned: its transaction index's aborted transactions (producer id, first offset, last offset; none
+    # without an index), or None when the index could not be read whole: what the copy's aborted marks are checked
+    # against, when every segment from theirs to the log end is known.
+    segment_aborted: dict[int, tuple[tuple[int, int, int], ...] | None] = field(default_factory=dict, repr=False)
 
     def count_records(self, base: int, scan: Any) -> None:
         """Keep ``scan``'s record count for the segment at ``base`` (a :class:`tiered.scrub.batches.BatchScanner`
