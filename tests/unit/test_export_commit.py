@@ -62,3 +62,33 @@ def test_rows_are_counted_from_the_exports_own_files(tmp_path: Path) -> None:
     pq.write_table(pa.table({"offset": [1, 2, 3]}), out / "partition=0" / "part-0.parquet")
     _file(out / "partition=0" / "notes.txt", "mine")
     assert export._count_rows(str(out), "parquet") == 3
+
+
+def test_a_symlinked_out_is_staged_beside_its_target(tmp_path: Path) -> None:
+    """OUT a symlink to another file system: the staging directory went beside the link, and every move into OUT
+    failed with EXDEV, the run left pending for good (a helper's pass). It is staged beside the target now."""
+    target = tmp_path / "elsewhere" / "export"
+    target.mkdir(parents=True)
+    (tmp_path / "here").mkdir()
+    link = tmp_path / "here" / "out"
+    link.symlink_to(target)
+    staged = Path(export._staging_path(str(link)) or "")
+    assert staged.parent == target.parent and export._staging_name(str(link)).fullmatch(staged.name)
+    _file(staged / "partition=0" / "part-0.parquet", "rows")
+    export._move_into(str(staged), str(link))
+    assert (target / "partition=0" / "part-0.parquet").read_text() == "rows" and link.is_symlink()
+
+
+def test_a_java_error_is_said_by_its_root_cause() -> None:
+    """A full disk said only 'An error occurred while calling o68.parquet.' (a helper's pass): Py4J's first line."""
+    from tiered.commands._spark import spark_error_summary
+
+    text = ("An error occurred while calling o68.parquet.\n"
+            ": org.apache.spark.SparkException: [TASK_WRITE_FAILED] Task failed while writing rows to file:/x.\n"
+            "\tat org.apache.spark.sql.errors.QueryExecutionErrors$.taskFailedWhileWritingRowsError(x.scala:1)\n"
+            "Caused by: org.apache.spark.SparkException: Job aborted.\n"
+            "Caused by: java.io.IOException: No space left on device\n"
+            "\tat java.base/java.io.FileOutputStream.writeBytes(Native Method)\n")
+    assert spark_error_summary(Exception(text)) == "IOException: No space left on device"
+    assert spark_error_summary(Exception("An error occurred while calling o1.x.\n: java.lang.IllegalStateException: "
+                                         "bad state\n\tat a.b(c)")) == "IllegalStateException: bad state"

@@ -23,6 +23,7 @@ _TRACEBACK = "Traceback (most recent call last):"
 _END_OF_MESSAGE = re.compile(r"^(\s+at |\s*SQLSTATE: |JVM stacktrace:|\s*$)")
 _SQLSTATE = re.compile(r"\s*SQLSTATE: \w+\s*$")
 _PROJECT_MODULES = ("tiered.", "local.")
+_JAVA_ERROR = re.compile(r"^([a-z][\w.]*\.[A-Z]\w*): (.+)$")  # "java.io.IOException: No space left on device"
 
 
 class SparkJobError(TieredStorageError):
@@ -60,6 +61,12 @@ def spark_error_summary(exc: BaseException) -> str:
                 return text  # the project's errors read as the CLI prints them elsewhere, without their class
             return f"{name.rsplit('.', 1)[-1]}: {text}"
     first = next((line for line in lines if line.strip()), "") or type(exc).__name__
+    if first.startswith("An error occurred while calling"):  # Py4J's: the Java error and its causes follow
+        causes = [line.split("Caused by: ", 1)[1] for line in lines if line.startswith("Caused by: ")]
+        java = causes[-1] if causes else next((line[2:] for line in lines if line.startswith(": ")), "")
+        match = _JAVA_ERROR.match(java.strip())
+        if match is not None:  # the root cause, as "IOException: No space left on device"
+            first = f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2)}"
     return " ".join(_SQLSTATE.sub("", first).split())
 
 

@@ -237,7 +237,7 @@ def _settled_state(args: argparse.Namespace) -> dict[str, Any] | None:
     state = _read_state(args)
     pending = state.get("pending") if state is not None else None
     if pending is not None:
-        staged = os.path.join(os.path.dirname(os.path.abspath(args.out)), pending["staged"])
+        staged = os.path.join(_staging_parent(args.out), pending["staged"])
         if not os.path.isdir(staged):  # (removed by hand: whether its rows reached OUT cannot be told)
             raise UsageError(f"{state_path(args.out)} records a run whose files were being moved into {args.out} from "
                              f"{staged}, which is gone: restore it, or remove the \"pending\" entry from the state "
@@ -251,7 +251,7 @@ def _settled_state(args: argparse.Namespace) -> dict[str, Any] | None:
         state = _read_state(args)
     if "://" in args.out:
         return state
-    parent, ours = os.path.dirname(os.path.abspath(args.out)), _staging_name(args.out)
+    parent, ours = _staging_parent(args.out), _staging_name(args.out)
     for name in os.listdir(parent) if os.path.isdir(parent) else ():
         if ours.fullmatch(name):  # a run stopped before it was pending: none of its files reached OUT
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
@@ -303,7 +303,7 @@ def _move_into(staged: str, out: str) -> None:
     for rel in _data_files(staged):
         target = os.path.join(root, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.rename(os.path.join(staged, rel), target)
+        shutil.move(os.path.join(staged, rel), target)  # a rename, but across file systems (a mount inside OUT)
         folder = os.path.dirname(target)
         while folder not in folders and folder != os.path.dirname(root):  # (and the new ones' parents)
             folders.add(folder)
@@ -396,7 +396,7 @@ def _export(args: argparse.Namespace, opts: dict[str, str], ends: dict[str, dict
                 print(f"tiered export: no record of {args.topic} in the range asked: nothing written", file=sys.stderr)
                 return 1
             else:
-                _replace(staged, args.out)
+                _replace(staged, os.path.realpath(args.out))  # (a symlinked OUT's target, beside which it was staged)
     except Exception as exc:
         if staged is not None and not committing:
             shutil.rmtree(staged, ignore_errors=True)
@@ -460,13 +460,19 @@ def _staging_name(out: str) -> re.Pattern[str]:
     return re.compile(re.escape(f".{os.path.basename(os.path.abspath(out).rstrip(os.sep))}.export-") + "[0-9a-f]{12}")
 
 
+def _staging_parent(out: str) -> str:
+    """The directory the staging directories of ``out`` go in: beside OUT where it really is (a symlink's target: on
+    its file system, so the moves into OUT are renames)."""
+    return os.path.dirname(os.path.realpath(out))
+
+
 def _staging_path(out: str) -> str | None:
     """Where an export is written before its files reach OUT (beside it: the moves are renames), or None when OUT is
     not a local path (a URL Spark writes to directly)."""
     if "://" in out:
         return None
-    target = os.path.abspath(out).rstrip(os.sep)
-    return f"{os.path.dirname(target)}{os.sep}.{os.path.basename(target)}.export-{uuid.uuid4().hex[:12]}"
+    name = os.path.basename(os.path.abspath(out).rstrip(os.sep))
+    return os.path.join(_staging_parent(out), f".{name}.export-{uuid.uuid4().hex[:12]}")
 
 
 def _replace(staged: str, out: str) -> None:
