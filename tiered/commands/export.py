@@ -39,8 +39,10 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from local.checkpoint import fsync_dir
 from tiered.commands._common import (
     UsageError,
     check_output_place,
@@ -272,15 +274,7 @@ def _write_state(args: argparse.Namespace, ends: dict[str, dict[str, int]],
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(Path(path).parent)
 
 
 def _data_files(root: str) -> list[str]:
@@ -309,8 +303,8 @@ def _move_into(staged: str, out: str) -> None:
             folders.add(folder)
             folder = os.path.dirname(folder)
     for folder in sorted(folders, key=len, reverse=True):
-        _fsync_dir(folder)
-    _fsync_dir(os.path.dirname(root))
+        fsync_dir(Path(folder))
+    fsync_dir(Path(root).parent)
 
 
 def _count_rows(root: str, fmt: str) -> int:

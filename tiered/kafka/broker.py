@@ -185,6 +185,15 @@ class KafkaBroker:
     def log(self, topic: str, partition: int) -> Log | None:
         return None if topic in HIDDEN_TOPICS else self.manager.get_log(topic, partition)
 
+    def led_log(self, topic: str, partition: int, current_leader_epoch: int) -> tuple[Log | None, ErrorCode]:
+        """The partition's log for a request that names it and the leader epoch it knows (-1: none), or the error
+        Kafka answers: UNKNOWN_TOPIC_OR_PARTITION, or the :func:`current_leader_epoch_error`."""
+        log = self.log(topic, partition)
+        if log is None:
+            return None, ErrorCode.unknown_topic_or_partition
+        error = current_leader_epoch_error(current_leader_epoch, log)
+        return (log, error) if error is ErrorCode.none else (None, error)
+
     def lost_ownership(self, log: Log) -> str | None:
         """Why this data dir may no longer take writes to ``log`` (:func:`tiered.composition.lost_ownership`)."""
         from tiered.composition import lost_ownership

@@ -16,7 +16,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from local.epoch import UNDEFINED_EPOCH_OFFSET
-from tiered.kafka.broker import KafkaBroker, current_leader_epoch_error
+from tiered.kafka.broker import KafkaBroker
 from tiered.kafka.errors import error_code
 from tiered.kafka.protocol import NO_THROTTLE, Request, make
 
@@ -32,12 +32,9 @@ def handle_offset_for_leader_epoch(broker: KafkaBroker, request: Request) -> Any
 
 def _one(broker: KafkaBroker, module: Any, topic: str, wanted: Any) -> Any:
     partition = wanted.partition
-    log = broker.log(topic, partition)
+    log, refused = broker.led_log(topic, partition, getattr(wanted, "current_leader_epoch", -1))
     if log is None:
-        return _answer(module, partition, ErrorCode.unknown_topic_or_partition)
-    epoch_error = current_leader_epoch_error(getattr(wanted, "current_leader_epoch", -1), log)
-    if epoch_error is not ErrorCode.none:
-        return _answer(module, partition, epoch_error)
+        return _answer(module, partition, refused)
     try:
         epoch, end = log.end_offset_for_epoch(int(wanted.leader_epoch))
     except Exception as exc:

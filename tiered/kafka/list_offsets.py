@@ -25,7 +25,7 @@ from local.log import (
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
 )
-from tiered.kafka.broker import KafkaBroker, current_leader_epoch_error, leader_epoch
+from tiered.kafka.broker import KafkaBroker, leader_epoch
 from tiered.kafka.errors import error_code
 from tiered.kafka.protocol import NO_THROTTLE, Request, make
 
@@ -48,12 +48,9 @@ def handle_list_offsets(broker: KafkaBroker, request: Request) -> Any:
 def _one(broker: KafkaBroker, module: Any, version: int, topic: str, wanted: Any, committed: bool) -> Any:
     partition = wanted.partition_index
     timestamp = int(wanted.timestamp)
-    log = broker.log(topic, partition)
+    log, refused = broker.led_log(topic, partition, getattr(wanted, "current_leader_epoch", -1))
     if log is None:
-        return _answer(module, partition, ErrorCode.unknown_topic_or_partition)
-    epoch_error = current_leader_epoch_error(getattr(wanted, "current_leader_epoch", -1), log)
-    if epoch_error is not ErrorCode.none:
-        return _answer(module, partition, epoch_error)
+        return _answer(module, partition, refused)
     if timestamp < 0 and timestamp not in (LATEST_TIMESTAMP, EARLIEST_TIMESTAMP, *_SINCE_VERSION):
         return _answer(module, partition, ErrorCode.invalid_request)
     if version < _SINCE_VERSION.get(timestamp, 0):
