@@ -92,6 +92,14 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def _tier_copy(root: Path, tmp_path: Path) -> Path:
+    """A copy of the module's data dir and remote tier, for a test that changes them."""
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "data", copy / "data")
+    shutil.copytree(root / "remote", copy / "remote")
+    return copy
+
+
 def _options(root: Path, **extra: str) -> dict[str, str]:
     opts = {f"config.{k}": v for k, v in _props(root).items()}
     opts["cacheDir"] = str(root / "cache")
@@ -325,9 +333,7 @@ def test_starting_and_ending_offsets_and_timestamps(spark: Any, root: Path) -> N
 
 
 def test_a_corrupt_remote_object_fails_the_job_with_the_projects_error(spark: Any, root: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "copy"
-    shutil.copytree(root / "data", copy / "data")
-    shutil.copytree(root / "remote", copy / "remote")
+    copy = _tier_copy(root, tmp_path)
     obj = _remote_object(copy)
     raw = bytearray(obj.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
@@ -339,9 +345,7 @@ def test_a_corrupt_remote_object_fails_the_job_with_the_projects_error(spark: An
 
 
 def test_offsets_deleted_by_retention_are_data_loss_unless_told_otherwise(spark: Any, root: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "copy"
-    shutil.copytree(root / "data", copy / "data")
-    shutil.copytree(root / "remote", copy / "remote")
+    copy = _tier_copy(root, tmp_path)
     with LogManager(LogConfig.from_properties(_props(copy)), start_scheduler=False) as m:
         log = m.get_log("codecs", 0)
         assert log is not None
@@ -357,9 +361,7 @@ def test_a_segment_file_gone_since_planning_is_data_loss(root: Path, tmp_path: P
     from tiered.spark.planning import SparkSourceDataLossError, plan
     from tiered.spark.reader import read_piece
 
-    copy = tmp_path / "copy"
-    shutil.copytree(root / "data", copy / "data")
-    shutil.copytree(root / "remote", copy / "remote")
+    copy = _tier_copy(root, tmp_path)
     # the active segment's: never copied (one with a remote copy is read from it: test_planning_tier.py)
     piece = [p for p in plan(parse_options(_options(copy, topics="t"))) if p.local_path is not None][-1]
     assert sum(b.num_rows for b in read_piece(piece)) > 0
@@ -379,9 +381,7 @@ def test_a_remote_segment_deleted_since_planning_is_data_loss(root: Path, tmp_pa
     from tiered.spark.planning import SparkSourceDataLossError, plan
     from tiered.spark.reader import read_piece
 
-    copy = tmp_path / "copy"
-    shutil.copytree(root / "data", copy / "data")
-    shutil.copytree(root / "remote", copy / "remote")
+    copy = _tier_copy(root, tmp_path)
     options = {**_options(copy, topics="t"), "cacheDir": str(tmp_path / "cache")}
     piece = next(p for p in plan(parse_options(options)) if p.remote_metadata is not None)
     log_file = next((copy / "remote").rglob(f"*{_segment_id_text(piece)}.log"))
@@ -432,9 +432,7 @@ def test_a_stream_behind_retention_spends_its_cap_on_offsets_still_there(root: P
 
     from tiered.spark.source import TieredStreamReader
 
-    copy = tmp_path / "copy"
-    shutil.copytree(root / "data", copy / "data")
-    shutil.copytree(root / "remote", copy / "remote")
+    copy = _tier_copy(root, tmp_path)
     with LogManager(LogConfig.from_properties(_props(copy)), start_scheduler=False) as m:
         log = m.get_log("t", 0)
         assert log is not None
@@ -565,9 +563,7 @@ def test_offsets_a_recovery_recorded_as_lost_are_data_loss_unless_told_otherwise
     from tiered.spark.options import parse_options
     from tiered.spark.planning import SparkSourceDataLossError, plan
 
-    copy = tmp_path / "copy"
-    shutil.copytree(root / "data", copy / "data")
-    shutil.copytree(root / "remote", copy / "remote")
+    copy = _tier_copy(root, tmp_path)
     pdir = copy / "data" / "t-0"
     logs = sorted(pdir.glob("*.log"))
     assert len(logs) >= 2

@@ -154,11 +154,7 @@ def test_incremental_export_exports_only_new_records(spark: Any, tmp_path: Path)
     from tiered.cli import main
     from tiered.commands.export import state_path
 
-    src = {"log.dirs": str(tmp_path / "src")}
-    _build_source(src, "g", 0, 1500)
-    out = tmp_path / "inc"
-    args = ["export", "--log-dirs", src["log.dirs"], "--topic", "g", "--incremental", str(out)]
-    assert main(args) == 0
+    src, out, args = _incremental_export(tmp_path, 1500)
     state = json.loads(Path(state_path(str(out))).read_text())
     assert state["next_offsets"] == {"g": {"0": 1500, "1": 1500}}
     first = ds.dataset(str(out), format="parquet", partitioning="hive").to_table().num_rows
@@ -200,11 +196,7 @@ def test_an_incremental_run_stopped_anywhere_leaves_each_offset_once(
     import tiered.commands.export as export
     from tiered.cli import main
 
-    src = {"log.dirs": str(tmp_path / "src")}
-    _build_source(src, "g", 0, 1500)
-    out = tmp_path / "inc"
-    args = ["export", "--log-dirs", src["log.dirs"], "--topic", "g", "--incremental", str(out)]
-    assert main(args) == 0
+    src, out, args = _incremental_export(tmp_path, 1500)
     _build_source(src, "g", 1500, 700)
 
     class Killed(BaseException):
@@ -244,11 +236,7 @@ def test_an_incremental_export_past_retention_says_so_before_spark_and_goes_on_w
     starts, naming the offsets, and --no-fail-on-data-loss goes on from the log start."""
     from tiered.cli import main
 
-    src = {"log.dirs": str(tmp_path / "src")}
-    _build_source(src, "g", 0, 1000)
-    out = tmp_path / "inc"
-    args = ["export", "--log-dirs", src["log.dirs"], "--topic", "g", "--incremental", str(out)]
-    assert main(args) == 0
+    src, out, args = _incremental_export(tmp_path, 1000)
     _build_source(src, "g", 1000, 1000)
     with LogManager(LogConfig.from_properties(src), start_scheduler=False) as m:
         log = m.get_log("g", 0)
@@ -284,6 +272,19 @@ def test_an_export_of_nothing_is_refused_and_leaves_nothing(spark: Any, tmp_path
     assert main([*base, "--from", "5000", str(out)]) == 1
     assert "no record of g in the range asked: nothing written" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+def _incremental_export(tmp_path: Path, n: int) -> tuple[dict[str, str], Path, list[str]]:
+    """Topic g of ``n`` records a partition, exported once with --incremental: its broker props, OUT and the
+    command's arguments (for the next runs)."""
+    from tiered.cli import main
+
+    src = {"log.dirs": str(tmp_path / "src")}
+    _build_source(src, "g", 0, n)
+    out = tmp_path / "inc"
+    args = ["export", "--log-dirs", src["log.dirs"], "--topic", "g", "--incremental", str(out)]
+    assert main(args) == 0
+    return src, out, args
 
 
 def _build_incompressible(props: dict[str, str], topic: str, per_partition: int) -> None:

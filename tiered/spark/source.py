@@ -274,6 +274,11 @@ def _range(op: str, value: Any) -> tuple[int, int]:
 
 # Streaming ------------------------------------------------------------------------------------------------------
 
+def _ends(bounds: dict[str, dict[str, tuple[int, int]]]) -> dict[str, dict[str, int]]:
+    """The end offsets of :meth:`TieredStreamReader._bounds`, as Spark's offsets (``{"topic": {"0": end}}``)."""
+    return {t: {p: end for p, (_start, end) in parts.items()} for t, parts in bounds.items()}
+
+
 class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("tiered")``: tails the partitions of the topics.
 
@@ -347,14 +352,14 @@ class TieredStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         """Trigger.AvailableNow: each partition's end now is where the query ends (a partition made later, and what
         is appended later, is not read)."""
-        self._target = {t: {p: end for p, (_s, end) in parts.items()} for t, parts in self._bounds().items()}
+        self._target = _ends(self._bounds())
 
     def reportLatestOffset(self) -> dict:
-        return {t: {p: end for p, (_s, end) in parts.items()} for t, parts in self._bounds().items()}
+        return _ends(self._bounds())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         bounds = self._bounds()
-        latest = {t: {p: end for p, (_s, end) in parts.items()} for t, parts in bounds.items()}
+        latest = _ends(bounds)
         if self._target is not None:
             target = self._target
             latest = {t: {p: min(end, target[t][p]) for p, end in parts.items() if p in target.get(t, {})}
