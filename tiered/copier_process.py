@@ -345,7 +345,7 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
     from concurrent.futures import Future
 
     from tiered import layout
-    from tiered.metadata import encode_metadata
+    from tiered.metadata import check_copy_not_deleted, encode_metadata
     from tiered.rlm_copy import CopyFailure, CopyOutcome
     from tiered.rsm import RemoteLogSegmentMetadataUpdate
 
@@ -390,6 +390,7 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
                 finished = md.create_with_updates(RemoteLogSegmentMetadataUpdate(
                     md.remote_log_segment_id, job.finished_at_ms, custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
                     md.broker_id))
+                check_copy_not_deleted(rsm.object_store, prefix, finished)
                 key = layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset, int(finished.state))
                 rsm.object_store.put(key, encode_metadata(finished, sums))
         except Exception as exc:

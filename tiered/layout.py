@@ -49,7 +49,12 @@ def metadata_prefix(prefix: str, tip: TopicIdPartition) -> str:
 
 
 def metadata_event_key(prefix: str, segment_id: RemoteLogSegmentId, start_offset: int, state: int) -> str:
-    return f"{metadata_prefix(prefix, segment_id.topic_id_partition)}{start_offset:020d}-{kafka_uuid(segment_id.id)}.{state}.json"
+    return f"{segment_events_prefix(prefix, segment_id, start_offset)}{state}.json"
+
+
+def segment_events_prefix(prefix: str, segment_id: RemoteLogSegmentId, start_offset: int) -> str:
+    """What the keys of one segment's metadata events (:func:`metadata_event_key`), and only theirs, start with."""
+    return f"{metadata_prefix(prefix, segment_id.topic_id_partition)}{start_offset:020d}-{kafka_uuid(segment_id.id)}."
 
 
 def metadata_event_of_key(key: str) -> tuple[int, uuid.UUID, int] | None:

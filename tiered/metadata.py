@@ -43,7 +43,12 @@ from local.checkpoint import atomic_write, exclusive_write
 from tiered import layout
 from tiered.backends.long_names import key_of, path_of, write_name_files
 from tiered.checksums import SegmentChecksums
-from tiered.errors import ObjectExistsError, RemoteResourceNotFoundError, TieredStorageError
+from tiered.errors import (
+    InvalidStateTransitionError,
+    ObjectExistsError,
+    RemoteResourceNotFoundError,
+    TieredStorageError,
+)
 from tiered.ownership import OwnerRecord, within_lineage
 from tiered.rsm import (
     RemoteLogSegmentId,
@@ -59,6 +64,24 @@ from tiered.store import ObjectStore, StoreCapabilities, not_found, put_if_absen
 logger = logging.getLogger(__name__)
 S = RemoteLogSegmentState
 _WARNED_OWNER_RECORDS: set[str] = set()  # damaged owner records warned of in this process (each said once)
+
+
+def check_copy_not_deleted(store: ObjectStore, prefix: str, md: RemoteLogSegmentMetadata) -> None:
+    """Before a copy's COPY_SEGMENT_FINISHED event: raise :class:`InvalidStateTransitionError` when the store holds a
+    DELETE_SEGMENT_STARTED or DELETE_SEGMENT_FINISHED event of ``md``'s segment. Another process that holds this
+    data dir's claim (a copy of the data dir, or a backup of it, started beside it) took the copy under way for one a
+    crash left, at its first pass, and deleted it: a FINISHED event now would name objects that are gone, and local
+    retention would delete the local segment for them. One LIST of the segment's own events."""
+    sid = md.remote_log_segment_id
+    deleted = (int(S.DELETE_SEGMENT_STARTED), int(S.DELETE_SEGMENT_FINISHED))
+    for key in store.list_keys(layout.segment_events_prefix(prefix, sid, md.start_offset)):
+        named = layout.metadata_event_of_key(key)
+        if named is not None and named[2] in deleted:
+            raise InvalidStateTransitionError(
+                f"remote segment {sid.id} (offsets {md.start_offset}-{md.end_offset}) of {sid.topic_id_partition} was "
+                f"deleted by another process while this one copied it ({S(named[2]).name} is in the store): another "
+                "data dir holds this one's claim (a copy of it, or a restored backup, run beside it?). The copy does "
+                "not count; the next pass copies the segment again if this data dir still owns the partition")
 
 
 def encode_metadata(md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> bytes:
@@ -421,6 +444,8 @@ class RemoteLogMetadataStore:
         if current is None:
             raise KeyError(f"no remote segment {sid} to update")
         md = current.create_with_updates(update)  # validates the transition
+        if md.state is S.COPY_SEGMENT_FINISHED:
+            check_copy_not_deleted(self.store, self.prefix, md)  # (the state the store holds may be past this view's)
         self._record(md, checksums)
         if md.state is S.DELETE_SEGMENT_FINISHED:
             # The segment is gone: its events are garbage now (a crash here leaves them, and they are ignored).

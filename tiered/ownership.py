@@ -37,7 +37,11 @@ A new owner epoch per ``tiered run``
     its original then fences the one that started first, as a leader elected anew does: from the claim on, the
     other's copies lie outside the lineage, its writes are refused, and no record of the two is ever read as the
     other's. (Without it both would hold the same claim; the content check below finds that only once their remote
-    segments overlap.)
+    segments overlap.) A one-pass process (``tiered offload``) claims anew only where its first copy pass must delete
+    copies left COPY_SEGMENT_STARTED under a claim it did not make: such a copy may be one that a copy of the data dir
+    has under way, not one a crash left (:meth:`tiered.rlm_copy.RLMCopyTask._fenced_others`); the writer of a copy
+    deleted meanwhile finds the deletion before its COPY_SEGMENT_FINISHED and does not count the copy
+    (:func:`tiered.metadata.check_copy_not_deleted`).
 
 Fencing
     Before each copy and expiration run, and again before each segment it copies or deletes, the remote tier lists
@@ -328,6 +332,7 @@ class OwnershipGuard:
         # the partitions fenced for holding others' under this data dir's claim (sticky for the process).
         self._matched: set[uuid.UUID] = set()
         self._fenced: dict[TopicIdPartition, Ownership] = {}
+        self._claimed_here: set[TopicIdPartition] = set()  # partitions whose current claim this process made
 
     def states(self) -> Mapping[TopicIdPartition, Ownership]:
         with self._lock:
@@ -353,6 +358,13 @@ class OwnershipGuard:
         if found.state == WRONG_STORE:
             raise RemoteStoreMismatchError(found.detail, retriable=False)
         return found
+
+    def claimed_here(self, tip: TopicIdPartition) -> bool:
+        """Whether this process made ``tip``'s claim it holds (at its start, :meth:`renew`, or as the first claim):
+        no other process can hold it then. A claim made by an earlier run of the data dir may be held by a copy of
+        the data dir as well."""
+        with self._lock:
+            return tip in self._claimed_here
 
     def trusts_remote_copies(self, log: Log, tip: TopicIdPartition) -> bool:
         """Whether local retention may rely on the partition's remote segments as copies of its local ones: False
@@ -508,6 +520,8 @@ class OwnershipGuard:
             return Ownership(OWNER, f"{log.name}: its metadata manager keeps no owner records (ownership not checked)")
         if records[-1].owner_id == record.owner_id:
             log.note_remote_owner(record.owner_epoch, record.owner_id)
+            with self._lock:
+                self._claimed_here.add(tip)
             logger.info("%s: claimed ownership of its remote data at %s", log.name, record.describe())
             return Ownership(OWNER, f"{log.name}: this data dir owns its remote data at {record.describe()}", record)
         found = self._assess(log, tip, records)

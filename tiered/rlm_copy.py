@@ -45,6 +45,7 @@ from tiered.errors import (
     RemoteStoreMismatchError,
     one_line_cause,
 )
+from tiered.ownership import OWNER
 from tiered.pass_result import PassResult
 from tiered.rate_limiter import RateLimiter
 from tiered.remote_tier_parts import RemoteTierParts
@@ -474,6 +475,21 @@ class RLMCopyTask:
             logger.warning("cleanup of the failed copy %s failed; retried at the next pass", md.remote_log_segment_id,
                            exc_info=True)
 
+    def _fenced_others(self, log: Log) -> bool:
+        """Before the first run deletes copies left COPY_SEGMENT_STARTED: a copy of this data dir (a cloned machine,
+        a restored backup) started beside it holds the same claim, and such a copy may be its copy under way, not one
+        a crash left. Unless this process made the claim it holds, the data dir claims the partition at the next
+        owner epoch first (:meth:`tiered.ownership.OwnershipGuard.renew`, as ``tiered run`` does at its start): the
+        other process is fenced, and the copy it finishes does not count (it finds its deletion in the store,
+        :func:`tiered.metadata.check_copy_not_deleted`). False when this data dir lost the partition meanwhile (the
+        run's next ownership check says so): nothing is deleted. Where no new claim can be made (the remote tier
+        reaches past the log end), the copies are deleted under the claim held, as before."""
+        ownership = self.parts.ownership
+        if ownership.claimed_here(self.tip):
+            return True
+        renewed = ownership.renew(log, self.tip)
+        return renewed is None or renewed.state == OWNER
+
     def _cleanup_stale_copies(self, log: Log) -> int:
         """Copies that never finished: at the task's first run, every COPY_SEGMENT_STARTED (or
         DELETE_SEGMENT_STARTED) in the store (a crash mid-copy); at every run, the failed attempts of this process
@@ -488,6 +504,9 @@ class RLMCopyTask:
         if not self._cleaned_stale:
             stale = {md.remote_log_segment_id.id: md for md in parts.metadata.find_stale_copies(self.tip)}
             reason = "stale copy left by a crash"
+            started = any(md.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED for md in stale.values())
+            if started and not self._fenced_others(log):
+                return 0
         else:
             stale = {md.remote_log_segment_id.id: md for md in parts.metadata.unfinished_segments(self.tip)}
             reason = "failed copy left by an earlier pass"

@@ -242,3 +242,45 @@ def test_a_stop_lets_the_segments_in_flight_finish_and_starts_no_other(tmp_path:
     assert events == sorted(started + finished)
     # Stopped before the batch: nothing starts.
     assert copier_process._copy_batch(rsm, rsm.prefix, jobs[-2:], str(stop)).copied == []
+
+
+def test_the_copier_process_writes_no_finished_event_for_a_copy_another_process_deleted(tmp_path: Path) -> None:
+    """Another process holding this data dir's claim (a copy of the data dir) took a copy under way for one a crash
+    left and deleted it: its DELETE_SEGMENT_STARTED event is in the store when the child is about to write
+    COPY_SEGMENT_FINISHED. The child writes none (it would name deleted objects) and reports the copy failed, so the
+    parent does not count it (tiered.metadata.check_copy_not_deleted)."""
+    import os
+    import uuid
+
+    from tiered import copier_process
+    from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
+    from tiered.rlm_copy import CopyJob
+    from tiered.rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+    started_event, delete_started_event = (f".{int(s)}.json" for s in (RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+                                                                       RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
+
+    class DeletedMeanwhile(LocalDirStore):
+        def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
+            super().put(key, data, if_absent=if_absent)
+            if key.endswith(started_event):  # the other process's deletion begins while the objects upload
+                super().put(key.removesuffix(started_event) + delete_started_event, data)
+
+    class Rsm(LocalDirRemoteStorageManager):
+        store_class = DeletedMeanwhile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("0.log", "0.index", "0.timeindex", "1.snapshot"):
+        (src / name).write_bytes(os.urandom(64))
+    data = LogSegmentData(src / "0.log", src / "0.index", src / "0.timeindex", None, src / "1.snapshot", b"0\n0\n")
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(TopicIdPartition(uuid.uuid4(), "t", 0)),
+                                  0, 9, 0, 0, 0, 64, {0: 0})
+    rsm = Rsm()
+    rsm.configure({"dir": str(tmp_path / "remote")})
+    outcome = copier_process._copy_batch(rsm, rsm.prefix, [CopyJob(md, data, 4096, 128, 1)])
+    assert outcome.copied == [] and outcome.failure is not None
+    assert (outcome.failure.stage, outcome.failure.kind) == ("finished", "InvalidStateTransitionError")
+    assert "deleted by another process while this one copied it" in outcome.failure.message
+    events = sorted(p.name[-7:] for p in (tmp_path / "remote").rglob("*.json"))
+    assert events == [".0.json", ".2.json"]  # no COPY_SEGMENT_FINISHED

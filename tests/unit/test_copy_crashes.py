@@ -76,6 +76,9 @@ def test_crash_at_each_copy_step(tmp_path: Path, crash_on: str) -> None:
         assert log2 is not None
         result = restarted.run_once(m2.all_logs())
         assert result.stale_copies_cleaned == 1 and result.segments_copied == log2.number_of_segments() - 1
+        # the copy left STARTED was deleted after a claim at the next owner epoch (a copy of this data dir holding the
+        # crashed run's claim would have been fenced first)
+        assert [r.owner_epoch for r in restarted.parts.metadata.owner_records(tip)] == [0, 1]
         m2.cleanup_logs()
         assert log2.local_log_start_offset > 0
         objects = sorted(p.name for p in (tmp_path / "remote").rglob("*") if p.is_file() and p.suffix != ".json")

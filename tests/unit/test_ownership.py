@@ -1050,6 +1050,8 @@ def test_a_running_data_dir_sees_what_a_copy_of_it_copied_under_its_claim(
         rc, out, err = cli(capsys, "--config", str(clone), "offload")
         assert rc == 0 and "copied 0 segment(s)" not in out, out + err
         copied_by_clone = _finished_starts(rsm, tip)
+        # nothing was left COPY_SEGMENT_STARTED: the offload made no new claim (it fences only to delete such copies)
+        assert [r.owner_epoch for r in RemoteLogMetadataStore.in_bucket(rsm).owner_records(tip)] == [0]
         objects = sorted(p.relative_to(bucket) for p in bucket.rglob("*") if p.is_file())
         result = rlm.run_once(manager.all_logs())
         assert result.segments_copied == 0
@@ -1066,6 +1068,80 @@ def test_a_running_data_dir_sees_what_a_copy_of_it_copied_under_its_claim(
     if clone_writes:
         rc, records, err = consume(capsys, a, "--offset", str(first + 5), "--max-messages", "1")
         assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first + 5}x"), err
+
+
+@pytest.mark.parametrize("backup", [False, True])
+def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost_records(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, backup: bool,
+) -> None:
+    """A copy of a data dir (a cloned machine, or a backup from before the original's last records) runs `tiered
+    offload` while the original has a copy under way. Its first pass took that copy, left COPY_SEGMENT_STARTED, for
+    one a crash left and deleted it; the original then wrote COPY_SEGMENT_FINISHED for objects that were gone, and
+    its local retention deleted the local segment for them (records the backup never had were lost). Now the copy of
+    the data dir claims the partition at a new owner epoch before it deletes (the original is fenced), and the
+    original finds the deletion in the store: its copy does not count, and its local segment stays."""
+    import shutil
+
+    from tests.gated_rsm import LIMIT
+    from tiered.ownership import LOST
+    from tiered.remote_tier_parts import topic_id_partition
+
+    a, _, bucket = two_dirs
+    in_process = write_config(tmp_path / "a-here.properties", local_tier_props(  # (so its copy can stop midway)
+        tmp_path / "a", **{"rsm.config.dir": str(bucket), "remote.log.manager.copier.process.enable": "false"}))
+    clone_dir = tmp_path / "clone"
+    clone = write_config(tmp_path / "clone.properties", local_tier_props(clone_dir, **{"rsm.config.dir": str(bucket)}))
+
+    def copy_data_dir() -> None:
+        shutil.copytree(tmp_path / "a", clone_dir, ignore=shutil.ignore_patterns(".lock"))
+
+    if backup:
+        copy_data_dir()
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(bucket)})
+    store = RemoteLogMetadataStore.in_bucket(rsm)
+    with open_log_manager(LogConfig.from_properties(str(in_process)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        log = manager.get_log(TOPIC, 0)
+        assert rlm is not None and log is not None
+        tip = topic_id_partition(log)
+        epochs = [r.owner_epoch for r in store.owner_records(tip)]
+        first = log.log_end_offset
+        _append(log, "A", 40)
+        task = rlm.copy_task(log)
+        upload = task._copy_data
+        arrived, go = threading.Event(), threading.Event()
+
+        def uploads_then_waits(md: RemoteLogSegmentMetadata, data: Any, chunk: int) -> Any:
+            done = upload(md, data, chunk)
+            if md.start_offset == first:
+                arrived.set()
+                assert go.wait(LIMIT)
+            return done
+
+        monkeypatch.setattr(task, "_copy_data", uploads_then_waits)
+        results: list[Any] = []
+        copying = threading.Thread(target=lambda: results.append(rlm.run_once(manager.all_logs())))
+        copying.start()
+        try:
+            assert arrived.wait(LIMIT)  # the original's copy of offset `first` on is under way
+            if not backup:
+                copy_data_dir()
+            rc, out, err = cli(capsys, "--config", str(clone), "offload")
+            assert rc == 0, out + err
+        finally:
+            go.set()
+            copying.join(LIMIT)
+        assert [r.owner_epoch for r in store.owner_records(tip)] == [*epochs, epochs[-1] + 1]  # claimed, then deleted
+        [result] = results
+        assert result.copy_errors == 1 and result.stale_copies_cleaned == 0
+        manager.cleanup_logs()
+        assert log.local_log_start_offset <= first  # the void copy let nothing local go
+        assert rlm.run_once(manager.all_logs()).not_owned == 1
+        assert rlm.ownership.states()[tip].state == LOST
+    rc, records, err = consume(capsys, a, "--offset", str(first), "--max-messages", "1")
+    assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first}x"), err
 
 
 def test_a_refresh_never_makes_another_writers_copy_under_way_a_failed_copy_of_this_process(tmp_path: Path) -> None:
