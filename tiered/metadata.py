@@ -298,11 +298,13 @@ class RemoteLogMetadataStore:
         with self._lock:
             # An event this process recorded while the listing above ran (another thread's first query of the
             # partition racing a copy's STARTED, or a stale-copy reload racing a deletion) is newer than what the
-            # listing saw: keep it, or the copy's next update finds no segment. States only move forward.
+            # listing saw: keep it, or the copy's next update finds no segment. States only move forward. Only such
+            # events: a state an earlier listing found, which the store no longer holds (its event deleted or damaged
+            # since), is not kept (a reader's plan went on reading a segment whose FINISHED event was gone).
             kept = {
                 sid: md
                 for sid, md in (self._segments.get(tip) or {}).items()
-                if sid not in latest or md.state > latest[sid].state
+                if sid in self._recorded_here and (sid not in latest or md.state > latest[sid].state)
             }
             for sid in latest.keys() - kept.keys():
                 self._checksums.pop(sid, None)  # the store's events replace what this view knew

@@ -103,6 +103,19 @@ def allows_gaps(log: Log) -> bool:
     return "compact" in str(log.config.cleanup_policy)
 
 
+def unread_metadata_note(metadata: Any, tip: TopicIdPartition) -> str:
+    """For an error about offsets no remote segment holds: the partition's metadata objects that could not be read
+    at its last listing (a store that did not answer, more often than damage), which may be the segments missing;
+    "" when there are none (or ``metadata`` does not tell)."""
+    unreadable = getattr(metadata, "unreadable_events", None)
+    found = unreadable(tip) if unreadable is not None else {}
+    if not found:
+        return ""
+    key, why = sorted(found.items())[0]
+    return (f"{len(found)} of its remote metadata object(s) could not be read at the last listing (e.g. {key}: "
+            f"{why}): if the store did not answer, read again (tiered verify --remote tells damage)")
+
+
 def _base_offset(data: bytes | memoryview, pos: int) -> int:
     """The base offset of the v2 batch at ``pos`` (a legacy entry's header holds only its last offset: that)."""
     return int(_OFFSET_AND_LENGTH.unpack_from(data, pos)[0])
@@ -514,15 +527,8 @@ class RemoteLogReader:
             f"{self._unread_note(tip)}", offset=offset)
 
     def _unread_note(self, tip: TopicIdPartition) -> str:
-        """For an error about offsets no segment holds: the partition's metadata objects that could not be read at
-        its last listing (a store that did not answer, more often than damage), which may be the segments missing."""
-        unreadable = getattr(self.metadata, "unreadable_events", None)
-        found = unreadable(tip) if unreadable is not None else {}
-        if not found:
-            return ""
-        key, why = sorted(found.items())[0]
-        return (f"; {len(found)} of its remote metadata object(s) could not be read at the last listing (e.g. {key}: "
-                f"{why}): if the store did not answer, read again (tiered verify --remote tells damage)")
+        note = unread_metadata_note(self.metadata, tip)
+        return f"; {note}" if note else ""
 
     def _read_ahead_next_segment(self, log: Log, tip: TopicIdPartition, md: RemoteLogSegmentMetadata) -> None:
         """A sequential reader's read-ahead reaches the end of ``md``: start on the next segment (once per segment

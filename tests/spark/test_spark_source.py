@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import os
 import random
 import shutil
@@ -398,6 +399,46 @@ def test_a_remote_segment_deleted_since_planning_is_data_loss(root: Path, tmp_pa
         list(read_piece(piece))
     piece.fail_on_data_loss = False
     assert list(read_piece(piece)) == []
+
+
+@pytest.mark.parametrize("damage", ["deleted", "flipped"])
+def test_a_remote_segment_missing_from_the_metadata_is_data_loss_not_skipped(
+    root: Path, tmp_path: Path, damage: str
+) -> None:
+    """A middle remote segment whose COPY_SEGMENT_FINISHED event is gone or damaged is in no finished segment: the
+    plan went from the segment before it straight to the one after, and a read returned 3500 records fewer without
+    an error (a helper's pass; `tiered consume` said "the remote tier has a gap"). It is data loss now, naming the
+    offsets (and the unreadable event), or with failOnDataLoss=false skipped."""
+    from tiered.rsm import RemoteLogSegmentState
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import SparkSourceDataLossError, plan
+
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as m:
+        log = m.get_or_create_log("g", 0, {"remote.storage.enable": "true"})
+        for first in range(0, 4 * N // 3, 200):
+            log.append(MemoryRecords.build([SimpleRecord(T0 + i, None, _value(i)) for i in range(first, first + 200)]))
+        assert m.remote_tier is not None and m.remote_tier.run_once(m.all_logs()).segments_copied >= 3
+        starts = [seg.base_offset for seg in log.segments.values()]
+    ranges = list(itertools.pairwise(starts))  # the segments copied
+    lo, hi = ranges[1]
+    options = {**_options(tmp_path, topics="g", tiers="remote"), "cacheDir": str(tmp_path / "cache")}
+    if damage == "deleted":  # (planned before: the planning process had read the event)
+        assert sorted({(p.from_offset, p.until_offset) for p in plan(parse_options(options))}) == ranges
+    finished = f".{int(RemoteLogSegmentState.COPY_SEGMENT_FINISHED)}.json"
+    [event] = (tmp_path / "remote").rglob(f"{lo:020d}-*{finished}")
+    if damage == "deleted":
+        event.unlink()
+    else:
+        data = bytearray(event.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        event.write_bytes(bytes(data))
+    with pytest.raises(SparkSourceDataLossError, match=rf"g-0: offsets \[{lo}, {hi}\) are in no finished remote "
+                                                       r"segment .*the remote tier has a gap") as lost:
+        plan(parse_options(options))
+    assert ("could not be read" in str(lost.value)) == (damage == "flipped")
+    skipped = plan(parse_options({**options, "failOnDataLoss": "false"}))
+    assert sorted({(p.from_offset, p.until_offset) for p in skipped if p.remote_metadata}) == [
+        r for r in ranges if r != (lo, hi)]
 
 
 def test_a_stream_starts_at_starting_timestamp_and_refuses_batch_only_options(root: Path) -> None:

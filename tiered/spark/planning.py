@@ -445,14 +445,25 @@ def _plan_log(log: Log, start: int, end: int, opts: SourceOptions, bounds: Bound
     cursor = start
     if opts.tiers in ("both", "remote") and rlm is not None and getattr(rlm, "metadata", None) is not None:
         from tiered.metadata import encode_metadata
+        from tiered.remote_log_reader import allows_gaps, unread_metadata_note
 
         tip = rlm.topic_id_partition(log)
         remote_end = end if opts.tiers == "remote" else min(end, local_start)
+        gaps = allows_gaps(log)  # (a compacted topic's segments may leave offsets out)
         for md in rlm.finished_segments(tip):
             if cursor >= remote_end:
                 break
             if md.end_offset < cursor:
                 continue
+            if md.start_offset > cursor and opts.fail_on_data_loss and not gaps:
+                # (the read's log start may be older than the listing: the owner's retention deleted them since)
+                why = ("deleted by remote retention since the read's start was chosen (read again), or lost" if not pieces
+                       else "the remote tier has a gap")
+                note = unread_metadata_note(rlm.metadata, tip)
+                raise SparkSourceDataLossError(
+                    f"{topic}-{partition}: offsets [{cursor}, {md.start_offset}) are in no finished remote segment (the "
+                    f"next starts at {md.start_offset}): {why}{f' ({note})' if note else ''}; set failOnDataLoss=false "
+                    "to skip them", offset=cursor)
             if bounds.timestamp_lo_ms is not None and md.max_timestamp_ms < bounds.timestamp_lo_ms:
                 cursor = md.end_offset + 1
                 continue
