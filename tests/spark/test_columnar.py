@@ -582,3 +582,35 @@ def test_a_file_whose_manifest_could_not_be_written_is_not_left_behind(tmp_path:
         remote = rlm.finished_segments(rlm.topic_id_partition(log))
     assert manifest is not None and manifest.next_offset == remote[-1].end_offset + 1  # caught up once it could
     assert {p.name for p in (directory / FILES_DIR).iterdir()} == manifest.names()
+
+
+def test_a_deposed_data_dir_reads_the_new_owners_copy_only_below_its_local_start(tmp_path: Path) -> None:
+    """A data dir that lost the partition to tiered attach, on a columnar dir shared with the new owner, went on
+    appending its own records; its reads took the new owner's copy for offsets its own log holds, then its own log
+    after: two histories in one DataFrame (a helper's pass). The manifest names the owner epoch of the data dir that
+    last added a file; a data dir whose claim is older reads the copy only below its local log start (where its
+    reads of the remote tier are the new owner's too), and its own log from there."""
+    from dataclasses import replace
+
+    from tiered.columnar.manifest import write_manifest
+
+    _build(tmp_path, partitions=1, n=40_000, extra={"local.retention.bytes": str(3 * 2**19)})  # keeps copied ones
+    props = local_tier_props(tmp_path)
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        log = m.get_log("c", 0)
+        assert log is not None
+        m.cleanup_logs()
+        local_start, end, epoch = log.local_log_start_offset, log.log_end_offset, log.remote_log_state.owner_epoch
+    assert 0 < local_start < end and epoch >= 0
+    directory = partition_dir(columnar_root(LogConfig.from_properties(props)), "c", 0)  # type: ignore[arg-type]
+    kept = read_manifest(directory)
+    assert kept is not None and kept.owner_epoch == epoch  # the keeper names its data dir's claim
+    options = {**_options(tmp_path), "topics": "c"}
+    owned = plan_topic(options)
+    assert owned.parquet_ranges == [("c", 0, 0, kept.next_offset)] and kept.next_offset is not None
+    assert kept.next_offset > local_start  # the owner reads its copy past its local start
+
+    write_manifest(directory, replace(kept, owner_epoch=epoch + 1))  # as a newer owner's keeper writes it
+    deposed = plan_topic(options)
+    assert deposed.parquet_ranges == [("c", 0, 0, local_start)]
+    assert deposed.source_ranges == [("c", 0, local_start, end)]

@@ -192,6 +192,7 @@ class ColumnarKeeper:
                 result.files_merged += 1
             else:
                 m = m.with_file(f)
+            m = replace(m, owner_epoch=log.remote_log_state.owner_epoch)  # (this data dir owns the partition)
             try:
                 write_manifest(directory, m)
             except BaseException:

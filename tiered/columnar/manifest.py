@@ -7,7 +7,7 @@ One JSON document per partition, ``<remote.log.columnar.dir>/<topic>-<partition>
                   "rows": 3000, "size": 81234, "crc32c": 305419896, "footer_crc32c": 2271560481,
                   "segments": [{"id": "<remote segment id>", "base_offset": 0, "end_offset": 999, "rows": 1000},
                                ...]}, ...],
-     "retired": [{"name": "...parquet", "at_ms": 1764230400000}, ...], "json_crc32c": 1234567890}
+     "retired": [{"name": "...parquet", "at_ms": 1764230400000}, ...], "owner_epoch": 3, "json_crc32c": 1234567890}
 
 ``json_crc32c``, the last field, is the CRC-32C of the document's own text (:mod:`tiered.sealed_json`): a manifest
 damaged at rest is refused, naming it, rather than trusted (one written before the field existed is read as before).
@@ -25,7 +25,10 @@ checks each file's size and footer before it trusts its statistics (:func:`file_
 would otherwise hide rows from a ranged read, silently.
 ``retired`` are files taken out of ``files`` (replaced by a larger file, below the log start offset, or of a topic
 id that is gone) and deleted ``remote.log.columnar.file.delete.delay.ms`` after ``at_ms``, so a read planned just before still finds
-them. Version 1 manifests (one segment a file, its id in ``segment_id``) are read as such.
+them. Version 1 manifests (one segment a file, its id in ``segment_id``) are read as such. ``owner_epoch`` (absent
+before it existed) is the owner epoch (:mod:`tiered.ownership`) of the data dir that last added a file: a data dir
+whose own claim is older lost the partition since, and reads the copy only below its local log start (its log from
+there on may be another history than the new owner's).
 
 Where the files are: ``_files/<name>`` (:func:`stored_file`), from written to deleted; the partition dir itself
 holds a hard link ``<name>`` to each *published* file only, so ``spark.read.parquet(<partition dir>)`` (whose listing
@@ -102,6 +105,10 @@ class Manifest:
     topic_id: str
     files: tuple[ColumnarFile, ...] = ()
     retired: tuple[RetiredFile, ...] = field(default=())
+    # The owner epoch of the data dir that last added a file (tiered.ownership; -1: not known, a manifest written
+    # before the field existed): a data dir whose own claim is older was deposed since, and its log past its local
+    # start may hold another history than the copy (columnar_files in tiered.spark.planning).
+    owner_epoch: int = -1
 
     @property
     def start_offset(self) -> int | None:
@@ -161,6 +168,7 @@ def encode(m: Manifest) -> bytes:
                    "segments": [{"id": s.segment_id, "base_offset": s.base_offset, "end_offset": s.end_offset,
                                  "rows": s.rows} for s in f.segments]} for f in m.files],
         "retired": [{"name": r.name, "at_ms": r.at_ms} for r in m.retired],
+        **({"owner_epoch": m.owner_epoch} if m.owner_epoch >= 0 else {}),
     }
     return seal(json.dumps(doc, indent=1) + "\n")
 
@@ -178,7 +186,8 @@ def decode(data: bytes, where: str = "manifest") -> Manifest:
             raise ColumnarManifestError(f"{where}: version {version!r}, expected one of {list(_READABLE)}")
         files = tuple(_decode_file(f, version) for f in doc["files"])
         retired = tuple(RetiredFile(str(r["name"]), int(r["at_ms"])) for r in doc.get("retired", ()))
-        m = Manifest(str(doc["topic"]), int(doc["partition"]), str(doc["topic_id"]), files, retired)
+        m = Manifest(str(doc["topic"]), int(doc["partition"]), str(doc["topic_id"]), files, retired,
+                     int(doc.get("owner_epoch", -1)))
     except ColumnarManifestError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -387,8 +387,9 @@ def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, b
 
 def columnar_files(log: Log, start: int, end: int, root: Path) -> list[tuple[str, int, int]]:
     """The files of the partition's columnar manifest that hold offsets of ``[start, end)``, in offset order and
-    contiguous: (path to open, first offset, last offset); none when the manifest is missing, empty or of another
-    topic id (a topic made again). A manifest that does not decode is named, with the way around it; so is a file
+    contiguous: (path to open, first offset, last offset to read); none when the manifest is missing, empty or of
+    another topic id (a topic made again). On a data dir deposed since the copy's last file was added (its claim is
+    older than the manifest's ``owner_epoch``), only offsets below its local log start. A manifest that does not decode is named, with the way around it; so is a file
     whose size or footer is not what the manifest says (:func:`tiered.columnar.manifest.file_problem`): a read would
     trust its row groups' statistics to skip rows."""
     from local.checkpoint import kafka_uuid_to_str
@@ -408,15 +409,21 @@ def columnar_files(log: Log, start: int, end: int, root: Path) -> list[tuple[str
             raise ColumnarManifestError(f"{exc} (set the option columnarCopy=false to read the log only)") from exc
         if m is None or not m.files or log.topic_id is None or m.topic_id != kafka_uuid_to_str(log.topic_id):
             return []
+        until = end
+        if m.owner_epoch > log.remote_log_state.owner_epoch:
+            # The copy is kept by a data dir that claimed the partition after this one (tiered attach): this data
+            # dir's log from its local start on may be another history (it went on appending after it lost the
+            # partition); below that its reads are the new owner's remote segments, as the copy's rows are.
+            until = min(end, log.local_log_start_offset)
         used, damaged = [], None
         for f in m.files:
-            if f.end_offset >= start and f.base_offset < end:
+            if f.end_offset >= start and f.base_offset < until:
                 path = published_file(directory, f.name)
                 problem = file_problem(path, f)  # its size and footer (ranged reads skip row groups by its statistics)
                 if problem is not None:
                     damaged = (path, f, problem)
                     break
-                used.append((str(path), f.base_offset, f.end_offset))
+                used.append((str(path), f.base_offset, min(f.end_offset, until - 1)))
         if damaged is None:
             return used
         # (a file retired and deleted since the manifest was read, with a delete delay of 0, is not damage: the
