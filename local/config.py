@@ -276,6 +276,8 @@ _BROKER_DEFS = [
          1.7976931348623157e308),
     # Ours: where `tiered run` serves /metrics, produce, consume and /health (tiered/http_server.py).
     _Def(None, "tiered.http.listen", "tiered_http_listen", _host_port, "127.0.0.1:8080"),
+    _Def(None, "tiered.http.max.connections", "tiered_http_max_connections", _long(1, INT_MAX), 64),
+    _Def(None, "tiered.http.idle.timeout.ms", "tiered_http_idle_timeout_ms", _long(1), 30_000),
 ]
 
 # Broker keys Kafka spells in hours/minutes too: (key, factor to ms, the ms key it feeds)
@@ -474,6 +476,8 @@ class LogConfig:
     log_cleaner_io_buffer_size: int
     log_cleaner_io_max_bytes_per_second: float
     tiered_http_listen: str
+    tiered_http_max_connections: int
+    tiered_http_idle_timeout_ms: int
 
     def __init__(self, originals: Mapping[str, Any], large_index_enabled: bool | None = None) -> None:
         props = {str(k).strip(): v for k, v in originals.items()}

@@ -151,6 +151,10 @@ DESCRIPTIONS: dict[str, str] = {
     "remote.log.segment.cache.chunk.size.bytes": "Ours: size of one cached chunk of a remote segment.",
     "remote.log.segment.cache.prefetch.chunks": "Ours: chunks read ahead of a sequential reader.",
     "tiered.http.listen": "Ours: where `tiered run` serves /metrics, produce, consume and /health (`--listen`).",
+    "tiered.http.max.connections": "Ours: HTTP connections `tiered run` serves at once; more are answered 503 and "
+                                   "closed (each holds a thread and a file descriptor).",
+    "tiered.http.idle.timeout.ms": "Ours: close an HTTP connection idle this long, or stalled this long mid-request "
+                                   "(408) or mid-answer.",
     "log.cleaner.enable": "Run the log cleaner threads (tiered run) for the compacted topics; off, they grow unbounded "
                           "and their retention does not run.",
     "log.cleaner.threads": "Cleaner threads; each cleans one log at a time with its share of the dedupe buffer.",

@@ -37,7 +37,9 @@ body, a record above ``max.message.bytes``, a malformed request line), ``404`` f
 failure (its one-line message); the standard library's own refusals (``414``, ``431``, ``505``) are JSON too
 (``send_error``). A request refused before its body was read closes the connection: its body is never parsed as
 the next request. Requests are served on threads (``ThreadingHTTPServer``); the log's own locks order concurrent
-appends.
+appends. At most ``tiered.http.max.connections`` connections are served at once (a thread and a descriptor each): one
+more is answered ``503`` and closed; a connection idle, or stalled mid-request or mid-answer, for
+``tiered.http.idle.timeout.ms`` is closed (a stalled body answered ``408``).
 """
 
 from __future__ import annotations
@@ -270,6 +272,10 @@ class _Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.idle_timeout_s)  # every read and write of the connection
+
     def do_GET(self) -> None:
         self._serve("GET")
 
@@ -361,7 +367,7 @@ class _Handler(BaseHTTPRequestHandler):
             if length > MAX_BODY_BYTES:
                 raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                                 f"the body is {length} bytes, more than {MAX_BODY_BYTES}: send fewer records per request")
-            body = self.rfile.read(length)
+            body = self._read(self.rfile.read, length)
             if len(body) < length:
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"the body ended after {len(body)} of its {length} bytes")
         self._body_read = True
@@ -371,7 +377,7 @@ class _Handler(BaseHTTPRequestHandler):
         parts: list[bytes] = []
         total = 0
         while True:
-            line = self.rfile.readline(_MAX_CHUNK_LINE + 1)
+            line = self._read(self.rfile.readline, _MAX_CHUNK_LINE + 1)
             size_text = line.split(b";", 1)[0].strip()
             if not line.endswith(b"\n") or not re.fullmatch(rb"[0-9A-Fa-f]{1,15}", size_text):
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"invalid chunk size line {line[:40]!r} in a chunked body")
@@ -382,18 +388,29 @@ class _Handler(BaseHTTPRequestHandler):
             if total > MAX_BODY_BYTES:
                 raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                                 f"the chunked body is more than {MAX_BODY_BYTES} bytes: send fewer records per request")
-            data = self.rfile.read(size)
+            data = self._read(self.rfile.read, size)
             if len(data) < size or self.rfile.readline(3) not in (b"\r\n", b"\n"):
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"a chunk of {size} bytes in a chunked body is cut short or "
                                 "not followed by CRLF")
             parts.append(data)
         for _ in range(_MAX_TRAILERS + 1):  # trailer fields, ignored, up to the empty line
-            line = self.rfile.readline(_MAX_CHUNK_LINE + 1)
+            line = self._read(self.rfile.readline, _MAX_CHUNK_LINE + 1)
             if line in (b"\r\n", b"\n"):
                 return b"".join(parts)
             if not line.endswith(b"\n"):
                 break
         raise HttpError(HTTPStatus.BAD_REQUEST, "a chunked body's trailer does not end with an empty line")
+
+    def _read(self, read: Any, size: int) -> bytes:
+        """``read(size)`` of the body; a client that stalls longer than ``tiered.http.idle.timeout.ms`` is answered
+        408 and the connection closed (it held a thread and a descriptor for as long as it liked)."""
+        try:
+            data: bytes = read(size)
+        except TimeoutError:
+            self.close_connection = True
+            raise HttpError(HTTPStatus.REQUEST_TIMEOUT, f"the body stalled for {self.server.idle_timeout_s:g} s "
+                            "(tiered.http.idle.timeout.ms): send it whole") from None
+        return data
 
     def _has_unread_body(self) -> bool:
         headers = getattr(self, "headers", None)  # not there when the request line itself was refused
@@ -469,8 +486,16 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, endpoint: Endpoint, host: str, port: int) -> None:
+    def __init__(self, endpoint: Endpoint, host: str, port: int, *, max_connections: int = 64,
+                 idle_timeout_s: float = 30.0) -> None:
         self.endpoint = endpoint
+        # Each connection holds a thread and a descriptor: unbounded, idle clients took every descriptor of the
+        # process, and the log manager, failing to write a checkpoint, took the data dir offline (a helper's pass).
+        self.max_connections = max_connections
+        self.idle_timeout_s = idle_timeout_s
+        self.connections_refused = 0
+        self._count = 0
+        self._count_lock = threading.Lock()
         if ":" in host:  # an IPv6 address ([::1]:8080): the server's default family is IPv4
             self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)
@@ -484,6 +509,51 @@ class Server(ThreadingHTTPServer):
     def url(self) -> str:
         host = str(self.server_address[0])
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    @property
+    def open_connections(self) -> int:
+        """Connections being served now (each on its thread)."""
+        with self._count_lock:
+            return self._count
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection, or, with ``max_connections`` open already, a 503 written at once and the
+        connection closed (no thread: a burst of connections costs the process nothing it keeps)."""
+        with self._count_lock:
+            full = self._count >= self.max_connections
+            if not full:
+                self._count += 1
+        if full:
+            self.connections_refused += 1
+            if self.connections_refused % 1000 == 1:  # (a flood of them is not a flood of lines)
+                logger.warning("refusing an HTTP connection from %s: tiered.http.max.connections (%d) are open (%d "
+                               "refused so far)", client_address[0] if isinstance(client_address, tuple)
+                               else client_address, self.max_connections, self.connections_refused)
+            body = (json.dumps({"error": f"too many connections: {self.max_connections} are open "
+                                         "(tiered.http.max.connections); try again"}) + "\n").encode()
+            try:
+                request.settimeout(1.0)
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                                b"Content-Length: %d\r\nConnection: close\r\nRetry-After: 1\r\n\r\n%s" % (len(body), body))
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._closed_one()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._closed_one()
+
+    def _closed_one(self) -> None:
+        with self._count_lock:
+            self._count -= 1
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A request whose handling raised (socketserver printed the traceback to stderr): a client that went away

@@ -415,3 +415,64 @@ def test_a_start_whose_claims_hang_serves_anyway(monkeypatch: pytest.MonkeyPatch
         run._renew_ownership(Hanging(), [])  # returns while the claims still wait
     release.set()
     assert any("still wait for the remote store" in r.getMessage() for r in caplog.records)
+
+
+def _wait_for(predicate: Any) -> None:
+    """Until ``predicate()`` holds (a failure bound only: it holds as soon as the server got there)."""
+    import time
+
+    deadline = time.monotonic() + TIMEOUT
+    while not predicate():
+        assert time.monotonic() < deadline, "the server never got there"
+        time.sleep(0.01)
+
+
+def test_connections_past_the_limit_are_answered_503_and_the_others_go_on(tmp_path: Path) -> None:
+    """Idle connections were held without limit, a thread and a descriptor each: a few thousand took every
+    descriptor of the process, and the log manager, failing to write a checkpoint, took the data dir offline until a
+    restart (a helper's pass). Past tiered.http.max.connections a connection is answered 503 and closed at once."""
+    import socket
+
+    manager = LogManager(LogConfig.from_properties({"log.dirs": str(tmp_path / "a")}))
+    server = Server(Endpoint(manager), "127.0.0.1", 0, max_connections=2)
+    server.start()
+    try:
+        idle = [socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) for _ in range(2)]
+        _wait_for(lambda: server.open_connections == 2)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as third:
+            answer = third.makefile("rb").read()
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 ") and b"Connection: close" in head
+        assert "tiered.http.max.connections" in json.loads(body)["error"]
+        assert server.connections_refused == 1
+        idle[0].close()
+        _wait_for(lambda: server.open_connections == 1)
+        status, payload, _ = _call("GET", f"{server.url}/health")
+        assert status == 200 and json.loads(payload)["status"] == "serving"
+        assert manager.offline_dirs == {}
+        idle[1].close()
+    finally:
+        server.stop()
+        manager.close()
+
+
+def test_an_idle_connection_is_closed_and_a_stalled_body_answered_408(tmp_path: Path) -> None:
+    """A connection that sent nothing, or a POST whose body stopped short of its Content-Length, held its thread
+    for ever. Both are closed after tiered.http.idle.timeout.ms, the stalled body with a 408 naming the setting."""
+    import socket
+
+    manager = LogManager(LogConfig.from_properties({"log.dirs": str(tmp_path / "a")}))
+    server = Server(Endpoint(manager), "127.0.0.1", 0, idle_timeout_s=0.2)
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as quiet:
+            assert quiet.recv(1) == b""  # closed by the server
+        answers, closed = _exchange(server.url, b"POST " + RECORDS.encode() + b" HTTP/1.1\r\nHost: x\r\n"
+                                    b"Content-Length: 100\r\n\r\n[{\"value\"")
+        [(status, _headers, body)] = answers
+        assert status == 408 and closed and "tiered.http.idle.timeout.ms" in body["error"]
+        _wait_for(lambda: server.open_connections == 0)
+        assert _call("GET", f"{server.url}/health")[0] == 200
+    finally:
+        server.stop()
+        manager.close()

@@ -137,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
         if rlm is not None:  # a new owner epoch for each partition it owns, before any write (tiered.ownership)
             _renew_ownership(rlm, manager.all_logs())
         try:
-            server = Server(Endpoint(manager), host, port)
+            server = Server(Endpoint(manager), host, port, max_connections=config.tiered_http_max_connections,
+                            idle_timeout_s=config.tiered_http_idle_timeout_ms / 1000)
         except OSError as exc:
             manager.close()
             raise UsageError(f"cannot listen on {listen}: {exc.strerror or exc}; pass --listen HOST:PORT "
