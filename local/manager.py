@@ -31,6 +31,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import shutil
 import threading
 import time as _time
@@ -97,6 +98,49 @@ class OfflinePartition:
         )
 
 
+# What a data dir Kafka or tiered wrote holds at its top (any one of them), and a partition dir's files.
+_DATA_DIR_FILES = frozenset({
+    "meta.properties", filenames.RECOVERY_POINT_CHECKPOINT_FILENAME, filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME,
+    filenames.REPLICATION_OFFSET_CHECKPOINT_FILENAME, "cleaner-offset-checkpoint", filenames.CLEAN_SHUTDOWN_FILENAME,
+    filenames.FEATURES_FILENAME, LOCK_FILENAME, "tiered-load-stats.json",
+})
+# ... or made there for the remote tier: Kafka's remote-log-index-cache, the segment cache, a local metadata store,
+# tiered's own files
+_DATA_DIR_PREFIXES = ("remote-log-", "tiered-")
+_SEGMENT_LOG = re.compile(r"^[0-9]{20}\.log$")
+
+
+def foreign_dir_reason(data_dir: Path) -> str | None:
+    """Why ``data_dir`` is not to be taken for a data dir, or None. A directory that holds files (not hidden ones,
+    nor ``lost+found``) but none a Kafka or tiered data dir has at its top, and no partition directory with a
+    segment or ``partition.metadata``, is someone's other files: /etc taken for one got checkpoints written into it,
+    its ``name-N`` subdirectories (dbus-1) taken for partitions, and a file there named like a segment truncated by
+    the recovery of invalid bytes (a helper's pass). Kafka, too, refuses a log dir it did not format."""
+    try:
+        entries = [e for e in os.scandir(data_dir) if not e.name.startswith(".") and e.name != "lost+found"]
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # (made, or refused as not a directory, where it is opened)
+    except OSError:
+        return None  # (unreadable: reported where it is opened)
+    if (not entries or (data_dir / LOCK_FILENAME).exists()
+            or any(e.name in _DATA_DIR_FILES or e.name.startswith(_DATA_DIR_PREFIXES) for e in entries)):
+        return None
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            filenames.parse_partition_dir_name(entry.name)
+            names = os.listdir(entry.path)
+        except (ValueError, OSError):
+            continue
+        if filenames.PARTITION_METADATA_FILENAME in names or any(_SEGMENT_LOG.match(n) for n in names):
+            return None
+    shown = ", ".join(sorted(e.name for e in entries)[:3]) + (", ..." if len(entries) > 3 else "")
+    return (f"{data_dir} does not look like a Kafka data dir: it holds {shown} but no file a Kafka or tiered data dir "
+            "has (meta.properties, recovery-point-offset-checkpoint, ...) and no partition directory with segments; "
+            "pass a new or empty directory, or a data dir Kafka or tiered wrote")
+
+
 class LogManager:
     """Owns the data dirs and their logs; see the module docstring."""
 
@@ -146,6 +190,10 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()  # one writer at a time per checkpoint file (same .tmp name)
         self.live_dirs: list[Path] = []
         self.cleaner: LogCleaner | None = None  # set after loading (a writer's, log.cleaner.enable)
+        for data_dir in config.log_dirs:
+            foreign = foreign_dir_reason(Path(data_dir))
+            if foreign is not None:
+                raise ConfigError(foreign)
         if read_only:
             self._scratch_root = self._open_dirs_read_only([Path(d) for d in config.log_dirs])
         for data_dir in [] if read_only else config.log_dirs:

@@ -417,3 +417,47 @@ def test_spark_commands_check_master_and_codec_before_spark_starts(capsys: pytes
             main(args)
         err = capsys.readouterr().err
         assert usage.value.code == 2 and says in err and "Java" not in err, err
+
+
+@pytest.mark.parametrize("command", [["compact"], ["produce", "-t", "p"], ["status"], ["verify"], ["consume", "-t", "p"]])
+def test_a_directory_of_other_files_is_not_taken_for_a_data_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """--log-dirs /etc was taken for a data dir: checkpoints and a lock were written into it, dbus-1 and polkit-1
+    became partitions with segments, and a user's file named like a segment, in a folder named like a partition,
+    was truncated by recovery as invalid bytes (a helper's pass). A non-empty directory holding no file a Kafka or
+    tiered data dir has, and no partition directory with segments, is refused naming it; nothing is written."""
+    import io
+
+    folder = tmp_path / "mine"
+    (folder / "photos-2024").mkdir(parents=True)
+    (folder / "photos-2024" / "readme.txt").write_text("mine")
+    (folder / "notes-1").mkdir()
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"x\n")))
+    rc, _out, err = cli(capsys, *command, "--log-dirs", str(folder))
+    assert rc == 2 and f"{folder} does not look like a Kafka data dir" in err, err
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before  # nothing written
+    assert sorted(p.name for p in folder.iterdir()) == ["notes-1", "photos-2024"]
+    with pytest.raises(ConfigError, match="does not look like a Kafka data dir"):  # (a config file's dir too)
+        LogManager(LogConfig.from_properties({"log.dirs": str(folder)}), start_scheduler=False)
+
+
+def test_data_dirs_kafka_or_tiered_wrote_and_new_ones_are_taken(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What the check must never refuse: an empty or missing dir, one holding only lost+found (a new file system),
+    a data dir tiered wrote, a real Kafka 4.0 log dir (its meta.properties), and partition dirs copied in alone."""
+    import shutil
+
+    empty, mount, copied = tmp_path / "empty", tmp_path / "mount", tmp_path / "copied"
+    empty.mkdir()
+    (mount / "lost+found").mkdir(parents=True)
+    _log_with_records(tmp_path / "ours")
+    shutil.copytree(tmp_path / "ours" / "t-0", copied / "t-0")
+    golden = tmp_path / "golden"
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "kafka-4.0-kraft-logs", golden)
+    for data in (empty, mount, tmp_path / "new", tmp_path / "ours", copied, golden):
+        if data.exists():  # (status never makes one)
+            rc, _out, err = cli(capsys, "status", "--log-dirs", str(data))
+            assert rc in (0, 1) and "does not look like" not in err, (data, err)
+        with LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False):
+            pass

@@ -21,16 +21,21 @@ class Terminated(KeyboardInterrupt):
 
 
 def check_typed_data_dirs(args: argparse.Namespace, config: LogConfig) -> None:
-    """A usage error (exit 2) for a data dir typed with ``--log-dirs`` that does not exist or is not a directory:
-    the same answer from every command that never makes one. A dir of the config file that is missing is the
+    """A usage error (exit 2) for a data dir typed with ``--log-dirs`` that does not exist, is not a directory or
+    holds someone's other files (:func:`local.manager.foreign_dir_reason`): the same answer from every command that never makes one. A dir of the config file that is missing is the
     command's to report (a disk that did not mount is a problem found, not a typo)."""
     from pathlib import Path
 
     if not getattr(args, "log_dirs", None):
         return
+    from local.manager import foreign_dir_reason
+
     for d in map(Path, config.log_dirs):
         if not d.is_dir():
             raise UsageError(f"no such data dir: {d}" if not d.exists() else f"data dir {d} is not a directory")
+        foreign = foreign_dir_reason(d)
+        if foreign is not None:
+            raise UsageError(foreign)
 
 
 def partition_number(text: str) -> int:
