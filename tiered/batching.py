@@ -68,13 +68,14 @@ def build_within(records: Sequence[SimpleRecord], limit: int, compression: str |
 
 
 def build_batches(records: Sequence[SimpleRecord], max_batch_bytes: int, compression: str = "none",
-                  what: str = "the request", limit_name: str = "max.message.bytes") -> list[MemoryRecords]:
+                  what: str = "the request", limit_name: str = "max.message.bytes",
+                  first_index: int = 0) -> list[MemoryRecords]:
     """``records`` in order, as batches of at most ``max_batch_bytes`` each, each closed before the record that would
-    take it above. RecordTooLargeError naming the first record (0-based, within ``what``) whose batch alone is
-    larger, and the limit (``limit_name``: the topic config it is)."""
+    take it above. RecordTooLargeError naming the first record (its index within ``what``, counted from
+    ``first_index``) whose batch alone is larger, and the limit (``limit_name``: the topic config it is)."""
     out: list[MemoryRecords] = []
     pending = PendingBatch()
-    first = 0  # the index of the pending batch's first record
+    first = first_index  # the index of the pending batch's first record
 
     def close() -> None:
         nonlocal first

@@ -461,3 +461,35 @@ def test_data_dirs_kafka_or_tiered_wrote_and_new_ones_are_taken(tmp_path: Path, 
             assert rc in (0, 1) and "does not look like" not in err, (data, err)
         with LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False):
             pass
+
+
+def test_produce_cuts_batches_at_max_message_bytes_and_says_what_it_wrote_before_a_record_too_large(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two lines of 800 KB in one --batch-size batch failed the run with "batch of 1601621 bytes at position 0 exceeds
+    max.message.bytes" after the batches before them were written, without saying so: a rerun wrote them twice (a
+    helper's pass). Batches are cut at the topic's max.message.bytes, as the HTTP endpoint cuts them; a record that
+    no batch can hold names its place in the input and what was written before it."""
+    import io
+
+    data = str(tmp_path / "data")
+
+    def produce(lines: list[bytes]) -> tuple[int, str]:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"".join(line + b"\n" for line in lines))))
+        rc, _out, err = cli(capsys, "produce", "--log-dirs", data, "-t", "p", "--batch-size", "500")
+        return rc, err
+
+    small = [b"small%d" % i for i in range(600)]
+    rc, err = produce([*small, b"x" * 800_000, b"y" * 800_000])
+    assert rc == 0 and "produced 602 records to p-0 (offsets 0..601)" in err, err
+    rc, err = produce([b"a", b"b", b"z" * 1_048_560])  # one record whose batch is above 1048588 bytes
+    assert rc == 1 and "record 3 of the input takes a batch of" in err and "produced" not in err, err
+    rc, err = produce([b"a", b"b", *small[:498], b"z" * 1_048_560])  # the first --batch-size batch is written
+    assert rc == 1 and "record 501 of the input" in err, err
+    assert err.rstrip().endswith("produced 500 records to p-0 (offsets 602..1101) before it"), err
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"a\nb\n" + b"z" * 1_048_560 + b"\n")))
+    rc, _out, err = cli(capsys, "produce", "--log-dirs", data, "-t", "p", "--batch-size", "1")
+    assert rc == 1 and err.rstrip().endswith("produced 2 records to p-0 (offsets 1102..1103) before it"), err
+    with LogManager(LogConfig.from_properties({"log.dirs": data}), start_scheduler=False) as manager:
+        log = manager.get_log("p", 0)
+        assert log is not None and log.log_end_offset == 1104

@@ -4,8 +4,8 @@ Each input line is one record. Plain lines are values; with ``--key-separator`` 
 separator is the key; with ``--json`` each line is a record object in the format of docs/record-json.md
 (:mod:`tiered.record_json`: ``{"key": ..., "value": ..., "headers": [...], "timestamp": ...}``, bytes that are not
 UTF-8 as ``valueBase64``, ``"value": null`` a tombstone), the format ``consume --json`` prints, so its output
-produces the same bytes again. Records are batched ``--batch-size`` at a time and
-appended batch by batch as stdin streams in; a batch with a bad line is not appended, and input whose first batch
+produces the same bytes again. Records are batched ``--batch-size`` at a time (a batch cut before it would exceed the
+topic's ``max.message.bytes``, as the HTTP endpoint cuts them) and appended batch by batch as stdin streams in; a batch with a bad line is not appended, and input whose first batch
 has one creates nothing (no data dir, no topic).
 """
 
@@ -43,14 +43,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--compression", default="none", choices=[c.name_lower for c in CompressionType],
                         help="the batches' codec (default: none)")
-    parser.add_argument("--batch-size", type=positive_int, default=500, help="records per batch (default: 500)")
+    parser.add_argument("--batch-size", type=positive_int, default=500, help="records per batch at most (default: 500); a batch is cut "
+                        "before it would exceed the topic's max.message.bytes")
     parser.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
                         help="topic config override where the write creates the topic (repeatable; an existing "
                         "topic's config: tiered topics alter)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from local.records import MemoryRecords
+    from local.errors import RecordTooLargeError
+    from tiered.batching import build_batches
     from tiered.composition import open_log_manager
 
     config = load_config(args)
@@ -81,11 +83,15 @@ def run(args: argparse.Namespace) -> int:
                 overrides = _overrides_of_a_new_topic(manager, args.topic, overrides)
                 log = manager.get_or_create_log(args.topic, args.partition, overrides)
                 started = log.log_end_offset
-            info = log.append(MemoryRecords.build(batch, compression=args.compression))
-            first = info.first_offset if first < 0 else first
-            last = info.last_offset
-            count += len(batch)
-    except _BadLine as exc:
+            # --batch-size records at most, cut where a batch would exceed max.message.bytes (the HTTP endpoint's
+            # cut): two lines of 800 KB in one batch failed the run after the batches before them were written
+            for records in build_batches(batch, log.config.max_message_bytes, args.compression, what="the input",
+                                         first_index=count + 1):
+                info = log.append(records)
+                first = info.first_offset if first < 0 else first
+                last = info.last_offset
+                count += info.last_offset - info.first_offset + 1
+    except (_BadLine, RecordTooLargeError) as exc:
         kept = f"; {_produced(args, count, first, last)} before it" if count else ""
         print(f"tiered produce: {exc}{kept}", file=sys.stderr)
         return 1
