@@ -110,6 +110,9 @@ def read_properties(path: str | os.PathLike[str]) -> dict[str, str]:
     try:
         return parse_properties(Path(path).read_bytes().decode("iso-8859-1"))
     except OSError as exc:
-        raise ConfigError(f"cannot read configuration file {path}: {exc}", path=str(path)) from exc
+        hint = ""
+        if "=" in str(path) and not Path(path).exists():  # (kafka-topics' --config KEY=VALUE)
+            hint = "; a topic's config is --topic-config KEY=VALUE, --config names the broker's properties file"
+        raise ConfigError(f"cannot read configuration file {path}: {exc.strerror or exc}{hint}", path=str(path)) from exc
     except ValueError as exc:
         raise ConfigError(f"configuration file {path}: {exc}", path=str(path)) from exc

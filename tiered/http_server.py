@@ -248,27 +248,25 @@ _QUERY_PARAMS = {"POST": frozenset({"compression"}), "GET": frozenset({"offset",
 
 def _param(query: dict[str, list[str]], name: str, default: str) -> str:
     values = query.get(name)
-    return values[-1] if values else default
+    if values is not None and len(values) > 1:  # (the last one was taken, silently: ?offset=1&offset=2 read from 2)
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"{name} is given {len(values)} times: give it once")
+    return values[0] if values else default
 
 
 def _int_param(query: dict[str, list[str]], name: str, default: int, lo: int) -> int:
     text = _param(query, name, "")
     if not text:
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise HttpError(HTTPStatus.BAD_REQUEST, f"invalid {name} {text!r}: expected a whole number >= {lo}") from None
+    if not re.fullmatch(r"-?[0-9]{1,19}", text):  # (int() takes "1_0" as 10 and " +1" as 1)
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"invalid {name} {text!r}: expected a whole number >= {lo}")
+    value = int(text)
     if value < lo:
         raise HttpError(HTTPStatus.BAD_REQUEST, f"invalid {name} {value}: must be >= {lo}")
     return value
 
 
 def _partition(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
+    value = int(text) if re.fullmatch(r"[0-9]{1,10}", text) else -1  # (int() takes "1_0" as 10 and " +0" as 0)
     if not 0 <= value <= 2**31 - 1:
         raise HttpError(HTTPStatus.BAD_REQUEST, f"invalid partition {text!r}: expected a whole number in 0..{2**31 - 1}")
     return value

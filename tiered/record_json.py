@@ -75,11 +75,15 @@ class NestedTooDeeply(ValueError):
     """JSON whose arrays and objects nest deeper than the parser recurses."""
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # (Python's json takes NaN and Infinity; they were stored as text)
+
+
 def loads(text: str) -> Any:
     """``json.loads`` for untrusted input: ValueError (json.JSONDecodeError, or NestedTooDeeply rather than a
     RecursionError) when ``text`` is not JSON it can parse."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json)
     except RecursionError:
         raise NestedTooDeeply("JSON nested too deeply (arrays or objects hundreds of levels deep)") from None
 

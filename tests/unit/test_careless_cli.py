@@ -493,3 +493,17 @@ def test_produce_cuts_batches_at_max_message_bytes_and_says_what_it_wrote_before
     with LogManager(LogConfig.from_properties({"log.dirs": data}), start_scheduler=False) as manager:
         log = manager.get_log("p", 0)
         assert log is not None and log.log_end_offset == 1104
+
+
+def test_kafka_topics_config_spelling_and_a_directory_to_dump_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`topics create --config k=v` (kafka-topics' spelling) said only "cannot read configuration file k=v", and
+    `dump` of a directory named like a segment "[Errno 21] Is a directory" without the path (a helper's pass)."""
+    rc, _out, err = cli(capsys, "topics", "create", "-t", "x", "--config", "retention.ms=5", "--log-dirs",
+                        str(tmp_path / "data"))
+    assert rc == 2 and "a topic's config is --topic-config KEY=VALUE" in err, err
+    segment_named = tmp_path / "00000000000000000000.log"
+    segment_named.mkdir()
+    rc, _out, err = cli(capsys, "dump", str(segment_named))
+    assert rc == 1 and err.strip() == f"tiered dump: {segment_named}: a directory, not a file", err

@@ -117,6 +117,12 @@ def test_records_of_empty_values_count_against_max_bytes(served: tuple[LogManage
     ("GET", RECORDS + "?offset=7", None, 416, "offset 7 is out of range for t-0: log start offset 0, log end offset 1"),
     ("GET", RECORDS + "?offset=x", None, 400, "invalid offset 'x'"),
     ("GET", RECORDS + "?isolation=dirty", None, 400, "invalid isolation 'dirty'"),
+    # int() takes "1_0" as 10 and " +0" as 0; a repeated parameter took its last value; NaN was stored as "NaN"
+    ("GET", "/topics/t/partitions/1_0/records", None, 400, "invalid partition '1_0'"),
+    ("GET", "/topics/t/partitions/%20%2B0/records", None, 400, "invalid partition ' +0'"),
+    ("GET", RECORDS + "?offset=1_0", None, 400, "invalid offset '1_0'"),
+    ("GET", RECORDS + "?offset=0&offset=1", None, 400, "offset is given 2 times: give it once"),
+    ("POST", RECORDS, b'{"value": NaN}', 400, "NaN is not JSON"),
     ("GET", "/records", None, 404, "no endpoint GET /records"),
     ("DELETE", "/metrics", None, 405, "DELETE /metrics is not served: use GET"),
     ("POST", "/health", b"{}", 405, "POST /health is not served: use GET"),

@@ -43,8 +43,9 @@ def run(args: argparse.Namespace) -> int:
     provider = _key_provider(args)
     failed = False
     for path in args.files:
-        if not path.exists():
-            print(f"tiered dump: {path}: no such file", file=sys.stderr)
+        if not path.exists() or path.is_dir():
+            print(f"tiered dump: {path}: {'a directory, not a file' if path.exists() else 'no such file'}",
+                  file=sys.stderr)
             failed = True
             continue
         try:
