@@ -353,6 +353,13 @@ def test_offsets_deleted_by_retention_are_data_loss_unless_told_otherwise(spark:
         log.delete_records(100)
     with pytest.raises(Exception, match="failOnDataLoss"):
         _load(spark, copy, topics="codecs", startingOffsets='{"codecs":{"0":0}}').count()
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import SparkSourceDataLossError, plan
+
+    with pytest.raises(SparkSourceDataLossError, match=r"codecs-0: offset 0 was asked for, but the log starts at 100 "
+                       r"\(records were deleted by retention since the offset was chosen: by startingOffsets, .*"
+                       r"read_topic when it made the DataFrame"):  # (a read_topic's split named as the user's offset)
+        plan(parse_options(_options(copy, topics="codecs", startingOffsets='{"codecs":{"0":0}}')))
     df = _load(spark, copy, topics="codecs", startingOffsets='{"codecs":{"0":0}}', failOnDataLoss="false")
     assert df.selectExpr("min(offset)", "count(*)").first() == (100, len(CompressionType) * 306 - 100)
 

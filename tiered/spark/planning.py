@@ -348,7 +348,9 @@ def offset_range(log: Log, topic: str, partition: int, opts: SourceOptions, boun
         if opts.fail_on_data_loss:
             raise SparkSourceDataLossError(
                 f"{topic}-{partition}: offset {start} was asked for, but the log starts at {log_start} (records were "
-                f"deleted by retention); set failOnDataLoss=false to read from {log_start}", offset=start)
+                "deleted by retention since the offset was chosen: by startingOffsets, a stream's checkpoint, or "
+                "read_topic when it made the DataFrame, which a new read_topic call plans again); set "
+                f"failOnDataLoss=false to read from {log_start}", offset=start)
         start = log_start
     start = max(start, bounds.offset_lo)
     end = min(end, bounds.offset_hi)
