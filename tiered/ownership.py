@@ -359,13 +359,6 @@ class OwnershipGuard:
             raise RemoteStoreMismatchError(found.detail, retriable=False)
         return found
 
-    def claimed_here(self, tip: TopicIdPartition) -> bool:
-        """Whether this process made ``tip``'s claim it holds (at its start, :meth:`renew`, or as the first claim):
-        no other process can hold it then. A claim made by an earlier run of the data dir may be held by a copy of
-        the data dir as well."""
-        with self._lock:
-            return tip in self._claimed_here
-
     def trusts_remote_copies(self, log: Log, tip: TopicIdPartition) -> bool:
         """Whether local retention may rely on the partition's remote segments as copies of its local ones: False
         for a partition this data dir does not own (its local data stays as it is), and once a remote segment was
@@ -472,7 +465,8 @@ class OwnershipGuard:
 
     def renew(self, log: Log, tip: TopicIdPartition) -> Ownership | None:
         """Claim ``tip`` again at the next owner epoch when this data dir owns it (see the module docstring: a new
-        owner epoch per ``tiered run``); its new state, or None when it made no new claim: it owns nothing there
+        owner epoch per ``tiered run``), unless this process made the claim it holds; its state (that claim, new or
+        made before in this process), or None when it made no claim: it owns nothing there
         (never claimed, or lost: :meth:`ensure_owner` tells), or the remote tier reaches past its log end. A store
         error propagates."""
         with self._lock:
@@ -482,6 +476,11 @@ class OwnershipGuard:
             if found is None or found.state != OWNER or found.owner is None:
                 return None
             self._confirm_pending(log, found)
+            with self._lock:
+                made_here = tip in self._claimed_here
+            if made_here:  # (tiered run's start and a copy task's first pass may both ask: one new epoch)
+                self._set(tip, found)
+                return found
             remote_end = max((md.end_offset for md in self._store.readable_segments(tip)), default=-1)
             if remote_end >= log.log_end_offset:
                 # Remote copies past the log end: this data dir is older than its claim (restored from a backup?). A

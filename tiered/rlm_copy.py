@@ -484,10 +484,7 @@ class RLMCopyTask:
         :func:`tiered.metadata.check_copy_not_deleted`). False when this data dir lost the partition meanwhile (the
         run's next ownership check says so): nothing is deleted. Where no new claim can be made (the remote tier
         reaches past the log end), the copies are deleted under the claim held, as before."""
-        ownership = self.parts.ownership
-        if ownership.claimed_here(self.tip):
-            return True
-        renewed = ownership.renew(log, self.tip)
+        renewed = self.parts.ownership.renew(log, self.tip)  # (none when this process made the claim it holds)
         return renewed is None or renewed.state == OWNER
 
     def _cleanup_stale_copies(self, log: Log) -> int:

@@ -1070,6 +1070,29 @@ def test_a_running_data_dir_sees_what_a_copy_of_it_copied_under_its_claim(
         assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first + 5}x"), err
 
 
+def test_a_process_claims_a_new_owner_epoch_once(two_dirs: tuple[Path, Path, Path]) -> None:
+    """tiered run's start claims each partition anew, and so does a copy task's first pass that must delete copies
+    left COPY_SEGMENT_STARTED; the two may run at once (the start does not wait for slow claims): the second finds
+    the claim this process made and makes none."""
+    from tiered.remote_tier_parts import topic_id_partition
+
+    a, _, bucket = two_dirs
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(bucket)})
+    store = RemoteLogMetadataStore.in_bucket(rsm)
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        log = manager.get_log(TOPIC, 0)
+        assert rlm is not None and log is not None
+        tip = topic_id_partition(log)
+        assert [r.owner_epoch for r in store.owner_records(tip)] == [0]
+        assert rlm.renew_ownership(manager.all_logs()) == 1
+        assert rlm.renew_ownership(manager.all_logs()) == 1  # (its state: the claim made here)
+        renewed = rlm.ownership.renew(log, tip)
+        assert renewed is not None and renewed.owner is not None and renewed.owner.owner_epoch == 1
+        assert [r.owner_epoch for r in store.owner_records(tip)] == [0, 1]
+
+
 @pytest.mark.parametrize("backup", [False, True])
 def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost_records(
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path,
