@@ -393,6 +393,7 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
                 check_copy_not_deleted(rsm.object_store, prefix, finished)
                 key = layout.metadata_event_key(prefix, md.remote_log_segment_id, md.start_offset, int(finished.state))
                 rsm.object_store.put(key, encode_metadata(finished, sums))
+                check_copy_not_deleted(rsm.object_store, prefix, finished)  # (a deletion between: see the store's)
         except Exception as exc:
             failure = failed(stage, exc)
         if failure is not None:

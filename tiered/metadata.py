@@ -449,6 +449,10 @@ class RemoteLogMetadataStore:
         if md.state is S.COPY_SEGMENT_FINISHED:
             check_copy_not_deleted(self.store, self.prefix, md)  # (the state the store holds may be past this view's)
         self._record(md, checksums)
+        if md.state is S.COPY_SEGMENT_FINISHED:
+            # Again after the write: a deletion whose DELETE event landed between the check and the write is found
+            # here (the window left is the deleter's own, between its listing and its DELETE event).
+            check_copy_not_deleted(self.store, self.prefix, md)
         if md.state is S.DELETE_SEGMENT_FINISHED:
             # The segment is gone: its events are garbage now (a crash here leaves them, and they are ignored).
             keys = [layout.metadata_event_key(self.prefix, sid, md.start_offset, int(s)) for s in S if s is not S.DELETE_SEGMENT_FINISHED]

@@ -481,11 +481,15 @@ class RLMCopyTask:
         a crash left. Unless this process made the claim it holds, the data dir claims the partition at the next
         owner epoch first (:meth:`tiered.ownership.OwnershipGuard.renew`, as ``tiered run`` does at its start): the
         other process is fenced, and the copy it finishes does not count (it finds its deletion in the store,
-        :func:`tiered.metadata.check_copy_not_deleted`). False when this data dir lost the partition meanwhile (the
-        run's next ownership check says so): nothing is deleted. Where no new claim can be made (the remote tier
-        reaches past the log end), the copies are deleted under the claim held, as before."""
-        renewed = self.parts.ownership.renew(log, self.tip)  # (none when this process made the claim it holds)
-        return renewed is None or renewed.state == OWNER
+        :func:`tiered.metadata.check_copy_not_deleted`). False where no such claim is made: this data dir lost the
+        partition meanwhile (the run's next ownership check says so), or the remote tier reaches past its log end (a
+        data dir restored from a backup older than the copies since: its claim would drop them). True where the
+        metadata manager keeps no owner records (nothing to fence with: the copies are deleted as before)."""
+        renewed = self.parts.ownership.renew(log, self.tip)  # (none made when this process made the claim it holds)
+        if renewed is not None:
+            return renewed.state == OWNER
+        listing = getattr(self.parts.metadata, "owner_records", None)
+        return listing is None or not listing(self.tip)
 
     def _cleanup_stale_copies(self, log: Log) -> int:
         """Copies that never finished: at the task's first run, every COPY_SEGMENT_STARTED (or
@@ -501,9 +505,16 @@ class RLMCopyTask:
         if not self._cleaned_stale:
             stale = {md.remote_log_segment_id.id: md for md in parts.metadata.find_stale_copies(self.tip)}
             reason = "stale copy left by a crash"
-            started = any(md.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED for md in stale.values())
+            started = [md for md in stale.values() if md.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED]
             if started and not self._fenced_others(log):
-                return 0
+                # Never deleted without a fence: they may be another process's copies under way (garbage at worst).
+                logger.warning("%d remote segment(s) of %s left COPY_SEGMENT_STARTED (e.g. %s, offsets %d-%d) are not "
+                               "deleted: this data dir could not claim the partition at a new owner epoch first, and "
+                               "they may be copies another process holding its claim has under way", len(started),
+                               log.name, started[0].remote_log_segment_id.id, started[0].start_offset,
+                               started[0].end_offset)
+                for md in started:
+                    del stale[md.remote_log_segment_id.id]
         else:
             stale = {md.remote_log_segment_id.id: md for md in parts.metadata.unfinished_segments(self.tip)}
             reason = "failed copy left by an earlier pass"

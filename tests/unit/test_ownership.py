@@ -1093,21 +1093,23 @@ def test_a_process_claims_a_new_owner_epoch_once(two_dirs: tuple[Path, Path, Pat
         assert [r.owner_epoch for r in store.owner_records(tip)] == [0, 1]
 
 
-@pytest.mark.parametrize("backup", [False, True])
+@pytest.mark.parametrize("kind", ["clone", "backup", "older backup"])
 def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost_records(
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, backup: bool,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, kind: str,
 ) -> None:
     """A copy of a data dir (a cloned machine, or a backup from before the original's last records) runs `tiered
     offload` while the original has a copy under way. Its first pass took that copy, left COPY_SEGMENT_STARTED, for
     one a crash left and deleted it; the original then wrote COPY_SEGMENT_FINISHED for objects that were gone, and
     its local retention deleted the local segment for them (records the backup never had were lost). Now the copy of
     the data dir claims the partition at a new owner epoch before it deletes (the original is fenced), and the
-    original finds the deletion in the store: its copy does not count, and its local segment stays."""
+    original finds the deletion in the store: its copy does not count, and its local segment stays. A backup older
+    than copies the original finished since cannot claim (its claim would drop them, a review found it deleting
+    without one): it deletes nothing, and the original's copy finishes."""
     import shutil
 
     from tests.gated_rsm import LIMIT
-    from tiered.ownership import LOST
+    from tiered.ownership import LOST, OWNER
     from tiered.remote_tier_parts import topic_id_partition
 
     a, _, bucket = two_dirs
@@ -1119,7 +1121,7 @@ def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost
     def copy_data_dir() -> None:
         shutil.copytree(tmp_path / "a", clone_dir, ignore=shutil.ignore_patterns(".lock"))
 
-    if backup:
+    if kind != "clone":
         copy_data_dir()
     rsm = LocalDirRemoteStorageManager()
     rsm.configure({"dir": str(bucket)})
@@ -1129,6 +1131,9 @@ def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost
         log = manager.get_log(TOPIC, 0)
         assert rlm is not None and log is not None
         tip = topic_id_partition(log)
+        if kind == "older backup":  # the original copies records past the backup's log end first
+            _append(log, "A", 20)
+            assert rlm.run_once(manager.all_logs()).segments_copied >= 1
         epochs = [r.owner_epoch for r in store.owner_records(tip)]
         first = log.log_end_offset
         _append(log, "A", 40)
@@ -1149,20 +1154,79 @@ def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost
         copying.start()
         try:
             assert arrived.wait(LIMIT)  # the original's copy of offset `first` on is under way
-            if not backup:
+            if kind == "clone":
                 copy_data_dir()
+            with caplog.at_level(logging.WARNING, logger="tiered"):
+                rc, out, err = cli(capsys, "--config", str(clone), "offload")
+            assert rc == 0, out + err
+        finally:
+            go.set()
+            copying.join(LIMIT)
+        [result] = results
+        if kind == "older backup":
+            assert "left COPY_SEGMENT_STARTED (e.g." in caplog.text and "are not deleted" in caplog.text, caplog.text
+            assert [r.owner_epoch for r in store.owner_records(tip)] == epochs
+            assert result.copy_errors == 0 and result.segments_copied >= 1
+            assert rlm.ownership.states()[tip].state == OWNER
+        else:
+            assert [r.owner_epoch for r in store.owner_records(tip)] == [*epochs, epochs[-1] + 1]  # claimed, deleted
+            assert result.copy_errors == 1 and result.stale_copies_cleaned == 0
+            manager.cleanup_logs()
+            assert log.local_log_start_offset <= first  # the void copy let nothing local go
+            assert rlm.run_once(manager.all_logs()).not_owned == 1
+            assert rlm.ownership.states()[tip].state == LOST
+    rc, records, err = consume(capsys, a, "--offset", str(first), "--max-messages", "1")
+    assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first}x"), err
+
+
+def test_a_deletion_between_the_check_and_the_finished_event_is_found_after_it(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The original listed its segment's events before writing COPY_SEGMENT_FINISHED and found no deletion; a clone's
+    first pass deleted the copy just then, and the original counted it: its local retention let the records go (a
+    review forced that interleaving). The events are listed again after the write."""
+    import shutil
+
+    from tests.gated_rsm import LIMIT
+    from tiered import metadata as metadata_module
+
+    a, _, bucket = two_dirs
+    in_process = write_config(tmp_path / "a-here.properties", local_tier_props(
+        tmp_path / "a", **{"rsm.config.dir": str(bucket), "remote.log.manager.copier.process.enable": "false"}))
+    clone = write_config(tmp_path / "clone.properties", local_tier_props(tmp_path / "clone",
+                                                                         **{"rsm.config.dir": str(bucket)}))
+    with open_log_manager(LogConfig.from_properties(str(in_process)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        log = manager.get_log(TOPIC, 0)
+        assert rlm is not None and log is not None
+        first = log.log_end_offset
+        _append(log, "A", 40)
+        check = metadata_module.check_copy_not_deleted
+        arrived, go = threading.Event(), threading.Event()
+
+        def checks_then_waits(store: Any, prefix: str, md: RemoteLogSegmentMetadata) -> None:
+            check(store, prefix, md)
+            if md.start_offset == first and not arrived.is_set():
+                arrived.set()  # no deletion found; the clone's first pass runs now
+                assert go.wait(LIMIT)
+
+        monkeypatch.setattr(metadata_module, "check_copy_not_deleted", checks_then_waits)
+        results: list[Any] = []
+        copying = threading.Thread(target=lambda: results.append(rlm.run_once(manager.all_logs())))
+        copying.start()
+        try:
+            assert arrived.wait(LIMIT)
+            shutil.copytree(tmp_path / "a", tmp_path / "clone", ignore=shutil.ignore_patterns(".lock"))
             rc, out, err = cli(capsys, "--config", str(clone), "offload")
             assert rc == 0, out + err
         finally:
             go.set()
             copying.join(LIMIT)
-        assert [r.owner_epoch for r in store.owner_records(tip)] == [*epochs, epochs[-1] + 1]  # claimed, then deleted
         [result] = results
-        assert result.copy_errors == 1 and result.stale_copies_cleaned == 0
+        assert result.copy_errors == 1
         manager.cleanup_logs()
-        assert log.local_log_start_offset <= first  # the void copy let nothing local go
-        assert rlm.run_once(manager.all_logs()).not_owned == 1
-        assert rlm.ownership.states()[tip].state == LOST
+        assert log.local_log_start_offset <= first
     rc, records, err = consume(capsys, a, "--offset", str(first), "--max-messages", "1")
     assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first}x"), err
 
