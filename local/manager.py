@@ -107,33 +107,40 @@ _DATA_DIR_FILES = frozenset({
 # ... or made there for the remote tier: Kafka's remote-log-index-cache, the segment cache, a local metadata store,
 # tiered's own files
 _DATA_DIR_PREFIXES = ("remote-log-", "tiered-")
-_SEGMENT_LOG = re.compile(r"^[0-9]{20}\.log$")
+# A partition dir's own files (any suffix: .swap, .cleaned, .deleted), in a dir of any of Kafka's partition names
+# (topic-0, topic-0.<id>-delete, -future, -stray)
+_PARTITION_FILE = re.compile(r"^([0-9]{20}\.(log|index|timeindex|txnindex|snapshot)(\.[a-z]+)?|partition\.metadata|"
+                             r"leader-epoch-checkpoint)$")
 
 
 def foreign_dir_reason(data_dir: Path) -> str | None:
     """Why ``data_dir`` is not to be taken for a data dir, or None. A directory that holds files (not hidden ones,
-    nor ``lost+found``) but none a Kafka or tiered data dir has at its top, and no partition directory with a
-    segment or ``partition.metadata``, is someone's other files: /etc taken for one got checkpoints written into it,
-    its ``name-N`` subdirectories (dbus-1) taken for partitions, and a file there named like a segment truncated by
-    the recovery of invalid bytes (a helper's pass). Kafka, too, refuses a log dir it did not format."""
+    ``lost+found`` or ``*.properties``, such as the broker's own config) but none a Kafka or tiered data dir has at
+    its top, and no partition directory with a segment or ``partition.metadata``, is someone's other files: /etc
+    taken for one got checkpoints written into it, its ``name-N`` subdirectories (dbus-1) taken for partitions, and
+    a file there named like a segment truncated by the recovery of invalid bytes (a helper's pass). (Kafka in KRaft
+    mode refuses every log dir without the meta.properties ``kafka-storage format`` writes; empty and new ones are
+    taken here.)"""
     try:
-        entries = [e for e in os.scandir(data_dir) if not e.name.startswith(".") and e.name != "lost+found"]
+        every = list(os.scandir(data_dir))
     except (FileNotFoundError, NotADirectoryError):
         return None  # (made, or refused as not a directory, where it is opened)
     except OSError:
         return None  # (unreadable: reported where it is opened)
-    if (not entries or (data_dir / LOCK_FILENAME).exists()
-            or any(e.name in _DATA_DIR_FILES or e.name.startswith(_DATA_DIR_PREFIXES) for e in entries)):
+    if any(e.name in _DATA_DIR_FILES or e.name.startswith(_DATA_DIR_PREFIXES) for e in every):
+        return None
+    entries = [e for e in every if not e.name.startswith(".") and e.name != "lost+found"
+               and not (e.name.endswith(".properties") and e.is_file())]
+    if not entries:
         return None
     for entry in entries:
-        if not entry.is_dir(follow_symlinks=False):
+        if "-" not in entry.name or not entry.is_dir():  # (a symlinked partition dir counts)
             continue
         try:
-            filenames.parse_partition_dir_name(entry.name)
             names = os.listdir(entry.path)
-        except (ValueError, OSError):
+        except OSError:
             continue
-        if filenames.PARTITION_METADATA_FILENAME in names or any(_SEGMENT_LOG.match(n) for n in names):
+        if any(_PARTITION_FILE.match(n) for n in names):
             return None
     shown = ", ".join(sorted(e.name for e in entries)[:3]) + (", ..." if len(entries) > 3 else "")
     return (f"{data_dir} does not look like a Kafka data dir: it holds {shown} but no file a Kafka or tiered data dir "

@@ -445,8 +445,11 @@ def test_a_directory_of_other_files_is_not_taken_for_a_data_dir(
 
 def test_data_dirs_kafka_or_tiered_wrote_and_new_ones_are_taken(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """What the check must never refuse: an empty or missing dir, one holding only lost+found (a new file system),
-    a data dir tiered wrote, a real Kafka 4.0 log dir (its meta.properties), and partition dirs copied in alone."""
+    a data dir tiered wrote, a real Kafka 4.0 log dir (its meta.properties), and partition dirs copied in alone
+    (of Kafka's -future kind, symlinked), a broker's properties file alone, Kafka's hidden clean-shutdown marker."""
     import shutil
+
+    from local.manager import foreign_dir_reason
 
     empty, mount, copied = tmp_path / "empty", tmp_path / "mount", tmp_path / "copied"
     empty.mkdir()
@@ -455,6 +458,21 @@ def test_data_dirs_kafka_or_tiered_wrote_and_new_ones_are_taken(tmp_path: Path, 
     shutil.copytree(tmp_path / "ours" / "t-0", copied / "t-0")
     golden = tmp_path / "golden"
     shutil.copytree(Path(__file__).parents[1] / "fixtures" / "kafka-4.0-kraft-logs", golden)
+    configured = tmp_path / "configured"  # the broker's properties put in the data dir before its first start
+    configured.mkdir()
+    (configured / "server.properties").write_text("log.dirs=x\n")
+    restoring = tmp_path / "restoring"  # a copy caught mid-way: a partition dir of Kafka's -future kind, a .swap
+    (restoring / "t-0.0123456789abcdef0123456789abcdef-future").mkdir(parents=True)
+    (restoring / "t-0.0123456789abcdef0123456789abcdef-future" / "00000000000000000000.log.swap").write_bytes(b"")
+    linked = tmp_path / "linked"  # partition dirs symlinked in
+    linked.mkdir()
+    (linked / "t-0").symlink_to(tmp_path / "ours" / "t-0")
+    clean = tmp_path / "clean"  # only Kafka's hidden clean-shutdown marker and someone's notes
+    clean.mkdir()
+    (clean / ".kafka_cleanshutdown").write_text("")
+    (clean / "notes.txt").write_text("x")
+    for data in (configured, restoring, linked, clean):
+        assert foreign_dir_reason(data) is None, data
     for data in (empty, mount, tmp_path / "new", tmp_path / "ours", copied, golden):
         if data.exists():  # (status never makes one)
             rc, _out, err = cli(capsys, "status", "--log-dirs", str(data))
