@@ -39,12 +39,14 @@ failure (its one-line message); the standard library's own refusals (``414``, ``
 (``send_error``). A request refused before its body was read closes the connection: its body is never parsed as
 the next request. Requests are served on threads (``ThreadingHTTPServer``); the log's own locks order concurrent
 appends. At most ``tiered.http.max.connections`` connections are served at once (a thread and a descriptor each): one
-more is answered ``503`` and closed; a connection idle, or stalled mid-request or mid-answer, for
-``tiered.http.idle.timeout.ms`` is closed (a stalled body answered ``408``).
+more is answered ``503`` and closed; a connection that has not sent a whole request ``tiered.http.idle.timeout.ms``
+after its last answer (or its start), however slowly its bytes come, or whose client stalls that long reading an
+answer, is closed (a stalled body answered ``408``); a client that stops reading its answer is one INFO line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -279,6 +281,21 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.connection.settimeout(self.server.idle_timeout_s)  # every read and write of the connection
+        self._answering = False
+
+    def handle_one_request(self) -> None:
+        # From waiting for the request line until the request is read whole: at most tiered.http.idle.timeout.ms in
+        # all (the socket's timeout bounds each read only: a byte every few seconds held a connection for ever).
+        self.server.reading(self.connection)
+        self._answering = False
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.read(self.connection)
+
+    def finish(self) -> None:
+        self.server.read(self.connection)
+        super().finish()
 
     def do_GET(self) -> None:
         self._serve("GET")
@@ -311,6 +328,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         endpoint = self.server.endpoint
         self._body_read = False
+        if method != "POST":
+            self.server.read(self.connection)  # (a POST's request is read whole with its body: _body)
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         try:
@@ -343,6 +362,10 @@ class _Handler(BaseHTTPRequestHandler):
         except HttpError as exc:
             self._json(exc.status, {"error": str(exc)}, exc.headers)
         except Exception as exc:
+            if self._answering:  # the answer was under way: its client stopped reading, or went away
+                self.close_connection = True
+                logger.info("client %s stopped reading its answer: %s: %s", self.address_string(), type(exc).__name__, exc)
+                return
             self._json(*_error_status(exc))
 
     def _body(self) -> bytes:
@@ -375,6 +398,7 @@ class _Handler(BaseHTTPRequestHandler):
             if len(body) < length:
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"the body ended after {len(body)} of its {length} bytes")
         self._body_read = True
+        self.server.read(self.connection)
         return body
 
     def _read_chunked(self) -> bytes:
@@ -393,7 +417,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                                 f"the chunked body is more than {MAX_BODY_BYTES} bytes: send fewer records per request")
             data = self._read(self.rfile.read, size)
-            if len(data) < size or self.rfile.readline(3) not in (b"\r\n", b"\n"):
+            if len(data) < size or self._read(self.rfile.readline, 3) not in (b"\r\n", b"\n"):
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"a chunk of {size} bytes in a chunked body is cut short or "
                                 "not followed by CRLF")
             parts.append(data)
@@ -438,6 +462,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, (json.dumps(body) + "\n").encode(), "application/json", headers)
 
     def _send(self, status: HTTPStatus, payload: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        self._answering = True
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
@@ -501,6 +526,8 @@ class Server(ThreadingHTTPServer):
         self.connections_refused = 0
         self._count = 0
         self._count_lock = threading.Lock()
+        self._deadlines: dict[socket.socket, float] = {}  # connections reading a request: when they must be done
+        self._stopped = threading.Event()
         if ":" in host:  # an IPv6 address ([::1]:8080): the server's default family is IPv4
             self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)
@@ -573,13 +600,37 @@ class Server(ThreadingHTTPServer):
             logger.warning("a request from %s failed: %s: %s", who, type(exc).__name__, exc,
                            exc_info=logger.isEnabledFor(logging.DEBUG))
 
+    def reading(self, connection: socket.socket) -> None:
+        """``connection`` waits for, or reads, a request: it has ``idle_timeout_s`` for it (:meth:`_reap`)."""
+        with self._count_lock:
+            self._deadlines[connection] = time.monotonic() + self.idle_timeout_s
+
+    def read(self, connection: socket.socket) -> None:
+        """``connection``'s request is read whole (or the connection ends)."""
+        with self._count_lock:
+            self._deadlines.pop(connection, None)
+
+    def _reap(self) -> None:
+        """Shut the connections whose request was not read whole in time (their thread's read then ends)."""
+        while not self._stopped.wait(min(1.0, self.idle_timeout_s / 4)):
+            now = time.monotonic()
+            with self._count_lock:
+                late = [c for c, deadline in self._deadlines.items() if deadline <= now]
+                for c in late:
+                    del self._deadlines[c]
+            for c in late:
+                with contextlib.suppress(OSError):
+                    c.shutdown(socket.SHUT_RDWR)
+
     def start(self) -> None:
+        threading.Thread(target=self._reap, name="tiered-http-reaper", daemon=True).start()
         self._thread = threading.Thread(target=self.serve_forever, name="tiered-http", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop taking requests (those being served finish on their threads) and release the port."""
         self.endpoint.stopping.set()
+        self._stopped.set()
         if self._thread is not None:
             self.shutdown()
             self._thread.join()

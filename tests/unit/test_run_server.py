@@ -496,3 +496,61 @@ def test_an_idle_connection_is_closed_and_a_stalled_body_answered_408(tmp_path: 
     finally:
         server.stop()
         manager.close()
+
+
+def test_a_request_sent_a_byte_at_a_time_is_closed_after_the_timeout_in_all(tmp_path: Path) -> None:
+    """The timeout bounded each read only: a client sending one byte of its request every few seconds (under the
+    timeout) held its connection and a slot for ever; 64 of them made /health answer 503 (a review's probe). The
+    request must be read whole within tiered.http.idle.timeout.ms."""
+    import socket
+    import threading
+
+    manager = LogManager(LogConfig.from_properties({"log.dirs": str(tmp_path / "a")}))
+    server = Server(Endpoint(manager), "127.0.0.1", 0, idle_timeout_s=0.5)
+    server.start()
+    closed = threading.Event()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=TIMEOUT) as trickle:
+            def send_slowly() -> None:
+                try:
+                    for byte in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + b"a" * 10_000:
+                        trickle.sendall(bytes([byte]))
+                        if closed.wait(0.1):  # (a byte every 0.1 s: each read well within the 0.5 s timeout)
+                            return
+                except OSError:
+                    return
+
+            sender = threading.Thread(target=send_slowly)
+            sender.start()
+            try:
+                assert trickle.recv(1024) == b""  # the server shut the connection (the request never ended)
+            finally:
+                closed.set()
+                sender.join(TIMEOUT)
+        _wait_for(lambda: server.open_connections == 0)
+        assert _call("GET", f"{server.url}/health")[0] == 200
+    finally:
+        server.stop()
+        manager.close()
+
+
+def test_a_client_that_stops_reading_its_answer_gets_no_error_answer_written_into_it(
+    served: tuple[LogManager, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that stopped reading a large answer was logged as a failed request, and a 500 was written after
+    the 200's bytes (a review's probe). The connection is closed, one INFO line."""
+    import logging
+    import socket
+
+    _, url = served
+    _call("POST", url + RECORDS, json.dumps([{"value": "x" * 1000} for _ in range(2000)]).encode())
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with caplog.at_level(logging.INFO, logger="tiered.http_server"):
+        with socket.create_connection((host, int(port)), timeout=TIMEOUT) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(f"GET {RECORDS}?offset=0&max_bytes=2000000 HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            head = sock.recv(64)
+            assert head.startswith(b"HTTP/1.1 200")
+            sock.shutdown(socket.SHUT_RD)  # reads no more
+        _wait_for(lambda: "stopped reading its answer" in caplog.text or "went away" in caplog.text)
+    assert "request failed" not in caplog.text and "Traceback" not in caplog.text
