@@ -466,8 +466,8 @@ def _plan_log(log: Log, start: int, end: int, opts: SourceOptions, bounds: Bound
                 continue
             if md.start_offset > cursor and opts.fail_on_data_loss and not gaps:
                 # (the read's log start may be older than the listing: the owner's retention deleted them since)
-                why = ("deleted by remote retention since the read's start was chosen (read again), or lost" if not pieces
-                       else "the remote tier has a gap")
+                why = ("deleted by remote retention since the read's start was chosen (read again), or lost"
+                       if cursor == start else "the remote tier has a gap")
                 note = unread_metadata_note(rlm.metadata, tip)
                 raise SparkSourceDataLossError(
                     f"{topic}-{partition}: offsets [{cursor}, {md.start_offset}) are in no finished remote segment (the "
@@ -490,10 +490,17 @@ def _plan_log(log: Log, start: int, end: int, opts: SourceOptions, bounds: Bound
                 aborted.extend((t.producer_id, t.first_offset, t.last_offset) for t in found.aborted_txns)
             cursor = md.end_offset + 1
     if opts.tiers == "both" and cursor < min(local_start, end) and opts.fail_on_data_loss:
+        if rlm is None:
+            note = " (the remote tier is not configured)"
+        else:
+            from tiered.remote_log_reader import unread_metadata_note
+
+            unread = (unread_metadata_note(getattr(rlm, "metadata", None), rlm.topic_id_partition(log))
+                      if log.topic_id is not None else "")
+            note = f" ({unread})" if unread else ""
         raise SparkSourceDataLossError(
             f"{topic}-{partition}: offsets [{cursor}, {min(local_start, end)}) are neither local nor in a finished remote "
-            f"segment{'' if rlm is not None else ' (the remote tier is not configured)'}; set failOnDataLoss=false to "
-            "skip them", offset=cursor)
+            f"segment{note}; set failOnDataLoss=false to skip them", offset=cursor)
     if opts.tiers in ("both", "local"):
         segs = list(log.segments.values())
         cursor = max(cursor, local_start)
