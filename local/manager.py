@@ -113,6 +113,14 @@ _PARTITION_FILE = re.compile(r"^([0-9]{20}\.(log|index|timeindex|txnindex|snapsh
                              r"leader-epoch-checkpoint)$")
 
 
+def _is_partition_dir_name(name: str) -> bool:
+    try:
+        filenames.parse_partition_dir_name(name)
+    except ValueError:
+        return False
+    return True
+
+
 def foreign_dir_reason(data_dir: Path) -> str | None:
     """Why ``data_dir`` is not to be taken for a data dir, or None. A directory that holds files (not hidden ones,
     ``lost+found`` or ``*.properties``, such as the broker's own config) but none a Kafka or tiered data dir has at
@@ -141,6 +149,8 @@ def foreign_dir_reason(data_dir: Path) -> str | None:
         except OSError:
             continue
         if any(_PARTITION_FILE.match(n) for n in names):
+            return None
+        if not names and _is_partition_dir_name(entry.name):  # (made, and killed before its first file)
             return None
     shown = ", ".join(sorted(e.name for e in entries)[:3]) + (", ..." if len(entries) > 3 else "")
     return (f"{data_dir} does not look like a Kafka data dir: it holds {shown} but no file a Kafka or tiered data dir "

@@ -433,6 +433,7 @@ def test_a_directory_of_other_files_is_not_taken_for_a_data_dir(
     (folder / "photos-2024").mkdir(parents=True)
     (folder / "photos-2024" / "readme.txt").write_text("mine")
     (folder / "notes-1").mkdir()
+    (folder / "notes-1" / "todo.md").write_text("x")  # (an empty dir named like a partition would be one just made)
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"x\n")))
     rc, _out, err = cli(capsys, *command, "--log-dirs", str(folder))
