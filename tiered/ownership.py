@@ -368,9 +368,19 @@ class OwnershipGuard:
         with self._lock:
             if tip in self._fenced:
                 return False
-            known = self._states.get(tip)
-        if known is not None and known.state != OWNER:
-            return False  # a lost partition's local data stays as it is (the owner's segments are not its copies)
+        # The owner records as the store holds them now (one LIST): a claim made since this process last looked (a
+        # copy of this data dir fencing it, whose first pass may delete what this one just copied) keeps the local
+        # segments; so does a store that does not answer.
+        try:
+            found = self._assess(log, tip, self._store.owner_records(tip))
+        except Exception as exc:
+            logger.warning("%s: cannot list the owner records of its remote data (%s): local retention keeps its "
+                           "segments this time", log.name, exc)
+            return False
+        if found is not None:
+            self._set(tip, found)
+            if found.state != OWNER:
+                return False  # a lost partition's local data stays as it is (the owner's segments are not its copies)
         foreign = self._foreign_segment(log, tip)
         if foreign is None:
             return True

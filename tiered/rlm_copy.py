@@ -506,7 +506,11 @@ class RLMCopyTask:
             stale = {md.remote_log_segment_id.id: md for md in parts.metadata.find_stale_copies(self.tip)}
             reason = "stale copy left by a crash"
             started = [md for md in stale.values() if md.state is RemoteLogSegmentState.COPY_SEGMENT_STARTED]
-            if started and not self._fenced_others(log):
+            if started and self._fenced_others(log):
+                # Listed again now that no other process holds the claim: a copy the fenced process finished between
+                # the listing and the claim is FINISHED now, and it may count it (a helper lost 5500 records so).
+                stale = {md.remote_log_segment_id.id: md for md in parts.metadata.find_stale_copies(self.tip)}
+            elif started:
                 # Never deleted without a fence: they may be another process's copies under way (garbage at worst).
                 logger.warning("%d remote segment(s) of %s left COPY_SEGMENT_STARTED (e.g. %s, offsets %d-%d) are not "
                                "deleted: this data dir could not claim the partition at a new owner epoch first, and "

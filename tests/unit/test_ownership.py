@@ -1179,6 +1179,80 @@ def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost
     assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first}x"), err
 
 
+def test_a_copy_finished_between_the_clones_listing_and_its_claim_is_kept(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A clone's first pass listed the original's copy as COPY_SEGMENT_STARTED, claimed the partition, and deleted
+    it as left by a crash; the original had finished and counted it between the listing and the claim, and its local
+    retention let the records go (a helper lost 5500 acknowledged records so, with slow puts). The clone lists the
+    copies again after its claim, and local retention asks the store who owns the partition before it trusts the
+    remote copies."""
+    import shutil
+
+    from tests.gated_rsm import LIMIT
+    from tiered.ownership import LOST
+    from tiered.remote_tier_parts import topic_id_partition
+    from tiered.rlm_copy import RLMCopyTask
+
+    _, _, bucket = two_dirs
+    in_process = write_config(tmp_path / "a-here.properties", local_tier_props(
+        tmp_path / "a", **{"rsm.config.dir": str(bucket), "remote.log.manager.copier.process.enable": "false"}))
+    clone = write_config(tmp_path / "clone.properties", local_tier_props(tmp_path / "clone",
+                                                                         **{"rsm.config.dir": str(bucket)}))
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(bucket)})
+    with open_log_manager(LogConfig.from_properties(str(in_process)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        log = manager.get_log(TOPIC, 0)
+        assert rlm is not None and log is not None
+        tip = topic_id_partition(log)
+        first = log.log_end_offset
+        _append(log, "A", 40)
+        task = rlm.copy_task(log)
+        upload = task._copy_data
+        arrived, go = threading.Event(), threading.Event()
+
+        def uploads_then_waits(md: RemoteLogSegmentMetadata, data: Any, chunk: int) -> Any:
+            done = upload(md, data, chunk)
+            if md.start_offset == first:
+                arrived.set()
+                assert go.wait(LIMIT)
+            return done
+
+        monkeypatch.setattr(task, "_copy_data", uploads_then_waits)
+        results: list[Any] = []
+        copying = threading.Thread(target=lambda: results.append(rlm.run_once(manager.all_logs())))
+        fence = RLMCopyTask._fenced_others
+
+        def original_finishes_first(self: RLMCopyTask, clone_log: Any) -> bool:
+            go.set()  # the clone listed the copy as STARTED; the original finishes and counts it now
+            copying.join(LIMIT)
+            return fence(self, clone_log)
+
+        copying.start()
+        try:
+            assert arrived.wait(LIMIT)
+            shutil.copytree(tmp_path / "a", tmp_path / "clone", ignore=shutil.ignore_patterns(".lock"))
+            monkeypatch.setattr(RLMCopyTask, "_fenced_others", original_finishes_first)
+            rc, out, err = cli(capsys, "--config", str(clone), "offload")
+            assert rc == 0, out + err
+        finally:
+            go.set()
+            copying.join(LIMIT)
+        [result] = results
+        assert result.copy_errors == 0
+        [mine] = [m.remote_log_segment_id.id for m in rlm.finished_segments(tip) if m.start_offset == first]
+        finished = {m.remote_log_segment_id.id for m in RemoteLogMetadataStore.in_bucket(rsm).list_remote_log_segments(tip)
+                    if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED}
+        assert mine in finished  # the original's copy, counted, and kept by the clone
+        manager.cleanup_logs()
+        assert rlm.ownership.states()[tip].state == LOST  # asked by local retention
+        assert log.local_log_start_offset <= first
+    rc, records, err = consume(capsys, clone, "--offset", str(first), "--max-messages", "1")
+    assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first}x"), err
+
+
 def test_a_deletion_between_the_check_and_the_finished_event_is_found_after_it(
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
