@@ -290,6 +290,23 @@ def segment_differs(seg: Any, md: RemoteLogSegmentMetadata, checksums: Any) -> s
     return None
 
 
+def _local_damage(seg: Any) -> str | None:
+    """Why the local segment ``seg`` is damaged (a batch fails its CRC, or a torn or garbled tail), or None: read
+    whole, only where its bytes differ from its remote copy's checksums."""
+    from local.errors import CorruptRecordError
+
+    if seg is None:
+        return None
+    end = 0
+    try:
+        for batch in seg.log.batches(verify=True):
+            end = batch.position + batch.size_in_bytes
+    except (CorruptRecordError, OSError) as exc:
+        return str(exc)
+    size = seg.log.size_in_bytes
+    return None if end == size else f"its batches end at byte {end} of its {size}"
+
+
 def put_claim(store: OwnershipStore, tip: TopicIdPartition, record: OwnerRecord) -> None:
     """``store.claim_ownership(tip, record)``, where a failed answer is no failure when the claim stands: a 500 after
     the store wrote it, or a timeout, and the owner records read back end with this claim. Without that a data dir
@@ -432,7 +449,15 @@ class OwnershipGuard:
             except OSError:
                 continue  # (the segment was deleted meanwhile, by retention in another thread: nothing to compare)
             if why is not None:
-                return md, why
+                damage = _local_damage(local.get(md.start_offset))
+                if damage is None:
+                    return md, why
+                # The local segment is damaged (a flipped byte fails its batch CRC), not another data dir's: the
+                # remote copy, whose checksums were taken from the local file when it was whole, is the good one.
+                logger.error("%s: local segment %s is damaged (%s): its bytes no longer match remote segment %s, "
+                             "copied from it; reads of those offsets fail until local retention removes it (the "
+                             "remote copy holds them). Run tiered verify", log.name, local[md.start_offset].log.path,
+                             damage, sid)
             with self._lock:
                 self._matched.add(sid)
         return None

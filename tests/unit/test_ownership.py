@@ -1320,3 +1320,30 @@ def test_a_refresh_never_makes_another_writers_copy_under_way_a_failed_copy_of_t
     assert {m.start_offset for m in here.list_remote_log_segments(tip)} == {0, 100}  # the refresh sees it
     assert [m.start_offset for m in here.unfinished_segments(tip)] == [0]
     assert [m.start_offset for m in there.unfinished_segments(tip)] == [100]
+
+
+def test_a_damaged_local_segment_is_named_not_taken_for_another_data_dirs_records(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """One flipped byte in a local closed segment already copied made offload exit 1 blaming a cloned machine
+    writing under this data dir's claim, and fenced the partition for good (a helper's pass). A local segment whose
+    own batches fail their CRC is named as damaged; the partition is not fenced."""
+    a, _, _ = two_dirs
+    rc, out, err = cli(capsys, "--config", str(a), "topics", "alter", "-t", TOPIC, "--add-config",
+                       "local.retention.bytes=-1")  # (copied segments stay local)
+    assert rc == 0, err
+    produce(a, "B", 40)
+    rc, out, err = cli(capsys, "--config", str(a), "offload")
+    assert rc == 0, out + err
+    with LogManager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None
+        closed = list(log.segments.values())[:-1]
+        target = closed[0].log.path
+    data = bytearray(target.read_bytes())
+    data[len(data) - 200] ^= 0x01  # inside the last batch's records: its CRC fails
+    target.write_bytes(bytes(data))
+    with caplog.at_level(logging.ERROR, logger="tiered"):
+        rc, out, err = cli(capsys, "--config", str(a), "offload")
+    assert rc == 0, out + err
+    assert f"local segment {target} is damaged" in caplog.text and "another data dir" not in caplog.text, caplog.text
