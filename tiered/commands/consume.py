@@ -174,11 +174,15 @@ def records_from(log: Any, offset: int, isolation: Any, check_crcs: bool = True)
         info = log.read(offset, 1024 * 1024, isolation, True)
         pending = sorted((t.first_offset, t.producer_id) for t in (info.aborted_transactions or []))
         got = False
+        meta = info.fetch_offset_metadata
+        position = meta.relative_position_in_segment  # (of a local segment's bytes; -1: not known, a remote read)
         for batch in info.records.batches(verify=check_crcs):  # each checked before any of its records is used
             got = True
             if check_crcs:
-                _check_offsets(log, offset, batch, previous_last)
+                _check_offsets(log, offset, batch, previous_last, meta.segment_base_offset, position)
             previous_last = batch.last_offset
+            if position >= 0:
+                position += batch.size_in_bytes
             while pending and pending[0][0] <= batch.last_offset:
                 aborting.add(pending.pop(0)[1])
             if batch.is_control_batch:
@@ -195,7 +199,8 @@ def records_from(log: Any, offset: int, isolation: Any, check_crcs: bool = True)
                 f"before the end offset {end}", offset=offset)
 
 
-def _check_offsets(log: Any, offset: int, batch: Any, previous_last: int) -> None:
+def _check_offsets(log: Any, offset: int, batch: Any, previous_last: int, segment: int = -1,
+                   position: int = -1) -> None:
     """Base offsets are outside the CRC: a damaged one shows as a batch that overlaps the one before it or reaches
     past the log end offset. A gap before a batch is no damage (compaction's, a real broker's: Kafka's reads answer
     an offset in a gap with the next batch; the log's read checked the batch after a gap against its neighbours)."""
@@ -208,6 +213,8 @@ def _check_offsets(log: Any, offset: int, batch: Any, previous_last: int) -> Non
         problem = f"reaches past the log end offset {log.log_end_offset}"
     else:
         return
+    seg = log.segments.get(segment) if segment >= 0 and position >= 0 else None
+    where = f" (at byte {position} of {log.source_dir / seg.log.path.name})" if seg is not None else ""  # (not a scratch copy)
     raise CorruptRecordError(
-        f"the read of {log.name} at offset {offset} answered with a batch holding offsets {base}..{last}, which "
-        f"{problem}: its base offset is damaged", offset=base)
+        f"the read of {log.name} at offset {offset} answered with a batch holding offsets {base}..{last}{where}, "
+        f"which {problem}: its base offset is damaged (tiered verify names every damaged batch)", offset=base)
