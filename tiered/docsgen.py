@@ -154,8 +154,8 @@ DESCRIPTIONS: dict[str, str] = {
     "tiered.http.max.connections": "Ours: HTTP connections `tiered run` serves at once; more are answered 503 and "
                                    "closed (each holds a thread and a file descriptor).",
     "tiered.http.idle.timeout.ms": "Ours: close an HTTP connection that has not sent a whole request this long after "
-                                   "the last answer (or its start), or whose client stalls this long reading an answer "
-                                   "(a stalled body: 408).",
+                                   "the last answer (or its start; a body has 1 s more per 64 KiB), or whose client "
+                                   "stalls this long reading an answer (a stalled body: 408).",
     "log.cleaner.enable": "Run the log cleaner threads (tiered run) for the compacted topics; off, they grow unbounded "
                           "and their retention does not run.",
     "log.cleaner.threads": "Cleaner threads; each cleans one log at a time with its share of the dedupe buffer.",

@@ -40,7 +40,8 @@ failure (its one-line message); the standard library's own refusals (``414``, ``
 the next request. Requests are served on threads (``ThreadingHTTPServer``); the log's own locks order concurrent
 appends. At most ``tiered.http.max.connections`` connections are served at once (a thread and a descriptor each): one
 more is answered ``503`` and closed; a connection that has not sent a whole request ``tiered.http.idle.timeout.ms``
-after its last answer (or its start), however slowly its bytes come, or whose client stalls that long reading an
+after its last answer (or its start), however slowly its bytes come (a body has the time its size takes at
+MIN_BODY_BYTES_PER_S more), or whose client stalls that long reading an
 answer, is closed (a stalled body answered ``408``); a client that stops reading its answer is one INFO line.
 """
 
@@ -66,6 +67,7 @@ from prometheus_client.registry import Collector
 logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
+MIN_BODY_BYTES_PER_S = 64 * 1024  # the slowest a body may come (its deadline grows by its size at this rate)
 DEFAULT_MAX_BYTES = 1024 * 1024
 # What a record counts against max_bytes besides its key, value and headers (its offset, timestamp and the rest of
 # its answer): records of empty values counted nothing, and one GET of max_bytes=1 answered 300,000 of them (35 MB;
@@ -394,6 +396,7 @@ class _Handler(BaseHTTPRequestHandler):
             if length > MAX_BODY_BYTES:
                 raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                                 f"the body is {length} bytes, more than {MAX_BODY_BYTES}: send fewer records per request")
+            self.server.reading(self.connection, length)
             body = self._read(self.rfile.read, length)
             if len(body) < length:
                 raise HttpError(HTTPStatus.BAD_REQUEST, f"the body ended after {len(body)} of its {length} bytes")
@@ -412,6 +415,7 @@ class _Handler(BaseHTTPRequestHandler):
             size = int(size_text, 16)
             if size == 0:
                 break
+            self.server.reading(self.connection, size)
             total += size
             if total > MAX_BODY_BYTES:
                 raise HttpError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
@@ -600,10 +604,12 @@ class Server(ThreadingHTTPServer):
             logger.warning("a request from %s failed: %s: %s", who, type(exc).__name__, exc,
                            exc_info=logger.isEnabledFor(logging.DEBUG))
 
-    def reading(self, connection: socket.socket) -> None:
-        """``connection`` waits for, or reads, a request: it has ``idle_timeout_s`` for it (:meth:`_reap`)."""
+    def reading(self, connection: socket.socket, body_bytes: int = 0) -> None:
+        """``connection`` waits for, or reads, a request: it has ``idle_timeout_s`` from now for it (:meth:`_reap`),
+        and with ``body_bytes`` more to come, the time they take at MIN_BODY_BYTES_PER_S more (a large body on a
+        slow link is no trickle)."""
         with self._count_lock:
-            self._deadlines[connection] = time.monotonic() + self.idle_timeout_s
+            self._deadlines[connection] = time.monotonic() + self.idle_timeout_s + body_bytes / MIN_BODY_BYTES_PER_S
 
     def read(self, connection: socket.socket) -> None:
         """``connection``'s request is read whole (or the connection ends)."""
