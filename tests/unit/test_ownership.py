@@ -5,11 +5,13 @@ adopted. Local-directory bucket; the S3 servers are in tests/integration/test_ow
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -1009,6 +1011,12 @@ def _append(log: Any, label: str, batches: int) -> None:
     log.flush()
 
 
+def _rsm_of(bucket: Path) -> LocalDirRemoteStorageManager:
+    rsm = LocalDirRemoteStorageManager()
+    rsm.configure({"dir": str(bucket)})
+    return rsm
+
+
 def _finished_starts(rsm: LocalDirRemoteStorageManager, tip: TopicIdPartition) -> list[int]:
     return [m.start_offset for m in RemoteLogMetadataStore.in_bucket(rsm).list_remote_log_segments(tip)
             if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED]
@@ -1094,6 +1102,101 @@ def test_a_process_claims_a_new_owner_epoch_once(two_dirs: tuple[Path, Path, Pat
 
 
 @pytest.mark.parametrize("kind", ["clone", "backup", "older backup"])
+class _Original:
+    """Data dir ``a`` of :func:`two_dirs` open in this process (its copies here, not in a copier process, so one can
+    stop midway), with ``first`` (its log end) and 40 batches appended from there, and its copy pass in a thread that
+    stops where :meth:`stop_here` is called, until :meth:`finish`."""
+
+    def __init__(self, manager: Any, first: int) -> None:
+        self.manager = manager
+        self.rlm = remote_log_manager_of(manager)
+        self.log = manager.get_log(TOPIC, 0)
+        assert self.rlm is not None and self.log is not None
+        from tiered.remote_tier_parts import topic_id_partition
+
+        self.tip = topic_id_partition(self.log)
+        self.first = first
+        self.arrived, self.go = threading.Event(), threading.Event()
+        self.results: list[Any] = []
+        self._pass = threading.Thread(target=lambda: self.results.append(self.rlm.run_once(manager.all_logs())))
+
+    def stop_here(self) -> None:
+        """Called in the copy pass's thread: say so, and wait for :meth:`finish` (once)."""
+        from tests.gated_rsm import LIMIT
+
+        if not self.arrived.is_set():
+            self.arrived.set()
+            assert self.go.wait(LIMIT)
+
+    def stop_after_the_upload(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The pass stops once the objects of the segment at ``first`` are uploaded, before its FINISHED event."""
+        task = self.rlm.copy_task(self.log)
+        upload = task._copy_data
+
+        def uploads_then_stops(md: RemoteLogSegmentMetadata, data: Any, chunk: int) -> Any:
+            done = upload(md, data, chunk)
+            if md.start_offset == self.first:
+                self.stop_here()
+            return done
+
+        monkeypatch.setattr(task, "_copy_data", uploads_then_stops)
+
+    def start(self) -> None:
+        from tests.gated_rsm import LIMIT
+
+        self._pass.start()
+        assert self.arrived.wait(LIMIT)
+
+    def is_read_whole_from(self, capsys: pytest.CaptureFixture[str], config: Path) -> None:
+        """The record at ``first`` reads back through ``config``'s data dir (after the test)."""
+        rc, records, err = consume(capsys, config, "--offset", str(self.first), "--max-messages", "1")
+        assert rc == 0 and str(records[0]["value"]).startswith(f"A-{self.first}x"), err
+
+    def finish(self) -> Any:
+        """Let the pass go on; its result."""
+        from tests.gated_rsm import LIMIT
+
+        self.go.set()
+        if self._pass.is_alive() and self._pass is not threading.current_thread():
+            self._pass.join(LIMIT)
+        return self.results[0] if self.results else None
+
+
+@contextlib.contextmanager
+def _original(tmp_path: Path, bucket: Path, before: int = 0) -> Iterator[_Original]:
+    """:class:`_Original`; ``before``: batches appended and copied first (records past a backup taken earlier)."""
+    in_process = write_config(tmp_path / "a-here.properties", local_tier_props(
+        tmp_path / "a", **{"rsm.config.dir": str(bucket), "remote.log.manager.copier.process.enable": "false"}))
+    with open_log_manager(LogConfig.from_properties(str(in_process)), start_scheduler=False) as manager:
+        log = manager.get_log(TOPIC, 0)
+        rlm = remote_log_manager_of(manager)
+        assert log is not None and rlm is not None
+        if before:
+            _append(log, "A", before)
+            assert rlm.run_once(manager.all_logs()).segments_copied >= 1
+        first = log.log_end_offset
+        _append(log, "A", 40)
+        original = _Original(manager, first)
+        try:
+            yield original
+        finally:
+            original.finish()
+
+
+def _copy_of(tmp_path: Path, bucket: Path) -> Path:
+    """A copy of data dir ``a`` (cp -a, without its lock) and its config, on the same bucket."""
+    import shutil
+
+    shutil.copytree(tmp_path / "a", tmp_path / "clone", ignore=shutil.ignore_patterns(".lock"))
+    return _clone_config(tmp_path, bucket)
+
+
+def _clone_config(tmp_path: Path, bucket: Path) -> Path:
+    return write_config(tmp_path / "clone.properties", local_tier_props(tmp_path / "clone",
+                                                                        **{"rsm.config.dir": str(bucket)}))
+
+
+@pytest.mark.parametrize("kind", ["clone", "backup", "older backup"])
 def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost_records(
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, kind: str,
@@ -1106,77 +1209,35 @@ def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost
     original finds the deletion in the store: its copy does not count, and its local segment stays. A backup older
     than copies the original finished since cannot claim (its claim would drop them, a review found it deleting
     without one): it deletes nothing, and the original's copy finishes."""
-    import shutil
-
-    from tests.gated_rsm import LIMIT
     from tiered.ownership import LOST, OWNER
-    from tiered.remote_tier_parts import topic_id_partition
 
     a, _, bucket = two_dirs
-    in_process = write_config(tmp_path / "a-here.properties", local_tier_props(  # (so its copy can stop midway)
-        tmp_path / "a", **{"rsm.config.dir": str(bucket), "remote.log.manager.copier.process.enable": "false"}))
-    clone_dir = tmp_path / "clone"
-    clone = write_config(tmp_path / "clone.properties", local_tier_props(clone_dir, **{"rsm.config.dir": str(bucket)}))
-
-    def copy_data_dir() -> None:
-        shutil.copytree(tmp_path / "a", clone_dir, ignore=shutil.ignore_patterns(".lock"))
-
-    if kind != "clone":
-        copy_data_dir()
-    rsm = LocalDirRemoteStorageManager()
-    rsm.configure({"dir": str(bucket)})
-    store = RemoteLogMetadataStore.in_bucket(rsm)
-    with open_log_manager(LogConfig.from_properties(str(in_process)), start_scheduler=False) as manager:
-        rlm = remote_log_manager_of(manager)
-        log = manager.get_log(TOPIC, 0)
-        assert rlm is not None and log is not None
-        tip = topic_id_partition(log)
-        if kind == "older backup":  # the original copies records past the backup's log end first
-            _append(log, "A", 20)
-            assert rlm.run_once(manager.all_logs()).segments_copied >= 1
-        epochs = [r.owner_epoch for r in store.owner_records(tip)]
-        first = log.log_end_offset
-        _append(log, "A", 40)
-        task = rlm.copy_task(log)
-        upload = task._copy_data
-        arrived, go = threading.Event(), threading.Event()
-
-        def uploads_then_waits(md: RemoteLogSegmentMetadata, data: Any, chunk: int) -> Any:
-            done = upload(md, data, chunk)
-            if md.start_offset == first:
-                arrived.set()
-                assert go.wait(LIMIT)
-            return done
-
-        monkeypatch.setattr(task, "_copy_data", uploads_then_waits)
-        results: list[Any] = []
-        copying = threading.Thread(target=lambda: results.append(rlm.run_once(manager.all_logs())))
-        copying.start()
-        try:
-            assert arrived.wait(LIMIT)  # the original's copy of offset `first` on is under way
-            if kind == "clone":
-                copy_data_dir()
-            with caplog.at_level(logging.WARNING, logger="tiered"):
-                rc, out, err = cli(capsys, "--config", str(clone), "offload")
-            assert rc == 0, out + err
-        finally:
-            go.set()
-            copying.join(LIMIT)
-        [result] = results
+    store = RemoteLogMetadataStore.in_bucket(_rsm_of(bucket))
+    clone = _copy_of(tmp_path, bucket) if kind != "clone" else _clone_config(tmp_path, bucket)
+    with _original(tmp_path, bucket, before=20 if kind == "older backup" else 0) as original:
+        epochs = [r.owner_epoch for r in store.owner_records(original.tip)]
+        original.stop_after_the_upload(monkeypatch)
+        original.start()  # the original's copy of offset `first` on is under way
+        if kind == "clone":
+            _copy_of(tmp_path, bucket)
+        with caplog.at_level(logging.WARNING, logger="tiered"):
+            rc, out, err = cli(capsys, "--config", str(clone), "offload")
+        assert rc == 0, out + err
+        result = original.finish()
+        owners = [r.owner_epoch for r in store.owner_records(original.tip)]
         if kind == "older backup":
             assert "left COPY_SEGMENT_STARTED (e.g." in caplog.text and "are not deleted" in caplog.text, caplog.text
-            assert [r.owner_epoch for r in store.owner_records(tip)] == epochs
+            assert owners == epochs
             assert result.copy_errors == 0 and result.segments_copied >= 1
-            assert rlm.ownership.states()[tip].state == OWNER
+            assert original.rlm.ownership.states()[original.tip].state == OWNER
         else:
-            assert [r.owner_epoch for r in store.owner_records(tip)] == [*epochs, epochs[-1] + 1]  # claimed, deleted
+            assert owners == [*epochs, epochs[-1] + 1]  # claimed, then deleted
             assert result.copy_errors == 1 and result.stale_copies_cleaned == 0
-            manager.cleanup_logs()
-            assert log.local_log_start_offset <= first  # the void copy let nothing local go
-            assert rlm.run_once(manager.all_logs()).not_owned == 1
-            assert rlm.ownership.states()[tip].state == LOST
-    rc, records, err = consume(capsys, a, "--offset", str(first), "--max-messages", "1")
-    assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first}x"), err
+            original.manager.cleanup_logs()
+            assert original.log.local_log_start_offset <= original.first  # the void copy let nothing local go
+            assert original.rlm.run_once(original.manager.all_logs()).not_owned == 1
+            assert original.rlm.ownership.states()[original.tip].state == LOST
+    original.is_read_whole_from(capsys, a)
 
 
 def test_a_copy_finished_between_the_clones_listing_and_its_claim_is_kept(
@@ -1188,69 +1249,34 @@ def test_a_copy_finished_between_the_clones_listing_and_its_claim_is_kept(
     retention let the records go (a helper lost 5500 acknowledged records so, with slow puts). The clone lists the
     copies again after its claim, and local retention asks the store who owns the partition before it trusts the
     remote copies."""
-    import shutil
-
-    from tests.gated_rsm import LIMIT
     from tiered.ownership import LOST
-    from tiered.remote_tier_parts import topic_id_partition
     from tiered.rlm_copy import RLMCopyTask
 
     _, _, bucket = two_dirs
-    in_process = write_config(tmp_path / "a-here.properties", local_tier_props(
-        tmp_path / "a", **{"rsm.config.dir": str(bucket), "remote.log.manager.copier.process.enable": "false"}))
-    clone = write_config(tmp_path / "clone.properties", local_tier_props(tmp_path / "clone",
-                                                                         **{"rsm.config.dir": str(bucket)}))
-    rsm = LocalDirRemoteStorageManager()
-    rsm.configure({"dir": str(bucket)})
-    with open_log_manager(LogConfig.from_properties(str(in_process)), start_scheduler=False) as manager:
-        rlm = remote_log_manager_of(manager)
-        log = manager.get_log(TOPIC, 0)
-        assert rlm is not None and log is not None
-        tip = topic_id_partition(log)
-        first = log.log_end_offset
-        _append(log, "A", 40)
-        task = rlm.copy_task(log)
-        upload = task._copy_data
-        arrived, go = threading.Event(), threading.Event()
-
-        def uploads_then_waits(md: RemoteLogSegmentMetadata, data: Any, chunk: int) -> Any:
-            done = upload(md, data, chunk)
-            if md.start_offset == first:
-                arrived.set()
-                assert go.wait(LIMIT)
-            return done
-
-        monkeypatch.setattr(task, "_copy_data", uploads_then_waits)
-        results: list[Any] = []
-        copying = threading.Thread(target=lambda: results.append(rlm.run_once(manager.all_logs())))
+    with _original(tmp_path, bucket) as original:
+        original.stop_after_the_upload(monkeypatch)
         fence = RLMCopyTask._fenced_others
 
         def original_finishes_first(self: RLMCopyTask, clone_log: Any) -> bool:
-            go.set()  # the clone listed the copy as STARTED; the original finishes and counts it now
-            copying.join(LIMIT)
+            original.finish()  # the clone listed the copy as STARTED; the original finishes and counts it now
             return fence(self, clone_log)
 
-        copying.start()
-        try:
-            assert arrived.wait(LIMIT)
-            shutil.copytree(tmp_path / "a", tmp_path / "clone", ignore=shutil.ignore_patterns(".lock"))
-            monkeypatch.setattr(RLMCopyTask, "_fenced_others", original_finishes_first)
-            rc, out, err = cli(capsys, "--config", str(clone), "offload")
-            assert rc == 0, out + err
-        finally:
-            go.set()
-            copying.join(LIMIT)
-        [result] = results
-        assert result.copy_errors == 0
-        [mine] = [m.remote_log_segment_id.id for m in rlm.finished_segments(tip) if m.start_offset == first]
-        finished = {m.remote_log_segment_id.id for m in RemoteLogMetadataStore.in_bucket(rsm).list_remote_log_segments(tip)
-                    if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED}
+        original.start()
+        clone = _copy_of(tmp_path, bucket)
+        monkeypatch.setattr(RLMCopyTask, "_fenced_others", original_finishes_first)
+        rc, out, err = cli(capsys, "--config", str(clone), "offload")
+        assert rc == 0, out + err
+        assert original.finish().copy_errors == 0
+        tip = original.tip
+        [mine] = [m.remote_log_segment_id.id for m in original.rlm.finished_segments(tip)
+                  if m.start_offset == original.first]
+        finished = {m.remote_log_segment_id.id for m in RemoteLogMetadataStore.in_bucket(_rsm_of(bucket))
+                    .list_remote_log_segments(tip) if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED}
         assert mine in finished  # the original's copy, counted, and kept by the clone
-        manager.cleanup_logs()
-        assert rlm.ownership.states()[tip].state == LOST  # asked by local retention
-        assert log.local_log_start_offset <= first
-    rc, records, err = consume(capsys, clone, "--offset", str(first), "--max-messages", "1")
-    assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first}x"), err
+        original.manager.cleanup_logs()
+        assert original.rlm.ownership.states()[tip].state == LOST  # asked by local retention
+        assert original.log.local_log_start_offset <= original.first
+    original.is_read_whole_from(capsys, clone)
 
 
 def test_a_deletion_between_the_check_and_the_finished_event_is_found_after_it(
@@ -1260,49 +1286,25 @@ def test_a_deletion_between_the_check_and_the_finished_event_is_found_after_it(
     """The original listed its segment's events before writing COPY_SEGMENT_FINISHED and found no deletion; a clone's
     first pass deleted the copy just then, and the original counted it: its local retention let the records go (a
     review forced that interleaving). The events are listed again after the write."""
-    import shutil
-
-    from tests.gated_rsm import LIMIT
     from tiered import metadata as metadata_module
 
     a, _, bucket = two_dirs
-    in_process = write_config(tmp_path / "a-here.properties", local_tier_props(
-        tmp_path / "a", **{"rsm.config.dir": str(bucket), "remote.log.manager.copier.process.enable": "false"}))
-    clone = write_config(tmp_path / "clone.properties", local_tier_props(tmp_path / "clone",
-                                                                         **{"rsm.config.dir": str(bucket)}))
-    with open_log_manager(LogConfig.from_properties(str(in_process)), start_scheduler=False) as manager:
-        rlm = remote_log_manager_of(manager)
-        log = manager.get_log(TOPIC, 0)
-        assert rlm is not None and log is not None
-        first = log.log_end_offset
-        _append(log, "A", 40)
+    with _original(tmp_path, bucket) as original:
         check = metadata_module.check_copy_not_deleted
-        arrived, go = threading.Event(), threading.Event()
 
-        def checks_then_waits(store: Any, prefix: str, md: RemoteLogSegmentMetadata) -> None:
+        def checks_then_stops(store: Any, prefix: str, md: RemoteLogSegmentMetadata) -> None:
             check(store, prefix, md)
-            if md.start_offset == first and not arrived.is_set():
-                arrived.set()  # no deletion found; the clone's first pass runs now
-                assert go.wait(LIMIT)
+            if md.start_offset == original.first:
+                original.stop_here()  # no deletion found; the clone's first pass runs now
 
-        monkeypatch.setattr(metadata_module, "check_copy_not_deleted", checks_then_waits)
-        results: list[Any] = []
-        copying = threading.Thread(target=lambda: results.append(rlm.run_once(manager.all_logs())))
-        copying.start()
-        try:
-            assert arrived.wait(LIMIT)
-            shutil.copytree(tmp_path / "a", tmp_path / "clone", ignore=shutil.ignore_patterns(".lock"))
-            rc, out, err = cli(capsys, "--config", str(clone), "offload")
-            assert rc == 0, out + err
-        finally:
-            go.set()
-            copying.join(LIMIT)
-        [result] = results
-        assert result.copy_errors == 1
-        manager.cleanup_logs()
-        assert log.local_log_start_offset <= first
-    rc, records, err = consume(capsys, a, "--offset", str(first), "--max-messages", "1")
-    assert rc == 0 and str(records[0]["value"]).startswith(f"A-{first}x"), err
+        monkeypatch.setattr(metadata_module, "check_copy_not_deleted", checks_then_stops)
+        original.start()
+        rc, out, err = cli(capsys, "--config", str(_copy_of(tmp_path, bucket)), "offload")
+        assert rc == 0, out + err
+        assert original.finish().copy_errors == 1
+        original.manager.cleanup_logs()
+        assert original.log.local_log_start_offset <= original.first
+    original.is_read_whole_from(capsys, a)
 
 
 def test_a_refresh_never_makes_another_writers_copy_under_way_a_failed_copy_of_this_process(tmp_path: Path) -> None:
