@@ -37,7 +37,10 @@ A new owner epoch per ``tiered run``
     its original then fences the one that started first, as a leader elected anew does: from the claim on, the
     other's copies lie outside the lineage, its writes are refused, and no record of the two is ever read as the
     other's. (Without it both would hold the same claim; the content check below finds that only once their remote
-    segments overlap.) A one-pass process (``tiered offload``) claims anew only where its first copy pass must delete
+    segments overlap.) A data dir whose log ends before the partition's copies do, copies under way included, is
+    not claimed anew (its lineage would drop them); the copies are listed again once a claim stands, and a claim made
+    while its former holder finished copies past the claimant's log end fences the claimant in its process.
+    A one-pass process (``tiered offload``) claims anew only where its first copy pass must delete
     copies left COPY_SEGMENT_STARTED under a claim it did not make: such a copy may be one that a copy of the data dir
     has under way, not one a crash left (:meth:`tiered.rlm_copy.RLMCopyTask._fenced_others`); the writer of a copy
     deleted meanwhile finds the deletion before its COPY_SEGMENT_FINISHED and does not count the copy
@@ -516,7 +519,7 @@ class OwnershipGuard:
             if made_here:  # (tiered run's start and a copy task's first pass may both ask: one new epoch)
                 self._set(tip, found)
                 return found
-            remote_end = max((md.end_offset for md in self._store.readable_segments(tip)), default=-1)
+            remote_end = self._remote_end(tip)
             if remote_end >= log.log_end_offset:
                 # Remote copies past the log end: this data dir is older than its claim (restored from a backup?). A
                 # lineage from its log end would put them outside it, and retention would delete them.
@@ -524,9 +527,37 @@ class OwnershipGuard:
                                "dir restored from an older copy?): it is not claimed at a new owner epoch", log.name,
                                remote_end, log.log_end_offset)
                 return None
+            claimed_at = log.log_end_offset
             found = self._claim(log, tip, above=found.owner.owner_epoch)
+            if found.state == OWNER:
+                # Again, now that the claim stands: a copy the former holder of the claim finished between the
+                # listing above and the claim holds records this data dir never had, past its lineage's start. It
+                # copies and deletes nothing (its retention would delete them as outside its lineage).
+                remote_end = self._remote_end(tip)
+                if remote_end >= claimed_at:
+                    found = Ownership(LOST, (
+                        f"{log.name}: its claim at owner epoch {found.owner.owner_epoch if found.owner else '?'} was "
+                        f"made while the former holder of the partition's claim copied offsets up to {remote_end}, "
+                        f"past this data dir's log end {claimed_at}: this data dir copies and deletes nothing there "
+                        "(its claim would drop those records); run tiered attach on the data dir that holds them"))
+                    with self._lock:
+                        self._fenced.setdefault(tip, found)
         self._set(tip, found)
         return found
+
+    def _remote_end(self, tip: TopicIdPartition) -> int:
+        """The last offset the partition's copies reach as the store holds them now (listed again where the store
+        can), copies under way included: one finishing after the listing counts as much as one finished."""
+        refresh = getattr(self._store, "refresh", None)
+        if refresh is not None:
+            refresh(tip)
+        listing = getattr(self._store, "list_remote_log_segments", None)
+        if listing is None:
+            return max((md.end_offset for md in self._store.readable_segments(tip)), default=-1)
+        from tiered.rsm import RemoteLogSegmentState as S
+
+        return max((md.end_offset for md in listing(tip) if md.state in (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED)),
+                   default=-1)
 
     def _claim(self, log: Log, tip: TopicIdPartition, above: int = -1) -> Ownership:
         """Claim ``tip`` for this data dir at its log's latest leader epoch (at least every epoch the store knows, and

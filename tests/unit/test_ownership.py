@@ -1207,8 +1207,9 @@ def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost
     its local retention deleted the local segment for them (records the backup never had were lost). Now the copy of
     the data dir claims the partition at a new owner epoch before it deletes (the original is fenced), and the
     original finds the deletion in the store: its copy does not count, and its local segment stays. A backup older
-    than copies the original finished since cannot claim (its claim would drop them, a review found it deleting
-    without one): it deletes nothing, and the original's copy finishes."""
+    than copies the original made since, finished or under way, cannot claim (its claim would drop them; a review
+    found it deleting without one, a helper found it claiming while the copy under way finished): it deletes
+    nothing, and the original's copy finishes."""
     from tiered.ownership import LOST, OWNER
 
     a, _, bucket = two_dirs
@@ -1225,7 +1226,7 @@ def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost
         assert rc == 0, out + err
         result = original.finish()
         owners = [r.owner_epoch for r in store.owner_records(original.tip)]
-        if kind == "older backup":
+        if kind != "clone":  # the original's copy under way, or copies it finished, reach past the backup's log end
             assert "left COPY_SEGMENT_STARTED (e.g." in caplog.text and "are not deleted" in caplog.text, caplog.text
             assert owners == epochs
             assert result.copy_errors == 0 and result.segments_copied >= 1
@@ -1349,3 +1350,43 @@ def test_a_damaged_local_segment_is_named_not_taken_for_another_data_dirs_record
         rc, out, err = cli(capsys, "--config", str(a), "offload")
     assert rc == 0, out + err
     assert f"local segment {target} is damaged" in caplog.text and "another data dir" not in caplog.text, caplog.text
+
+
+def test_a_claim_made_while_the_former_holder_finished_copies_past_its_log_end_copies_and_deletes_nothing(
+    two_dirs: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backup checked that no copy reached past its log end, then claimed the partition; the original finished
+    copies past it meanwhile (and its local retention trimmed its log): the backup's remote retention deleted them
+    as outside its lineage, and the records were nowhere (a helper's pass with slow claims). The store is listed
+    again once the claim stands: such copies fence the claimant in this process, which copies and deletes nothing."""
+    import shutil
+
+    from tiered.ownership import LOST, OwnershipGuard
+
+    _, _, bucket = two_dirs
+    shutil.copytree(tmp_path / "a", tmp_path / "clone", ignore=shutil.ignore_patterns(".lock"))  # the backup
+    with _original(tmp_path, bucket) as original:
+        claim = OwnershipGuard._claim
+
+        def original_copies_first(self: OwnershipGuard, log: Any, tip: Any, above: int = -1) -> Any:
+            original.finish()  # the original's copies past the backup's log end finish before the claim lands
+            return claim(self, log, tip, above)
+
+        original.go.set()  # (nothing stops the original's pass)
+        with open_log_manager(LogConfig.from_properties(str(_clone_config(tmp_path, bucket))),
+                              start_scheduler=False) as backup:
+            rlm = remote_log_manager_of(backup)
+            log = backup.get_log(TOPIC, 0)
+            assert rlm is not None and log is not None
+            monkeypatch.setattr(OwnershipGuard, "_claim", original_copies_first)
+            original._pass = threading.Thread(target=lambda: original.results.append(
+                original.rlm.run_once(original.manager.all_logs())))
+            original._pass.start()
+            found = rlm.ownership.renew(log, original.tip)
+            assert original.results[0].segments_copied >= 1
+            assert found is not None and found.state == LOST and "copies and deletes nothing" in found.detail
+            copies = {m.remote_log_segment_id.id for m in original.rlm.finished_segments(original.tip)}
+            assert rlm.cleanup_remote_segments(log) == 0 and rlm.run_once(backup.all_logs()).segments_copied == 0
+            still = {m.remote_log_segment_id.id for m in RemoteLogMetadataStore.in_bucket(_rsm_of(bucket))
+                     .list_remote_log_segments(original.tip) if m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED}
+            assert copies <= still  # the original's copies past the backup's log end are all there
