@@ -369,17 +369,7 @@ class Log:
         data at ``owner_epoch`` (the remote tier's fencing: see :mod:`local.remote_state`); a pending claim is done."""
         with self._lock:
             new = dataclasses.replace(self.remote_log_state, remote_storage_enabled=True, owner_epoch=owner_epoch,
-                                      owner_id=owner_id, pending_owner_epoch=-1, pending_owner_id="",
-                                      void_owner_epoch=-1)
-            if not self.read_only:
-                RemoteLogStateFile(self.dir).write(new)
-            self.remote_log_state = new
-
-    def note_void_claim(self, owner_epoch: int) -> None:
-        """Remember (durably) that this data dir's claim at ``owner_epoch`` was found void once it stood: no process
-        copies or deletes under it (:mod:`local.remote_state`)."""
-        with self._lock:
-            new = dataclasses.replace(self.remote_log_state, void_owner_epoch=owner_epoch)
+                                      owner_id=owner_id, pending_owner_epoch=-1, pending_owner_id="")
             if not self.read_only:
                 RemoteLogStateFile(self.dir).write(new)
             self.remote_log_state = new

@@ -31,10 +31,6 @@ the claim here as pending (version 2)::
     pending_owner_epoch: 0
     pending_owner_id: 5e1f...
 
-A claim that the remote tier found void once it stood (made while its former holder finished copies past this data
-dir's log end: its lineage would drop them) adds ``void_owner_epoch: 4``: this data dir copies and deletes nothing
-under that claim, in any process, until another claim (``tiered attach``) replaces it.
-
 A claim whose write was not answered (a timeout, a PUT that reaches the store later) may land at any time after: the
 owner record it finds then is known as this data dir's own, not another's, and the claim is made again with the same
 epoch and id until the store answers. Once the claim stands the pending lines go and the owner lines come. The file is written
@@ -67,7 +63,6 @@ class RemoteLogState:
     owner_id: str = ""  # the claim's id, as its owner record in the store holds it
     pending_owner_epoch: int = -1  # a claim written (or being written) whose answer did not come (-1: none)
     pending_owner_id: str = ""
-    void_owner_epoch: int = -1  # this data dir's claim found void once it stood (it would drop others' copies)
 
     @property
     def has_remote_data(self) -> bool:
@@ -92,8 +87,6 @@ class RemoteLogState:
             text += f"owner_epoch: {self.owner_epoch}\nowner_id: {self.owner_id}\n"
         if self.claim_pending:
             text += f"pending_owner_epoch: {self.pending_owner_epoch}\npending_owner_id: {self.pending_owner_id}\n"
-        if self.void_owner_epoch >= 0:
-            text += f"void_owner_epoch: {self.void_owner_epoch}\n"
         return text.encode()
 
     @classmethod
@@ -115,12 +108,11 @@ class RemoteLogState:
             pending_epoch, pending_id = -1, ""
             if version == _PENDING_VERSION:
                 pending_epoch, pending_id = _claim_fields(fields, "pending_owner_epoch", "pending_owner_id")
-            void = int(fields.pop("void_owner_epoch", "-1")) if version != _VERSION else -1
             if fields:
                 raise ValueError(f"unknown field(s) {sorted(fields)}")
         except (KeyError, ValueError, UnicodeDecodeError) as exc:
             raise KafkaStorageError(f"malformed {source}: {exc}", path=source) from None
-        return cls(enabled == "true", highest, owner_epoch, owner_id, pending_epoch, pending_id, void)
+        return cls(enabled == "true", highest, owner_epoch, owner_id, pending_epoch, pending_id)
 
 
 def _claim_fields(fields: dict[str, str], epoch_name: str, id_name: str) -> tuple[int, str]:

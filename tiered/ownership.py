@@ -39,8 +39,7 @@ A new owner epoch per ``tiered run``
     other's. (Without it both would hold the same claim; the content check below finds that only once their remote
     segments overlap.) A data dir whose log ends before the partition's copies do, copies under way included, is
     not claimed anew (its lineage would drop them); the copies are listed again once a claim stands, and a claim made
-    while its former holder finished copies past the claimant's log end is void (``remote-log-state`` remembers it:
-    the claimant copies and deletes nothing under it until another claim replaces it).
+    while its former holder finished copies past the claimant's log end fences the claimant in its process.
     A one-pass process (``tiered offload``) claims anew only where its first copy pass must delete
     copies left COPY_SEGMENT_STARTED under a claim it did not make: such a copy may be one that a copy of the data dir
     has under way, not one a crash left (:meth:`tiered.rlm_copy.RLMCopyTask._fenced_others`); the writer of a copy
@@ -294,17 +293,6 @@ def segment_differs(seg: Any, md: RemoteLogSegmentMetadata, checksums: Any) -> s
     return None
 
 
-def _void(log: Log, claim: OwnerRecord, what: str) -> Ownership:
-    """The state of a data dir whose claim ``claim`` was found void once it stood (``remote-log-state`` remembers it):
-    made while the partition's former holder ``what``, records this data dir never had, which its lineage would
-    drop."""
-    return Ownership(LOST, (
-        f"{log.name}: its claim at owner epoch {claim.owner_epoch} was made while the former holder of the "
-        f"partition's claim {what}: this data dir copies and deletes nothing there (its claim would drop those "
-        "records); run tiered attach on the data dir that holds them (or on this one, to keep its own history)"),
-        claim)
-
-
 def _local_damage(seg: Any) -> str | None:
     """Why the local segment ``seg`` is damaged (a batch fails its CRC, or a torn or garbled tail), or None: read
     whole, only where its bytes differ from its remote copy's checksums."""
@@ -504,8 +492,6 @@ class OwnershipGuard:
 
     def _assess(self, log: Log, tip: TopicIdPartition, records: Sequence[OwnerRecord]) -> Ownership | None:
         state = log.remote_log_state
-        if records and (records[-1].owner_epoch, records[-1].owner_id) == (state.void_owner_epoch, state.owner_id):
-            return _void(log, records[-1], "finished copies past its log end")
         return assess(
             log.name, state.owner_epoch, state.owner_id, records, has_remote_data=state.has_remote_data,
             below_local_start=log.log_start_offset < log.local_log_start_offset,
@@ -548,9 +534,14 @@ class OwnershipGuard:
                 # listing above and the claim holds records this data dir never had, past its lineage's start. It
                 # copies and deletes nothing (its retention would delete them as outside its lineage).
                 remote_end = self._remote_end(tip)
-                if remote_end >= claimed_at and found.owner is not None:
-                    log.note_void_claim(found.owner.owner_epoch)  # (remembered: every later process of it too)
-                    found = _void(log, found.owner, f"copied offsets up to {remote_end} past its log end {claimed_at}")
+                if remote_end >= claimed_at:
+                    found = Ownership(LOST, (
+                        f"{log.name}: its claim at owner epoch {found.owner.owner_epoch if found.owner else '?'} was "
+                        f"made while the former holder of the partition's claim copied offsets up to {remote_end}, "
+                        f"past this data dir's log end {claimed_at}: this data dir copies and deletes nothing there "
+                        "(its claim would drop those records); run tiered attach on the data dir that holds them"))
+                    with self._lock:
+                        self._fenced.setdefault(tip, found)
         self._set(tip, found)
         return found
 
