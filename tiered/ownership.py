@@ -38,8 +38,9 @@ A new owner epoch per ``tiered run``
     other's copies lie outside the lineage, its writes are refused, and no record of the two is ever read as the
     other's. (Without it both would hold the same claim; the content check below finds that only once their remote
     segments overlap.) A data dir whose log ends before the partition's copies do, copies under way included, is
-    not claimed anew (its lineage would drop them); the copies are listed again once a claim stands, and a claim made
-    while its former holder finished copies past the claimant's log end fences the claimant in its process.
+    not claimed anew (its lineage would drop them); the copies are listed again once a claim stands, and copies its
+    former holder finished meanwhile past the claimant's log end are said in an ERROR (they lie outside its lineage, as
+    records after an unclean leader election).
     A one-pass process (``tiered offload``) claims anew only where its first copy pass must delete
     copies left COPY_SEGMENT_STARTED under a claim it did not make: such a copy may be one that a copy of the data dir
     has under way, not one a crash left (:meth:`tiered.rlm_copy.RLMCopyTask._fenced_others`); the writer of a copy
@@ -530,18 +531,15 @@ class OwnershipGuard:
             claimed_at = log.log_end_offset
             found = self._claim(log, tip, above=found.owner.owner_epoch)
             if found.state == OWNER:
-                # Again, now that the claim stands: a copy the former holder of the claim finished between the
-                # listing above and the claim holds records this data dir never had, past its lineage's start. It
-                # copies and deletes nothing (its retention would delete them as outside its lineage).
+                # Again, now that the claim stands: copies the former holder made between the listing above and the
+                # claim, past this data dir's log end, hold records it never had; they lie outside its lineage, as
+                # after an unclean leader election in Kafka. Said, with where they are, for an operator.
                 remote_end = self._remote_end(tip)
                 if remote_end >= claimed_at:
-                    found = Ownership(LOST, (
-                        f"{log.name}: its claim at owner epoch {found.owner.owner_epoch if found.owner else '?'} was "
-                        f"made while the former holder of the partition's claim copied offsets up to {remote_end}, "
-                        f"past this data dir's log end {claimed_at}: this data dir copies and deletes nothing there "
-                        "(its claim would drop those records); run tiered attach on the data dir that holds them"))
-                    with self._lock:
-                        self._fenced.setdefault(tip, found)
+                    logger.error("%s: its claim at a new owner epoch was made while the former holder of the claim "
+                                 "copied offsets %d..%d, past this data dir's log end: those records lie outside its "
+                                 "lineage and its remote retention deletes them (they may still be in the former "
+                                 "holder's local log)", log.name, claimed_at, remote_end)
         self._set(tip, found)
         return found
 
