@@ -520,7 +520,8 @@ class OwnershipGuard:
             if made_here:  # (tiered run's start and a copy task's first pass may both ask: one new epoch)
                 self._set(tip, found)
                 return found
-            remote_end = self._remote_end(tip)
+            lineage = found.owner.lineage  # (the claim held, as the former holder's copies are made under it)
+            remote_end = self._remote_end(tip, lineage)
             if remote_end >= log.log_end_offset:
                 # Remote copies past the log end: this data dir is older than its claim (restored from a backup?). A
                 # lineage from its log end would put them outside it, and retention would delete them.
@@ -534,7 +535,7 @@ class OwnershipGuard:
                 # Again, now that the claim stands: copies the former holder made between the listing above and the
                 # claim, past this data dir's log end, hold records it never had; they lie outside its lineage, as
                 # after an unclean leader election in Kafka. Said, with where they are, for an operator.
-                remote_end = self._remote_end(tip)
+                remote_end = self._remote_end(tip, lineage)
                 if remote_end >= claimed_at:
                     logger.error("%s: its claim at a new owner epoch was made while the former holder of the claim "
                                  "copied offsets %d..%d, past this data dir's log end: those records lie outside its "
@@ -543,9 +544,10 @@ class OwnershipGuard:
         self._set(tip, found)
         return found
 
-    def _remote_end(self, tip: TopicIdPartition) -> int:
-        """The last offset the partition's copies reach as the store holds them now (listed again where the store
-        can), copies under way included: one finishing after the listing counts as much as one finished."""
+    def _remote_end(self, tip: TopicIdPartition, lineage: Lineage) -> int:
+        """The last offset the partition's copies within ``lineage`` reach as the store holds them now (listed again
+        where the store can), copies under way included: one finishing after the listing counts as much as one
+        finished. (A former owner's late copies, outside the lineage, are garbage its retention deletes.)"""
         refresh = getattr(self._store, "refresh", None)
         if refresh is not None:
             refresh(tip)
@@ -554,8 +556,8 @@ class OwnershipGuard:
             return max((md.end_offset for md in self._store.readable_segments(tip)), default=-1)
         from tiered.rsm import RemoteLogSegmentState as S
 
-        return max((md.end_offset for md in listing(tip) if md.state in (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED)),
-                   default=-1)
+        return max((md.end_offset for md in listing(tip) if md.state in (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED)
+                    and (not lineage or within_lineage(md, lineage))), default=-1)
 
     def _claim(self, log: Log, tip: TopicIdPartition, above: int = -1) -> Ownership:
         """Claim ``tip`` for this data dir at its log's latest leader epoch (at least every epoch the store knows, and

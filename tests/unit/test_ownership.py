@@ -1387,3 +1387,27 @@ def test_a_claim_made_while_the_former_holder_finished_copies_past_its_log_end_s
             assert found is not None and found.state == OWNER
             assert (f"copied offsets {original.first}.." in caplog.text
                     and "lie outside its lineage and its remote retention deletes them" in caplog.text), caplog.text
+
+
+def test_a_former_owners_late_copy_past_the_log_end_does_not_stop_a_new_epoch_at_start(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The start's claim at a new owner epoch is refused where the partition's copies reach past the log end (a data
+    dir older than its copies); a former owner's late copy, outside the owner's lineage (garbage its retention
+    deletes), is not such a copy."""
+    from tiered.remote_tier_parts import topic_id_partition
+
+    _, b, bucket = two_dirs
+    attach(capsys, b)
+    store = RemoteLogMetadataStore.in_bucket(_rsm_of(bucket))
+    with open_log_manager(LogConfig.from_properties(str(b)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        log = manager.get_log(TOPIC, 0)
+        assert rlm is not None and log is not None
+        tip = topic_id_partition(log)
+        late = _md(tip, log.log_end_offset, log.log_end_offset + 99, {0: log.log_end_offset})  # the former epoch
+        store.add_remote_log_segment_metadata(late)
+        store.update_remote_log_segment_metadata(_update(late, RemoteLogSegmentState.COPY_SEGMENT_FINISHED))
+        epochs = [r.owner_epoch for r in store.owner_records(tip)]
+        renewed = rlm.ownership.renew(log, tip)
+        assert renewed is not None and renewed.owner is not None and renewed.owner.owner_epoch == epochs[-1] + 1
