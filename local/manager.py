@@ -129,13 +129,15 @@ def foreign_dir_reason(data_dir: Path) -> str | None:
     a file there named like a segment truncated by the recovery of invalid bytes (a helper's pass). (Kafka in KRaft
     mode refuses every log dir without the meta.properties ``kafka-storage format`` writes; empty and new ones are
     taken here.)"""
+    if any(os.path.lexists(os.path.join(data_dir, name)) for name in _DATA_DIR_FILES):
+        return None  # (a few stats: a data dir of thousands of partitions is not listed for this at every open)
     try:
         every = list(os.scandir(data_dir))
     except (FileNotFoundError, NotADirectoryError):
         return None  # (made, or refused as not a directory, where it is opened)
     except OSError:
         return None  # (unreadable: reported where it is opened)
-    if any(e.name in _DATA_DIR_FILES or e.name.startswith(_DATA_DIR_PREFIXES) for e in every):
+    if any(e.name.startswith(_DATA_DIR_PREFIXES) for e in every):
         return None
     entries = [e for e in every if not e.name.startswith(".") and e.name != "lost+found"
                and not (e.name.endswith(".properties") and e.is_file())]

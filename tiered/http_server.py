@@ -295,10 +295,6 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             self.server.read(self.connection)
 
-    def finish(self) -> None:
-        self.server.read(self.connection)
-        super().finish()
-
     def do_GET(self) -> None:
         self._serve("GET")
 
