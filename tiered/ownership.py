@@ -269,6 +269,26 @@ def assess(
     return None
 
 
+def copies_end(segments: Iterable[RemoteLogSegmentMetadata], lineage: Lineage) -> int:
+    """The last offset the copies among ``segments`` within ``lineage`` reach, copies under way
+    (COPY_SEGMENT_STARTED) included, as one finishing later counts as much as one finished; -1 when none. (A former
+    owner's late copies, outside the lineage, are garbage its retention deletes.)"""
+    from tiered.rsm import RemoteLogSegmentState as S
+
+    return max((md.end_offset for md in segments if md.state in (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED)
+                and (not lineage or within_lineage(md, lineage))), default=-1)
+
+
+def behind_detail(name: str, remote_end: int, log_end: int) -> str:
+    """The one line for a data dir whose log ends before the copies made under the claim it holds: an older copy
+    of the data dir that made them (a restored backup), or one whose local log lost records since."""
+    return (f"{name}: the remote tier holds copies made under this data dir's claim up to offset {remote_end}, past "
+            f"its log end {log_end} (a data dir restored from an older copy, beside the one that made them?): it does "
+            "not claim the partition anew and deletes no copy under way there. To use this data dir in place of that "
+            "one, stop it, move this partition dir aside and run tiered attach (the remote tier's records are read "
+            "from there)")
+
+
 _INT32_MAX = 2**31 - 1
 
 
@@ -525,9 +545,7 @@ class OwnershipGuard:
             if remote_end >= log.log_end_offset:
                 # Remote copies past the log end: this data dir is older than its claim (restored from a backup?). A
                 # lineage from its log end would put them outside it, and retention would delete them.
-                logger.warning("%s: the remote tier holds offsets up to %d, past this data dir's log end %d (a data "
-                               "dir restored from an older copy?): it is not claimed at a new owner epoch", log.name,
-                               remote_end, log.log_end_offset)
+                logger.warning("%s", behind_detail(log.name, remote_end, log.log_end_offset))
                 return None
             claimed_at = log.log_end_offset
             found = self._claim(log, tip, above=found.owner.owner_epoch)
@@ -554,10 +572,7 @@ class OwnershipGuard:
         listing = getattr(self._store, "list_remote_log_segments", None)
         if listing is None:
             return max((md.end_offset for md in self._store.readable_segments(tip)), default=-1)
-        from tiered.rsm import RemoteLogSegmentState as S
-
-        return max((md.end_offset for md in listing(tip) if md.state in (S.COPY_SEGMENT_STARTED, S.COPY_SEGMENT_FINISHED)
-                    and (not lineage or within_lineage(md, lineage))), default=-1)
+        return copies_end(listing(tip), lineage)
 
     def _claim(self, log: Log, tip: TopicIdPartition, above: int = -1) -> Ownership:
         """Claim ``tip`` for this data dir at its log's latest leader epoch (at least every epoch the store knows, and
@@ -621,6 +636,6 @@ class OwnershipGuard:
 
 __all__ = [
     "LOST", "OWNER", "STATES", "WRONG_STORE", "Lineage", "OwnerRecord", "Ownership", "OwnershipGuard", "assess",
-    "claim_lineage", "segment_epoch_ranges", "within_lineage",
+    "behind_detail", "claim_lineage", "copies_end", "segment_epoch_ranges", "within_lineage",
 ]
 

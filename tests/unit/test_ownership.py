@@ -1223,7 +1223,8 @@ def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost
             _copy_of(tmp_path, bucket)
         with caplog.at_level(logging.WARNING, logger="tiered"):
             rc, out, err = cli(capsys, "--config", str(clone), "offload")
-        assert rc == 0, out + err
+        # (a backup: it cannot claim, and exits 1 naming the copies past its log end)
+        assert rc == (0 if kind == "clone" else 1) and (kind == "clone") != ("past its log end" in err), out + err
         result = original.finish()
         owners = [r.owner_epoch for r in store.owner_records(original.tip)]
         if kind != "clone":  # the original's copy under way, or copies it finished, reach past the backup's log end
@@ -1239,6 +1240,41 @@ def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost
             assert original.rlm.run_once(original.manager.all_logs()).not_owned == 1
             assert original.rlm.ownership.states()[original.tip].state == LOST
     original.is_read_whole_from(capsys, a)
+
+
+def test_a_backup_behind_the_copies_made_under_its_claim_says_so_in_offload_status_and_verify(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    """A backup of a data dir, restored beside its original after the original copied more, holds the original's
+    claim: its log ends before the copies made under it, so it cannot claim the partition anew (its claim would
+    drop them). It said so only in a WARNING when a first pass tried; offload exited 0 and status and verify called
+    it the owner, OK. Each names it now (exit 1), and the original stays clean."""
+    a, _, bucket = two_dirs
+    backup = _copy_of(tmp_path, bucket)
+    _, end = produce(a, "A", 40)
+    rc, _, err = cli(capsys, "--config", str(a), "offload")
+    assert rc == 0, err
+    with LogManager(LogConfig.from_properties(str(backup)), start_scheduler=False, read_only=True) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None
+        behind_at = log.log_end_offset
+    # (the original copied all it wrote, up to end - 1: produce rolled the last segment)
+    said = f"holds copies made under this data dir's claim up to offset {end - 1}, past its log end {behind_at}"
+    rc, out, err = cli(capsys, "--config", str(backup), "offload")
+    assert rc == 1 and said in err and "tiered attach" in err, out + err
+    rc, out, err = cli(capsys, "--config", str(backup), "status", "--json")
+    assert rc == 1 and said in err, out + err
+    [part] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert part["remote"]["ownership"]["state"] == "behind"
+    rc, out, err = cli(capsys, "--config", str(backup), "status")
+    assert rc == 1 and "BEHIND ITS REMOTE DATA" in out, out + err
+    rc, out, err = cli(capsys, "--config", str(backup), "verify", "--remote", "--json")
+    assert rc == 1, out + err
+    problems = [p for part in json.loads(out)["partitions"] for p in part["problems"]]
+    assert [p["kind"] for p in problems] == ["behind_remote"] and problems[0]["offset"] == behind_at, problems
+    for args in (("offload",), ("status",), ("verify", "--remote")):  # the original: the owner, nothing wrong
+        rc, out, err = cli(capsys, "--config", str(a), *args)
+        assert rc == 0 and "past its log end" not in out + err, out + err
 
 
 def test_a_copy_finished_between_the_clones_listing_and_its_claim_is_kept(

@@ -155,13 +155,25 @@ def run(args: argparse.Namespace) -> int:
 
 def _ownership_problems(manager: LogManager) -> list[str]:
     """One line per partition this data dir may not copy to or delete from (:mod:`tiered.ownership`): its remote
-    data is owned by another data dir, or the store holds none of it."""
+    data is owned by another data dir, or the store holds none of it, or the copies made under its claim pass its
+    log end (an older copy of the data dir that made them: it cannot claim the partition anew)."""
     from tiered.composition import remote_log_manager_of
-    from tiered.ownership import OWNER
+    from tiered.ownership import OWNER, behind_detail, copies_end
+    from tiered.remote_tier_parts import topic_id_partition
 
     rlm = remote_log_manager_of(manager)
     if rlm is None:
         return []
     states = rlm.ownership.states()
-    return [states[tip].detail for tip in sorted(states, key=lambda t: (t.topic, t.partition))
-            if states[tip].state != OWNER]
+    logs = {topic_id_partition(log): log for log in manager.all_logs()}
+    listing = getattr(rlm.metadata, "list_remote_log_segments", None)
+    lines = []
+    for tip in sorted(states, key=lambda t: (t.topic, t.partition)):
+        found, log = states[tip], logs.get(tip)
+        if found.state != OWNER:
+            lines.append(found.detail)
+        elif found.owner is not None and log is not None and listing is not None:
+            remote_end = copies_end(listing(tip), found.owner.lineage)  # (the pass's view: no new listing)
+            if remote_end >= log.log_end_offset:
+                lines.append(behind_detail(log.name, remote_end, log.log_end_offset))
+    return lines

@@ -295,7 +295,7 @@ def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: An
         owners = remote.load_owners(group, report)
         remote.scrub_partition(group, latest, report, owners)
         if report.data_dir is not None and owners:
-            _check_claim(report, owners[-1])
+            _check_claim(report, owners[-1], latest)
         if report.data_dir is not None and not any(p.kind == "not_owner" for p in report.problems):
             _check_same_records(rsm, report, latest, owners)  # (a former owner's records differ from the owner's)
     for report in local.values():
@@ -307,10 +307,13 @@ def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: An
     result.problems += [("remote tier", p) for p in remote.report.problems]
 
 
-def _check_claim(report: Any, owner: Any) -> None:
-    """A data dir whose claim on the partition's remote data is not the newest owner record's has lost it."""
+def _check_claim(report: Any, owner: Any, latest: dict[str, Any]) -> None:
+    """A data dir whose claim on the partition's remote data is not the newest owner record's has lost it; one that
+    holds the claim but ends before the copies made under it (``latest``: the segments' metadata, copies under way
+    included) is an older copy of the data dir that made them."""
     from local.errors import KafkaStorageError
     from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogStateFile
+    from tiered.ownership import behind_detail, copies_end
     from tiered.scrub.report import Problem
 
     pdir = Path(report.data_dir) / f"{report.topic}-{report.partition}"
@@ -325,6 +328,11 @@ def _check_claim(report: Any, owner: Any) -> None:
         report.problems.append(Problem(
             "not_owner", f"this data dir ({mine}) does not own the partition's remote data: the store's current owner "
             f"is {owner.describe()}; it copies and deletes nothing there", file=str(pdir / REMOTE_LOG_STATE_FILENAME)))
+    elif report.log_end_offset is not None:
+        remote_end = copies_end(latest.values(), owner.lineage)
+        if remote_end >= report.log_end_offset:
+            detail = behind_detail(pdir.name, remote_end, report.log_end_offset).split(": ", 1)[1]
+            report.problems.append(Problem("behind_remote", detail, file=str(pdir), offset=report.log_end_offset))
 
 
 class _LocalSegmentFile:

@@ -65,6 +65,7 @@ PROBLEM_KINDS = (
     "outside_lineage",  # a remote segment outside the current owner's lineage (a former owner's late copy)
     "conflicting_segments",  # two remote segments of the owner's lineage holding the same offsets
     "not_owner",  # a data dir whose claim on a partition's remote data is not the current owner's
+    "behind_remote",  # a data dir holding the claim whose log ends before the copies made under it (an older copy)
     "diverged",  # a remote segment holding other records than the local segment at its offsets (a copied data dir)
     "columnar",  # the columnar copy (tiered.columnar): a manifest, or a file it names, that is missing or wrong
 )
