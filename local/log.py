@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import logging
 import random
 import shutil
@@ -1078,10 +1079,11 @@ class Log:
             # compact alone: only what a moved log start offset left below it goes (Kafka's deleteOldSegments)
             return self._delete_log_start_offset_breached_segments()
         self.check_remote_tier_present("retention")
+        remote_end = _RemoteEnd(self)  # (asked of the remote tier once a pass, and only when a segment breaches)
         return (
             self._delete_log_start_offset_breached_segments()
-            + self._delete_retention_size_breached_segments()
-            + self._delete_retention_ms_breached_segments()
+            + self._delete_retention_size_breached_segments(remote_end)
+            + self._delete_retention_ms_breached_segments(remote_end)
         )
 
     def _retention_ms(self) -> int:
@@ -1098,9 +1100,9 @@ class Log:
         def breached(seg: LogSegment, nxt: LogSegment | None) -> bool:
             return nxt is not None and nxt.base_offset <= self.log_start_offset
 
-        return self._delete_segments(self._deletable_segments(breached, check_remote=False), "log start offset breach")
+        return self._delete_segments(self._deletable_segments(breached, None), "log start offset breach")
 
-    def _delete_retention_size_breached_segments(self) -> int:
+    def _delete_retention_size_breached_segments(self, remote_end: _RemoteEnd) -> int:
         limit = self._retention_bytes()
         if limit < 0:
             return 0
@@ -1115,9 +1117,9 @@ class Log:
                 return True
             return False
 
-        return self._delete_segments(self._deletable_segments(breached), "retention size breach")
+        return self._delete_segments(self._deletable_segments(breached, remote_end), "retention size breach")
 
-    def _delete_retention_ms_breached_segments(self) -> int:
+    def _delete_retention_ms_breached_segments(self, remote_end: _RemoteEnd) -> int:
         limit = self._retention_ms()
         if limit < 0:
             return 0
@@ -1126,30 +1128,25 @@ class Log:
         def breached(seg: LogSegment, nxt: LogSegment | None) -> bool:
             return now - seg.largest_timestamp > limit
 
-        return self._delete_segments(self._deletable_segments(breached), "retention time breach")
+        return self._delete_segments(self._deletable_segments(breached, remote_end), "retention time breach")
 
-    def _deletable_segments(self, predicate: Any, check_remote: bool = True) -> list[LogSegment]:
-        """Leading non-active segments satisfying ``predicate``; with a remote tier, only those fully copied."""
-        out: list[LogSegment] = []
-        highest_remote = -1
-        remote = check_remote and self.remote_storage_enabled
-        if remote:
-            assert self.remote_tier is not None
-            highest_remote = self.remote_tier.highest_offset_in_remote_storage(self)
-            if highest_remote >= 0:
-                self.note_highest_remote_offset(highest_remote)
+    def _deletable_segments(self, predicate: Any, remote_end: _RemoteEnd | None) -> list[LogSegment]:
+        """Leading non-active segments satisfying ``predicate`` (called once per segment, in order, until it says
+        no); with a remote tier (``remote_end``; None where it does not bound the deletion), only those fully
+        copied. The remote tier is asked only once a segment breaches, not at every idle retention check (its
+        answer costs an ownership LIST), and outside the log's lock."""
+        found: list[tuple[LogSegment, int]] = []
         with self._lock:
             segs = list(self.segments.values())
             for i, seg in enumerate(segs[:-1]):  # the active segment is never deleted
                 nxt = segs[i + 1]
-                if self._high_watermark < nxt.base_offset:
+                if self._high_watermark < nxt.base_offset or not predicate(seg, nxt):
                     break
-                if remote and nxt.base_offset - 1 > highest_remote:
-                    break
-                if not predicate(seg, nxt):
-                    break
-                out.append(seg)
-        return out
+                found.append((seg, nxt.base_offset))
+        if found and remote_end is not None and self.remote_storage_enabled:
+            highest_remote = remote_end.get()
+            found = list(itertools.takewhile(lambda pair: pair[1] - 1 <= highest_remote, found))
+        return [seg for seg, _ in found]
 
     def _delete_segments(self, segments: list[LogSegment], reason: str) -> int:
         """Remove ``segments`` (leading, non-active) in Kafka's order for readers: first publish the new local log
@@ -1414,6 +1411,24 @@ class Log:
             f"local_log_start_offset={self.local_log_start_offset}, log_end_offset={self.log_end_offset}, "
             f"high_watermark={self._high_watermark}, segments={self.number_of_segments()})"
         )
+
+
+class _RemoteEnd:
+    """The highest offset the remote tier holds a copy of, asked once per retention pass (at first need) and noted
+    in the partition's ``remote-log-state``."""
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+        self._value: int | None = None
+
+    def get(self) -> int:
+        if self._value is None:
+            tier = self._log.remote_tier
+            assert tier is not None
+            self._value = tier.highest_offset_in_remote_storage(self._log)
+            if self._value >= 0:
+                self._log.note_highest_remote_offset(self._value)
+        return self._value
 
 
 def _unchangeable(data: bytes | bytearray | memoryview) -> bytes | memoryview:

@@ -7,6 +7,7 @@ that drive the log for other reasons check the offsets and values that come back
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -397,6 +398,25 @@ def _tiered_log(tmp_path: Path) -> tuple[Log, Remote]:
     assert log.delete_old_segments() == 2
     assert (log.log_start_offset, log.local_log_start_offset, log.log_end_offset) == (0, 20, 30)
     return log, remote
+
+
+def test_retention_asks_the_remote_tier_only_when_a_segment_breaches_and_once_a_pass(tmp_path: Path) -> None:
+    """Each retention check asked the remote tier how far its copies reach (an ownership LIST and a metadata view
+    per partition) before it looked at a segment: every idle check of every partition asked, and a pass checking
+    local.retention.bytes and local.retention.ms asked twice. Now at most once a pass, when a segment breaches."""
+    time = MockTime()
+    log = make_log(tmp_path, time=time, remote_storage_enable=True, local_retention_bytes=1 << 30,
+                   local_retention_ms=3_600_000)
+    remote = Remote(19)
+    log.remote_tier = remote  # type: ignore[assignment]
+    for i in range(4):
+        log.append(records(*[b"v"] * 10, timestamp=time.milliseconds() + 100 * i))
+        log.roll()
+    assert log.delete_old_segments() == 0 and remote.asked_by == []  # nothing breaches: nothing asked
+    log.config = dataclasses.replace(log.config, local_retention_bytes=1)
+    time.sleep(7_200_000)  # both limits breached by every closed segment
+    assert log.delete_old_segments() == 2 and remote.asked_by == [log]  # the copies reach offset 19: two segments
+    assert log.local_log_start_offset == 20
 
 
 def test_a_read_below_the_local_log_start_goes_to_the_remote_tier_with_the_same_question(tmp_path: Path) -> None:
