@@ -122,7 +122,8 @@ class FlakyDir(LocalDirRemoteStorageManager):
     """The local-directory backend failing once, in the process that loads it (the copier process too), at the
     step ``rsm.config.fail`` names for the segment starting at ``rsm.config.fail.start``: ``started`` (the put of
     its COPY_SEGMENT_STARTED event), ``copy`` (its upload: the objects land, then it fails), ``custom`` (its upload returns
-    ``rsm.config.fail.custom.bytes`` bytes of custom metadata). Loaded by dotted path
+    ``rsm.config.fail.custom.bytes`` bytes of custom metadata), ``claim`` (another data dir's claim of the partition
+    at the next owner epoch lands as its upload begins). Loaded by dotted path
     (``remote.log.storage.manager.class.name=tests.gated_rsm.FlakyDir``)."""
 
     store_class = FlakyStore
@@ -132,6 +133,20 @@ class FlakyDir(LocalDirRemoteStorageManager):
         return self.store.once(step, start)
 
     def copy_log_segment_data(self, metadata: RemoteLogSegmentMetadata, segment_data: Any) -> bytes | None:
+        if self._once("claim", metadata.start_offset):  # another data dir's claim lands while this one uploads
+            import uuid
+
+            from tiered import layout
+            from tiered.ownership import OwnerRecord
+
+            tip = metadata.topic_id_partition
+            epochs = [layout.owner_epoch_of_key(k) or 0 for k in self.store.list_keys(
+                layout.owner_records_prefix(self.prefix, tip))]
+            held = max(epochs, default=0)  # (the new owner adopts the held claim's epochs below its start)
+            epoch = held + 1
+            record = OwnerRecord(epoch, uuid.uuid4().hex, ((held, 0), (epoch, metadata.start_offset)), 0, "elsewhere",
+                                 ("/b",))
+            self.store.put(layout.owner_record_key(self.prefix, tip, epoch), record.encode(), if_absent=True)
         if self._once("copy", metadata.start_offset):
             super().copy_log_segment_data(metadata, segment_data)  # its objects land; the reply is lost
             raise OSError(f"injected: the upload of segment {metadata.start_offset} failed")

@@ -30,7 +30,12 @@ child does next in the same thread (the STARTED ones) are deferred to that reque
 The parent keeps the copy's logic (states, quotas, cleanup of a failed attempt, metrics). The child builds its own
 plugin from the same ``remote.log.storage.manager.class.name`` and ``rsm.config.*``; a request is the (picklable)
 metadata and segment data, the reply the custom metadata or the error, raised in the parent as
-``RemoteStorageError``. A child that dies is replaced at the next call; a child that cannot start (a plugin only
+``RemoteStorageError``. Before each COPY_SEGMENT_FINISHED event the child lists the partition's owner records
+(:func:`tiered.metadata.check_owner_epoch`): a claim by another data dir stops the batch there, as the parent's check
+before each segment stops its own copies. A child never outlives its parent: one whose parent is gone (a SIGKILL of
+``tiered run`` alone) starts and finishes no copy and ends (:func:`_watch_parent`), as if the machine had died;
+the copies it had in flight are left STARTED, for the next owner to delete. A child that dies is replaced at the
+next call; a child that cannot start (a plugin only
 importable in this process) leaves the copies in this process. One child serves one call at a time; concurrent
 copies (several partitions) use up to ``max_processes`` children, started on demand.
 """
@@ -99,6 +104,7 @@ class _Child:
     def __init__(self, class_name: str, props: Mapping[str, str]) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the same tiered as the parent's
+        env[PARENT_ENV] = str(os.getpid())  # (the child ends once this process is gone: see _watch_parent)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tiered.copier_process"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
         )
@@ -345,7 +351,7 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
     from concurrent.futures import Future
 
     from tiered import layout
-    from tiered.metadata import check_copy_not_deleted, encode_metadata
+    from tiered.metadata import check_copy_not_deleted, check_owner_epoch, encode_metadata
     from tiered.rlm_copy import CopyFailure, CopyOutcome
     from tiered.rsm import RemoteLogSegmentMetadataUpdate
 
@@ -368,7 +374,7 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
     started = 0
     copied: list[tuple[SegmentChecksums, bytes | None]] = []
     while True:
-        while (started < len(jobs) and len(in_flight) < BATCH_UPLOADS
+        while (started < len(jobs) and len(in_flight) < BATCH_UPLOADS and not _orphaned()
                and not (stop_file is not None and os.path.exists(stop_file))):
             in_flight.append(pool.submit(upload, jobs[started]))
             started += 1
@@ -386,6 +392,11 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
             if custom is not None and len(custom) > job.custom_metadata_max_bytes:
                 failure = CopyFailure("custom", "", "", False, len(custom))
             else:
+                if _orphaned():  # (the parent was killed: what it does not know of, it does not count)
+                    raise RemoteStorageError("the process that asked for the copy is gone", retriable=True)
+                stage = "owner"
+                if job.owner_epoch >= 0:
+                    check_owner_epoch(rsm.object_store, prefix, md, job.owner_epoch)
                 stage = "finished"
                 finished = md.create_with_updates(RemoteLogSegmentMetadataUpdate(
                     md.remote_log_segment_id, job.finished_at_ms, custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
@@ -400,6 +411,28 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
             futures_wait(in_flight)  # their events and objects land (or fail) before the parent cleans them up
             return CopyOutcome(copied, failure, abandoned=len(in_flight))
         copied.append((sums, custom))
+
+
+# In the child: the pid of the process that started it. A child whose parent is gone (killed with SIGKILL: the
+# child is in its own process group only when its parent made one) writes no COPY_SEGMENT_FINISHED event and starts
+# no segment, and ends (see :func:`_watch_parent`): a copy its parent never hears of is one a crash left, for the
+# next owner to delete, not one finished behind the back of a data dir that may have changed hands meanwhile.
+_PARENT: int | None = None
+PARENT_ENV = "TIERED_COPIER_PARENT"
+
+
+def _orphaned() -> bool:
+    return _PARENT is not None and os.getppid() != _PARENT
+
+
+def _watch_parent(interval_s: float = 0.5) -> None:
+    """The child's daemon thread: end the process once its parent is gone, whatever it is doing (an upload that
+    would otherwise go on for minutes included): what a SIGKILL of the whole machine leaves, and no more."""
+    import time
+
+    while not _orphaned():
+        time.sleep(interval_s)
+    os._exit(1)
 
 
 def _serve(rsm: Any, request: tuple[Any, ...]) -> Any:
@@ -434,9 +467,12 @@ def main() -> int:
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but replies may reach the pipe
     # The parent decides when copying stops: a Ctrl-C (SIGINT to the whole foreground process group) or a SIGTERM
-    # to the group must not kill a copy half way. The child ends when the parent closes the pipe (or dies).
+    # to the group must not kill a copy half way. The child ends when the parent closes the pipe, or is gone.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    global _PARENT
+    _PARENT = int(os.environ.get(PARENT_ENV) or os.getppid())
+    threading.Thread(target=_watch_parent, name="copier-parent-watch", daemon=True).start()
     from tiered.backends import load_rsm
 
     class_name, props = _recv(inp)

@@ -45,6 +45,7 @@ from tiered.backends.long_names import key_of, path_of, write_name_files
 from tiered.checksums import SegmentChecksums
 from tiered.errors import (
     InvalidStateTransitionError,
+    NotPartitionOwnerError,
     ObjectExistsError,
     RemoteResourceNotFoundError,
     TieredStorageError,
@@ -82,6 +83,21 @@ def check_copy_not_deleted(store: ObjectStore, prefix: str, md: RemoteLogSegment
                 f"deleted by another process while this one copied it ({S(named[2]).name} is in the store): another "
                 "data dir holds this one's claim (a copy of it, or a restored backup, run beside it?). The copy does "
                 "not count; the next pass copies the segment again if this data dir still owns the partition")
+
+
+def check_owner_epoch(store: ObjectStore, prefix: str, md: RemoteLogSegmentMetadata, owner_epoch: int) -> None:
+    """Before a copy's COPY_SEGMENT_FINISHED event written by the copier process (a batch of segments checked once
+    by its parent): raise :class:`NotPartitionOwnerError` when the store holds an owner record of ``md``'s partition
+    newer than ``owner_epoch``, the claim the copy was made under (:mod:`tiered.ownership`): another data dir took
+    the partition meanwhile, and the copy would land outside its lineage. One LIST of the owner records' keys."""
+    tip = md.topic_id_partition
+    epochs = (layout.owner_epoch_of_key(key) for key in store.list_keys(layout.owner_records_prefix(prefix, tip)))
+    newest = max((e for e in epochs if e is not None), default=-1)
+    if newest > owner_epoch:
+        raise NotPartitionOwnerError(
+            f"{tip.topic}-{tip.partition}: owner epoch {newest} claimed the partition's remote data while this data "
+            f"dir (owner epoch {owner_epoch}) copied offsets {md.start_offset}-{md.end_offset}: the copy is not "
+            "finished, and this data dir copies nothing more there", retriable=False)
 
 
 def encode_metadata(md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> bytes:

@@ -54,7 +54,10 @@ Fencing
     ``RemoteLogOwnership``, exit 1 from ``offload``), and its local data stays as it is. The window left is one
     segment: a deposed owner that checked just before the new claim finishes that copy or deletion (Kafka's old
     leader has the same window). A copy it finishes lies outside the new lineage (below); a deletion it finishes was
-    due by its retention rules when it decided.
+    due by its retention rules when it decided. The copier process, given up to 16 segments at once, lists the owner
+    records again before each COPY_SEGMENT_FINISHED event it writes (:func:`tiered.metadata.check_owner_epoch`),
+    and ends with the process that started it (a SIGKILL of ``tiered run`` alone leaves no copy finishing behind
+    it): the window stays one segment.
 
 Lineage
     Readers anywhere (a log's remote reads, ``consume``, Spark, ``attach``, ``status``) see only the FINISHED segments

@@ -88,13 +88,17 @@ class CopyJob:
     custom_metadata_max_bytes: int
     finished_at_ms: int
     sync: bool = False  # fsync the segment's files before reading them (the log has not flushed them yet)
+    # The owner epoch the copy is made under (-1: not checked): the copier process checks before the segment's
+    # COPY_SEGMENT_FINISHED event that no newer claim stands (tiered.metadata.check_owner_epoch).
+    owner_epoch: int = -1
 
 
 @dataclass(frozen=True)
 class CopyFailure:
     """Why a batch stopped: ``stage`` is "started" (its STARTED event may or may not have landed), "copy" (the
-    checksums or the objects), "custom" (the plugin's custom metadata of ``custom_size`` bytes is over the limit)
-    or "finished" (its FINISHED event's put failed)."""
+    checksums or the objects), "custom" (the plugin's custom metadata of ``custom_size`` bytes is over the limit),
+    "owner" (another data dir claimed the partition meanwhile: no FINISHED event) or "finished" (its FINISHED
+    event's put failed)."""
 
     stage: str
     kind: str
@@ -112,6 +116,8 @@ class CopyFailure:
                 f"custom metadata of {self.custom_size} bytes for {md.remote_log_segment_id} exceeds "
                 f"remote.log.metadata.custom.metadata.max.bytes={custom_metadata_max_bytes}", size=self.custom_size,
             )
+        if self.stage == "owner":
+            return NotPartitionOwnerError(self.message, retriable=False)
         return RemoteStorageError(
             f"copy of {md.remote_log_segment_id} in the copier process failed ({self.stage}): {self.kind}: "
             f"{self.message}", retriable=self.retriable,
@@ -249,6 +255,9 @@ class RLMCopyTask:
                     if not copied:  # a batch the copier process stopped before its first segment (stopping)
                         break
                     continue
+                if isinstance(error, NotPartitionOwnerError):
+                    self._owned(log, result)  # (the guard says it, once, and counts the partition as not owned)
+                    break
                 result.copy_errors += 1
                 if isinstance(error, CustomMetadataSizeExceededError):
                     self.cancelled = str(error)
@@ -357,6 +366,8 @@ class RLMCopyTask:
         parts, batch = self.parts, self._copy_batch
         assert batch is not None
         now = parts.time.milliseconds()
+        state = log.remote_log_state  # (the claim the run checked: a newer one stops the batch before its FINISHED)
+        owner_epoch = max(state.owner_epoch, state.pending_owner_epoch)
         jobs: list[CopyJob] = []
         with contextlib.ExitStack() as scratches:
             for seg, nxt in segments:
@@ -371,7 +382,7 @@ class RLMCopyTask:
                         return [], exc
                     break  # the segments before it go in this request; it is tried again in the next
                 jobs.append(CopyJob(md, data, self._checksum_chunk_bytes, self._custom_metadata_max_bytes, now,
-                                    sync=log.recovery_point < nxt.base_offset))
+                                    sync=log.recovery_point < nxt.base_offset, owner_epoch=owner_epoch))
             try:
                 outcome = batch.copy(jobs)
             except Exception as exc:

@@ -309,26 +309,49 @@ def test_a_copy_that_cannot_finish_within_the_stop_timeout_exits_1_and_the_next_
         assert run.proc.wait(timeout=LIMIT) == 1
         assert time.monotonic() - started < LIMIT / 2
         run.wait_line(run.err, "tiered run: the copies in progress did not finish within 1 s")
+        # The copier child ends once run is gone, its copy still waiting at the gate (it never outlives run).
+        _poll("the copier child's exit", lambda: not [pid for pid in copiers if _alive(pid)])
     finally:
         run.kill()
         _open_gate(gate)
-    # The copier child, let go, ends on its closed pipe (it never outlives its copy).
-    _poll("the copier child's exit", lambda: not [pid for pid in copiers if _alive(pid)])
+    _the_next_start_cleans_up_and_copies_all(tmp_path, segments)
 
-    # The copies the child had in flight (events included: it writes them) ended after run exited, each whole: a
-    # prefix of the segments is FINISHED, nothing is left STARTED, and the next start copies the rest.
-    store, tip = _bucket(tmp_path, "c")
-    done = store.readable_segments(tip)
-    assert 1 <= len(done) <= BATCH_UPLOADS and store.find_stale_copies(tip) == []
-    assert _is_prefix(done)
-    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+
+def test_a_copier_process_whose_tiered_run_was_killed_finishes_no_copy_and_ends(tmp_path: Path) -> None:
+    """kill -9 of tiered run alone (its copier child not signalled): the child went on with its batch, up to 16
+    segments, and wrote their COPY_SEGMENT_FINISHED events after run was gone, behind the back of a data dir that
+    may have changed hands meanwhile (a helper's tiered attach on another machine then found them outside its
+    lineage and deleted 16,000 acknowledged records). The child ends once its parent is gone, writing no FINISHED
+    event, as a kill of the whole machine leaves it; the next start deletes what it left and copies everything."""
+    segments = _create_partition(tmp_path, "c", records=60_000)
+    run, gate = _gated_run(tmp_path)
+    try:
+        run.wait_line(run.err, "GATE ")  # the first copy has uploaded its .log and waits
+        copiers = _children(run.proc.pid)
+        assert copiers, "the copy runs in a copier child process"
+        run.proc.kill()
+        run.proc.wait(timeout=LIMIT)
+        _poll("the copier child's exit", lambda: not [pid for pid in copiers if _alive(pid)])
+    finally:
+        run.kill()
+        _open_gate(gate)
+    _the_next_start_cleans_up_and_copies_all(tmp_path, segments)
+
+
+def _the_next_start_cleans_up_and_copies_all(root: Path, segments: int) -> None:
+    """The copier child ended with run, its copies in flight left STARTED (none FINISHED after run was gone): the
+    next start deletes them and copies every closed segment, leaving no orphan."""
+    store, tip = _bucket(root, "c")
+    assert store.readable_segments(tip) == [] and store.find_stale_copies(tip)
+    with LogManager(LogConfig.from_properties(_props(root)), start_scheduler=False) as manager:
         rlm = manager.remote_tier
         assert isinstance(rlm, RemoteLogManager)
         result = rlm.run_once(manager.all_logs())
-        assert (result.stale_copies_cleaned, result.copy_errors, result.segments_copied) == (0, 0, segments - 1 - len(done))
-    store, tip = _bucket(tmp_path, "c")
+        assert result.stale_copies_cleaned >= 1 and (result.copy_errors, result.segments_copied) == (0, segments - 1)
+    store, tip = _bucket(root, "c")
     assert store.find_stale_copies(tip) == []
-    assert _orphans(tmp_path, store, tip) == []
+    assert _is_prefix(store.readable_segments(tip))
+    assert _orphans(root, store, tip) == []
 
 
 def _open_gate(fifo: Path) -> bool:

@@ -134,6 +134,38 @@ def test_a_failure_in_a_batch_keeps_the_copies_before_it_and_cleans_up_after_it(
         assert all(m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in finished)
 
 
+def test_a_claim_landing_during_a_batch_stops_it_before_the_next_finished_event(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The parent checks ownership once per batch of up to COPY_BATCH_SEGMENTS segments; the child copied them all.
+    Another data dir's claim (tiered attach) landing during a batch let the deposed child finish every segment after
+    it, outside the new owner's lineage: the new owner's retention then deleted up to 16 segments of records (a
+    helper lost 16,000 acknowledged records so). The child checks the owner records before each FINISHED event: the
+    segments from the claim on are not finished, their objects are deleted, and the partition is lost here."""
+    with _manager(tmp_path) as probe:  # where the second request's first segment starts
+        _produce(probe.get_or_create_log("t", 0, TIERED), SEGMENTS)
+        second = list(probe.get_log("t", 0).segments.values())[COPY_BATCH_SEGMENTS]  # type: ignore[union-attr]
+        probe.delete_log("t", 0)
+    with _manager(tmp_path, **{"fail": "claim", "fail.start": str(second.base_offset)}) as manager:
+        log = manager.get_or_create_log("t", 0, TIERED)
+        _produce(log, SEGMENTS)
+        rlm = _rlm(manager)
+        tip = rlm.topic_id_partition(log)
+        caplog.set_level(logging.ERROR)
+        result = rlm.run_once(manager.all_logs())
+        # The first request's segments, copied before the claim; none of the second's (the claim landed as its first
+        # segment's upload began, before any of its FINISHED events).
+        assert (result.segments_copied, result.copy_errors, result.not_owned) == (COPY_BATCH_SEGMENTS, 0, 1)
+        assert "lost ownership" in caplog.text
+        kept = rlm.finished_segments(tip)
+        assert [m.start_offset for m in kept] == [s.base_offset for s in list(log.segments.values())[:COPY_BATCH_SEGMENTS]]
+        fresh = RemoteLogMetadataStore.in_bucket(rlm.rsm)  # type: ignore[arg-type]
+        states = [m.state for m in fresh.list_remote_log_segments(tip)]
+        assert states.count(RemoteLogSegmentState.COPY_SEGMENT_FINISHED) == COPY_BATCH_SEGMENTS, states
+        assert {layout.kafka_uuid(m.remote_log_segment_id.id) for m in kept} == _data_objects(tmp_path)
+        assert rlm.run_once(manager.all_logs()).segments_copied == 0  # deposed: nothing more
+
+
 @pytest.mark.parametrize("sync", [True, False])
 def test_a_batch_job_not_yet_flushed_by_the_log_is_synced_before_it_is_read(
     tmp_path: Path, sync: bool, monkeypatch: pytest.MonkeyPatch

@@ -154,11 +154,14 @@ def test_a_late_copy_of_the_former_owner_is_never_read_verify_reports_it_and_the
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """The window fencing leaves: A checked its ownership just before B's claim and copies one more segment. That
-    segment holds offsets B writes too, in A's epoch: outside B's lineage."""
+    segment holds offsets B writes too, in A's epoch: outside B's lineage. (A copies in this process: the copier
+    process checks the owner records again before each FINISHED event, test_copy_batches.)"""
+    from local.config import read_properties
+
     a, b, bucket = two_dirs
     highest = RemoteLogStateFile(tmp_path / "a" / "data" / f"{TOPIC}-0").read().highest_remote_offset
     produce(a, "A", 40)
-    config_a = LogConfig.from_properties(str(a))
+    config_a = LogConfig.from_properties({**read_properties(a), "remote.log.manager.copier.process.enable": "false"})
     with open_log_manager(config_a, start_scheduler=False) as manager:
         rlm = remote_log_manager_of(manager)
         assert rlm is not None
