@@ -391,12 +391,13 @@ def open_log_manager(config: LogConfig, **kwargs: Any) -> LogManager:
     return LogManager(config, **kwargs)
 
 
-def lost_ownership(manager: LogManager, log: Log) -> str | None:
+def lost_ownership(manager: LogManager, log: Log, *, ask: bool = False) -> str | None:
     """Why this data dir may no longer take writes to ``log``, or None: another data dir owns the partition's
     remote data (``tiered attach`` there, or a copy of this data dir fenced here: :mod:`tiered.ownership`), so what
     this one appends would never be tiered and would differ from the owner's records at the same offsets. A Kafka
     leader that lost its leadership answers NOT_LEADER_OR_FOLLOWER the same way. Known from the remote tasks' last
-    pass (``remote.log.manager.task.interval.ms``); None without tiered's remote tier."""
+    pass (``remote.log.manager.task.interval.ms``), or, with ``ask`` (a one-shot writer that runs no pass), from the
+    store's owner records now for a tiered topic (one LIST); None without tiered's remote tier."""
     from tiered.ownership import LOST
     from tiered.remote_tier_parts import topic_id_partition
 
@@ -408,7 +409,16 @@ def lost_ownership(manager: LogManager, log: Log) -> str | None:
         return None
     if rlm is None:
         return None
-    found = rlm.ownership.states().get(topic_id_partition(log))
+    tip = topic_id_partition(log)
+    if ask and log.remote_storage_enabled:
+        try:
+            found = rlm.ownership.check(log, tip)
+        except Exception as exc:  # (a store that does not answer: writes go on, as a Kafka leader's do)
+            logger.warning("%s: cannot list the owner records of its remote data (%s): written without that check",
+                           log.name, exc)
+            return None
+    else:
+        found = rlm.ownership.states().get(tip)
     return found.detail if found is not None and found.state == LOST else None
 
 

@@ -253,6 +253,11 @@ def assess(
         newest_claim = (newest.owner_epoch, newest.owner_id)
         if newest_claim in ((local_epoch, local_id), pending):
             return Ownership(OWNER, f"{name}: this data dir owns its remote data at {newest.describe()}", newest)
+        if local_epoch < 0 and pending is None:
+            # (not "lost": it never had it. Another data dir's partition of the same topic id: B given A's topic)
+            return Ownership(LOST, f"{name}: another data dir owns its remote data, {newest.describe()}, and this data "
+                                   f"dir never claimed it ({state_file}): it copies and deletes nothing there; write to "
+                                   "the owner's data dir, or run tiered attach here to take the partition over", newest)
         mine = f"this data dir's claim is owner epoch {local_epoch}" if local_epoch >= 0 else "this data dir never claimed it"
         if local_epoch == newest.owner_epoch:
             mine += " with another claim id (a copy of a data dir?)"
@@ -401,6 +406,14 @@ class OwnershipGuard:
             raise NotPartitionOwnerError(found.detail, retriable=False)
         if found.state == WRONG_STORE:
             raise RemoteStoreMismatchError(found.detail, retriable=False)
+        return found
+
+    def check(self, log: Log, tip: TopicIdPartition) -> Ownership | None:
+        """Where ``tip`` stands as the store's owner records say now (one LIST), without claiming it: None when
+        nobody claimed it yet (the first copy does). For a one-shot writer (``tiered produce``), which runs no pass."""
+        found = self._assess(log, tip, self._store.owner_records(tip))
+        if found is not None:
+            self._set(tip, found)
         return found
 
     def trusts_remote_copies(self, log: Log, tip: TopicIdPartition) -> bool:

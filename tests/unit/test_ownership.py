@@ -242,6 +242,51 @@ def test_a_legacy_data_dir_with_remote_data_and_a_store_without_it_is_refused(tm
     assert not list((tmp_path / "empty-bucket").rglob("*.json"))
 
 
+def test_produce_refuses_a_partition_another_data_dir_owns_and_writes_nothing(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """tiered produce on a data dir that lost the partition acknowledged the records ("produced 1 records", exit 0)
+    while tiered run answered 409 (NOT_LEADER_OR_FOLLOWER): records that would never be tiered. So did a data dir
+    that never claimed it, given the owner's topic id, and the line said it had "lost" what it never had."""
+    import shutil
+    import subprocess
+    import sys
+
+    a, b, _ = two_dirs
+    attach(capsys, b)
+    end = produce(a, "A", 1)[1]  # (the engine's own writes: what a pass finds is the guard's)
+
+    def produce_cli(config: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tiered.cli", "--config", str(config), "produce", "-t", TOPIC],
+                              input="late\n", capture_output=True, text=True, timeout=120)
+
+    done = produce_cli(a)
+    assert done.returncode == 1 and "nothing written" in done.stderr and "lost ownership" in done.stderr, done.stderr
+    with LogManager(LogConfig.from_properties(str(a)), start_scheduler=False, read_only=True) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None and log.log_end_offset == end
+    # C: a data dir given the topic's partition dir (its topic id) by hand, never attached.
+    c = write_config(tmp_path / "c.properties", local_tier_props(tmp_path / "c", **{"rsm.config.dir": str(bucket_of(a))}))
+    (tmp_path / "c" / "data").mkdir(parents=True)
+    source = tmp_path / "c-src"
+    shutil.copytree(tmp_path / "a" / "data" / f"{TOPIC}-0", source)
+    (tmp_path / "c" / "data" / f"{TOPIC}-0").mkdir()
+    for name in ("partition.metadata", "tiered-topic.properties"):
+        shutil.copy(source / name, tmp_path / "c" / "data" / f"{TOPIC}-0" / name)
+    done = produce_cli(c)
+    assert done.returncode == 1 and "never claimed it" in done.stderr and "tiered attach" in done.stderr, done.stderr
+    assert "lost ownership" not in done.stderr
+    # The owner writes.
+    done = produce_cli(b)
+    assert done.returncode == 0 and "produced 1 records" in done.stderr, done.stderr
+
+
+def bucket_of(config: Path) -> str:
+    from local.config import read_properties
+
+    return str(read_properties(config)["rsm.config.dir"])
+
+
 def test_the_former_owner_says_it_lost_the_partition_once_and_metrics_show_it(
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from local.errors import RecordTooLargeError
     from tiered.batching import build_batches
-    from tiered.composition import open_log_manager
+    from tiered.composition import lost_ownership, open_log_manager
 
     config = load_config(args)
     headers = []
@@ -83,6 +83,11 @@ def run(args: argparse.Namespace) -> int:
                 overrides = _overrides_of_a_new_topic(manager, args.topic, overrides)
                 log = manager.get_or_create_log(args.topic, args.partition, overrides)
                 started = log.log_end_offset
+                lost = lost_ownership(manager, log, ask=True)
+                if lost is not None:  # (as tiered run answers NOT_LEADER_OR_FOLLOWER / 409: never tiered)
+                    print(f"tiered produce: nothing written: {lost}; records written here would never be tiered "
+                          "and would differ from the owner's at the same offsets", file=sys.stderr)
+                    return 1
             # --batch-size records at most, cut where a batch would exceed max.message.bytes (the HTTP endpoint's
             # cut): two lines of 800 KB in one batch failed the run after the batches before them were written
             for records in build_batches(batch, log.config.max_message_bytes, args.compression, what="the input",
