@@ -53,6 +53,7 @@ from local.records.batch import (
     LOG_OVERHEAD,
     set_max_timestamp,
 )
+from local.records.compression import CompressionType
 from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogState, RemoteLogStateFile
 from local.scheduler import SYSTEM_TIME, MockScheduler, Scheduler, Time
 from local.segment import LogSegment
@@ -60,6 +61,8 @@ from local.segments import LogSegments
 from local.validation import (
     analyze_and_validate,
     plain_client_batch,
+    recompressed,
+    target_codec,
     timestamps_within_bounds,
     validate_timestamps,
 )
@@ -206,7 +209,10 @@ class Log:
         # None when every batch takes the general path (LogAppendTime stamps each batch).
         self._config = config
         self._compacted = "compact" in str(config.cleanup_policy)  # a compacted topic: its records need keys
-        self._plain_limits = None if config.message_timestamp_type == "LogAppendTime" else _PlainLimits(
+        # A topic compression.type other than producer (or uncompressed, the plain path's own) rebuilds batches
+        self._codec = target_codec(str(config.compression_type))
+        plain = config.message_timestamp_type != "LogAppendTime" and self._codec in (None, CompressionType.NONE)
+        self._plain_limits = None if not plain else _PlainLimits(
             config.max_message_bytes, config.segment_bytes, config.segment_ms, self._compacted,
             config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms,
         )
@@ -487,6 +493,13 @@ class Log:
         batches, has_producer_ids = self._analyze_and_validate(buffer, origin, assign_offsets)
         if not batches:
             return LogAppendInfo(-1, -1, -1, -1, -1, -1, self.log_start_offset, 0, 0)
+        if self._codec is not None and origin is AppendOrigin.CLIENT and assign_offsets:
+            # The topic's compression.type: batches in another codec are built again in it (Kafka's LogValidator),
+            # after the producer's bytes passed their checks, and checked again as built.
+            rebuilt = recompressed(batches, self._codec)
+            if rebuilt is not None:
+                buffer = rebuilt
+                batches, has_producer_ids = self._analyze_and_validate(buffer, origin, assign_offsets)
         with self._lock:
             if self._closed:
                 self._check_open()

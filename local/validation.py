@@ -67,6 +67,7 @@ from local.records.batch import (
     ControlRecordType,
     EndTransactionMarker,
     RecordBatch,
+    build_batch,
 )
 from local.records.compression import (
     MAX_DECOMPRESSED_BATCH_BYTES,
@@ -75,6 +76,7 @@ from local.records.compression import (
 )
 from local.records.legacy import LegacyRecordBatch
 from local.records.memory_records import MemoryRecords, corrupt_batch_error
+from local.records.record import SimpleRecord
 from local.records.varint import decode_varint
 
 # the same walk in C (local/records/_fastwalk.c), built where a compiler exists (and not from an older source); the
@@ -154,6 +156,33 @@ def analyze_and_validate(
         batches.append(batch)
         position += size
     return batches, has_producer_ids
+
+
+def target_codec(compression_type: str) -> CompressionType | None:
+    """The codec a topic's ``compression.type`` makes its appended batches take: None for ``producer`` (the
+    producer's own is kept)."""
+    if compression_type == "producer":
+        return None
+    return CompressionType.NONE if compression_type == "uncompressed" else CompressionType.from_name(compression_type)
+
+
+def recompressed(batches: list[RecordBatch], codec: CompressionType) -> bytearray | None:
+    """Kafka's LogValidator for a topic whose ``compression.type`` is a codec: each client batch in another codec
+    (or uncompressed) is built again in ``codec``, its records' timestamps, keys, values and headers as they were,
+    and its producer id, epoch, base sequence and transactional flag (an idempotent retry still matches). The
+    append's new bytes, or None when every batch is in ``codec`` already (the bytes are kept as sent)."""
+    if all(batch.compression_type is codec for batch in batches):
+        return None
+    out = bytearray()
+    for batch in batches:
+        if batch.compression_type is codec:
+            out += batch.buffer
+            continue
+        records = [SimpleRecord(r.timestamp, r.key, r.value, headers=r.headers) for r in batch.records()]
+        out += build_batch(records, codec, timestamp_type=batch.timestamp_type, producer_id=batch.producer_id,
+                           producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
+                           is_transactional=batch.is_transactional)
+    return out
 
 
 def reject_partial(view: memoryview, position: int, log_name: str) -> NoReturn:
