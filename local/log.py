@@ -17,7 +17,6 @@ import enum
 import itertools
 import logging
 import random
-import shutil
 import struct
 import threading
 import uuid
@@ -58,6 +57,7 @@ from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogState, Remote
 from local.scheduler import SYSTEM_TIME, MockScheduler, Scheduler, Time
 from local.segment import LogSegment
 from local.segments import LogSegments
+from local.topic_intents import delete_partition_dir
 from local.validation import (
     analyze_and_validate,
     plain_client_batch,
@@ -1357,7 +1357,7 @@ class Log:
         """Close and remove the whole partition directory."""
         with self._lock:
             self.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
+            delete_partition_dir(self.dir)  # (renamed <name>.<uuid>-delete first: never loaded half removed)
 
     def _check_open(self) -> None:
         if self._offline is not None:

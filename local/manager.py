@@ -37,7 +37,7 @@ import threading
 import time as _time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sized
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +58,7 @@ from local.errors import (
 )
 from local.log import Log
 from local.scheduler import SYSTEM_TIME, Scheduler, Time
+from local.topic_intents import remove_deleted_dirs, remove_intents, settle_intents, write_intents
 
 if TYPE_CHECKING:
     from local.cleaner.log_cleaner import LogCleaner
@@ -439,6 +440,8 @@ class LogManager:
 
     def _load_dir(self, data_dir: Path) -> None:
         started = _time.perf_counter()
+        settle_intents(data_dir)  # a topic's creation or deletion a crash interrupted: rolled back or finished
+        remove_deleted_dirs(data_dir)
         marker = CleanShutdownFile(data_dir / filenames.CLEAN_SHUTDOWN_FILENAME)
         clean = marker.exists()
         recovery_points = self._read_checkpoint(data_dir, filenames.RECOVERY_POINT_CHECKPOINT_FILENAME)
@@ -626,10 +629,12 @@ class LogManager:
         overrides: Mapping[str, Any] | None = None,
         topic_id: uuid.UUID | None = None,
     ) -> None:
-        """Create the new partitions ``partitions`` of ``topic`` (those that exist are left as they are), all or none:
-        refused first (:class:`TooManyPartitionsError`) when their files would not fit under the process's limit of
-        open files, and when a creation fails part way (a full disk) the partitions made by this call are deleted
-        again before the error is raised, so no half-made topic is left behind."""
+        """Create the new partitions ``partitions`` of ``topic`` (those that exist are left as they are), all or none,
+        as Kafka's controller creates a topic in one metadata batch: refused first (:class:`TooManyPartitionsError`)
+        when their files would not fit under the process's limit of open files; every partition dir is made before
+        any of them is seen (a reader never finds the topic with some of its partitions); a creation that fails part
+        way (a full disk) deletes the partitions it made before the error is raised; and one a crash interrupts is
+        rolled back at the next start (:mod:`local.topic_intents`)."""
         if isinstance(partitions, Sized):  # refused from the count before a huge range becomes a list
             have = sum(1 for t, _p in list(self._logs) if t == topic)
             refusal = open_files_refusal(len(partitions) - have)
@@ -639,19 +644,42 @@ class LogManager:
         refusal = open_files_refusal(len(new))
         if refusal is not None:
             raise TooManyPartitionsError(f"cannot create {len(new)} partition(s) of {topic}: {refusal}")
-        made: list[int] = []
-        try:
+        if len(new) <= 1 or self.read_only:
             for p in new:
                 self.get_or_create_log(topic, p, overrides, topic_id=topic_id)
-                made.append(p)
-        except BaseException:
-            for p in reversed(made):
+            return
+        with self._lock:
+            self._check_open()
+            for p in new:
+                failed = self.offline_partitions.get((topic, p))
+                if failed is not None:
+                    raise failed.error()  # (before any intent: an offline dir's partition is never rolled back)
+            if topic_id is None:  # new partitions of a topic join it: one topic id for all its partitions
+                topic_id = next((log.topic_id for (t, _), log in self._logs_by_partition().items()
+                                 if t == topic and log.topic_id is not None), None) or uuid.uuid4()
+            if overrides is not None:
+                self._topic_configs[topic] = dict(overrides)
+            intents = write_intents(self.live_dirs, "create", topic, topic_id, new)
+            made: list[tuple[int, Log, Path]] = []
+            try:
+                for p in new:
+                    log, data_dir = self._create_log(topic, p, overrides, topic_id, assigned=[d for *_, d in made])
+                    made.append((p, log, data_dir))
+                remove_intents(intents)  # the commit: from here on a crash leaves the whole topic
+            except BaseException:
+                for p, log, _ in reversed(made):
+                    try:
+                        log.delete()
+                    except Exception:  # (the dir may be offline now: the intent rolls it back at the next start)
+                        logger.warning("could not delete partition %s-%d after the failed creation", topic, p,
+                                       exc_info=True)
                 try:
-                    self.delete_log(topic, p)
-                except Exception:  # (the dir may be offline now: what is left is named by the error below)
-                    logger.warning("could not delete partition %s-%d after the failed creation", topic, p,
-                                   exc_info=True)
-            raise
+                    remove_intents(intents)
+                except OSError:
+                    logger.warning("could not remove the intent of the failed creation of %s", topic, exc_info=True)
+                raise
+            for p, log, data_dir in made:
+                self._register_new((topic, p), log, data_dir)
 
     def get_or_create_log(
         self,
@@ -694,51 +722,63 @@ class LogManager:
                     + "; ".join(f"{d}: {why}" for d, why in self.offline_dirs.items()),
                     topic=topic, partition=partition,
                 )
-            topic_config = self.config.topic_config(self._topic_configs.get(topic))
-            with self._offline_lock:
-                logs_in = Counter(self._log_dirs_of.values())
-                data_dir = min(self.live_dirs, key=lambda d: logs_in[d])
-                if topic_id is None:  # a new partition of a topic joins it: one topic id for all its partitions
-                    topic_id = next((other.topic_id for (t, _), other in self._logs.items()
-                                     if t == topic and other.topic_id is not None), None)
-            pdir = data_dir / filenames.partition_dir_name(topic, partition)
-            try:
-                if overrides is not None:
-                    self._persist_overrides(pdir, overrides)
-                log = Log.open(
-                    pdir,
-                    topic_config,
-                    scheduler=self.scheduler,
-                    time=self.time,
-                    topic_id=topic_id,
-                    remote_tier=self.remote_tier,
-                    use_large_index=self._use_large_index(),
-                    log_dir_failure_channel=self.log_dir_failure_channel,
-                )
-            except OSError as exc:
-                if isinstance(exc, LogDirOfflineError):
-                    raise
-                why = f"I/O error while creating {pdir}: {exc}"
-                self._mark_offline(data_dir, why, exc)
-                raise KafkaStorageIOError(
-                    f"{why}; data dir {data_dir} is now offline",
-                    path=exc.filename or str(pdir), log_dir=str(data_dir), errno=exc.errno,
-                    topic=topic, partition=partition,
-                ) from exc
-            with self._offline_lock:  # the dir may have failed meanwhile (another log's I/O error)
-                dir_failure = self.offline_dirs.get(data_dir)
-                if dir_failure is None:
-                    self._logs[key] = log
-                    self._log_dirs_of[key] = data_dir
-                    log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
-                    log.append_listener = self._appended
-                    log.truncation_listener = self._on_truncation
-                    return log
-                failed = OfflinePartition(topic, partition, data_dir, str(pdir), dir_failure, True)
-                self.offline_partitions[key] = failed
-                self._offline_logs[key] = log
-            log.mark_offline(dir_failure)
-            raise failed.error()
+            log, data_dir = self._create_log(topic, partition, overrides, topic_id)
+            return self._register_new(key, log, data_dir)
+
+    def _create_log(self, topic: str, partition: int, overrides: Mapping[str, Any] | None,
+                    topic_id: uuid.UUID | None, assigned: Sequence[Path] = ()) -> tuple[Log, Path]:
+        """A new log of ``topic-partition`` made in the live data dir with the fewest partitions (``assigned``: the
+        dirs of logs made for the same creation, not registered yet), not registered yet (under ``_lock``)."""
+        topic_config = self.config.topic_config(self._topic_configs.get(topic))
+        with self._offline_lock:
+            logs_in = Counter(self._log_dirs_of.values())
+            logs_in.update(assigned)
+            data_dir = min(self.live_dirs, key=lambda d: logs_in[d])
+            if topic_id is None:  # a new partition of a topic joins it: one topic id for all its partitions
+                topic_id = next((other.topic_id for (t, _), other in self._logs.items()
+                                 if t == topic and other.topic_id is not None), None)
+        pdir = data_dir / filenames.partition_dir_name(topic, partition)
+        try:
+            if overrides is not None:
+                self._persist_overrides(pdir, overrides)
+            log = Log.open(
+                pdir,
+                topic_config,
+                scheduler=self.scheduler,
+                time=self.time,
+                topic_id=topic_id,
+                remote_tier=self.remote_tier,
+                use_large_index=self._use_large_index(),
+                log_dir_failure_channel=self.log_dir_failure_channel,
+            )
+        except OSError as exc:
+            if isinstance(exc, LogDirOfflineError):
+                raise
+            why = f"I/O error while creating {pdir}: {exc}"
+            self._mark_offline(data_dir, why, exc)
+            raise KafkaStorageIOError(
+                f"{why}; data dir {data_dir} is now offline",
+                path=exc.filename or str(pdir), log_dir=str(data_dir), errno=exc.errno,
+                topic=topic, partition=partition,
+            ) from exc
+        return log, data_dir
+
+    def _register_new(self, key: tuple[str, int], log: Log, data_dir: Path) -> Log:
+        """A log :meth:`_create_log` made, seen from now on; offline (raised) when its dir failed meanwhile."""
+        with self._offline_lock:  # the dir may have failed meanwhile (another log's I/O error)
+            dir_failure = self.offline_dirs.get(data_dir)
+            if dir_failure is None:
+                self._logs[key] = log
+                self._log_dirs_of[key] = data_dir
+                log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
+                log.append_listener = self._appended
+                log.truncation_listener = self._on_truncation
+                return log
+            failed = OfflinePartition(key[0], key[1], data_dir, str(log.dir), dir_failure, True)
+            self.offline_partitions[key] = failed
+            self._offline_logs[key] = log
+        log.mark_offline(dir_failure)
+        raise failed.error()
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         if self.read_only:  # opened when first asked for; an offline partition raises, naming its file
@@ -774,6 +814,18 @@ class LogManager:
         data_dir = self._log_dirs_of.get((log.topic, log.partition))
         if self.cleaner is not None and data_dir is not None:
             self.cleaner.manager.maybe_truncate_checkpoint(data_dir, (log.topic, log.partition), offset)
+
+    def delete_partitions(self, topic: str, partitions: Sequence[int]) -> None:
+        """Delete these partitions of ``topic`` (a topic's deletion), all or none across a crash: an intent names
+        them first, and a start finishes a deletion it finds (:mod:`local.topic_intents`)."""
+        with self._lock:
+            logs = {p: self.get_log(topic, p) for p in partitions}
+            topic_id = next((log.topic_id for log in logs.values() if log is not None and log.topic_id), None)
+            intents = write_intents(self.live_dirs, "delete", topic, topic_id, list(partitions)) \
+                if len(partitions) > 1 else []
+            for p in partitions:
+                self.delete_log(topic, p)
+            remove_intents(intents)
 
     def delete_log(self, topic: str, partition: int) -> None:
         with self._lock:

@@ -279,21 +279,24 @@ def test_a_creation_that_fails_part_way_leaves_no_partition(tmp_path: Path, monk
     from local import LogConfig, LogManager
 
     manager = LogManager(LogConfig.from_properties({"log.dirs": str(tmp_path / "data")}), start_scheduler=False)
-    real = manager.get_or_create_log
+    real = manager._create_log
     calls = []
+    seen: list[object] = []
 
     def failing(topic: str, partition: int, *args: object, **kwargs: object) -> object:
         calls.append(partition)
+        seen.append(manager.get_log("t", 0))  # (no reader sees the topic with some of its partitions)
         if partition == 3:
             raise OSError(28, "No space left on device")
         return real(topic, partition, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(manager, "get_or_create_log", failing)
+    monkeypatch.setattr(manager, "_create_log", failing)
     try:
         with pytest.raises(OSError, match="No space left"):
             manager.create_partitions("t", range(6))
-        assert calls == [0, 1, 2, 3]
+        assert calls == [0, 1, 2, 3] and seen == [None] * 4
         assert manager.get_log("t", 0) is None and not list((tmp_path / "data").glob("t-*"))
+        assert not list((tmp_path / "data").glob("tiered-topic-intent-*"))
     finally:
         manager.close()
 

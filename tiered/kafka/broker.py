@@ -282,8 +282,7 @@ class KafkaBroker:
                 raise TopicError(ErrorCode.policy_violation,
                                  f"topic {topic} has data in remote storage ({', '.join(held)}): deleting it over the "
                                  "Kafka protocol would leave the remote segments behind, so it is refused")
-            for partition in partitions:
-                self.manager.delete_log(topic, partition)
+            self.manager.delete_partitions(topic, partitions)  # (all or none across a crash)
             logger.info("deleted topic %s", topic)
             if self.coordinator is not None:
                 self.coordinator.on_partitions_deleted(topic, partitions)
