@@ -14,7 +14,8 @@
   when they exceed ``segment.bytes``). Answers ``{"topic", "partition", "count", "batches", "first_offset",
   "last_offset"}``. A missing topic is created with one partition, 0 (with its stored config, as ``tiered produce``
   creates it); any other partition of a missing topic, or one an existing topic lacks, is 404 naming the command
-  that makes it.
+  that makes it. A partition another data dir owns (:mod:`tiered.ownership`) is ``409``, as a deposed Kafka leader
+  answers NOT_LEADER_OR_FOLLOWER, for reads as for writes.
 - ``GET /topics/<topic>/partitions/<p>/records?offset=&max_bytes=&isolation=``: read from ``offset`` (default:
   the log start offset), local and remote tiers alike, records of ``max_bytes`` at most (default 1 MiB; at least
   one record, as a Kafka fetch returns at least one batch; each record counts its key, value and headers and
@@ -181,6 +182,11 @@ class Endpoint:
         log = self.manager.get_log(topic, partition)
         if log is None:
             raise HttpError(HTTPStatus.NOT_FOUND, f"no partition {topic}-{partition}")
+        from tiered.composition import lost_ownership
+
+        lost = lost_ownership(self.manager, log)
+        if lost is not None:  # (its records past the handover are not the partition's: the owner serves them)
+            raise HttpError(HTTPStatus.CONFLICT, lost)
         isolation_name = _param(query, "isolation", "high_watermark")
         try:
             isolation = FetchIsolation[isolation_name.upper()]

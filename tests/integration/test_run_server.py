@@ -500,6 +500,11 @@ def test_a_copy_of_a_data_dir_run_beside_its_original_leaves_one_writer(tmp_path
             return status == 409 and b"lost ownership of its remote data" in body
 
         _poll("the other data dir refusing writes", refuses)
+        # Reads too: its records past the handover are not the partition's (a helper read them with 200).
+        status, body = _http("GET", deposed + "/topics/events/partitions/0/records?offset=8999")
+        assert status == 409 and b"lost ownership of its remote data" in body, body
+        status, body = _http("GET", owner + "/topics/events/partitions/0/records?offset=8999")
+        assert status == 200 and json.loads(body)["records"][1]["value"] == "from the owner", body
         assert run_a.stop() == 0 and run_c.stop() == 0
     finally:
         run_a.kill()

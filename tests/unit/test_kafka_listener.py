@@ -274,6 +274,18 @@ def test_a_fetch_answered_corrupt_message_is_logged_once_naming_the_partition(ka
     assert str(segment) in logged[0]
 
 
+def test_a_partition_another_data_dir_owns_answers_fetch_as_a_deposed_leader(kafka, monkeypatch):
+    """A data dir that lost the partition (tiered.ownership) refused produce with NOT_LEADER_OR_FOLLOWER but served
+    fetches of its own records, which past the handover are not the partition's (a helper's consumer read them)."""
+    with RawClient(kafka.address) as client:
+        _create(client, "t")
+        client.call(0, 9, produce_request(9, "t", 0, _batch(b"a")))
+        monkeypatch.setattr(kafka.broker, "lost_ownership", lambda log: "t-0: this data dir lost ownership")
+        response = client.call(1, 12, fetch_request(12, {"t": {0: 0}}))
+    (partition,) = response.responses[0].partitions
+    assert partition.error_code == ErrorCode.not_leader_or_follower and not partition.records
+
+
 def test_fetch_respects_max_bytes_but_returns_one_whole_batch(kafka):
     big = _batch(b"x" * 5000)
     with RawClient(kafka.address) as client:

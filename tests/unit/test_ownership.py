@@ -132,6 +132,13 @@ def test_a_data_dir_that_lost_the_partition_copies_nothing_and_b_reads_only_its_
     assert [r["offset"] for r in records] == list(range(highest - 5, b_end))
     assert all(str(r["value"]).startswith(f"A-{r['offset']}x") for r in records[:6])
     assert all(str(r["value"]).startswith(f"B-{r['offset']}x") for r in records[6:])
+    # consume on A reads its own records, saying they are not the partition's past the handover (a helper's read
+    # of them said nothing).
+    rc, records, err = consume(capsys, a, "--offset", str(b_first), "--max-messages", "1")
+    assert rc == 0 and str(records[0]["value"]).startswith("A-"), err
+    assert "warning:" in err and "lost ownership" in err and "not the partition's" in err, err
+    rc, _, err = consume(capsys, b, "--offset", str(b_first), "--max-messages", "1")
+    assert rc == 0 and "warning" not in err, err
     # verify: B's view is clean; A is told it is not the owner (exit 1).
     rc, out, err = cli(capsys, "--config", str(b), "verify", "--remote")
     assert rc == 0, out + err

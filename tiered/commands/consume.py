@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _consume(args: argparse.Namespace, config: Any) -> int:
     from local.fetch import FetchIsolation
-    from tiered.composition import open_log_manager
+    from tiered.composition import lost_ownership, open_log_manager
 
     isolation = FetchIsolation[args.isolation.upper()]
     printed = 0
@@ -113,6 +113,10 @@ def _consume(args: argparse.Namespace, config: Any) -> int:
         if log is None:
             print(f"tiered consume: no partition {args.topic}-{args.partition} in {', '.join(str(d) for d in config.log_dirs)}", file=sys.stderr)
             return 1
+        lost = lost_ownership(manager, log, ask=True)
+        if lost is not None:  # (read on: what this data dir holds may be what an operator recovers from)
+            print(f"tiered consume: warning: {lost}; the records read here past the handover are this data dir's "
+                  "own, not the partition's (read them from the owner's data dir)", file=sys.stderr)
         if args.timestamp is not None:
             found = log.offset_for_timestamp(args.timestamp)
             if found is not None and found.offset < 0:  # -5 (latest tiered) with nothing in the remote tier
