@@ -283,8 +283,7 @@ class RSMConformance(CopyFaultConformance):
     ) -> None:
         """249 characters (Kafka's limit): ``<topic>-<topicId>`` is 272, more than a file name can hold. Keys stay the
         layout's; a directory backend stores the long component shortened (tiered.backends.long_names)."""
-        from tiered.commands._remote import topic_ids_in_store
-        from tiered.layout import metadata_prefix, partition_prefix
+        from tiered.layout import metadata_prefix, partition_prefix, topic_ids_in_store
 
         data, log = segment
         topic = ("a.B-c_9" * 36)[:249]

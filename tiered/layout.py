@@ -8,9 +8,13 @@ partition's metadata events live beside its segments under ``__remote_log_metada
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 from local.checkpoint import kafka_uuid_from_str, kafka_uuid_to_str
 from tiered.rsm import IndexType, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+if TYPE_CHECKING:
+    from tiered.store import ObjectStore
 
 LOG_SUFFIX = ".log"
 METADATA_DIR = "__remote_log_metadata"
@@ -90,3 +94,24 @@ def owner_epoch_of_key(key: str) -> int | None:
         return None
     digits = name[len(OWNER_RECORD_PREFIX):-len(".json")]
     return int(digits) if len(digits) == 10 and digits.isdigit() else None
+
+
+def topic_ids_in_store(store: ObjectStore, prefix: str, topic: str) -> dict[uuid.UUID, set[int]]:
+    """Every topic id the store holds remote metadata of for ``topic``, with the partitions of each: keys
+    ``<prefix>/<topic>-<22-char id>/<partition>/__remote_log_metadata/...`` (a topic named ``<topic>-x`` is not
+    mistaken for it: the id must be the whole rest of the name)."""
+    head = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+    found: dict[uuid.UUID, set[int]] = {}
+    for key in store.list(f"{head}{topic}-"):
+        parts = key[len(head):].split("/")
+        if len(parts) < 4 or parts[2] != METADATA_DIR:
+            continue
+        id_text = parts[0][len(topic) + 1:]
+        if len(id_text) != 22 or not parts[1].isdigit():
+            continue
+        try:
+            topic_id = parse_kafka_uuid(id_text)
+        except ValueError:
+            continue
+        found.setdefault(topic_id, set()).add(int(parts[1]))
+    return found

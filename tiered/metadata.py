@@ -351,6 +351,13 @@ class RemoteLogMetadataStore:
         object is read once). A record that cannot be read is skipped with a warning (``tiered verify`` reports it)."""
         return self._read_owner_records(tip, self.store.list_keys(layout.owner_records_prefix(self.prefix, tip)))
 
+    def other_topic_ids(self, tip: TopicIdPartition) -> dict[uuid.UUID, set[int]]:
+        """Other topics of ``tip``'s name the store holds remote data of (topic id -> partitions): another data
+        dir's topic of the same name. One LIST of the keys under ``<topic>-``."""
+        found = layout.topic_ids_in_store(self.store, self.prefix, tip.topic)
+        found.pop(tip.topic_id, None)
+        return found
+
     def damaged_owner_records(self, tip: TopicIdPartition) -> dict[int, str]:
         """The partition's owner records that could not be read at their last listing: owner epoch (as the key
         names it) -> key."""

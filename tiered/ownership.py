@@ -396,6 +396,7 @@ class OwnershipGuard:
         with claim_lock:  # the copy and expiration tasks: the one that finds the other's claim must know it as ours
             found = self._assess(log, tip, self._store.owner_records(tip))
             if found is None:
+                self._warn_of_namesakes(log, tip)
                 found = self._claim(log, tip)
             else:
                 self._confirm_pending(log, found)
@@ -415,6 +416,27 @@ class OwnershipGuard:
         if found is not None:
             self._set(tip, found)
         return found
+
+    def _warn_of_namesakes(self, log: Log, tip: TopicIdPartition) -> None:
+        """Before a partition's first claim: a WARNING when the store holds another topic of the same name (a data
+        dir that produced to a topic another machine created and tiers, instead of attaching it, made a topic of
+        its own: its records go beside the other's, not after them). A store error here is only logged."""
+        others = getattr(self._store, "other_topic_ids", None)
+        if others is None:
+            return
+        try:
+            found = others(tip)
+        except Exception as exc:
+            logger.debug("%s: cannot list the store's other topics of its name: %s", log.name, exc)
+            return
+        if found:
+            from tiered.layout import kafka_uuid
+
+            ids = ", ".join(f"{kafka_uuid(t)} (partitions {', '.join(map(str, sorted(p)))})" for t, p in found.items())
+            logger.warning("%s: %s also holds remote data of another topic named %s, topic id %s: this data dir's %s "
+                           "(topic id %s) is a different topic, tiered beside it. To read or extend that one here, "
+                           "delete this topic's partitions here and run tiered attach -t %s", log.name,
+                           self._store_name, tip.topic, ids, tip.topic, kafka_uuid(tip.topic_id), tip.topic)
 
     def trusts_remote_copies(self, log: Log, tip: TopicIdPartition) -> bool:
         """Whether local retention may rely on the partition's remote segments as copies of its local ones: False

@@ -294,6 +294,37 @@ def bucket_of(config: Path) -> str:
     return str(read_properties(config)["rsm.config.dir"])
 
 
+def test_a_data_dir_tiering_its_own_topic_of_a_name_the_bucket_holds_is_warned(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """B produced to ev (A's topic in the bucket) without attaching it: B made a topic of its own, whose copies went
+    beside A's under a second topic id, and nothing said so (a helper found out only at a later attach)."""
+    a, b, bucket = two_dirs
+    rc, _, err = cli(capsys, "--config", str(b), "topics", "create", "-t", TOPIC, "--topic-config",
+                     "remote.storage.enable=true")
+    assert rc == 0, err
+    produce(b, "B", 40)
+    with caplog.at_level(logging.WARNING, logger="tiered"):
+        rc, out, err = cli(capsys, "--config", str(b), "offload")
+    assert rc == 0, out + err
+    warned = [r.getMessage() for r in caplog.records if "another topic named ev" in r.getMessage()]
+    assert len(warned) == 1 and "tiered attach -t ev" in warned[0], caplog.text
+    from local.checkpoint import PartitionMetadataFile
+
+    a_id = PartitionMetadataFile(bucket.parent / "a" / "data" / f"{TOPIC}-0" / "partition.metadata").read()
+    assert _kafka_uuid(a_id) in warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="tiered"):  # (said at the first claim only)
+        assert cli(capsys, "--config", str(a), "offload")[0] == 0
+    assert "another topic named" not in caplog.text
+
+
+def _kafka_uuid(topic_id: uuid.UUID) -> str:
+    from tiered.layout import kafka_uuid
+
+    return kafka_uuid(topic_id)
+
+
 def test_the_former_owner_says_it_lost_the_partition_once_and_metrics_show_it(
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

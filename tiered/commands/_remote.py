@@ -9,7 +9,6 @@ endpoint, a missing bucket or rejected credentials fail in seconds with one line
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +19,6 @@ if TYPE_CHECKING:
     from local.config import LogConfig
     from tiered.metadata import RemoteLogMetadataStore
     from tiered.rsm import RemoteStorageManager
-    from tiered.store import ObjectStore
 
 REMOTE_TIER_HINT = (
     "set remote.log.storage.system.enable=true and remote.log.storage.manager.class.name (with its rsm.config.* "
@@ -94,26 +92,3 @@ def _refuse_a_missing_local_dir(config: LogConfig) -> None:
     is_local = config.remote_log_storage_manager_class_name in ("local", BY_NAME["local"].class_path)
     if is_local and directory and not Path(directory).is_dir():
         raise RemoteStorageError(f"the remote tier's directory {directory} (rsm.config.dir) does not exist")
-
-
-def topic_ids_in_store(store: ObjectStore, prefix: str, topic: str) -> dict[uuid.UUID, set[int]]:
-    """Every topic id the store holds remote metadata of for ``topic``, with the partitions of each: keys
-    ``<prefix>/<topic>-<22-char id>/<partition>/__remote_log_metadata/...`` (a topic named ``<topic>-x`` is not
-    mistaken for it: the id must be the whole rest of the name)."""
-    from tiered import layout
-
-    head = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
-    found: dict[uuid.UUID, set[int]] = {}
-    for key in store.list(f"{head}{topic}-"):
-        parts = key[len(head):].split("/")
-        if len(parts) < 4 or parts[2] != layout.METADATA_DIR:
-            continue
-        id_text = parts[0][len(topic) + 1:]
-        if len(id_text) != 22 or not parts[1].isdigit():
-            continue
-        try:
-            topic_id = layout.parse_kafka_uuid(id_text)
-        except ValueError:
-            continue
-        found.setdefault(topic_id, set()).add(int(parts[1]))
-    return found

@@ -149,7 +149,7 @@ def _claim(config: Any, store: Any, tip: Any, r: RemotePartition) -> Any:
 
 def _pick_topic_id(store: Any, topic: str, topic_id_text: str | None) -> uuid.UUID:
     from tiered import layout
-    from tiered.commands._remote import topic_ids_in_store
+    from tiered.layout import topic_ids_in_store
 
     found = topic_ids_in_store(store.store, store.prefix, topic)
     where = repr(store.store)
@@ -180,7 +180,7 @@ def _ids(found: dict[uuid.UUID, set[int]]) -> str:
 
 
 def _partitions(store: Any, topic: str, topic_id: uuid.UUID) -> set[int]:
-    from tiered.commands._remote import topic_ids_in_store
+    from tiered.layout import topic_ids_in_store
 
     return topic_ids_in_store(store.store, store.prefix, topic)[topic_id]
 
