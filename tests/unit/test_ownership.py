@@ -151,6 +151,7 @@ def test_a_data_dir_that_lost_the_partition_copies_nothing_and_b_reads_only_its_
     assert rc == 1 and "lost ownership" in err
     [part] = json.loads(out)["data_dirs"][0]["partitions"]
     assert part["remote"]["ownership"]["state"] == "lost" and part["remote"]["ownership"]["owner_epoch"] == 1
+    assert part["remote"]["copy_lag_segments"] is None  # (never copied from here: no lag that never shrinks)
     rc, out, err = cli(capsys, "--config", str(b), "status", "--json")
     assert rc == 0, err
     [part] = json.loads(out)["data_dirs"][0]["partitions"]

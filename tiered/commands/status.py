@@ -327,6 +327,9 @@ def remote_status(partition_dir: Path, status: dict[str, Any], store: Any) -> di
     remote["copy_lag_segments"] = len(lag) if tiered else None
     remote["copy_lag_bytes"] = sum(size for _, size in lag) if tiered else None
     remote["ownership"] = _ownership(partition_dir, status, store, tip)
+    if remote["ownership"]["state"] in ("lost", "wrong_store"):
+        # (nothing is copied from here any more: a lag that never shrinks would say otherwise)
+        remote["copy_lag_segments"] = remote["copy_lag_bytes"] = None
     unreadable = store.unreadable_events(tip) if hasattr(store, "unreadable_events") else {}
     remote["unreadable_metadata"] = sorted(unreadable)  # (their segments are not counted above: not seen)
     out: dict[str, Any] = {"remote": remote}
@@ -480,6 +483,8 @@ def _lag(remote: dict[str, Any] | None) -> str:
         return "-"
     if not remote.get("tiered"):
         return "not tiered"
+    if remote.get("copy_lag_segments") is None:
+        return "-"  # (not copied from here: another data dir owns its remote data)
     return f"{remote['copy_lag_segments']} seg, {_bytes(remote['copy_lag_bytes'])}"
 
 
