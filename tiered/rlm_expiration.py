@@ -73,6 +73,13 @@ class RLMExpirationTask:
                 # segment below it is deleted, so a reader that finds a segment gone sees it out of range.
                 log.maybe_increment_log_start_offset(doomed[-1][0].end_offset + 1, LogStartOffsetIncrementReason.SEGMENT_DELETION)
                 log.ensure_log_start_offset_checkpointed()  # a previous pass's checkpoint may have failed
+            if foreign:
+                # Records the owner never had (an unclean leader election's, in Kafka's terms): said once per pass,
+                # with where else they may be, not only as deletions among retention's.
+                logger.warning("%s: deleting %d remote segment(s) outside its lineage (offsets %d-%d): copies a "
+                               "former owner made after it lost the partition; their records are not in this data "
+                               "dir's log (the former owner's local log may still hold them)", log.name, len(foreign),
+                               min(m.start_offset for m in foreign), max(m.end_offset for m in foreign))
             deleted = 0
             for md, reason in [*((m, _OUTSIDE_LINEAGE) for m in foreign), *doomed]:
                 if not self._owned(log):

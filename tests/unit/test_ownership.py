@@ -159,7 +159,8 @@ def test_a_data_dir_that_lost_the_partition_copies_nothing_and_b_reads_only_its_
 
 
 def test_a_late_copy_of_the_former_owner_is_never_read_verify_reports_it_and_the_owner_deletes_it(
-    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The window fencing leaves: A checked its ownership just before B's claim and copies one more segment. That
     segment holds offsets B writes too, in A's epoch: outside B's lineage. (A copies in this process: the copier
@@ -192,9 +193,11 @@ def test_a_late_copy_of_the_former_owner_is_never_read_verify_reports_it_and_the
         assert [r["offset"] for r in records] == list(range(b_first, b_end))
         assert all(str(r["value"]).startswith("B-") for r in records)
         if i == 0:
-            rc, out, err = cli(capsys, "--config", str(b), "offload")  # deletes A's late copies, copies B's
+            with caplog.at_level(logging.WARNING, logger="tiered"):
+                rc, out, err = cli(capsys, "--config", str(b), "offload")  # deletes A's late copies, copies B's
             assert rc == 0, err
             assert f"deleted {len(late)} remote segment(s)" in out
+            assert f"deleting {len(late)} remote segment(s) outside its lineage" in caplog.text  # (not as retention's)
             assert not any((bucket / key).exists() for key in late)
     rc, out, err = cli(capsys, "--config", str(b), "verify", "--remote")
     assert rc == 0, out + err
