@@ -412,6 +412,10 @@ class LogManager:
     # Loading
 
     def _load_logs(self) -> None:
+        try:  # a topic's creation or deletion a crash interrupted: rolled back or finished in every data dir at once
+            settle_intents(list(self.live_dirs))
+        except OSError as exc:
+            logger.warning("cannot settle the topic intents a crash left (%s): the partitions load as they are", exc)
         for data_dir in list(self.live_dirs):
             try:
                 self._load_dir(data_dir)
@@ -440,8 +444,7 @@ class LogManager:
 
     def _load_dir(self, data_dir: Path) -> None:
         started = _time.perf_counter()
-        settle_intents(data_dir)  # a topic's creation or deletion a crash interrupted: rolled back or finished
-        remove_deleted_dirs(data_dir)
+        remove_deleted_dirs(data_dir)  # (a partition dir whose removal a crash cut: never loaded as a log)
         marker = CleanShutdownFile(data_dir / filenames.CLEAN_SHUTDOWN_FILENAME)
         clean = marker.exists()
         recovery_points = self._read_checkpoint(data_dir, filenames.RECOVERY_POINT_CHECKPOINT_FILENAME)
@@ -632,24 +635,25 @@ class LogManager:
         """Create the new partitions ``partitions`` of ``topic`` (those that exist are left as they are), all or none,
         as Kafka's controller creates a topic in one metadata batch: refused first (:class:`TooManyPartitionsError`)
         when their files would not fit under the process's limit of open files; every partition dir is made before
-        any of them is seen (a reader never finds the topic with some of its partitions); a creation that fails part
-        way (a full disk) deletes the partitions it made before the error is raised; and one a crash interrupts is
-        rolled back at the next start (:mod:`local.topic_intents`)."""
+        any of them is seen, and all are seen at once (a reader never finds the topic with some of its partitions);
+        a creation that fails part way (a full disk) deletes the partitions it made before the error is raised; and
+        one a crash interrupts is rolled back at the next start (:mod:`local.topic_intents`)."""
         if isinstance(partitions, Sized):  # refused from the count before a huge range becomes a list
             have = sum(1 for t, _p in list(self._logs) if t == topic)
             refusal = open_files_refusal(len(partitions) - have)
             if refusal is not None:
                 raise TooManyPartitionsError(f"cannot create {len(partitions) - have} partition(s) of {topic}: {refusal}")
-        new = [p for p in partitions if self.get_log(topic, p) is None]
-        refusal = open_files_refusal(len(new))
-        if refusal is not None:
-            raise TooManyPartitionsError(f"cannot create {len(new)} partition(s) of {topic}: {refusal}")
-        if len(new) <= 1 or self.read_only:
-            for p in new:
-                self.get_or_create_log(topic, p, overrides, topic_id=topic_id)
-            return
-        with self._lock:
+        wanted = list(partitions)
+        with self._lock:  # (what is new, decided where a concurrent get_or_create_log cannot make one meanwhile)
             self._check_open()
+            new = [p for p in wanted if self.get_log(topic, p) is None]
+            refusal = open_files_refusal(len(new))
+            if refusal is not None:
+                raise TooManyPartitionsError(f"cannot create {len(new)} partition(s) of {topic}: {refusal}")
+            if len(new) <= 1 or self.read_only:
+                for p in new:
+                    self.get_or_create_log(topic, p, overrides, topic_id=topic_id)
+                return
             for p in new:
                 failed = self.offline_partitions.get((topic, p))
                 if failed is not None:
@@ -659,7 +663,7 @@ class LogManager:
                                  if t == topic and log.topic_id is not None), None) or uuid.uuid4()
             if overrides is not None:
                 self._topic_configs[topic] = dict(overrides)
-            intents = write_intents(self.live_dirs, "create", topic, topic_id, new)
+            intents = write_intents(list(self.live_dirs), "create", topic, topic_id, new)
             made: list[tuple[int, Log, Path]] = []
             try:
                 for p in new:
@@ -667,19 +671,21 @@ class LogManager:
                     made.append((p, log, data_dir))
                 remove_intents(intents)  # the commit: from here on a crash leaves the whole topic
             except BaseException:
+                undone = True
                 for p, log, _ in reversed(made):
                     try:
                         log.delete()
-                    except Exception:  # (the dir may be offline now: the intent rolls it back at the next start)
+                    except Exception:  # (the dir may be offline now: its intent rolls it back at the next start)
+                        undone = False
                         logger.warning("could not delete partition %s-%d after the failed creation", topic, p,
                                        exc_info=True)
-                try:
-                    remove_intents(intents)
-                except OSError:
-                    logger.warning("could not remove the intent of the failed creation of %s", topic, exc_info=True)
+                if undone:
+                    try:
+                        remove_intents(intents)
+                    except OSError:  # (left: the next start rolls back what is not there any more)
+                        logger.warning("could not remove the intent of the failed creation of %s", topic)
                 raise
-            for p, log, data_dir in made:
-                self._register_new((topic, p), log, data_dir)
+            self._register_new(topic, [(p, log, data_dir) for p, log, data_dir in made])
 
     def get_or_create_log(
         self,
@@ -723,7 +729,8 @@ class LogManager:
                     topic=topic, partition=partition,
                 )
             log, data_dir = self._create_log(topic, partition, overrides, topic_id)
-            return self._register_new(key, log, data_dir)
+            self._register_new(topic, [(partition, log, data_dir)])
+            return log
 
     def _create_log(self, topic: str, partition: int, overrides: Mapping[str, Any] | None,
                     topic_id: uuid.UUID | None, assigned: Sequence[Path] = ()) -> tuple[Log, Path]:
@@ -763,22 +770,29 @@ class LogManager:
             ) from exc
         return log, data_dir
 
-    def _register_new(self, key: tuple[str, int], log: Log, data_dir: Path) -> Log:
-        """A log :meth:`_create_log` made, seen from now on; offline (raised) when its dir failed meanwhile."""
-        with self._offline_lock:  # the dir may have failed meanwhile (another log's I/O error)
-            dir_failure = self.offline_dirs.get(data_dir)
-            if dir_failure is None:
-                self._logs[key] = log
-                self._log_dirs_of[key] = data_dir
-                log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
-                log.append_listener = self._appended
-                log.truncation_listener = self._on_truncation
-                return log
-            failed = OfflinePartition(key[0], key[1], data_dir, str(log.dir), dir_failure, True)
-            self.offline_partitions[key] = failed
-            self._offline_logs[key] = log
-        log.mark_offline(dir_failure)
-        raise failed.error()
+    def _register_new(self, topic: str, made: Sequence[tuple[int, Log, Path]]) -> None:
+        """Logs :meth:`_create_log` made, seen from now on, all at once; those whose dir failed meanwhile are offline
+        partitions (the first one's error is raised once every one is recorded)."""
+        failed: list[tuple[Log, str, OfflinePartition]] = []
+        with self._offline_lock:  # the dirs may have failed meanwhile (another log's I/O error)
+            for partition, log, data_dir in made:
+                key = (topic, partition)
+                dir_failure = self.offline_dirs.get(data_dir)
+                if dir_failure is None:
+                    self._logs[key] = log
+                    self._log_dirs_of[key] = data_dir
+                    log.log_start_offset_checkpointer = self.checkpoint_log_start_offset_of
+                    log.append_listener = self._appended
+                    log.truncation_listener = self._on_truncation
+                    continue
+                offline = OfflinePartition(topic, partition, data_dir, str(log.dir), dir_failure, True)
+                self.offline_partitions[key] = offline
+                self._offline_logs[key] = log
+                failed.append((log, dir_failure, offline))
+        for log, dir_failure, _ in failed:
+            log.mark_offline(dir_failure)
+        if failed:
+            raise failed[0][2].error()
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         if self.read_only:  # opened when first asked for; an offline partition raises, naming its file

@@ -2,11 +2,15 @@
 partitions, or its removal, as one atomic metadata batch).
 
 A creation or deletion of several partitions first writes an intent, ``tiered-topic-intent-<uuid>.json``, into
-every live data dir (the operation, the topic, its topic id and the partitions), fsynced; it is removed once every
-partition dir is made (or gone), and that removal is the commit. A process killed in between finds the intent at
-its next start (:func:`settle_intents`, before the partitions are loaded): an unfinished creation is rolled back
-(the partition dirs it made, those of the intent's topic id, are deleted: the topic does not exist, and a retried
-CreateTopics makes it whole), an unfinished deletion is finished. Partition dirs are deleted as Kafka deletes them:
+every live data dir (the operation, the topic, its topic id, the partitions and the dirs it was written to, the
+first of them its primary), fsynced, the primary's first; once every partition dir is made (or gone) the intents
+are removed, the primary's first: that removal is the commit. A process killed in between finds the intent at its
+next start (:func:`settle_intents`, for all the data dirs together, before any partition is loaded): a creation
+whose primary intent is still there is rolled back in every data dir (the partition dirs it made, those of the
+intent's topic id, are deleted: the topic does not exist, and a retried CreateTopics makes it whole), one whose
+primary intent is gone had committed (its other intents are removed); a deletion is finished in every data dir.
+An intent whose primary dir is not among the live dirs is left as it is, with a warning. Partition dirs are
+deleted as Kafka deletes them:
 renamed ``<topic>-<partition>.<uuid>-delete`` first (one atomic rename), then removed; a start removes the ones a
 crash left (:func:`remove_deleted_dirs`), so a half-removed partition dir is never loaded as a log.
 """
@@ -18,7 +22,7 @@ import logging
 import re
 import shutil
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from local import filenames
@@ -30,11 +34,12 @@ INTENT_PREFIX = "tiered-topic-intent-"
 _DELETED_DIR = re.compile(r"^.+-[0-9]+\.[0-9a-f]{32}-delete$")
 
 
-def write_intents(data_dirs: Iterable[Path], op: str, topic: str, topic_id: uuid.UUID | None,
+def write_intents(data_dirs: Sequence[Path], op: str, topic: str, topic_id: uuid.UUID | None,
                   partitions: Sequence[int]) -> list[Path]:
-    """The intent of ``op`` ("create" or "delete") in each of ``data_dirs``, durable; their paths."""
+    """The intent of ``op`` ("create" or "delete") in each of ``data_dirs``, durable, the first (the primary)
+    first; their paths, the primary's first."""
     body = json.dumps({"version": 0, "op": op, "topic": topic, "topic_id": str(topic_id) if topic_id else None,
-                       "partitions": sorted(partitions)}).encode()
+                       "partitions": sorted(partitions), "dirs": [str(d) for d in data_dirs]}).encode()
     name = f"{INTENT_PREFIX}{uuid.uuid4().hex}.json"
     paths = []
     for data_dir in data_dirs:
@@ -44,8 +49,8 @@ def write_intents(data_dirs: Iterable[Path], op: str, topic: str, topic_id: uuid
     return paths
 
 
-def remove_intents(paths: Iterable[Path]) -> None:
-    """The commit: each intent removed, the removal durable."""
+def remove_intents(paths: Sequence[Path]) -> None:
+    """The commit: each intent removed, the primary's first (:func:`write_intents`' order), each removal durable."""
     for path in paths:
         path.unlink(missing_ok=True)
         fsync_dir(path.parent)
@@ -73,35 +78,53 @@ def remove_deleted_dirs(data_dir: Path) -> None:
             shutil.rmtree(child, ignore_errors=True)
 
 
-def settle_intents(data_dir: Path) -> None:
-    """Roll back the creations and finish the deletions a crash interrupted in ``data_dir`` (see the module
-    docstring). An intent that cannot be read is left where it is, with a warning, and nothing is deleted for it."""
-    for path in sorted(data_dir.glob(f"{INTENT_PREFIX}*.json")):
+def settle_intents(data_dirs: Sequence[Path]) -> None:
+    """Roll back the creations and finish the deletions a crash interrupted, in all of ``data_dirs`` (the live
+    ones) together (see the module docstring). An intent that cannot be read is left where it is, with a warning,
+    and nothing is deleted for it."""
+    found: dict[str, list[Path]] = {}
+    for data_dir in data_dirs:
+        for path in sorted(data_dir.glob(f"{INTENT_PREFIX}*.json")):
+            found.setdefault(path.name, []).append(path)
+    live = {str(d) for d in data_dirs}
+    for name, copies in sorted(found.items()):
         try:
-            intent = json.loads(path.read_bytes())
+            intent = json.loads(copies[0].read_bytes())
             op, topic, partitions = intent["op"], str(intent["topic"]), [int(p) for p in intent["partitions"]]
             topic_id = uuid.UUID(intent["topic_id"]) if intent.get("topic_id") else None
+            written_to = [str(d) for d in intent.get("dirs") or [copies[0].parent]]
             if op not in ("create", "delete"):
                 raise ValueError(f"unknown operation {op!r}")
         except (OSError, ValueError, KeyError, TypeError) as exc:
             logger.warning("ignoring %s, which cannot be read (%s): delete it once the topic it names is as it "
-                           "should be", path, exc)
+                           "should be", copies[0], exc)
             continue
-        removed = []
-        for partition in partitions:
-            pdir = data_dir / filenames.partition_dir_name(topic, partition)
-            if pdir.is_dir() and _of_topic(pdir, topic_id):
-                delete_partition_dir(pdir)
-                removed.append(partition)
-        if op == "create":
+        primary = Path(written_to[0])
+        if op == "create" and str(primary) not in live:
+            logger.warning("%s: the creation of topic %s it names cannot be settled while its data dir %s is "
+                           "offline: left as it is", copies[0], topic, primary)
+            continue
+        committed = op == "create" and not (primary / name).exists()
+        removed = 0
+        if not committed:  # (a creation rolled back, or a deletion finished: in every live dir)
+            for data_dir in data_dirs:
+                for partition in partitions:
+                    pdir = data_dir / filenames.partition_dir_name(topic, partition)
+                    if pdir.is_dir() and _of_topic(pdir, topic_id):
+                        delete_partition_dir(pdir)
+                        removed += 1
+        if committed:
+            logger.info("the creation of topic %s had committed when a crash came: its last intents are removed",
+                        topic)
+        elif op == "create":
             logger.warning("the creation of topic %s (%d partition(s)) was interrupted by a crash: it is rolled back "
-                           "(%d partition dir(s) removed from %s); create the topic again", topic, len(partitions),
-                           len(removed), data_dir)
+                           "(%d partition dir(s) removed); create the topic again", topic, len(partitions), removed)
         else:
             logger.warning("the deletion of topic %s was interrupted by a crash: it is finished (%d partition dir(s) "
-                           "removed from %s)", topic, len(removed), data_dir)
-        path.unlink(missing_ok=True)
-        fsync_dir(data_dir)
+                           "removed)", topic, removed)
+        for path in copies:
+            path.unlink(missing_ok=True)
+            fsync_dir(path.parent)
 
 
 def _of_topic(pdir: Path, topic_id: uuid.UUID | None) -> bool:

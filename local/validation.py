@@ -171,12 +171,12 @@ def recompressed(batches: list[RecordBatch], codec: CompressionType) -> bytearra
     (or uncompressed) is built again in ``codec``, its records' timestamps, keys, values and headers as they were,
     and its producer id, epoch, base sequence and transactional flag (an idempotent retry still matches). The
     append's new bytes, or None when every batch is in ``codec`` already (the bytes are kept as sent)."""
-    if all(batch.compression_type is codec for batch in batches):
+    if all(batch.compression_type is codec or batch.attributes & CONTROL_FLAG_MASK for batch in batches):
         return None
     out = bytearray()
     for batch in batches:
-        if batch.compression_type is codec:
-            out += batch.buffer
+        if batch.compression_type is codec or batch.attributes & CONTROL_FLAG_MASK:
+            out += batch.buffer  # (a control batch, a transaction marker, is never rebuilt: Kafka's neither)
             continue
         records = [SimpleRecord(r.timestamp, r.key, r.value, headers=r.headers) for r in batch.records()]
         out += build_batch(records, codec, timestamp_type=batch.timestamp_type, producer_id=batch.producer_id,

@@ -414,11 +414,11 @@ def lost_ownership(manager: LogManager, log: Log, *, ask: bool = False) -> str |
         try:
             found = rlm.ownership.check(log, tip)
         except Exception as exc:  # (a store that does not answer: writes go on, as a Kafka leader's do)
-            logger.warning("%s: cannot list the owner records of its remote data (%s): written without that check",
+            logger.warning("%s: cannot list the owner records of its remote data (%s): who owns it is not checked",
                            log.name, exc)
             return None
     else:
-        found = rlm.ownership.states().get(tip)
+        found = rlm.ownership.state_of(tip)
     return found.detail if found is not None and found.state == LOST else None
 
 

@@ -58,7 +58,7 @@ from typing import IO, Any, BinaryIO
 
 from local.scratch import ScratchDir
 from tiered.checksums import SegmentChecksums, compute_segment_checksums
-from tiered.errors import RemoteStorageError
+from tiered.errors import NotPartitionOwnerError, RemoteStorageError
 from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteLogSegmentState
 from tiered.store import ObjectStore, read_all
 
@@ -394,10 +394,13 @@ def _copy_batch(rsm: Any, prefix: str, jobs: list[Any], stop_file: str | None = 
             else:
                 if _orphaned():  # (the parent was killed: what it does not know of, it does not count)
                     raise RemoteStorageError("the process that asked for the copy is gone", retriable=True)
-                stage = "owner"
+                stage = "finished"  # (a store error in the check fails the copy as its FINISHED put's would)
                 if job.owner_epoch >= 0:
-                    check_owner_epoch(rsm.object_store, prefix, md, job.owner_epoch)
-                stage = "finished"
+                    try:
+                        check_owner_epoch(rsm.object_store, prefix, md, job.owner_epoch)
+                    except NotPartitionOwnerError:
+                        stage = "owner"
+                        raise
                 finished = md.create_with_updates(RemoteLogSegmentMetadataUpdate(
                     md.remote_log_segment_id, job.finished_at_ms, custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
                     md.broker_id))

@@ -387,6 +387,11 @@ class OwnershipGuard:
         with self._lock:
             return dict(self._states)
 
+    def state_of(self, tip: TopicIdPartition) -> Ownership | None:
+        """``tip``'s entry of :meth:`states` (for each fetched or produced partition: no copy of the whole map)."""
+        with self._lock:
+            return self._states.get(tip)
+
     def ensure_owner(self, log: Log, tip: TopicIdPartition) -> Ownership:
         """Raise unless this data dir owns ``tip``'s remote data, claiming it first when nobody has (see the module
         docstring). :class:`NotPartitionOwnerError` for a lost partition, :class:`RemoteStoreMismatchError` for a

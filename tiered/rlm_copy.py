@@ -405,7 +405,8 @@ class RLMCopyTask:
         if failure is None:
             return copied, None
         md = jobs[len(copied)].metadata
-        parts.metrics.copy_errors.inc()
+        if failure.stage != "owner":  # (a newer claim is no copy error: the partition is not owned any more)
+            parts.metrics.copy_errors.inc()
         if failure.started_landed:
             batch.record(md)  # its COPY_SEGMENT_STARTED is in the store: delete what it left (as _copy_segment)
             self._remove_failed_copy(md)

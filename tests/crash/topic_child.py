@@ -5,7 +5,9 @@
 waits for the test's SIGKILL (nothing of ours runs after). Steps:
 
 - ``made``: three partition dirs made (create) or deleted (delete), the others not;
-- ``rmtree``: (delete) the first partition dir renamed ``-delete`` and half removed.
+- ``rmtree``: (delete) the first partition dir renamed ``-delete`` and half removed;
+- ``intent``: the intent written into the first data dir only (nothing made or deleted yet);
+- ``commit``: (create) every partition made, the first (primary) data dir's intent removed, the others' not.
 
 Reaching the end without stopping prints ``DONE`` (a failure for the test).
 """
@@ -34,8 +36,23 @@ def _stop(step: str) -> None:
 
 
 def main(data_dirs: str, op: str, step: str) -> None:
+    import local.manager
+    from local import topic_intents
+
     manager = LogManager(LogConfig.from_properties(props(data_dirs)), start_scheduler=False)
     done: list[int] = []
+    if step == "intent":
+        def write_first(dirs: Any, *args: Any) -> Any:
+            topic_intents.write_intents(dirs[:1], *args)
+            _stop(step)
+
+        local.manager.write_intents = write_first  # type: ignore[attr-defined]
+    if step == "commit":
+        def remove_first(paths: Any) -> None:
+            topic_intents.remove_intents(paths[:1])
+            _stop(step)
+
+        local.manager.remove_intents = remove_first  # type: ignore[attr-defined]
     if op == "create":
         # (where each partition is made: get_or_create_log before the intents, which this test showed was not whole)
         name = "_create_log" if hasattr(LogManager, "_create_log") else "get_or_create_log"
@@ -44,7 +61,7 @@ def main(data_dirs: str, op: str, step: str) -> None:
         def creating(self: LogManager, topic: str, partition: int, *args: Any, **kwargs: Any) -> Any:
             made = create(self, topic, partition, *args, **kwargs)
             done.append(partition)
-            if len(done) == 3:
+            if len(done) == 3 and step == "made":
                 _stop(step)
             return made
 
@@ -66,7 +83,7 @@ def main(data_dirs: str, op: str, step: str) -> None:
             delete(self, topic, partition)
             shutil.rmtree = rmtree  # type: ignore[assignment]
             done.append(partition)
-            if len(done) == 3:
+            if len(done) == 3 and step == "made":
                 _stop(step)
 
         LogManager.delete_log = deleting  # type: ignore[method-assign]

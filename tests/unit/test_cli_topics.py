@@ -301,6 +301,35 @@ def test_a_creation_that_fails_part_way_leaves_no_partition(tmp_path: Path, monk
         manager.close()
 
 
+def test_a_dir_failing_after_a_creation_committed_leaves_each_partition_online_or_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A data dir failing between the creation's commit and its registration stopped the registration at the
+    first partition of that dir: the partitions after it were on disk but neither online nor offline, and a later
+    create opened a second Log on one of them (a review's finding)."""
+    import local.manager
+    from local import LogConfig, LogManager
+
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    manager = LogManager(LogConfig.from_properties({"log.dirs": ",".join(map(str, dirs))}), start_scheduler=False)
+    commit = local.manager.remove_intents
+
+    def commit_then_fail(paths: object) -> None:
+        commit(paths)  # type: ignore[arg-type]
+        manager._mark_offline(dirs[0], "injected I/O error", OSError(5, "Input/output error"))
+
+    monkeypatch.setattr(local.manager, "remove_intents", commit_then_fail)
+    try:
+        with pytest.raises(Exception, match="offline"):
+            manager.create_partitions("t", range(6))
+        online = {p for t, p in manager._logs if t == "t"}
+        offline = {p for t, p in manager.offline_partitions if t == "t"}
+        assert online | offline == set(range(6)) and not online & offline and online and offline
+        assert all(manager.data_dir_of("t", p) == dirs[1] for p in online)
+    finally:
+        manager.close()
+
+
 def test_create_refuses_a_name_that_collides_with_an_existing_topic(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     data = str(tmp_path / "data")

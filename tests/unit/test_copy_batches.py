@@ -316,3 +316,38 @@ def test_the_copier_process_writes_no_finished_event_for_a_copy_another_process_
     assert "deleted by another process while this one copied it" in outcome.failure.message
     events = sorted(p.name[-7:] for p in (tmp_path / "remote").rglob("*.json"))
     assert events == [".0.json", ".2.json"]  # no COPY_SEGMENT_FINISHED
+
+
+def test_a_store_error_in_the_childs_owner_check_fails_the_copy_as_a_retriable_error(tmp_path: Path) -> None:
+    """The child's check of the owner records before a FINISHED event took any store error (a timeout, a 503) for
+    another data dir's claim: a non-retriable 'not owner' that stopped the partition's copies (a review's
+    finding). It fails the copy as its FINISHED put's failure would: retried at the next pass."""
+    import os
+    import uuid
+
+    from tiered import copier_process
+    from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
+    from tiered.rlm_copy import CopyJob
+    from tiered.rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+    class OwnersUnlisted(LocalDirStore):
+        def list_keys(self, prefix: str) -> list[str]:
+            if layout.OWNER_RECORD_PREFIX in prefix:
+                raise OSError("injected: the listing timed out")
+            return super().list_keys(prefix)
+
+    class Rsm(LocalDirRemoteStorageManager):
+        store_class = OwnersUnlisted
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("0.log", "0.index", "0.timeindex", "1.snapshot"):
+        (src / name).write_bytes(os.urandom(64))
+    data = LogSegmentData(src / "0.log", src / "0.index", src / "0.timeindex", None, src / "1.snapshot", b"0\n0\n")
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(TopicIdPartition(uuid.uuid4(), "t", 0)),
+                                  0, 9, 0, 0, 0, 64, {0: 0})
+    rsm = Rsm()
+    rsm.configure({"dir": str(tmp_path / "remote")})
+    outcome = copier_process._copy_batch(rsm, rsm.prefix, [CopyJob(md, data, 4096, 128, 1, owner_epoch=0)])
+    assert outcome.copied == [] and outcome.failure is not None
+    assert (outcome.failure.stage, outcome.failure.retriable) == ("finished", True), outcome.failure

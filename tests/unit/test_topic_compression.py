@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from local.log import Log
+from local.producer_state import AppendOrigin
 from local.records import MemoryRecords, SimpleRecord
 from local.records.compression import CompressionType
 from tests.logutil import make_log
@@ -25,7 +26,7 @@ def _records(n: int, label: str) -> list[SimpleRecord]:
 
 def _read(log: Log) -> list[tuple[CompressionType, int, int, int, bool, list[tuple[int, int, bytes | None, bytes | None, tuple[object, ...]]]]]:
     out = []
-    for batch in log.read(0, 1 << 20).records.batches():
+    for batch in log.batches_from(0):
         records = [(r.offset, r.timestamp, r.key, r.value, tuple(tuple(h) for h in r.headers)) for r in batch.records()]
         out.append((batch.compression_type, batch.producer_id, batch.producer_epoch, batch.base_sequence,
                     batch.is_transactional, records))
@@ -66,3 +67,23 @@ def test_producer_keeps_the_producers_codec_and_a_follower_append_is_never_rebui
     follower = make_log(tmp_path / "f", compression_type="gzip")
     follower.append_as_follower(MemoryRecords.build(_records(2, "a"), "lz4"))
     assert [b[0] for b in _read(follower)] == [CompressionType.LZ4]
+
+
+def test_a_transaction_marker_is_never_rebuilt(tmp_path: Path) -> None:
+    """The control flag was dropped by the rebuild: a marker appended to a gzip topic became a data batch, refused
+    with a misleading producer-sequence error (a review's finding). Kafka never recompresses control batches."""
+    outcomes = []
+    for topic in ("producer", "gzip"):
+        log = make_log(tmp_path / topic, compression_type=topic)
+        log.append(MemoryRecords.build(_records(2, "txn"), "lz4", producer_id=8, producer_epoch=0, base_sequence=0,
+                                       is_transactional=True))
+        marker = MemoryRecords.end_transaction_marker(8, 0, commit=True)
+        log.append(marker, origin=AppendOrigin.COORDINATOR)
+        try:
+            log.append(MemoryRecords.end_transaction_marker(8, 0, commit=False))  # (a client's: as Kafka answers)
+            outcomes.append("accepted")
+        except Exception as exc:
+            outcomes.append(type(exc).__name__)
+        batches = list(log.batches_from(0))
+        assert batches[1].is_control_batch and batches[1].compression_type is CompressionType.NONE
+    assert outcomes[0] == outcomes[1], outcomes
