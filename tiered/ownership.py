@@ -263,9 +263,13 @@ def assess(
             mine += " with another claim id (a copy of a data dir?)"
         if pending is not None:
             mine += f"; its claim of owner epoch {pending[0]} was not answered and is not the newest"
+        left = diverged_at(newest.lineage, local_epoch)
+        where = (f"; its records from offset {left} on are not the partition's (the owner's history left this data "
+                 "dir's claim there: export them before moving the partition dir aside, if they matter)"
+                 if left is not None else "")
         return Ownership(LOST, f"{name}: this data dir lost ownership of its remote data to {newest.describe()} "
                                f"({mine}, {state_file}): it copies and deletes nothing there any more; its local data "
-                               "stays as it is", newest)
+                               f"stays as it is{where}", newest)
     if local_epoch >= 0:
         return Ownership(WRONG_STORE, f"{name}: {state_file} says this data dir owns its remote data at owner epoch "
                                       f"{local_epoch}, but {store} holds no owner record of it: a wrong bucket or "
@@ -275,6 +279,16 @@ def assess(
                                       "of it: a wrong bucket or rsm.config.prefix? (nothing is copied, deleted or "
                                       "read there)")
     return None
+
+
+def diverged_at(lineage: Lineage, claim_epoch: int) -> int | None:
+    """Where the partition's history, as ``lineage`` (the newest claim's) holds it, leaves the claim of owner epoch
+    ``claim_epoch`` (a deposed data dir's): the first offset of the next epoch, from which that data dir's records
+    are not the partition's; None when the lineage does not go past it (or it never claimed). Not the newest
+    claim's start: the new owner claims again at every start, so that one moves."""
+    if claim_epoch < 0:
+        return None
+    return next((start for epoch, start in lineage if epoch > claim_epoch), None)
 
 
 def copies_end(segments: Iterable[RemoteLogSegmentMetadata], lineage: Lineage) -> int:
@@ -679,6 +693,6 @@ class OwnershipGuard:
 
 __all__ = [
     "LOST", "OWNER", "STATES", "WRONG_STORE", "Lineage", "OwnerRecord", "Ownership", "OwnershipGuard", "assess",
-    "behind_detail", "claim_lineage", "copies_end", "segment_epoch_ranges", "within_lineage",
+    "behind_detail", "claim_lineage", "copies_end", "diverged_at", "segment_epoch_ranges", "within_lineage",
 ]
 

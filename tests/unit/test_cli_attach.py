@@ -173,11 +173,14 @@ def test_offload_names_topics_without_remote_storage(tmp_path: Path, capsys: pyt
 
 def test_status_shows_the_last_pass_of_run_too(tiered_topic: tuple[Path, Path], tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
-    """A pass of `tiered run`'s scheduled tasks replaces offload's as the last one (here the pass cut short by the
-    end of --duration, before its first task interval)."""
+    """A pass of `tiered run`'s scheduled tasks replaces offload's as the last one (here the pass cut short by a
+    SIGTERM once the first copies landed, before its first task interval: events, not a --duration that a busy
+    machine can outlast before anything is copied)."""
     import os
+    import signal
     import subprocess
     import sys
+    import time
 
     from tiered.pass_report import read_pass_report
 
@@ -187,12 +190,26 @@ def test_status_shows_the_last_pass_of_run_too(tiered_topic: tuple[Path, Path], 
     assert offloaded is not None
     produce(first, "ev", 2, epochs=(3, 4))
     before = len(list((tmp_path / "bucket").rglob("*.log")))
+
+    def finished() -> int:  # (COPY_SEGMENT_FINISHED events: a copy whose objects are all in place)
+        return len(list((tmp_path / "bucket").rglob("*.1.json")))
+
+    finished_before = finished()
     repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-m", "tiered.cli", "run", "--config", str(first), "--listen", "127.0.0.1:0",
-                           "--duration", "3", "-o", "remote.log.manager.task.interval.ms=60000"],
-                          cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "tiered.cli", "run", "--config", str(first), "--listen",
+                             "127.0.0.1:0", "-o", "remote.log.manager.task.interval.ms=60000"],
+                            cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120  # (a failure bound: the first copy lands as soon as run starts)
+        while finished() == finished_before and proc.poll() is None:
+            assert time.monotonic() < deadline, "tiered run copied nothing"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr
     copied = len(list((tmp_path / "bucket").rglob("*.log"))) - before
     assert copied > 0
     report = read_pass_report(data)

@@ -329,6 +329,31 @@ def _kafka_uuid(topic_id: uuid.UUID) -> str:
     return kafka_uuid(topic_id)
 
 
+def test_a_deposed_data_dir_is_told_where_its_history_left_the_partitions_not_the_newest_claims_start(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The lost-ownership line and status named the newest claim's start offset as where the deposed data dir's
+    records stop counting; the new owner claims again at every start, so after one restart of it the line said
+    9000 where A's history had left the partition at 3000, and the documented recovery (export what the local data
+    holds past that, move the partition dir aside) dropped 6000 acknowledged records (a helper's finding)."""
+    a, b, _ = two_dirs
+    highest = RemoteLogStateFile(tmp_path / "a" / "data" / f"{TOPIC}-0").read().highest_remote_offset
+    attach(capsys, b)
+    _, b_end = produce(b, "B", 20)
+    with open_log_manager(LogConfig.from_properties(str(b)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None and rlm.renew_ownership(manager.all_logs()) == 1  # (as tiered run's start does)
+    produce(a, "A", 20)
+    rc, out, err = cli(capsys, "--config", str(a), "offload")
+    assert rc == 1 and f"from offset {b_end})" in err, err  # the newest claim: B's restart
+    assert f"its records from offset {highest + 1} on are not the partition's" in err, err
+    rc, out, err = cli(capsys, "--config", str(a), "status", "--json")
+    [part] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert rc == 1 and part["remote"]["ownership"]["diverged_at"] == highest + 1
+    rc, out, err = cli(capsys, "--config", str(a), "status")
+    assert f"records from offset {highest + 1} on are only this data dir's" in out, out
+
+
 def test_the_former_owner_says_it_lost_the_partition_once_and_metrics_show_it(
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

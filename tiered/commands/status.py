@@ -353,7 +353,7 @@ def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any
     data dir that made them) or unclaimed (nobody claimed it yet: the next copy does)."""
     from local.errors import KafkaStorageError
     from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogStateFile
-    from tiered.ownership import OWNER, assess, behind_detail, copies_end
+    from tiered.ownership import OWNER, assess, behind_detail, copies_end, diverged_at
 
     try:
         local = RemoteLogStateFile(partition_dir).read()
@@ -387,6 +387,8 @@ def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any
         "owner_epoch": newest.owner_epoch if newest is not None else None,
         "owner": newest.describe() if newest is not None else None,
         "claimed_epoch": local.owner_epoch if local.claimed else None,
+        # (lost: from this offset on, this data dir's records are not the partition's)
+        "diverged_at": diverged_at(newest.lineage, local.owner_epoch) if state == "lost" and newest else None,
         "detail": detail,
     }
 
@@ -546,7 +548,9 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
             remote = p.get("remote")
             owner = (remote or {}).get("ownership") or {}
             if owner.get("state") == "lost":
-                notes.insert(0, f"OWNERSHIP LOST to {owner['owner']}")
+                left = owner.get("diverged_at")
+                notes.insert(0, f"OWNERSHIP LOST to {owner['owner']}" + (
+                    f"; records from offset {left} on are only this data dir's" if left is not None else ""))
             elif owner.get("state") == "wrong_store":
                 notes.insert(0, "WRONG STORE: it holds none of this partition's remote data")
             elif owner.get("state") == "damaged_owner_record":
