@@ -458,6 +458,9 @@ class RLMCopyTask:
                         f"remote.log.metadata.custom.metadata.max.bytes={self._custom_metadata_max_bytes}",
                         size=len(custom),
                     )
+            # Owned still, now the objects are up (a segment's upload to S3 can take minutes): a claim made
+            # meanwhile keeps this copy from counting, as the copier process checks before its FINISHED events.
+            parts.ownership.ensure_owner(log, self.tip)
             parts.metadata.update_remote_log_segment_metadata(
                 RemoteLogSegmentMetadataUpdate(
                     segment_id, parts.time.milliseconds(), custom, RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
@@ -465,8 +468,9 @@ class RLMCopyTask:
                 ),
                 checksums=checksums,
             )
-        except Exception:
-            parts.metrics.copy_errors.inc()
+        except Exception as exc:
+            if not isinstance(exc, NotPartitionOwnerError):  # (a newer claim is no copy error)
+                parts.metrics.copy_errors.inc()
             self._remove_failed_copy(md)
             raise
         if not log.has_remote_data:

@@ -253,6 +253,44 @@ def test_a_legacy_data_dir_with_remote_data_and_a_store_without_it_is_refused(tm
     assert not list((tmp_path / "empty-bucket").rglob("*.json"))
 
 
+def test_an_in_process_copy_whose_partition_is_claimed_during_its_upload_does_not_finish(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The copy in this process (S3: no copier process) checked ownership before the segment, not after its upload,
+    which can take minutes: a helper's deposed tiered run wrote COPY_SEGMENT_FINISHED after it had logged that it
+    lost the partition. It checks again before the FINISHED event: the copy does not count, its objects go."""
+    a, b, bucket = two_dirs
+    produce(a, "A", 40)
+    in_process = write_config(tmp_path / "a-here.properties", local_tier_props(
+        tmp_path / "a", **{"rsm.config.dir": str(bucket), "remote.log.manager.copier.process.enable": "false"}))
+    with open_log_manager(LogConfig.from_properties(str(in_process)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        log = manager.get_log(TOPIC, 0)
+        assert rlm is not None and log is not None
+        task = rlm.copy_task(log)
+        upload = task._copy_data
+        tip = rlm.topic_id_partition(log)
+
+        def finished() -> int:  # (every FINISHED copy in the bucket, of any lineage)
+            fresh = RemoteLogMetadataStore.in_bucket(_rsm_of(bucket))
+            return sum(m.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED for m in fresh.list_remote_log_segments(tip))
+
+        finished_before = finished()
+
+        def upload_then_b_attaches(md: RemoteLogSegmentMetadata, data: Any, chunk: int) -> Any:
+            done = upload(md, data, chunk)
+            attach(capsys, b)  # (B's claim lands while this copy's objects are up)
+            return done
+
+        monkeypatch.setattr(task, "_copy_data", upload_then_b_attaches)
+        result = rlm.run_once(manager.all_logs())
+        assert (result.segments_copied, result.copy_errors, result.not_owned) == (0, 0, 1), result
+    assert finished() == finished_before  # A's late copy did not finish
+    fresh = RemoteLogMetadataStore.in_bucket(_rsm_of(bucket))
+    assert fresh.find_stale_copies(tip) == []  # and what it uploaded was deleted
+
+
 def test_produce_refuses_a_partition_another_data_dir_owns_and_writes_nothing(
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -287,6 +325,8 @@ def test_produce_refuses_a_partition_another_data_dir_owns_and_writes_nothing(
     done = produce_cli(c)
     assert done.returncode == 1 and "never claimed it" in done.stderr and "tiered attach" in done.stderr, done.stderr
     assert "lost ownership" not in done.stderr
+    rc, out, _ = cli(capsys, "--config", str(c), "status")
+    assert rc == 1 and "OWNED BY ANOTHER DATA DIR" in out and "OWNERSHIP LOST" not in out, out
     # The owner writes.
     done = produce_cli(b)
     assert done.returncode == 0 and "produced 1 records" in done.stderr, done.stderr
@@ -1349,7 +1389,8 @@ def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost
             assert original.rlm.ownership.states()[original.tip].state == OWNER
         else:
             assert owners == [*epochs, epochs[-1] + 1]  # claimed, then deleted
-            assert result.copy_errors == 1 and result.stale_copies_cleaned == 0
+            # (the original finds the newer claim before its FINISHED event: not owned, no copy error)
+            assert (result.copy_errors, result.not_owned, result.stale_copies_cleaned) == (0, 1, 0), result
             original.manager.cleanup_logs()
             assert original.log.local_log_start_offset <= original.first  # the void copy let nothing local go
             assert original.rlm.run_once(original.manager.all_logs()).not_owned == 1

@@ -547,7 +547,9 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
             notes += p.get("notes", [])
             remote = p.get("remote")
             owner = (remote or {}).get("ownership") or {}
-            if owner.get("state") == "lost":
+            if owner.get("state") == "lost" and owner.get("claimed_epoch") is None:
+                notes.insert(0, f"OWNED BY ANOTHER DATA DIR: {owner['owner']} (never claimed here)")
+            elif owner.get("state") == "lost":
                 left = owner.get("diverged_at")
                 notes.insert(0, f"OWNERSHIP LOST to {owner['owner']}" + (
                     f"; records from offset {left} on are only this data dir's" if left is not None else ""))
