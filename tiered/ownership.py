@@ -51,13 +51,14 @@ Fencing
     Before each copy and expiration run, and again before each segment it copies or deletes, the remote tier lists
     the partition's owner records (one LIST). A data dir whose claim is not the newest has lost the partition: it
     copies and deletes nothing more there, logs one ERROR, reports the state (``status``, ``/metrics``
-    ``RemoteLogOwnership``, exit 1 from ``offload``), and its local data stays as it is. The window left is one
-    segment: a deposed owner that checked just before the new claim finishes that copy or deletion (Kafka's old
-    leader has the same window). A copy it finishes lies outside the new lineage (below); a deletion it finishes was
-    due by its retention rules when it decided. The copier process, given up to 16 segments at once, lists the owner
-    records again before each COPY_SEGMENT_FINISHED event it writes (:func:`tiered.metadata.check_owner_epoch`),
-    and ends with the process that started it (a SIGKILL of ``tiered run`` alone leaves no copy finishing behind
-    it): the window stays one segment.
+    ``RemoteLogOwnership``, exit 1 from ``offload``), and its local data stays as it is. A copy lists them again
+    before its COPY_SEGMENT_FINISHED event, once its objects are up (an upload can take minutes): in this process
+    (:meth:`OwnershipGuard.ensure_owner`) and in the copier process, given up to 16 segments at once
+    (:func:`tiered.metadata.check_owner_epoch`), which also ends with the process that started it (a SIGKILL of
+    ``tiered run`` alone leaves no copy finishing behind it). The window left is between that listing and the event,
+    and a deletion's between its listing and its DELETE event (Kafka's old leader has such a window). A copy
+    finished in it lies outside the new lineage (below); a deletion finished in it was due by its retention rules
+    when it decided.
 
 Lineage
     Readers anywhere (a log's remote reads, ``consume``, Spark, ``attach``, ``status``) see only the FINISHED segments
