@@ -658,6 +658,10 @@ class LogManager:
                 failed = self.offline_partitions.get((topic, p))
                 if failed is not None:
                     raise failed.error()  # (before any intent: an offline dir's partition is never rolled back)
+            if not self.live_dirs:
+                raise LogDirOfflineError(
+                    f"cannot create {len(new)} partition(s) of {topic}: every data dir is offline "
+                    + "; ".join(f"{d}: {why}" for d, why in self.offline_dirs.items()), topic=topic)
             if topic_id is None:  # new partitions of a topic join it: one topic id for all its partitions
                 topic_id = next((log.topic_id for (t, _), log in self._logs_by_partition().items()
                                  if t == topic and log.topic_id is not None), None) or uuid.uuid4()

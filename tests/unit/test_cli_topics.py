@@ -330,6 +330,20 @@ def test_a_dir_failing_after_a_creation_committed_leaves_each_partition_online_o
         manager.close()
 
 
+def test_a_creation_with_every_data_dir_offline_says_so(tmp_path: Path) -> None:
+    from local import LogConfig, LogManager
+    from local.errors import LogDirOfflineError
+
+    data = tmp_path / "data"
+    manager = LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False)
+    try:
+        manager._mark_offline(data, "injected I/O error", OSError(5, "Input/output error"))
+        with pytest.raises(LogDirOfflineError, match="every data dir is offline"):
+            manager.create_partitions("t", range(3))  # (it was min() of an empty sequence)
+    finally:
+        manager.close()
+
+
 def test_create_refuses_a_name_that_collides_with_an_existing_topic(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     data = str(tmp_path / "data")
