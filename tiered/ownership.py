@@ -430,12 +430,10 @@ class OwnershipGuard:
         return found
 
     def check(self, log: Log, tip: TopicIdPartition) -> Ownership | None:
-        """Where ``tip`` stands as the store's owner records say now (one LIST), without claiming it: None when
-        nobody claimed it yet (the first copy does). For a one-shot writer (``tiered produce``), which runs no pass."""
-        found = self._assess(log, tip, self._store.owner_records(tip))
-        if found is not None:
-            self._set(tip, found)
-        return found
+        """Where ``tip`` stands as the store's owner records say now (one LIST), without claiming it or logging it:
+        None when nobody claimed it yet (the first copy does). For a one-shot command (``tiered produce``,
+        ``consume``), which runs no pass and says it itself."""
+        return self._assess(log, tip, self._store.owner_records(tip))
 
     def _warn_of_namesakes(self, log: Log, tip: TopicIdPartition) -> None:
         """Before a partition's first claim: a WARNING when the store holds another topic of the same name (a data
