@@ -416,7 +416,7 @@ class OwnershipGuard:
         with claim_lock:  # the copy and expiration tasks: the one that finds the other's claim must know it as ours
             found = self._assess(log, tip, self._store.owner_records(tip))
             if found is None:
-                self._warn_of_namesakes(log, tip)
+                self.warn_of_namesakes(log, tip)
                 found = self._claim(log, tip)
             else:
                 self._confirm_pending(log, found)
@@ -435,10 +435,11 @@ class OwnershipGuard:
         ``consume``), which runs no pass and says it itself."""
         return self._assess(log, tip, self._store.owner_records(tip))
 
-    def _warn_of_namesakes(self, log: Log, tip: TopicIdPartition) -> None:
-        """Before a partition's first claim: a WARNING when the store holds another topic of the same name (a data
-        dir that produced to a topic another machine created and tiers, instead of attaching it, made a topic of
-        its own: its records go beside the other's, not after them). A store error here is only logged."""
+    def warn_of_namesakes(self, log: Log, tip: TopicIdPartition) -> None:
+        """Before a partition's first claim, and when ``tiered produce`` creates a tiered topic: a WARNING when the
+        store holds another topic of the same name (a data dir that produced to a topic another machine created and
+        tiers, instead of attaching it, made a topic of its own: its records go beside the other's, not after
+        them). A store error here is only logged."""
         others = getattr(self._store, "other_topic_ids", None)
         if others is None:
             return

@@ -349,16 +349,24 @@ def test_a_data_dir_tiering_its_own_topic_of_a_name_the_bucket_holds_is_warned(
 ) -> None:
     """B produced to ev (A's topic in the bucket) without attaching it: B made a topic of its own, whose copies went
     beside A's under a second topic id, and nothing said so (a helper found out only at a later attach)."""
+    import io
+
     a, b, bucket = two_dirs
-    rc, _, err = cli(capsys, "--config", str(b), "topics", "create", "-t", TOPIC, "--topic-config",
-                     "remote.storage.enable=true")
-    assert rc == 0, err
+    with caplog.at_level(logging.WARNING, logger="tiered"):  # (said by produce, before its records are written)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"first\n")))
+            rc, _, err = cli(capsys, "--config", str(b), "produce", "-t", TOPIC, "--topic-config",
+                             "remote.storage.enable=true")
+        assert rc == 0, err
+        warned = [r.getMessage() for r in caplog.records if "another topic named ev" in r.getMessage()]
+        assert len(warned) == 1 and "tiered attach -t ev" in warned[0], caplog.text
     produce(b, "B", 40)
+    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="tiered"):
         rc, out, err = cli(capsys, "--config", str(b), "offload")
     assert rc == 0, out + err
     warned = [r.getMessage() for r in caplog.records if "another topic named ev" in r.getMessage()]
-    assert len(warned) == 1 and "tiered attach -t ev" in warned[0], caplog.text
+    assert len(warned) == 1 and "tiered attach -t ev" in warned[0], caplog.text  # (and at the first claim)
     from local.checkpoint import PartitionMetadataFile
 
     a_id = PartitionMetadataFile(bucket.parent / "a" / "data" / f"{TOPIC}-0" / "partition.metadata").read()

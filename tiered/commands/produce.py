@@ -81,8 +81,11 @@ def run(args: argparse.Namespace) -> int:
                 manager = open_log_manager(config, start_scheduler=False)
                 check_partition_to_write(manager, args.topic, args.partition)
                 overrides = _overrides_of_a_new_topic(manager, args.topic, overrides)
+                created = manager.get_log(args.topic, args.partition) is None
                 log = manager.get_or_create_log(args.topic, args.partition, overrides)
                 started = log.log_end_offset
+                if created:  # (said before anything is written: another machine's topic of this name?)
+                    _warn_of_namesakes(manager, log)
                 lost = lost_ownership(manager, log, ask=True)
                 if lost is not None:  # (as tiered run answers NOT_LEADER_OR_FOLLOWER / 409: never tiered)
                     print(f"tiered produce: nothing written: {lost}; records written here would never be tiered "
@@ -116,6 +119,17 @@ def run(args: argparse.Namespace) -> int:
     print(_produced(args, count, first, last) if count else "produced 0 records: stdin was empty (nothing written)",
           file=sys.stderr)
     return 0
+
+
+def _warn_of_namesakes(manager: Any, log: Any) -> None:
+    """A tiered topic this command creates, where the remote tier holds another topic of its name: say so
+    (:meth:`tiered.ownership.OwnershipGuard.warn_of_namesakes`)."""
+    from tiered.composition import remote_log_manager_of
+    from tiered.remote_tier_parts import topic_id_partition
+
+    rlm = remote_log_manager_of(manager)
+    if rlm is not None and log.remote_storage_enabled and log.topic_id is not None:
+        rlm.ownership.warn_of_namesakes(log, topic_id_partition(log))
 
 
 def _overrides_of_a_new_topic(manager: Any, topic: str, overrides: dict[str, str] | None) -> dict[str, str] | None:
