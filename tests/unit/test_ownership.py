@@ -1394,6 +1394,8 @@ def test_a_copy_of_a_data_dir_never_turns_the_originals_copy_under_way_into_lost
             rc, out, err = cli(capsys, "--config", str(clone), "offload")
         # (a backup: it cannot claim, and exits 1 naming the copies past its log end)
         assert rc == (0 if kind == "clone" else 1) and (kind == "clone") != ("past its log end" in err), out + err
+        # (the clone's deletion of the original's copy under way is said, not 'deleted 0')
+        assert (kind == "clone") == ("removed 1 unfinished copy(ies)" in out), out
         result = original.finish()
         owners = [r.owner_epoch for r in store.owner_records(original.tip)]
         if kind != "clone":  # the original's copy under way, or copies it finished, reach past the backup's log end

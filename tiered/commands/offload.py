@@ -139,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"copied {result.segments_copied} segment(s) ({result.bytes_copied:,} bytes), deleted "
         f"{result.segments_deleted} remote segment(s), local retention deleted {deleted} segment(s)"
+        + (f", removed {result.stale_copies_cleaned} unfinished copy(ies) (left by a crash, or by a former owner)"
+           if result.stale_copies_cleaned else "")
     )
     for line in not_owned:
         print(f"tiered offload: {line}", file=sys.stderr)
