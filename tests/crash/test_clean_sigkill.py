@@ -13,11 +13,8 @@ process, a writer loads the dir (the loader deletes ``.cleaned`` files, finishes
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -27,14 +24,13 @@ from kafka.record.default_records import DefaultRecordBatch
 from local import LogConfig, LogManager
 from local.records import MemoryRecords, SimpleRecord
 from tests.crash.clean_child import STEPS, props
+from tests.crash.stopping import LIMIT, REPO, kill_at
 
 pytestmark = pytest.mark.crash
 
 CHILD = Path(__file__).with_name("clean_child.py")
-REPO = Path(__file__).resolve().parents[2]
 KEYS = 400
 RECORDS = 14_000
-LIMIT = 120.0  # seconds: a failure bound for a child that should get to its step in a second or two
 
 
 def _value(i: int) -> bytes | None:
@@ -58,26 +54,7 @@ def _write(data: Path) -> dict[bytes, tuple[int, bytes | None]]:
 
 
 def _run_child_to(data: Path, step: str) -> None:
-    proc = subprocess.Popen([sys.executable, str(CHILD), str(data), step], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    lines: list[str] = []
-    stopped = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            lines.append(raw.decode().strip())
-            if lines[-1].startswith("STOPPED"):
-                stopped.set()
-        stopped.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        assert stopped.wait(LIMIT), f"the child never reached {step}"
-        assert lines and lines[-1] == f"STOPPED {step}", (lines, proc.stderr.read() if proc.poll() is not None else "")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=LIMIT)
+    kill_at(CHILD, [str(data), step], step)
 
 
 @pytest.mark.parametrize("step", STEPS)

@@ -7,47 +7,22 @@ deletion; a partition dir half removed is never loaded as a log."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from local import LogConfig, LogManager
 from local.records import MemoryRecords, SimpleRecord
+from tests.crash.stopping import kill_at
 from tests.crash.topic_child import PARTITIONS, props
 
 pytestmark = pytest.mark.crash
 
 CHILD = Path(__file__).with_name("topic_child.py")
-REPO = Path(__file__).resolve().parents[2]
-LIMIT = 120.0  # seconds: a failure bound for a child that gets to its step in a second or two
 
 
 def _kill_at(data_dirs: str, op: str, step: str) -> None:
-    proc = subprocess.Popen([sys.executable, str(CHILD), data_dirs, op, step], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    lines: list[str] = []
-    stopped = threading.Event()
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            lines.append(raw.decode().strip())
-            if lines[-1].startswith("STOPPED"):
-                stopped.set()
-        stopped.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        assert stopped.wait(LIMIT), f"the child never reached {step}"
-        assert lines and lines[-1] == f"STOPPED {step}", (lines, proc.stderr.read() if proc.poll() is not None else "")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=LIMIT)
+    kill_at(CHILD, [data_dirs, op, step], step)
 
 
 def _dirs(tmp_path: Path) -> tuple[str, list[Path]]:

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -281,13 +281,8 @@ def test_the_copier_process_writes_no_finished_event_for_a_copy_another_process_
     left and deleted it: its DELETE_SEGMENT_STARTED event is in the store when the child is about to write
     COPY_SEGMENT_FINISHED. The child writes none (it would name deleted objects) and reports the copy failed, so the
     parent does not count it (tiered.metadata.check_copy_not_deleted)."""
-    import os
-    import uuid
 
-    from tiered import copier_process
     from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
-    from tiered.rlm_copy import CopyJob
-    from tiered.rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
     started_event, delete_started_event = (f".{int(s)}.json" for s in (RemoteLogSegmentState.COPY_SEGMENT_STARTED,
                                                                        RemoteLogSegmentState.DELETE_SEGMENT_STARTED))
@@ -301,16 +296,7 @@ def test_the_copier_process_writes_no_finished_event_for_a_copy_another_process_
     class Rsm(LocalDirRemoteStorageManager):
         store_class = DeletedMeanwhile
 
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("0.log", "0.index", "0.timeindex", "1.snapshot"):
-        (src / name).write_bytes(os.urandom(64))
-    data = LogSegmentData(src / "0.log", src / "0.index", src / "0.timeindex", None, src / "1.snapshot", b"0\n0\n")
-    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(TopicIdPartition(uuid.uuid4(), "t", 0)),
-                                  0, 9, 0, 0, 0, 64, {0: 0})
-    rsm = Rsm()
-    rsm.configure({"dir": str(tmp_path / "remote")})
-    outcome = copier_process._copy_batch(rsm, rsm.prefix, [CopyJob(md, data, 4096, 128, 1)])
+    outcome = _copy_one_segment(tmp_path, Rsm)
     assert outcome.copied == [] and outcome.failure is not None
     assert (outcome.failure.stage, outcome.failure.kind) == ("finished", "InvalidStateTransitionError")
     assert "deleted by another process while this one copied it" in outcome.failure.message
@@ -322,13 +308,8 @@ def test_a_store_error_in_the_childs_owner_check_fails_the_copy_as_a_retriable_e
     """The child's check of the owner records before a FINISHED event took any store error (a timeout, a 503) for
     another data dir's claim: a non-retriable 'not owner' that stopped the partition's copies (a review's
     finding). It fails the copy as its FINISHED put's failure would: retried at the next pass."""
-    import os
-    import uuid
 
-    from tiered import copier_process
     from tiered.backends.local_dir import LocalDirRemoteStorageManager, LocalDirStore
-    from tiered.rlm_copy import CopyJob
-    from tiered.rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
     class OwnersUnlisted(LocalDirStore):
         def list_keys(self, prefix: str) -> list[str]:
@@ -339,6 +320,21 @@ def test_a_store_error_in_the_childs_owner_check_fails_the_copy_as_a_retriable_e
     class Rsm(LocalDirRemoteStorageManager):
         store_class = OwnersUnlisted
 
+    outcome = _copy_one_segment(tmp_path, Rsm, owner_epoch=0)
+    assert outcome.copied == [] and outcome.failure is not None
+    assert (outcome.failure.stage, outcome.failure.retriable) == ("finished", True), outcome.failure
+
+
+def _copy_one_segment(tmp_path: Path, rsm_class: type, owner_epoch: int = -1) -> Any:
+    """A batch of one small segment (random bytes) copied by the copier process's own function, in this process,
+    through ``rsm_class`` on a local directory: its CopyOutcome."""
+    import os
+    import uuid
+
+    from tiered import copier_process
+    from tiered.rlm_copy import CopyJob
+    from tiered.rsm import LogSegmentData, RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
     src = tmp_path / "src"
     src.mkdir()
     for name in ("0.log", "0.index", "0.timeindex", "1.snapshot"):
@@ -346,8 +342,6 @@ def test_a_store_error_in_the_childs_owner_check_fails_the_copy_as_a_retriable_e
     data = LogSegmentData(src / "0.log", src / "0.index", src / "0.timeindex", None, src / "1.snapshot", b"0\n0\n")
     md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(TopicIdPartition(uuid.uuid4(), "t", 0)),
                                   0, 9, 0, 0, 0, 64, {0: 0})
-    rsm = Rsm()
+    rsm = rsm_class()
     rsm.configure({"dir": str(tmp_path / "remote")})
-    outcome = copier_process._copy_batch(rsm, rsm.prefix, [CopyJob(md, data, 4096, 128, 1, owner_epoch=0)])
-    assert outcome.copied == [] and outcome.failure is not None
-    assert (outcome.failure.stage, outcome.failure.retriable) == ("finished", True), outcome.failure
+    return copier_process._copy_batch(rsm, rsm.prefix, [CopyJob(md, data, 4096, 128, 1, owner_epoch=owner_epoch)])
