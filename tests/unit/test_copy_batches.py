@@ -53,6 +53,15 @@ def _rlm(manager: LogManager) -> RemoteLogManager:
     return rlm
 
 
+def _base_of_segment(tmp: Path, index: int) -> int:
+    """Where the ``index``-th segment of what :func:`_produce` writes starts (a probe's, deleted after)."""
+    with _manager(tmp) as probe:
+        _produce(probe.get_or_create_log("t", 0, TIERED), SEGMENTS)
+        base = list(probe.get_log("t", 0).segments.values())[index].base_offset  # type: ignore[union-attr]
+        probe.delete_log("t", 0)
+    return base
+
+
 def _store_view(tmp: Path, rlm: RemoteLogManager, log: Log) -> list[tuple[int, str]]:
     """The segments as a new process finds them in the bucket (start offset, state)."""
     fresh = RemoteLogMetadataStore.in_bucket(rlm.rsm)  # type: ignore[arg-type]
@@ -99,10 +108,7 @@ def test_a_run_copies_in_batches_whose_events_are_the_ones_the_view_holds(tmp_pa
 def test_a_failure_in_a_batch_keeps_the_copies_before_it_and_cleans_up_after_it(
     tmp_path: Path, step: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with _manager(tmp_path) as probe:  # where the third segment starts
-        _produce(probe.get_or_create_log("t", 0, TIERED), SEGMENTS)
-        third = list(probe.get_log("t", 0).segments.values())[2].base_offset  # type: ignore[union-attr]
-        probe.delete_log("t", 0)
+    third = _base_of_segment(tmp_path, 2)
     with _manager(tmp_path, **{"fail": step, "fail.start": str(third), "fail.custom.bytes": "4096"}) as manager:
         log = manager.get_or_create_log("t", 0, TIERED)
         _produce(log, SEGMENTS)
@@ -142,11 +148,8 @@ def test_a_claim_landing_during_a_batch_stops_it_before_the_next_finished_event(
     it, outside the new owner's lineage: the new owner's retention then deleted up to 16 segments of records (a
     helper lost 16,000 acknowledged records so). The child checks the owner records before each FINISHED event: the
     segments from the claim on are not finished, their objects are deleted, and the partition is lost here."""
-    with _manager(tmp_path) as probe:  # where the second request's first segment starts
-        _produce(probe.get_or_create_log("t", 0, TIERED), SEGMENTS)
-        second = list(probe.get_log("t", 0).segments.values())[COPY_BATCH_SEGMENTS]  # type: ignore[union-attr]
-        probe.delete_log("t", 0)
-    with _manager(tmp_path, **{"fail": "claim", "fail.start": str(second.base_offset)}) as manager:
+    second = _base_of_segment(tmp_path, COPY_BATCH_SEGMENTS)  # (the second request's first segment)
+    with _manager(tmp_path, **{"fail": "claim", "fail.start": str(second)}) as manager:
         log = manager.get_or_create_log("t", 0, TIERED)
         _produce(log, SEGMENTS)
         rlm = _rlm(manager)
