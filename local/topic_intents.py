@@ -86,6 +86,8 @@ def settle_intents(data_dirs: Sequence[Path]) -> None:
     for data_dir in data_dirs:
         for path in sorted(data_dir.glob(f"{INTENT_PREFIX}*.json")):
             found.setdefault(path.name, []).append(path)
+        for cut in data_dir.glob(f"{INTENT_PREFIX}*.json.tmp"):  # (an intent's write a crash cut: nothing after it)
+            cut.unlink(missing_ok=True)
     live = {str(d) for d in data_dirs}
     for name, copies in sorted(found.items()):
         try:
@@ -122,7 +124,8 @@ def settle_intents(data_dirs: Sequence[Path]) -> None:
         else:
             logger.warning("the deletion of topic %s was interrupted by a crash: it is finished (%d partition dir(s) "
                            "removed)", topic, removed)
-        for path in copies:
+        # The primary's copy last: a start cut short here decides the same way the next time.
+        for path in sorted(copies, key=lambda p: p.parent == primary):
             path.unlink(missing_ok=True)
             fsync_dir(path.parent)
 

@@ -92,3 +92,15 @@ def test_a_deletion_killed_part_way_is_finished_at_the_next_start(tmp_path: Path
         assert sorted(k for k in manager.partitions() if k[0] == "other") == [("other", 0), ("other", 1)]
         assert not [n for n in _on_disk(dirs) if n.startswith(("t-", "tiered-topic-intent"))], _on_disk(dirs)
         assert manager.offline_partitions == {}
+
+
+def test_an_intent_whose_write_was_cut_is_removed_at_the_start(tmp_path: Path) -> None:
+    """A kill while the first intent was written left its temp file in the data dir for good (a helper's finding):
+    nothing was made after it, and the start removes it."""
+    data, dirs = _dirs(tmp_path)
+    with LogManager(LogConfig.from_properties(props(data)), start_scheduler=False):
+        pass
+    cut = dirs[0] / "tiered-topic-intent-0123456789abcdef0123456789abcdef.json.tmp"
+    cut.write_bytes(b'{"version": 0, "op": "cre')
+    with LogManager(LogConfig.from_properties(props(data)), start_scheduler=False) as manager:
+        assert manager.partitions() == [] and not cut.exists()
