@@ -689,7 +689,7 @@ class LogManager:
                     except OSError:  # (left: the next start rolls back what is not there any more)
                         logger.warning("could not remove the intent of the failed creation of %s", topic)
                 raise
-            self._register_new(topic, [(p, log, data_dir) for p, log, data_dir in made])
+            self._register_new(topic, made)
 
     def get_or_create_log(
         self,

@@ -312,6 +312,13 @@ def behind_detail(name: str, remote_end: int, log_end: int) -> str:
             "from there)")
 
 
+def behind(name: str, segments: Iterable[RemoteLogSegmentMetadata], lineage: Lineage, log_end: int) -> str | None:
+    """:func:`behind_detail` when the copies among ``segments`` within ``lineage`` (:func:`copies_end`) reach
+    ``log_end`` or past it, else None: what offload, status and verify each ask of a data dir holding the claim."""
+    remote_end = copies_end(segments, lineage)
+    return behind_detail(name, remote_end, log_end) if remote_end >= log_end else None
+
+
 _INT32_MAX = 2**31 - 1
 
 
@@ -693,6 +700,6 @@ class OwnershipGuard:
 
 __all__ = [
     "LOST", "OWNER", "STATES", "WRONG_STORE", "Lineage", "OwnerRecord", "Ownership", "OwnershipGuard", "assess",
-    "behind_detail", "claim_lineage", "copies_end", "diverged_at", "segment_epoch_ranges", "within_lineage",
+    "behind", "behind_detail", "claim_lineage", "copies_end", "diverged_at", "segment_epoch_ranges", "within_lineage",
 ]
 

@@ -160,7 +160,7 @@ def _ownership_problems(manager: LogManager) -> list[str]:
     data is owned by another data dir, or the store holds none of it, or the copies made under its claim pass its
     log end (an older copy of the data dir that made them: it cannot claim the partition anew)."""
     from tiered.composition import remote_log_manager_of
-    from tiered.ownership import OWNER, behind_detail, copies_end
+    from tiered.ownership import OWNER, behind
     from tiered.remote_tier_parts import topic_id_partition
 
     rlm = remote_log_manager_of(manager)
@@ -175,7 +175,7 @@ def _ownership_problems(manager: LogManager) -> list[str]:
         if found.state != OWNER:
             lines.append(found.detail)
         elif found.owner is not None and log is not None and listing is not None:
-            remote_end = copies_end(listing(tip), found.owner.lineage)  # (the pass's view: no new listing)
-            if remote_end >= log.log_end_offset:
-                lines.append(behind_detail(log.name, remote_end, log.log_end_offset))
+            why = behind(log.name, listing(tip), found.owner.lineage, log.log_end_offset)  # (the pass's view)
+            if why is not None:
+                lines.append(why)
     return lines

@@ -353,7 +353,7 @@ def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any
     data dir that made them) or unclaimed (nobody claimed it yet: the next copy does)."""
     from local.errors import KafkaStorageError
     from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogStateFile
-    from tiered.ownership import OWNER, assess, behind_detail, copies_end, diverged_at
+    from tiered.ownership import OWNER, assess, behind, diverged_at
 
     try:
         local = RemoteLogStateFile(partition_dir).read()
@@ -379,9 +379,9 @@ def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any
     if state == OWNER and newest is not None and log_end is not None and hasattr(store, "list_remote_log_segments"):
         # The claim is this data dir's, but the copies made under it reach past its log end: an older copy of the
         # data dir that made them (tiered.ownership.OwnershipGuard.renew does not claim anew there).
-        remote_end = copies_end(store.list_remote_log_segments(tip), newest.lineage)
-        if remote_end >= log_end:
-            state, detail = "behind", behind_detail(partition_dir.name, remote_end, log_end)
+        why = behind(partition_dir.name, store.list_remote_log_segments(tip), newest.lineage, log_end)
+        if why is not None:
+            state, detail = "behind", why
     return {
         "state": state,
         "owner_epoch": newest.owner_epoch if newest is not None else None,

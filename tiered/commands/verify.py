@@ -313,7 +313,7 @@ def _check_claim(report: Any, owner: Any, latest: dict[str, Any]) -> None:
     included) is an older copy of the data dir that made them."""
     from local.errors import KafkaStorageError
     from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogStateFile
-    from tiered.ownership import behind_detail, copies_end
+    from tiered.ownership import behind
     from tiered.scrub.report import Problem
 
     pdir = Path(report.data_dir) / f"{report.topic}-{report.partition}"
@@ -329,10 +329,10 @@ def _check_claim(report: Any, owner: Any, latest: dict[str, Any]) -> None:
             "not_owner", f"this data dir ({mine}) does not own the partition's remote data: the store's current owner "
             f"is {owner.describe()}; it copies and deletes nothing there", file=str(pdir / REMOTE_LOG_STATE_FILENAME)))
     elif report.log_end_offset is not None:
-        remote_end = copies_end(latest.values(), owner.lineage)
-        if remote_end >= report.log_end_offset:
-            detail = behind_detail(pdir.name, remote_end, report.log_end_offset).split(": ", 1)[1]
-            report.problems.append(Problem("behind_remote", detail, file=str(pdir), offset=report.log_end_offset))
+        why = behind(pdir.name, latest.values(), owner.lineage, report.log_end_offset)
+        if why is not None:
+            report.problems.append(Problem("behind_remote", why.split(": ", 1)[1], file=str(pdir),
+                                           offset=report.log_end_offset))
 
 
 class _LocalSegmentFile:
