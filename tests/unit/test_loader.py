@@ -295,7 +295,7 @@ def test_missing_index_of_an_unflushed_segment_is_expected_and_not_a_warning(
         log = open_log(path, cfg, clean=False, recovery_point=6)
     assert read_all_values(log) == expected
     assert "is missing" not in warnings_of(caplog)
-    assert any("is missing" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
+    assert any("recovering unflushed segment 12 " in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
     log.close()
 
 
@@ -862,8 +862,8 @@ def test_unclean_recovery_upgrades_only_what_it_rebuilds(
     path, expected = built
     with caplog.at_level(logging.INFO, logger="local.loader"):
         log = open_log(path, cfg, clean=False, recovery_point=12, use_large_index=True)
-    upgrades = [r.getMessage() for r in caplog.records if "in the 12-byte format" in r.getMessage()]
-    assert upgrades == [f"{path.name}: rebuilding the offset index of segment 12 in the 12-byte format"]
+    rebuilt = [r.getMessage() for r in caplog.records if "recovering unflushed segment" in r.getMessage()]
+    assert rebuilt == [f"{path.name}: recovering unflushed segment 12 (0/1)"]  # its index written anew, 12-byte
     assert read_all_values(log) == expected
     formats = {s.base_offset: s.offset_index.is_large_format for s in log.segments.values()}
     assert formats == {0: False, 6: False, 12: True}
