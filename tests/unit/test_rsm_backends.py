@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,51 @@ def test_the_local_remote_log_metadata_directory_holds_a_topic_of_the_longest_na
     RemoteLogMetadataStore.in_directory(tmp_path / "rlmm").add_remote_log_segment_metadata(md)
     fresh = RemoteLogMetadataStore.in_directory(tmp_path / "rlmm", read_only=True)
     assert list(fresh.load(tip)) == [md.remote_log_segment_id.id]  # listed and read back from the directory
+
+
+def test_the_s3_client_keeps_a_connection_for_each_of_many_requests_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The copy tasks, the expiration tasks and the start's claims share one client: at botocore's default pool of
+    10, a start of `tiered run` with 800 partitions on SeaweedFS logged 70 "Connection pool is full, discarding
+    connection" warnings, each a connection opened and closed again. A server that answers no request before 40 are
+    open at once holds 40 connections; the client keeps them all."""
+    import logging
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    at_once = 40
+    arrived = threading.Barrier(at_once + 1)
+
+    class Held(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: each connection goes back to the client's pool
+
+        def do_HEAD(self) -> None:
+            arrived.wait(60)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.send_header("ETag", '"x"')
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Held)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    rsm = load_rsm("s3", {"bucket": "bkt", "region": "us-east-1", "path_style": "true", "aws_access_key_id": "k",
+                          "aws_secret_access_key": "s", "max_attempts": "1",
+                          "endpoint_url": f"http://127.0.0.1:{server.server_address[1]}"})
+    client = rsm.store.client  # type: ignore[attr-defined]
+    try:
+        with caplog.at_level(logging.WARNING, logger="urllib3"):
+            heads = [threading.Thread(target=client.head_object, kwargs={"Bucket": "bkt", "Key": f"k{i}"})
+                     for i in range(at_once)]
+            for head in heads:
+                head.start()
+            arrived.wait(60)  # all 40 requests are in the server at once
+            for head in heads:
+                head.join(60)
+        assert not any(head.is_alive() for head in heads)
+        assert "Connection pool is full" not in caplog.text, caplog.text
+    finally:
+        rsm.close()
+        server.shutdown()
+        server.server_close()
