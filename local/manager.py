@@ -58,7 +58,13 @@ from local.errors import (
 )
 from local.log import Log
 from local.scheduler import SYSTEM_TIME, Scheduler, Time
-from local.topic_intents import remove_deleted_dirs, remove_intents, settle_intents, write_intents
+from local.topic_intents import (
+    remove_deleted_dirs,
+    remove_intents,
+    settle_intents,
+    unsettled_partition_dirs,
+    write_intents,
+)
 
 if TYPE_CHECKING:
     from local.cleaner.log_cleaner import LogCleaner
@@ -301,14 +307,21 @@ class LogManager:
         return make_scratch_root()
 
     def _index_read_only(self) -> None:
-        """Read-only: list the partitions; each is opened (from a scratch copy) when first asked for."""
+        """Read-only: list the partitions; each is opened (from a scratch copy) when first asked for. The partitions
+        of a topic's creation or deletion not yet committed (or cut by a crash) are left out, as a writer's start
+        leaves them (:mod:`local.topic_intents`)."""
+        try:
+            unsettled = unsettled_partition_dirs(self.live_dirs)
+        except OSError as exc:
+            logger.warning("cannot read the topic intents (%s): the partitions are listed as they are", exc)
+            unsettled = set()
         for data_dir in self.live_dirs:
             for child in sorted(data_dir.iterdir()):
                 try:
                     key = filenames.parse_partition_dir_name(child.name)
                 except ValueError:
                     continue
-                if child.is_dir():
+                if child.is_dir() and child not in unsettled:
                     self._unopened[key] = (child, data_dir)
                     self._log_dirs_of[key] = data_dir
 

@@ -23,6 +23,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from local import filenames
@@ -78,17 +79,29 @@ def remove_deleted_dirs(data_dir: Path) -> None:
             shutil.rmtree(child, ignore_errors=True)
 
 
-def settle_intents(data_dirs: Sequence[Path]) -> None:
-    """Roll back the creations and finish the deletions a crash interrupted, in all of ``data_dirs`` (the live
-    ones) together (see the module docstring). An intent that cannot be read is left where it is, with a warning,
-    and nothing is deleted for it."""
+@dataclass(frozen=True)
+class _Settlement:
+    """What a start does with one intent (:func:`settle_intents`), decided from the files alone."""
+
+    name: str
+    copies: list[Path]  # the intent's file in each data dir that holds it
+    op: str
+    topic: str
+    partitions: int
+    primary: Path
+    committed: bool  # a creation whose primary intent is gone: nothing is undone
+    doomed: list[Path]  # the partition dirs the start removes (a creation rolled back, a deletion finished)
+
+
+def _settlements(data_dirs: Sequence[Path]) -> list[_Settlement]:
+    """The intents found in ``data_dirs`` (the live ones) and what a start does with each; one that cannot be read,
+    or a creation whose primary dir is not among them, is left as it is, with a warning."""
     found: dict[str, list[Path]] = {}
     for data_dir in data_dirs:
         for path in sorted(data_dir.glob(f"{INTENT_PREFIX}*.json")):
             found.setdefault(path.name, []).append(path)
-        for cut in data_dir.glob(f"{INTENT_PREFIX}*.json.tmp"):  # (an intent's write a crash cut: nothing after it)
-            cut.unlink(missing_ok=True)
     live = {str(d) for d in data_dirs}
+    settlements = []
     for name, copies in sorted(found.items()):
         try:
             intent = json.loads(copies[0].read_bytes())
@@ -107,25 +120,45 @@ def settle_intents(data_dirs: Sequence[Path]) -> None:
                            "offline: left as it is", copies[0], topic, primary)
             continue
         committed = op == "create" and not (primary / name).exists()
-        removed = 0
-        if not committed:  # (a creation rolled back, or a deletion finished: in every live dir)
-            for data_dir in data_dirs:
-                for partition in partitions:
-                    pdir = data_dir / filenames.partition_dir_name(topic, partition)
-                    if pdir.is_dir() and _of_topic(pdir, topic_id):
-                        delete_partition_dir(pdir)
-                        removed += 1
-        if committed:
+        doomed = [] if committed else [  # (a creation rolled back, or a deletion finished: in every live dir)
+            pdir for data_dir in data_dirs for partition in partitions
+            if (pdir := data_dir / filenames.partition_dir_name(topic, partition)).is_dir() and _of_topic(pdir, topic_id)
+        ]
+        settlements.append(_Settlement(name, copies, op, topic, len(partitions), primary, committed, doomed))
+    return settlements
+
+
+def unsettled_partition_dirs(data_dirs: Sequence[Path]) -> set[Path]:
+    """The partition dirs the next start removes, as :func:`settle_intents` decides (changing nothing): those of a
+    creation not committed yet, or cut by a crash, and of a deletion under way or cut. A read-only view leaves them
+    out, as a writer's start does: the topic of a creation exists once it commits, whole, and a deletion's is gone
+    once it starts."""
+    return {pdir for settlement in _settlements(data_dirs) for pdir in settlement.doomed}
+
+
+def settle_intents(data_dirs: Sequence[Path]) -> None:
+    """Roll back the creations and finish the deletions a crash interrupted, in all of ``data_dirs`` (the live
+    ones) together (see the module docstring). An intent that cannot be read is left where it is, with a warning,
+    and nothing is deleted for it."""
+    for data_dir in data_dirs:
+        for cut in data_dir.glob(f"{INTENT_PREFIX}*.json.tmp"):  # (an intent's write a crash cut: nothing after it)
+            cut.unlink(missing_ok=True)
+    for settlement in _settlements(data_dirs):
+        for pdir in settlement.doomed:
+            delete_partition_dir(pdir)
+        topic, removed = settlement.topic, len(settlement.doomed)
+        if settlement.committed:
             logger.info("the creation of topic %s had committed when a crash came: its last intents are removed",
                         topic)
-        elif op == "create":
+        elif settlement.op == "create":
             logger.warning("the creation of topic %s (%d partition(s)) was interrupted by a crash: it is rolled back "
-                           "(%d partition dir(s) removed); create the topic again", topic, len(partitions), removed)
+                           "(%d partition dir(s) removed); create the topic again", topic, settlement.partitions,
+                           removed)
         else:
             logger.warning("the deletion of topic %s was interrupted by a crash: it is finished (%d partition dir(s) "
                            "removed)", topic, removed)
         # The primary's copy last: a start cut short here decides the same way the next time.
-        for path in sorted(copies, key=lambda p: p.parent == primary):
+        for path in sorted(settlement.copies, key=lambda p: p.parent == settlement.primary):
             path.unlink(missing_ok=True)
             fsync_dir(path.parent)
 

@@ -104,3 +104,23 @@ def test_an_intent_whose_write_was_cut_is_removed_at_the_start(tmp_path: Path) -
     cut.write_bytes(b'{"version": 0, "op": "cre')
     with LogManager(LogConfig.from_properties(props(data)), start_scheduler=False) as manager:
         assert manager.partitions() == [] and not cut.exists()
+
+
+@pytest.mark.parametrize(("op", "step", "seen"), [("create", "made", 0), ("delete", "made", 0),
+                                                  ("create", "commit", PARTITIONS)])
+def test_a_read_only_view_sees_a_topic_as_the_next_start_will(tmp_path: Path, op: str, step: str, seen: int) -> None:
+    """status, consume and topics describe read a data dir without settling its intents: they listed the half of
+    a topic a creation had made (or a deletion had left) as a topic. They now leave out what the next start
+    removes, and change nothing on disk."""
+    data, dirs = _dirs(tmp_path)
+    if op == "delete":
+        with LogManager(LogConfig.from_properties(props(data)), start_scheduler=False) as manager:
+            manager.create_partitions("t", range(PARTITIONS))
+    _kill_at(data, op, step)
+    before = _on_disk(dirs)
+    assert [n for n in before if n.startswith("t-")] and [n for n in before if n.startswith("tiered-topic-intent")]
+    with LogManager(LogConfig.from_properties(props(data)), read_only=True) as reader:
+        assert len([k for k in reader.partitions() if k[0] == "t"]) == seen
+    assert _on_disk(dirs) == before
+    with LogManager(LogConfig.from_properties(props(data)), start_scheduler=False) as manager:  # the start agrees
+        assert len([k for k in manager.partitions() if k[0] == "t"]) == seen
