@@ -366,6 +366,15 @@ class TopicConfig:
         return "compact" in self.cleanup_policy.split(",")
 
     @property
+    def max_segment_ms(self) -> int:
+        """How long a segment stays active at most (Kafka's ``LogConfig.maxSegmentMs``): ``segment.ms``, or a
+        compacted topic's ``max.compaction.lag.ms`` where that is shorter (KIP-354: a record must become cleanable
+        within it, and the active segment never is)."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
+
+    @property
     def delete(self) -> bool:
         """``cleanup.policy`` holds ``delete``: retention deletes its old segments."""
         return "delete" in self.cleanup_policy.split(",")

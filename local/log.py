@@ -213,7 +213,7 @@ class Log:
         self._codec = target_codec(str(config.compression_type))
         plain = config.message_timestamp_type != "LogAppendTime" and self._codec in (None, CompressionType.NONE)
         self._plain_limits = None if not plain else _PlainLimits(
-            config.max_message_bytes, config.segment_bytes, config.segment_ms, self._compacted,
+            config.max_message_bytes, config.segment_bytes, config.max_segment_ms, self._compacted,
             config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms,
         )
 
@@ -679,7 +679,8 @@ class Log:
         segment = self.segments.active_segment
         assert segment is not None
         config = self.config
-        if not segment.should_roll_for(messages_size, last_offset, max_ts, now, config.segment_bytes, config.segment_ms):
+        if not segment.should_roll_for(messages_size, last_offset, max_ts, now, config.segment_bytes,
+                                      config.max_segment_ms):
             return segment
         logger.debug("rolling %s at offset %d (segment %d, size %d)", self.name, first_offset, segment.base_offset, segment.size)
         # At the first offset of this append: a leader's is the log end offset, a follower's is at or past it (an
@@ -735,7 +736,7 @@ class Log:
             return segment
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        jitter = self.config.segment_jitter_ms
+        jitter = min(self.config.segment_jitter_ms, self.config.max_segment_ms)  # (Kafka's randomSegmentJitter)
         return LogSegment.open(
             self.dir,
             base_offset,

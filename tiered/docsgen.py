@@ -53,7 +53,8 @@ DESCRIPTIONS: dict[str, str] = {
     "delete.retention.ms": "How long a tombstone (a record with a null value) stays after the cleaning that first "
                            "keeps it; also how long an empty transaction's marker stays.",
     "min.compaction.lag.ms": "A record stays uncompacted at least this long (segments newer than this are not cleaned).",
-    "max.compaction.lag.ms": "A dirty segment older than this is cleaned whatever the dirty ratio.",
+    "max.compaction.lag.ms": "A dirty segment older than this is cleaned whatever the dirty ratio; a compacted "
+                             "topic's active segment is rolled once it is this old (with segment.ms, the shorter).",
     "min.insync.replicas": "Accepted for compatibility; there is one replica.",
     "compression.type": "Recompress appended batches with this codec; producer keeps the producer's.",
     "remote.storage.enable": "Tier this topic: closed segments are copied to the remote tier. Needs "

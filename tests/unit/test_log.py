@@ -114,6 +114,20 @@ def test_roll_by_time_measured_from_first_batch_timestamp(tmp_path: Path) -> Non
     assert log.number_of_segments() == 2
 
 
+@pytest.mark.parametrize(("policy", "rolls"), [("compact", True), ("compact,delete", True), ("delete", False)])
+def test_a_compacted_topic_rolls_at_max_compaction_lag_ms(tmp_path: Path, policy: str, rolls: bool) -> None:
+    """Kafka's LogConfig.maxSegmentMs: a compacted topic's active segment rolls at max.compaction.lag.ms when that
+    is shorter than segment.ms, so that its records become cleanable in time (KIP-354). Rolled at segment.ms (7
+    days) only, a topic of one record a second kept its superseded values (a helper's pass)."""
+    time = MockTime(ms=T0)
+    log = make_log(tmp_path, time=time, cleanup_policy=policy, max_compaction_lag_ms=1000)
+    log.append(records(b"a", timestamp=T0))
+    log.append(records(b"b", timestamp=T0 + 900))
+    assert log.number_of_segments() == 1
+    log.append(records(b"c", timestamp=T0 + 1500))
+    assert log.number_of_segments() == (2 if rolls else 1)
+
+
 def test_roll_when_index_full(tmp_path: Path) -> None:
     log = make_log(tmp_path, segment_index_bytes=8 * 3, index_interval_bytes=1)
     for i in range(10):
