@@ -171,6 +171,22 @@ def test_offload_names_topics_without_remote_storage(tmp_path: Path, capsys: pyt
     assert rc == 0 and "copied 0 segment(s)" not in out and "not tiered" not in err
 
 
+def test_offload_never_advises_tiering_a_compacted_or_internal_topic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """offload told the user to set remote.storage.enable=true on every compacted topic, __consumer_offsets
+    included, advice the config refuses (a helper's pass)."""
+    config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path))
+    for topic, policy in (("table", "compact"), ("__consumer_offsets", "compact")):
+        rc, _, err = cli(capsys, "--config", str(config), "topics", "create", "-t", topic, "--topic-config",
+                         f"cleanup.policy={policy}")
+        assert rc == 0, err
+    rc, out, err = cli(capsys, "--config", str(config), "offload")
+    assert rc == 0, out + err
+    assert "remote.storage.enable=true" not in err and "__consumer_offsets" not in err, err
+    assert "topic table (1 partition(s)) is not tiered: it is compacted" in err, err
+
+
 def test_status_shows_the_last_pass_of_run_too(tiered_topic: tuple[Path, Path], tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     """A pass of `tiered run`'s scheduled tasks replaces offload's as the last one (here the pass cut short by a

@@ -90,19 +90,26 @@ class OffloadInterrupted(Exception):
 def _say_untiered(logs: Iterable[Log]) -> int:
     """Name, on stderr, the topics whose partitions this pass leaves alone for lack of remote.storage.enable=true;
     the number of those that hold remote data all the same (their retention is refused: the exit code says so)."""
+    from tiered.internal_topics import HIDDEN_TOPICS, INTERNAL_TOPICS
     from tiered.rlm_tasks import tiering_enabled
 
     untiered: dict[str, int] = {}
+    compacted: dict[str, int] = {}
     stranded = 0
     for log in logs:
         if not tiering_enabled(log):
-            topic = log.topic
-            untiered[topic] = untiered.get(topic, 0) + 1
             stranded += bool(log.has_remote_data)
+            if log.topic in INTERNAL_TOPICS | HIDDEN_TOPICS:
+                continue  # never tiered, as in Kafka: nothing to say
+            named = compacted if log.config.compact else untiered
+            named[log.topic] = named.get(log.topic, 0) + 1
     for topic, count in sorted(untiered.items()):
         print(f"tiered offload: topic {topic} ({count} partition(s)) is not tiered: it lacks remote.storage.enable=true"
               f"; enable it with: tiered topics alter --topic {topic} --add-config remote.storage.enable=true",
               file=sys.stderr)
+    for topic, count in sorted(compacted.items()):
+        print(f"tiered offload: topic {topic} ({count} partition(s)) is not tiered: it is compacted (cleanup.policy="
+              "compact), and compacted topics are never tiered, as in Kafka", file=sys.stderr)
     return stranded
 
 
