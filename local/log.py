@@ -371,6 +371,16 @@ class Log:
                 RemoteLogStateFile(self.dir).write(new)
             self.remote_log_state = new
 
+    def note_remote_data_deleted(self) -> None:
+        """Remember (durably) that the partition holds no remote data any more: its topic turned remote storage off
+        with ``remote.log.delete.on.disable=true`` and the remote tier deleted every remote segment. Its claim stays
+        (tiering turned on again goes on under it)."""
+        with self._lock:
+            new = dataclasses.replace(self.remote_log_state, remote_storage_enabled=False, highest_remote_offset=-1)
+            if not self.read_only:
+                RemoteLogStateFile(self.dir).write(new)
+            self.remote_log_state = new
+
     def note_remote_owner(self, owner_epoch: int, owner_id: str) -> None:
         """Remember (durably, in ``remote-log-state``) that this data dir claimed ownership of the partition's remote
         data at ``owner_epoch`` (the remote tier's fencing: see :mod:`local.remote_state`); a pending claim is done."""

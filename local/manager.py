@@ -731,23 +731,40 @@ class LogManager:
                 _validate_turning_off_remote_storage(log, new_config)
             if overrides is not None:
                 self._topic_configs[topic] = dict(overrides)
+            giving_up_remote = False
             if log is not None:
                 if overrides is not None:
                     log.config = new_config
                     self._persist_overrides(log.dir, overrides)
-                return log
-            failed = self.offline_partitions.get(key)
-            if failed is not None:
-                raise failed.error()  # never a fresh empty log in another dir in place of the offline one
-            if not self.live_dirs:
-                raise LogDirOfflineError(
-                    f"cannot create {topic}-{partition}: every data dir is offline "
-                    + "; ".join(f"{d}: {why}" for d, why in self.offline_dirs.items()),
-                    topic=topic, partition=partition,
-                )
-            log, data_dir = self._create_log(topic, partition, overrides, topic_id)
-            self._register_new(topic, [(partition, log, data_dir)])
-            return log
+                    giving_up_remote = log.has_remote_data and not new_config.remote_storage_enable
+                if not giving_up_remote:
+                    return log
+            else:
+                return self._create_and_register(topic, partition, overrides, topic_id)
+        # Remote storage turned off with remote.log.delete.on.disable=true (validated above; KIP-950): the records
+        # below the local log start are gone to readers from now on; the remote tier's expiration task deletes them.
+        # (Outside the manager's lock: the log start checkpoint takes the checkpoint lock.)
+        from local.log import LogStartOffsetIncrementReason
+
+        log.maybe_increment_log_start_offset(log.local_log_start_offset, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+        return log
+
+    def _create_and_register(self, topic: str, partition: int, overrides: Mapping[str, Any] | None,
+                             topic_id: uuid.UUID | None) -> Log:
+        """A new log of ``topic-partition`` (get_or_create_log's, under ``_lock``)."""
+        key = (topic, partition)
+        failed = self.offline_partitions.get(key)
+        if failed is not None:
+            raise failed.error()  # never a fresh empty log in another dir in place of the offline one
+        if not self.live_dirs:
+            raise LogDirOfflineError(
+                f"cannot create {topic}-{partition}: every data dir is offline "
+                + "; ".join(f"{d}: {why}" for d, why in self.offline_dirs.items()),
+                topic=topic, partition=partition,
+            )
+        log, data_dir = self._create_log(topic, partition, overrides, topic_id)
+        self._register_new(topic, [(partition, log, data_dir)])
+        return log
 
     def _create_log(self, topic: str, partition: int, overrides: Mapping[str, Any] | None,
                     topic_id: uuid.UUID | None, assigned: Sequence[Path] = ()) -> tuple[Log, Path]:

@@ -53,7 +53,7 @@ from tiered.rlm_copy import (
     highest_offset_in_remote_storage,
 )
 from tiered.rlm_expiration import RLMExpirationTask
-from tiered.rlm_tasks import RLMTaskScheduler, tiering_enabled
+from tiered.rlm_tasks import RLMTaskScheduler, remote_tasks_run, tiering_enabled
 from tiered.rsm import LogSegmentData, RemoteLogSegmentMetadata, RemoteStorageManager, TopicIdPartition
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ class RemoteLogManager:
         """One run of the copy task then the expiration task of every remote-enabled log (``tiered offload``):
         the same task objects the scheduled tasks run (:mod:`tiered.rlm_tasks`)."""
         total = PassResult()
-        eligible = [log for log in logs if tiering_enabled(log)]
+        eligible = [log for log in logs if remote_tasks_run(log)]
 
         def one(log: Log) -> PassResult:
             copy, expiration = self._tasks(log)

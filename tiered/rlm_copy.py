@@ -214,7 +214,7 @@ class RLMCopyTask:
     def copy_log_segments(self, log: Log) -> PassResult:
         """Copy every eligible segment of ``log`` in order; stops at the first failure (retried next run)."""
         result = PassResult()
-        if log.config.remote_log_copy_disable:
+        if log.config.remote_log_copy_disable or not log.config.remote_storage_enable:
             return result
         if self.cancelled is not None:
             logger.debug("copies of %s are stopped: %s", log.name, self.cancelled)

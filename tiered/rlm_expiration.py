@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from tiered.errors import NotPartitionOwnerError, RemoteStoreMismatchError, one_line_cause
 from tiered.pass_result import PassResult
 from tiered.remote_tier_parts import RemoteTierParts
+from tiered.rlm_tasks import remote_data_to_delete
 from tiered.rsm import RemoteLogSegmentMetadata, TopicIdPartition
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class RLMExpirationTask:
             if not self._owned(log):
                 return 0
             self._remove_leftover_events(log)
+            if remote_data_to_delete(log):
+                return self._delete_all(log)
             foreign = parts.metadata.foreign_segments(self.tip)
             segs = parts.finished_segments(self.tip)
             if not segs and not foreign:
@@ -90,6 +93,38 @@ class RLMExpirationTask:
             if doomed and self._columnar is not None and log.config.remote_log_columnar_enable:
                 self._retire_columnar(log)
             return deleted
+
+    def _delete_all(self, log: Log) -> int:
+        """Remote storage turned off with ``remote.log.delete.on.disable=true`` (KIP-950): every remote segment of the
+        partition goes, finished or left under way, a former owner's too, and the log start offset moves up to the
+        local log start first (Kafka's order, as for retention: a read racing the deletion finds the offsets out of
+        range, never a segment half gone). Once none is left the partition dir forgets its remote data; a pass cut
+        short (a crash, the store down, the partition claimed elsewhere) leaves the rest to the next."""
+        from local.log import LogStartOffsetIncrementReason
+
+        parts = self.parts
+        reason = "remote storage turned off (remote.storage.enable=false, remote.log.delete.on.disable=true)"
+        parts.metadata.refresh(self.tip)  # (copies another process of this data dir left under way, too)
+        segments = parts.metadata.list_remote_log_segments(self.tip)
+        if segments:
+            log.maybe_increment_log_start_offset(log.local_log_start_offset,
+                                                 LogStartOffsetIncrementReason.SEGMENT_DELETION)
+            log.ensure_log_start_offset_checkpointed()
+            logger.info("%s: deleting its %d remote segment(s) (offsets %d-%d): %s", log.name, len(segments),
+                        segments[0].start_offset, max(m.end_offset for m in segments), reason)
+        deleted = 0
+        for md in segments:
+            if not self._owned(log):
+                return deleted  # another data dir claimed the partition since the run began
+            deleted += parts.delete_remote_segment(md, reason=reason)
+        parts.update_log_size(self.tip)
+        if not parts.metadata.list_remote_log_segments(self.tip):
+            log.note_remote_data_deleted()
+            if self._columnar is not None:
+                self._retire_columnar(log)
+            logger.info("%s: its remote data is deleted; the partition is local only from offset %d", log.name,
+                        log.log_start_offset)
+        return deleted
 
     def _remove_leftover_events(self, log: Log) -> None:
         """The metadata events a crash in a deletion left behind (:meth:`RemoteLogMetadataStore.remove_leftover_events`;

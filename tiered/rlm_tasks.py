@@ -44,6 +44,19 @@ def tiering_enabled(log: Log) -> bool:
     return not log.is_closed and bool(log.config.remote_storage_enable)
 
 
+def remote_data_to_delete(log: Log) -> bool:
+    """A partition whose topic turned remote storage off with ``remote.log.delete.on.disable=true`` while remote data
+    remains (Kafka's KIP-950 disablement): its expiration task deletes all of it, and copies nothing."""
+    config = log.config
+    return (not log.is_closed and not config.remote_storage_enable and bool(config.remote_log_delete_on_disable)
+            and log.has_remote_data)
+
+
+def remote_tasks_run(log: Log) -> bool:
+    """Whether the remote tier's tasks run for ``log``: tiered, or with remote data to delete."""
+    return tiering_enabled(log) or remote_data_to_delete(log)
+
+
 class RLMTaskScheduler:
     """The copy and expiration tasks of every remote-enabled partition that ``logs()`` returns, kept in step with
     it by a watcher task; the pools are schedulers of ``time`` (started here, stopped by :meth:`shutdown`)."""
@@ -65,8 +78,9 @@ class RLMTaskScheduler:
             "rlm-partition-watcher", self.sync, period_ms=min(interval_ms, WATCH_INTERVAL_MS))
 
     def sync(self) -> None:
-        """Schedule the tasks of new remote-enabled logs; cancel those of logs closed or no longer enabled."""
-        current = {id(log): log for log in self.logs() if tiering_enabled(log)}
+        """Schedule the tasks of new remote-enabled logs (and of those with remote data to delete); cancel those of
+        logs closed or no longer enabled."""
+        current = {id(log): log for log in self.logs() if remote_tasks_run(log)}
         with self._lock:
             for key in list(self._tasks):
                 if key not in current or current[key] is not self._tasks[key][0]:

@@ -275,6 +275,65 @@ def test_turning_remote_storage_off_needs_delete_on_disable(tmp_path: Path) -> N
         log.delete_old_segments()  # allowed: the operator gave up the remote data
 
 
+def test_remote_storage_turned_off_with_delete_on_disable_deletes_the_remote_data(tmp_path: Path) -> None:
+    """KIP-950: remote.storage.enable=false with remote.log.delete.on.disable=true gives the remote data up. It was
+    accepted and nothing happened: the remote segments stayed, still served below the local log start, so a topic
+    made compacted in the same request replayed every old version of its keys, and the topic could never be deleted
+    (a helper's pass). Readers lose those offsets at once; the next remote pass deletes every remote segment."""
+    from local.errors import OffsetOutOfRangeError
+
+    overrides = {"remote.storage.enable": "true", "local.retention.bytes": str(MIB)}
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, overrides)
+        _fill(log, 20_000, int(time.time() * 1000))
+        rlm = manager.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        rlm.run_once(manager.all_logs())
+        manager.cleanup_logs()
+        tip = rlm.topic_id_partition(log)
+        local_start = log.local_log_start_offset
+        assert local_start > 0 and rlm.finished_segments(tip) and log.has_remote_data
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "false",
+                                                   "remote.log.delete.on.disable": "true",
+                                                   "cleanup.policy": "compact"})
+        assert log.log_start_offset == local_start  # gone to readers with the config change
+        with pytest.raises(OffsetOutOfRangeError):
+            log.read(0)
+        objects = [f for f in (tmp_path / "remote").rglob("*") if f.is_file() and ".log" in f.name]
+        assert objects  # not deleted yet: the remote tier's pass does it
+        result = rlm.run_once(manager.all_logs())
+        assert result.segments_copied == 0 and result.segments_deleted == len(objects)
+        assert rlm.finished_segments(tip) == [] and not log.has_remote_data
+        assert [f for f in (tmp_path / "remote").rglob("*") if f.is_file() and ".log" in f.name] == []
+        assert log.log_start_offset == local_start and log.read(local_start).records.batches().__next__()
+        assert rlm.run_once(manager.all_logs()).segments_deleted == 0  # nothing left to do
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None and not log.has_remote_data and log.log_start_offset == local_start
+        manager.delete_partitions(TOPIC, [0])  # a topic that held remote data: nothing is left to strand
+
+
+def test_the_scheduled_remote_tasks_delete_the_data_of_a_topic_that_turned_remote_storage_off(tmp_path: Path) -> None:
+    """tiered run's scheduler kept tasks only for tiered partitions: one whose topic turned remote storage off (with
+    remote.log.delete.on.disable=true) needs its expiration task until its remote data is gone."""
+    from tests.gated_rsm import LIMIT
+
+    overrides = {"remote.storage.enable": "true", "local.retention.bytes": str(MIB)}
+    props = {**_props(tmp_path), "remote.log.manager.task.interval.ms": "100"}
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, overrides)
+        _fill(log, 20_000, int(time.time() * 1000))
+        assert manager.remote_tier.run_once(manager.all_logs()).segments_copied > 0  # type: ignore[union-attr]
+        manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+        assert log.has_remote_data
+        manager.startup()
+        deadline = time.monotonic() + LIMIT
+        while log.has_remote_data and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not log.has_remote_data
+        assert not [f for f in (tmp_path / "remote").rglob("*") if f.is_file() and ".log" in f.name]
+
+
 def test_remote_retention_of_segments_without_timestamps_uses_their_file_time(tmp_path: Path) -> None:
     """Kafka's largestTimestamp: a segment whose records carry no timestamp ages by its file's mtime."""
     overrides = {"remote.storage.enable": "true", "local.retention.bytes": str(MIB), "retention.ms": "3600000"}
