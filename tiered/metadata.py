@@ -416,6 +416,23 @@ class RemoteLogMetadataStore:
         with self._lock:
             return bool(view) or bool(self._owners.get(tip))
 
+    def next_offset(self, tip: TopicIdPartition) -> int:
+        """One past the last offset the partition's remote history names (0 when none): the segments it copied within
+        the current owner's lineage, deleted ones too (their DELETE_SEGMENT_FINISHED events are kept), and the start of
+        the newest claim (the claimer's log end then). Offsets below it were the partition's once: a log adopting the
+        partition with no readable segment left starts there, never reusing one, as Kafka's log start never goes
+        back after retention."""
+        view = self._view(tip)
+        with self._lock:
+            segments = list(view.values())
+            owners = list(self._owners.get(tip, []))
+        lineage = owners[-1].lineage if owners else ()
+        ends = [m.end_offset + 1 for m in segments
+                if m.state is not S.COPY_SEGMENT_STARTED and (not lineage or within_lineage(m, lineage))]
+        if lineage:
+            ends.append(lineage[-1][1])
+        return max(ends, default=0)
+
     def max_epoch(self, tip: TopicIdPartition) -> int:
         """The highest leader epoch the store knows of the partition (its owner records' and its segments'), -1 when
         none. A damaged owner record's epoch (its key's) counts: a claim above every epoch is above it too."""

@@ -158,6 +158,35 @@ def test_attach_over_another_topic_id_is_refused(tiered_topic: tuple[Path, Path]
     assert rc == 1 and "no remote metadata of topic 'nothere'" in err
 
 
+def test_attach_after_retention_deleted_every_remote_segment_goes_on_at_the_old_log_end(
+    tiered_topic: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Remote retention deleted every segment of a partition (the old owner's log start and end then equal); a new
+    machine's attach adopted it at offset 0, and its next records took offsets 0.. again, which consumers' committed
+    offsets and the old records had used (a helper's pass). The adopted log starts where the history ended."""
+    first, second = tiered_topic
+    with LogManager(LogConfig.from_properties(str(first)), start_scheduler=False) as manager:
+        log = manager.get_log("ev", 0)
+        assert log is not None
+        log.roll()  # the active segment too: everything can be copied and then expire
+    assert cli(capsys, "--config", str(first), "offload")[0] == 0
+    rc, _, err = cli(capsys, "--config", str(first), "topics", "alter", "-t", "ev", "--add-config",
+                     "retention.bytes=0,local.retention.bytes=0")
+    assert rc == 0, err
+    assert cli(capsys, "--config", str(first), "offload")[0] == 0
+    with LogManager(LogConfig.from_properties(str(first)), start_scheduler=False) as manager:
+        log = manager.get_log("ev", 0)
+        assert log is not None and log.log_start_offset == log.log_end_offset == RECORDS  # all of it expired
+    rc, out, err = cli(capsys, "--config", str(second), "attach", "-t", "ev")
+    assert rc == 0, err
+    assert f"attached ev-0: 0 remote segment(s), 0 bytes, log start offset {RECORDS}, log end offset {RECORDS}" in out
+    with LogManager(LogConfig.from_properties(str(second)), start_scheduler=False) as manager:
+        log = manager.get_log("ev", 0)
+        assert log is not None
+        assert log.append(MemoryRecords.build([SimpleRecord(b"next")]), leader_epoch=log.latest_epoch or 0) \
+            .first_offset == RECORDS  # not 0
+
+
 def test_offload_names_topics_without_remote_storage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = write_config(tmp_path / "a.properties", local_tier_props(tmp_path))
     produce(config, "plain", 1)

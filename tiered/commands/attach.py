@@ -63,6 +63,13 @@ class RemotePartition:
     size_bytes: int
     epochs: list[tuple[int, int]]  # (leader epoch, first offset in it), ascending
     last_segment: Any  # RemoteLogSegmentMetadata of the segment holding highest_offset, or None
+    next_offset: int = -1  # where the adopted log starts when no segment is left (-1: past highest_offset)
+
+    @property
+    def log_end_offset(self) -> int:
+        """Where the adopted log continues: past the last remote offset, or past every offset the partition's
+        remote history names when retention deleted every segment (offsets are never reused)."""
+        return max(self.highest_offset + 1, self.next_offset)
 
 
 class AttachError(Exception):
@@ -124,7 +131,7 @@ def _claim(config: Any, store: Any, tip: Any, r: RemotePartition) -> Any:
     from tiered.ownership import OwnerRecord, claim_lineage, put_claim
 
     epoch = max(store.max_epoch(tip), -1) + 1
-    record = OwnerRecord(epoch, uuid.uuid4().hex, claim_lineage(r.epochs, r.highest_offset + 1, epoch),
+    record = OwnerRecord(epoch, uuid.uuid4().hex, claim_lineage(r.epochs, r.log_end_offset, epoch),
                          int(time.time() * 1000), socket.gethostname(), tuple(str(d) for d in config.log_dirs))
     try:
         put_claim(store, tip, record)  # (a lost answer to a claim that stands is no failure)
@@ -197,8 +204,9 @@ def _remote_partition(store: Any, topic: str, topic_id: uuid.UUID, partition: in
             f"{topic}-{partition}: {len(unreadable)} remote metadata object(s) cannot be read, e.g. {key} ({why}); "
             "attaching now could adopt a log shorter than the remote tier holds. Run attach again when the store "
             "answers; an object that stays unreadable is damage (tiered verify --remote names it)")
-    if not segments:
-        return RemotePartition(partition, -1, -1, 0, 0, [], None)
+    if not segments:  # none ever, or all deleted by retention: the log goes on where the partition's history ended
+        ended = store.next_offset(tip) if hasattr(store, "next_offset") else 0
+        return RemotePartition(partition, ended, -1, 0, 0, [], None, ended)
     epochs: list[tuple[int, int]] = []
     for md in segments:  # start offset order
         for epoch, start in sorted(md.segment_leader_epochs.items(), key=lambda e: e[1]):
@@ -294,7 +302,7 @@ def _write_partitions(
         data_dir = dirs[i % len(dirs)]
         pdir = data_dir / filenames.partition_dir_name(topic, r.partition)
         _write_partition_dir(pdir, topic_id, r, snapshots.get(r.partition), claims[r.partition])
-        end = r.highest_offset + 1
+        end = r.log_end_offset
         start_offsets.setdefault(data_dir, {})[(topic, r.partition)] = max(r.log_start_offset, 0)
         recovery_points.setdefault(data_dir, {})[(topic, r.partition)] = end
         written.add(r.partition)
@@ -316,7 +324,7 @@ def _write_partition_dir(pdir: Path, topic_id: uuid.UUID, r: RemotePartition, sn
     from local.segment import LogSegment
 
     pdir.mkdir(parents=True)
-    end = r.highest_offset + 1
+    end = r.log_end_offset
     LogSegment.open(pdir, end).close()  # the empty active segment at the remote log end
     if snapshot is not None:
         atomic_write(filenames.producer_snapshot_file(pdir, end), snapshot)
