@@ -416,6 +416,18 @@ class RemoteLogMetadataStore:
         with self._lock:
             return bool(view) or bool(self._owners.get(tip))
 
+    def purge_partition(self, tip: TopicIdPartition) -> int:
+        """Delete every object the store holds under the partition (its metadata events, owner records, any segment
+        objects) and forget it: what a topic deleted while it held no remote data left behind. The caller checks
+        first that nothing readable is there. How many objects."""
+        keys = self.store.list_keys(layout.partition_prefix(self.prefix, tip) + "/")
+        self.store.delete_many(keys)
+        with self._lock:
+            for cache in (self._segments, self._readable, self._owners, self._damaged_owners, self._decoded,
+                          self._unreadable):
+                cache.pop(tip, None)
+        return len(keys)
+
     def next_offset(self, tip: TopicIdPartition) -> int:
         """One past the last offset the partition's remote history names (0 when none): the segments it copied within
         the current owner's lineage, deleted ones too (their DELETE_SEGMENT_FINISHED events are kept), and the start of

@@ -27,10 +27,12 @@ which says why).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -267,6 +269,49 @@ class RemoteLogManager:
             logger.warning("%d more partition(s) were not claimed at a new owner epoch after that store error (they "
                            "stay at their claims), e.g. %s", len(skipped), skipped[0])
         return renewed
+
+    @contextlib.contextmanager
+    def tasks_held(self, logs: Iterable[Log], timeout_s: float) -> Iterator[None]:
+        """Hold the copy and expiration tasks of ``logs`` (those of tiered partitions) for the block: a run in
+        progress is waited for (a copy finishes its segment), up to ``timeout_s`` in all, and none starts until the
+        block ends. ``TimeoutError`` naming the partition when a run outlasts it. (A topic's deletion: a copy must not
+        finish after the check that the partition holds no remote data.)"""
+        deadline = time.monotonic() + timeout_s
+        held: list[threading.Lock] = []
+        try:
+            for log in logs:
+                if not remote_tasks_run(log):
+                    continue
+                copy, expiration = self._tasks(log)
+                for lock in (copy.lock, expiration.lock):
+                    if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                        raise TimeoutError(f"a remote copy or deletion of {log.name} is still running after "
+                                           f"{timeout_s:.0f} s")
+                    held.append(lock)
+            yield
+        finally:
+            for lock in reversed(held):
+                lock.release()
+
+    def forget_deleted_partition(self, tip: TopicIdPartition, name: str, claim_id: str) -> None:
+        """What the store holds of a partition whose topic was just deleted while it held no remote data (its owner
+        records: a claim is written at the first pass, before any copy; a failed copy's cleaned-up metadata) is
+        deleted, so that a later topic of the same name is the only one the bucket names. Only where no segment is
+        listed (any state but deleted) and the newest claim is this data dir's (``claim_id``, its remote-log-state's);
+        a failure is logged."""
+        try:
+            metadata = self.parts.metadata
+            metadata.refresh(tip)
+            owner = metadata.current_owner(tip) if hasattr(metadata, "current_owner") else None
+            ours = bool(claim_id) and owner is not None and owner.owner_id == claim_id
+            if metadata.list_remote_log_segments(tip) or not ours or not hasattr(metadata, "purge_partition"):
+                return
+            removed = metadata.purge_partition(tip)
+            logger.info("%s: deleted the %d object(s) its topic's deletion left in the remote store (no remote data)",
+                        name, removed)
+        except Exception as exc:
+            logger.warning("%s: the remote store's objects of the deleted partition (owner records) could not be "
+                           "deleted (%s); they name a topic that no longer exists", name, one_line_cause(exc))
 
     def start_tasks(self, logs: Callable[[], Iterable[Log]]) -> None:
         """Start the copy and expiration tasks of every remote-enabled log that ``logs()`` returns, each run every

@@ -220,6 +220,8 @@ class RLMCopyTask:
             logger.debug("copies of %s are stopped: %s", log.name, self.cancelled)
             return result
         with self.lock:
+            if log.is_closed:  # (deleted while this run waited for the lock)
+                return result
             if not self._owned(log, result):
                 return result
             loaded = not self._cleaned_stale  # the first run's cleanup lists the partition's metadata anew

@@ -60,7 +60,7 @@ class RLMExpirationTask:
 
         parts = self.parts
         with self.lock:
-            if not self._owned(log):
+            if log.is_closed or not self._owned(log):  # (closed: deleted while this run waited for the lock)
                 return 0
             self._remove_leftover_events(log)
             if remote_data_to_delete(log):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import threading
 import uuid
@@ -28,7 +29,9 @@ from kio.schema.errors import ErrorCode
 from local import filenames
 from local.errors import ConfigError, TooManyPartitionsError
 from local.manager import open_files_refusal
+from tiered.composition import remote_log_manager_of
 from tiered.internal_topics import HIDDEN_TOPICS, INTERNAL_TOPICS
+from tiered.remote_tier_parts import topic_id_partition
 
 if TYPE_CHECKING:
     from local.config import LogConfig
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+DELETE_WAIT_S = 30.0  # how long DeleteTopics waits for a remote copy of one of the topic's partitions to finish
 
 
 class TopicError(Exception):
@@ -275,15 +279,28 @@ class KafkaBroker:
             partitions = self.partitions_of(topic)
             if not partitions:
                 raise TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
-            logs = [self.manager.get_log(topic, p) for p in partitions]
-            held = [log.name for log in logs if log is not None and log.has_remote_data]
-            if held:
-                # The engine's delete_log removes local data only: the remote segments would be left behind.
-                raise TopicError(ErrorCode.policy_violation,
-                                 f"topic {topic} has data in remote storage ({', '.join(held)}): deleting it over the "
-                                 "Kafka protocol would leave the remote segments behind, so it is refused")
-            self.manager.delete_partitions(topic, partitions)  # (all or none across a crash)
+            logs = [log for p in partitions if (log := self.manager.get_log(topic, p)) is not None]
+            rlm = remote_log_manager_of(self.manager)
+            # A copy under way finishes before the check, and none starts until the partitions are gone: checked
+            # alone, a first copy finishing just after it left a whole segment in the store for good.
+            held_tasks = rlm.tasks_held(logs, DELETE_WAIT_S) if rlm is not None else contextlib.nullcontext()
+            try:
+                with held_tasks:
+                    held = [log.name for log in logs if log.has_remote_data]
+                    if held:
+                        # The engine's delete_log removes local data only: the remote segments would be left behind.
+                        raise TopicError(ErrorCode.policy_violation,
+                                         f"topic {topic} has data in remote storage ({', '.join(held)}): deleting it "
+                                         "over the Kafka protocol would leave the remote segments behind, so it is "
+                                         "refused")
+                    claims = [(topic_id_partition(log), log.name, log.remote_log_state.owner_id) for log in logs
+                              if log.remote_log_state.claimed] if rlm is not None else []
+                    self.manager.delete_partitions(topic, partitions)  # (all or none across a crash)
+            except TimeoutError as exc:
+                raise TopicError(ErrorCode.request_timed_out, f"topic {topic} is not deleted: {exc}; retry") from None
             logger.info("deleted topic %s", topic)
+            for tip, name, claim_id in claims:  # (rlm is not None where there are claims)
+                rlm.forget_deleted_partition(tip, name, claim_id)  # type: ignore[union-attr]
             if self.coordinator is not None:
                 self.coordinator.on_partitions_deleted(topic, partitions)
 

@@ -1,0 +1,84 @@
+"""DeleteTopics of a tiered topic beside the remote tier's tasks (a helper's pass on a shared bucket): the check that
+the topic holds no remote data raced a first copy under way, which then finished into the store of a deleted topic;
+and the claims a deleted topic's partitions had made stayed in the bucket, naming a second topic id to a later
+attach of a topic created again under the name."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from local import LogConfig, LogManager
+from local.records import MemoryRecords, SimpleRecord
+from tests.gated_rsm import LIMIT, Gate
+from tests.logutil import local_tier_props
+from tiered.composition import remote_log_manager_of
+from tiered.kafka import broker as broker_module
+from tiered.kafka.broker import KafkaBroker, TopicError
+from tiered.layout import topic_ids_in_store
+
+TOPIC = "t"
+
+
+@pytest.fixture
+def tiered(tmp_path: Path) -> Iterator[tuple[LogManager, KafkaBroker, Any]]:
+    """A manager (no scheduled tasks, copies in this process) with tiered topic ``t`` holding one closed segment."""
+    config = LogConfig.from_properties(local_tier_props(tmp_path, **{
+        "remote.log.manager.copier.process.enable": "false"}))
+    with LogManager(config, start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true"})
+        log.append(MemoryRecords.build([SimpleRecord(b"v%d" % i) for i in range(100)]))
+        log.roll()
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None
+        yield manager, KafkaBroker(manager, config, "127.0.0.1", 9092), rlm
+
+
+def test_a_deletion_waits_for_a_copy_under_way_and_is_refused_once_it_finished(
+    tiered: tuple[LogManager, KafkaBroker, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager, broker, rlm = tiered
+    log = manager.get_log(TOPIC, 0)
+    task = rlm.copy_task(log)
+    upload, gate = task._copy_data, Gate()
+
+    def uploads_then_stops(*args: Any) -> Any:
+        done = upload(*args)
+        gate.reach()  # the objects are in the store; COPY_SEGMENT_FINISHED is not
+        return done
+
+    monkeypatch.setattr(task, "_copy_data", uploads_then_stops)
+    monkeypatch.setattr(broker_module, "DELETE_WAIT_S", 0.2)  # (how long the deletion waits for the copy)
+    copying = threading.Thread(target=rlm.run_once, args=(manager.all_logs(),))
+    copying.start()
+    assert gate.arrived.wait(LIMIT)
+    with pytest.raises(TopicError) as refused:
+        broker.delete_topic(TOPIC)  # checked while the copy is under way: it waits for it, here in vain
+    assert refused.value.code == ErrorCode.request_timed_out and "retry" in str(refused.value)
+    assert broker.partitions_of(TOPIC) == [0]
+    gate.release()
+    copying.join(LIMIT)
+    assert log.has_remote_data  # the copy finished into a topic that still exists
+    with pytest.raises(TopicError) as refused:
+        broker.delete_topic(TOPIC)
+    assert refused.value.code == ErrorCode.policy_violation
+
+
+def test_a_deleted_topic_without_remote_data_leaves_no_claim_in_the_bucket(
+    tiered: tuple[LogManager, KafkaBroker, Any], tmp_path: Path
+) -> None:
+    manager, broker, rlm = tiered
+    log = manager.get_log(TOPIC, 0)
+    assert log is not None
+    rlm.ownership.ensure_owner(log, rlm.topic_id_partition(log))  # the claim a first pass makes
+    store, prefix = rlm.parts.metadata.store, rlm.parts.metadata.prefix
+    assert list(topic_ids_in_store(store, prefix, TOPIC)) == [log.topic_id]
+    broker.delete_topic(TOPIC)
+    assert broker.partitions_of(TOPIC) == []
+    assert topic_ids_in_store(store, prefix, TOPIC) == {}
+    assert [p for p in (tmp_path / "remote").rglob("*") if p.is_file() and f"{TOPIC}-" in str(p)] == []
