@@ -134,6 +134,14 @@ def _local_dir(key: str, value: Any) -> str:
     return text
 
 
+def _gzip_level(key: str, value: Any) -> int:
+    """Kafka's GzipCompression level: -1 (the codec's default) or 1..9."""
+    level = _long(-1, 9)(key, value)
+    if level == 0:
+        raise _bad(key, value, "must be -1 or in [1, 9]")
+    return level
+
+
 def _cleanup_policy(key: str, value: Any) -> str:
     parts = [p.strip() for p in str(value).split(",")]
     if any(p not in ("delete", "compact") for p in parts):  # an empty element too, as Kafka's ValidList refuses it
@@ -146,6 +154,7 @@ _string.valid = "a string"  # type: ignore[attr-defined]
 _host_port.valid = "HOST:PORT (port 0: a free one)"  # type: ignore[attr-defined]
 _cleanup_policy.valid = "a list of delete, compact"  # type: ignore[attr-defined]
 _local_dir.valid = "an absolute path or file:// URI"  # type: ignore[attr-defined]
+_gzip_level.valid = "[1, 9] or -1"  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -186,6 +195,10 @@ _TOPIC_DEFS = [
     _Def("min.insync.replicas", "min.insync.replicas", "min_insync_replicas", _long(1, INT_MAX), 1),
     _Def("compression.type", "compression.type", "compression_type",
          _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"), "producer"),
+    # KIP-390: the level of the topic's codec where batches are rebuilt in it (Kafka's ranges and defaults).
+    _Def("compression.gzip.level", "compression.gzip.level", "compression_gzip_level", _gzip_level, -1),
+    _Def("compression.lz4.level", "compression.lz4.level", "compression_lz4_level", _long(1, 17), 9),
+    _Def("compression.zstd.level", "compression.zstd.level", "compression_zstd_level", _long(-131072, 22), 3),
     _Def("remote.storage.enable", None, "remote_storage_enable", _bool, False),
     _Def("local.retention.ms", "log.local.retention.ms", "local_retention_ms", _long(-2), -2),
     _Def("local.retention.bytes", "log.local.retention.bytes", "local_retention_bytes", _long(-2), -2),
@@ -351,6 +364,9 @@ class TopicConfig:
     max_compaction_lag_ms: int
     min_insync_replicas: int
     compression_type: str
+    compression_gzip_level: int
+    compression_lz4_level: int
+    compression_zstd_level: int
     remote_storage_enable: bool
     local_retention_ms: int
     local_retention_bytes: int
@@ -364,6 +380,14 @@ class TopicConfig:
     def compact(self) -> bool:
         """``cleanup.policy`` holds ``compact``: the log cleaner dedupes it (Kafka's ``LogConfig.compact``)."""
         return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def compression_level(self) -> int | None:
+        """The level batches rebuilt in ``compression.type``'s codec take (KIP-390's per-codec keys); None for the
+        codec's own default (gzip's -1) or a codec without levels."""
+        level = {"gzip": self.compression_gzip_level, "lz4": self.compression_lz4_level,
+                 "zstd": self.compression_zstd_level}.get(self.compression_type)
+        return None if level is None or level == -1 else level
 
     @property
     def max_segment_ms(self) -> int:

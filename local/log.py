@@ -211,6 +211,7 @@ class Log:
         self._compacted = "compact" in str(config.cleanup_policy)  # a compacted topic: its records need keys
         # A topic compression.type other than producer (or uncompressed, the plain path's own) rebuilds batches
         self._codec = target_codec(str(config.compression_type))
+        self._codec_level = config.compression_level
         plain = config.message_timestamp_type != "LogAppendTime" and self._codec in (None, CompressionType.NONE)
         self._plain_limits = None if not plain else _PlainLimits(
             config.max_message_bytes, config.segment_bytes, config.max_segment_ms, self._compacted,
@@ -506,7 +507,7 @@ class Log:
         if self._codec is not None and origin is AppendOrigin.CLIENT and assign_offsets:
             # The topic's compression.type: batches in another codec are built again in it (Kafka's LogValidator),
             # after the producer's bytes passed their checks, and checked again as built.
-            rebuilt = recompressed(batches, self._codec)
+            rebuilt = recompressed(batches, self._codec, self._codec_level)
             if rebuilt is not None:
                 buffer = rebuilt
                 batches, has_producer_ids = self._analyze_and_validate(buffer, origin, assign_offsets)

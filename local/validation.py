@@ -166,9 +166,10 @@ def target_codec(compression_type: str) -> CompressionType | None:
     return CompressionType.NONE if compression_type == "uncompressed" else CompressionType.from_name(compression_type)
 
 
-def recompressed(batches: list[RecordBatch], codec: CompressionType) -> bytearray | None:
+def recompressed(batches: list[RecordBatch], codec: CompressionType, level: int | None = None) -> bytearray | None:
     """Kafka's LogValidator for a topic whose ``compression.type`` is a codec: each client batch in another codec
-    (or uncompressed) is built again in ``codec``, its records' timestamps, keys, values and headers as they were,
+    (or uncompressed) is built again in ``codec`` (at ``level``: the topic's ``compression.<codec>.level``, None for
+    the codec's default), its records' timestamps, keys, values and headers as they were,
     and its producer id, epoch, base sequence and transactional flag (an idempotent retry still matches). The
     append's new bytes, or None when every batch is in ``codec`` already (the bytes are kept as sent)."""
     if all(batch.compression_type is codec or batch.attributes & CONTROL_FLAG_MASK for batch in batches):
@@ -181,7 +182,7 @@ def recompressed(batches: list[RecordBatch], codec: CompressionType) -> bytearra
         records = [SimpleRecord(r.timestamp, r.key, r.value, headers=r.headers) for r in batch.records()]
         out += build_batch(records, codec, timestamp_type=batch.timestamp_type, producer_id=batch.producer_id,
                            producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence,
-                           is_transactional=batch.is_transactional)
+                           is_transactional=batch.is_transactional, compression_level=level)
     return out
 
 

@@ -57,6 +57,9 @@ DESCRIPTIONS: dict[str, str] = {
                              "topic's active segment is rolled once it is this old (with segment.ms, the shorter).",
     "min.insync.replicas": "Accepted for compatibility; there is one replica.",
     "compression.type": "Recompress appended batches with this codec; producer keeps the producer's.",
+    "compression.gzip.level": "The gzip level of batches rebuilt in gzip (compression.type=gzip); -1: zlib's default.",
+    "compression.lz4.level": "The lz4 level of batches rebuilt in lz4 (compression.type=lz4).",
+    "compression.zstd.level": "The zstd level of batches rebuilt in zstd (compression.type=zstd).",
     "remote.storage.enable": "Tier this topic: closed segments are copied to the remote tier. Needs "
                              "`remote.log.storage.system.enable=true` on the broker.",
     "local.retention.ms": "How long segments stay on local disk once copied to the remote tier; -2: `retention.ms`.",
