@@ -231,3 +231,26 @@ def test_librdkafka_admin_client(kafka):
     for future in client.delete_topics(["ck"]).values():
         future.result(30)
     assert kafka.broker.topics() == {}
+
+
+def test_a_topic_whose_partitions_are_offline_is_named_offline_not_missing(tmp_path, capsys):
+    """A partition taken offline at load (its stored config pairs compact with remote storage) was listed by
+    Metadata, yet DescribeConfigs, IncrementalAlterConfigs and `tiered compact -t` answered "no topic" (a helper's
+    pass): an operator looked for a typo. They name the partition offline and why; CreateTopics says it exists."""
+    from local import LogConfig, LogManager
+    from tiered.cli import main
+
+    data = tmp_path / "data"
+    with LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False) as manager:
+        manager.get_or_create_log("rc3", 0)
+    (data / "rc3-0" / "tiered-topic.properties").write_text("cleanup.policy=compact\nremote.storage.enable=true\n")
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        described = _describe(client, 4, 2, "rc3")
+        assert described.error_code == ErrorCode.kafka_storage_error, described
+        assert "rc3-0 is offline" in described.error_message and "compacted" in described.error_message
+        altered = _alter(client, 1, "rc3", [("cleanup.policy", 0, "delete")])
+        assert altered.error_code == ErrorCode.kafka_storage_error and "rc3-0 is offline" in altered.error_message
+        assert _create(client, 7, "rc3", 1).error_code == ErrorCode.topic_already_exists
+    assert main(["compact", "--log-dirs", str(data), "-t", "rc3"]) == 1
+    err = capsys.readouterr().err
+    assert "rc3-0 is offline" in err and "no topic" not in err, err

@@ -42,8 +42,12 @@ def run(args: argparse.Namespace) -> int:
         cleaner = manager.cleaner
         assert cleaner is not None
         if args.topic is not None and not any(t == args.topic for t, _ in manager.partitions()):
-            print(f"tiered compact: no topic {args.topic} in {', '.join(str(d) for d in config.log_dirs)}",
-                  file=sys.stderr)
+            offline = [o for (t, _), o in sorted(manager.offline_partitions.items()) if t == args.topic]
+            if offline:  # the topic exists: "no topic" would send the operator looking for a typo
+                print(f"tiered compact: {offline[0].error()}", file=sys.stderr)
+            else:
+                print(f"tiered compact: no topic {args.topic} in {', '.join(str(d) for d in config.log_dirs)}",
+                      file=sys.stderr)
             return 1
         reports = cleaner.clean_pass(None if args.topic is None else lambda tp: tp[0] == args.topic)
     if args.json:

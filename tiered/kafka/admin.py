@@ -140,9 +140,10 @@ def handle_describe_configs(broker: KafkaBroker, request: Request) -> Any:
     for resource in body.resources:
         keys = set(resource.configuration_keys) if resource.configuration_keys is not None else None
         if resource.resource_type == TOPIC_RESOURCE:
-            if not broker.partitions_of(resource.resource_name):
-                results.append(_described(module, resource, ErrorCode.unknown_topic_or_partition,
-                                          f"no topic {resource.resource_name!r}", ()))
+            try:
+                broker.require_topic(resource.resource_name)
+            except TopicError as exc:
+                results.append(_described(module, resource, exc.code, str(exc), ()))
                 continue
             entries = _describe_topic(broker, resource.resource_name, broker.topic_overrides(resource.resource_name))
         elif resource.resource_type == BROKER_RESOURCE:
@@ -226,8 +227,7 @@ def handle_incremental_alter_configs(broker: KafkaBroker, request: Request) -> A
                 raise TopicError(ErrorCode.invalid_request,
                                  "only TOPIC configs can be altered: the broker config is a file here")
             topic = resource.resource_name
-            if not broker.partitions_of(topic):
-                raise TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
+            broker.require_topic(topic)
             overrides = _apply(broker, broker.topic_overrides(topic), resource.configs)
             broker.alter_topic_config(topic, overrides, validate_only=body.validate_only)
             code, message = ErrorCode.none, None

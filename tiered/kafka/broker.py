@@ -180,6 +180,19 @@ class KafkaBroker:
             return []
         return sorted(p for t, p in self.manager.partitions() if t == topic)
 
+    def require_topic(self, topic: str) -> list[int]:
+        """The topic's partitions served here; TopicError when there are none: KAFKA_STORAGE_ERROR naming why when all
+        of them are offline (the topic exists: "no topic" would send an operator looking for a typo), else
+        UNKNOWN_TOPIC_OR_PARTITION."""
+        partitions = self.partitions_of(topic)
+        if partitions:
+            return partitions
+        offline = sorted((p, o) for (t, p), o in self.manager.offline_partitions.items() if t == topic)
+        if offline and topic not in HIDDEN_TOPICS:
+            raise TopicError(ErrorCode.kafka_storage_error,
+                             f"topic {topic!r} is offline here: {offline[0][1].error()}")
+        raise TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
+
     def known_partitions(self, topics: set[str]) -> set[tuple[str, int]]:
         """The partitions of these topics that exist, online or in an offline data dir (Kafka's metadata cache)."""
         known = {(t, p) for t, p in self.manager.partitions() if t in topics and t not in HIDDEN_TOPICS}
@@ -240,7 +253,7 @@ class KafkaBroker:
         except ConfigError as exc:
             raise TopicError(ErrorCode.invalid_config, str(exc)) from None
         with self._topics_lock:
-            if self.partitions_of(topic):
+            if self.known_partitions({topic}):  # (offline ones too: the topic exists)
                 raise TopicError(ErrorCode.topic_already_exists, f"Topic '{topic}' already exists.")
             other = filenames.colliding_topic(topic, self.topics())
             if other is not None:
@@ -276,9 +289,7 @@ class KafkaBroker:
         if topic in INTERNAL_TOPICS:
             raise TopicError(ErrorCode.invalid_topic_exception, f"Topic {topic} is internal: it cannot be deleted")
         with self._topics_lock:
-            partitions = self.partitions_of(topic)
-            if not partitions:
-                raise TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
+            partitions = self.require_topic(topic)
             logs = [log for p in partitions if (log := self.manager.get_log(topic, p)) is not None]
             rlm = remote_log_manager_of(self.manager)
             # A copy under way finishes before the check, and none starts until the partitions are gone: checked
@@ -310,9 +321,7 @@ class KafkaBroker:
         from tiered.commands.topics import _check_remote_allowed
 
         with self._topics_lock:
-            partitions = self.partitions_of(topic)
-            if not partitions:
-                raise TopicError(ErrorCode.unknown_topic_or_partition, f"no topic {topic!r}")
+            partitions = self.require_topic(topic)
             try:
                 new_config = self.config.topic_config(dict(overrides))
                 _check_remote_allowed(self.config, dict(overrides))
