@@ -282,8 +282,12 @@ def test_a_partition_another_data_dir_owns_answers_fetch_as_a_deposed_leader(kaf
         client.call(0, 9, produce_request(9, "t", 0, _batch(b"a")))
         monkeypatch.setattr(kafka.broker, "lost_ownership", lambda log: "t-0: this data dir lost ownership")
         response = client.call(1, 12, fetch_request(12, {"t": {0: 0}}))
+        # ListOffsets too: its log end is not the partition's (a helper's client still got an answer there)
+        offsets = client.call(2, 7, list_offsets_request(7, "t", 0, -1))
     (partition,) = response.responses[0].partitions
     assert partition.error_code == ErrorCode.not_leader_or_follower and not partition.records
+    (listed,) = offsets.topics[0].partitions
+    assert listed.error_code == ErrorCode.not_leader_or_follower and listed.offset == -1
 
 
 def test_fetch_respects_max_bytes_but_returns_one_whole_batch(kafka):

@@ -204,10 +204,14 @@ class KafkaBroker:
 
     def led_log(self, topic: str, partition: int, current_leader_epoch: int) -> tuple[Log | None, ErrorCode]:
         """The partition's log for a request that names it and the leader epoch it knows (-1: none), or the error
-        Kafka answers: UNKNOWN_TOPIC_OR_PARTITION, or the :func:`current_leader_epoch_error`."""
+        Kafka answers: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER where another data dir owns the partition
+        (a deposed leader: its offsets past the handover are not the partition's, as for Fetch), or the
+        :func:`current_leader_epoch_error`."""
         log = self.log(topic, partition)
         if log is None:
             return None, ErrorCode.unknown_topic_or_partition
+        if self.lost_ownership(log) is not None:
+            return None, ErrorCode.not_leader_or_follower
         error = current_leader_epoch_error(current_leader_epoch, log)
         return (log, error) if error is ErrorCode.none else (None, error)
 
