@@ -263,7 +263,8 @@ def assess(
         if local_epoch == newest.owner_epoch:
             mine += " with another claim id (a copy of a data dir?)"
         if pending is not None:
-            mine += f"; its claim of owner epoch {pending[0]} was not answered and is not the newest"
+            mine += (f"; its claim of owner epoch {pending[0]} is not the newest (another data dir's claim of that "
+                     "epoch came first, or its write has not landed)")
         left = diverged_at(newest.lineage, local_epoch)
         where = (f"; its records from offset {left} on are not the partition's (the owner's history left this data "
                  "dir's claim there: export them before moving the partition dir aside, if they matter)"
