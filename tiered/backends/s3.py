@@ -4,7 +4,7 @@ Config (``rsm.config.*``, each validated: a bad value fails at configure naming 
 ``bucket`` (required), ``region``, ``endpoint_url`` (http/https), ``aws_access_key_id``,
 ``aws_secret_access_key``, ``aws_session_token``, ``path_style`` (true/false), ``sse`` (AES256 or aws:kms),
 ``sse_kms_key_id``, ``multipart_threshold_bytes`` (8 MiB, >= 5 MiB), ``multipart_chunk_size_bytes`` (8 MiB,
-5 MiB..5 GiB), ``max_concurrency`` (4, 1..256), ``max_pool_connections`` (100, 1..10000), ``connect_timeout_ms`` (10000), ``read_timeout_ms`` (30000, both
+5 MiB..5 GiB), ``max_concurrency`` (4, 1..256), ``max_pool_connections`` (100, or 2 x max_concurrency if more; 1..10000), ``connect_timeout_ms`` (10000), ``read_timeout_ms`` (30000, both
 1..3600000), ``max_attempts`` (5, 1..100), ``retry_mode`` (standard, legacy or adaptive).
 
 Credentials in ``endpoint_url`` (``http://ACCESS:SECRET@host:port``) are taken out of the URL before botocore
@@ -88,7 +88,7 @@ class S3Store(ObjectStore):
             "Size of one part."),
         "max_concurrency": ("4", "[1, 256]",
             "Parallel part uploads of one object."),
-        "max_pool_connections": ("100", "[1, 10000]",
+        "max_pool_connections": ("100 (at least 2 x max_concurrency)", "[1, 10000]",
             "Connections kept open to the store, shared by every thread of the process: the copy tasks (each with "
             "`max_concurrency` parts in flight), the expiration tasks, the start's claims and the reads. With fewer "
             "than run at once, each extra request opens a connection and closes it after (urllib3 logs \"Connection "
@@ -137,7 +137,7 @@ class S3Store(ObjectStore):
         # botocore's default of 10 is one copy task's worth: the ten copy threads, the ten expiration threads and the
         # claims at start share this client, and 70 "Connection pool is full, discarding connection" warnings (each
         # a connection opened and closed again) came from one start of `tiered run` with 800 partitions.
-        pool = o.integer("max_pool_connections", 100, 1, 10_000)
+        pool = o.integer("max_pool_connections", max(100, 2 * concurrency), 1, 10_000)
         assert pool is not None
         config = Config(
             region_name=region,
