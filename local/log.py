@@ -372,10 +372,10 @@ class Log:
                 RemoteLogStateFile(self.dir).write(new)
             self.remote_log_state = new
 
-    def note_remote_data_deleted(self) -> None:
+    def forget_remote_data(self) -> None:
         """Remember (durably) that the partition holds no remote data any more: its topic turned remote storage off
-        with ``remote.log.delete.on.disable=true`` and the remote tier deleted every remote segment. Its claim stays
-        (tiering turned on again goes on under it)."""
+        with ``remote.log.delete.on.disable=true``, and the remote tier deleted every remote segment (or left them to
+        the data dir that owns them). Its claim stays (tiering turned on again goes on under it)."""
         with self._lock:
             new = dataclasses.replace(self.remote_log_state, remote_storage_enabled=False, highest_remote_offset=-1)
             if not self.read_only:
@@ -747,7 +747,9 @@ class Log:
             return segment
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        jitter = min(self.config.segment_jitter_ms, self.config.max_segment_ms)  # (Kafka's randomSegmentJitter)
+        # Kafka's randomSegmentJitter bounds it by segment.ms; by the roll's own bound here, so that a short
+        # max.compaction.lag.ms never leaves a bound minus jitter below zero (a roll at every append).
+        jitter = min(self.config.segment_jitter_ms, self.config.max_segment_ms)
         return LogSegment.open(
             self.dir,
             base_offset,

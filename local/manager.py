@@ -1095,9 +1095,10 @@ def open_files_refusal(new_partitions: int) -> str | None:
 
 def _validate_turning_off_remote_storage(log: Log, new_config: Any) -> None:
     """Kafka's ``LogConfig.validateTurningOffRemoteStorageWithDelete``: remote storage cannot be turned off on a
-    partition with remote data unless the operator says the remote data goes too."""
+    tiered partition (or one with remote data) unless the operator says the remote data goes too. Whether data is
+    there yet does not matter: a copy under way lands after the change (and a topic deleted then would strand it)."""
     if (
-        log.has_remote_data
+        (log.config.remote_storage_enable or log.has_remote_data)
         and not new_config.remote_storage_enable
         and not new_config.remote_log_delete_on_disable
     ):

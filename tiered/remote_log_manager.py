@@ -271,22 +271,23 @@ class RemoteLogManager:
         return renewed
 
     @contextlib.contextmanager
-    def tasks_held(self, logs: Iterable[Log], timeout_s: float) -> Iterator[None]:
-        """Hold the copy and expiration tasks of ``logs`` (those of tiered partitions) for the block: a run in
-        progress is waited for (a copy finishes its segment), up to ``timeout_s`` in all, and none starts until the
+    def tasks_held(self, logs: Iterable[Log], deadline: float) -> Iterator[None]:
+        """Hold the copy and expiration tasks of ``logs`` for the block, whatever their topic's config now says (a
+        copy started while the topic was tiered goes on after remote storage is turned off): a run in progress is
+        waited for (a copy finishes its segment) until ``deadline`` (``time.monotonic()``), and none starts until the
         block ends. ``TimeoutError`` naming the partition when a run outlasts it. (A topic's deletion: a copy must not
         finish after the check that the partition holds no remote data.)"""
-        deadline = time.monotonic() + timeout_s
         held: list[threading.Lock] = []
         try:
             for log in logs:
-                if not remote_tasks_run(log):
-                    continue
+                with self._partition_tasks_lock:
+                    made = topic_id_partition(log) in self._partition_tasks
+                if not made and not remote_tasks_run(log):
+                    continue  # no run of its tasks in this process, and none to come
                 copy, expiration = self._tasks(log)
                 for lock in (copy.lock, expiration.lock):
                     if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                        raise TimeoutError(f"a remote copy or deletion of {log.name} is still running after "
-                                           f"{timeout_s:.0f} s")
+                        raise TimeoutError(f"a remote copy or deletion of {log.name} is still running")
                     held.append(lock)
             yield
         finally:
@@ -299,12 +300,18 @@ class RemoteLogManager:
         deleted, so that a later topic of the same name is the only one the bucket names. Only where no segment is
         listed (any state but deleted) and the newest claim is this data dir's (``claim_id``, its remote-log-state's);
         a failure is logged."""
+        from tiered.metadata import RemoteLogMetadataStore
+
+        with self._partition_tasks_lock:
+            self._partition_tasks.pop(tip, None)  # (its tasks, held by the deletion, end with it)
+        metadata = self.parts.metadata
+        if not isinstance(metadata, RemoteLogMetadataStore):
+            return  # a metadata manager of the user's: what it keeps of a deleted topic is its own
         try:
-            metadata = self.parts.metadata
             metadata.refresh(tip)
-            owner = metadata.current_owner(tip) if hasattr(metadata, "current_owner") else None
+            owner = metadata.current_owner(tip)
             ours = bool(claim_id) and owner is not None and owner.owner_id == claim_id
-            if metadata.list_remote_log_segments(tip) or not ours or not hasattr(metadata, "purge_partition"):
+            if metadata.list_remote_log_segments(tip) or not ours:
                 return
             removed = metadata.purge_partition(tip)
             logger.info("%s: deleted the %d object(s) its topic's deletion left in the remote store (no remote data)",

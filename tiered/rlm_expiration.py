@@ -60,11 +60,13 @@ class RLMExpirationTask:
 
         parts = self.parts
         with self.lock:
-            if log.is_closed or not self._owned(log):  # (closed: deleted while this run waited for the lock)
+            if log.is_closed:  # (deleted while this run waited for the lock)
                 return 0
-            self._remove_leftover_events(log)
             if remote_data_to_delete(log):
                 return self._delete_all(log)
+            if not self._owned(log):
+                return 0
+            self._remove_leftover_events(log)
             foreign = parts.metadata.foreign_segments(self.tip)
             segs = parts.finished_segments(self.tip)
             if not segs and not foreign:
@@ -104,6 +106,23 @@ class RLMExpirationTask:
 
         parts = self.parts
         reason = "remote storage turned off (remote.storage.enable=false, remote.log.delete.on.disable=true)"
+        try:
+            parts.ownership.ensure_owner(log, self.tip)
+        except (NotPartitionOwnerError, RemoteStoreMismatchError) as exc:
+            # Not this data dir's to delete: the owner's remote data stays (its own config says what becomes of it).
+            # This partition gives it up here, as the owner does: local only, from its local log start.
+            log.maybe_increment_log_start_offset(log.local_log_start_offset,
+                                                 LogStartOffsetIncrementReason.SEGMENT_DELETION)
+            log.forget_remote_data()
+            logger.warning("%s: %s, but the remote data is not this data dir's to delete (%s): it is left as it is, "
+                           "and this partition is local only from offset %d", log.name, reason, one_line_cause(exc),
+                           log.log_start_offset)
+            return 0
+        except Exception as exc:
+            logger.warning("cannot check the ownership of %s's remote data (%s): nothing is deleted until the next "
+                           "pass", log.name, one_line_cause(exc), exc_info=logger.isEnabledFor(logging.DEBUG))
+            return 0
+        self._remove_leftover_events(log)
         parts.metadata.refresh(self.tip)  # (copies another process of this data dir left under way, too)
         segments = parts.metadata.list_remote_log_segments(self.tip)
         if segments:
@@ -119,7 +138,7 @@ class RLMExpirationTask:
             deleted += parts.delete_remote_segment(md, reason=reason)
         parts.update_log_size(self.tip)
         if not parts.metadata.list_remote_log_segments(self.tip):
-            log.note_remote_data_deleted()
+            log.forget_remote_data()
             if self._columnar is not None:
                 self._retire_columnar(log)
             logger.info("%s: its remote data is deleted; the partition is local only from offset %d", log.name,

@@ -104,6 +104,30 @@ def two_dirs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, 
     return a, b, bucket
 
 
+def test_remote_storage_turned_off_on_a_deposed_data_dir_leaves_the_owners_remote_data(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """KIP-950 disablement on a data dir that lost the partition moved its log start up and then never finished:
+    every offload exited 1, and DeleteTopics was refused for good (a review). It is not its data to delete: the
+    owner's stays, and this data dir forgets it and is local only."""
+    a, b, bucket = two_dirs
+    attach(capsys, b)
+    before = remote_logs(bucket)
+    assert before
+    rc, _, err = cli(capsys, "--config", str(a), "topics", "alter", "-t", TOPIC, "--add-config",
+                     "remote.storage.enable=false,remote.log.delete.on.disable=true")
+    assert rc == 0, err
+    rc, out, err = cli(capsys, "--config", str(a), "offload")
+    assert rc == 0, out + err
+    assert remote_logs(bucket) == before  # the owner's remote data, untouched
+    state = RemoteLogStateFile(tmp_path / "a" / "data" / f"{TOPIC}-0").read()
+    assert not state.has_remote_data
+    rc, out, err = cli(capsys, "--config", str(a), "offload")
+    assert rc == 0 and "remote storage" not in err, out + err  # done: nothing more to say
+    rc, out, err = cli(capsys, "--config", str(b), "offload")
+    assert rc == 0, out + err  # the owner is as it was
+
+
 def test_a_data_dir_that_lost_the_partition_copies_nothing_and_b_reads_only_its_own_records(
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

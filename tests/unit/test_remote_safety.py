@@ -334,6 +334,43 @@ def test_the_scheduled_remote_tasks_delete_the_data_of_a_topic_that_turned_remot
         assert not [f for f in (tmp_path / "remote").rglob("*") if f.is_file() and ".log" in f.name]
 
 
+def test_turning_off_remote_storage_of_a_tiered_topic_needs_delete_on_disable_before_any_copy(tmp_path: Path) -> None:
+    """Kafka's rule asks whether the topic was tiered, not whether it holds remote data yet: turned off while its
+    first copy was under way, the copy landed after the change (a review's pass)."""
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true"})
+        assert not log.has_remote_data
+        with pytest.raises(ConfigError, match=r"remote.log.delete.on.disable=true"):
+            manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "false"})
+        manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+        manager.get_or_create_log(TOPIC, 0, {"retention.ms": "1000"})  # not tiered now: nothing to refuse
+
+
+def test_offload_of_a_topic_that_turned_remote_storage_off_says_so_and_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pass that deleted the remote data (KIP-950) exited 1, saying the partition held remote data it would not
+    tier and advising remote.storage.enable=true again, at every later run too (a review's pass)."""
+    from tiered.cli import main
+
+    config = tmp_path / "broker.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in _props(tmp_path).items()))
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true", "local.retention.bytes": str(MIB)})
+        _fill(log, 20_000, int(time.time() * 1000))
+    assert main(["--config", str(config), "offload"]) == 0
+    capsys.readouterr()
+    assert main(["--config", str(config), "topics", "alter", "-t", TOPIC, "--add-config",
+                 "remote.storage.enable=false,remote.log.delete.on.disable=true"]) == 0
+    for run in range(2):
+        rc = main(["--config", str(config), "offload"])
+        out, err = capsys.readouterr()
+        assert rc == 0, out + err
+        assert "remote.storage.enable=true" not in err and "retention is refused" not in err, err
+        assert ("gives up its remote data" in err) == (run == 0), err
+    assert not [f for f in (tmp_path / "remote").rglob("*.log")]
+
+
 def test_remote_retention_of_segments_without_timestamps_uses_their_file_time(tmp_path: Path) -> None:
     """Kafka's largestTimestamp: a segment whose records carry no timestamp ages by its file's mtime."""
     overrides = {"remote.storage.enable": "true", "local.retention.bytes": str(MIB), "retention.ms": "3600000"}

@@ -91,16 +91,20 @@ def _say_untiered(logs: Iterable[Log]) -> int:
     """Name, on stderr, the topics whose partitions this pass leaves alone for lack of remote.storage.enable=true;
     the number of those that hold remote data all the same (their retention is refused: the exit code says so)."""
     from tiered.internal_topics import HIDDEN_TOPICS, INTERNAL_TOPICS
-    from tiered.rlm_tasks import tiering_enabled
+    from tiered.rlm_tasks import remote_data_to_delete, tiering_enabled
 
     untiered: dict[str, int] = {}
     compacted: dict[str, int] = {}
     stranded = 0
     for log in logs:
         if not tiering_enabled(log):
+            if remote_data_to_delete(log):
+                print(f"tiered offload: {log.name}: remote storage was turned off with remote.log.delete.on.disable="
+                      "true: this pass gives up its remote data (deleted where this data dir owns it)", file=sys.stderr)
+                continue
             stranded += bool(log.has_remote_data)
-            if log.topic in INTERNAL_TOPICS | HIDDEN_TOPICS:
-                continue  # never tiered, as in Kafka: nothing to say
+            if log.topic in INTERNAL_TOPICS | HIDDEN_TOPICS or log.config.remote_log_delete_on_disable:
+                continue  # never tiered, as in Kafka, or turned off on purpose: nothing to say
             named = compacted if log.config.compact else untiered
             named[log.topic] = named.get(log.topic, 0) + 1
     for topic, count in sorted(untiered.items()):
@@ -173,12 +177,16 @@ def _ownership_problems(manager: LogManager) -> list[str]:
     rlm = remote_log_manager_of(manager)
     if rlm is None:
         return []
+    from tiered.rlm_tasks import remote_tasks_run
+
     states = rlm.ownership.states()
     logs = {topic_id_partition(log): log for log in manager.all_logs()}
     listing = getattr(rlm.metadata, "list_remote_log_segments", None)
     lines = []
     for tip in sorted(states, key=lambda t: (t.topic, t.partition)):
         found, log = states[tip], logs.get(tip)
+        if log is not None and not remote_tasks_run(log):
+            continue  # (remote storage turned off and its remote data given up: who owns it is not its concern)
         if found.state != OWNER:
             lines.append(found.detail)
         elif found.owner is not None and log is not None and listing is not None:

@@ -23,12 +23,13 @@ validated by the engine's config definitions (INVALID_CONFIG naming the key and 
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tiered.kafka.broker import KafkaBroker, TopicError
+from tiered.kafka.broker import DELETE_WAIT_S, KafkaBroker, TopicError
 from tiered.kafka.protocol import NO_THROTTLE, Request, make
 
 # Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: more records in one operation is POLICY_VIOLATION
@@ -119,9 +120,11 @@ def _created(module: Any, name: str, code: ErrorCode, message: str) -> Any:
 def handle_delete_topics(broker: KafkaBroker, request: Request) -> Any:
     module = request.response_module
     results = []
+    # One deadline for the request (its timeout, at most DELETE_WAIT_S): Kafka answers REQUEST_TIMED_OUT past it.
+    deadline = time.monotonic() + min(DELETE_WAIT_S, max(0.0, request.body.timeout.total_seconds()))
     for name in request.body.topic_names:
         try:
-            broker.delete_topic(name)
+            broker.delete_topic(name, deadline)
             results.append(make(module, "DeletableTopicResult", name=name, error_code=ErrorCode.none,
                                 error_message=None))
         except TopicError as exc:

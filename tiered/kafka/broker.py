@@ -19,6 +19,7 @@ import base64
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DELETE_WAIT_S = 30.0  # how long DeleteTopics waits for a remote copy of one of the topic's partitions to finish
+DELETE_WAIT_S = 30.0  # the longest DeleteTopics waits for the remote copies under way of a topic's partitions
 
 
 class TopicError(Exception):
@@ -287,7 +288,9 @@ class KafkaBroker:
             return exc.code == ErrorCode.topic_already_exists
         return True
 
-    def delete_topic(self, topic: str) -> None:
+    def delete_topic(self, topic: str, deadline: float | None = None) -> None:
+        """Delete ``topic`` (TopicError when refused); a remote copy of one of its partitions under way is waited for
+        until ``deadline`` (``time.monotonic()``; default: :data:`DELETE_WAIT_S` from now)."""
         if not self.config.delete_topic_enable:
             raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled (delete.topic.enable)")
         if topic in INTERNAL_TOPICS:
@@ -298,7 +301,9 @@ class KafkaBroker:
             rlm = remote_log_manager_of(self.manager)
             # A copy under way finishes before the check, and none starts until the partitions are gone: checked
             # alone, a first copy finishing just after it left a whole segment in the store for good.
-            held_tasks = rlm.tasks_held(logs, DELETE_WAIT_S) if rlm is not None else contextlib.nullcontext()
+            if deadline is None:
+                deadline = time.monotonic() + DELETE_WAIT_S
+            held_tasks = rlm.tasks_held(logs, deadline) if rlm is not None else contextlib.nullcontext()
             try:
                 with held_tasks:
                     held = [log.name for log in logs if log.has_remote_data]
@@ -308,14 +313,14 @@ class KafkaBroker:
                                          f"topic {topic} has data in remote storage ({', '.join(held)}): deleting it "
                                          "over the Kafka protocol would leave the remote segments behind, so it is "
                                          "refused")
-                    claims = [(topic_id_partition(log), log.name, log.remote_log_state.owner_id) for log in logs
-                              if log.remote_log_state.claimed] if rlm is not None else []
+                    deleted = [(topic_id_partition(log), log.name, log.remote_log_state.owner_id) for log in logs]
                     self.manager.delete_partitions(topic, partitions)  # (all or none across a crash)
             except TimeoutError as exc:
                 raise TopicError(ErrorCode.request_timed_out, f"topic {topic} is not deleted: {exc}; retry") from None
             logger.info("deleted topic %s", topic)
-            for tip, name, claim_id in claims:  # (rlm is not None where there are claims)
-                rlm.forget_deleted_partition(tip, name, claim_id)  # type: ignore[union-attr]
+            if rlm is not None:
+                for tip, name, claim_id in deleted:
+                    rlm.forget_deleted_partition(tip, name, claim_id)
             if self.coordinator is not None:
                 self.coordinator.on_partitions_deleted(topic, partitions)
 
