@@ -1096,7 +1096,22 @@ def open_files_refusal(new_partitions: int) -> str | None:
 def _validate_turning_off_remote_storage(log: Log, new_config: Any) -> None:
     """Kafka's ``LogConfig.validateTurningOffRemoteStorageWithDelete``: remote storage cannot be turned off on a
     tiered partition (or one with remote data) unless the operator says the remote data goes too. Whether data is
-    there yet does not matter: a copy under way lands after the change (and a topic deleted then would strand it)."""
+    there yet does not matter: a copy under way lands after the change (and a topic deleted then would strand it).
+
+    Nor turned on again while the deletion that turning it off started is not finished: the copies left would be
+    taken for the partition's remote data again, with holes where the deletion had been, and local retention would
+    delete the only copies of those records."""
+    if (
+        new_config.remote_storage_enable
+        and not log.config.remote_storage_enable
+        and log.config.remote_log_delete_on_disable
+        and log.has_remote_data
+    ):
+        raise ConfigError(
+            f"remote storage of {log.name} was turned off with remote.log.delete.on.disable=true and its remote data "
+            "is still being deleted (by the next remote pass of tiered run or tiered offload): turn it on again once "
+            "that is done (tiered status shows no remote segment for it)"
+        )
     if (
         (log.config.remote_storage_enable or log.has_remote_data)
         and not new_config.remote_storage_enable

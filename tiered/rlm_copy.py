@@ -243,6 +243,8 @@ class RLMCopyTask:
                 if self._stopping.is_set():
                     logger.info("stopping: the copy of %s ends before segment %d", log.name, seg.base_offset)
                     break
+                if log.config.remote_log_copy_disable or not log.config.remote_storage_enable:
+                    break  # turned off while this run copied: a copy landing now would be deleted again (KIP-950)
                 if not self._owned(log, result):
                     break  # another data dir claimed the partition since the run began
                 # One segment, or several in one request to the copier process (see _copy_batch).

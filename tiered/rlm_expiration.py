@@ -132,7 +132,9 @@ class RLMExpirationTask:
             logger.info("%s: deleting its %d remote segment(s) (offsets %d-%d): %s", log.name, len(segments),
                         segments[0].start_offset, max(m.end_offset for m in segments), reason)
         deleted = 0
-        for md in segments:
+        # The highest first: what is left is always the copies from the lowest offsets up to some end, so "how far the
+        # remote copies reach" (what local retention trusts) stays true at every point a crash or an outage stops it.
+        for md in sorted(segments, key=lambda m: m.end_offset, reverse=True):
             if not self._owned(log):
                 return deleted  # another data dir claimed the partition since the run began
             deleted += parts.delete_remote_segment(md, reason=reason)

@@ -113,3 +113,32 @@ def test_a_copy_under_way_when_tiering_is_turned_off_is_still_waited_for_by_a_de
     assert not log.has_remote_data  # the copy landed, and the same pass's expiration task deleted it (KIP-950)
     broker.delete_topic(TOPIC)
     assert [p for p in (tmp_path / "remote").rglob("*") if p.is_file()] == []
+
+
+def test_a_copy_run_stops_at_the_next_segment_once_tiering_is_turned_off(
+    tiered: tuple[LogManager, KafkaBroker, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy run went on copying segment after segment once remote storage was turned off, each to be deleted again
+    by the KIP-950 pass (a helper's pass saw copies land after the deletion began). It stops at the next segment."""
+    manager, broker, rlm = tiered
+    log = manager.get_log(TOPIC, 0)
+    for n in range(3):  # three more closed segments
+        log.append(MemoryRecords.build([SimpleRecord(b"w%d" % n)]))
+        log.roll()
+    task = rlm.copy_task(log)
+    upload, gate = task._copy_data, Gate()
+
+    def uploads_then_stops(*args: Any) -> Any:
+        done = upload(*args)
+        gate.reach()  # (the first segment only)
+        return done
+
+    monkeypatch.setattr(task, "_copy_data", uploads_then_stops)
+    results: list[Any] = []
+    copying = threading.Thread(target=lambda: results.append(task.copy_log_segments(log)))
+    copying.start()
+    assert gate.arrived.wait(LIMIT)
+    broker.alter_topic_config(TOPIC, {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+    gate.release()
+    copying.join(LIMIT)
+    assert results[0].segments_copied == 1

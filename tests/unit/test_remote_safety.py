@@ -313,6 +313,55 @@ def test_remote_storage_turned_off_with_delete_on_disable_deletes_the_remote_dat
         manager.delete_partitions(TOPIC, [0])  # a topic that held remote data: nothing is left to strand
 
 
+def test_a_kip_950_deletion_cut_short_leaves_the_lowest_copies_and_tiering_stays_off_until_it_ends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Remote storage turned off (delete.on.disable) and on again before the deletion ended lost 3,400 acknowledged
+    records (a helper's pass): the deletion had left a hole below the highest copy left, local retention trusted
+    "the copies reach offset N" and deleted the only local copies. The deletion goes from the highest copy down,
+    tiering cannot be turned on again until it ended, and verify takes the state for what it is."""
+    from tiered import remote_tier_parts
+    from tiered.cli import main
+
+    overrides = {"remote.storage.enable": "true", "local.retention.bytes": "-1"}  # (everything stays local too)
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, overrides)
+        _fill(log, 20_000, int(time.time() * 1000))
+        rlm = manager.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        rlm.run_once(manager.all_logs())
+        tip = rlm.topic_id_partition(log)
+        copies = [(m.start_offset, m.end_offset) for m in rlm.finished_segments(tip)]
+        assert len(copies) >= 3
+        manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+        delete = remote_tier_parts.delete_remote_segment
+        calls: list[int] = []
+
+        def store_down_after_one(parts: object, md: object, reason: str) -> bool:
+            if calls:
+                raise OSError("the store went away")
+            calls.append(1)
+            return delete(parts, md, reason)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(remote_tier_parts, "delete_remote_segment", store_down_after_one)
+        with pytest.raises(OSError, match="went away"):
+            rlm.run_once(manager.all_logs())
+        left = [(m.start_offset, m.end_offset) for m in rlm.finished_segments(tip)]
+        assert left == copies[:-1]  # the highest went first: no hole below what is left
+        assert log.has_remote_data
+        with pytest.raises(ConfigError, match="still being deleted"):
+            manager.get_or_create_log(TOPIC, 0, overrides)
+        monkeypatch.setattr(remote_tier_parts, "delete_remote_segment", delete)
+    config = tmp_path / "broker.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in _props(tmp_path).items()))
+    assert main(["--config", str(config), "verify"]) == 0, capsys.readouterr()  # being given up: no problem
+    assert main(["--config", str(config), "offload"]) == 0, capsys.readouterr()
+    assert main(["--config", str(config), "verify"]) == 0, capsys.readouterr()  # given up: a local partition
+    with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, overrides)  # on again, now that the deletion ended
+        assert log.config.remote_storage_enable and not log.has_remote_data
+
+
 def test_the_scheduled_remote_tasks_delete_the_data_of_a_topic_that_turned_remote_storage_off(tmp_path: Path) -> None:
     """tiered run's scheduler kept tasks only for tiered partitions: one whose topic turned remote storage off (with
     remote.log.delete.on.disable=true) needs its expiration task until its remote data is gone."""

@@ -205,12 +205,17 @@ def _check_partition_files(pdir: Path, report: PartitionReport) -> None:
         from local.config import read_properties
 
         try:
-            value = read_properties(overrides).get("remote.storage.enable")
+            props = read_properties(overrides)
         except (KafkaStorageError, OSError, ValueError) as exc:
             report.problems.append(Problem("checkpoint", f"unreadable topic overrides: {exc}", file=str(overrides)))
             readable = False
         else:
+            value = props.get("remote.storage.enable")
             report.remote_storage_enable = None if value is None else str(value).strip().lower() == "true"
+            # Turned off the documented way (KIP-950): the remote data is being given up, or was; its claim stays.
+            given_up = str(props.get("remote.log.delete.on.disable", "")).strip().lower() == "true"
+            if given_up and report.remote_storage_enable is not True:
+                holds_remote = False
     if holds_remote and readable and report.remote_storage_enable is not True:
         report.problems.append(Problem(
             "topic_config", f"{REMOTE_LOG_STATE_FILENAME} says the partition has data in remote storage, but its topic "
