@@ -280,4 +280,6 @@ class CleanShutdownFile:
             raise KafkaStorageError(f"malformed clean shutdown file {self.path}: {exc}", path=str(self.path)) from None
 
     def delete(self) -> None:
+        """Remove the marker, durably: the start that removes it is about to change files it vouches for."""
         self.path.unlink(missing_ok=True)
+        fsync_dir(self.path.parent)

@@ -244,6 +244,11 @@ class LogManager:
         if read_only:
             self._index_read_only()
             return
+        try:
+            self._check_open_files_for_loading()
+        except BaseException:
+            self._release_dirs()
+            raise
         self._load_logs()
         # Kafka's LogCleaner for the compacted topics (local.cleaner); its threads start with startup().
         if config.log_cleaner_enable:
@@ -424,6 +429,22 @@ class LogManager:
     # ------------------------------------------------------------------------------------------------------
     # Loading
 
+    def _check_open_files_for_loading(self) -> None:
+        """Refuse to load partitions that would not fit under the process's limit of open files, before any is
+        loaded: past it, the load failed part way with "Too many open files", took the data dir offline and left its
+        partitions' files as a crash does (a helper's 2,050 partitions under ``ulimit -n 1024``)."""
+        count = 0
+        for data_dir in self.live_dirs:
+            try:
+                count += sum(1 for child in os.scandir(data_dir) if child.is_dir() and _is_partition_dir(child.name))
+            except OSError:
+                continue  # (the load says what is wrong with the dir)
+        refusal = open_files_refusal(count)
+        if refusal is not None:
+            raise TooManyPartitionsError(
+                f"cannot load the {count} partition(s) of {', '.join(map(str, self.live_dirs))}: {refusal}; nothing "
+                "was loaded or changed")
+
     def _load_logs(self) -> None:
         try:  # a topic's creation or deletion a crash interrupted: rolled back or finished in every data dir at once
             settle_intents(list(self.live_dirs))
@@ -460,6 +481,11 @@ class LogManager:
         remove_deleted_dirs(data_dir)  # (a partition dir whose removal a crash cut: never loaded as a log)
         marker = CleanShutdownFile(data_dir / filenames.CLEAN_SHUTDOWN_FILENAME)
         clean = marker.exists()
+        if clean:
+            # Gone before anything is loaded (Kafka deletes it after): a load that fails part way (a full disk, too
+            # many open files) leaves the files as a crash does, and the next start treats them so, rather than
+            # taking the preallocated indexes it left for damage.
+            marker.delete()
         recovery_points = self._read_checkpoint(data_dir, filenames.RECOVERY_POINT_CHECKPOINT_FILENAME)
         start_offsets = self._read_checkpoint(data_dir, filenames.LOG_START_OFFSET_CHECKPOINT_FILENAME)
         partition_dirs = []
@@ -549,8 +575,6 @@ class LogManager:
                 metrics.REMAINING_LOGS_TO_LOAD.remove(label)
             except KeyError:
                 pass
-        if clean:
-            marker.delete()
         elapsed = _time.perf_counter() - started
         metrics.LOAD_SECONDS.labels(label).set(elapsed)
         stats["elapsed_ms"] = round(elapsed * 1000, 3)
@@ -1068,6 +1092,14 @@ class LogManager:
 
 FDS_PER_NEW_PARTITION = 3  # its active segment's .log and two mapped indexes (CPython's mmap keeps a descriptor)
 _FDS_SPARE = 64  # kept free for what else the process opens meanwhile (sockets, checkpoints, a store's connections)
+
+
+def _is_partition_dir(name: str) -> bool:
+    try:
+        filenames.parse_partition_dir_name(name)
+    except ValueError:
+        return False
+    return True
 
 
 def open_files_refusal(new_partitions: int) -> str | None:

@@ -489,3 +489,54 @@ def test_status_of_the_golden_kafka_dir(golden_dir: Path) -> None:
     parts = {p["partition"]: p for p in d["partitions"]}
     assert parts["foo-0"]["log_end_offset"] == 3 and parts["foo-0"]["recovery_point"] == 3
     assert parts["__cluster_metadata-0"]["log_end_offset"] > 100
+
+
+def test_a_start_whose_partitions_would_not_fit_under_the_open_files_limit_is_refused_before_loading(
+    tmp_path: Path,
+) -> None:
+    """Under `ulimit -n 1024`, tiered run loaded 2,050 partitions until "Too many open files", took the only data dir
+    offline and went on serving nothing, healthy to a service manager; the next start found 338 indexes left
+    preallocated and rebuilt them as damaged (a helper's pass). The start is refused before any partition is
+    loaded, saying how many open files it needs, and exits 1; nothing in the data dir changes."""
+    data = tmp_path / "data"
+    with LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False) as manager:
+        manager.create_partitions("t", range(120))
+    before = sorted((p.relative_to(data), p.stat().st_size) for p in data.rglob("*") if p.is_file())
+    script = f"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+from tiered.cli import main
+sys.exit(main(["run", "--log-dirs", {str(data)!r}, "--listen", "127.0.0.1:0", "--duration", "5"]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "cannot load the 120 partition(s)" in done.stderr and "ulimit -n" in done.stderr, done.stderr
+    assert "listening" not in done.stdout
+    after = sorted((p.relative_to(data), p.stat().st_size) for p in data.rglob("*") if p.is_file())
+    assert after == before  # the clean-shutdown marker included: the next start is a clean one
+
+
+def test_run_exits_when_every_data_dir_is_offline_and_a_failed_load_leaves_no_clean_marker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka halts a broker whose every log dir failed; tiered run served an empty broker with /health "serving".
+    The clean-shutdown marker goes before the load: the files a failed load touched are treated as a crash's at the
+    next start, not as damage."""
+    from local.log import Log
+    from tiered.cli import main
+
+    data = tmp_path / "data"
+    with LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False) as manager:
+        manager.create_partitions("t", range(2))
+    marker = data / filenames.CLEAN_SHUTDOWN_FILENAME
+    assert marker.exists()
+
+    def fails(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(Log, "open", fails)
+    rc = main(["run", "--log-dirs", str(data), "--listen", "127.0.0.1:0", "--duration", "5"])  # (bounds a regression)
+    out, err = capsys.readouterr()
+    assert rc == 1 and "every data dir is offline" in err and "Input/output error" in err, out + err
+    assert "listening" not in out
+    assert not marker.exists()

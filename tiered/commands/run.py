@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from local.config import parse_host_port
+    from local.errors import KafkaStorageError
     from local.metrics import RichLoadProgress
     from tiered.commands._remote import check_remote_access
     from tiered.composition import open_log_manager, remote_log_manager_of
@@ -133,6 +134,12 @@ def run(args: argparse.Namespace) -> int:
     with collecting_remote_errors() as errors:  # from the tasks' first run on
         with RichLoadProgress(console=console):  # startup of a large dir draws a progress bar on a terminal
             manager = open_log_manager(config)  # starts the scheduler, and the remote tier's tasks with it
+        if not manager.live_dirs:
+            # Kafka halts a broker whose every log dir failed: serving nothing, with a process that looks healthy, is
+            # worse than an exit a service manager sees.
+            why = "; ".join(f"{d}: {reason}" for d, reason in manager.offline_dirs.items())
+            manager.close()
+            raise KafkaStorageError(f"every data dir is offline, nothing to serve ({why})")
         rlm = remote_log_manager_of(manager)
         if rlm is not None:  # a new owner epoch for each partition it owns, before any write (tiered.ownership)
             _renew_ownership(rlm, manager.all_logs())
