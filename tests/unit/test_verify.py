@@ -875,3 +875,30 @@ def test_the_content_digest_of_a_batch_is_the_same_from_either_decoder(
     columns = {name: (table.column(name).cast(pa.int64()) if name == "timestamp" else table.column(name)).to_pylist()
                for name in ("offset", "timestamp", "timestampType", "leaderEpoch", "key", "value", "headers")}
     assert rows_digest(columns, 0, table.num_rows) == engine.digest()
+
+
+def test_a_file_a_writer_changes_while_verify_reads_it_is_read_again_not_called_damage(
+    dirs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Beside a rolling `tiered run`, verify met producer snapshots half written or deleted and indexes mid-trim, and
+    called them damage: FAILED in 6 of 7 runs, OK once the run stopped (a helper's pass). A partition with problems
+    is read again; what a second read no longer finds is not reported. Damage that stays is (the flip below)."""
+    from tiered.commands import verify as verify_command
+    from tiered.scrub import data_dir
+
+    monkeypatch.setattr(verify_command, "READ_AGAIN_PAUSE_S", 0.0)
+    check = data_dir.check_producer_snapshot
+    reads: list[str] = []
+
+    def first_read_meets_a_write(data: bytes, name: str, **kwargs: Any) -> Any:
+        reads.append(name)
+        return check(b"" if len(reads) == 1 else data, name, **kwargs)  # (the writer's snapshot, not yet written)
+
+    monkeypatch.setattr(data_dir, "check_producer_snapshot", first_read_meets_a_write)
+    args = ["verify", "--config", str(dirs / "broker.properties")]
+    assert main(args) == 0, capsys.readouterr()
+    assert reads.count(reads[0]) == 2  # the partition was read again
+    snapshot = sorted((dirs / "data" / "t-0").glob("*.snapshot"))[0]
+    flip(snapshot, 2)  # damage: found by every read
+    assert main(args) == 1
+    assert "[producer_snapshot]" in capsys.readouterr().out
