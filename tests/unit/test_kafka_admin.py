@@ -254,3 +254,23 @@ def test_a_topic_whose_partitions_are_offline_is_named_offline_not_missing(tmp_p
     assert main(["compact", "--log-dirs", str(data), "-t", "rc3"]) == 1
     err = capsys.readouterr().err
     assert "rc3-0 is offline" in err and "no topic" not in err, err
+
+
+def test_creating_a_topic_with_every_data_dir_offline_is_answered_not_a_dropped_connection(tmp_path, monkeypatch):
+    """With every data dir offline, a Metadata that auto-created a topic made the server close the connection, and
+    librdkafka reconnected ~20 times a second, an ERROR logged each time (a helper's pass). CreateTopics answers
+    KAFKA_STORAGE_ERROR; Metadata answers for the topic, on the same connection."""
+    from local.errors import LogDirOfflineError
+    from tests.kafkautil import metadata_request
+
+    with listener(tmp_path) as kafka, RawClient(kafka.address) as client:
+        def offline(*args, **kwargs):
+            raise LogDirOfflineError("cannot create newtopic-0: every data dir is offline")
+
+        monkeypatch.setattr(kafka.broker.manager, "create_partitions", offline)
+        created = _create(client, 7, "newtopic", 1)
+        assert created.error_code == ErrorCode.kafka_storage_error and "offline" in created.error_message
+        answer = client.call(3, 12, metadata_request(12, ["newtopic"], allow_auto_topic_creation=True))
+        (topic,) = answer.topics
+        assert topic.error_code != ErrorCode.none and not topic.partitions
+        assert _create(client, 7, "newtopic", 1).error_code == ErrorCode.kafka_storage_error  # the same connection

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 
 from local import filenames
-from local.errors import ConfigError, TooManyPartitionsError
+from local.errors import ConfigError, KafkaStorageError, TooManyPartitionsError
 from local.manager import open_files_refusal
 from tiered.composition import remote_log_manager_of
 from tiered.internal_topics import HIDDEN_TOPICS, INTERNAL_TOPICS
@@ -274,6 +274,8 @@ class KafkaBroker:
                 self.manager.create_partitions(topic, range(partitions), dict(overrides), topic_id=topic_id)
             except TooManyPartitionsError as exc:
                 raise TopicError(ErrorCode.policy_violation, str(exc)) from None
+            except KafkaStorageError as exc:  # every data dir offline: an answer, not a dropped connection
+                raise TopicError(ErrorCode.kafka_storage_error, str(exc)) from None
             logger.info("created topic %s with %d partition(s)", topic, partitions)
             return topic_id
 
