@@ -39,20 +39,27 @@ def tiered(tmp_path: Path) -> Iterator[tuple[LogManager, KafkaBroker, Any]]:
         yield manager, KafkaBroker(manager, config, "127.0.0.1", 9092), rlm
 
 
+def _stop_after_the_first_upload(task: Any, monkeypatch: pytest.MonkeyPatch) -> Gate:
+    """The copy task's first segment stops once its objects are in the store (COPY_SEGMENT_FINISHED is not), at the
+    gate returned; later segments pass."""
+    upload, gate = task._copy_data, Gate()
+
+    def uploads_then_stops(*args: Any) -> Any:
+        done = upload(*args)
+        gate.reach()
+        return done
+
+    monkeypatch.setattr(task, "_copy_data", uploads_then_stops)
+    return gate
+
+
 def test_a_deletion_waits_for_a_copy_under_way_and_is_refused_once_it_finished(
     tiered: tuple[LogManager, KafkaBroker, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     manager, broker, rlm = tiered
     log = manager.get_log(TOPIC, 0)
     task = rlm.copy_task(log)
-    upload, gate = task._copy_data, Gate()
-
-    def uploads_then_stops(*args: Any) -> Any:
-        done = upload(*args)
-        gate.reach()  # the objects are in the store; COPY_SEGMENT_FINISHED is not
-        return done
-
-    monkeypatch.setattr(task, "_copy_data", uploads_then_stops)
+    gate = _stop_after_the_first_upload(task, monkeypatch)
     copying = threading.Thread(target=rlm.run_once, args=(manager.all_logs(),))
     copying.start()
     assert gate.arrived.wait(LIMIT)
@@ -93,14 +100,7 @@ def test_a_copy_under_way_when_tiering_is_turned_off_is_still_waited_for_by_a_de
     manager, broker, rlm = tiered
     log = manager.get_log(TOPIC, 0)
     task = rlm.copy_task(log)
-    upload, gate = task._copy_data, Gate()
-
-    def uploads_then_stops(*args: Any) -> Any:
-        done = upload(*args)
-        gate.reach()
-        return done
-
-    monkeypatch.setattr(task, "_copy_data", uploads_then_stops)
+    gate = _stop_after_the_first_upload(task, monkeypatch)
     copying = threading.Thread(target=rlm.run_once, args=(manager.all_logs(),))
     copying.start()
     assert gate.arrived.wait(LIMIT)
@@ -126,14 +126,7 @@ def test_a_copy_run_stops_at_the_next_segment_once_tiering_is_turned_off(
         log.append(MemoryRecords.build([SimpleRecord(b"w%d" % n)]))
         log.roll()
     task = rlm.copy_task(log)
-    upload, gate = task._copy_data, Gate()
-
-    def uploads_then_stops(*args: Any) -> Any:
-        done = upload(*args)
-        gate.reach()  # (the first segment only)
-        return done
-
-    monkeypatch.setattr(task, "_copy_data", uploads_then_stops)
+    gate = _stop_after_the_first_upload(task, monkeypatch)
     results: list[Any] = []
     copying = threading.Thread(target=lambda: results.append(task.copy_log_segments(log)))
     copying.start()

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -219,14 +220,20 @@ def _fill(log: object, n: int, timestamp: int) -> None:
         log.append(MemoryRecords.build(batch))  # type: ignore[attr-defined]
 
 
+def _copied(manager: LogManager, overrides: dict[str, str]) -> tuple[Any, RemoteLogManager]:
+    """Partition 0 of TOPIC with ``overrides``, 20,000 records (4 MiB), and a remote pass over it: (log, its tier)."""
+    log = manager.get_or_create_log(TOPIC, 0, overrides)
+    _fill(log, 20_000, int(time.time() * 1000))
+    rlm = manager.remote_tier
+    assert isinstance(rlm, RemoteLogManager)
+    rlm.run_once(manager.all_logs())
+    return log, rlm
+
+
 def test_a_manager_without_the_remote_tier_never_moves_the_log_start_past_remote_data(tmp_path: Path) -> None:
     overrides = {"remote.storage.enable": "true", "local.retention.bytes": str(MIB)}
     with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
-        log = manager.get_or_create_log(TOPIC, 0, overrides)
-        _fill(log, 20_000, int(time.time() * 1000))
-        rlm = manager.remote_tier
-        assert isinstance(rlm, RemoteLogManager)
-        rlm.run_once(manager.all_logs())
+        log, rlm = _copied(manager, overrides)
         assert manager.cleanup_logs() > 0
         local_start = log.local_log_start_offset
         assert local_start > 0 and log.log_start_offset == 0
@@ -284,11 +291,7 @@ def test_remote_storage_turned_off_with_delete_on_disable_deletes_the_remote_dat
 
     overrides = {"remote.storage.enable": "true", "local.retention.bytes": str(MIB)}
     with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
-        log = manager.get_or_create_log(TOPIC, 0, overrides)
-        _fill(log, 20_000, int(time.time() * 1000))
-        rlm = manager.remote_tier
-        assert isinstance(rlm, RemoteLogManager)
-        rlm.run_once(manager.all_logs())
+        log, rlm = _copied(manager, overrides)
         manager.cleanup_logs()
         tip = rlm.topic_id_partition(log)
         local_start = log.local_log_start_offset
@@ -325,11 +328,7 @@ def test_a_kip_950_deletion_cut_short_leaves_the_lowest_copies_and_tiering_stays
 
     overrides = {"remote.storage.enable": "true", "local.retention.bytes": "-1"}  # (everything stays local too)
     with LogManager(LogConfig.from_properties(_props(tmp_path)), start_scheduler=False) as manager:
-        log = manager.get_or_create_log(TOPIC, 0, overrides)
-        _fill(log, 20_000, int(time.time() * 1000))
-        rlm = manager.remote_tier
-        assert isinstance(rlm, RemoteLogManager)
-        rlm.run_once(manager.all_logs())
+        log, rlm = _copied(manager, overrides)
         tip = rlm.topic_id_partition(log)
         copies = [(m.start_offset, m.end_offset) for m in rlm.finished_segments(tip)]
         assert len(copies) >= 3
