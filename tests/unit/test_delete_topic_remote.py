@@ -53,16 +53,21 @@ def _stop_after_the_first_upload(task: Any, monkeypatch: pytest.MonkeyPatch) -> 
     return gate
 
 
+def _a_pass_at_the_gate(manager: LogManager, rlm: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Gate, Any]:
+    """A remote pass started in a thread and stopped after its first upload: (the log, the gate, the thread)."""
+    log = manager.get_log(TOPIC, 0)
+    gate = _stop_after_the_first_upload(rlm.copy_task(log), monkeypatch)
+    copying = threading.Thread(target=rlm.run_once, args=(manager.all_logs(),))
+    copying.start()
+    assert gate.arrived.wait(LIMIT)
+    return log, gate, copying
+
+
 def test_a_deletion_waits_for_a_copy_under_way_and_is_refused_once_it_finished(
     tiered: tuple[LogManager, KafkaBroker, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     manager, broker, rlm = tiered
-    log = manager.get_log(TOPIC, 0)
-    task = rlm.copy_task(log)
-    gate = _stop_after_the_first_upload(task, monkeypatch)
-    copying = threading.Thread(target=rlm.run_once, args=(manager.all_logs(),))
-    copying.start()
-    assert gate.arrived.wait(LIMIT)
+    log, gate, copying = _a_pass_at_the_gate(manager, rlm, monkeypatch)
     with pytest.raises(TopicError) as refused:
         broker.delete_topic(TOPIC, deadline=time.monotonic() + 0.2)  # it waits for the copy under way, in vain
     assert refused.value.code == ErrorCode.request_timed_out and "retry" in str(refused.value)
@@ -98,12 +103,7 @@ def test_a_copy_under_way_when_tiering_is_turned_off_is_still_waited_for_by_a_de
     deleted topic (a review's pass: 13 objects left). Its tasks are held whatever the config says; once the copy
     lands, the KIP-950 pass deletes it, and the topic goes with nothing left in the bucket."""
     manager, broker, rlm = tiered
-    log = manager.get_log(TOPIC, 0)
-    task = rlm.copy_task(log)
-    gate = _stop_after_the_first_upload(task, monkeypatch)
-    copying = threading.Thread(target=rlm.run_once, args=(manager.all_logs(),))
-    copying.start()
-    assert gate.arrived.wait(LIMIT)
+    log, gate, copying = _a_pass_at_the_gate(manager, rlm, monkeypatch)
     broker.alter_topic_config(TOPIC, {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
     with pytest.raises(TopicError) as refused:
         broker.delete_topic(TOPIC, deadline=time.monotonic() + 0.2)
