@@ -251,15 +251,15 @@ def scrub(dirs: list[Path], rsm: Any, *, topic: str | None = None, progress: Any
         dir_report = scrub_data_dir_files(d)
         result.data_dirs.append(dir_report)
         result.problems += [(str(d), p) for p in dir_report.problems]
+        scanned: list[tuple[PartitionReport, Callable[[], PartitionReport]]] = []
         for pdir, name, number in partition_dirs(d):
             if topic is None or name == topic:
                 progress.describe(pdir.name)
-                scanned = scrub_local_partition(pdir, name, number, dir_report, progress=progress.advance,
-                                                check_content=(name, number) in content)
-                if scanned.problems:
-                    scanned = _read_again(scanned, functools.partial(
-                        scrub_local_partition, pdir, name, number, dir_report, check_content=(name, number) in content))
-                result.partitions.append(scanned)
+                scanned.append((scrub_local_partition(pdir, name, number, dir_report, progress=progress.advance,
+                                                      check_content=(name, number) in content),
+                                functools.partial(scrub_local_partition, pdir, name, number, dir_report,
+                                                  check_content=(name, number) in content)))
+        result.partitions += _read_again(scanned)
     if rsm is not None:
         _scrub_remote(rsm, result, topic, progress, remote_by_default, dirs_read=bool(dirs), content=content)
     result.partitions.sort(key=lambda p: (p.topic, p.partition, p.data_dir or "", p.topic_id or ""))
@@ -272,29 +272,37 @@ READ_AGAIN = 2  # how many times more a partition whose scan found problems is s
 READ_AGAIN_PAUSE_S = 0.25
 
 
-def _read_again(first: PartitionReport, scan: Callable[[], PartitionReport]) -> PartitionReport:
-    """``first``'s partition scanned again (:data:`READ_AGAIN` times at most) before its problems are reported: a
-    writer beside verify (``tiered run``) deletes producer snapshots, trims indexes and rolls segments while they are
-    read, and a scan that met such a moment called the writer's normal work damage (a helper's pass: verify FAILED
-    in 6 of 7 runs beside a rolling ``tiered run``, OK once it stopped). A problem is reported when every scan finds
-    it; the scan it ends with is the report."""
+def _read_again(scanned: list[tuple[PartitionReport, Callable[[], PartitionReport]]]) -> list[PartitionReport]:
+    """The reports of ``scanned`` (each with the scan that made it), those with problems scanned again before their
+    problems are reported (:data:`READ_AGAIN` times at most, one pause before each round for all of them): a writer
+    beside verify (``tiered run``) deletes producer snapshots, trims indexes and rolls segments while they are read,
+    and a scan that met such a moment called the writer's normal work damage (a helper's pass: verify FAILED in 6 of
+    7 runs beside a rolling ``tiered run``, OK once it stopped). A problem is reported when every scan of its
+    partition finds it; the last scan is the report."""
     def found(report: PartitionReport) -> set[str]:
         return {json.dumps(problem.to_json(), sort_keys=True) for problem in report.problems}
 
-    scans = [first]
+    reports = [report for report, _ in scanned]
+    history: dict[int, list[PartitionReport]] = {i: [r] for i, r in enumerate(reports) if r.problems}
     for _ in range(READ_AGAIN):
+        if not history:
+            break
         time.sleep(READ_AGAIN_PAUSE_S)  # (a roll or a retention pass in progress ends meanwhile)
-        again = scan()
-        if not again.problems or found(again) == found(scans[-1]):
-            return again  # gone (a moment of the writer's), or the same twice (damage)
-        scans.append(again)
-    every = set.intersection(*(found(report) for report in scans))
-    last = scans[-1]
-    changing = len(found(last) - every)
-    last.problems = [problem for problem in last.problems if json.dumps(problem.to_json(), sort_keys=True) in every]
-    last.notes.append(f"{changing} problem(s) not found by every read of the partition are left out: its files "
-                      "changed while they were read (a writer such as tiered run beside verify)")
-    return last
+        for i in list(history):
+            again = scanned[i][1]()
+            reports[i] = again
+            if not again.problems or found(again) == found(history[i][-1]):
+                del history[i]  # gone (a moment of the writer's), or the same twice (damage): as found now
+            else:
+                history[i].append(again)
+    for scans in history.values():  # different each time: what every scan found
+        every = set.intersection(*(found(report) for report in scans))
+        last = scans[-1]
+        changing = len(found(last) - every)
+        last.problems = [problem for problem in last.problems if json.dumps(problem.to_json(), sort_keys=True) in every]
+        last.notes.append(f"{changing} problem(s) not found by every read of the partition are left out: its files "
+                          "changed while they were read (a writer such as tiered run beside verify)")
+    return reports
 
 
 def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: Any, remote_by_default: bool,
