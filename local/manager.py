@@ -436,7 +436,7 @@ class LogManager:
         count = 0
         for data_dir in self.live_dirs:
             try:
-                count += sum(1 for child in os.scandir(data_dir) if child.is_dir() and _is_partition_dir(child.name))
+                count += sum(1 for child in os.scandir(data_dir) if child.is_dir() and _is_partition_dir_name(child.name))
             except OSError:
                 continue  # (the load says what is wrong with the dir)
         refusal = open_files_refusal(count)
@@ -1092,14 +1092,6 @@ class LogManager:
 
 FDS_PER_NEW_PARTITION = 3  # its active segment's .log and two mapped indexes (CPython's mmap keeps a descriptor)
 _FDS_SPARE = 64  # kept free for what else the process opens meanwhile (sockets, checkpoints, a store's connections)
-
-
-def _is_partition_dir(name: str) -> bool:
-    try:
-        filenames.parse_partition_dir_name(name)
-    except ValueError:
-        return False
-    return True
 
 
 def open_files_refusal(new_partitions: int) -> str | None:

@@ -151,7 +151,13 @@ def highest_offset_in_remote_storage(parts: RemoteTierParts, tip: TopicIdPartiti
 
 def candidate_segments(parts: RemoteTierParts, tip: TopicIdPartition, log: Log) -> list[tuple[LogSegment, LogSegment]]:
     """Non-active segments of ``log`` (with the segment after each) eligible for copy, oldest first."""
-    from_offset = max(highest_offset_in_remote_storage(parts, tip) + 1, log.log_start_offset)
+    return segments_to_copy(log, highest_offset_in_remote_storage(parts, tip))
+
+
+def segments_to_copy(log: Log, copied_to: int) -> list[tuple[LogSegment, LogSegment]]:
+    """The non-active segments of ``log`` (with the segment after each) past offset ``copied_to`` and the log start,
+    below the last stable offset, oldest first."""
+    from_offset = max(copied_to + 1, log.log_start_offset)
     lso = log.last_stable_offset
     out = []
     for seg, nxt in itertools.pairwise(list(log.segments.values())):

@@ -106,13 +106,14 @@ class RLMExpirationTask:
 
         parts = self.parts
         reason = "remote storage turned off (remote.storage.enable=false, remote.log.delete.on.disable=true)"
+        # (The config change moved it already; again for a config that changed behind the engine's back.)
+        log.maybe_increment_log_start_offset(log.local_log_start_offset, LogStartOffsetIncrementReason.SEGMENT_DELETION)
+        log.ensure_log_start_offset_checkpointed()
         try:
             parts.ownership.ensure_owner(log, self.tip)
         except (NotPartitionOwnerError, RemoteStoreMismatchError) as exc:
             # Not this data dir's to delete: the owner's remote data stays (its own config says what becomes of it).
             # This partition gives it up here, as the owner does: local only, from its local log start.
-            log.maybe_increment_log_start_offset(log.local_log_start_offset,
-                                                 LogStartOffsetIncrementReason.SEGMENT_DELETION)
             log.forget_remote_data()
             logger.warning("%s: %s, but the remote data is not this data dir's to delete (%s): it is left as it is, "
                            "and this partition is local only from offset %d", log.name, reason, one_line_cause(exc),
@@ -126,9 +127,6 @@ class RLMExpirationTask:
         parts.metadata.refresh(self.tip)  # (copies another process of this data dir left under way, too)
         segments = parts.metadata.list_remote_log_segments(self.tip)
         if segments:
-            log.maybe_increment_log_start_offset(log.local_log_start_offset,
-                                                 LogStartOffsetIncrementReason.SEGMENT_DELETION)
-            log.ensure_log_start_offset_checkpointed()
             logger.info("%s: deleting its %d remote segment(s) (offsets %d-%d): %s", log.name, len(segments),
                         segments[0].start_offset, max(m.end_offset for m in segments), reason)
         deleted = 0

@@ -17,7 +17,6 @@ them on ``close()`` (via :meth:`RemoteLogManager.stop_tasks`); ``tiered run`` is
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import threading
 import time
@@ -50,17 +49,10 @@ def local_copy_lag(log: Log) -> tuple[int, int]:
     """The closed segments below the last stable offset that are not copied yet as this data dir knows it (its
     ``remote-log-state``'s highest copied offset), and their bytes: what the copy task would copy, with no request
     to the store."""
-    from_offset = max(log.remote_log_state.highest_remote_offset + 1, log.log_start_offset)
-    lso = log.last_stable_offset
-    count = size = 0
-    for seg, nxt in itertools.pairwise(log.segments.values()):
-        if nxt.base_offset <= from_offset:
-            continue
-        if nxt.base_offset > lso:
-            break
-        count += 1
-        size += seg.size
-    return count, size
+    from tiered.rlm_copy import segments_to_copy
+
+    behind = segments_to_copy(log, log.remote_log_state.highest_remote_offset)
+    return len(behind), sum(seg.size for seg, _ in behind)
 
 
 def remote_data_to_delete(log: Log) -> bool:
