@@ -340,6 +340,13 @@ class RemoteLogMetadataStore:
         new since the last load. The copy task's way to see what another data dir wrote under this one's claim."""
         self.load(tip)
 
+    def refreshed_owner_records(self, tip: TopicIdPartition) -> list[OwnerRecord]:
+        """:meth:`refresh`, then the partition's owner records as that one listing found them (the events and the
+        owner records share the partition's metadata prefix): :meth:`owner_records` and :meth:`refresh` in one LIST."""
+        self.load(tip)
+        with self._lock:
+            return list(self._owners.get(tip, []))
+
     def _view(self, tip: TopicIdPartition) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
         with self._lock:
             view = self._segments.get(tip)
@@ -408,7 +415,13 @@ class RemoteLogMetadataStore:
                            "this process only, so two data dirs on different machines claiming one partition at the "
                            "same moment may both believe they own it (run one attach at a time per partition)",
                            self.store)
-        put_if_absent(self.store, layout.owner_record_key(self.prefix, tip, record.owner_epoch), record.encode())
+        key = layout.owner_record_key(self.prefix, tip, record.owner_epoch)
+        put_if_absent(self.store, key, record.encode())
+        if self.store.capabilities.conditional_writes:
+            # The object at that key is this record (created only if absent; records are never rewritten): its
+            # read-back does not GET it again. (Without conditional writes another writer may have replaced it.)
+            with self._lock:
+                self._owner_objects[key] = record
 
     def holds_metadata(self, tip: TopicIdPartition) -> bool:
         """Whether the store holds any metadata of the partition (an event of any state, or an owner record)."""

@@ -1294,7 +1294,46 @@ def test_a_process_claims_a_new_owner_epoch_once(two_dirs: tuple[Path, Path, Pat
         assert [r.owner_epoch for r in store.owner_records(tip)] == [0, 1]
 
 
-@pytest.mark.parametrize("kind", ["clone", "backup", "older backup"])
+def test_a_claim_at_a_new_owner_epoch_lists_the_partitions_metadata_twice(
+    two_dirs: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tiered run's start claims every partition it owns anew, and on S3 each request of it counts (2,000 partitions
+    took 15 s at four LISTs each): one listing of the partition's metadata before the claim (its owner records and
+    its events together), its PUT, one listing after it, and no read of the record it just wrote."""
+    from tiered.remote_tier_parts import topic_id_partition
+
+    a, _, _ = two_dirs
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        log = manager.get_log(TOPIC, 0)
+        assert rlm is not None and log is not None
+        tip = topic_id_partition(log)
+        objects = rlm.metadata.store
+        calls: list[tuple[str, str]] = []
+
+        def counting(name: str) -> Any:
+            call = getattr(objects, name)
+
+            def counted(key: str, *args: Any, **kwargs: Any) -> Any:
+                calls.append((name, key))
+                return call(key, *args, **kwargs)
+
+            return counted
+
+        for name in ("list_keys", "get", "put"):
+            monkeypatch.setattr(objects, name, counting(name))
+        assert rlm.renew_ownership(manager.all_logs()) == 1
+        new_record = rlm.ownership.state_of(tip)
+        assert new_record is not None and new_record.owner is not None and new_record.owner.owner_epoch == 1
+        lists = [key for op, key in calls if op == "list_keys"]
+        puts = [key for op, key in calls if op == "put"]
+        assert len(lists) == 2 and all(key.endswith("__remote_log_metadata/") for key in lists), calls
+        assert len(puts) == 1 and puts[0].endswith("owner-0000000001.json"), calls
+        assert ("get", puts[0]) not in calls, calls
+        gets = [key for op, key in calls if op == "get"]
+        assert len(gets) == len(set(gets)), calls  # each event and former record read once
+
+
 class _Original:
     """Data dir ``a`` of :func:`two_dirs` open in this process (its copies here, not in a copier process, so one can
     stop midway), with ``first`` (its log end) and 40 batches appended from there, and its copy pass in a thread that
@@ -1599,13 +1638,13 @@ def test_a_claim_made_while_the_former_holder_finished_copies_past_its_log_end_s
     with _original(tmp_path, bucket) as original:
         claim = OwnershipGuard._claim
 
-        def original_copies_first(self: OwnershipGuard, log: Any, tip: Any, above: int = -1) -> Any:
+        def original_copies_first(self: OwnershipGuard, log: Any, tip: Any, above: int = -1, **kwargs: Any) -> Any:
             # The backup listed the store (no copy past its log end) and is about to claim: only now does the
             # original's pass run, whole. (Started any earlier, its copy under way could be in that listing, and the
             # backup would rightly not claim at all: the flake of session 24, on a busy two-core machine.)
             if self is not original.rlm.ownership and not original.results:
                 original.results.append(original.rlm.run_once(original.manager.all_logs()))
-            return claim(self, log, tip, above)
+            return claim(self, log, tip, above, **kwargs)
 
         with open_log_manager(LogConfig.from_properties(str(_clone_config(tmp_path, bucket))),
                               start_scheduler=False) as backup:
