@@ -429,11 +429,19 @@ class RemoteLogMetadataStore:
         with self._lock:
             return bool(view) or bool(self._owners.get(tip))
 
-    def purge_partition(self, tip: TopicIdPartition) -> int:
+    def purge_partition(self, tip: TopicIdPartition, owner_epoch: int | None = None) -> int:
         """Delete every object the store holds under the partition (its metadata events, owner records, any segment
         objects) and forget it: what a topic deleted while it held no remote data left behind. The caller checks
-        first that nothing readable is there. How many objects."""
+        first that nothing readable is there, and that the newest claim is its own, at ``owner_epoch``: when the
+        listing holds a claim above it (another data dir claimed the partition since the check), nothing is deleted,
+        and a claim made after the listing is not in it, nor is anything written under that claim. How many
+        objects."""
         keys = self.store.list_keys(layout.partition_prefix(self.prefix, tip) + "/")
+        if owner_epoch is not None:
+            newer = [key for key in keys if (epoch := layout.owner_epoch_of_key(key)) is not None and epoch > owner_epoch]
+            if newer:
+                logger.warning("%s: not deleting the partition's remote objects: %s claimed it since", tip, newer[0])
+                return 0
         self.store.delete_many(keys)
         with self._lock:
             for cache in (self._segments, self._readable, self._owners, self._damaged_owners, self._decoded,

@@ -310,10 +310,11 @@ class RemoteLogManager:
         try:
             metadata.refresh(tip)
             owner = metadata.current_owner(tip)
-            ours = bool(claim_id) and owner is not None and owner.owner_id == claim_id
-            if metadata.list_remote_log_segments(tip) or not ours:
+            if owner is None or not claim_id or owner.owner_id != claim_id or metadata.list_remote_log_segments(tip):
                 return
-            removed = metadata.purge_partition(tip)
+            removed = metadata.purge_partition(tip, owner.owner_epoch)
+            if not removed:
+                return
             logger.info("%s: deleted the %d object(s) its topic's deletion left in the remote store (no remote data)",
                         name, removed)
         except Exception as exc:

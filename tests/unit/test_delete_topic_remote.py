@@ -95,6 +95,42 @@ def test_a_deleted_topic_without_remote_data_leaves_no_claim_in_the_bucket(
     assert [p for p in (tmp_path / "remote").rglob("*") if p.is_file() and f"{TOPIC}-" in str(p)] == []
 
 
+def test_a_claim_another_data_dir_made_after_the_deletions_check_is_not_purged(
+    tiered: tuple[LogManager, KafkaBroker, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deleted partition's objects are purged only while its newest claim is this data dir's: one made by another
+    data dir between that check and the purge's listing (an attach of the topic id elsewhere) is kept, and so is
+    everything else there."""
+    from dataclasses import replace
+
+    from tiered.metadata import RemoteLogMetadataStore
+    from tiered.ownership import put_claim
+
+    manager, broker, rlm = tiered
+    log = manager.get_log(TOPIC, 0)
+    assert log is not None
+    tip = rlm.topic_id_partition(log)
+    mine = rlm.ownership.ensure_owner(log, tip).owner
+    assert mine is not None
+    metadata = rlm.parts.metadata
+    listed = metadata.list_remote_log_segments
+
+    def claimed_elsewhere_after_the_check(t: Any, *args: Any) -> Any:
+        found = listed(t, *args)
+        if t == tip:  # (the deletion's check: no segment, the newest claim ours) - then another data dir claims it
+            put_claim(RemoteLogMetadataStore(metadata.store, metadata.prefix), tip,
+                      replace(mine, owner_epoch=mine.owner_epoch + 1, owner_id="b" * 32,
+                              lineage=(*mine.lineage[:-1], (mine.owner_epoch + 1, mine.lineage[-1][1]))))
+        return found
+
+    monkeypatch.setattr(metadata, "list_remote_log_segments", claimed_elsewhere_after_the_check)
+    broker.delete_topic(TOPIC)
+    assert broker.partitions_of(TOPIC) == []
+    store = RemoteLogMetadataStore(metadata.store, metadata.prefix)
+    assert [(r.owner_epoch, r.owner_id) for r in store.owner_records(tip)] == [
+        (mine.owner_epoch, mine.owner_id), (mine.owner_epoch + 1, "b" * 32)]
+
+
 def test_a_copy_under_way_when_tiering_is_turned_off_is_still_waited_for_by_a_deletion(
     tiered: tuple[LogManager, KafkaBroker, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
