@@ -391,6 +391,20 @@ def open_log_manager(config: LogConfig, **kwargs: Any) -> LogManager:
     return LogManager(config, **kwargs)
 
 
+def awaiting_claim(manager: LogManager, log: Log, wait_s: float = 0.0) -> str | None:
+    """Why reads and writes of ``log`` must wait, or None: ``tiered run``'s start is still claiming the partition at
+    a new owner epoch (:meth:`tiered.remote_log_manager.RemoteLogManager.renew_ownership_behind`; waited for up to
+    ``wait_s`` seconds here). Until then this data dir may yet turn out not to own it, as a Kafka broker serves a
+    partition only once it was elected its leader; Kafka clients retry NOT_LEADER_OR_FOLLOWER."""
+    try:
+        rlm = remote_log_manager_of(manager)
+    except TypeError:
+        return None
+    if rlm is None or log.topic_id is None or not rlm.awaiting_claim(log, wait_s):
+        return None
+    return f"{log.name}: its claim at a new owner epoch is still being made (tiered run's start): retry"
+
+
 def lost_ownership(manager: LogManager, log: Log, *, ask: bool = False) -> str | None:
     """Why this data dir may no longer take writes to ``log``, or None: another data dir owns the partition's
     remote data (``tiered attach`` there, or a copy of this data dir fenced here: :mod:`tiered.ownership`), so what

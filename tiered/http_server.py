@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import re
 import socket
 import threading
@@ -155,6 +156,7 @@ class Endpoint:
         log = self.manager.get_or_create_log(topic, partition)
         from tiered.composition import lost_ownership
 
+        self._wait_for_claim(log)
         lost = lost_ownership(self.manager, log)
         if lost is not None:  # (Kafka's listener answers NOT_LEADER_OR_FOLLOWER)
             raise HttpError(HTTPStatus.CONFLICT, lost)
@@ -171,6 +173,15 @@ class Endpoint:
         return {"topic": topic, "partition": partition, "count": len(records), "batches": len(batches),
                 "first_offset": first, "last_offset": last}
 
+    def _wait_for_claim(self, log: Any) -> None:
+        """Wait while the start claims ``log``'s partition at a new owner epoch (at most as long as the start holds
+        it: :func:`tiered.composition.awaiting_claim`); ``503`` with ``Retry-After`` if it is claimed still."""
+        from tiered.composition import awaiting_claim
+
+        waiting = awaiting_claim(self.manager, log, wait_s=math.inf)
+        if waiting is not None:
+            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, waiting, **{"Retry-After": "1"})
+
     # consume ---------------------------------------------------------------------------------------------------
 
     def consume(self, topic: str, partition: int, query: dict[str, list[str]]) -> dict[str, Any]:
@@ -184,6 +195,7 @@ class Endpoint:
             raise HttpError(HTTPStatus.NOT_FOUND, f"no partition {topic}-{partition}")
         from tiered.composition import lost_ownership
 
+        self._wait_for_claim(log)
         lost = lost_ownership(self.manager, log)
         if lost is not None:  # (its records past the handover are not the partition's: the owner serves them)
             raise HttpError(HTTPStatus.CONFLICT, lost)

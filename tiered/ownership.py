@@ -32,15 +32,18 @@ Claiming
 
 A new owner epoch per ``tiered run``
     Kafka gives a partition a new leader epoch at every election, a broker's restart included. ``tiered run`` claims
-    each partition its data dir owns again at its start, before it takes writes (:meth:`OwnershipGuard.renew`): the
-    next owner epoch, from the log end on. A copy of a data dir (a cloned machine, a restored backup) started beside
-    its original then fences the one that started first, as a leader elected anew does: from the claim on, the
-    other's copies lie outside the lineage, its writes are refused, and no record of the two is ever read as the
+    each partition its data dir owns again at its start, before it serves the partition
+    (:meth:`OwnershipGuard.renew`): the next owner epoch, from the log end on. The claims are made behind the
+    endpoints, so that the others are served meanwhile: a partition whose claim is under way is answered
+    NOT_LEADER_OR_FOLLOWER over the Kafka protocol, as one whose leader is being elected, and its HTTP requests wait
+    (at most 15 s, then it is served anyway). A copy of a data dir (a cloned machine, a restored backup) started
+    beside its original then fences the one that started first, as a leader elected anew does: from the claim on,
+    the other's copies lie outside the lineage, its writes are refused, and no record of the two is ever read as the
     other's. (Without it both would hold the same claim; the content check below finds that only once their remote
-    segments overlap.) A data dir whose log ends before the partition's copies do, copies under way included, is
-    not claimed anew (its lineage would drop them); the copies are listed again once a claim stands, and copies its
-    former holder finished meanwhile past the claimant's log end are said in an ERROR (they lie outside its lineage, as
-    records after an unclean leader election).
+    segments overlap.) A data dir whose log ends before the partition's copies do, copies under way included, is not
+    claimed anew (its lineage would drop them); the copies are listed again once a claim stands, and copies its
+    former holder finished meanwhile past the claimant's log end are said in an ERROR (they lie outside its lineage,
+    as records after an unclean leader election).
     A one-pass process (``tiered offload``) claims anew only where its first copy pass must delete
     copies left COPY_SEGMENT_STARTED under a claim it did not make: such a copy may be one that a copy of the data dir
     has under way, not one a crash left (:meth:`tiered.rlm_copy.RLMCopyTask._fenced_others`); the writer of a copy

@@ -39,6 +39,7 @@ from tiered.rsm import (
 
 TOPIC = "ev"
 BATCH = 100
+TIMEOUT_S = 60.0  # a failure bound only: what the tests wait for is an event
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -1191,6 +1192,88 @@ def test_a_run_starting_beside_a_store_that_does_not_answer_tries_one_claim_not_
     assert len(calls) == 1
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "read timeout" in text and "3 more partition(s) were not claimed at a new owner epoch" in text
+
+
+def test_a_start_serves_each_partition_once_its_claim_is_made_and_holds_the_others(
+        two_dirs: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """tiered run's start claims every partition it owns at a new owner epoch, and a start with 2,000 partitions on
+    S3 waited 15 s for all of them before its port opened. The claims are made behind the endpoints now: a
+    partition whose claim is under way is answered NOT_LEADER_OR_FOLLOWER over the Kafka protocol (a partition
+    whose leader is being elected; clients retry), an HTTP request waits for it, and once it is made both serve."""
+    from kio.schema.errors import ErrorCode
+
+    from tests.kafkautil import RawClient, produce_request
+    from tiered.http_server import Endpoint
+    from tiered.kafka import start_listener
+    from tiered.ownership import OwnershipGuard
+
+    a, _, _ = two_dirs
+    config = LogConfig.from_properties(str(a))
+    records = bytes(MemoryRecords.build([SimpleRecord(b"after the start")]))
+    entered, release = threading.Event(), threading.Event()
+    renew = OwnershipGuard.renew
+
+    def held(self: OwnershipGuard, log: Any, tip: TopicIdPartition) -> Any:
+        entered.set()
+        release.wait(TIMEOUT_S)
+        return renew(self, log, tip)
+
+    monkeypatch.setattr(OwnershipGuard, "renew", held)
+    with open_log_manager(config, start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        log = manager.get_log(TOPIC, 0)
+        assert rlm is not None and log is not None
+        kafka = start_listener(manager, config, "127.0.0.1", 0)
+        try:
+            renewing = rlm.renew_ownership_behind(manager.all_logs(), hold_s=TIMEOUT_S)
+            assert entered.wait(TIMEOUT_S)
+            with RawClient(kafka.address) as client:
+                (p,) = client.call(0, 9, produce_request(9, TOPIC, 0, records)).responses[0].partition_responses
+            assert p.error_code == ErrorCode.not_leader_or_follower and "still being made" in p.error_message
+            end = log.log_end_offset
+            answered: list[Any] = []
+            posting = threading.Thread(target=lambda: answered.append(
+                Endpoint(manager).produce(TOPIC, 0, b'{"value": "over http"}', "none")))
+            posting.start()
+            assert rlm.awaiting_claim(log) and log.log_end_offset == end  # (the POST waits)
+            release.set()
+            renewing.join(TIMEOUT_S)
+            posting.join(TIMEOUT_S)
+            assert answered and answered[0]["first_offset"] == end
+            assert not rlm.awaiting_claim(log)
+            with RawClient(kafka.address) as client:
+                (p,) = client.call(0, 9, produce_request(9, TOPIC, 0, records)).responses[0].partition_responses
+            assert p.error_code == ErrorCode.none and p.base_offset == end + 1
+            state = rlm.ownership.state_of(rlm.topic_id_partition(log))
+            assert state is not None and state.owner is not None and state.owner.owner_epoch == 1
+        finally:
+            release.set()
+            kafka.stop()
+
+
+def test_a_start_whose_claims_hang_serves_their_partitions_after_its_hold(
+        two_dirs: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store that hangs after the start probe would hold a partition back by its timeouts: the start holds it at
+    most its hold, then serves it while the claim goes on behind (as before the claims were made behind)."""
+    from tiered.ownership import OwnershipGuard
+
+    a, _, _ = two_dirs
+    release = threading.Event()
+
+    def hangs(self: OwnershipGuard, log: Any, tip: TopicIdPartition) -> None:
+        release.wait(TIMEOUT_S)
+
+    monkeypatch.setattr(OwnershipGuard, "renew", hangs)
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        log = manager.get_log(TOPIC, 0)
+        assert rlm is not None and log is not None
+        try:
+            renewing = rlm.renew_ownership_behind(manager.all_logs(), hold_s=0.2)
+            assert not rlm.awaiting_claim(log, wait_s=TIMEOUT_S)  # the hold passed, the claim still hangs
+            assert renewing.is_alive()
+        finally:
+            release.set()
 
 
 def _append(log: Any, label: str, batches: int) -> None:

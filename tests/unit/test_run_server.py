@@ -417,7 +417,8 @@ def test_the_endpoints_listen_on_an_ipv6_address(tmp_path: Path) -> None:
 
 def test_a_start_whose_claims_hang_serves_anyway(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The start's claims at new owner epochs, against a store that hangs after the start probe, would hold the
-    endpoints back by the store's timeouts: the start waits for them a bounded time, then serves."""
+    endpoints back by the store's timeouts: the start goes on at once (the claims are made behind, each partition
+    held at most RENEW_WAIT_S), and says so when they still wait after that."""
     import logging
     import threading
 
@@ -426,15 +427,19 @@ def test_a_start_whose_claims_hang_serves_anyway(monkeypatch: pytest.MonkeyPatch
     release = threading.Event()
 
     class Hanging:
-        def renew_ownership(self, logs: list[Any]) -> int:
-            release.wait()
-            return 0
+        def renew_ownership_behind(self, logs: list[Any], hold_s: float) -> threading.Thread:
+            assert hold_s == run.RENEW_WAIT_S
+            claims = threading.Thread(target=release.wait, args=(TIMEOUT,), daemon=True)
+            claims.start()
+            return claims
 
     monkeypatch.setattr(run, "RENEW_WAIT_S", 0.01)
-    with caplog.at_level(logging.WARNING, logger="tiered"):
-        run._renew_ownership(Hanging(), [])  # returns while the claims still wait
-    release.set()
-    assert any("still wait for the remote store" in r.getMessage() for r in caplog.records)
+    try:
+        with caplog.at_level(logging.WARNING, logger="tiered"):
+            run._renew_ownership(Hanging(), [])  # returns while the claims still wait
+            _wait_for(lambda: any("still wait for the remote store" in r.getMessage() for r in caplog.records))
+    finally:
+        release.set()
 
 
 def _wait_for(predicate: Any) -> None:

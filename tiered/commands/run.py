@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
             manager.close()
             raise KafkaStorageError(f"every data dir is offline, nothing to serve ({why})")
         rlm = remote_log_manager_of(manager)
-        if rlm is not None:  # a new owner epoch for each partition it owns, before any write (tiered.ownership)
+        if rlm is not None:  # a new owner epoch for each partition it owns, before its reads and writes (tiered.ownership)
             _renew_ownership(rlm, manager.all_logs())
         try:
             server = Server(Endpoint(manager), host, port, max_connections=config.tiered_http_max_connections,
@@ -174,19 +174,22 @@ def run(args: argparse.Namespace) -> int:
         return _stop(manager, server, console, signals, args.stop_timeout, passes, kafka)
 
 
-RENEW_WAIT_S = 15.0  # how long the start waits for its claims at new owner epochs before it serves anyway
+RENEW_WAIT_S = 15.0  # how long the start holds a partition's reads and writes for its claim at a new owner epoch
 
 
 def _renew_ownership(rlm: Any, logs: list[Any]) -> None:
-    """The start's claims at new owner epochs (:meth:`RemoteLogManager.renew_ownership`), waited for at most
-    RENEW_WAIT_S: a store that hangs after the start probe delays the endpoints that long, not by its timeouts (the
-    claims go on behind; local reads and writes are served meanwhile)."""
-    renewing = threading.Thread(target=rlm.renew_ownership, args=(logs,), name="remote-log-claims", daemon=True)
-    renewing.start()
-    renewing.join(RENEW_WAIT_S)
-    if renewing.is_alive():
-        logger.warning("the claims at new owner epochs still wait for the remote store after %.0f s: serving "
-                       "meanwhile", RENEW_WAIT_S)
+    """The start's claims at new owner epochs (:meth:`RemoteLogManager.renew_ownership_behind`), made behind the
+    endpoints: each partition is served once its claim is settled, or after RENEW_WAIT_S (a store that hangs after
+    the start probe delays a partition that long, not by its timeouts; its claim goes on behind)."""
+    renewing = rlm.renew_ownership_behind(logs, RENEW_WAIT_S)
+
+    def warn_when_late() -> None:
+        renewing.join(RENEW_WAIT_S)
+        if renewing.is_alive():
+            logger.warning("the claims at new owner epochs still wait for the remote store after %.0f s: serving "
+                           "their partitions meanwhile", RENEW_WAIT_S)
+
+    threading.Thread(target=warn_when_late, name="remote-log-claims-watch", daemon=True).start()
 
 
 class _PassRecorder:

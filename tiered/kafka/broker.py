@@ -211,7 +211,7 @@ class KafkaBroker:
         log = self.log(topic, partition)
         if log is None:
             return None, ErrorCode.unknown_topic_or_partition
-        if self.lost_ownership(log) is not None:
+        if self.lost_ownership(log) is not None or self.awaiting_claim(log) is not None:
             return None, ErrorCode.not_leader_or_follower
         error = current_leader_epoch_error(current_leader_epoch, log)
         return (log, error) if error is ErrorCode.none else (None, error)
@@ -221,6 +221,13 @@ class KafkaBroker:
         from tiered.composition import lost_ownership
 
         return lost_ownership(self.manager, log)
+
+    def awaiting_claim(self, log: Log) -> str | None:
+        """Why ``log`` is not served yet (:func:`tiered.composition.awaiting_claim`: the start's claim of it at a new
+        owner epoch is under way), answered NOT_LEADER_OR_FOLLOWER, as a partition whose leader is being elected."""
+        from tiered.composition import awaiting_claim
+
+        return awaiting_claim(self.manager, log)
 
     def topic_id(self, topic: str) -> uuid.UUID | None:
         for partition in self.partitions_of(topic):

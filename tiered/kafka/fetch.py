@@ -134,9 +134,10 @@ def _read_partition(broker: KafkaBroker, module: Any, topic: str, wanted: Any, m
     log = broker.log(topic, partition)
     if log is None:
         return _error(module, partition, ErrorCode.unknown_topic_or_partition)
-    if broker.lost_ownership(log) is not None:
+    if broker.lost_ownership(log) is not None or broker.awaiting_claim(log) is not None:
         # Another data dir owns the partition: this one's records past the handover are not the partition's (a
-        # deposed Kafka leader's log diverges the same way, and it answers reads so too).
+        # deposed Kafka leader's log diverges the same way, and it answers reads so too). Or the start is still
+        # claiming it, which may find that.
         return _error(module, partition, ErrorCode.not_leader_or_follower, log)
     epoch_error = current_leader_epoch_error(getattr(wanted, "current_leader_epoch", -1), log)
     if epoch_error is not ErrorCode.none:

@@ -82,7 +82,7 @@ def _append(broker: KafkaBroker, module: Any, version: int, topic: str, partitio
                       f"This server does not host this topic-partition: {topic}-{partition}")
     if records is None or len(records) == 0:
         return _error(module, partition, ErrorCode.invalid_record, "the produce request holds no record batch")
-    lost = broker.lost_ownership(log)
+    lost = broker.lost_ownership(log) or broker.awaiting_claim(log)
     if lost is not None:
         return _error(module, partition, ErrorCode.not_leader_or_follower, lost)
     refused = _version_refusal(version, records) or _refused_batches(broker, topic, partition, records)
