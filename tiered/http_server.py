@@ -453,9 +453,16 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             data: bytes = read(size)
         except TimeoutError:
+            data = b""
+            stalled = True
+        else:
+            cut = len(data) < size if read == self.rfile.read else not data.endswith(b"\n")
+            # (the reaper ended the body's reading at its deadline: the same stall, however few bytes came)
+            stalled = cut and self.server.reaped(self.connection)
+        if stalled:
             self.close_connection = True
             raise HttpError(HTTPStatus.REQUEST_TIMEOUT, f"the body stalled for {self.server.idle_timeout_s:g} s "
-                            "(tiered.http.idle.timeout.ms): send it whole") from None
+                            "(tiered.http.idle.timeout.ms): send it whole")
         return data
 
     def _has_unread_body(self) -> bool:
@@ -545,6 +552,8 @@ class Server(ThreadingHTTPServer):
         self._count = 0
         self._count_lock = threading.Lock()
         self._deadlines: dict[socket.socket, float] = {}  # connections reading a request: when they must be done
+        self._bodies: set[socket.socket] = set()  # of those, the ones reading a body
+        self._reaped: set[socket.socket] = set()  # bodies whose reading _reap ended (answered 408)
         self._stopped = threading.Event()
         if ":" in host:  # an IPv6 address ([::1]:8080): the server's default family is IPv4
             self.address_family = socket.AF_INET6
@@ -624,23 +633,36 @@ class Server(ThreadingHTTPServer):
         slow link is no trickle)."""
         with self._count_lock:
             self._deadlines[connection] = time.monotonic() + self.idle_timeout_s + body_bytes / MIN_BODY_BYTES_PER_S
+            if body_bytes:
+                self._bodies.add(connection)
 
     def read(self, connection: socket.socket) -> None:
         """``connection``'s request is read whole (or the connection ends)."""
         with self._count_lock:
             self._deadlines.pop(connection, None)
+            self._bodies.discard(connection)
+            self._reaped.discard(connection)
+
+    def reaped(self, connection: socket.socket) -> bool:
+        """Whether :meth:`_reap` ended the reading of ``connection``'s body (it is answered 408)."""
+        with self._count_lock:
+            return connection in self._reaped
 
     def _reap(self) -> None:
-        """Shut the connections whose request was not read whole in time (their thread's read then ends)."""
+        """Shut the connections whose request was not read whole in time (their thread's read then ends). A body's
+        reading only: its thread answers 408, as when the body stalls a whole timeout (a stall is both, and which
+        came first depended on the machine's load)."""
         while not self._stopped.wait(min(1.0, self.idle_timeout_s / 4)):
             now = time.monotonic()
             with self._count_lock:
-                late = [c for c, deadline in self._deadlines.items() if deadline <= now]
-                for c in late:
+                late = [(c, c in self._bodies) for c, deadline in self._deadlines.items() if deadline <= now]
+                for c, body in late:
                     del self._deadlines[c]
-            for c in late:
+                    if body:
+                        self._reaped.add(c)
+            for c, body in late:
                 with contextlib.suppress(OSError):
-                    c.shutdown(socket.SHUT_RDWR)
+                    c.shutdown(socket.SHUT_RD if body else socket.SHUT_RDWR)
 
     def start(self) -> None:
         threading.Thread(target=self._reap, name="tiered-http-reaper", daemon=True).start()

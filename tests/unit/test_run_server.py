@@ -503,6 +503,33 @@ def test_an_idle_connection_is_closed_and_a_stalled_body_answered_408(tmp_path: 
         manager.close()
 
 
+def test_a_stalled_body_ended_by_the_reaper_is_answered_408_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stalled body meets two bounds at about the same moment: its read's socket timeout (answered 408) and the
+    reaper's deadline for the whole request, which shut the connection without an answer, so a busy machine turned
+    the 408 into a dropped connection. Here the read's timeout is made long, so that only the reaper can end it."""
+    from tiered import http_server
+
+    setup = http_server._Handler.setup
+
+    def long_reads(self: Any) -> None:
+        setup(self)
+        self.connection.settimeout(TIMEOUT)
+
+    monkeypatch.setattr(http_server._Handler, "setup", long_reads)
+    manager = LogManager(LogConfig.from_properties({"log.dirs": str(tmp_path / "a")}))
+    server = Server(Endpoint(manager), "127.0.0.1", 0, idle_timeout_s=0.2)
+    server.start()
+    try:
+        answers, closed = _exchange(server.url, b"POST " + RECORDS.encode() + b" HTTP/1.1\r\nHost: x\r\n"
+                                    b"Content-Length: 100\r\n\r\n[{\"value\"")
+        [(status, _headers, body)] = answers
+        assert status == 408 and closed and "tiered.http.idle.timeout.ms" in body["error"]
+    finally:
+        server.stop()
+        manager.close()
+
+
 def test_a_request_sent_a_byte_at_a_time_is_closed_after_the_timeout_in_all(tmp_path: Path) -> None:
     """The timeout bounded each read only: a client sending one byte of its request every few seconds (under the
     timeout) held its connection and a slot for ever; 64 of them made /health answer 503 (a review's probe). The
