@@ -1,5 +1,6 @@
-"""Topics and their configs over the Kafka protocol: CreateTopics, DeleteTopics, DescribeConfigs and
-IncrementalAlterConfigs, spoken with kio requests at every version served, and through librdkafka's AdminClient."""
+"""Topics and their configs over the Kafka protocol: CreateTopics, DeleteTopics, DescribeConfigs,
+IncrementalAlterConfigs, CreatePartitions and DeleteRecords, spoken with kio requests at every version served, and through librdkafka's
+AdminClient."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from tests.kafkautil import RawClient, build, listener, ms
+from local.records import MemoryRecords, SimpleRecord
+from tests.kafkautil import RawClient, build, fetch_request, list_offsets_request, listener, ms
 from tiered.kafka.dispatcher import SUPPORTED
 
 
@@ -171,6 +173,96 @@ def test_delete_topic_disabled_and_internal(tmp_path):
             "kept": ErrorCode.topic_deletion_disabled, "__consumer_offsets": ErrorCode.topic_deletion_disabled}
 
 
+def _grow(client: RawClient, version: int, counts: list[tuple[str, int]], validate_only: bool = False,
+          assignments: tuple[tuple[int, ...], ...] | None = None) -> dict[str, tuple]:
+    """CreatePartitions of ``counts``: (error code, message) per topic."""
+    topics = tuple(build(37, version, "CreatePartitionsTopic", name=name, count=count, assignments=None if assignments
+                         is None else tuple(build(37, version, "CreatePartitionsAssignment", broker_ids=ids)
+                                            for ids in assignments))
+                   for name, count in counts)
+    response = client.call(37, version, build(37, version, topics=topics, timeout=ms(30_000),
+                                              validate_only=validate_only))
+    return {r.name: (r.error_code, r.error_message) for r in response.results}
+
+
+@pytest.mark.parametrize("version", range(SUPPORTED[37][0], SUPPORTED[37][1] + 1))
+def test_create_partitions_grows_a_topic_as_kafkas_controller_does(kafka, version):
+    """The new partitions have the topic's id and overrides; a count that is no increase is INVALID_PARTITIONS with
+    Kafka's words, assignments must put each new partition on this node, an internal topic is refused, a topic named
+    twice is INVALID_REQUEST, and validate_only creates nothing."""
+    with RawClient(kafka.address) as client:
+        _create(client, 7, "t", partitions=2, configs={"retention.ms": "60000"})
+        assert _grow(client, version, [("t", 4)], validate_only=True) == {"t": (ErrorCode.none, None)}
+        assert kafka.broker.partitions_of("t") == [0, 1]
+        assert _grow(client, version, [("t", 4), ("none", 3)]) == {
+            "t": (ErrorCode.none, None), "none": (ErrorCode.unknown_topic_or_partition, "no topic 'none'")}
+        assert _grow(client, version, [("t", 4)]) == {"t": (ErrorCode.invalid_partitions,
+                                                            "Topic already has 4 partition(s).")}
+        assert _grow(client, version, [("t", 3)])["t"] == (
+            ErrorCode.invalid_partitions, "The topic t currently has 4 partition(s); 3 would not be an increase.")
+        assert _grow(client, version, [("t", 6)], assignments=((kafka.broker.node_id,),))["t"][0] == \
+            ErrorCode.invalid_replica_assignment
+        assert _grow(client, version, [("t", 5)], assignments=((kafka.broker.node_id + 1,),))["t"][0] == \
+            ErrorCode.invalid_replica_assignment
+        assert _grow(client, version, [("t", 5)], assignments=((kafka.broker.node_id,),)) == {
+            "t": (ErrorCode.none, None)}
+        assert _grow(client, version, [("__consumer_offsets", 10)])["__consumer_offsets"][0] == \
+            ErrorCode.policy_violation
+        assert _grow(client, version, [("t", 6), ("t", 7)]) == {"t": (ErrorCode.invalid_request, "Duplicate topic name.")}
+        assert _grow(client, version, [("t", 20_000)])["t"][0] == ErrorCode.policy_violation
+    assert kafka.broker.partitions_of("t") == [0, 1, 2, 3, 4]
+    first, added = kafka.broker.log("t", 0), kafka.broker.log("t", 4)
+    assert added.topic_id == first.topic_id and added.config.retention_ms == 60_000
+
+
+def _delete_records(client: RawClient, version: int, offsets: dict[tuple[str, int], int]) -> dict[tuple[str, int], tuple]:
+    """DeleteRecords of ``offsets``: (error code, low watermark) per partition."""
+    topics = {}
+    for (topic, partition), offset in offsets.items():
+        topics.setdefault(topic, []).append(build(21, version, "DeleteRecordsPartition", partition_index=partition,
+                                                  offset=offset))
+    body = build(21, version, topics=tuple(build(21, version, "DeleteRecordsTopic", name=t, partitions=tuple(ps))
+                                           for t, ps in topics.items()), timeout=ms(30_000))
+    return {(t.name, p.partition_index): (p.error_code, p.low_watermark)
+            for t in client.call(21, version, body).topics for p in t.partitions}
+
+
+def _append(kafka, topic: str, partition: int, count: int) -> None:
+    log = kafka.broker.log(topic, partition)
+    for i in range(count):
+        log.append(MemoryRecords.build([SimpleRecord(b"v%d" % i, key=b"k%d" % i)]))
+
+
+@pytest.mark.parametrize("version", range(SUPPORTED[21][0], SUPPORTED[21][1] + 1))
+def test_delete_records_moves_the_log_start_as_kafka_does(kafka, version):
+    """Kafka's Partition.deleteRecordsOnLeader: the log start moves up to the offset (-1: the high watermark) and is
+    answered as the low watermark; above the high watermark or below 0 is OFFSET_OUT_OF_RANGE, a topic without the
+    delete policy POLICY_VIOLATION, an internal topic INVALID_TOPIC_EXCEPTION; a read below the new start is out of
+    range, and ListOffsets' earliest is the new start."""
+    with RawClient(kafka.address) as client:
+        _create(client, 7, "t", partitions=2)
+        _create(client, 7, "keys", partitions=1, configs={"cleanup.policy": "compact"})
+        _append(kafka, "t", 0, 10)
+        _append(kafka, "t", 1, 10)
+        _append(kafka, "keys", 0, 3)
+        answered = _delete_records(client, version, {("t", 0): 4, ("t", 1): -1, ("keys", 0): 1, ("none", 0): 1})
+        assert answered == {("t", 0): (ErrorCode.none, 4), ("t", 1): (ErrorCode.none, 10),
+                            ("keys", 0): (ErrorCode.policy_violation, -1),
+                            ("none", 0): (ErrorCode.unknown_topic_or_partition, -1)}
+        assert _delete_records(client, version, {("t", 0): 2}) == {("t", 0): (ErrorCode.none, 4)}  # never back
+        assert _delete_records(client, version, {("t", 0): 11, ("t", 1): -2}) == {
+            ("t", 0): (ErrorCode.offset_out_of_range, -1), ("t", 1): (ErrorCode.offset_out_of_range, -1)}
+        assert _delete_records(client, version, {("__consumer_offsets", 0): 0}) == {
+            ("__consumer_offsets", 0): (ErrorCode.invalid_topic_exception, -1)}
+        earliest = client.call(2, 9, list_offsets_request(9, "t", 0, -2)).topics[0].partitions[0]
+        assert (earliest.error_code, earliest.offset) == (ErrorCode.none, 4)
+        fetched = client.call(1, 12, fetch_request(12, {"t": {0: 3}})).responses[0].partitions[0]
+        assert (fetched.error_code, fetched.log_start_offset) == (ErrorCode.offset_out_of_range, 4)
+        fetched = client.call(1, 12, fetch_request(12, {"t": {0: 4}})).responses[0].partitions[0]
+        assert fetched.error_code == ErrorCode.none and fetched.records
+    assert kafka.broker.log("t", 0).log_start_offset == 4
+
+
 @pytest.mark.parametrize("version", range(SUPPORTED[32][0], SUPPORTED[32][1] + 1))
 def test_describe_configs_of_a_topic_and_the_broker(kafka, version):
     with RawClient(kafka.address) as client:
@@ -228,6 +320,18 @@ def test_librdkafka_admin_client(kafka):
     client.incremental_alter_configs([change])[change].result(30)
     assert kafka.broker.topic_overrides("ck") == {"retention.ms": "120000"}
     assert sorted(client.list_topics(timeout=30).topics) == ["ck"]
+    log = kafka.broker.log("ck", 1)
+    for i in range(5):
+        log.append(MemoryRecords.build([SimpleRecord(b"v%d" % i)]))
+    from confluent_kafka import TopicPartition
+
+    deleted = client.delete_records([TopicPartition("ck", 1, 3)])
+    (future,) = deleted.values()
+    assert future.result(30).low_watermark == 3 and log.log_start_offset == 3
+    for future in client.create_partitions([admin.NewPartitions("ck", 5)]).values():
+        future.result(30)
+    assert kafka.broker.partitions_of("ck") == [0, 1, 2, 3, 4]
+    assert kafka.broker.log("ck", 4).config.retention_ms == 120_000
     for future in client.delete_topics(["ck"]).values():
         future.result(30)
     assert kafka.broker.topics() == {}

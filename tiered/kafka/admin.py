@@ -19,6 +19,15 @@ validated by the engine's config definitions (INVALID_CONFIG naming the key and 
   BROKER resources (the broker config, read-only).
 - IncrementalAlterConfigs: TOPIC resources, SET, DELETE, APPEND and SUBTRACT (the last two on list keys only,
   as in Kafka); BROKER resources are refused (the broker config is a file here).
+- CreatePartitions: a topic grows to ``count`` partitions, the new ones with its id and overrides, all or none;
+  INVALID_PARTITIONS unless ``count`` is more than it has, assignments as CreateTopics takes them (each new
+  partition on this node), POLICY_VIOLATION for an internal topic and past 10,000 new partitions in one request
+  (as CreateTopics), INVALID_REQUEST for a topic named twice; ``validate_only`` checks without creating.
+- DeleteRecords: the log start offset moved up to each partition's offset (-1: the high watermark), as Kafka's
+  ``Partition.deleteRecordsOnLeader`` moves it: OFFSET_OUT_OF_RANGE above the high watermark or below 0,
+  POLICY_VIOLATION where ``cleanup.policy`` has no ``delete``, INVALID_TOPIC_EXCEPTION for an internal topic; the
+  low watermark answered is the log start after it. Local retention removes the local segments below it and the
+  remote tier's expiration task the remote ones (both tiers: the records are gone for readers at once).
 """
 
 from __future__ import annotations
@@ -29,7 +38,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from local.errors import OffsetOutOfRangeError
+from tiered.internal_topics import INTERNAL_TOPICS
 from tiered.kafka.broker import DELETE_WAIT_S, KafkaBroker, TopicError
+from tiered.kafka.errors import error_code
 from tiered.kafka.protocol import NO_THROTTLE, Request, make
 
 # Kafka's QuorumController.MAX_RECORDS_PER_USER_OP: more records in one operation is POLICY_VIOLATION
@@ -130,6 +142,83 @@ def handle_delete_topics(broker: KafkaBroker, request: Request) -> Any:
         except TopicError as exc:
             results.append(make(module, "DeletableTopicResult", name=name, error_code=exc.code, error_message=str(exc)))
     return make(module, "DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+# CreatePartitions -----------------------------------------------------------------------------------------------
+
+
+def handle_create_partitions(broker: KafkaBroker, request: Request) -> Any:
+    body = request.body
+    module = request.response_module
+    names = Counter(t.name for t in body.topics)
+    added = sum(max(0, int(t.count) - len(broker.known_partitions({t.name}))) for t in body.topics)
+    results = []
+    for topic in body.topics:
+        try:
+            if added > MAX_RECORDS_PER_USER_OP:
+                raise TopicError(ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
+            if names[topic.name] > 1:
+                raise TopicError(ErrorCode.invalid_request, "Duplicate topic name.")
+            _check_new_assignments(broker, topic)
+            broker.add_partitions(topic.name, int(topic.count), validate_only=body.validate_only)
+            code, message = ErrorCode.none, None
+        except TopicError as exc:
+            code, message = exc.code, str(exc)
+        results.append(make(module, "CreatePartitionsTopicResult", name=topic.name, error_code=code,
+                            error_message=message))
+    return make(module, "CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def _check_new_assignments(broker: KafkaBroker, topic: Any) -> None:
+    """Kafka's checks of the new partitions' replica assignments, where the request has any: one per new partition,
+    each on this node alone."""
+    if topic.assignments is None:
+        return
+    additional = int(topic.count) - len(broker.known_partitions({topic.name}))
+    if additional > 0 and len(topic.assignments) != additional:
+        raise TopicError(ErrorCode.invalid_replica_assignment,
+                         f"Attempted to add {additional} additional partition(s), but only {len(topic.assignments)} "
+                         "assignment(s) were specified.")
+    if any(tuple(a.broker_ids) != (broker.node_id,) for a in topic.assignments):
+        raise TopicError(ErrorCode.invalid_replica_assignment,
+                         f"every new partition must be assigned to this broker alone ([{broker.node_id}])")
+
+
+# DeleteRecords --------------------------------------------------------------------------------------------------
+
+HIGH_WATERMARK = -1  # Kafka's DeleteRecordsRequest.HIGH_WATERMARK
+
+
+def handle_delete_records(broker: KafkaBroker, request: Request) -> Any:
+    module = request.response_module
+    topics = []
+    for topic in request.body.topics:
+        partitions = tuple(
+            make(module, "DeleteRecordsPartitionResult", partition_index=p.partition_index,
+                 **_delete_records(broker, topic.name, p.partition_index, int(p.offset)))
+            for p in topic.partitions)
+        topics.append(make(module, "DeleteRecordsTopicResult", name=topic.name, partitions=partitions))
+    return make(module, "DeleteRecordsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _delete_records(broker: KafkaBroker, topic: str, partition: int, offset: int) -> dict[str, Any]:
+    """One partition's deletion: its low watermark and error code, as Kafka answers them (-1 with an error)."""
+    refused = {"low_watermark": -1}
+    if topic in INTERNAL_TOPICS:
+        return {**refused, "error_code": ErrorCode.invalid_topic_exception}
+    log, error = broker.led_log(topic, partition, -1)
+    if log is None:
+        return {**refused, "error_code": error}
+    if not log.config.delete:
+        return {**refused, "error_code": ErrorCode.policy_violation}
+    try:
+        if offset == HIGH_WATERMARK:
+            offset = log.high_watermark
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"the offset {offset} for partition {log.name} is not valid", offset=offset)
+        return {"low_watermark": log.delete_records(offset), "error_code": ErrorCode.none}
+    except Exception as exc:
+        return {**refused, "error_code": error_code(exc)}
 
 
 # DescribeConfigs ------------------------------------------------------------------------------------------------

@@ -286,6 +286,38 @@ class KafkaBroker:
             logger.info("created topic %s with %d partition(s)", topic, partitions)
             return topic_id
 
+    def add_partitions(self, topic: str, count: int, *, validate_only: bool = False) -> None:
+        """Grow ``topic`` to ``count`` partitions (Kafka's CreatePartitions), the new ones with the topic's id and
+        overrides, all or none; raises :class:`TopicError` as Kafka's controller refuses: INVALID_PARTITIONS unless
+        ``count`` is more than the topic has, POLICY_VIOLATION for an internal topic (its partition count is the
+        broker's ``offsets.topic.num.partitions``, which its coordinator hashes keys by) or past the open-files limit."""
+        if topic in INTERNAL_TOPICS:
+            raise TopicError(ErrorCode.policy_violation,
+                             f"{topic} is an internal topic: its partition count is set by the broker config")
+        with self._topics_lock:
+            self.require_topic(topic)
+            have = len(self.known_partitions({topic}))
+            if count == have:
+                raise TopicError(ErrorCode.invalid_partitions, f"Topic already has {have} partition(s).")
+            if count < have:
+                raise TopicError(ErrorCode.invalid_partitions,
+                                 f"The topic {topic} currently has {have} partition(s); {count} would not be an "
+                                 "increase.")
+            refusal = open_files_refusal(count - have)
+            if refusal is not None:
+                raise TopicError(ErrorCode.policy_violation,
+                                 f"cannot add {count - have} partition(s) to {topic}: {refusal}")
+            if validate_only:
+                return
+            try:
+                self.manager.create_partitions(topic, range(count), self.topic_overrides(topic),
+                                               topic_id=self.topic_id(topic))
+            except TooManyPartitionsError as exc:
+                raise TopicError(ErrorCode.policy_violation, str(exc)) from None
+            except KafkaStorageError as exc:
+                raise TopicError(ErrorCode.kafka_storage_error, str(exc)) from None
+            logger.info("added %d partition(s) to topic %s: %d in all", count - have, topic, count)
+
     def auto_create_topic(self, topic: str) -> bool:
         """Kafka's auto topic creation on Metadata: ``num.partitions`` partitions, no overrides. False when the
         name is not valid or auto creation is off."""

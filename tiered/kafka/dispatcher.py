@@ -19,7 +19,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tiered.kafka.admin import (
+    handle_create_partitions,
     handle_create_topics,
+    handle_delete_records,
     handle_delete_topics,
     handle_describe_configs,
     handle_incremental_alter_configs,
@@ -102,6 +104,7 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     18: (0, 4, _api_versions),
     19: (2, 7, handle_create_topics),
     20: (1, 5, handle_delete_topics),
+    21: (0, 2, handle_delete_records),
     22: (0, 4, handle_init_producer_id),
     23: (2, 4, handle_offset_for_leader_epoch),
     24: (0, 3, handle_add_partitions_to_txn),
@@ -109,6 +112,7 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     26: (0, 3, handle_end_txn),
     28: (0, 3, handle_txn_offset_commit),
     32: (1, 4, handle_describe_configs),
+    37: (0, 3, handle_create_partitions),
     44: (0, 1, handle_incremental_alter_configs),
 }
 
