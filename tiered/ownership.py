@@ -231,6 +231,10 @@ class Ownership:
     state: str
     detail: str
     owner: OwnerRecord | None = None
+    # OWNER, but the store lacks this data dir's own claim (its newest record is older: the claim's object was
+    # deleted): the writer claims again above it (OwnershipGuard), as a Kafka leader never steps down for an older
+    # leader epoch than its own.
+    reclaim: bool = False
 
 
 def assess(
@@ -257,6 +261,12 @@ def assess(
         newest_claim = (newest.owner_epoch, newest.owner_id)
         if newest_claim in ((local_epoch, local_id), pending):
             return Ownership(OWNER, f"{name}: this data dir owns its remote data at {newest.describe()}", newest)
+        if local_epoch > newest.owner_epoch:
+            # This data dir's own claim is missing: no claim above it stands (one would be the newest). Deposing it
+            # for good in favour of an older claim (its own, often) stopped every write to the partition.
+            return Ownership(OWNER, f"{name}: the owner record of this data dir's claim (owner epoch {local_epoch}, "
+                                    f"{state_file}) is missing from {store}, whose newest is {newest.describe()} "
+                                    "(deleted?): this data dir claims the partition again above it", reclaim=True)
         if local_epoch < 0 and pending is None:
             # (not "lost": it never had it. Another data dir's partition of the same topic id: B given A's topic)
             return Ownership(LOST, f"{name}: another data dir owns its remote data, {newest.describe()}, and this data "
@@ -429,6 +439,8 @@ class OwnershipGuard:
             if found is None:
                 self.warn_of_namesakes(log, tip)
                 found = self._claim(log, tip)
+            elif found.reclaim:
+                found = self._claim_again(log, tip, found)
             else:
                 self._confirm_pending(log, found)
             if found.state == OWNER:
@@ -602,6 +614,10 @@ class OwnershipGuard:
             # One listing of the partition's metadata where the store can (its owner records and its events): a
             # start claims every partition, and on S3 each request counts (2,000 partitions took 15 s at four).
             found = self._assess(log, tip, self._owner_records_and_events(tip))
+            if found is not None and found.reclaim:
+                found = self._claim_again(log, tip, found)
+                self._set(tip, found)
+                return found if found.state == OWNER else None
             if found is None or found.state != OWNER or found.owner is None:
                 return None
             self._confirm_pending(log, found)
@@ -694,8 +710,13 @@ class OwnershipGuard:
             logger.info("%s: claimed ownership of its remote data at %s", log.name, record.describe())
             return Ownership(OWNER, f"{log.name}: this data dir owns its remote data at {record.describe()}", record)
         found = self._assess(log, tip, records)
-        assert found is not None and found.state != OWNER  # our id is not the newest record's
+        assert found is not None and found.state != OWNER  # our id is not the newest record's, nor below it
         return found
+
+    def _claim_again(self, log: Log, tip: TopicIdPartition, found: Ownership) -> Ownership:
+        """Claim ``tip`` above this data dir's own claim, whose record the store lacks (``found.reclaim``)."""
+        logger.error("%s", found.detail)
+        return self._claim(log, tip, above=log.remote_log_state.owner_epoch)
 
     def _known_epochs(self, log: Log, tip: TopicIdPartition) -> list[tuple[int, int]]:
         """The leader epochs of the log (its cache) and of the remote segments this data dir copied before anyone

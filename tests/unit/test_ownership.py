@@ -1138,6 +1138,46 @@ def test_a_damaged_newest_owner_record_is_said_so_and_attach_claims_above_it(
     assert part["remote"]["ownership"]["state"] == "lost" and part["remote"]["ownership"]["owner_epoch"] == 1
 
 
+@pytest.mark.parametrize("by", ["pass", "start"])
+def test_a_data_dir_whose_own_newest_owner_record_was_deleted_claims_again_above_it(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], by: str,
+) -> None:
+    """The object of this data dir's claim (the newest owner record) was deleted from the bucket: the data dir took
+    its own older claim for a newer one, called itself deposed, refused every write for good, and a restart did not
+    help (a helper's pass). No claim above its own stands, so it claims again above it, saying why."""
+    from tiered.composition import lost_ownership
+    from tiered.remote_tier_parts import topic_id_partition
+
+    a, _, bucket = two_dirs
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None and rlm.renew_ownership(manager.all_logs()) == 1  # owner epoch 1, as a start makes
+    (newest,) = bucket.rglob("owner-0000000001.json")
+    newest.unlink()
+    rc, out, _ = cli(capsys, "--config", str(a), "status", "--json")
+    [part] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert rc == 1 and part["remote"]["ownership"]["state"] == "missing_owner_record", out
+    rc, out, _ = cli(capsys, "--config", str(a), "status")
+    assert "OWNER RECORD MISSING" in out
+    if by == "pass":
+        rc, _, err = cli(capsys, "--config", str(a), "offload")
+        assert rc == 0, err
+    else:
+        with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+            rlm = remote_log_manager_of(manager)
+            assert rlm is not None and rlm.renew_ownership(manager.all_logs()) == 1
+    rsm = _rsm_of(bucket)
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None
+        assert lost_ownership(manager, log, ask=True) is None  # (what tiered produce asks before it writes)
+        records = RemoteLogMetadataStore.in_bucket(rsm).owner_records(topic_id_partition(log))
+        assert [r.owner_epoch for r in records] == [0, 2] and log.remote_log_state.owner_epoch == 2
+    rc, out, _ = cli(capsys, "--config", str(a), "status", "--json")
+    [part] = json.loads(out)["data_dirs"][0]["partitions"]
+    assert rc == 0 and part["remote"]["ownership"]["state"] == "owner", out
+
+
 def test_status_says_a_remote_metadata_event_cannot_be_read(
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -161,7 +161,8 @@ def dir_status(data_dir: Path, topic: str | None = None, store: Any = None) -> d
                 except TieredStorageError as exc:
                     out["problems"].append(f"partition {child.name}: remote tier: {_one_line(exc)}")
                 ownership = (status.get("remote") or {}).get("ownership") or {}
-                if ownership.get("state") in ("lost", "wrong_store", "damaged_owner_record", "behind"):
+                if ownership.get("state") in ("lost", "wrong_store", "damaged_owner_record", "missing_owner_record",
+                                              "behind"):
                     out["problems"].append(f"partition {ownership['detail']}")
                 unread = (status.get("remote") or {}).get("unreadable_metadata") or []
                 if unread:
@@ -349,7 +350,8 @@ def remote_status(partition_dir: Path, status: dict[str, Any], store: Any) -> di
 def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any) -> dict[str, Any]:
     """Who owns the partition's remote data (:mod:`tiered.ownership`), from the store's owner records and this data
     dir's claim: ``state`` owner, lost, wrong_store, damaged_owner_record (the newest record cannot be read: who
-    owns it cannot be told), behind (its claim, but the copies made under it pass its log end: an older copy of the
+    owns it cannot be told), missing_owner_record (the record of this data dir's claim is gone from the store: the
+    next pass of ``tiered run`` or ``offload`` claims again above it), behind (its claim, but the copies made under it pass its log end: an older copy of the
     data dir that made them) or unclaimed (nobody claimed it yet: the next copy does)."""
     from local.errors import KafkaStorageError
     from local.remote_state import REMOTE_LOG_STATE_FILENAME, RemoteLogStateFile
@@ -375,6 +377,8 @@ def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any
     detail = found.detail if found is not None else None
     if damaged and max(damaged) >= (newest.owner_epoch if newest is not None else -1):
         state = "damaged_owner_record"  # (assess says wrong_store: nothing is done there; the cause is the record)
+    elif found is not None and found.reclaim:
+        state = "missing_owner_record"  # (the record of this data dir's claim is gone: its next pass claims again)
     log_end = status.get("log_end_offset")
     if state == OWNER and newest is not None and log_end is not None and hasattr(store, "list_remote_log_segments"):
         # The claim is this data dir's, but the copies made under it reach past its log end: an older copy of the
@@ -557,6 +561,8 @@ def print_text(dirs: list[dict[str, Any]]) -> None:
                 notes.insert(0, "WRONG STORE: it holds none of this partition's remote data")
             elif owner.get("state") == "damaged_owner_record":
                 notes.insert(0, "OWNER RECORD DAMAGED: who owns its remote data cannot be told")
+            elif owner.get("state") == "missing_owner_record":
+                notes.insert(0, "OWNER RECORD MISSING: the next pass claims the partition again")
             elif owner.get("state") == "behind":
                 notes.insert(0, "BEHIND ITS REMOTE DATA: the copies made under its claim pass its log end")
             highest = remote["highest_offset"] if remote else p.get("highest_remote_offset")
