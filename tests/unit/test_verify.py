@@ -263,6 +263,18 @@ def test_a_copy_left_started_is_an_incomplete_operation(dirs: Path) -> None:
     assert "[incomplete_remote_operation]" in out and "COPY_SEGMENT_STARTED" in out
 
 
+def test_a_copy_left_started_below_the_local_start_is_not_called_garbage(dirs: Path) -> None:
+    """A segment whose COPY_SEGMENT_FINISHED event is gone, below the local log start: its objects are the only copy
+    of its records (local retention removed them), and the copy task keeps it saying so. verify called them garbage
+    that the next copy pass removes (a helper's pass), inviting an operator to delete the only copy."""
+    first = sorted((dirs / "remote").rglob("*.1.json"))[0]
+    first.unlink()
+    code, out = verify(dirs)
+    assert code == 1, out
+    line = next(line for line in out.splitlines() if "[incomplete_remote_operation]" in line)
+    assert "its copy finished once" in line and "only copy of those records" in line and "garbage" not in line
+
+
 def test_a_flipped_byte_in_a_remote_log_object_is_a_crc_mismatch(dirs: Path) -> None:
     victim = remote_objects(dirs, ".log")[2]
     positions = batch_positions(victim)

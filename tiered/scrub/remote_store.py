@@ -248,14 +248,22 @@ class RemoteScrub:
         for sid, md in sorted(latest.items(), key=lambda kv: kv[1].start_offset):
             if md.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED):
                 bad_event = damaged.get(md.remote_log_segment_id.id)
+                local_start = out.local_start_offset
+                if bad_event is not None:
+                    why = (f"is left in {md.state.name} in its readable events, but its event {bad_event} cannot be "
+                           "read: it may be a finished copy (its objects the only copy of its records), so no copy "
+                           "pass deletes it; repair or remove that event")
+                elif md.state is S.COPY_SEGMENT_STARTED and local_start is not None and md.start_offset < local_start:
+                    # (what the copy task says of it: rlm_copy's stale-copy cleanup keeps it)
+                    why = (f"is left in COPY_SEGMENT_STARTED, but the local log starts at {local_start}: its copy "
+                           "finished once (local retention removed its records) and its COPY_SEGMENT_FINISHED event "
+                           "is gone. No copy pass deletes it (its objects may be the only copy of those records): "
+                           "restore the event, or remove the segment's objects by hand if the records are not needed")
+                else:
+                    why = (f"is left in {md.state.name}: a copy or delete that never finished (its objects are garbage "
+                           "until the next copy pass removes them)")
                 out.problems.append(Problem(
-                    "incomplete_remote_operation",
-                    f"segment {sid} ({md.start_offset}..{md.end_offset}) is left in {md.state.name}: a copy or delete "
-                    f"that never finished (its objects are garbage until the next copy pass removes them)"
-                    if bad_event is None else
-                    f"segment {sid} ({md.start_offset}..{md.end_offset}) is left in {md.state.name} in its readable "
-                    f"events, but its event {bad_event} cannot be read: it may be a finished copy (its objects the "
-                    f"only copy of its records), so no copy pass deletes it; repair or remove that event",
+                    "incomplete_remote_operation", f"segment {sid} ({md.start_offset}..{md.end_offset}) {why}",
                     object=layout.metadata_event_key(self.prefix, md.remote_log_segment_id, md.start_offset,
                                                      int(md.state)), offset=md.start_offset))
         for md in finished:
