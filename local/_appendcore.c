@@ -220,7 +220,14 @@ static int offset_index_append_common(IndexCore *ix, long long offset, long long
         goto release;
     Py_buffer view;
     if (PyObject_GetBuffer(ix->mmap, &view, PyBUF_WRITABLE) < 0) {
-        result = -1;
+        /* A copy of the bytes (an index detached while not written: local/index/base.py's _DETACH_IDLE), not a
+         * mapping: the Python path maps the file again. */
+        if (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            result = 0;
+        } else {
+            result = -1;
+        }
         goto release;
     }
     if (at + es > view.len) { /* the mapping is shorter than the length says: let the Python path say why */

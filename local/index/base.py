@@ -65,6 +65,14 @@ def round_down_to_multiple(number: int, factor: int) -> int:
     return factor * (number // factor)
 
 
+_DETACH_IDLE = sys.version_info < (3, 13)
+"""Whether an index not being written holds a copy of its bytes instead of a mapping. CPython's ``mmap`` keeps a
+duplicate of the file descriptor for the mapping's life before 3.13 (``trackfd=False``): with every rolled segment's
+two indexes mapped, a process held three descriptors per local segment, and 500 partitions rolling every 15 s took
+a data dir offline with EMFILE within minutes (a helper's run); Kafka holds one (the JVM closes the file once it has
+mapped an index). A closed index is trimmed to its entries, which cost about as much memory again as the key mirror
+already does; it is mapped again by its first write (a truncation, or a segment made active again)."""
+
 ALLOCATION_STEP = 64 * 1024
 """How far ahead of the entries an index file's blocks are allocated (the first step on creation)."""
 
@@ -98,6 +106,7 @@ class AbstractIndex(IndexCore, ABC):
     __slots__ = (
         "__dict__",
         "__weakref__",
+        "_detached",
         "_entry_dtype",
         "_entry_struct",
         "_max_index_size",
@@ -132,6 +141,7 @@ class AbstractIndex(IndexCore, ABC):
         self._lock = threading.RLock()
         self._closed = False
         self._mmap: mmap.mmap | None = None
+        self._detached = False  # holding a copy of the file's bytes, not a mapping (see _DETACH_IDLE)
         self._length = 0
         self._allocated = 0  # bytes [0, _allocated) of the file are backed by disk blocks
         self._keys: array[int] = array("q")
@@ -187,7 +197,10 @@ class AbstractIndex(IndexCore, ABC):
                 self._allocated = self._length
             # else a sparse file (Kafka sets an active index's length without writing it; a crash leaves one
             # too): allocated from its last entry on, by the first append that needs it.
-            self._mmap = self._map(fd, self._length)
+            if _DETACH_IDLE and self._writable and not newly_created:
+                self._detach_from(fd)  # (an index opened is read; it is mapped when first written)
+            else:
+                self._mmap = self._map(fd, self._length)
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -210,6 +223,32 @@ class AbstractIndex(IndexCore, ABC):
         if sys.version_info >= (3, 13):  # no duplicate descriptor held for the mapping's life (Kafka closes it too)
             return mmap.mmap(fd, length, access=mmap.ACCESS_WRITE, trackfd=False)
         return mmap.mmap(fd, length, access=mmap.ACCESS_WRITE)
+
+    def _detach_from(self, fd: int) -> None:
+        """Hold a copy of the file's bytes instead of a mapping (:data:`_DETACH_IDLE`): reads see the same entries,
+        and the first write maps the file again (:meth:`_check_writable`). Under the lock, or while opening."""
+        self._mmap = _read_whole(fd, self._length) if self._length else None  # type: ignore[assignment]
+        self._detached = True
+
+    def _detach(self) -> None:
+        """Give up the mapping of an index no longer written (a rolled or closed segment's, trimmed), so that it
+        holds no file descriptor (:data:`_DETACH_IDLE`). The caller holds the lock."""
+        if not _DETACH_IDLE or self._detached or self._closed or not self._writable:
+            return
+        fd = os.open(self._path, os.O_RDONLY)
+        try:
+            self._detach_from(fd)  # (the old mapping is dropped: a lock-free reader may hold it a while longer)
+        finally:
+            os.close(fd)
+
+    def _attach(self) -> None:
+        """Map the file again for a write (:meth:`_detach`). The caller holds the lock."""
+        fd = os.open(self._path, os.O_RDWR)
+        try:
+            self._mmap = self._map(fd, self._length)
+            self._detached = False
+        finally:
+            os.close(fd)
 
     def _raw_entries(self, count: int) -> bytes:
         """A copy of the first ``count`` entries' bytes (a copy, so no buffer export pins the mapping)."""
@@ -387,13 +426,15 @@ class AbstractIndex(IndexCore, ABC):
             raise IndexClosedError(f"cannot {action} closed index {self._path}", path=self._path)
         if not self._writable:
             raise ReadOnlyIndexError(f"cannot {action} read-only index {self._path}", path=self._path)
+        if self._detached:
+            self._attach()
         return self._mmap
 
     def _write_entry(self, key: int, first: int, second: int) -> None:
         """Write the next entry (its two fields) and extend the key mirror. The caller holds the lock and
         checked is_full."""
         mm = self._mmap
-        if mm is None or self._closed or not self._writable:
+        if mm is None or self._closed or not self._writable or self._detached:
             mm = self._check_writable("append to")
             assert mm is not None, f"{self._path} is writable but not mapped"
         keys = self._keys
@@ -511,12 +552,19 @@ class AbstractIndex(IndexCore, ABC):
         with self._lock:
             if self._writable and not self._closed:
                 self.resize(self.size_in_bytes)
+                self._detach()
 
     def flush(self) -> None:
         """msync the mapping, which also covers entries written with pwrite (no-op when closed, read-only or
         empty)."""
         with self._lock:
-            if self._mmap is not None and self._writable and not self._closed:
+            if self._detached and self._writable and not self._closed:
+                fd = os.open(self._path, os.O_RDONLY)  # (written through a mapping since dropped: the file's pages)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            elif self._mmap is not None and self._writable and not self._closed:
                 self._mmap.flush()
 
     # ---------------------------------------------------------------------------------------------------
