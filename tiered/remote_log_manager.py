@@ -247,8 +247,8 @@ class RemoteLogManager:
 
     def renew_ownership(self, logs: Iterable[Log]) -> int:
         """Claim every remote-enabled partition this data dir owns again, at its next owner epoch
-        (:meth:`tiered.ownership.OwnershipGuard.renew`: ``tiered run`` calls it at its start, before it takes
-        writes); how many were renewed. A partition whose claim cannot be made now (a store that does not answer) is
+        (:meth:`tiered.ownership.OwnershipGuard.renew`; ``tiered run`` makes them at its start, behind its endpoints:
+        :meth:`renew_ownership_behind`); how many were renewed. A partition whose claim cannot be made now (a store that does not answer) is
         logged and left at its claim: its passes check ownership as before."""
         return self._renew([log for log in logs if tiering_enabled(log) and log.remote_log_state.claimed])
 
@@ -268,6 +268,8 @@ class RemoteLogManager:
     def awaiting_claim(self, log: Log, wait_s: float = 0.0) -> bool:
         """Whether ``log``'s claim at a new owner epoch (:meth:`renew_ownership_behind`) is still being made, after
         waiting for it up to ``wait_s`` seconds (never past the start's hold): its reads and writes wait for it."""
+        if not self._claims_awaited:  # (every claim settled: each fetch and produce asks)
+            return False
         with self._claims_lock:
             settled = self._claims_awaited.get(topic_id_partition(log))
             held_until = self._claims_held_until
