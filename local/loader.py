@@ -24,7 +24,10 @@ What a partition dir may hold after a crash, and what loading does about it, in 
 5. a log end offset below the log start offset (segment files deleted behind the broker's back) deletes every
    segment and starts empty at the log start offset;
 6. the leader epoch cache is cut to the loaded offsets, the producer state rebuilt from the latest valid snapshot,
-   and the active segment's indexes resized back to their maximum size.
+   and the active segment's indexes resized back to their maximum size. A ``leader-epoch-checkpoint`` that is
+   missing while segments are there (deleted by hand) is rebuilt first from their batches' partition leader epochs
+   (a WARNING says so): Kafka starts such a cache empty, and the next leader epoch then looked like the partition's
+   first, so that the remote tier's expiration took every copy of an earlier epoch for one outside the lineage.
 
 Once the large-index feature is finalized (``use_large_index``) an offset index rebuilt by recovery is written in
 the 12-byte format; an intact 8-byte index keeps its format (KIP-1333).
@@ -128,6 +131,7 @@ class LogLoader:
         remaining_segments_callback: RemainingSegmentsCallback | None,
         read_only: bool,
         lost_offsets: LostOffsetsSet,
+        rebuild_leader_epochs: bool = False,
     ) -> None:
         if num_segment_loading_threads < 1:
             raise ValueError(
@@ -147,6 +151,7 @@ class LogLoader:
         self.remote_storage_enabled = remote_storage_enabled
         self.read_only = read_only  # .log files opened read-only (a scratch copy of links, see local.read_only)
         self.lost_offsets = lost_offsets  # where a hole left by recovering a segment is recorded
+        self.rebuild_leader_epochs = rebuild_leader_epochs  # its checkpoint was missing (see step 6)
         self.stats = LoadStats()
         self._remaining_callback = remaining_segments_callback if num_segment_loading_threads > 1 else None
         self._gauge_threads: set[str] = set()
@@ -156,6 +161,34 @@ class LogLoader:
 
     # ------------------------------------------------------------------------------------------------------
 
+    def _rebuild_leader_epoch_cache(self, cache: LeaderEpochFileCache) -> None:
+        """Assign each epoch where the segments' v2 batches first carry it (headers only; a corrupt batch ends its
+        segment's walk: recovery decides what of it stays, and the cache is cut to the loaded offsets after it)."""
+        from local.errors import CorruptRecordError
+        from local.records.batch import PARTITION_LEADER_EPOCH_OFFSET
+        from local.records.constants import MAGIC_OFFSET, MAGIC_V2
+        from local.records.walk import walk_batches
+
+        latest = -1
+        for segment in self.segments.values():
+            log = segment.log
+            try:
+                for _position, _size, view, at in walk_batches(log.read_into, log.size_in_bytes, whole=False,
+                                                               reuse=True, origin=str(log.source_path)):
+                    if view[at + MAGIC_OFFSET] != MAGIC_V2:
+                        continue
+                    epoch = int.from_bytes(view[at + PARTITION_LEADER_EPOCH_OFFSET:at + PARTITION_LEADER_EPOCH_OFFSET + 4],
+                                           "big", signed=True)
+                    if epoch > latest:
+                        cache.assign(epoch, int.from_bytes(view[at:at + 8], "big", signed=True))
+                        latest = epoch
+            except CorruptRecordError:
+                continue
+        entries = cache.epoch_entries()
+        logger.warning("%s: its %s was missing: rebuilt from its segments' batches (%s)", self.dir.name,
+                       filenames.LEADER_EPOCH_CHECKPOINT_FILENAME,
+                       ", ".join(f"epoch {e.epoch} from offset {e.start_offset}" for e in entries) or "no epoch")
+
     def load(self) -> LoadedLogOffsets:
         """Run every step; returns the loaded offsets. OSError (an unreadable file, a full disk) propagates:
         the caller takes the data dir offline."""
@@ -164,6 +197,8 @@ class LogLoader:
             swap_files = self._remove_temp_files_and_collect_swap_files()
             self._complete_swaps(swap_files)
             self._load_segment_files()
+            if self.rebuild_leader_epochs and self.leader_epoch_cache is not None and len(self.segments):
+                self._rebuild_leader_epoch_cache(self.leader_epoch_cache)
             recovery_point, next_offset = self._recover_log()
         finally:
             self._remove_gauges()

@@ -253,6 +253,7 @@ class Log:
         topic, partition = _topic_partition_from_dir(directory)
         topic_id = _init_partition_metadata(directory, topic_id)
         remote_state = RemoteLogStateFile(directory).read()
+        epochs_missing = not (directory / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME).exists()
         epoch_cache = LeaderEpochFileCache(
             f"{topic}-{partition}",
             LeaderEpochCheckpointFile(directory / filenames.LEADER_EPOCH_CHECKPOINT_FILENAME, sync=not read_only),
@@ -284,6 +285,7 @@ class Log:
             remaining_segments_callback=remaining_segments_callback,
             read_only=read_only,
             lost_offsets=lost_offsets,
+            rebuild_leader_epochs=epochs_missing,
         )
         loaded = loader.load()
         lost_offsets.drop_below(loaded.log_start_offset)

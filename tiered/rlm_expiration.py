@@ -183,7 +183,13 @@ class RLMExpirationTask:
         rule it breaches (the first of: below the log start offset, outside the lineage, time, size)."""
         config = log.config
         now = self.parts.time.milliseconds()
-        lineage = {e.epoch for e in log.leader_epoch_cache.epoch_entries()}
+        # The owner record's lineage where there is one (the partition's, as readers follow it: a local cache that
+        # lost its early entries, its checkpoint deleted by hand, took every older copy for one outside it), else
+        # the local cache's, as Kafka's.
+        current_owner = getattr(self.parts.metadata, "current_owner", None)
+        owner = current_owner(self.tip) if current_owner is not None else None
+        lineage = ({epoch for epoch, _ in owner.lineage} if owner is not None
+                   else {e.epoch for e in log.leader_epoch_cache.epoch_entries()})
         retention_ms = int(config.retention_ms)
         retention_bytes = int(config.retention_bytes)
         local_only = sum(s.size for s in log.segments.values() if s.base_offset > segs[-1].end_offset)

@@ -1,0 +1,86 @@
+"""A tiered partition whose ``leader-epoch-checkpoint`` was deleted by hand while stopped (a helper's pass): the cache
+started empty, the start's claim at a new owner epoch looked like the partition's first epoch, and the remote tier's
+expiration took every copy of an earlier epoch for one outside the lineage. It deleted them all and moved the log
+start past them: every acknowledged record below the active segment was gone from both tiers. The loader rebuilds
+the cache from the batches, and the expiration follows the owner record's lineage, which the remote epochs are in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local import LogConfig
+from local.records import MemoryRecords, SimpleRecord
+from tests.logutil import local_tier_props
+from tiered.composition import open_log_manager, remote_log_manager_of
+
+TOPIC = "t"
+
+
+def _pass(manager: Any) -> Any:
+    """One pass of the remote tier (copies, expiration) and local retention; the log and the remote manager."""
+    rlm = remote_log_manager_of(manager)
+    assert rlm is not None
+    rlm.run_once(manager.all_logs())
+    manager.cleanup_logs()
+    return manager.get_log(TOPIC, 0), rlm
+
+
+def _segments(log: Any, rlm: Any, count: int) -> None:
+    for _ in range(count):
+        first = log.log_end_offset
+        log.append(MemoryRecords.build([SimpleRecord(b"v%d" % (first + i)) for i in range(100)]))
+        log.roll()
+
+
+@pytest.mark.parametrize("local_retention", ["1", "-2"])
+def test_a_deleted_leader_epoch_checkpoint_loses_no_remote_segment(tmp_path: Path, local_retention: str) -> None:
+    config = LogConfig.from_properties(local_tier_props(tmp_path, **{
+        "remote.log.manager.copier.process.enable": "false"}))
+    with open_log_manager(config, start_scheduler=False) as manager:  # epoch 0: offsets 0..199
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true",
+                                                   "local.retention.bytes": local_retention})
+        _segments(log, None, 2)
+        _pass(manager)
+    with open_log_manager(config, start_scheduler=False) as manager:  # a start: owner epoch 1 from 200
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None and rlm.renew_ownership(manager.all_logs()) == 1
+        log = manager.get_log(TOPIC, 0)
+        _segments(log, rlm, 2)
+        log, rlm = _pass(manager)
+        copied = [(m.start_offset, m.end_offset) for m in rlm.finished_segments(rlm.topic_id_partition(log))]
+        assert copied == [(0, 99), (100, 199), (200, 299), (300, 399)]
+        end = log.log_end_offset
+    (tmp_path / "data" / f"{TOPIC}-0" / "leader-epoch-checkpoint").unlink()
+    with open_log_manager(config, start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None and rlm.renew_ownership(manager.all_logs()) == 1
+        log, rlm = _pass(manager)
+        assert (log.log_start_offset, log.log_end_offset) == (0, end)
+        assert [(m.start_offset, m.end_offset) for m in rlm.finished_segments(rlm.topic_id_partition(log))] == copied
+        read = log.read(0, 1 << 20)
+        assert read.records is not None
+        first = next(iter(read.records.batches()))
+        assert [r.value for r in first.records()][:2] == [b"v0", b"v1"]
+
+
+def test_a_missing_leader_epoch_checkpoint_is_rebuilt_from_the_batches(tmp_path: Path) -> None:
+    """Kafka starts such a cache empty; it is derived data, and the batches carry their partition leader epochs."""
+    from local import LogManager
+
+    config = LogConfig.from_properties({"log.dirs": str(tmp_path / "data")})
+    with LogManager(config, start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0)
+        for epoch in (0, 3, 7):
+            log.assign_epoch_start_offset(epoch)
+            _segments(log, None, 2)
+        before = [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.epoch_entries()]
+    assert before == [(0, 0), (3, 200), (7, 400)]
+    checkpoint = tmp_path / "data" / f"{TOPIC}-0" / "leader-epoch-checkpoint"
+    checkpoint.unlink()
+    with LogManager(config, start_scheduler=False) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.epoch_entries()] == before
+    assert checkpoint.exists()
