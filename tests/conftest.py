@@ -9,6 +9,12 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# No example fails for taking long: a busy two-core machine pauses any of them for hundreds of milliseconds (one
+# failed CI at hypothesis' 200 ms deadline), and speed is measured in bench/, never asserted in a test.
+settings.register_profile("tiered", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tiered")
 
 # A real Kafka 4.0 KRaft log dir (data written by a broker, kept as a fixture so a plain clone is self-contained).
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "kafka-4.0-kraft-logs"

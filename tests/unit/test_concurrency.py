@@ -334,6 +334,14 @@ class _RacingDict(dict[Any, Any]):
         return super().pop(*args)
 
 
+def _until(condition: Callable[[], bool]) -> None:
+    """Wait for ``condition`` (another thread's doing, on a machine that may be busy); a failure bound only."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.01)
+
+
 def _manager(tmp_path: Path) -> tuple[Any, Path, Path]:
     from local import LogConfig, LogManager
 
@@ -351,7 +359,7 @@ def test_creating_a_log_while_a_data_dir_fails(tmp_path: Path) -> None:
     try:
         log = manager.get_or_create_log("t", 9)  # picks the dir with the fewest logs, walking the map
         assert manager.data_dir_of("t", 9) == log.dir.parent
-        assert d2 in manager.offline_dirs
+        _until(lambda: d2 in manager.offline_dirs)  # (the failure's thread may finish after the call returned)
     finally:
         manager.close()
 
@@ -363,7 +371,7 @@ def test_deleting_a_log_while_its_data_dir_fails_leaves_no_offline_ghost(tmp_pat
     manager._log_dirs_of = _RacingDict(manager._log_dirs_of, "pop", fail)
     try:
         manager.delete_log("t", victim)
-        assert d2 in manager.offline_dirs
+        _until(lambda: d2 in manager.offline_dirs)  # (the failure's thread may finish after the call returned)
         # Deleted before its dir failed: gone, not an offline partition that blocks creating it again.
         assert ("t", victim) not in manager.offline_partitions
         assert manager.get_or_create_log("t", victim).dir.parent == d1
