@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,6 +20,35 @@ class UsageError(Exception):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the command runs (:mod:`tiered.cli`): handled as Ctrl-C is, exit 143."""
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait for the block to end, then act as they would have (their handlers run): an append
+    and its count are both done or neither, so that what an interrupted command says it wrote is what it wrote (a
+    produce killed between the append's write and its bookkeeping said "nothing written" on a busy machine). Main
+    thread only, where Python runs signal handlers; elsewhere the block runs as it is."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, Any]] = []
+    previous: dict[int, Any] = {sig: signal.signal(sig, lambda signum, frame: caught.append((signum, frame)))
+                                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if caught:
+        signum, frame = caught[0]
+        handler = previous[signum]
+        if callable(handler):
+            handler(signum, frame)  # (raises: KeyboardInterrupt, Terminated)
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(signum)
 
 
 def check_typed_data_dirs(args: argparse.Namespace, config: LogConfig) -> None:

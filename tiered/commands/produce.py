@@ -23,6 +23,7 @@ from tiered.commands._common import (
     UsageError,
     check_partition_to_write,
     check_topic_name,
+    interrupts_deferred,
     load_config,
     parse_topic_overrides,
     partition_number,
@@ -95,10 +96,11 @@ def run(args: argparse.Namespace) -> int:
             # cut): two lines of 800 KB in one batch failed the run after the batches before them were written
             for records in build_batches(batch, log.config.max_message_bytes, args.compression, what="the input",
                                          first_index=count + 1):
-                info = log.append(records)
-                first = info.first_offset if first < 0 else first
-                last = info.last_offset
-                count += info.last_offset - info.first_offset + 1
+                with interrupts_deferred():  # (the append whole, and counted, before an interrupt acts)
+                    info = log.append(records)
+                    first = info.first_offset if first < 0 else first
+                    last = info.last_offset
+                    count += info.last_offset - info.first_offset + 1
     except (_BadLine, RecordTooLargeError) as exc:
         kept = f"; {_produced(args, count, first, last)} before it" if count else ""
         print(f"tiered produce: {exc}{kept}", file=sys.stderr)
