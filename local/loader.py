@@ -365,6 +365,7 @@ class LogLoader:
             base for n in names if n.endswith(filenames.LOG_FILE_SUFFIX) and (base := _base_offset(n)) is not None
         )
         log_base_set = set(log_bases)
+        orphans: set[int] = set()
         for name in names:
             if not name.endswith(filenames.INDEX_SUFFIXES):
                 continue
@@ -373,6 +374,9 @@ class LogLoader:
                 self._warn(f"found an orphaned index file {name} with no log file: deleting it")
                 (self.dir / name).unlink(missing_ok=True)
                 self.stats.orphan_indexes_deleted += 1
+                orphans.add(base)
+        for base in sorted(orphans):
+            self._record_missing_segment(base, log_bases)
         names_set = frozenset(names)
         if not self.had_clean_shutdown and log_bases:  # the floor segment of the recovery point, and those after it
             self._rebuilt_from = log_bases[max(0, bisect.bisect_right(log_bases, self.recovery_point) - 1)]
@@ -408,6 +412,24 @@ class LogLoader:
             recovered, truncated = self._recover_segment(segment)
             if i + 1 < len(results):
                 self._record_lost_offsets(recovered, truncated, reason, results[i + 1][0].base_offset)
+
+    def _record_missing_segment(self, base: int, log_bases: list[int]) -> None:
+        """An index whose segment's ``.log`` is gone, between two segments that are there (deleted by hand): its
+        offsets up to the next segment's base are lost. Kafka's loader deletes the index and reads go on at the next
+        segment, past acknowledged records without a word; here the range is recorded as a hole (see
+        :mod:`local.lost_offsets`) and said in an ERROR naming the missing file."""
+        at = bisect.bisect_right(log_bases, base)
+        if at == 0 or at == len(log_bases) or base < self.log_start_offset:
+            return  # (before the first segment: the log starts later; after the last: the log ends there)
+        next_base = log_bases[at]
+        name = filenames.filename_prefix_from_offset(base) + filenames.LOG_FILE_SUFFIX
+        entry = LostOffsets(base, next_base - 1, 0, name)
+        if self.lost_offsets.find(base) is None:
+            self.lost_offsets.add(entry)
+        self.stats.offsets_lost += next_base - base
+        self._error(f"{self.dir / name} is missing (its index files are there): offsets {base}..{next_base - 1} are "
+                    f"lost; reads there fail (the segments from offset {next_base} are read), recorded in "
+                    f"{LOST_OFFSETS_FILENAME}" + (" (in memory: this view changes nothing)" if self.read_only else ""))
 
     def _record_lost_offsets(self, segment: LogSegment, truncated: int, reason: str, next_base: int) -> None:
         """A segment recovered while later segments follow: when the recovery shows it held more than it now does

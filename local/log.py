@@ -798,11 +798,14 @@ class Log:
             max_offset = self.last_stable_offset
         if offset < self.log_start_offset or offset > leo.message_offset:
             raise self._out_of_range(offset, leo.message_offset)
+        remote = self.remote_tier
         if self.lost_offsets.entries:
             lost = self.lost_offsets.find(offset)
             if lost is not None:
+                if remote is not None and self.has_remote_data and (
+                        offset <= remote.highest_offset_in_remote_storage(self)):
+                    return remote.read(self, offset, max_bytes, isolation, min_one_message)  # its copy is whole
                 raise self._lost(offset, lost)
-        remote = self.remote_tier
         try:
             info = None
             if remote is None or offset >= self.local_log_start_offset:
@@ -834,7 +837,9 @@ class Log:
         source_dir = self.source_dir
         path = source_dir / lost.segment
         record = source_dir / self.lost_offsets.path.name
-        if self.lost_offsets.is_recorded(lost):
+        if self.lost_offsets.is_recorded(lost) and lost.position == 0 and not path.exists():
+            what = f"were lost: {path} is missing (recorded in {record})"
+        elif self.lost_offsets.is_recorded(lost):
             what = f"were lost: a recovery found {path} damaged and cut it at byte {lost.position} (recorded in {record})"
         else:  # what a read-only view found: nothing on disk says so yet
             what = (f"are lost to damage: {path} is damaged from byte {lost.position} (a writer opening the dir would "

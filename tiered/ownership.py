@@ -545,6 +545,8 @@ class OwnershipGuard:
             sid = md.remote_log_segment_id.id
             if md.end_offset < first or md.start_offset > last:
                 continue  # no local records there: nothing to tell, nothing local to lose
+            if md.start_offset not in local and log.lost_offsets.find(md.start_offset) is not None:
+                continue  # a local segment lost (its file deleted by hand, recorded as such): the copy is the one left
             with self._lock:
                 if sid in self._matched:
                     continue

@@ -84,3 +84,29 @@ def test_a_missing_leader_epoch_checkpoint_is_rebuilt_from_the_batches(tmp_path:
         log = manager.get_log(TOPIC, 0)
         assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.epoch_entries()] == before
     assert checkpoint.exists()
+
+
+def test_a_tiered_segments_log_deleted_by_hand_is_read_from_its_remote_copy_not_a_fenced_partition(
+    tmp_path: Path
+) -> None:
+    """The same removal on a tiered topic whose copy of that segment is whole (a helper's pass) took the partition
+    for another data dir's writing under its claim: every read and write refused, "a cloned machine?", the missing
+    file never named. The hole is recorded, the content check leaves its copy be, and its offsets are read from
+    the remote tier."""
+    from tiered.ownership import OWNER
+
+    config = LogConfig.from_properties(local_tier_props(tmp_path, **{
+        "remote.log.manager.copier.process.enable": "false"}))
+    with open_log_manager(config, start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true"})
+        _segments(log, None, 4)
+        log, rlm = _pass(manager)
+        assert len(rlm.finished_segments(rlm.topic_id_partition(log))) == 4 and log.local_log_start_offset == 0
+    (tmp_path / "data" / f"{TOPIC}-0" / f"{200:020d}.log").unlink()
+    with open_log_manager(config, start_scheduler=False) as manager:
+        log, rlm = _pass(manager)
+        state = rlm.ownership.state_of(rlm.topic_id_partition(log))
+        assert state is not None and state.state == OWNER, state
+        assert log.lost_offsets.find(250) is not None
+        values = [r.value for b in log.read(250, 1 << 20).records.batches() for r in b.records()]
+        assert values[0] == b"v200" and b"v250" in values  # (the remote segment's batch, 200..299)

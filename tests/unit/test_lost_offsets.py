@@ -154,6 +154,30 @@ def test_a_middle_segment_cut_by_hand_is_recorded_and_reads_there_raise(
         assert log is not None and log.load_stats.segments_recovered == 0 and log.lost_offsets.find(1500) is not None
 
 
+def test_a_middle_segments_log_deleted_by_hand_is_a_recorded_hole_not_a_silent_skip(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A closed middle segment's .log removed while stopped, its indexes left (a helper's pass): the loader deleted
+    the "orphaned" indexes and reads went on at the next segment, past 120 acknowledged records without a word, as
+    Kafka's do. The missing file's offsets are recorded as lost now, named in an ERROR, and reads there fail."""
+    pdir = _write(tmp_path / "data")
+    middle = _segment(pdir, PER_SEGMENT)
+    middle.unlink()
+    with caplog.at_level(logging.ERROR), _open(tmp_path / "data") as manager:
+        log = manager.get_log("t", 0)
+        assert log is not None
+        assert log.lost_offsets.entries == (LostOffsets(PER_SEGMENT, 2 * PER_SEGMENT - 1, 0, middle.name),)
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert any(str(middle) in e and f"offsets {PER_SEGMENT}..{2 * PER_SEGMENT - 1} are lost" in e for e in errors)
+        with pytest.raises(LostOffsetsError):
+            read_all_values(log, 0)  # a consumer from the start stops at the hole: it never skips it
+        with pytest.raises(LostOffsetsError):
+            log.read(PER_SEGMENT + 5)
+        assert read_all_values(log, 2 * PER_SEGMENT)[0] == (2 * PER_SEGMENT, _value(2 * PER_SEGMENT))
+    code, out, _ = _cli("verify", "--log-dirs", str(tmp_path / "data"))
+    assert code == 1 and "lost_offsets" in out, out
+
+
 def test_verify_reports_the_recorded_hole_and_consume_stops_there_naming_the_real_file(tmp_path: Path) -> None:
     pdir = _write(tmp_path / "data")
     middle = _segment(pdir, PER_SEGMENT)
