@@ -171,3 +171,41 @@ def test_the_s3_client_keeps_a_connection_for_each_of_many_requests_at_once(capl
         rsm.close()
         server.shutdown()
         server.server_close()
+
+
+def test_an_s3_file_below_the_multipart_threshold_is_one_put_without_the_transfer_managers_threads(
+    tmp_path: Path,
+) -> None:
+    """Four of a segment's five objects are small; the transfer manager starts and joins a thread pool per call,
+    which under load cost a copy more than its requests (a helper's profile): a file below the threshold is one
+    PutObject in the calling thread, a larger one still goes through the transfer manager (multipart, streamed)."""
+    from moto import mock_aws
+
+    with mock_aws():
+        import boto3
+
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="tiered-test")
+        rsm = load_rsm("s3", {"bucket": "tiered-test", "prefix": "p", "region": "us-east-1",
+                              "multipart_threshold_bytes": str(5 * 1024 * 1024), "aws_access_key_id": "test",
+                              "aws_secret_access_key": "test"})
+        try:
+            store = rsm.object_store
+            assert store is not None
+            managed: list[str] = []
+            upload = store.client.upload_fileobj
+
+            def counted(data: Any, bucket: str, key: str, **kwargs: Any) -> Any:
+                managed.append(key)
+                return upload(data, bucket, key, **kwargs)
+
+            store.client.upload_fileobj = counted  # type: ignore[method-assign]
+            small, large = tmp_path / "small", tmp_path / "large"
+            small.write_bytes(b"s" * 1000)
+            large.write_bytes(b"L" * (6 * 1024 * 1024))
+            for path in (small, large):
+                with path.open("rb") as f:
+                    store.put(path.name, f)
+            assert managed == ["large"]
+            assert store.get("small") == small.read_bytes() and store.get("large") == large.read_bytes()
+        finally:
+            rsm.close()
