@@ -51,8 +51,9 @@ A new owner epoch per ``tiered run``
     (:func:`tiered.metadata.check_copy_not_deleted`).
 
 Fencing
-    Before each copy and expiration run, and again before each segment it copies or deletes, the remote tier lists
-    the partition's owner records (one LIST). A data dir whose claim is not the newest has lost the partition: it
+    Before each copy and expiration run, and again before each segment it copies (the first of a copy run
+    excepted, which the run's own listing just covered) or deletes, the remote tier lists the partition's owner
+    records (one LIST). A data dir whose claim is not the newest has lost the partition: it
     copies and deletes nothing more there, logs one ERROR, reports the state (``status``, ``/metrics``
     ``RemoteLogOwnership``, exit 1 from ``offload``), and its local data stays as it is. A copy lists them again
     before its COPY_SEGMENT_FINISHED event, once its objects are up (an upload can take minutes): in this process

@@ -243,6 +243,9 @@ class RLMCopyTask:
                 candidates = candidate_segments(self.parts, self.tip, log)
             self._set_lag(log, candidates)
             lag_bytes = sum(s.size for s, _ in candidates)
+            # The run's ownership check (above) stands for its first segment when nothing was deleted since: a second
+            # LIST of the owner records a few milliseconds later was a third of a short run's requests (profiled).
+            checked = result.stale_copies_cleaned == 0
             i = 0
             while i < len(candidates):
                 seg = candidates[i][0]
@@ -251,8 +254,9 @@ class RLMCopyTask:
                     break
                 if log.config.remote_log_copy_disable or not log.config.remote_storage_enable:
                     break  # turned off while this run copied: a copy landing now would be deleted again (KIP-950)
-                if not self._owned(log, result):
+                if not checked and not self._owned(log, result):
                     break  # another data dir claimed the partition since the run began
+                checked = False
                 # One segment, or several in one request to the copier process (see _copy_batch).
                 copied, error = self._copy_segments(log, candidates[i : i + self._segments_per_request])
                 for done, _ in copied:

@@ -1457,6 +1457,34 @@ def test_a_claim_at_a_new_owner_epoch_lists_the_partitions_metadata_twice(
         assert len(gets) == len(set(gets)), calls  # each event and former record read once
 
 
+def test_a_copy_run_lists_the_owner_records_once_before_its_first_segment(
+    two_dirs: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy run lists the owner records before it starts and before each segment it copies: for its first
+    segment the run's own listing, milliseconds before, stands (a third of a short run's requests, a helper's
+    profile of 500 partitions). Before each later one, and before COPY_SEGMENT_FINISHED, it still lists."""
+    a, _, _ = two_dirs
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        log = manager.get_log(TOPIC, 0)
+        assert rlm is not None and log is not None
+        rlm.run_once(manager.all_logs())  # (the first run of a process lists and cleans up more)
+        _append(log, "again", 1)
+        objects = rlm.metadata.store
+        listed: list[str] = []
+        list_keys = objects.list_keys
+
+        def counted(prefix: str) -> Any:
+            listed.append(prefix)
+            return list_keys(prefix)
+
+        monkeypatch.setattr(objects, "list_keys", counted)
+        result = rlm.copy_task(log).copy_log_segments(log)
+        assert result.segments_copied == 1
+        owner_lists = [p for p in listed if p.endswith("owner-")]
+        assert len(owner_lists) == 2, listed  # the run's, and the one before COPY_SEGMENT_FINISHED
+
+
 class _Original:
     """Data dir ``a`` of :func:`two_dirs` open in this process (its copies here, not in a copier process, so one can
     stop midway), with ``first`` (its log end) and 40 batches appended from there, and its copy pass in a thread that
