@@ -559,7 +559,10 @@ class AbstractIndex(IndexCore, ABC):
         empty)."""
         with self._lock:
             if self._detached and self._writable and not self._closed:
-                fd = os.open(self._path, os.O_RDONLY)  # (written through a mapping since dropped: the file's pages)
+                try:  # (written through a mapping since dropped: the file's pages)
+                    fd = os.open(self._path, os.O_RDONLY)
+                except FileNotFoundError:
+                    return  # renamed this moment (retention's .deleted): a mapping's msync could not fail here
                 try:
                     os.fsync(fd)
                 finally:
