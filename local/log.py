@@ -804,7 +804,12 @@ class Log:
             if lost is not None:
                 if remote is not None and self.has_remote_data and (
                         offset <= remote.highest_offset_in_remote_storage(self)):
-                    return remote.read(self, offset, max_bytes, isolation, min_one_message)  # its copy is whole
+                    copy = remote.read(self, offset, max_bytes, isolation, min_one_message)  # its copy, if whole
+                    first = next(iter(copy.records.batches()), None) if copy.records is not None else None
+                    if first is not None and first.base_offset <= lost.last_offset:
+                        return copy
+                    # (a copy of the segment before the hole, made after it was recorded, names the hole's offsets
+                    # as its own and holds none of them: what it reads is after the hole)
                 raise self._lost(offset, lost)
         try:
             info = None

@@ -238,7 +238,7 @@ class RemoteLogMetadataStore:
         # Per partition, its owner records (tiered.ownership) by ascending epoch, as last listed; each record's
         # object is read once (records are immutable).
         self._owners: dict[TopicIdPartition, list[OwnerRecord]] = {}
-        self._owner_objects: dict[str, OwnerRecord] = {}
+        self._owner_objects: dict[TopicIdPartition, dict[str, OwnerRecord]] = {}  # per partition, by key
         self._damaged_owners: dict[TopicIdPartition, dict[int, str]] = {}  # at the last listing: epoch -> key
         # Per partition, the events decoded at its last load, by key: an event object is written once per segment
         # and state (its key says which), so a load again (a Spark planner kept across plans) reads and decodes only
@@ -374,11 +374,17 @@ class RemoteLogMetadataStore:
     def _read_owner_records(self, tip: TopicIdPartition, keys: Iterable[str]) -> list[OwnerRecord]:
         records: dict[int, OwnerRecord] = {}
         damaged: dict[int, str] = {}
+        # The records this listing holds, read once each; one it no longer holds is forgotten, so that a key deleted
+        # and then created again (another data dir's claim of that epoch) is read anew (both took themselves for the
+        # owner).
+        with self._lock:
+            known = self._owner_objects.get(tip, {})
+        kept: dict[str, OwnerRecord] = {}
         for key in keys:
             epoch = layout.owner_epoch_of_key(key)
             if epoch is None:
                 continue
-            record = self._owner_objects.get(key)
+            record = known.get(key)
             if record is None:
                 try:
                     record = OwnerRecord.decode(self.store.get(key))
@@ -396,10 +402,11 @@ class RemoteLogMetadataStore:
                         logger.warning("ignoring owner record %s: it holds owner epoch %d", key, record.owner_epoch)
                     damaged[epoch] = key
                     continue
-                self._owner_objects[key] = record
+            kept[key] = record
             records[epoch] = record
         ordered = [records[e] for e in sorted(records)]
         with self._lock:
+            self._owner_objects[tip] = kept
             self._damaged_owners[tip] = damaged
             if self._owners.get(tip, []) != ordered:
                 self._owners[tip] = ordered
@@ -421,7 +428,7 @@ class RemoteLogMetadataStore:
             # The object at that key is this record (created only if absent; records are never rewritten): its
             # read-back does not GET it again. (Without conditional writes another writer may have replaced it.)
             with self._lock:
-                self._owner_objects[key] = record
+                self._owner_objects.setdefault(tip, {})[key] = record
 
     def holds_metadata(self, tip: TopicIdPartition) -> bool:
         """Whether the store holds any metadata of the partition (an event of any state, or an owner record)."""
@@ -444,8 +451,8 @@ class RemoteLogMetadataStore:
                 return 0
         self.store.delete_many(keys)
         with self._lock:
-            for cache in (self._segments, self._readable, self._owners, self._damaged_owners, self._decoded,
-                          self._unreadable):
+            for cache in (self._segments, self._readable, self._owners, self._owner_objects, self._damaged_owners,
+                          self._decoded, self._unreadable):
                 cache.pop(tip, None)
         return len(keys)
 

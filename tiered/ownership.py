@@ -546,8 +546,9 @@ class OwnershipGuard:
             sid = md.remote_log_segment_id.id
             if md.end_offset < first or md.start_offset > last:
                 continue  # no local records there: nothing to tell, nothing local to lose
-            if md.start_offset not in local and log.lost_offsets.find(md.start_offset) is not None:
-                continue  # a local segment lost (its file deleted by hand, recorded as such): the copy is the one left
+            lost = log.lost_offsets.find(md.start_offset) if md.start_offset not in local else None
+            if lost is not None and lost.first_offset == md.start_offset and md.end_offset <= lost.last_offset:
+                continue  # the copy of a local segment lost (its file deleted by hand, recorded): the one left
             with self._lock:
                 if sid in self._matched:
                     continue

@@ -183,13 +183,13 @@ class RLMExpirationTask:
         rule it breaches (the first of: below the log start offset, outside the lineage, time, size)."""
         config = log.config
         now = self.parts.time.milliseconds()
-        # The owner record's lineage where there is one (the partition's, as readers follow it: a local cache that
-        # lost its early entries, its checkpoint deleted by hand, took every older copy for one outside it), else
-        # the local cache's, as Kafka's.
+        # Kafka's rule (a segment of none of the local cache's epochs is outside the lineage) only where no owner
+        # record says what the lineage is: with one, foreign_segments applies the readers' rule (within_lineage),
+        # and the local cache is no judge of it (its checkpoint deleted by hand, it lost its early epochs and took
+        # every older copy for one outside; a claim whose write failed leaves the log a newer epoch than the record).
         current_owner = getattr(self.parts.metadata, "current_owner", None)
-        owner = current_owner(self.tip) if current_owner is not None else None
-        lineage = ({epoch for epoch, _ in owner.lineage} if owner is not None
-                   else {e.epoch for e in log.leader_epoch_cache.epoch_entries()})
+        owned = current_owner is not None and current_owner(self.tip) is not None
+        lineage = set() if owned else {e.epoch for e in log.leader_epoch_cache.epoch_entries()}
         retention_ms = int(config.retention_ms)
         retention_bytes = int(config.retention_bytes)
         local_only = sum(s.size for s in log.segments.values() if s.base_offset > segs[-1].end_offset)

@@ -110,3 +110,60 @@ def test_a_tiered_segments_log_deleted_by_hand_is_read_from_its_remote_copy_not_
         assert log.lost_offsets.find(250) is not None
         values = [r.value for b in log.read(250, 1 << 20).records.batches() for r in b.records()]
         assert values[0] == b"v200" and b"v250" in values  # (the remote segment's batch, 200..299)
+
+
+def test_copies_in_an_epoch_whose_claim_failed_to_land_are_not_taken_for_outside_the_lineage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start's claim whose write failed (S3 503) leaves the log appending in the new epoch while the newest owner
+    record stays at the old one; the first cut of the expiration's lineage rule took the owner record's epochs for
+    the lineage and deleted those copies, moving the log start past them (a review's repro). With an owner record
+    the readers' rule (within_lineage: its last epoch goes on) decides, through foreign_segments."""
+    import tiered.ownership as ownership
+    from tiered.errors import TieredStorageError
+
+    config = LogConfig.from_properties(local_tier_props(tmp_path, **{
+        "remote.log.manager.copier.process.enable": "false"}))
+    with open_log_manager(config, start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true", "local.retention.bytes": "1"})
+        _segments(log, None, 2)
+        _pass(manager)
+    with open_log_manager(config, start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None
+        put_claim = ownership.put_claim
+
+        def unavailable(*args: Any, **kwargs: Any) -> None:
+            raise TieredStorageError("S3 503 SlowDown")
+
+        monkeypatch.setattr(ownership, "put_claim", unavailable)
+        assert rlm.renew_ownership(manager.all_logs()) == 0
+        monkeypatch.setattr(ownership, "put_claim", put_claim)
+        log = manager.get_log(TOPIC, 0)
+        _segments(log, rlm, 2)
+        log, rlm = _pass(manager)
+        log.delete_records(200)  # (the epoch-0 copies go: below the log start)
+        log, rlm = _pass(manager)
+        left = [(m.start_offset, m.end_offset) for m in rlm.finished_segments(rlm.topic_id_partition(log))]
+        assert left == [(200, 299), (300, 399)] and log.log_start_offset == 200
+
+
+def test_a_hole_whose_neighbour_was_copied_after_it_was_recorded_is_not_skipped_by_a_remote_read(
+    tmp_path: Path
+) -> None:
+    """The copy of the segment before a recorded hole names the hole's offsets as its own (its end is the next
+    segment's base - 1) and holds none of them: a read in the hole fell to the remote tier and silently answered the
+    records after it (a review's repro). Only a remote read that holds the offsets answers; else the hole is said."""
+    from local.errors import LostOffsetsError
+
+    config = LogConfig.from_properties(local_tier_props(tmp_path, **{
+        "remote.log.manager.copier.process.enable": "false"}))
+    with open_log_manager(config, start_scheduler=False) as manager:
+        log = manager.get_or_create_log(TOPIC, 0, {"remote.storage.enable": "true"})
+        _segments(log, None, 4)  # nothing copied yet
+    (tmp_path / "data" / f"{TOPIC}-0" / f"{200:020d}.log").unlink()
+    with open_log_manager(config, start_scheduler=False) as manager:
+        log, _ = _pass(manager)
+        assert log.lost_offsets.find(250) is not None
+        with pytest.raises(LostOffsetsError):
+            log.read(250, 1 << 20)

@@ -1178,6 +1178,32 @@ def test_a_data_dir_whose_own_newest_owner_record_was_deleted_claims_again_above
     assert rc == 0 and part["remote"]["ownership"]["state"] == "owner", out
 
 
+def test_an_owner_record_deleted_and_claimed_again_by_another_data_dir_is_read_anew(
+    two_dirs: tuple[Path, Path, Path],
+) -> None:
+    """Each owner record's object is read once and kept by its key; a record deleted, then created again at its
+    epoch by another data dir's claim, was still read as the old one, and both data dirs took themselves for the
+    owner (a review). A key the listing no longer holds is forgotten."""
+    from dataclasses import replace
+
+    from tiered.ownership import put_claim
+    from tiered.remote_tier_parts import topic_id_partition
+
+    a, _, bucket = two_dirs
+    rsm = _rsm_of(bucket)
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        log = manager.get_log(TOPIC, 0)
+        assert log is not None
+        tip = topic_id_partition(log)
+    store = RemoteLogMetadataStore.in_bucket(rsm)
+    (mine,) = store.owner_records(tip)
+    (record,) = bucket.rglob("owner-0000000000.json")
+    record.unlink()
+    assert store.owner_records(tip) == []
+    put_claim(RemoteLogMetadataStore.in_bucket(rsm), tip, replace(mine, owner_id="b" * 32))
+    assert [r.owner_id for r in store.owner_records(tip)] == ["b" * 32]
+
+
 def test_status_says_a_remote_metadata_event_cannot_be_read(
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str],
 ) -> None:
