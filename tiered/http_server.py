@@ -462,7 +462,10 @@ class _Handler(BaseHTTPRequestHandler):
         if stalled:
             self.close_connection = True
             raise HttpError(HTTPStatus.REQUEST_TIMEOUT, f"the body stalled for {self.server.idle_timeout_s:g} s "
-                            "(tiered.http.idle.timeout.ms): send it whole")
+                            "(tiered.http.idle.timeout.ms): send it whole" if not data else
+                            f"the body did not arrive whole within {self.server.idle_timeout_s:g} s "
+                            f"(tiered.http.idle.timeout.ms) and the time its size takes at {MIN_BODY_BYTES_PER_S} "
+                            "bytes/s: send it faster")
         return data
 
     def _has_unread_body(self) -> bool:

@@ -29,6 +29,7 @@ import contextlib
 import itertools
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,6 +65,10 @@ if TYPE_CHECKING:
     from tiered.columnar.keeper import ColumnarKeeper
 
 logger = logging.getLogger(__name__)
+
+# How long after a copy run's own listing of the owner records its first segment goes on it without listing again
+# (a run whose cleanup of failed copies waited on a slow store lists again).
+_RUN_CHECK_STANDS_S = 1.0
 
 EMPTY_PRODUCER_SNAPSHOT = bytes.fromhex("000148674bc700000000")
 
@@ -230,6 +235,7 @@ class RLMCopyTask:
                 return result
             if not self._owned(log, result):
                 return result
+            owned_at = time.monotonic()
             loaded = not self._cleaned_stale  # the first run's cleanup lists the partition's metadata anew
             try:
                 result.stale_copies_cleaned += self._cleanup_stale_copies(log)
@@ -245,7 +251,7 @@ class RLMCopyTask:
             lag_bytes = sum(s.size for s, _ in candidates)
             # The run's ownership check (above) stands for its first segment when nothing was deleted since: a second
             # LIST of the owner records a few milliseconds later was a third of a short run's requests (profiled).
-            checked = result.stale_copies_cleaned == 0
+            checked = result.stale_copies_cleaned == 0 and time.monotonic() - owned_at < _RUN_CHECK_STANDS_S
             i = 0
             while i < len(candidates):
                 seg = candidates[i][0]

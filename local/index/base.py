@@ -73,6 +73,9 @@ a data dir offline with EMFILE within minutes (a helper's run); Kafka holds one 
 mapped an index). A closed index is trimmed to its entries, which cost about as much memory again as the key mirror
 already does; it is mapped again by its first write (a truncation, or a segment made active again)."""
 
+_DETACH_AT_OPEN_BYTES = 1 << 20
+"""The longest index file an open reads into memory instead of mapping (:data:`_DETACH_IDLE`)."""
+
 ALLOCATION_STEP = 64 * 1024
 """How far ahead of the entries an index file's blocks are allocated (the first step on creation)."""
 
@@ -197,8 +200,10 @@ class AbstractIndex(IndexCore, ABC):
                 self._allocated = self._length
             # else a sparse file (Kafka sets an active index's length without writing it; a crash leaves one
             # too): allocated from its last entry on, by the first append that needs it.
-            if _DETACH_IDLE and self._writable and not newly_created:
-                self._detach_from(fd)  # (an index opened is read; it is mapped when first written)
+            if _DETACH_IDLE and self._writable and not newly_created and self._length <= _DETACH_AT_OPEN_BYTES:
+                # (an index opened is read, and mapped when first written; a longer one, such as a preallocated index
+                # a crash left untrimmed, stays mapped rather than copied whole, zeros and all, until it is trimmed)
+                self._detach_from(fd)
             else:
                 self._mmap = self._map(fd, self._length)
         finally:

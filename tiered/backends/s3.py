@@ -284,12 +284,13 @@ class S3Store(ObjectStore):
 
     def put(self, key: str, data: bytes | BinaryIO, *, if_absent: bool = False) -> None:
         if not isinstance(data, bytes | bytearray | memoryview):
-            # A file below the multipart threshold is one PutObject, as the transfer manager would send it, without
-            # the thread pool it starts and joins per call: four of a segment's five objects are small, and under
-            # load those hand-offs cost a copy more than its requests did (a helper's profile of 500 partitions).
-            data = _rest_if_below(data, self.transfer_config.multipart_threshold) or data
+            # A small file (below the multipart threshold and SMALL_PUT_BYTES) is one PutObject, as the transfer
+            # manager would send it, without the thread pool it starts and joins per call: four of a segment's five
+            # objects are small, and under load those hand-offs cost a copy more than its requests did (a helper's
+            # profile of 500 partitions). Larger files stream through the transfer manager, never whole in memory.
+            data = _rest_if_below(data, min(self.transfer_config.multipart_threshold, SMALL_PUT_BYTES)) or data
         if not isinstance(data, bytes | bytearray | memoryview) and not if_absent:
-            try:  # the transfer manager: multipart parts streamed from the file, never the whole of it in memory
+            try:  # the transfer manager: streamed from the file (multipart above the threshold)
                 self.client.upload_fileobj(data, self.bucket, key, ExtraArgs=self.extra_args or None,
                                            Config=self.transfer_config)
             except Exception as exc:
@@ -491,6 +492,9 @@ class S3RemoteStorageManager(ObjectStoreRemoteStorageManager):
 
     store_class = S3Store
     store: S3Store
+
+
+SMALL_PUT_BYTES = 8 * 1024 * 1024  # the most a file read whole for one PutObject holds in memory, per copier thread
 
 
 def _rest_if_below(f: BinaryIO, limit: int) -> bytes | None:

@@ -35,20 +35,33 @@ def interrupts_deferred() -> Iterator[None]:
         yield
         return
     caught: list[tuple[int, Any]] = []
-    previous: dict[int, Any] = {sig: signal.signal(sig, lambda signum, frame: caught.append((signum, frame)))
-                                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous: dict[int, Any] = {}
+
+    def hold(signum: int, frame: Any) -> None:
+        caught.append((signum, frame))
+        if len(caught) > 1:  # a second one: the block may hang (a store that does not answer); act at once
+            _act(previous[signum], signum, frame)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not None:  # (None: set outside Python, which cannot be put back)
+            previous[sig] = signal.signal(sig, hold)
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if caught:
-        signum, frame = caught[0]
-        handler = previous[signum]
-        if callable(handler):
-            handler(signum, frame)  # (raises: KeyboardInterrupt, Terminated)
-        elif handler == signal.SIG_DFL:
-            signal.raise_signal(signum)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if len(caught) == 1:  # (also when the block failed: the interrupt is what was asked for)
+            _act(previous[caught[0][0]], *caught[0])
+
+
+def _act(handler: Any, signum: int, frame: Any) -> None:
+    """What ``signum`` would have done under ``handler``."""
+    import signal
+
+    if callable(handler):
+        handler(signum, frame)  # (raises: KeyboardInterrupt, Terminated)
+    elif handler == signal.SIG_DFL:
+        signal.raise_signal(signum)
 
 
 def check_typed_data_dirs(args: argparse.Namespace, config: LogConfig) -> None:

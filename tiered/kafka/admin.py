@@ -159,7 +159,9 @@ def handle_create_partitions(broker: KafkaBroker, request: Request) -> Any:
                 raise TopicError(ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
             if names[topic.name] > 1:
                 raise TopicError(ErrorCode.invalid_request, "Duplicate topic name.")
-            _check_new_assignments(broker, topic)
+            if topic.assignments is not None:  # (Kafka's order: the topic and its count, then the assignments)
+                broker.add_partitions(topic.name, int(topic.count), validate_only=True)
+                _check_new_assignments(broker, topic)
             broker.add_partitions(topic.name, int(topic.count), validate_only=body.validate_only)
             code, message = ErrorCode.none, None
         except TopicError as exc:
