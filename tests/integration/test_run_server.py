@@ -480,13 +480,15 @@ def test_a_copy_of_a_data_dir_run_beside_its_original_leaves_one_writer(tmp_path
     run_a = RunProcess(_write_config(a, _props(a)))
     run_c = None
     try:
-        url_a = run_a.url  # claimed at owner epoch 1 before it listens
-        assert [r.owner_epoch for r in store.owner_records(tip)] == [0, 1]
+        url_a = run_a.url  # (it claims owner epoch 1 behind its endpoints)
+        _poll("the original's claim at owner epoch 1", lambda: [r.owner_epoch for r in store.owner_records(tip)] == [0, 1])
         if copied == "while_the_original_runs":
             copy_a()  # its claim is owner epoch 1, the newest: it claims epoch 2 at its start
         run_c = RunProcess(_write_config(c, _props(c, **{"rsm.config.dir": str(a / "remote")})))
         url_c = run_c.url
         owner, deposed = (url_a, url_c) if copied == "before_the_original_starts" else (url_c, url_a)
+        if copied == "while_the_original_runs":
+            _poll("the copy's claim at owner epoch 2", lambda: store.owner_records(tip)[-1].owner_epoch == 2)
         newest = store.owner_records(tip)[-1]
         assert newest.owner_epoch == (1 if copied == "before_the_original_starts" else 2)
         assert newest.log_dirs == (str((a if owner == url_a else c) / "data"),)

@@ -562,6 +562,7 @@ def test_an_interrupt_during_an_append_acts_once_the_append_is_counted(signum: s
     from tiered.commands._common import Terminated, interrupts_deferred
 
     sig = getattr(signal, signum)
+    interrupt = signal.signal(signal.SIGINT, signal.default_int_handler)  # (Spark's, if a session set one)
     previous = signal.signal(signal.SIGTERM, _terminated)
     done = []
     try:
@@ -571,6 +572,7 @@ def test_an_interrupt_during_an_append_acts_once_the_append_is_counted(signum: s
                 pass
             done.append("counted")
         assert done == ["counted"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # (put back as it was)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        signal.signal(signal.SIGINT, interrupt)
