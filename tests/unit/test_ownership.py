@@ -1298,15 +1298,29 @@ def test_a_start_serves_each_partition_once_its_claim_is_made_and_holds_the_othe
             assert p.error_code == ErrorCode.not_leader_or_follower and "still being made" in p.error_message
             end = log.log_end_offset
             answered: list[Any] = []
+            waiting = threading.Event()
+            awaiting = type(rlm).awaiting_claim
+
+            def seen_waiting(self: Any, waited: Any, wait_s: float = 0.0) -> bool:
+                if wait_s > 0:
+                    waiting.set()  # (the POST asks the gate, and waits in it)
+                return awaiting(self, waited, wait_s)
+
+            monkeypatch.setattr(type(rlm), "awaiting_claim", seen_waiting)
             posting = threading.Thread(target=lambda: answered.append(
                 Endpoint(manager).produce(TOPIC, 0, b'{"value": "over http"}', "none")))
             posting.start()
+            assert waiting.wait(TIMEOUT_S)
             assert rlm.awaiting_claim(log) and log.log_end_offset == end  # (the POST waits)
             release.set()
             renewing.join(TIMEOUT_S)
             posting.join(TIMEOUT_S)
             assert answered and answered[0]["first_offset"] == end
             assert not rlm.awaiting_claim(log)
+            (batch,) = log.read(end, 1 << 20).records.batches()
+            assert batch.partition_leader_epoch == 1  # written once the claim (its new epoch) stood, not before it
+            read = Endpoint(manager).consume(TOPIC, 0, {"offset": [str(end)]})
+            assert [r["value"] for r in read["records"]] == ["over http"]
             with RawClient(kafka.address) as client:
                 (p,) = client.call(0, 9, produce_request(9, TOPIC, 0, records)).responses[0].partition_responses
             assert p.error_code == ErrorCode.none and p.base_offset == end + 1
