@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +91,16 @@ def serve_a_stale_search_once(index: Any, stale: Any) -> None:
 
     index.__class__ = type(f"Racing{live_class.__name__}", (live_class,), {"_search": property(search, set_search)})
     index.__dict__["_stale"] = stale
+
+
+def held_files(match: Callable[[str], bool]) -> list[str]:
+    """The files this process holds a descriptor of whose paths ``match`` (from /proc/self/fd)."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile (the listing's own descriptor)
+        if match(target):
+            held.append(target)
+    return held

@@ -250,14 +250,14 @@ class RemoteLogManager:
         (:meth:`tiered.ownership.OwnershipGuard.renew`; ``tiered run`` makes them at its start, behind its endpoints:
         :meth:`renew_ownership_behind`); how many were renewed. A partition whose claim cannot be made now (a store that does not answer) is
         logged and left at its claim: its passes check ownership as before."""
-        return self._renew([log for log in logs if tiering_enabled(log) and log.remote_log_state.claimed])
+        return self._renew(_claimed(logs))
 
     def renew_ownership_behind(self, logs: Iterable[Log], hold_s: float) -> threading.Thread:
         """:meth:`renew_ownership` in a thread (started, returned), so that ``tiered run`` serves at once: until a
         partition's claim is settled (made, not needed, or failed), and for at most ``hold_s`` seconds from now,
         :meth:`awaiting_claim` holds its reads and writes, as Kafka serves a partition only once its leader is
         elected. The others are served meanwhile: a start with 2,000 partitions on S3 took 15 s to claim them all."""
-        claimed = [log for log in logs if tiering_enabled(log) and log.remote_log_state.claimed]
+        claimed = _claimed(logs)
         with self._claims_lock:
             self._claims_awaited = {topic_id_partition(log): threading.Event() for log in claimed}
             self._claims_held_until = time.monotonic() + hold_s
@@ -423,3 +423,8 @@ class RemoteLogManager:
         self.segments.close()  # and the chunk cache under it
         self.metadata.close()
         self.rsm.close()
+
+
+def _claimed(logs: Iterable[Log]) -> list[Log]:
+    """The tiered logs whose partitions this data dir has claimed (the start claims them again)."""
+    return [log for log in logs if tiering_enabled(log) and log.remote_log_state.claimed]

@@ -245,17 +245,9 @@ def test_an_unset_chunk_size_is_fitted_to_the_segment_caches_chunk(tmp_path: Pat
 
 
 def _open_files_under(root: Path) -> list[str]:
-    import os
+    from tests.logutil import held_files
 
-    found = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue  # closed meanwhile (the listing's own fd)
-        if target.startswith(str(root)):
-            found.append(target)
-    return found
+    return held_files(lambda target: target.startswith(str(root)))
 
 
 def test_a_log_manager_with_the_remote_tier_leaves_no_thread_and_no_open_file_when_closed(tmp_path: Path) -> None:

@@ -1000,19 +1000,6 @@ def test_an_index_point_whose_max_timestamp_did_not_grow_leaves_a_full_time_inde
     assert [(e.offset, e.position) for e in (s.offset_index.entry(i) for i in range(s.offset_index.entries))] == offsets
 
 
-def _index_descriptors(root: Path) -> list[str]:
-    """The files under ``root`` whose names end in .index or .timeindex that this process holds a descriptor of."""
-    held = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(root)) and target.endswith((".index", ".timeindex")):
-            held.append(target)
-    return held
-
-
 def test_a_rolled_segments_indexes_hold_no_file_descriptor(tmp_path: Path) -> None:
     """CPython's mmap kept a duplicate descriptor for each mapping's life (before 3.13): every rolled segment held
     three (its log and two mapped indexes), and 500 partitions rolling every 15 s took the data dir offline with
@@ -1020,6 +1007,7 @@ def test_a_rolled_segments_indexes_hold_no_file_descriptor(tmp_path: Path) -> No
     read, written again (a truncation into them) and flushed as before."""
     from local import LogConfig, LogManager
     from local.records import MemoryRecords, SimpleRecord
+    from tests.logutil import held_files
 
     with LogManager(LogConfig.from_properties({"log.dirs": str(tmp_path / "data"), "log.index.interval.bytes": "1"}),
                     start_scheduler=False) as manager:
@@ -1029,7 +1017,7 @@ def test_a_rolled_segments_indexes_hold_no_file_descriptor(tmp_path: Path) -> No
                                             SimpleRecord(1001 + 2 * n, b"k", b"v%d" % (2 * n + 1))]))
             log.roll()
         log.flush()
-        held = _index_descriptors(tmp_path)
+        held = held_files(lambda t: t.startswith(str(tmp_path)) and t.endswith((".index", ".timeindex")))
         assert len(held) <= 2 and all(f"{log.active_segment.base_offset:020d}" in h for h in held), held
         assert log.read(31, 100).records.batches()  # (an old segment's index, read)
         found = log.offset_for_timestamp(1031)  # (an old segment's time index)

@@ -29,7 +29,7 @@ from local.log import Log, LogStartOffsetIncrementReason
 from local.records import MemoryRecords, SimpleRecord
 from local.scheduler import MockTime
 from tests.gated_rsm import LIMIT, Gate, GatedDeletes
-from tests.logutil import local_tier_props, make_log
+from tests.logutil import held_files, local_tier_props, make_log
 from tiered.composition import assemble_remote_log_manager
 from tiered.metadata import RemoteLogMetadataStore
 from tiered.remote_log_manager import RemoteLogManager
@@ -178,15 +178,7 @@ def test_the_copy_tasks_cleanup_never_restarts_a_deletion_the_expiration_task_fi
 
 
 def _open_fds_on(path_part: str) -> list[str]:
-    out = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if path_part in target:
-            out.append(target)
-    return out
+    return held_files(lambda target: path_part in target)
 
 
 def _local_log(tmp_path: Path, time_: MockTime) -> Log:

@@ -174,8 +174,6 @@ def handle_create_partitions(broker: KafkaBroker, request: Request) -> Any:
 def _check_new_assignments(broker: KafkaBroker, topic: Any) -> None:
     """Kafka's checks of the new partitions' replica assignments, where the request has any: one per new partition,
     each on this node alone."""
-    if topic.assignments is None:
-        return
     additional = int(topic.count) - len(broker.known_partitions({topic.name}))
     if additional > 0 and len(topic.assignments) != additional:
         raise TopicError(ErrorCode.invalid_replica_assignment,
