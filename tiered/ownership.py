@@ -84,6 +84,7 @@ import json
 import logging
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -419,6 +420,7 @@ class OwnershipGuard:
         self._matched: set[uuid.UUID] = set()
         self._fenced: dict[TopicIdPartition, Ownership] = {}
         self._claimed_here: set[TopicIdPartition] = set()  # partitions whose current claim this process made
+        self._listed_at: dict[TopicIdPartition, float] = {}  # (time.monotonic) each partition's last listed check
 
     def states(self) -> Mapping[TopicIdPartition, Ownership]:
         with self._lock:
@@ -429,6 +431,17 @@ class OwnershipGuard:
         with self._lock:
             return self._states.get(tip)
 
+    def checked_within(self, tip: TopicIdPartition, seconds: float) -> bool:
+        """Whether :meth:`ensure_owner` or :meth:`renew` listed ``tip``'s owner records in the last ``seconds``: the
+        expiration task, with nothing to delete, leaves the check to the copy task's pass (one LIST a pass, not two)."""
+        with self._lock:
+            at = self._listed_at.get(tip)
+        return at is not None and time.monotonic() - at < seconds
+
+    def _listed(self, tip: TopicIdPartition) -> None:
+        with self._lock:
+            self._listed_at[tip] = time.monotonic()
+
     def ensure_owner(self, log: Log, tip: TopicIdPartition) -> Ownership:
         """Raise unless this data dir owns ``tip``'s remote data, claiming it first when nobody has (see the module
         docstring). :class:`NotPartitionOwnerError` for a lost partition, :class:`RemoteStoreMismatchError` for a
@@ -437,6 +450,7 @@ class OwnershipGuard:
             claim_lock = self._claims.setdefault(tip, threading.Lock())
         with claim_lock:  # the copy and expiration tasks: the one that finds the other's claim must know it as ours
             found = self._assess(log, tip, self._store.owner_records(tip))
+            self._listed(tip)
             if found is None:
                 self.warn_of_namesakes(log, tip)
                 found = self._claim(log, tip)
@@ -618,6 +632,7 @@ class OwnershipGuard:
             # One listing of the partition's metadata where the store can (its owner records and its events): a
             # start claims every partition, and on S3 each request counts (2,000 partitions took 15 s at four).
             found = self._assess(log, tip, self._owner_records_and_events(tip))
+            self._listed(tip)
             if found is not None and found.reclaim:
                 found = self._claim_again(log, tip, found)
                 self._set(tip, found)

@@ -168,7 +168,8 @@ class RemoteLogManager:
                     checksum_chunk_bytes=self.checksum_chunk_bytes, record=self.record_task_result,
                     stopping=self._stopping, copy_batch=self._copy_batch, columnar=self.columnar,
                 )
-                expiration = RLMExpirationTask(self.parts, tip, record=self.record_task_result, columnar=self.columnar)
+                expiration = RLMExpirationTask(self.parts, tip, record=self.record_task_result, columnar=self.columnar,
+                                               check_stands_s=2 * self.task_interval_ms / 1000)
                 tasks = self._partition_tasks[tip] = (copy, expiration)
             return tasks
 

@@ -9,7 +9,9 @@ the segments below it are deleted, so a read racing the deletion sees the new lo
 
 Ownership (:mod:`tiered.ownership`): only the data dir that owns the partition's remote data deletes there (checked
 at the start of a run and before each segment); it also deletes the segments a former owner copied outside its
-lineage (never read by anyone).
+lineage (never read by anyone). A run with nothing to delete asks the store nothing when the copy task's pass
+checked the partition's ownership lately (within two task intervals): on an object store each check is a LIST, and
+an idle partition made two every interval.
 
 One task per partition; its runs are serialised by its own lock, so a deletion pass (seconds under load) never
 holds back the copy task of the same partition.
@@ -41,8 +43,10 @@ class RLMExpirationTask:
     """See the module docstring."""
 
     def __init__(self, parts: RemoteTierParts, tip: TopicIdPartition, *, record: Callable[[PassResult], None],
-                 columnar: ColumnarKeeper | None = None) -> None:
+                 columnar: ColumnarKeeper | None = None, check_stands_s: float = 60.0) -> None:
         self.parts = parts
+        # How long another task's ownership check stands for a run with nothing to delete (see the module docstring).
+        self._check_stands_s = check_stands_s
         self.tip = tip
         self._record = record
         self._columnar = columnar  # the columnar copy's keeper: its files below a moved log start retire at once
@@ -64,6 +68,9 @@ class RLMExpirationTask:
                 return 0
             if remote_data_to_delete(log):
                 return self._delete_all(log)
+            if not self._due(log) and parts.ownership.checked_within(self.tip, self._check_stands_s):
+                self._set_lag(log, 0, 0)
+                return 0
             if not self._owned(log):
                 return 0
             self._remove_leftover_events(log)
@@ -144,6 +151,13 @@ class RLMExpirationTask:
             logger.info("%s: its remote data is deleted; the partition is local only from offset %d", log.name,
                         log.log_start_offset)
         return deleted
+
+    def _due(self, log: Log) -> bool:
+        """Whether the partition's remote segments as this process knows them hold one to delete (no request)."""
+        if self.parts.metadata.foreign_segments(self.tip):
+            return True
+        segs = self.parts.finished_segments(self.tip)
+        return bool(segs) and bool(self._doomed(log, segs))
 
     def _remove_leftover_events(self, log: Log) -> None:
         """The metadata events a crash in a deletion left behind (:meth:`RemoteLogMetadataStore.remove_leftover_events`;

@@ -299,6 +299,59 @@ def test_without_remote_segments_a_pass_deletes_nothing(tmp_path: Path) -> None:
         tier.close()
 
 
+def _owner_lists(tier: _Tier, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every LIST of a partition's owner records from now on (each one a request on S3)."""
+    listed: list[str] = []
+    objects = tier.store.store
+    list_keys = objects.list_keys
+
+    def counted(prefix: str):  # type: ignore[no-untyped-def]
+        listed.append(prefix)
+        return list_keys(prefix)
+
+    monkeypatch.setattr(objects, "list_keys", counted)
+    return listed
+
+
+def test_an_expiration_pass_with_nothing_to_delete_leaves_the_ownership_check_to_the_copy_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle partition listed its owner records twice every task interval, once for the copy task and once for
+    the expiration task (6.7 of a copied segment's 9.6 LISTs in a helper's 500-partition profile). A pass with nothing
+    to delete now stands on the copy pass's check; one with a segment due checks ownership before deleting, as
+    does one that no recent check stands for."""
+    clock = MockTime(ms=T0 + 1_000_000)
+    tier = _Tier(tmp_path, clock)
+    try:
+        log = tier.log(**{"retention.ms": str(HOUR), "retention.bytes": "-1"})
+        _produce(log, 20_000)
+        assert tier.rlm.copy_log_segments(log).segments_copied >= 3
+        segs = tier.finished(log)
+        listed = _owner_lists(tier, monkeypatch)
+        assert tier.rlm.cleanup_remote_segments(log) == 0
+        assert listed == []
+        clock.sleep(segs[0].max_timestamp_ms + HOUR - clock.milliseconds())  # the oldest is due now
+        assert tier.rlm.cleanup_remote_segments(log) == 1
+        assert [p for p in listed if p.endswith("owner-")], listed  # checked before it deleted
+        assert [md.remote_log_segment_id for md in tier.finished(log)] == [md.remote_log_segment_id for md in segs[1:]]
+    finally:
+        tier.close()
+    # No copy pass's check stands (the copy task turned off, or it has not run lately): the pass checks itself.
+    other = tmp_path / "other"
+    other.mkdir()
+    tier = _Tier(other, MockTime(ms=T0 + 1_000_000))
+    try:
+        log = tier.log(**{"retention.ms": str(HOUR), "retention.bytes": "-1"})
+        _produce(log, 20_000)
+        assert tier.rlm.copy_log_segments(log).segments_copied >= 3
+        task = tier.rlm.expiration_task(log)
+        task._check_stands_s = 0.0
+        listed = _owner_lists(tier, monkeypatch)
+        assert task.run(log).segments_deleted == 0
+        assert [p for p in listed if p.endswith("owner-")], listed
+    finally:
+        tier.close()
+
+
 class _LagRecordingRSM(LocalDirRemoteStorageManager):
     """Records the delete lag gauges of the partition each time a segment's objects are deleted."""
 
