@@ -43,7 +43,10 @@ appends. At most ``tiered.http.max.connections`` connections are served at once 
 more is answered ``503`` and closed; a connection that has not sent a whole request ``tiered.http.idle.timeout.ms``
 after its last answer (or its start), however slowly its bytes come (a body has the time its size takes at
 MIN_BODY_BYTES_PER_S more), or whose client stalls that long reading an
-answer, is closed (a stalled body answered ``408``); a client that stops reading its answer is one INFO line.
+answer, is closed (a stalled body answered ``408``); a client that stops reading its answer is one INFO line. While
+``tiered run``'s start claims a partition at a new owner epoch, a request to it waits for the claim (at most 15 s,
+then ``503`` with ``Retry-After``); half of ``tiered.http.max.connections`` may wait so at once, one more is
+answered ``503`` at once, so that ``/health`` and other partitions are still served.
 """
 
 from __future__ import annotations
@@ -117,10 +120,14 @@ def metrics_registry(manager: Any) -> CollectorRegistry:
 class Endpoint:
     """What the handler calls, on a running :class:`local.LogManager` (see the module docstring)."""
 
-    def __init__(self, manager: Any) -> None:
+    def __init__(self, manager: Any, *, claim_waiters: int = 32) -> None:
         self.manager = manager
         self.registry = metrics_registry(manager)
         self.stopping = threading.Event()
+        # How many requests may wait for a partition's claim at once (_wait_for_claim): each holds a connection and
+        # its thread, and a burst of them took every connection (/health answered 503 "too many connections").
+        self.claim_waiters = claim_waiters
+        self._claim_waits = threading.BoundedSemaphore(claim_waiters)
 
     # /health ------------------------------------------------------------------------------------------------
 
@@ -175,10 +182,20 @@ class Endpoint:
 
     def _wait_for_claim(self, log: Any) -> None:
         """Wait while the start claims ``log``'s partition at a new owner epoch (at most as long as the start holds
-        it: :func:`tiered.composition.awaiting_claim`); ``503`` with ``Retry-After`` if it is claimed still."""
+        it: :func:`tiered.composition.awaiting_claim`); ``503`` with ``Retry-After`` if it is claimed still, and at
+        once while ``claim_waiters`` requests wait already."""
         from tiered.composition import awaiting_claim
 
-        waiting = awaiting_claim(self.manager, log, wait_s=math.inf)
+        waiting = awaiting_claim(self.manager, log)
+        if waiting is None:
+            return
+        if not self._claim_waits.acquire(blocking=False):
+            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, f"{waiting} ({self.claim_waiters} requests wait for "
+                            "claims already)", **{"Retry-After": "1"})
+        try:
+            waiting = awaiting_claim(self.manager, log, wait_s=math.inf)
+        finally:
+            self._claim_waits.release()
         if waiting is not None:
             raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, waiting, **{"Retry-After": "1"})
 

@@ -1331,6 +1331,62 @@ def test_a_start_serves_each_partition_once_its_claim_is_made_and_holds_the_othe
             kafka.stop()
 
 
+def test_requests_waiting_for_a_claim_are_bounded_and_one_more_is_answered_503_at_once(
+        two_dirs: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An HTTP request to a partition whose claim the start is making waits for it, holding a connection and a thread:
+    a burst of them took every connection, and /health answered 503 "too many connections" (a review's L7). At most
+    ``claim_waiters`` wait (``tiered run``: half the connections); one more is answered 503 with Retry-After at
+    once, and the waiting one is served once the claim stands."""
+    from tiered.http_server import Endpoint, HttpError
+    from tiered.ownership import OwnershipGuard
+
+    a, _, _ = two_dirs
+    entered, release = threading.Event(), threading.Event()
+    renew = OwnershipGuard.renew
+
+    def held(self: OwnershipGuard, log: Any, tip: TopicIdPartition) -> Any:
+        entered.set()
+        release.wait(TIMEOUT_S)
+        return renew(self, log, tip)
+
+    monkeypatch.setattr(OwnershipGuard, "renew", held)
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        log = manager.get_log(TOPIC, 0)
+        assert rlm is not None and log is not None
+        endpoint = Endpoint(manager, claim_waiters=1)
+        try:
+            renewing = rlm.renew_ownership_behind(manager.all_logs(), hold_s=TIMEOUT_S)
+            assert entered.wait(TIMEOUT_S)
+            waiting = threading.Event()
+            awaiting = type(rlm).awaiting_claim
+
+            def seen_waiting(self: Any, waited: Any, wait_s: float = 0.0) -> bool:
+                if wait_s > 0:
+                    waiting.set()
+                return awaiting(self, waited, wait_s)
+
+            monkeypatch.setattr(type(rlm), "awaiting_claim", seen_waiting)
+            answered: list[Any] = []
+            posting = threading.Thread(target=lambda: answered.append(
+                endpoint.produce(TOPIC, 0, b'{"value": "waited"}', "none")))
+            posting.start()
+            assert waiting.wait(TIMEOUT_S)
+            with pytest.raises(HttpError) as refused:
+                endpoint.consume(TOPIC, 0, {"offset": ["0"]})
+            assert refused.value.status == 503 and {k.lower(): v for k, v in refused.value.headers.items()} == {"retry-after": "1"}
+            assert "still being made" in str(refused.value) and "1 requests wait for claims already" in str(refused.value)
+            assert posting.is_alive() and not answered  # (the first still waits)
+            release.set()
+            renewing.join(TIMEOUT_S)
+            posting.join(TIMEOUT_S)
+            assert answered and answered[0]["count"] == 1
+            read = endpoint.consume(TOPIC, 0, {"offset": [str(answered[0]["first_offset"])]})
+            assert [r["value"] for r in read["records"]] == ["waited"]
+        finally:
+            release.set()
+
+
 def test_a_start_whose_claims_hang_serves_their_partitions_after_its_hold(
         two_dirs: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """A store that hangs after the start probe would hold a partition back by its timeouts: the start holds it at

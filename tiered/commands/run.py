@@ -144,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
         if rlm is not None:  # a new owner epoch for each partition it owns, before its reads and writes (tiered.ownership)
             _renew_ownership(rlm, manager.all_logs())
         try:
-            server = Server(Endpoint(manager), host, port, max_connections=config.tiered_http_max_connections,
+            endpoint = Endpoint(manager, claim_waiters=max(1, config.tiered_http_max_connections // 2))
+            server = Server(endpoint, host, port, max_connections=config.tiered_http_max_connections,
                             idle_timeout_s=config.tiered_http_idle_timeout_ms / 1000)
         except OSError as exc:
             manager.close()
