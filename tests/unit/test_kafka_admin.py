@@ -306,6 +306,44 @@ def test_incremental_alter_configs(kafka, version):
     assert kafka.broker.topic_overrides("t") == {"retention.ms": "5000", "cleanup.policy": "compact"}
 
 
+def test_a_name_given_twice_is_answered_once_and_acted_on_by_neither(kafka):
+    """Kafka's controller answers a topic named twice in CreateTopics, DeleteTopics or CreatePartitions once, with
+    INVALID_REQUEST "Duplicate topic name.", and acts on neither; DeleteRecords keeps its partitions in a map, so a
+    partition named twice is deleted to its last offset and answered once. The answers named the topic twice, and
+    librdkafka's AdminClient failed to parse them ("Broker returned topic t multiple times": _BAD_MSG)."""
+    import confluent_kafka.admin as admin
+
+    dup = (ErrorCode.invalid_request, "Duplicate topic name.")
+    with RawClient(kafka.address) as client:
+        _create(client, 7, "t", partitions=2)
+        _append(kafka, "t", 0, 10)
+        topics = tuple(build(19, 7, "CreatableTopic", name=name, num_partitions=1, replication_factor=1,
+                             assignments=(), configs=()) for name in ("d", "d", "e"))
+        created = client.call(19, 7, build(19, 7, topics=topics, timeout=ms(30_000), validate_only=False)).topics
+        assert sorted((t.name, t.error_code, t.error_message) for t in created) == [
+            ("d", *dup), ("e", ErrorCode.none, None)]
+        grown = client.call(37, 3, build(37, 3, topics=tuple(
+            build(37, 3, "CreatePartitionsTopic", name="t", count=count, assignments=None) for count in (3, 4)),
+            timeout=ms(30_000), validate_only=False)).results
+        assert [(r.name, r.error_code, r.error_message) for r in grown] == [("t", *dup)]
+        deleted = client.call(20, 5, build(20, 5, topic_names=("e", "e"), timeout=ms(30_000))).responses
+        assert [(r.name, r.error_code, r.error_message) for r in deleted] == [("e", *dup)]
+        body = build(21, 2, topics=tuple(build(21, 2, "DeleteRecordsTopic", name="t", partitions=(
+            build(21, 2, "DeleteRecordsPartition", partition_index=0, offset=offset),)) for offset in (3, 5)),
+            timeout=ms(30_000))
+        answered = [(t.name, p.partition_index, p.error_code, p.low_watermark)
+                    for t in client.call(21, 2, body).topics for p in t.partitions]
+        assert answered == [("t", 0, ErrorCode.none, 5)]
+    assert kafka.broker.partitions_of("t") == [0, 1] and sorted(kafka.broker.topics()) == ["e", "t"]
+    assert kafka.broker.log("t", 0).log_start_offset == 5
+    client = admin.AdminClient({"bootstrap.servers": kafka.address})
+    (future,) = client.create_partitions([admin.NewPartitions("t", 3), admin.NewPartitions("t", 4)]).values()
+    with pytest.raises(Exception) as refused:
+        future.result(30)
+    assert "Duplicate topic name" in str(refused.value)
+    assert kafka.broker.partitions_of("t") == [0, 1]
+
+
 def test_librdkafka_admin_client(kafka):
     import confluent_kafka.admin as admin
 

@@ -70,11 +70,12 @@ def handle_create_topics(broker: KafkaBroker, request: Request) -> Any:
         return make(module, "CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(
             _created(module, t.name, ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
             for t in body.topics))
-    results = []
+    # Kafka's controller (ControllerApis.createTopics): a name given twice is answered once, INVALID_REQUEST, and
+    # created by neither; clients refuse an answer that names a topic twice (librdkafka: a parse failure).
+    results = [_created(module, name, ErrorCode.invalid_request, "Duplicate topic name.")
+               for name, count in names.items() if count > 1]
     for topic in body.topics:
         if names[topic.name] > 1:
-            results.append(_created(module, topic.name, ErrorCode.invalid_request,
-                                    f"Create topics request from client contains a duplicate topic {topic.name}"))
             continue
         try:
             partitions = _partition_count(broker, topic)
@@ -134,7 +135,13 @@ def handle_delete_topics(broker: KafkaBroker, request: Request) -> Any:
     results = []
     # One deadline for the request (its timeout, at most DELETE_WAIT_S): Kafka answers REQUEST_TIMED_OUT past it.
     deadline = time.monotonic() + min(DELETE_WAIT_S, max(0.0, request.body.timeout.total_seconds()))
+    names = Counter(request.body.topic_names)
+    # A name given twice: answered once, INVALID_REQUEST, and deleted by neither (ControllerApis.deleteTopics).
+    results.extend(make(module, "DeletableTopicResult", name=name, error_code=ErrorCode.invalid_request,
+                        error_message="Duplicate topic name.") for name, count in names.items() if count > 1)
     for name in request.body.topic_names:
+        if names[name] > 1:
+            continue
         try:
             broker.delete_topic(name, deadline)
             results.append(make(module, "DeletableTopicResult", name=name, error_code=ErrorCode.none,
@@ -152,13 +159,15 @@ def handle_create_partitions(broker: KafkaBroker, request: Request) -> Any:
     module = request.response_module
     names = Counter(t.name for t in body.topics)
     added = sum(max(0, int(t.count) - len(broker.known_partitions({t.name}))) for t in body.topics)
-    results = []
+    # A name given twice: answered once, INVALID_REQUEST, and grown by neither (ControllerApis.createPartitions).
+    results = [make(module, "CreatePartitionsTopicResult", name=name, error_code=ErrorCode.invalid_request,
+                    error_message="Duplicate topic name.") for name, count in names.items() if count > 1]
     for topic in body.topics:
+        if names[topic.name] > 1:
+            continue
         try:
             if added > MAX_RECORDS_PER_USER_OP:
                 raise TopicError(ErrorCode.policy_violation, "Unable to perform excessively large batch operation.")
-            if names[topic.name] > 1:
-                raise TopicError(ErrorCode.invalid_request, "Duplicate topic name.")
             if topic.assignments is not None:  # (Kafka's order: the topic and its count, then the assignments)
                 broker.add_partitions(topic.name, int(topic.count), validate_only=True)
                 _check_new_assignments(broker, topic)
@@ -191,14 +200,19 @@ HIGH_WATERMARK = -1  # Kafka's DeleteRecordsRequest.HIGH_WATERMARK
 
 def handle_delete_records(broker: KafkaBroker, request: Request) -> Any:
     module = request.response_module
-    topics = []
+    # Kafka keeps the request's partitions in a map (KafkaApis.handleDeleteRecordsRequest): a partition named twice
+    # is deleted to its last offset, and answered once.
+    wanted: dict[str, dict[int, int]] = {}
     for topic in request.body.topics:
-        partitions = tuple(
-            make(module, "DeleteRecordsPartitionResult", partition_index=p.partition_index,
-                 **_delete_records(broker, topic.name, p.partition_index, int(p.offset)))
-            for p in topic.partitions)
-        topics.append(make(module, "DeleteRecordsTopicResult", name=topic.name, partitions=partitions))
-    return make(module, "DeleteRecordsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics))
+        for p in topic.partitions:
+            wanted.setdefault(topic.name, {})[p.partition_index] = int(p.offset)
+    topics = tuple(
+        make(module, "DeleteRecordsTopicResult", name=name, partitions=tuple(
+            make(module, "DeleteRecordsPartitionResult", partition_index=partition,
+                 **_delete_records(broker, name, partition, offset))
+            for partition, offset in offsets.items()))
+        for name, offsets in wanted.items())
+    return make(module, "DeleteRecordsResponse", throttle_time=NO_THROTTLE, topics=topics)
 
 
 def _delete_records(broker: KafkaBroker, topic: str, partition: int, offset: int) -> dict[str, Any]:
