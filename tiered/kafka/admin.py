@@ -132,7 +132,7 @@ def _created(module: Any, name: str, code: ErrorCode, message: str) -> Any:
 
 def handle_delete_topics(broker: KafkaBroker, request: Request) -> Any:
     module = request.response_module
-    results = []
+    results: list[Any] = []
     # One deadline for the request (its timeout, at most DELETE_WAIT_S): Kafka answers REQUEST_TIMED_OUT past it.
     deadline = time.monotonic() + min(DELETE_WAIT_S, max(0.0, request.body.timeout.total_seconds()))
     names = Counter(request.body.topic_names)
