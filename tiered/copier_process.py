@@ -1,7 +1,11 @@
 """The segment copier in a child process (``remote.log.manager.copier.process.enable``, ours, default true; used
 for plugins whose object store declares ``shared_across_processes`` (:class:`tiered.StoreCapabilities`), i.e. whose
-objects another process configured alike sees: the local-directory tier. Not an in-memory store, nor S3 mocked
-in-process by a test).
+objects another process configured alike sees: the local-directory and S3 tiers. Not an in-memory store; S3 mocked
+in-process by a test (moto's ``mock_aws``) needs ``remote.log.manager.copier.process.enable=false``, as the child
+would reach the real endpoint).
+
+On S3 (SeaweedFS on loopback, 120 small segments of 60 partitions, two CPU-bound threads in the parent, three
+rounds each, interleaved, a busy machine): 8.0 segments/s through the child against 3.6 in the parent (2.2x).
 
 Why a process, measured (tests/soak, ``python -m bench soak``, profiled with pyinstrument): copying one 1 MiB
 segment to the local-directory tier took ~50 ms alone and 300-450 ms with four reader threads decoding records,

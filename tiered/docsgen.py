@@ -139,7 +139,9 @@ DESCRIPTIONS: dict[str, str] = {
     "remote.log.manager.copier.thread.pool.size": "Threads running the copy tasks.",
     "remote.log.manager.expiration.thread.pool.size": "Threads running the expiration tasks.",
     "remote.log.manager.copier.process.enable": "Ours: run each copy in a child process (for plugins that share "
-                                                "their store across processes; see tiered/copier_process.py).",
+                                                "their store across processes: the local-directory and S3 tiers; "
+                                                "false for S3 mocked in-process by a test; see "
+                                                "tiered/copier_process.py).",
     "remote.log.reader.threads": "Threads reading from the remote tier.",
     "remote.log.reader.max.pending.tasks": "Remote reads queued at most before new ones are refused.",
     "remote.fetch.max.wait.ms": "Longest a fetch waits for a remote read.",

@@ -71,6 +71,8 @@ def test_tiered_log_on_seaweedfs_end_to_end(seaweedfs_endpoint: S3Endpoint, tmp_
         for first in range(0, len(values), 100):
             log.append(MemoryRecords.build([SimpleRecord(t0 + i, None, values[i]) for i in range(first, first + 100)]))
         assert m.remote_tier.run_once(m.all_logs()).segments_copied > 0  # type: ignore[union-attr]
+        # the copies ran in the copier process (a bucket is shared across processes): the parent's GIL is not theirs
+        assert m.remote_tier.process_copier is not None and m.remote_tier.process_copier.requests > 0  # type: ignore[union-attr]
         assert m.cleanup_logs() > 0
     # a new machine: a fresh data dir copy is not needed, the remote segments are found from the bucket
     with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:

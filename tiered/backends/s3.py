@@ -55,7 +55,7 @@ class S3Store(ObjectStore):
     # streams: open_range hands back the GET's body, read as it arrives; multipart: put_stream uploads parts.
     # S3's conditional PUT (If-None-Match: *): AWS since 2024-08; SeaweedFS and LocalStack serialize racing creates
     # too, moto honours the header without serializing (the conformance suite races claimants on each server).
-    capabilities = StoreCapabilities(streams=True, multipart=True, conditional_writes=True)
+    capabilities = StoreCapabilities(streams=True, multipart=True, conditional_writes=True, shared_across_processes=True)
     redact: Redactor = Redactor()
     CONFIG_KEYS = ("bucket", "region", "endpoint_url",
                    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "path_style", "sse",
