@@ -158,6 +158,22 @@ def test_offsets_timestamps_and_filters_across_the_boundary(spark: Any, root: Pa
     assert got == [r for r in expected if r[4] >= ts]
 
 
+def test_an_end_inside_a_columnar_file_is_not_read_past(spark: Any, root: Path) -> None:
+    # startingOffsets at the copy's first offset (earliest) and endingOffsets inside a file: the file is not read
+    # whole (it used to be: the last file's last offset compared was the one already cut to the end)
+    expected = _engine_rows(root, "c")
+    ending = json.dumps({"c": {"0": 5000, "1": 77}})
+    plan = plan_topic({**_options(root), "topics": "c", "endingOffsets": ending})
+    assert not plan.source_ranges and not plan.whole_files
+    got = _rows(read_topic(spark, topics="c", startingOffsets="earliest", endingOffsets=ending, **_options(root)))
+    assert got == [r for r in expected if r[1] < (5000 if r[0] == 0 else 77)]
+    ts = T0 + 3000 * 10
+    got = _rows(read_topic(spark, topics="c", endingTimestamp=str(ts), **_options(root)))
+    source = _rows(spark.read.format("tiered").options(**_options(root), topics="c", endingTimestamp=str(ts),
+                                                       columnarCopy="false").load())
+    assert got == source == [r for r in expected if r[4] < ts]
+
+
 def test_read_topic_with_columnar_copy_false_reads_the_log_only(spark: Any, root: Path) -> None:
     plan = plan_topic({**_options(root), "topics": "c", "columnarCopy": "false"})
     assert not plan.files and sorted(r[1] for r in plan.source_ranges) == [0, 1]

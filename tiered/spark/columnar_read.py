@@ -81,8 +81,10 @@ def plan_topic(options: dict[str, str]) -> TopicPlan:
                 continue
             lo, hi = max(start, used[0][1]), min(end, used[-1][2] + 1)
             out.parquet_ranges.append((topic, partition, lo, hi))
-            out.files.extend(path for path, _first, _last in used)
-            out.whole_files &= lo == used[0][1] and hi == used[-1][2] + 1
+            out.files.extend(path for path, _first, _last, _file_last in used)
+            # whole only if the range covers the files' own offsets: columnar_files cuts the last one to end (and to
+            # a deposed data dir's local log start), and Spark's reader would otherwise return the rest of it
+            out.whole_files &= lo == used[0][1] and hi == used[-1][3] + 1
             if start < lo:
                 out.source_ranges.append((topic, partition, start, lo))
             if hi < end:

@@ -387,13 +387,14 @@ def _plan_partition(log: Log, topic: str, partition: int, opts: SourceOptions, b
     return [*before, *copied, *after]
 
 
-def columnar_files(log: Log, start: int, end: int, root: Path) -> list[tuple[str, int, int]]:
+def columnar_files(log: Log, start: int, end: int, root: Path) -> list[tuple[str, int, int, int]]:
     """The files of the partition's columnar manifest that hold offsets of ``[start, end)``, in offset order and
-    contiguous: (path to open, first offset, last offset to read); none when the manifest is missing, empty or of
-    another topic id (a topic made again). On a data dir deposed since the copy's last file was added (its claim is
-    older than the manifest's ``owner_epoch``), only offsets below its local log start. A manifest that does not decode is named, with the way around it; so is a file
-    whose size or footer is not what the manifest says (:func:`tiered.columnar.manifest.file_problem`): a read would
-    trust its row groups' statistics to skip rows."""
+    contiguous: (path to open, first offset, last offset to read, the file's own last offset: a file is read whole
+    only where the two are equal); none when the manifest is missing, empty or of another topic id (a topic made
+    again). On a data dir deposed since the copy's last file was added (its claim is older than the manifest's
+    ``owner_epoch``), only offsets below its local log start. A manifest that does not decode is named, with the way
+    around it; so is a file whose size or footer is not what the manifest says
+    (:func:`tiered.columnar.manifest.file_problem`): a read would trust its row groups' statistics to skip rows."""
     from local.checkpoint import kafka_uuid_to_str
     from tiered.columnar.manifest import (
         ColumnarManifestError,
@@ -425,7 +426,7 @@ def columnar_files(log: Log, start: int, end: int, root: Path) -> list[tuple[str
                 if problem is not None:
                     damaged = (path, f, problem)
                     break
-                used.append((str(path), f.base_offset, min(f.end_offset, until - 1)))
+                used.append((str(path), f.base_offset, min(f.end_offset, until - 1), f.end_offset))
         if damaged is None:
             return used
         # (a file retired and deleted since the manifest was read, with a delete delay of 0, is not damage: the
@@ -441,7 +442,8 @@ def columnar_files(log: Log, start: int, end: int, root: Path) -> list[tuple[str
 def _columnar_pieces(log: Log, start: int, end: int, root: Path, base: dict[str, Any]) -> list[Piece]:
     """One piece per file of the columnar copy holding offsets of ``[start, end)`` (:func:`columnar_files`)."""
     return [Piece(**base, from_offset=max(start, first), until_offset=min(end, last + 1), start_position=0,
-                  end_position=None, parquet_path=path) for path, first, last in columnar_files(log, start, end, root)]
+                  end_position=None, parquet_path=path)
+            for path, first, last, _file_last in columnar_files(log, start, end, root)]
 
 
 def _plan_log(log: Log, start: int, end: int, opts: SourceOptions, bounds: Bounds, base: dict[str, Any]) -> list[Piece]:
