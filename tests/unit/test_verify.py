@@ -914,3 +914,38 @@ def test_a_file_a_writer_changes_while_verify_reads_it_is_read_again_not_called_
     flip(snapshot, 2)  # damage: found by every read
     assert main(args) == 1
     assert "[producer_snapshot]" in capsys.readouterr().out
+
+
+def test_the_remote_scrub_reads_each_metadata_event_once(dirs: Path) -> None:
+    """verify --remote lists the partition's metadata once and reads each event once, however many segments it has:
+    the checksums of each segment come from the events the scrub read, not from a metadata store built again per
+    segment (one LIST and a GET of every event of the partition per segment: 1,999 segments took over an hour)."""
+    from collections import Counter
+
+    from local import LogConfig
+    from tiered.commands.verify import _remote_tier, scrub
+
+    rsm = _remote_tier(LogConfig.from_properties(_props(dirs)))
+    store = rsm.object_store
+    calls: Counter[tuple[str, bool]] = Counter()
+
+    def counting(name: str) -> Any:
+        call = getattr(store, name)
+
+        def counted(key: str, *args: Any) -> Any:
+            calls[name, "/__remote_log_metadata/" in key] += 1
+            return call(key, *args)
+        return counted
+
+    for name in ("get", "list_keys"):
+        setattr(store, name, counting(name))
+    try:
+        result = scrub([dirs / "data"], rsm, remote_by_default=False)
+    finally:
+        rsm.close()
+    assert result.ok, [p.line() for part in result.partitions for p in part.problems]
+    events = [p for p in (dirs / "remote").rglob("*.json") if "__remote_log_metadata" in p.parts]
+    segments = sum(p.remote_segments for p in result.partitions)
+    assert segments >= 4 and len(events) >= 2 * segments
+    assert calls["list_keys", False] == 1 and calls["list_keys", True] == 0  # the one listing of the whole tier
+    assert calls["get", True] == len(events)  # each event (and owner record) once

@@ -340,7 +340,8 @@ def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: An
         if report.data_dir is not None and owners:
             _check_claim(report, owners[-1], latest)
         if report.data_dir is not None and not any(p.kind == "not_owner" for p in report.problems):
-            _check_same_records(rsm, report, latest, owners)  # (a former owner's records differ from the owner's)
+            # (a former owner's records differ from the owner's)
+            _check_same_records(report, latest, owners, remote.recorded_checksums)
     for report in local.values():
         enabled = report.remote_storage_enable if report.remote_storage_enable is not None else remote_by_default
         if enabled or report.remote_segments:
@@ -392,13 +393,15 @@ class _LocalSegmentFile:
             return f.read(size)
 
 
-def _check_same_records(rsm: Any, report: Any, latest: dict[str, Any], owners: list[Any]) -> None:
+def _check_same_records(report: Any, latest: dict[str, Any], owners: list[Any],
+                        recorded_checksums: Callable[[Any], Any]) -> None:
     """A remote segment of the owner's lineage that overlaps this data dir's closed local segments must hold their
     bytes (start, size, first and last checksum chunks): else another data dir writes the partition's remote data
-    (a copy of this one: tiered.ownership fences it at its next pass)."""
+    (a copy of this one: tiered.ownership fences it at its next pass). ``recorded_checksums``: a segment's checksums
+    as the remote scrub read them (a lookup in the store per segment would list and read the partition's every
+    event: quadratic)."""
     from tiered.ownership import segment_differs, within_lineage
     from tiered.rsm import RemoteLogSegmentState
-    from tiered.scrub.object_checksums import recorded_checksums
     from tiered.scrub.report import Problem
 
     pdir = Path(report.data_dir) / f"{report.topic}-{report.partition}"
@@ -417,7 +420,7 @@ def _check_same_records(rsm: Any, report: Any, latest: dict[str, Any], owners: l
         if path is not None and any(p.file == str(path) for p in report.problems):
             continue  # a damaged local segment: its own problem says why it differs
         try:
-            why = segment_differs(_LocalSegmentFile(path) if path is not None else None, md, recorded_checksums(rsm, md))
+            why = segment_differs(_LocalSegmentFile(path) if path is not None else None, md, recorded_checksums(md))
         except OSError as exc:
             why = f"cannot read {path}: {exc}"
         if why is not None:

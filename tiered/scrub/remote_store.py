@@ -38,6 +38,7 @@ from typing import Any
 
 from local.records.constants import INT32_MAX
 from tiered import layout
+from tiered.checksums import SegmentChecksums
 from tiered.errors import RemoteChunkError, RemoteResourceNotFoundError, TieredStorageError
 from tiered.format.manifest import MANIFEST_SUFFIX, PACKED_INDEXES_SUFFIX, SegmentManifest, read_manifest
 from tiered.ownership import OwnerRecord, within_lineage
@@ -65,19 +66,24 @@ _SUFFIX_NAMES = {layout.LOG_SUFFIX.lstrip("."): layout.LOG_SUFFIX, **{t.suffix.l
                  _MANIFEST[1:]: _MANIFEST, _PACKED[1:]: _PACKED}
 
 
-def _check_remote_checksums(rsm: Any, metadata: RemoteLogSegmentMetadata, keys: dict[str, str]) -> list[Problem]:
+def _check_remote_checksums(rsm: Any, metadata: RemoteLogSegmentMetadata, keys: dict[str, str],
+                            sums: SegmentChecksums | None) -> list[Problem]:
     """The per-chunk crc32c checksums recorded with a segment's FINISHED metadata (:mod:`tiered.checksums`),
     checked against every object of the segment: one ``checksum_mismatch`` problem per chunk that differs, per
-    object shorter or longer than recorded or unreadable (a missing one is reported by the object listing). ``keys`` maps each suffix present to
-    its object key (for the report when the store names objects differently). Segments uploaded before checksums
-    existed pass: there is nothing to check them against."""
+    object shorter or longer than recorded or unreadable (a missing one is reported by the object listing). ``keys``
+    maps each suffix present to its object key (for the report when the store names objects differently). Segments
+    uploaded before checksums existed pass: there is nothing to check them against. ``sums``: the checksums of the
+    segment's FINISHED event, as the scrub read it (:meth:`RemoteScrub.load_metadata`): not looked up again in the
+    store (a lookup per segment lists and reads every event of the partition: quadratic in its segments)."""
     from tiered.checksums import object_name
     from tiered.scrub.object_checksums import verify_object_checksums
 
     # The checksums name a part by its suffix; the store may keep it in another object (the packed .indexes).
+    if sums is None:
+        return []
     stored = {object_name(rsm, metadata, suffix): (suffix, key) for suffix, key in keys.items()}
     problems = []
-    for found in verify_object_checksums(rsm, metadata):
+    for found in verify_object_checksums(rsm, metadata, sums):
         if found.kind == "missing":
             continue  # the scrub's own object listing reports it as missing_object
         kind = "unreadable" if found.kind == "unreadable" else "checksum_mismatch"
@@ -158,6 +164,13 @@ class RemoteScrub:
         self.progress = progress
         self.add_total = add_total
         self.report = RemoteReport(f"{type(rsm).__module__}.{type(rsm).__qualname__}", self.prefix)
+        # Per segment id: the checksums recorded with its events, as load_metadata read them (read once each).
+        self._checksums: dict[str, SegmentChecksums] = {}
+
+    def recorded_checksums(self, md: RemoteLogSegmentMetadata) -> SegmentChecksums | None:
+        """The checksums recorded with ``md``'s events (its FINISHED one), as :meth:`load_metadata` read them; None
+        for a copy made before checksums existed, or a segment whose partition was not loaded."""
+        return self._checksums.get(layout.kafka_uuid(md.remote_log_segment_id.id))
 
     def discover(self) -> dict[TopicIdPartition, _RemotePartition]:
         keys = self.store.list_keys(f"{self.prefix}/" if self.prefix else "")
@@ -165,7 +178,7 @@ class RemoteScrub:
         return _group_keys(keys, self.prefix, self.report)
 
     def load_metadata(self, group: _RemotePartition, out: PartitionReport) -> dict[str, RemoteLogSegmentMetadata]:
-        from tiered.metadata import decode_metadata
+        from tiered.metadata import decode_record
 
         latest: dict[str, RemoteLogSegmentMetadata] = {}
         events: dict[str, list[tuple[int, str]]] = {}
@@ -181,7 +194,7 @@ class RemoteScrub:
                 out.problems.append(Problem("unreadable", f"cannot read remote metadata: {exc}", object=key))
                 continue
             try:
-                md = decode_metadata(data)
+                md, sums = decode_record(data)
             except (ValueError, KeyError, TypeError, AttributeError, TieredStorageError) as exc:
                 out.problems.append(Problem("remote_metadata", f"malformed remote metadata event: {exc!r}", object=key))
                 continue
@@ -194,6 +207,8 @@ class RemoteScrub:
                 continue
             if sid not in latest or md.state > latest[sid].state:
                 latest[sid] = md
+            if sums is not None:  # (the FINISHED event carries them; as the metadata store keeps them)
+                self._checksums[sid] = sums
         for sid, md in latest.items():
             if md.state is S.DELETE_SEGMENT_FINISHED:  # its other events were deleted with it; one here landed later
                 for state, key in sorted(events[sid]):
@@ -360,7 +375,8 @@ class RemoteScrub:
         if scan is None:
             return
         self._check_indexes(md, present, keys, scan, out)
-        out.problems += _check_remote_checksums(self.rsm, md, {s: keys[s] for s in present})
+        out.problems += _check_remote_checksums(self.rsm, md, {s: keys[s] for s in present},
+                                                self.recorded_checksums(md))
 
     def _scan_log(self, md: RemoteLogSegmentMetadata, key: str, out: PartitionReport) -> BatchScanner | None:
         size = md.segment_size_in_bytes
