@@ -6,7 +6,8 @@ checkpoint, clean-shutdown marker, cache or directory is created, nothing is rec
 
 Text output: one line per problem (the partition, the file or remote object, the position and offset, the kind
 in brackets and what is wrong), notes prefixed ``note:``, a verdict line per partition (``OK`` or ``FAILED``) and
-a summary line. A progress bar (on stderr) is shown only when stdout is a terminal and ``--json`` is not given.
+a summary line. A progress bar (on stderr) is shown only when stderr is a terminal and ``--json`` is not given
+(so ``tiered verify > report.txt`` or ``| tee`` in a terminal still shows it).
 
 ``--json`` prints one document (``"version": 1``)::
 
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if rsm is not None and rsm.object_store is not None:
             rsm.object_store.check_access()  # an unreachable endpoint, a missing bucket or bad credentials: at once
-        with _progress(enabled=not args.json and sys.stdout.isatty()) as progress:
+        with _progress(enabled=not args.json and sys.stderr.isatty()) as progress:
             result = scrub(dirs, rsm, topic=args.topic, progress=progress, remote_by_default=remote_by_default,
                            content=_columnar_partitions(config))
         _scrub_columnar(config, result, args.topic, rsm is not None)
