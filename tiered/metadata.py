@@ -60,7 +60,7 @@ from tiered.rsm import (
     TopicIdPartition,
 )
 from tiered.sealed_json import seal, unseal
-from tiered.store import ObjectStore, StoreCapabilities, not_found, put_if_absent, read_all
+from tiered.store import ObjectStore, StoreCapabilities, get_all, not_found, put_if_absent, read_all
 
 logger = logging.getLogger(__name__)
 S = RemoteLogSegmentState
@@ -284,9 +284,10 @@ class RemoteLogMetadataStore:
             known = self._decoded.get(tip, {})
         decoded: dict[str, tuple[RemoteLogSegmentMetadata, SegmentChecksums | None]] = {}
         unreadable: dict[str, tuple[tuple[int, uuid.UUID, int] | None, str]] = {}
-        for key in self.store.list_keys(layout.metadata_prefix(self.prefix, tip)):
-            if not key.endswith(".json"):
-                continue
+        keys = [key for key in self.store.list_keys(layout.metadata_prefix(self.prefix, tip)) if key.endswith(".json")]
+        # The events new since the last load, read in parallel (each GET a round trip on S3).
+        fetched = get_all(self.store, [k for k in keys if k not in known and layout.owner_epoch_of_key(k) is None])
+        for key in keys:
             if layout.owner_epoch_of_key(key) is not None:
                 owner_keys.append(key)
                 continue
@@ -294,7 +295,10 @@ class RemoteLogMetadataStore:
             if event is None:
                 named = layout.metadata_event_of_key(key)
                 try:
-                    event = decode_record(self.store.get(key))
+                    data = fetched[key]
+                    if isinstance(data, Exception):
+                        raise data
+                    event = decode_record(data)
                     _check_event_key(event[0], named, tip)
                 except RemoteResourceNotFoundError:
                     continue  # deleted since the listing: its segment's deletion removes its events (states only move on)

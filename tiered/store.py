@@ -37,13 +37,14 @@ import tempfile
 import threading
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, BinaryIO, ClassVar
 
 from tiered.errors import ObjectExistsError, ObjectNotFoundError
 
-__all__ = ["ObjectStore", "StoreCapabilities", "not_found", "put_if_absent"]
+__all__ = ["ObjectStore", "StoreCapabilities", "get_all", "not_found", "put_if_absent"]
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ class StoreCapabilities:
 class ObjectStore(ABC):
     """Objects under string keys (``/``-separated; see :mod:`tiered.layout`). Subclass it and implement the five
     abstract methods; errors are :class:`tiered.errors.ObjectNotFoundError` for a missing key and a
-    :class:`tiered.errors.RemoteStorageError` (or an OSError) for anything else."""
+    :class:`tiered.errors.RemoteStorageError` (or an OSError) for anything else. Methods are called from several
+    threads at once (copies upload objects in parallel; :func:`get_all` reads a listing's objects so)."""
 
     capabilities: StoreCapabilities = StoreCapabilities()
     #: the settings :meth:`configure` reads, and the prefixes of families of them (for the generated docs)
@@ -166,6 +168,27 @@ def put_if_absent(store: ObjectStore, key: str, data: bytes) -> None:
         if store.exists(key):
             raise ObjectExistsError(f"object {key!r} exists already in {store!r}", key=key)
         store.put(key, data)
+
+
+#: GETs :func:`get_all` keeps in flight at once.
+PARALLEL_GETS = 16
+
+
+def get_all(store: ObjectStore, keys: Sequence[str]) -> dict[str, bytes | Exception]:
+    """Each key's whole object, or the exception its GET raised, with up to :data:`PARALLEL_GETS` GETs in flight: a
+    partition's metadata events, read one after another, took ``tiered status`` 21 s for 1,799 segments on S3 (each
+    GET a round trip, none of them a transfer)."""
+
+    def one(key: str) -> bytes | Exception:
+        try:
+            return store.get(key)
+        except Exception as exc:
+            return exc
+
+    if len(keys) < 2:
+        return {key: one(key) for key in keys}
+    with ThreadPoolExecutor(min(PARALLEL_GETS, len(keys)), thread_name_prefix="store-get") as pool:
+        return dict(zip(keys, pool.map(one, keys), strict=True))
 
 
 def read_all(data: bytes | BinaryIO) -> bytes:

@@ -341,6 +341,35 @@ def test_an_event_recorded_while_another_thread_loads_the_partition_is_kept(tmp_
     assert fresh.segment_checksums(finished) == sums
 
 
+def test_a_partitions_metadata_events_are_read_in_parallel_and_once(tmp_path: Path) -> None:
+    """Loading a partition read its events one GET after another: ``tiered status`` took 21 s for 1,799 segments on
+    SeaweedFS (a helper), and a start or a Spark plan pays the same. The GETs overlap now (four are seen in flight at
+    once: a barrier that sequential GETs would break), and a reload reads only what is new."""
+    writer = RemoteLogMetadataStore(DirectoryObjects(tmp_path / "meta"))
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    S = RemoteLogSegmentState
+    for i in range(8):
+        md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 10 * i, 10 * i + 9, T0, 0, T0, 100, {0: 0})
+        writer.add_remote_log_segment_metadata(md)
+        writer.update_remote_log_segment_metadata(
+            RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, T0 + 1, None, S.COPY_SEGMENT_FINISHED, 0))
+    in_flight = threading.Barrier(4)
+    gets: list[str] = []
+
+    class Overlapping(DirectoryObjects):
+        def get(self, key: str) -> bytes:
+            gets.append(key)
+            if len(gets) <= 4:
+                in_flight.wait(10)  # BrokenBarrierError unless four GETs wait here at once
+            return super().get(key)
+
+    reader = RemoteLogMetadataStore(Overlapping(tmp_path / "meta"))
+    assert [m.start_offset for m in reader.readable_segments(tip)] == [10 * i for i in range(8)]
+    assert len(gets) == len(set(gets)) == 16
+    reader.refresh(tip)
+    assert len(gets) == 16  # nothing new: nothing read again
+
+
 def test_state_transitions_and_idempotent_repeats(tmp_path: Path) -> None:
     S = RemoteLogSegmentState
     assert S.is_valid_transition(None, S.COPY_SEGMENT_STARTED)

@@ -54,7 +54,7 @@ from tiered.scrub.files import (
     offset_entry_sizes_of_bytes,
 )
 from tiered.scrub.report import PartitionReport, Problem
-from tiered.store import ObjectStore
+from tiered.store import ObjectStore, get_all
 
 S = RemoteLogSegmentState
 _ID = r"[A-Za-z0-9_-]{22}"
@@ -182,17 +182,19 @@ class RemoteScrub:
 
         latest: dict[str, RemoteLogSegmentMetadata] = {}
         events: dict[str, list[tuple[int, str]]] = {}
+        fetched = get_all(self.store, list(group.metadata_keys))  # (in parallel: each GET a round trip on S3)
         for key in group.metadata_keys:
             event = layout.metadata_event_of_key(key)
             assert event is not None  # grouped as an event by its key
             start, segment_id, state = event
             sid = layout.kafka_uuid(segment_id)
             events.setdefault(sid, []).append((state, key))
-            try:
-                data = self.store.get(key)
-            except (TieredStorageError, OSError) as exc:
-                out.problems.append(Problem("unreadable", f"cannot read remote metadata: {exc}", object=key))
+            data = fetched[key]
+            if isinstance(data, TieredStorageError | OSError):
+                out.problems.append(Problem("unreadable", f"cannot read remote metadata: {data}", object=key))
                 continue
+            if isinstance(data, Exception):
+                raise data
             try:
                 md, sums = decode_record(data)
             except (ValueError, KeyError, TypeError, AttributeError, TieredStorageError) as exc:
