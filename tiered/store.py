@@ -170,14 +170,18 @@ def put_if_absent(store: ObjectStore, key: str, data: bytes) -> None:
         store.put(key, data)
 
 
-#: GETs :func:`get_all` keeps in flight at once.
+#: GETs :func:`get_all` keeps in flight at once, in the whole process.
 PARALLEL_GETS = 16
+_getters: ThreadPoolExecutor | None = None
+_getters_lock = threading.Lock()
 
 
 def get_all(store: ObjectStore, keys: Sequence[str]) -> dict[str, bytes | Exception]:
     """Each key's whole object, or the exception its GET raised, with up to :data:`PARALLEL_GETS` GETs in flight: a
     partition's metadata events, read one after another, took ``tiered status`` 21 s for 1,799 segments on S3 (each
-    GET a round trip, none of them a transfer)."""
+    GET a round trip, none of them a transfer). One pool for the process: a start loads many partitions at once (ten
+    claim threads), and sixteen GETs each overflowed the S3 client's connection pool ("Connection pool is full")."""
+    global _getters
 
     def one(key: str) -> bytes | Exception:
         try:
@@ -187,8 +191,11 @@ def get_all(store: ObjectStore, keys: Sequence[str]) -> dict[str, bytes | Except
 
     if len(keys) < 2:
         return {key: one(key) for key in keys}
-    with ThreadPoolExecutor(min(PARALLEL_GETS, len(keys)), thread_name_prefix="store-get") as pool:
-        return dict(zip(keys, pool.map(one, keys), strict=True))
+    with _getters_lock:
+        if _getters is None:
+            _getters = ThreadPoolExecutor(PARALLEL_GETS, thread_name_prefix="store-get")
+        pool = _getters
+    return dict(zip(keys, pool.map(one, keys), strict=True))
 
 
 def read_all(data: bytes | BinaryIO) -> bytes:

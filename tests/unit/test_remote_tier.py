@@ -370,6 +370,43 @@ def test_a_partitions_metadata_events_are_read_in_parallel_and_once(tmp_path: Pa
     assert len(gets) == 16  # nothing new: nothing read again
 
 
+def test_gets_in_flight_are_bounded_for_the_whole_process(tmp_path: Path) -> None:
+    """A start loads many partitions at once (its claim threads), and sixteen GETs for each overflowed the S3
+    client's pool of 100 connections ("Connection pool is full", a helper's start on SeaweedFS). get_all keeps at
+    most PARALLEL_GETS in flight across every caller."""
+    from tiered.store import PARALLEL_GETS, get_all
+
+    lock = threading.Lock()
+    in_flight = [0, 0]  # now, most
+    # Each GET is held until one more than the bound are in flight (never, with the bound: the wait times out and
+    # the barrier breaks, releasing every GET at once; without it, the 48 asked for arrive and pass it).
+    one_more = threading.Barrier(PARALLEL_GETS + 1)
+
+    class Counting(DirectoryObjects):
+        def get(self, key: str) -> bytes:
+            with lock:
+                in_flight[0] += 1
+                in_flight[1] = max(in_flight[1], in_flight[0])
+            try:
+                one_more.wait(2)
+            except threading.BrokenBarrierError:
+                pass
+            finally:
+                with lock:
+                    in_flight[0] -= 1
+            return b""
+
+    store = Counting(tmp_path / "objects")
+    callers = [threading.Thread(target=get_all, args=(store, [f"{c}/{i}" for i in range(PARALLEL_GETS)]))
+               for c in range(3)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(30)
+    assert not any(c.is_alive() for c in callers)
+    assert in_flight[1] == PARALLEL_GETS
+
+
 def test_state_transitions_and_idempotent_repeats(tmp_path: Path) -> None:
     S = RemoteLogSegmentState
     assert S.is_valid_transition(None, S.COPY_SEGMENT_STARTED)
