@@ -197,7 +197,9 @@ class LogLoader:
             swap_files = self._remove_temp_files_and_collect_swap_files()
             self._complete_swaps(swap_files)
             self._load_segment_files()
-            if self.rebuild_leader_epochs and self.leader_epoch_cache is not None and len(self.segments):
+            # (A log without a byte has nothing to rebuild from: a new one, or one never written.)
+            if (self.rebuild_leader_epochs and self.leader_epoch_cache is not None
+                    and any(s.size for s in self.segments.values())):
                 self._rebuild_leader_epoch_cache(self.leader_epoch_cache)
             recovery_point, next_offset = self._recover_log()
         finally:

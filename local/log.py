@@ -288,6 +288,10 @@ class Log:
             rebuild_leader_epochs=epochs_missing,
         )
         loaded = loader.load()
+        if epochs_missing and not read_only:
+            # Kafka creates the checkpoint with the log (CheckpointFile makes the file): a partition never written
+            # (an internal topic's) has an empty one, not none, and is not taken for one whose file was lost.
+            epoch_cache.flush()
         lost_offsets.drop_below(loaded.log_start_offset)
         last = segments.last_segment
         if last is not None:  # a load that ended the log earlier took the offsets after it out of any hole

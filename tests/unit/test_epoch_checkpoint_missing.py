@@ -167,3 +167,32 @@ def test_a_hole_whose_neighbour_was_copied_after_it_was_recorded_is_not_skipped_
         assert log.lost_offsets.find(250) is not None
         with pytest.raises(LostOffsetsError):
             log.read(250, 1 << 20)
+
+
+def test_a_partition_never_written_has_an_empty_checkpoint_and_is_loaded_without_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Kafka creates a partition's leader-epoch-checkpoint with the log. A partition never written here had none, and
+    every load said "its leader-epoch-checkpoint was missing: rebuilt ... (no epoch)": about 94 warnings at each start
+    of a data dir that had served Kafka clients (the internal topics' partitions; a helper's pass). A new log has an
+    empty checkpoint now, a log whose file is missing and which holds nothing gets one without a word, and one
+    whose file was lost while it holds batches is still rebuilt and said."""
+    import logging
+
+    from local import LogManager
+
+    config = LogConfig.from_properties({"log.dirs": str(tmp_path / "data")})
+    with LogManager(config, start_scheduler=False) as manager:
+        manager.get_or_create_log("empty", 0)
+        manager.get_or_create_log("written", 0).append(MemoryRecords.build([SimpleRecord(b"v")]))
+    checkpoint = tmp_path / "data" / "empty-0" / "leader-epoch-checkpoint"
+    assert checkpoint.read_text() == "0\n0\n"  # version 0, no entry: Kafka's empty checkpoint
+    checkpoint.unlink()
+    (tmp_path / "data" / "written-0" / "leader-epoch-checkpoint").unlink()
+    for said in (["written-0"], []):  # (the rebuilt checkpoint is written: the next load has it)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="local"), LogManager(config, start_scheduler=False):
+            pass
+        missing = [r.getMessage().split(":")[0] for r in caplog.records if "was missing" in r.getMessage()]
+        assert missing == said
+    assert checkpoint.read_text() == "0\n0\n"
+    assert (tmp_path / "data" / "written-0" / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
