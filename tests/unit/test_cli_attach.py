@@ -394,3 +394,13 @@ def test_a_topic_under_two_ids_asks_for_one_in_a_form_that_takes_any_id(
     assert rc == 0, err
     assert sorted(p.name for p in (tmp_path / "d" / "data").iterdir() if p.name.startswith("ev-")) == [
         f"ev-{p}" for p in range(partitions)]
+
+
+def test_attach_names_the_prefix_it_looked_under(tiered_topic: tuple[Path, Path], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A typo in rsm.config.prefix is the usual reason attach finds nothing: the message names the prefix used."""
+    typo = write_config(tmp_path / "c.properties", local_tier_props(
+        tmp_path / "c", **{"rsm.config.dir": str(tmp_path / "bucket"), "rsm.config.prefix": "t1x"}))
+    rc, out, err = cli(capsys, "--config", str(typo), "attach", "-t", "ev")
+    assert rc == 1 and out == ""
+    assert "no remote metadata of topic 'ev'" in err and "prefix 't1x'" in err, err

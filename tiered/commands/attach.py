@@ -159,7 +159,7 @@ def _pick_topic_id(store: Any, topic: str, topic_id_text: str | None) -> uuid.UU
     from tiered.layout import topic_ids_in_store
 
     found = topic_ids_in_store(store.store, store.prefix, topic)
-    where = repr(store.store)
+    where = f"{store.store!r} under prefix {store.prefix!r}"  # (a prefix typo is the usual cause: name it)
     if topic_id_text is not None:
         try:
             wanted = layout.parse_kafka_uuid(topic_id_text)
