@@ -76,6 +76,27 @@ def test_a_bad_request_closes_only_its_connection(kafka, data):
     assert _served(kafka.address)
 
 
+def test_a_request_not_served_is_said_once_per_client_and_kind(kafka, caplog):
+    """A KIP-848 consumer (group.protocol=consumer) is never assigned and an old producer times out: their
+    connections are closed, as Kafka does, and neither client says why (a helper's pass). The broker says it once
+    per client and request kind, with the way out where there is one."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="tiered.kafka"):
+        for data in (_frame(68, 0, b"\0" * 20), _frame(68, 0, b"\0" * 20), _frame(0, 2, b"\0" * 20), _frame(999, 0, b"")):
+            with RawClient(kafka.address) as bad:
+                bad.send(data)
+                assert bad.closed_by_server()
+    said = [r.getMessage() for r in caplog.records if "its connection is closed" in r.getMessage()]
+    assert len(said) == 3, said
+    assert "client id 'test'" in said[0] and "ConsumerGroupHeartbeat (API key 68) v0" in said[0]
+    assert "group.protocol=classic" in said[0]
+    low, high = SUPPORTED[0]
+    assert "Produce (API key 0) v2" in said[1] and f"it serves {low} to {high}" in said[1]
+    assert "(API key 999)" in said[2] and "an API this broker does not serve" in said[2]
+    assert _served(kafka.address)
+
+
 def test_a_truncated_frame_then_a_closed_socket(kafka):
     with RawClient(kafka.address) as bad:
         bad.send(struct.pack(">i", 1000) + b"\0" * 10)

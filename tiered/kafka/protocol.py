@@ -41,7 +41,24 @@ NO_THROTTLE = datetime.timedelta(0)
 
 
 class ProtocolError(Exception):
-    """A request that cannot be served: the connection that sent it is closed (Kafka's InvalidRequestException)."""
+    """A request that cannot be served: the connection that sent it is closed (Kafka's InvalidRequestException).
+    ``unsupported``: (API key, version, client id) of a well-formed request of an API or version not served."""
+
+    def __init__(self, message: str, unsupported: tuple[int, int, str | None] | None = None) -> None:
+        super().__init__(message)
+        self.unsupported = unsupported
+
+
+def _client_id(frame: bytes) -> str | None:
+    """The request header's client id (a nullable string after the correlation id in every header version), or
+    None when the frame is too short to hold it."""
+    at = _KEY_VERSION.size + _CORRELATION.size
+    if len(frame) < at + 2:
+        return None
+    (size,) = struct.unpack_from(">h", frame, at)
+    if size < 0 or len(frame) < at + 2 + size:
+        return None
+    return frame[at + 2:at + 2 + size].decode("utf-8", "replace")
 
 
 class AnswerCharge:
@@ -100,13 +117,13 @@ def parse_request(frame: bytes, supported: Mapping[int, tuple[int, int]]) -> Req
     api_key, api_version = _KEY_VERSION.unpack_from(frame)
     versions = supported.get(api_key)
     if versions is None:
-        raise ProtocolError(f"unknown or unsupported API key {api_key}")
+        raise ProtocolError(f"unknown or unsupported API key {api_key}", (api_key, api_version, _client_id(frame)))
     if not versions[0] <= api_version <= versions[1]:
         if api_key == API_VERSIONS_KEY and api_version > versions[1]:
             (correlation_id,) = _CORRELATION.unpack_from(frame, _KEY_VERSION.size)
             return Request(api_key, api_version, correlation_id, None, None, len(frame), unsupported_version=True)
         raise ProtocolError(f"API key {api_key} version {api_version} is not supported "
-                            f"(versions {versions[0]} to {versions[1]})")
+                            f"(versions {versions[0]} to {versions[1]})", (api_key, api_version, _client_id(frame)))
     request_class = request_schema(api_key, api_version)
     try:
         header, header_size = _reader(request_class.__header_schema__)(frame, 0)

@@ -48,6 +48,13 @@ _ACCEPT_ERROR_EVERY_S = 10.0  # a failure to accept (out of descriptors) is logg
 _BODY_CHUNK = 1 << 20  # a request body is read (and charged to queued.max.request.bytes) in pieces of at most this
 
 
+#: The unsupported requests said (_say_unsupported) at most, each once.
+_UNSUPPORTED_SAID_MAX = 256
+_KIP_848 = ("; it is KIP-848's consumer group protocol, which this broker does not serve: set the consumer's "
+            "group.protocol=classic")
+_UNSUPPORTED_HINTS = {68: _KIP_848, 69: _KIP_848}
+
+
 class WaitForAppend:
     """A handler's answer "not yet": call ``retry()`` (on the pool) once an append after ``version`` was notified
     or the monotonic ``deadline`` passed. ``retry`` answers like a handler; past its deadline it must answer."""
@@ -95,6 +102,7 @@ class KafkaServer:
         self.broker = broker
         self._handle = handle
         self._supported = supported
+        self._unsupported_said: set[tuple[str, str | None, int, int]] = set()  # (host, client id, API key, version)
         self.max_request_bytes = config.socket_request_max_bytes
         self.idle_timeout_s = config.connections_max_idle_ms / 1000
         self.max_connections = config.max_connections
@@ -315,6 +323,8 @@ class KafkaServer:
             request = dataclasses.replace(parse_request(frame, self._supported), client_host=client_host,
                                           charge=charge)
         except ProtocolError as exc:
+            if exc.unsupported is not None:
+                self._say_unsupported(client_host, *exc.unsupported)
             raise _CloseConnection(str(exc)) from None
         loop = asyncio.get_running_loop()
         result = await self._on_pool(loop, self._handle, request)
@@ -330,6 +340,28 @@ class KafkaServer:
             return None
         assert isinstance(result, bytes)
         return result
+
+    def _say_unsupported(self, host: str, api_key: int, version: int, client_id: str | None) -> None:
+        """A WARNING, once per client and request kind, for a request of an API or version this broker does not
+        serve: its connection is closed (as Kafka does), and clients show nothing of it (a KIP-848 consumer is never
+        assigned; an old producer times out), so the broker's log is where a user finds why."""
+        from kio.index import api_key_map
+
+        said = (host, client_id, api_key, version)
+        if said in self._unsupported_said or len(self._unsupported_said) >= _UNSUPPORTED_SAID_MAX:
+            return
+        self._unsupported_said.add(said)
+        name = api_key_map.get(api_key)
+        versions = self._supported.get(api_key)
+        if versions is None:
+            served = "an API this broker does not serve"
+        else:
+            served = f"a version this broker does not serve (it serves {versions[0]} to {versions[1]})"
+        hint = _UNSUPPORTED_HINTS.get(api_key, "; the client may be older or newer than this broker serves, see "
+                                      "docs/kafka-protocol.md")
+        logger.warning("a Kafka client (client id %r, %s) sent %s (API key %d) v%d, %s: its connection is closed%s",
+                       client_id, host, "".join(w.capitalize() for w in name.split("_")) if name else "a request",
+                       api_key, version, served, hint)
 
     async def _on_pool(self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> Any:
         try:
