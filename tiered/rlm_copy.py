@@ -294,7 +294,8 @@ class RLMCopyTask:
             self._set_lag(log, candidate_segments(self.parts, self.tip, log))
             if result.segments_copied:
                 self.parts.update_log_size(self.tip)
-            if self._columnar is not None and log.config.remote_log_columnar_enable and not self._stopping.is_set():
+            if (self._columnar is not None and log.config.remote_log_columnar_enable and not self._stopping.is_set()
+                    and not result.not_owned):  # (a run that found the partition lost keeps no copy of it)
                 self._keep_columnar(log)
         return result
 

@@ -1930,3 +1930,44 @@ def test_a_former_owners_late_copy_past_the_log_end_does_not_stop_a_new_epoch_at
         epochs = [r.owner_epoch for r in store.owner_records(tip)]
         renewed = rlm.ownership.renew(log, tip)
         assert renewed is not None and renewed.owner is not None and renewed.owner.owner_epoch == epochs[-1] + 1
+
+
+def test_a_copy_finished_after_another_data_dirs_claim_stays_out_of_the_columnar_copy(
+        two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented race: a copy whose last ownership check came just before another data dir's claim still
+    writes its COPY_SEGMENT_FINISHED. Its columnar keeper then took the segment in under this data dir's (older)
+    epoch: the new owner reads the whole copy, A's rows past the handover among them, and its own keeper never
+    replaces offsets the manifest holds (a helper's reading of the code). The keeper checks ownership before the
+    copy grows."""
+    from tiered.columnar.manifest import read_manifest
+    from tiered.rsm import RemoteLogSegmentState
+
+    a, b, bucket = two_dirs
+    a.write_text(a.read_text() + "remote.log.manager.copier.process.enable=false\n")  # (FINISHED written here)
+    rc, _, err = cli(capsys, "--config", str(a), "topics", "alter", "-t", TOPIC, "--add-config",
+                     "remote.log.columnar.enable=true")
+    assert rc == 0, err
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None and rlm.run_once(manager.all_logs()).not_owned == 0
+    columnar = bucket.with_name(bucket.name + "-columnar") / f"{TOPIC}-0"
+    before = read_manifest(columnar)
+    assert before is not None and before.next_offset
+    produce(a, "A", 30)  # one more closed segment of A's
+    update = RemoteLogMetadataStore.update_remote_log_segment_metadata
+    claimed: list[str] = []
+
+    def claimed_before_finished(self: Any, change: Any, checksums: Any = None) -> Any:
+        if change.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED and not claimed:
+            claimed.append(attach(capsys, b))  # B's claim lands after A's check, before A's FINISHED event
+        return update(self, change, checksums)
+
+    monkeypatch.setattr(RemoteLogMetadataStore, "update_remote_log_segment_metadata", claimed_before_finished)
+    with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
+        rlm = remote_log_manager_of(manager)
+        assert rlm is not None
+        assert rlm.run_once(manager.all_logs()).segments_copied == 1  # (the copy finished: the race's other half)
+    assert claimed
+    after = read_manifest(columnar)
+    assert after is not None and after.next_offset == before.next_offset  # A's late copy is not in it
+    assert after.owner_epoch == before.owner_epoch

@@ -66,6 +66,7 @@ from tiered.columnar.manifest import (
     stored_file,
     write_manifest,
 )
+from tiered.errors import NotPartitionOwnerError, RemoteStoreMismatchError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -172,11 +173,21 @@ class ColumnarKeeper:
             m = replace(Manifest(log.topic, log.partition, topic_id), retired=m.retire_all(now).retired)
         self._sweep_once(directory, m, log)
         m = self._follow_retention(directory, m, found, log, now, result)
-        for md in self.parts.finished_segments(tip):
+        segments = self.parts.finished_segments(tip)
+        if any(self._adds(md, m, log) for md in segments):
+            # Ownership checked again before the copy grows under this data dir's epoch: a copy of its own that
+            # finished after another data dir's claim (claimed between its last check and its FINISHED event) is
+            # still in its view, and the new owner's keeper would never replace the rows it put past the handover.
+            try:
+                self.parts.ownership.ensure_owner(log, tip)
+            except (NotPartitionOwnerError, RemoteStoreMismatchError):
+                return result  # (the guard says it)
+            segments = self.parts.finished_segments(tip)  # (the lineage of the claim it found)
+        for md in segments:
             if stopping is not None and stopping.is_set():
                 break
             nxt = m.next_offset
-            if md.end_offset < log.log_start_offset or (nxt is not None and md.end_offset < nxt):
+            if not self._adds(md, m, log):
                 continue
             if nxt is not None and md.start_offset != nxt:
                 # A gap (the copy fell behind remote retention): the files before it go, the copy restarts here.
@@ -211,6 +222,12 @@ class ColumnarKeeper:
         # task moved while this ran (its follow_log_start() found the partition busy).
         m = self._follow_retention(directory, m, m, log, self.parts.time.milliseconds(), result)
         return result
+
+    @staticmethod
+    def _adds(md: RemoteLogSegmentMetadata, m: Manifest, log: Log) -> bool:
+        """Whether the copy would take ``md`` in: at or past the log start, and past what the manifest holds."""
+        nxt = m.next_offset
+        return not (md.end_offset < log.log_start_offset or (nxt is not None and md.end_offset < nxt))
 
     def _extendable(self, directory: Path, log: Log, m: Manifest) -> ColumnarFile | None:
         """The last file, when the next segment's rows should go into a copy of it (module docstring)."""
