@@ -373,7 +373,11 @@ class LogLoader:
                 continue
             base = _base_offset(name)
             if base is not None and base not in log_base_set:
-                self._warn(f"found an orphaned index file {name} with no log file: deleting it")
+                if self.read_only:  # a reader's scratch view of a log whose retention deleted the segment meanwhile:
+                    # nothing of the live data dir is deleted, and a hole is said below (_record_missing_segment)
+                    logger.debug("%s: orphaned index file %s in the read-only view: left out", self.dir.name, name)
+                else:
+                    self._warn(f"found an orphaned index file {name} with no log file: deleting it")
                 (self.dir / name).unlink(missing_ok=True)
                 self.stats.orphan_indexes_deleted += 1
                 orphans.add(base)

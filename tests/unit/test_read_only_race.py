@@ -84,3 +84,24 @@ def test_what_the_loader_replaces_in_the_scratch_copy_never_reaches_the_original
         with open(scratch / name, "r+b") as f:
             f.write(b"\xff" * 8)
     assert {p.name: p.read_bytes() for p in pdir.iterdir()} == before
+
+
+def test_a_reader_seeing_retention_delete_the_first_segment_says_no_deletion(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Retention deletes a segment's .log before its indexes: a reader's view made between the two found "an orphaned
+    index file ... with no log file: deleting it" and printed it at every plan of a streaming query (a helper's
+    pass), as if the reader deleted files of the live data dir. Its view is a scratch copy; it leaves the index out
+    quietly, and the live data dir keeps it."""
+    import logging
+
+    config, pdir = _data_dir(tmp_path)
+    first = sorted(p for p in pdir.iterdir() if p.name.endswith(".log"))[0]
+    first.unlink()  # (retention, half done)
+    index = first.with_suffix(".index")
+    with caplog.at_level(logging.DEBUG, logger="local"), LogManager(config, start_scheduler=False, read_only=True) as m:
+        log = m.get_log("t", 0)
+        assert log is not None and log.log_start_offset > 0
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [w for w in warned if "orphaned" in w], warned
+    assert any("orphaned index file" in r.getMessage() for r in caplog.records)  # (said at DEBUG)
+    assert index.exists()
