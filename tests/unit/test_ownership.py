@@ -1260,6 +1260,36 @@ def test_a_run_starting_beside_a_store_that_does_not_answer_tries_one_claim_not_
     assert "read timeout" in text and "3 more partition(s) were not claimed at a new owner epoch" in text
 
 
+def _held_claims(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """The start's claims at new owner epochs held until the second event is set; the first is set once one is."""
+    from tiered.ownership import OwnershipGuard
+
+    entered, release = threading.Event(), threading.Event()
+    renew = OwnershipGuard.renew
+
+    def held(self: OwnershipGuard, log: Any, tip: TopicIdPartition) -> Any:
+        entered.set()
+        release.wait(TIMEOUT_S)
+        return renew(self, log, tip)
+
+    monkeypatch.setattr(OwnershipGuard, "renew", held)
+    return entered, release
+
+
+def _waiting_in_the_gate(monkeypatch: pytest.MonkeyPatch, rlm: Any) -> threading.Event:
+    """Set once a request waits for a partition's claim (asks the gate with a wait)."""
+    waiting = threading.Event()
+    awaiting = type(rlm).awaiting_claim
+
+    def seen_waiting(self: Any, waited: Any, wait_s: float = 0.0) -> bool:
+        if wait_s > 0:
+            waiting.set()
+        return awaiting(self, waited, wait_s)
+
+    monkeypatch.setattr(type(rlm), "awaiting_claim", seen_waiting)
+    return waiting
+
+
 def test_a_start_serves_each_partition_once_its_claim_is_made_and_holds_the_others(
         two_dirs: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """tiered run's start claims every partition it owns at a new owner epoch, and a start with 2,000 partitions on
@@ -1271,20 +1301,11 @@ def test_a_start_serves_each_partition_once_its_claim_is_made_and_holds_the_othe
     from tests.kafkautil import RawClient, produce_request
     from tiered.http_server import Endpoint
     from tiered.kafka import start_listener
-    from tiered.ownership import OwnershipGuard
 
     a, _, _ = two_dirs
     config = LogConfig.from_properties(str(a))
     records = bytes(MemoryRecords.build([SimpleRecord(b"after the start")]))
-    entered, release = threading.Event(), threading.Event()
-    renew = OwnershipGuard.renew
-
-    def held(self: OwnershipGuard, log: Any, tip: TopicIdPartition) -> Any:
-        entered.set()
-        release.wait(TIMEOUT_S)
-        return renew(self, log, tip)
-
-    monkeypatch.setattr(OwnershipGuard, "renew", held)
+    entered, release = _held_claims(monkeypatch)
     with open_log_manager(config, start_scheduler=False) as manager:
         rlm = remote_log_manager_of(manager)
         log = manager.get_log(TOPIC, 0)
@@ -1298,15 +1319,7 @@ def test_a_start_serves_each_partition_once_its_claim_is_made_and_holds_the_othe
             assert p.error_code == ErrorCode.not_leader_or_follower and "still being made" in p.error_message
             end = log.log_end_offset
             answered: list[Any] = []
-            waiting = threading.Event()
-            awaiting = type(rlm).awaiting_claim
-
-            def seen_waiting(self: Any, waited: Any, wait_s: float = 0.0) -> bool:
-                if wait_s > 0:
-                    waiting.set()  # (the POST asks the gate, and waits in it)
-                return awaiting(self, waited, wait_s)
-
-            monkeypatch.setattr(type(rlm), "awaiting_claim", seen_waiting)
+            waiting = _waiting_in_the_gate(monkeypatch, rlm)  # (the POST asks the gate, and waits in it)
             posting = threading.Thread(target=lambda: answered.append(
                 Endpoint(manager).produce(TOPIC, 0, b'{"value": "over http"}', "none")))
             posting.start()
@@ -1338,18 +1351,9 @@ def test_requests_waiting_for_a_claim_are_bounded_and_one_more_is_answered_503_a
     ``claim_waiters`` wait (``tiered run``: half the connections); one more is answered 503 with Retry-After at
     once, and the waiting one is served once the claim stands."""
     from tiered.http_server import Endpoint, HttpError
-    from tiered.ownership import OwnershipGuard
 
     a, _, _ = two_dirs
-    entered, release = threading.Event(), threading.Event()
-    renew = OwnershipGuard.renew
-
-    def held(self: OwnershipGuard, log: Any, tip: TopicIdPartition) -> Any:
-        entered.set()
-        release.wait(TIMEOUT_S)
-        return renew(self, log, tip)
-
-    monkeypatch.setattr(OwnershipGuard, "renew", held)
+    entered, release = _held_claims(monkeypatch)
     with open_log_manager(LogConfig.from_properties(str(a)), start_scheduler=False) as manager:
         rlm = remote_log_manager_of(manager)
         log = manager.get_log(TOPIC, 0)
@@ -1358,15 +1362,7 @@ def test_requests_waiting_for_a_claim_are_bounded_and_one_more_is_answered_503_a
         try:
             renewing = rlm.renew_ownership_behind(manager.all_logs(), hold_s=TIMEOUT_S)
             assert entered.wait(TIMEOUT_S)
-            waiting = threading.Event()
-            awaiting = type(rlm).awaiting_claim
-
-            def seen_waiting(self: Any, waited: Any, wait_s: float = 0.0) -> bool:
-                if wait_s > 0:
-                    waiting.set()
-                return awaiting(self, waited, wait_s)
-
-            monkeypatch.setattr(type(rlm), "awaiting_claim", seen_waiting)
+            waiting = _waiting_in_the_gate(monkeypatch, rlm)
             answered: list[Any] = []
             posting = threading.Thread(target=lambda: answered.append(
                 endpoint.produce(TOPIC, 0, b'{"value": "waited"}', "none")))
