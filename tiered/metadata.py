@@ -248,6 +248,8 @@ class RemoteLogMetadataStore:
         # their keys name (start offset, segment id, state; None for a key of another form) and why. A segment with
         # such an event is never taken for a stale copy: its FINISHED event may be the damaged one.
         self._unreadable: dict[TopicIdPartition, dict[str, tuple[tuple[int, uuid.UUID, int] | None, str]]] = {}
+        # Each partition's event keys at its last listing, with what each names (start offset, segment, state).
+        self._event_names: dict[TopicIdPartition, dict[str, tuple[int, uuid.UUID, int] | None]] = {}
         self._warned_unreadable: set[str] = set()
         # The segments this process recorded an event of (written here, or by its copier process): the only ones
         # unfinished_segments names, whatever a reload brings in of other writers' copies under way.
@@ -279,42 +281,58 @@ class RemoteLogMetadataStore:
         than the listing (an event whose object the listing missed)."""
         latest: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
         checksums: dict[uuid.UUID, SegmentChecksums] = {}
-        owner_keys = []
         with self._lock:
             known = self._decoded.get(tip, {})
         decoded: dict[str, tuple[RemoteLogSegmentMetadata, SegmentChecksums | None]] = {}
         unreadable: dict[str, tuple[tuple[int, uuid.UUID, int] | None, str]] = {}
         keys = [key for key in self.store.list_keys(layout.metadata_prefix(self.prefix, tip)) if key.endswith(".json")]
-        # The events new since the last load, read in parallel (each GET a round trip on S3).
-        fetched = get_all(self.store, [k for k in keys if k not in known and layout.owner_epoch_of_key(k) is None])
-        for key in keys:
-            if layout.owner_epoch_of_key(key) is not None:
-                owner_keys.append(key)
-                continue
-            event = known.get(key)
-            if event is None:
-                named = layout.metadata_event_of_key(key)
-                try:
-                    data = fetched[key]
-                    if isinstance(data, Exception):
-                        raise data
-                    event = decode_record(data)
-                    _check_event_key(event[0], named, tip)
-                except RemoteResourceNotFoundError:
-                    continue  # deleted since the listing: its segment's deletion removes its events (states only move on)
-                except (ValueError, KeyError, TypeError, AttributeError, TieredStorageError) as exc:
-                    unreadable[key] = (named, f"{type(exc).__name__}: {exc}")
-                    if key not in self._warned_unreadable:  # (a Spark planner loads again at every plan)
-                        self._warned_unreadable.add(key)
-                        logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
+        owner_keys = [key for key in keys if layout.owner_epoch_of_key(key) is not None]
+        names = {key: layout.metadata_event_of_key(key) for key in keys if layout.owner_epoch_of_key(key) is None}
+        # Of each segment's events only the newest is read (it holds the segment's whole metadata, a FINISHED one its
+        # checksums): a lower one only when that one cannot be read, so a copied segment costs one GET, not two.
+        # An event whose key names no segment is read too. The GETs of each round overlap (a round trip each on S3).
+        lower: dict[uuid.UUID, list[str]] = {}
+        wanted = []
+        for key, named in names.items():
+            if named is None:
+                wanted.append(key)
+            else:
+                lower.setdefault(named[1], []).append(key)
+        for segment_keys in lower.values():
+            segment_keys.sort(key=lambda k: names[k][2])  # type: ignore[index]
+            wanted.append(segment_keys.pop())
+        while wanted:
+            fetched = get_all(self.store, [key for key in wanted if key not in known])
+            again = []
+            for key in wanted:
+                named = names[key]
+                event = known.get(key)
+                if event is None:
+                    try:
+                        data = fetched[key]
+                        if isinstance(data, Exception):
+                            raise data
+                        event = decode_record(data)
+                        _check_event_key(event[0], named, tip)
+                    except RemoteResourceNotFoundError:
+                        pass  # deleted since the listing: its segment's deletion removes its events (states move on)
+                    except (ValueError, KeyError, TypeError, AttributeError, TieredStorageError) as exc:
+                        unreadable[key] = (named, f"{type(exc).__name__}: {exc}")
+                        if key not in self._warned_unreadable:  # (a Spark planner loads again at every plan)
+                            self._warned_unreadable.add(key)
+                            logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
+                if event is None:
+                    if named is not None and lower.get(named[1]):
+                        again.append(lower[named[1]].pop())  # the segment's next newest event
                     continue
-            decoded[key] = event
-            md, sums = event
-            sid = md.remote_log_segment_id.id
-            if sid not in latest or md.state > latest[sid].state:
-                latest[sid] = md
-            if sums is not None:
-                checksums[sid] = sums
+                decoded[key] = event
+                md, sums = event
+                sid = md.remote_log_segment_id.id
+                if sid not in latest or md.state > latest[sid].state:
+                    latest[sid] = md
+                if sums is not None:
+                    checksums[sid] = sums
+            wanted = again
         with self._lock:
             # An event this process recorded while the listing above ran (another thread's first query of the
             # partition racing a copy's STARTED, or a stale-copy reload racing a deletion) is newer than what the
@@ -333,6 +351,7 @@ class RemoteLogMetadataStore:
             latest.update(kept)
             self._segments[tip] = latest
             self._decoded[tip] = decoded
+            self._event_names[tip] = names
             self._unreadable[tip] = unreadable
             self._readable.pop(tip, None)
             self._checksums.update(checksums)
@@ -456,7 +475,7 @@ class RemoteLogMetadataStore:
         self.store.delete_many(keys)
         with self._lock:
             for cache in (self._segments, self._readable, self._owners, self._owner_objects, self._damaged_owners,
-                          self._decoded, self._unreadable):
+                          self._decoded, self._unreadable, self._event_names):
                 cache.pop(tip, None)
         return len(keys)
 
@@ -552,17 +571,24 @@ class RemoteLogMetadataStore:
         would ever remove them. For the partition's owner (its expiration task); how many were deleted."""
         with self._lock:
             decoded = dict(self._decoded.get(tip, {}))
+            names = dict(self._event_names.get(tip, {}))
         gone = {md.remote_log_segment_id.id for md, _ in decoded.values() if md.state is S.DELETE_SEGMENT_FINISHED}
-        keys = sorted(key for key, (md, _) in decoded.items()
-                      if md.remote_log_segment_id.id in gone and md.state is not S.DELETE_SEGMENT_FINISHED)
+        # By the names of the listed keys (only each segment's newest event is read), and by content for an event
+        # whose key names no segment.
+        found = {key: (named[1], named[2]) for key, named in names.items() if named is not None}
+        found.update((key, (md.remote_log_segment_id.id, int(md.state))) for key, (md, _) in decoded.items())
+        keys = sorted(key for key, (sid, state) in found.items()
+                      if sid in gone and state != int(S.DELETE_SEGMENT_FINISHED))
         if keys:
             logger.info("deleting %d leftover metadata event(s) of remote segments of %s whose deletion finished",
                         len(keys), tip)
             self.store.delete_many(keys)
             with self._lock:
                 known = self._decoded.get(tip, {})
+                listed = self._event_names.get(tip, {})
                 for key in keys:
                     known.pop(key, None)
+                    listed.pop(key, None)
         return len(keys)
 
     def record_written(self, md: RemoteLogSegmentMetadata, checksums: SegmentChecksums | None = None) -> None:

@@ -341,18 +341,22 @@ def test_an_event_recorded_while_another_thread_loads_the_partition_is_kept(tmp_
     assert fresh.segment_checksums(finished) == sums
 
 
-def test_a_partitions_metadata_events_are_read_in_parallel_and_once(tmp_path: Path) -> None:
-    """Loading a partition read its events one GET after another: ``tiered status`` took 21 s for 1,799 segments on
-    SeaweedFS (a helper), and a start or a Spark plan pays the same. The GETs overlap now (four are seen in flight at
-    once: a barrier that sequential GETs would break), and a reload reads only what is new."""
+def test_a_partitions_metadata_is_read_one_event_a_segment_in_parallel(tmp_path: Path) -> None:
+    """Loading a partition read every event one GET after another: ``tiered status`` took 21 s for 1,799 segments on
+    SeaweedFS (a helper), and a start or a Spark plan pays the same. Only each segment's newest event is read now
+    (it holds the whole metadata, a FINISHED one the checksums; a lower one only when it cannot be read), the GETs
+    overlap (four are seen in flight at once: a barrier that sequential GETs would break), and a reload reads only
+    what is new."""
     writer = RemoteLogMetadataStore(DirectoryObjects(tmp_path / "meta"))
     tip = TopicIdPartition(uuid.uuid4(), "t", 0)
     S = RemoteLogSegmentState
+    sums = SegmentChecksums(4, {".log": ObjectChecksums(6, (1, 2))})
+    segments = []
     for i in range(8):
         md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 10 * i, 10 * i + 9, T0, 0, T0, 100, {0: 0})
         writer.add_remote_log_segment_metadata(md)
-        writer.update_remote_log_segment_metadata(
-            RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, T0 + 1, None, S.COPY_SEGMENT_FINISHED, 0))
+        segments.append(writer.update_remote_log_segment_metadata(
+            RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, T0 + 1, None, S.COPY_SEGMENT_FINISHED, 0), sums))
     in_flight = threading.Barrier(4)
     gets: list[str] = []
 
@@ -364,10 +368,20 @@ def test_a_partitions_metadata_events_are_read_in_parallel_and_once(tmp_path: Pa
             return super().get(key)
 
     reader = RemoteLogMetadataStore(Overlapping(tmp_path / "meta"))
-    assert [m.start_offset for m in reader.readable_segments(tip)] == [10 * i for i in range(8)]
-    assert len(gets) == len(set(gets)) == 16
+    assert reader.readable_segments(tip) == segments
+    assert all(reader.segment_checksums(md) == sums for md in segments)
+    assert len(gets) == len(set(gets)) == 8 and all(key.endswith(f".{int(S.COPY_SEGMENT_FINISHED)}.json") for key in gets)
     reader.refresh(tip)
-    assert len(gets) == 16  # nothing new: nothing read again
+    assert len(gets) == 8  # nothing new: nothing read again
+    # A damaged newest event: the segment's next one is read (as before, when every event was read), and the
+    # damaged one is named.
+    finished = layout.metadata_event_key(writer.prefix, segments[3].remote_log_segment_id, 30,
+                                         int(S.COPY_SEGMENT_FINISHED))
+    writer.store.put(finished, b"{damaged")
+    fresh = RemoteLogMetadataStore(DirectoryObjects(tmp_path / "meta"))
+    states = {md.start_offset: md.state for md in fresh.list_remote_log_segments(tip)}
+    assert states[30] is S.COPY_SEGMENT_STARTED and list(fresh.unreadable_events(tip)) == [finished]
+    assert [md.start_offset for md in fresh.readable_segments(tip)] == [10 * i for i in range(8) if i != 3]
 
 
 def test_gets_in_flight_are_bounded_for_the_whole_process(tmp_path: Path) -> None:
