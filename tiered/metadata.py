@@ -286,21 +286,26 @@ class RemoteLogMetadataStore:
         decoded: dict[str, tuple[RemoteLogSegmentMetadata, SegmentChecksums | None]] = {}
         unreadable: dict[str, tuple[tuple[int, uuid.UUID, int] | None, str]] = {}
         keys = [key for key in self.store.list_keys(layout.metadata_prefix(self.prefix, tip)) if key.endswith(".json")]
-        owner_keys = [key for key in keys if layout.owner_epoch_of_key(key) is not None]
-        names = {key: layout.metadata_event_of_key(key) for key in keys if layout.owner_epoch_of_key(key) is None}
+        owner_keys: list[str] = []
+        names: dict[str, tuple[int, uuid.UUID, int] | None] = {}
+        for key in keys:
+            if layout.owner_epoch_of_key(key) is not None:
+                owner_keys.append(key)
+            else:
+                names[key] = layout.metadata_event_of_key(key)
         # Of each segment's events only the newest is read (it holds the segment's whole metadata, a FINISHED one its
         # checksums): a lower one only when that one cannot be read, so a copied segment costs one GET, not two.
         # An event whose key names no segment is read too. The GETs of each round overlap (a round trip each on S3).
-        lower: dict[uuid.UUID, list[str]] = {}
+        lower: dict[uuid.UUID, list[tuple[int, str]]] = {}  # each segment's (state, key), the newest last
         wanted = []
         for key, named in names.items():
             if named is None:
                 wanted.append(key)
             else:
-                lower.setdefault(named[1], []).append(key)
+                lower.setdefault(named[1], []).append((named[2], key))
         for segment_keys in lower.values():
-            segment_keys.sort(key=lambda k: names[k][2])  # type: ignore[index]
-            wanted.append(segment_keys.pop())
+            segment_keys.sort()
+            wanted.append(segment_keys.pop()[1])
         while wanted:
             fetched = get_all(self.store, [key for key in wanted if key not in known])
             again = []
@@ -323,7 +328,7 @@ class RemoteLogMetadataStore:
                             logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
                 if event is None:
                     if named is not None and lower.get(named[1]):
-                        again.append(lower[named[1]].pop())  # the segment's next newest event
+                        again.append(lower[named[1]].pop()[1])  # the segment's next newest event
                     continue
                 decoded[key] = event
                 md, sums = event
