@@ -52,7 +52,7 @@ from local.records.walk import last_offset as _last_offset
 from tiered.cache.segment_cache import object_size
 from tiered.errors import RemoteResourceNotFoundError
 from tiered.rate_limiter import RateLimiter
-from tiered.remote_tier_parts import finished_segments, topic_id_partition
+from tiered.remote_tier_parts import collect_aborted_transactions, finished_segments, topic_id_partition
 from tiered.rlm_metrics import RemoteLogMetrics, remote_log_metrics
 from tiered.rsm import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 
@@ -554,20 +554,7 @@ class RemoteLogReader:
         reaches the upper bound), as Kafka's ``collectAbortedTransactions`` does."""
         batches = list(MemoryRecords(data).batches(verify=False))  # headers only: the consumer checks the CRCs
         upper = batches[-1].last_offset + 1 if batches else fetch_offset
-        aborted: list[Any] = []
-        checksums = getattr(self.metadata, "segment_checksums", None)
-        for seg in finished_segments(self.metadata, tip):
-            if seg.end_offset < md.start_offset:
-                continue
-            sums = checksums(seg) if checksums is not None else None
-            if sums is not None and ".txnindex" not in sums.objects:
-                continue  # copied without a transaction index: no aborted transaction ends there (Kafka's txnIdxEmpty)
-            result = self.index_cache.collect_aborted_txns(seg, fetch_offset, upper)
-            aborted.extend(result.aborted_txns)
-            if result.is_complete:
-                return aborted
-        aborted.extend(log.collect_aborted_transactions(fetch_offset, upper))
-        return aborted
+        return collect_aborted_transactions(self.metadata, self.index_cache, log, tip, fetch_offset, upper)
 
     def offset_for_timestamp(self, log: Log, timestamp: int) -> TimestampAndOffset | None:
         """The first remote record at or after ``timestamp`` (and at or after the log start offset), or None."""

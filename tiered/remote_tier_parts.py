@@ -22,6 +22,7 @@ from tiered.rlm_metrics import RemoteLogMetrics
 from tiered.rsm import RemoteLogSegmentMetadata, RemoteStorageManager, TopicIdPartition
 
 if TYPE_CHECKING:
+    from local.index.entries import AbortedTxn
     from local.log import Log
     from tiered.cache.index_cache import RemoteIndexCache
     from tiered.cache.segment_cache import SegmentCache
@@ -32,6 +33,32 @@ class SegmentLister(Protocol):
     """The metadata store as the parts read it."""
 
     def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]: ...
+
+
+def collect_aborted_transactions(metadata: SegmentLister, index_cache: RemoteIndexCache, log: Log, tip: TopicIdPartition,
+                                 fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+    """The aborted transactions overlapping ``[fetch_offset, upper_bound_offset)``, as Kafka's
+    ``collectAbortedTransactions`` finds them over both tiers: the remote transaction indexes from the segment holding
+    ``fetch_offset`` on, then the local ones, until an entry says the search is complete.
+
+    A transaction's entry is in the index of the segment holding its marker, which may come segments after its records,
+    past the upper bound too: a search that stopped at the segments of the range would miss the abort of a transaction
+    whose records are in it (an ``endingOffsets`` below its marker). A segment copied without a transaction index holds
+    no aborted transaction (Kafka's ``txnIdxEmpty``): its index is not fetched."""
+    aborted: list[AbortedTxn] = []
+    checksums = getattr(metadata, "segment_checksums", None)
+    for seg in finished_segments(metadata, tip):
+        if seg.end_offset < fetch_offset:
+            continue
+        sums = checksums(seg) if checksums is not None else None
+        if sums is not None and ".txnindex" not in sums.objects:
+            continue
+        result = index_cache.collect_aborted_txns(seg, fetch_offset, upper_bound_offset)
+        aborted.extend(result.aborted_txns)
+        if result.is_complete:
+            return aborted
+    aborted.extend(log.collect_aborted_transactions(fetch_offset, upper_bound_offset))
+    return aborted
 
 
 def topic_id_partition(log: Log) -> TopicIdPartition:
@@ -63,6 +90,11 @@ class RemoteTierParts:
 
     def finished_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         return finished_segments(self.metadata, tip)
+
+    def collect_aborted_transactions(self, log: Log, tip: TopicIdPartition, fetch_offset: int,
+                                     upper_bound_offset: int) -> list[AbortedTxn]:
+        """:func:`collect_aborted_transactions` with the parts' metadata and index cache."""
+        return collect_aborted_transactions(self.metadata, self.index_cache, log, tip, fetch_offset, upper_bound_offset)
 
     def update_log_size(self, tip: TopicIdPartition) -> None:
         """Set ``RemoteLogSizeBytes`` of ``tip`` to the bytes of its finished copies. Both the copy and the

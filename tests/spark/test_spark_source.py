@@ -321,6 +321,53 @@ def test_read_committed_drops_aborted_and_control_batches(spark: Any, root: Path
     assert _spark_rows(_load(spark, root, topics="txn")) == uncommitted
 
 
+@pytest.mark.parametrize("tiers", ["remote", "both"])
+def test_read_committed_ends_before_an_abort_marker_segments_later_and_still_drops_the_aborted(
+        tmp_path: Path, tiers: str) -> None:
+    """A transaction's abort is in the transaction index of the segment holding its marker: a plan that ends before
+    that segment searches on past its end, as Kafka's ``collectAbortedTransactions`` does (the plan used to look only
+    at the segments it read, and delivered the aborted records)."""
+    import json
+
+    from tiered.remote_log_manager import RemoteLogManager
+    from tiered.spark.options import parse_options
+    from tiered.spark.planning import plan
+    from tiered.spark.reader import read_piece
+
+    props = _props(tmp_path)
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as m:
+        log = m.get_or_create_log("t", 0, {"remote.storage.enable": "true"})
+        plain = [MemoryRecords.build([SimpleRecord(T0, None, b"plain%d" % i)]) for i in range(5)]
+        log.append(plain[0])  # 0
+        log.append(MemoryRecords.build([SimpleRecord(T0, None, b"aborted%d" % j) for j in range(3)], producer_id=7,
+                                       producer_epoch=0, base_sequence=0, is_transactional=True))  # 1-3
+        log.append(plain[1])  # 4
+        log.roll()
+        log.append(plain[2])  # 5
+        log.roll()
+        log.append(MemoryRecords.end_transaction_marker(7, 0, commit=False))  # 6: its entry in this segment's index
+        log.append(plain[3])  # 7
+        log.roll()
+        log.append(plain[4])  # 8
+        rlm = m.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        rlm.run_once(m.all_logs())
+        assert [(md.start_offset, md.end_offset) for md in rlm.finished_segments(rlm.topic_id_partition(log))] == [
+            (0, 4), (5, 5), (6, 7)]
+    if tiers == "both":  # as local retention leaves it: the copied segments gone from the data dir
+        for name in ("00000000000000000000", "00000000000000000005", "00000000000000000006"):
+            for suffix in (".log", ".index", ".timeindex", ".txnindex"):
+                (tmp_path / "data" / "t-0" / f"{name}{suffix}").unlink(missing_ok=True)
+        (tmp_path / "data" / "log-start-offset-checkpoint").unlink(missing_ok=True)
+    options = {**{f"config.{k}": v for k, v in props.items()}, "cacheDir": str(tmp_path / "cache"), "topics": "t",
+               "isolationLevel": "read_committed", "tiers": tiers}
+    for ending, wanted in ((5, [b"plain0", b"plain1"]), (6, [b"plain0", b"plain1", b"plain2"]),
+                           (8, [b"plain0", b"plain1", b"plain2", b"plain3"])):
+        pieces = plan(parse_options({**options, "endingOffsets": json.dumps({"t": {"0": ending}})}))
+        assert all(p.from_offset < p.until_offset for p in pieces)
+        assert [v for p in pieces for rb in read_piece(p) for v in rb.column("value").to_pylist()] == wanted, ending
+
+
 def test_starting_and_ending_offsets_and_timestamps(spark: Any, root: Path) -> None:
     expected = _engine_rows(root, "t")
     df = _load(spark, root, topics="t", startingOffsets='{"t":{"0":100,"1":-2}}', endingOffsets='{"t":{"0":20000,"1":7}}')

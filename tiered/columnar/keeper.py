@@ -408,19 +408,7 @@ class ColumnarKeeper:
                               md: RemoteLogSegmentMetadata) -> list[tuple[int, int, int]]:
         """(producer id, first offset, last offset) of the aborted transactions over the segment's offsets: from the
         remote transaction indexes from this segment on, then the local ones (as a remote fetch collects them)."""
-        upper = md.end_offset + 1
-        found: list[Any] = []
-        complete = False
-        for seg in self.parts.finished_segments(tip):
-            if seg.end_offset < md.start_offset:
-                continue
-            result = self.parts.index_cache.collect_aborted_txns(seg, md.start_offset, upper)
-            found.extend(result.aborted_txns)
-            if result.is_complete:
-                complete = True
-                break
-        if not complete:
-            found.extend(log.collect_aborted_transactions(md.start_offset, upper))
+        found = self.parts.collect_aborted_transactions(log, tip, md.start_offset, md.end_offset + 1)
         return sorted({(t.producer_id, t.first_offset, t.last_offset) for t in found})
 
 

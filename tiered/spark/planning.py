@@ -452,7 +452,6 @@ def _plan_log(log: Log, start: int, end: int, opts: SourceOptions, bounds: Bound
     pieces: list[Piece] = []
     local_start = log.local_log_start_offset
     rlm: Any = log.remote_tier  # tiered's RemoteLogManager (local only knows the RemoteTier protocol)
-    aborted: list[tuple[int, int, int]] = []
     cursor = start
     if opts.tiers in ("both", "remote") and rlm is not None and getattr(rlm, "metadata", None) is not None:
         from tiered.metadata import encode_metadata
@@ -487,9 +486,6 @@ def _plan_log(log: Log, start: int, end: int, opts: SourceOptions, bounds: Bound
             for a, b in _byte_ranges(index, md.start_offset, lo, size, opts.max_bytes_per_partition):
                 pieces.append(Piece(**base, from_offset=lo, until_offset=hi, start_position=a, end_position=b,
                                     remote_metadata=encode_metadata(md)))
-            if opts.read_committed:
-                found = rlm.index_cache.collect_aborted_txns(md, lo, hi)
-                aborted.extend((t.producer_id, t.first_offset, t.last_offset) for t in found.aborted_txns)
             cursor = md.end_offset + 1
     if opts.tiers == "both" and cursor < min(local_start, end) and opts.fail_on_data_loss:
         if rlm is None:
@@ -513,6 +509,8 @@ def _plan_log(log: Log, start: int, end: int, opts: SourceOptions, bounds: Bound
             if bounds.timestamp_lo_ms is not None and seg.largest_timestamp < bounds.timestamp_lo_ms:
                 continue
             lo, hi = max(cursor, seg.base_offset), min(seg_end, end)
+            if lo >= hi:
+                continue  # the segment starts at or after the end
 
             def local_index(seg: Any = seg) -> Any:
                 return seg.offset_index
@@ -520,11 +518,13 @@ def _plan_log(log: Log, start: int, end: int, opts: SourceOptions, bounds: Bound
             for a, b in _byte_ranges(local_index, seg.base_offset, lo, seg.size, opts.max_bytes_per_partition):
                 pieces.append(Piece(**base, from_offset=lo, until_offset=hi, start_position=a, end_position=b,
                                     local_path=str(_original_path(log, seg))))
-        if opts.read_committed and cursor < end:
-            aborted.extend((t.producer_id, t.first_offset, t.last_offset)
-                           for t in log.collect_aborted_transactions(cursor, end))
-    if aborted:
-        unique = sorted(set(aborted))
+    if opts.read_committed and pieces:
+        first = pieces[0].from_offset
+        if any(p.remote_metadata is not None for p in pieces):  # (a remote piece comes first: rlm is the tier)
+            found = rlm.parts.collect_aborted_transactions(log, rlm.topic_id_partition(log), first, end)
+        else:
+            found = log.collect_aborted_transactions(first, end)
+        unique = sorted({(t.producer_id, t.first_offset, t.last_offset) for t in found})
         for p in pieces:
             p.aborted = [t for t in unique if t[1] < p.until_offset and t[2] >= p.from_offset]
     return pieces
