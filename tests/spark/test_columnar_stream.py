@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,7 @@ from tiered.columnar.manifest import partition_dir, read_manifest, stored_file
 from tiered.remote_log_manager import RemoteLogManager
 from tiered.spark.arrow_records import ARROW_SCHEMA, Projection
 from tiered.spark.options import SparkSourceOptionError, parse_options
-from tiered.spark.planning import ColumnarFileGoneError, Piece, plan
+from tiered.spark.planning import ColumnarFileGoneError, Piece, SparkSourceDataLossError, plan
 from tiered.spark.reader import read_piece
 from tiered.spark.source import TieredStreamReader
 
@@ -172,6 +174,56 @@ def test_the_plan_reads_the_copied_offsets_from_parquet_and_the_rest_from_the_lo
     assert [(p.parquet_path is not None, p.from_offset) for p in batch][:len(m.files)] == [
         (True, max(5, f.base_offset)) for f in m.files]
     assert batch[-1].parquet_path is None and batch[-1].until_offset == nxt + 7
+
+
+def _read_rows(pieces: list[Piece]) -> list[dict[str, Any]]:
+    return [r for p in pieces for rb in read_piece(p) for r in rb.to_pylist()]
+
+
+def test_a_parquet_piece_whose_file_is_gone_since_the_plan_reads_its_offsets_from_the_remote_tier(
+        root: Path, tmp_path: Path) -> None:
+    """A file retired by a merge or by retention, and deleted once its delay passed, under a read planned before: the
+    read used to fail (ColumnarFileGoneError). The piece's offsets are read from the remote segments that hold them,
+    the same rows (aborted ones dropped under read_committed); offsets retention deleted since the plan are data loss,
+    or skipped with failOnDataLoss=false; an executor that cannot tell which records are aborted (the search for
+    aborts needs the local transaction indexes and the data dir is not there) still names the file."""
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    committed = {"isolationLevel": "read_committed"}
+    for topic, extra in (("c", {}), ("c", committed), ("tx", {}), ("tx", committed)):
+        copied = [p for p in plan(parse_options(_options(copy, topics=topic, **extra))) if p.parquet_path is not None]
+        assert copied and all(p.topic_id is not None for p in copied)
+        whole = _read_rows(copied)
+        assert whole and [r["offset"] for r in whole] == sorted({r["offset"] for r in whole})
+        for p in copied:
+            os.rename(p.parquet_path, f"{p.parquet_path}.gone")  # type: ignore[arg-type]
+        assert _read_rows(copied) == whole, (topic, extra)
+        if topic == "c" and extra:  # no transaction index in the remote tier: the search goes on to the local ones
+            data = copy / "data"
+            data.rename(copy / "elsewhere")  # an executor on a machine without the data dir
+            with pytest.raises(ColumnarFileGoneError, match="cannot read its offsets from the log"):
+                _read_rows(copied)
+            (copy / "elsewhere").rename(data)
+        for p in copied:
+            os.rename(f"{p.parquet_path}.gone", p.parquet_path)  # type: ignore[arg-type]
+    with LogManager(LogConfig.from_properties(local_tier_props(copy)), start_scheduler=False) as m:
+        log = m.get_log("c", 0)
+        rlm = m.remote_tier
+        assert log is not None and isinstance(rlm, RemoteLogManager)
+        _append_c(log, 0, 16_000, 30_000)
+        log.roll()
+        rlm.run_once(m.all_logs())  # the second segment's rows merged into the file with the first's
+        piece = next(p for p in plan(parse_options(_options(copy, topics="c"))) if p.parquet_path is not None)
+        first = rlm.finished_segments(rlm.topic_id_partition(log))[0]
+        assert piece.from_offset == first.start_offset < first.end_offset + 1 < piece.until_offset
+        log.delete_records(first.end_offset + 1)  # remote retention then deletes the first segment
+        assert rlm.cleanup_remote_segments(log) >= 1
+    os.rename(piece.parquet_path, f"{piece.parquet_path}.gone")  # type: ignore[arg-type]
+    with pytest.raises(SparkSourceDataLossError, match=rf"offsets \[{first.start_offset}, {first.end_offset + 1}\) "
+                                                       "are in no remote segment any more"):
+        _read_rows([piece])
+    piece.fail_on_data_loss = False
+    assert [r["offset"] for r in _read_rows([piece])] == list(range(first.end_offset + 1, piece.until_offset))
 
 
 def _committed(root: Path, topic: str) -> list[Any]:

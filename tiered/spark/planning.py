@@ -79,6 +79,7 @@ class Piece:
     filters: list[FilterSpec] = field(default_factory=list)
     timestamp_lo_ms: int | None = None
     parquet_path: str | None = None  # a file of the columnar copy (then no byte range: the offsets say what to read)
+    topic_id: str | None = None  # a Parquet piece's: where its file is gone, the worker reads the log's remote segments
 
     @property
     def description(self) -> str:
@@ -441,9 +442,13 @@ def columnar_files(log: Log, start: int, end: int, root: Path) -> list[tuple[str
 
 def _columnar_pieces(log: Log, start: int, end: int, root: Path, base: dict[str, Any]) -> list[Piece]:
     """One piece per file of the columnar copy holding offsets of ``[start, end)`` (:func:`columnar_files`)."""
+    from local.checkpoint import kafka_uuid_to_str
+
+    files = columnar_files(log, start, end, root)
+    topic_id = kafka_uuid_to_str(log.topic_id) if files and log.topic_id is not None else None
     return [Piece(**base, from_offset=max(start, first), until_offset=min(end, last + 1), start_position=0,
-                  end_position=None, parquet_path=path)
-            for path, first, last, _file_last in columnar_files(log, start, end, root)]
+                  end_position=None, parquet_path=path, topic_id=topic_id)
+            for path, first, last, _file_last in files]
 
 
 def _plan_log(log: Log, start: int, end: int, opts: SourceOptions, bounds: Bounds, base: dict[str, Any]) -> list[Piece]:

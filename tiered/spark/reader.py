@@ -16,7 +16,8 @@ A Parquet piece (a file of the columnar copy, :mod:`tiered.columnar`) is read wi
 time, each page's CRC checked: only the row groups whose ``offset`` statistics meet the piece's offsets (and whose ``timestamp`` ones reach a
 pushed timestamp floor), only the columns needed, rows cut to ``[from_offset, until_offset)``, ``NOT aborted``
 under read_committed, then the pushed filters and the projection as for the log. A file deleted since the plan
-(retention or a merge retired it, and ``remote.log.columnar.file.delete.delay.ms`` passed) raises
+(retention or a merge retired it, and ``remote.log.columnar.file.delete.delay.ms`` passed) is read from the
+partition's remote segments instead (:func:`_log_pieces_instead`); where this executor cannot do that, it raises
 :class:`~tiered.spark.planning.ColumnarFileGoneError` naming it: a new read, or a restarted streaming query, plans
 again from the current manifest.
 """
@@ -352,9 +353,17 @@ def _read_parquet(piece: Piece, projection: Projection | None) -> Iterator[pa.Re
     try:
         parquet = pq.ParquetFile(path, page_checksum_verification=True)  # holds the file open: a deletion from now on does not stop the read
     except FileNotFoundError:
-        raise ColumnarFileGoneError(
-            f"{piece.description}: the columnar copy's file is gone (retention or a merge retired it after the read "
-            "was planned); run the read again (a restarted streaming query plans the batch again)", path=path) from None
+        instead = _log_pieces_instead(piece)
+        if instead is None:
+            raise ColumnarFileGoneError(
+                f"{piece.description}: the columnar copy's file is gone (retention or a merge retired it after the read "
+                "was planned) and this executor cannot read its offsets from the log instead; run the read again (a "
+                "restarted streaming query plans the batch again)", path=path) from None
+        logger.info("%s: the columnar copy's file is gone since the plan; reading its offsets from the remote tier "
+                    "(%d segments)", piece.description, len(instead))
+        for log_piece in instead:
+            yield from read_piece(log_piece, projection)
+        return
     except (OSError, pa.ArrowException) as exc:
         raise _damaged(piece, exc) from exc
     try:
@@ -363,6 +372,92 @@ def _read_parquet(piece: Piece, projection: Projection | None) -> Iterator[pa.Re
         raise _damaged(piece, exc) from exc
     finally:
         parquet.close()
+
+
+def _log_pieces_instead(piece: Piece) -> list[Piece] | None:
+    """The offsets of a Parquet piece whose file is gone (a merge or retention retired it, and its delete delay passed,
+    since the plan), as pieces of the partition's remote segments listed now; None where this executor cannot tell
+    which records of them are aborted under read_committed (the search for aborts reaches past the remote segments
+    and the partition's data dir is not here). Offsets no remote segment holds any more (retention) are data loss:
+    :class:`SparkSourceDataLossError`, or skipped with a warning under failOnDataLoss=false."""
+    from local.checkpoint import kafka_uuid_from_str
+    from tiered.metadata import encode_metadata
+    from tiered.remote_tier_parts import collect_aborted_transactions
+    from tiered.rsm import TopicIdPartition
+
+    if piece.topic_id is None or not piece.cache_dir:
+        return None
+    tip = TopicIdPartition(kafka_uuid_from_str(piece.topic_id), piece.topic, piece.partition)
+    pieces: list[Piece] = []
+    missing: list[tuple[int, int]] = []
+    with remote_log_manager(piece.props, piece.cache_dir) as rlm:
+        cursor, until = piece.from_offset, piece.until_offset
+        for md in _segments_now(rlm, tip):
+            if md.end_offset < cursor:
+                continue
+            if md.start_offset >= until:
+                break
+            if md.start_offset > cursor:
+                missing.append((cursor, md.start_offset))
+            lo, hi = max(cursor, md.start_offset), min(md.end_offset + 1, until)
+            start = 0 if lo <= md.start_offset else rlm.index_cache.get_index_entry(md).offset_index.lookup(lo).position
+            pieces.append(dataclasses.replace(piece, from_offset=lo, until_offset=hi, start_position=start,
+                                              end_position=None, remote_metadata=encode_metadata(md), parquet_path=None))
+            cursor = hi
+        if cursor < until:
+            missing.append((cursor, until))
+        if piece.read_committed and pieces:
+            local = _LocalTxnIndexes(piece)
+            found = collect_aborted_transactions(rlm.metadata, rlm.index_cache, local, tip,  # type: ignore[arg-type]
+                                                 pieces[0].from_offset, until)
+            if local.needed_but_absent:
+                return None
+            unique = sorted({(t.producer_id, t.first_offset, t.last_offset) for t in found})
+            for p in pieces:
+                p.aborted = [t for t in unique if t[1] < p.until_offset and t[2] >= p.from_offset]
+    if missing:
+        gone = ", ".join(f"[{a}, {b})" for a, b in missing)
+        if piece.fail_on_data_loss:
+            raise SparkSourceDataLossError(
+                f"{piece.description}: the columnar copy's file is gone since the plan and offsets {gone} are in no "
+                "remote segment any more (deleted by retention); set failOnDataLoss=false to skip them",
+                offset=missing[0][0])
+        logger.warning("%s: offsets %s were deleted by retention since the plan (failOnDataLoss=false): skipped",
+                       piece.description, gone)
+    return pieces
+
+
+class _LocalTxnIndexes:
+    """The partition's local transaction indexes, read from its directory under ``log.dirs`` where this machine has
+    it (as a log's ``collect_aborted_transactions``; nothing is written); ``needed_but_absent`` once a search
+    needed them and the directory is not here."""
+
+    def __init__(self, piece: Piece) -> None:
+        self.piece = piece
+        self.needed_but_absent = False
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[Any]:
+        from local import LogConfig, filenames
+        from local.index.txn_index import TransactionIndex
+
+        name = f"{self.piece.topic}-{self.piece.partition}"
+        dirs = [Path(d) / name for d in LogConfig.from_properties(self.piece.props).log_dirs]
+        found = [d for d in dirs if d.is_dir()]
+        if not found:
+            self.needed_but_absent = True
+            return []
+        files = sorted(found[0].glob(f"*{filenames.TXN_INDEX_FILE_SUFFIX}"))
+        aborted: list[Any] = []
+        for path in files:
+            try:
+                base = filenames.offset_from_file_name(path.name)
+            except ValueError:
+                continue
+            result = TransactionIndex(base, path).collect_aborted_txns(start_offset, upper_bound_offset)
+            aborted.extend(result.aborted_txns)
+            if result.is_complete:
+                break
+        return aborted
 
 
 def _damaged(piece: Piece, exc: BaseException) -> CorruptRecordError:
