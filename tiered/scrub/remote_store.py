@@ -15,7 +15,7 @@ Per partition found in the store (``<prefix>/<topic>-<topicId>/<partition>/``):
   header and CRC checked (:class:`tiered.scrub.batches.BatchScanner`), its size compared with ``segment_size_in_bytes``
   (which is clamped at 2^31-1), its last offset with ``end_offset``; its indexes are checked against those
   batches as local ones are; the producer snapshot and epoch checkpoint parse; the recorded per-chunk checksums
-  are verified by :func:`_check_remote_checksums`;
+  are checked on the bytes the scan reads (:class:`tiered.scrub.object_checksums.ObjectCheck`: each object is read once);
 * a segment left COPY_SEGMENT_STARTED or DELETE_SEGMENT_STARTED is an incomplete operation (its objects are
   garbage until the next copy pass removes them); objects of a DELETE_SEGMENT_FINISHED segment, and objects no
   metadata names, are orphans;
@@ -38,7 +38,7 @@ from typing import Any
 
 from local.records.constants import INT32_MAX
 from tiered import layout
-from tiered.checksums import SegmentChecksums
+from tiered.checksums import ChecksumProblem, SegmentChecksums, object_name
 from tiered.errors import RemoteChunkError, RemoteResourceNotFoundError, TieredStorageError
 from tiered.format.manifest import MANIFEST_SUFFIX, PACKED_INDEXES_SUFFIX, SegmentManifest, read_manifest
 from tiered.ownership import OwnerRecord, within_lineage
@@ -53,6 +53,7 @@ from tiered.scrub.files import (
     check_txn_index,
     offset_entry_sizes_of_bytes,
 )
+from tiered.scrub.object_checksums import ObjectCheck
 from tiered.scrub.report import PartitionReport, Problem
 from tiered.store import ObjectStore, get_all
 
@@ -66,31 +67,21 @@ _SUFFIX_NAMES = {layout.LOG_SUFFIX.lstrip("."): layout.LOG_SUFFIX, **{t.suffix.l
                  _MANIFEST[1:]: _MANIFEST, _PACKED[1:]: _PACKED}
 
 
-def _check_remote_checksums(rsm: Any, metadata: RemoteLogSegmentMetadata, keys: dict[str, str],
-                            sums: SegmentChecksums | None) -> list[Problem]:
-    """The per-chunk crc32c checksums recorded with a segment's FINISHED metadata (:mod:`tiered.checksums`),
-    checked against every object of the segment: one ``checksum_mismatch`` problem per chunk that differs, per
-    object shorter or longer than recorded or unreadable (a missing one is reported by the object listing). ``keys``
-    maps each suffix present to its object key (for the report when the store names objects differently). Segments
-    uploaded before checksums existed pass: there is nothing to check them against. ``sums``: the checksums of the
-    segment's FINISHED event, as the scrub read it (:meth:`RemoteScrub.load_metadata`): not looked up again in the
-    store (a lookup per segment lists and reads every event of the partition: quadratic in its segments)."""
+def _checksum_problems(rsm: Any, metadata: RemoteLogSegmentMetadata, keys: dict[str, str],
+                       found: list[ChecksumProblem]) -> list[Problem]:
+    """The per-chunk crc32c checksums recorded with a segment's FINISHED metadata (:mod:`tiered.checksums`) that
+    the segment's objects did not match, as the scrub reports them: one ``checksum_mismatch`` problem per chunk that
+    differs, per object shorter or longer than recorded. ``keys`` maps each suffix present to its object key (for
+    the report when the store names objects differently: the packed ``.indexes``)."""
     from tiered.checksums import object_name
-    from tiered.scrub.object_checksums import verify_object_checksums
 
-    # The checksums name a part by its suffix; the store may keep it in another object (the packed .indexes).
-    if sums is None:
-        return []
     stored = {object_name(rsm, metadata, suffix): (suffix, key) for suffix, key in keys.items()}
     problems = []
-    for found in verify_object_checksums(rsm, metadata, sums):
-        if found.kind == "missing":
-            continue  # the scrub's own object listing reports it as missing_object
-        kind = "unreadable" if found.kind == "unreadable" else "checksum_mismatch"
-        suffix, key = stored.get(found.object, ("", found.object))
-        part = f" (its {suffix} part)" if key != found.object else ""
-        problems.append(Problem(kind, f"{found.kind}{part}: {found.detail} (bytes {found.start}..{found.end})",
-                                object=key, position=found.start))
+    for problem in found:
+        suffix, key = stored.get(problem.object, ("", problem.object))
+        part = f" (its {suffix} part)" if key != problem.object else ""
+        problems.append(Problem("checksum_mismatch", f"{problem.kind}{part}: {problem.detail} (bytes "
+                                f"{problem.start}..{problem.end})", object=key, position=problem.start))
     return problems
 
 
@@ -373,14 +364,23 @@ class RemoteScrub:
                                             object=keys[suffix], offset=md.start_offset))
         if layout.LOG_SUFFIX not in present:
             return
-        scan = self._scan_log(md, keys[layout.LOG_SUFFIX], out)
+        # The checksums recorded with the segment (none for a copy made before they existed) are checked on the
+        # bytes the scan reads anyway: each object is read once (an object missing is the listing's to report).
+        sums = self.recorded_checksums(md)
+        checks = {} if sums is None else {
+            suffix: ObjectCheck(sums, suffix, object_name(self.rsm, md, suffix), str(md.remote_log_segment_id))
+            for suffix in sums.objects if suffix in present}
+        scan = self._scan_log(md, keys[layout.LOG_SUFFIX], out, checks.get(layout.LOG_SUFFIX))
         if scan is None:
             return
-        self._check_indexes(md, present, keys, scan, out)
-        out.problems += _check_remote_checksums(self.rsm, md, {s: keys[s] for s in present},
-                                                self.recorded_checksums(md))
+        checked = self._check_indexes(md, present, keys, scan, out, checks)
+        mismatched = [p for suffix, check in checks.items() if suffix == layout.LOG_SUFFIX or suffix in checked
+                      for p in check.finish()]
+        out.problems += _checksum_problems(self.rsm, md, {s: keys[s] for s in present}, mismatched)
 
-    def _scan_log(self, md: RemoteLogSegmentMetadata, key: str, out: PartitionReport) -> BatchScanner | None:
+    def _scan_log(self, md: RemoteLogSegmentMetadata, key: str, out: PartitionReport,
+                  check: ObjectCheck | None = None) -> BatchScanner | None:
+        """The ``.log`` object's batches scanned (and, with ``check``, its recorded checksums fed), read once."""
         size = md.segment_size_in_bytes
         known = 0 <= size < INT32_MAX
         scan = BatchScanner(key, remote=True, segment_base=md.start_offset, min_offset=md.start_offset,
@@ -388,6 +388,8 @@ class RemoteScrub:
         try:
             for chunk in self._log_chunks(md):
                 scan.feed(chunk)
+                if check is not None:
+                    check.feed(chunk)
         except RemoteResourceNotFoundError as exc:
             out.problems.append(Problem("missing_object", f"the object vanished while being read: {exc}", object=key))
             return None
@@ -456,8 +458,11 @@ class RemoteScrub:
         return None
 
     def _check_indexes(self, md: RemoteLogSegmentMetadata, present: dict[str, str], keys: dict[str, str],
-                       scan: BatchScanner, out: PartitionReport) -> None:
+                       scan: BatchScanner, out: PartitionReport, checks: dict[str, ObjectCheck]) -> set[str]:
+        """Each index present read once, checked against the batches and fed to its checksum check (``checks``);
+        the suffixes of those read."""
         base = md.start_offset
+        read: set[str] = set()
         if out.check_content:
             out.segment_aborted[base] = ()  # (no transaction index: no aborted transaction)
         for kind in IndexType:
@@ -469,6 +474,9 @@ class RemoteScrub:
                 if kind is IndexType.TRANSACTION:
                     out.segment_aborted[base] = None
                 continue
+            read.add(kind.suffix)
+            if kind.suffix in checks:
+                checks[kind.suffix].feed(data)
             if kind is IndexType.OFFSET:
                 sizes = offset_entry_sizes_of_bytes(data, scan.bytes_seen)
                 if not sizes:
@@ -491,6 +499,7 @@ class RemoteScrub:
                 problems, notes = check_leader_epoch_checkpoint(data, key, remote=True), []
             out.problems += problems
             out.notes += notes
+        return read
 
 
 def check_tier_gap(report: PartitionReport) -> None:
