@@ -994,6 +994,44 @@ def test_the_remote_scrub_reads_each_segment_object_once(dirs: Path) -> None:
     assert max(reads.values()) == 1, [key for key, n in reads.items() if n > 1]
 
 
+
+def test_the_remote_scrub_reads_a_partitions_segments_several_at_once(dirs: Path) -> None:
+    """On S3 each read of a segment is a round trip: the segments of a partition are scrubbed SEGMENT_THREADS at a
+    time (the first two here each wait until the other's read started: one at a time, the first would wait for
+    ever), and the report is the one a scrub of one segment at a time makes, in the same order."""
+    import threading
+
+    from local import LogConfig
+    from tiered.commands.verify import _remote_tier, scrub
+    from tiered.scrub import remote_store
+
+    def run(both_at_once: threading.Barrier | None) -> Any:
+        rsm = _remote_tier(LogConfig.from_properties(_props(dirs)))
+        fetch, waited = rsm.fetch_log_segment, set()
+
+        def fetch_log_segment(md: Any, *args: Any) -> Any:
+            if both_at_once is not None and len(waited) < 2 and md.remote_log_segment_id not in waited:
+                waited.add(md.remote_log_segment_id)
+                both_at_once.wait()
+            return fetch(md, *args)
+
+        rsm.fetch_log_segment = fetch_log_segment
+        try:
+            return scrub([dirs / "data"], rsm, remote_by_default=False)
+        finally:
+            rsm.close()
+
+    assert remote_store.SEGMENT_THREADS >= 2
+    parallel = run(threading.Barrier(2, timeout=120))
+    assert parallel.ok and sum(p.remote_segments for p in parallel.partitions) >= 4
+    serial_threads, remote_store.SEGMENT_THREADS = remote_store.SEGMENT_THREADS, 1
+    try:
+        serial = run(None)
+    finally:
+        remote_store.SEGMENT_THREADS = serial_threads
+    assert [p.to_json() for p in parallel.partitions] == [p.to_json() for p in serial.partitions]
+    assert [p.segment_records for p in parallel.partitions] == [p.segment_records for p in serial.partitions]
+
 @settings(max_examples=200, deadline=None)
 @given(data=st.binary(min_size=0, max_size=300), chunk=st.integers(1, 40), cuts=st.lists(st.integers(0, 400)),
        flips=st.sets(st.integers(0, 299), max_size=3), change=st.integers(-50, 50))

@@ -32,7 +32,9 @@ from __future__ import annotations
 import itertools
 import re
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +67,9 @@ _MANIFEST = MANIFEST_SUFFIX
 _PACKED = PACKED_INDEXES_SUFFIX
 _SUFFIX_NAMES = {layout.LOG_SUFFIX.lstrip("."): layout.LOG_SUFFIX, **{t.suffix.lstrip("."): t.suffix for t in IndexType},
                  _MANIFEST[1:]: _MANIFEST, _PACKED[1:]: _PACKED}
+
+
+SEGMENT_THREADS = 4  # a partition's remote segments scrubbed at once (each reads and scans one object at a time)
 
 
 def _checksum_problems(rsm: Any, metadata: RemoteLogSegmentMetadata, keys: dict[str, str],
@@ -274,9 +279,13 @@ class RemoteScrub:
                     "incomplete_remote_operation", f"segment {sid} ({md.start_offset}..{md.end_offset}) {why}",
                     object=layout.metadata_event_key(self.prefix, md.remote_log_segment_id, md.start_offset,
                                                      int(md.state)), offset=md.start_offset))
-        for md in finished:
-            self._scrub_segment(md, group.objects.get((md.start_offset, layout.kafka_uuid(md.remote_log_segment_id.id)),
-                                                      {}), out)
+        for part in self._scrub_segments(finished, group, out):
+            out.problems += part.problems
+            out.notes += part.notes
+            out.remote_bytes += part.remote_bytes
+            out.segment_records.update(part.segment_records)
+            out.segment_content.update(part.segment_content)
+            out.segment_aborted.update(part.segment_aborted)
         reach = None  # the segment reaching the highest end offset so far
         for before, after in itertools.pairwise(finished):
             reach = before if reach is None or before.end_offset > reach.end_offset else reach
@@ -294,6 +303,30 @@ class RemoteScrub:
         out.remote_segments += len(finished)
         out.remote_end_offset = max((md.end_offset for md in finished), default=out.remote_end_offset)
         self.report.segments += len(finished)
+
+    def _scrub_segments(self, finished: list[RemoteLogSegmentMetadata], group: _RemotePartition,
+                        out: PartitionReport) -> Iterator[PartitionReport]:
+        """Each segment of ``finished`` scrubbed into a report of its own, in order; up to :data:`SEGMENT_THREADS`
+        at once (on S3 a segment's reads are round trips: one at a time, verify of a partition of 1,800 segments
+        took 3 minutes against SeaweedFS on loopback)."""
+        def one(md: RemoteLogSegmentMetadata) -> PartitionReport:
+            part = PartitionReport(out.topic, out.partition, check_content=out.check_content)
+            self._scrub_segment(md, group.objects.get((md.start_offset, layout.kafka_uuid(md.remote_log_segment_id.id)),
+                                                      {}), part)
+            return part
+
+        if len(finished) <= 1 or SEGMENT_THREADS <= 1:
+            yield from map(one, finished)
+            return
+        with ThreadPoolExecutor(SEGMENT_THREADS, thread_name_prefix="verify-segment") as pool:
+            # (submitted a window at a time: a partition's reports are not all held at once)
+            pending: deque[Future[PartitionReport]] = deque()
+            for md in finished:
+                pending.append(pool.submit(one, md))
+                if len(pending) >= 2 * SEGMENT_THREADS:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
 
     def _check_lineage(self, finished: list[RemoteLogSegmentMetadata], owners: list[OwnerRecord],
                        out: PartitionReport) -> list[RemoteLogSegmentMetadata]:
