@@ -358,7 +358,6 @@ def test_read_committed_ends_before_an_abort_marker_segments_later_and_still_dro
         for name in ("00000000000000000000", "00000000000000000005", "00000000000000000006"):
             for suffix in (".log", ".index", ".timeindex", ".txnindex"):
                 (tmp_path / "data" / "t-0" / f"{name}{suffix}").unlink(missing_ok=True)
-        (tmp_path / "data" / "log-start-offset-checkpoint").unlink(missing_ok=True)
     options = {**{f"config.{k}": v for k, v in props.items()}, "cacheDir": str(tmp_path / "cache"), "topics": "t",
                "isolationLevel": "read_committed", "tiers": tiers}
     for ending, wanted in ((5, [b"plain0", b"plain1"]), (6, [b"plain0", b"plain1", b"plain2"]),
