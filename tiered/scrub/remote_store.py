@@ -69,7 +69,7 @@ _SUFFIX_NAMES = {layout.LOG_SUFFIX.lstrip("."): layout.LOG_SUFFIX, **{t.suffix.l
                  _MANIFEST[1:]: _MANIFEST, _PACKED[1:]: _PACKED}
 
 
-SEGMENT_THREADS = 4  # a partition's remote segments scrubbed at once (each reads and scans one object at a time)
+SEGMENT_THREADS = 8  # a partition's remote segments scrubbed at once (each reads and scans one object at a time)
 
 
 def _checksum_problems(rsm: Any, metadata: RemoteLogSegmentMetadata, keys: dict[str, str],
