@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from local.scheduler import Time
 from tiered.errors import RemoteStorageError
@@ -35,8 +35,14 @@ class SegmentLister(Protocol):
     def readable_segments(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]: ...
 
 
-def collect_aborted_transactions(metadata: SegmentLister, index_cache: RemoteIndexCache, log: Log, tip: TopicIdPartition,
-                                 fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+class LocalAborts(Protocol):
+    """Where the local transaction indexes are searched (a :class:`local.log.Log`)."""
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[Any]: ...
+
+
+def collect_aborted_transactions(metadata: SegmentLister, index_cache: RemoteIndexCache, log: LocalAborts,
+                                 tip: TopicIdPartition, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
     """The aborted transactions overlapping ``[fetch_offset, upper_bound_offset)``, as Kafka's
     ``collectAbortedTransactions`` finds them over both tiers: the remote transaction indexes from the segment holding
     ``fetch_offset`` on, then the local ones, until an entry says the search is complete.

@@ -408,8 +408,7 @@ def _log_pieces_instead(piece: Piece) -> list[Piece] | None:
             missing.append((cursor, until))
         if piece.read_committed and pieces:
             local = _LocalTxnIndexes(piece)
-            found = collect_aborted_transactions(rlm.metadata, rlm.index_cache, local, tip,  # type: ignore[arg-type]
-                                                 pieces[0].from_offset, until)
+            found = collect_aborted_transactions(rlm.metadata, rlm.index_cache, local, tip, pieces[0].from_offset, until)
             if local.needed_but_absent:
                 return None
             unique = sorted({(t.producer_id, t.first_offset, t.last_offset) for t in found})
