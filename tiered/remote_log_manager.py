@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -167,9 +168,11 @@ class RemoteLogManager:
                     custom_metadata_max_bytes=self.custom_metadata_max_bytes,
                     checksum_chunk_bytes=self.checksum_chunk_bytes, record=self.record_task_result,
                     stopping=self._stopping, copy_batch=self._copy_batch, columnar=self.columnar,
+                    claim_settled=self._start_claim_settled,
                 )
                 expiration = RLMExpirationTask(self.parts, tip, record=self.record_task_result, columnar=self.columnar,
-                                               check_stands_s=2 * self.task_interval_ms / 1000)
+                                               check_stands_s=2 * self.task_interval_ms / 1000,
+                                               claim_settled=self._start_claim_settled)
                 tasks = self._partition_tasks[tip] = (copy, expiration)
             return tasks
 
@@ -278,6 +281,11 @@ class RemoteLogManager:
         if settled is None or remaining <= 0:
             return False
         return not settled.wait(min(wait_s, remaining)) and time.monotonic() < held_until
+
+    def _start_claim_settled(self, log: Log) -> None:
+        """Wait until ``log``'s claim at a new owner epoch (:meth:`renew_ownership_behind`) is settled, never past the
+        start's hold: a scheduled run of its copy or expiration task works under the new claim, not beside it."""
+        self.awaiting_claim(log, wait_s=math.inf)
 
     def _claim_settled(self, log: Log) -> None:
         with self._claims_lock:

@@ -190,8 +190,13 @@ class RLMCopyTask:
         stopping: threading.Event | None = None,
         copy_batch: CopyBatch | None = None,
         columnar: ColumnarKeeper | None = None,
+        claim_settled: Callable[[Log], object] | None = None,
     ) -> None:
         self.parts = parts
+        # Waits until ``tiered run``'s start has settled the partition's claim at a new owner epoch: a run started
+        # beside the claim copied under the old one, and the copier process refused each copy at its end (a newer
+        # claim) and it was deleted: the first copies came an interval late, 60 s on a broker with that interval.
+        self._claim_settled = claim_settled
         # Keeps the Parquet copy of topics with remote.log.columnar.enable=true after each run (tiered.columnar).
         self._columnar = columnar
         # Copies through the copier process in batches of up to COPY_BATCH_SEGMENTS (None: one segment at a time).
@@ -218,6 +223,8 @@ class RLMCopyTask:
 
     def run(self, log: Log) -> PassResult:
         """One scheduled run: :meth:`copy_log_segments`, added to the manager's task totals."""
+        if self._claim_settled is not None:
+            self._claim_settled(log)
         result = self.copy_log_segments(log)
         self._record(result)
         return result

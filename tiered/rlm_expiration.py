@@ -43,17 +43,22 @@ class RLMExpirationTask:
     """See the module docstring."""
 
     def __init__(self, parts: RemoteTierParts, tip: TopicIdPartition, *, record: Callable[[PassResult], None],
-                 columnar: ColumnarKeeper | None = None, check_stands_s: float = 60.0) -> None:
+                 columnar: ColumnarKeeper | None = None, check_stands_s: float = 60.0,
+                 claim_settled: Callable[[Log], object] | None = None) -> None:
         self.parts = parts
         # How long another task's ownership check stands for a run with nothing to delete (see the module docstring).
         self._check_stands_s = check_stands_s
+        self._claim_settled = claim_settled
         self.tip = tip
         self._record = record
         self._columnar = columnar  # the columnar copy's keeper: its files below a moved log start retire at once
         self.lock = threading.Lock()
 
     def run(self, log: Log) -> PassResult:
-        """One scheduled run: :meth:`cleanup_remote_segments`, added to the manager's task totals."""
+        """One scheduled run: :meth:`cleanup_remote_segments`, added to the manager's task totals (after ``tiered
+        run``'s start settled the partition's claim at a new owner epoch: ``claim_settled``, as the copy task)."""
+        if self._claim_settled is not None:
+            self._claim_settled(log)
         result = PassResult(segments_deleted=self.cleanup_remote_segments(log))
         self._record(result)
         return result

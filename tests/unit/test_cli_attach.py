@@ -220,7 +220,9 @@ def test_status_shows_the_last_pass_of_run_too(tiered_topic: tuple[Path, Path], 
                                                capsys: pytest.CaptureFixture[str]) -> None:
     """A pass of `tiered run`'s scheduled tasks replaces offload's as the last one (here the pass cut short by a
     SIGTERM once the first copies landed, before its first task interval: events, not a --duration that a busy
-    machine can outlast before anything is copied)."""
+    machine can outlast before anything is copied). The first copies are made under the claim the start makes at a
+    new owner epoch: made beside it, under the old one, they were refused at their end and deleted, and the copies
+    came one task interval (a minute here) later."""
     import os
     import signal
     import subprocess
@@ -255,6 +257,7 @@ def test_status_shows_the_last_pass_of_run_too(tiered_topic: tuple[Path, Path], 
     finally:
         proc.kill()
     assert proc.returncode == 0, stderr
+    assert not list((tmp_path / "bucket").rglob("*.3.json")), "copies of the run were deleted (DELETE_SEGMENT_FINISHED)"
     copied = len(list((tmp_path / "bucket").rglob("*.log"))) - before
     assert copied > 0
     report = read_pass_report(data)

@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     with collecting_remote_errors() as errors:  # from the tasks' first run on
         with RichLoadProgress(console=console):  # startup of a large dir draws a progress bar on a terminal
-            manager = open_log_manager(config)  # starts the scheduler, and the remote tier's tasks with it
+            manager = open_log_manager(config, start_scheduler=False)  # started below, after the claims are set up
         if not manager.live_dirs:
             # Kafka halts a broker whose every log dir failed: serving nothing, with a process that looks healthy, is
             # worse than an exit a service manager sees.
@@ -143,6 +143,10 @@ def run(args: argparse.Namespace) -> int:
         rlm = remote_log_manager_of(manager)
         if rlm is not None:  # a new owner epoch for each partition it owns, before its reads and writes (tiered.ownership)
             _renew_ownership(rlm, manager.all_logs())
+        # The scheduler, and the remote tier's copy and expiration tasks with it: each partition's wait for its claim
+        # (above), as its reads and writes do; started before the claims were set up, a first copy ran under the old
+        # claim and was refused at its end.
+        manager.startup()
         try:
             endpoint = Endpoint(manager, claim_waiters=max(1, config.tiered_http_max_connections // 2))
             server = Server(endpoint, host, port, max_connections=config.tiered_http_max_connections,
