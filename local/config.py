@@ -429,6 +429,15 @@ def _validate_topic(cfg: TopicConfig, large_index_enabled: bool, source: str, *,
             f"large-index feature (KIP-1333); finalize it first with `{LARGE_INDEX_HINT}`",
             key=source, value=cfg.segment_bytes,
         )
+    if cfg.min_compaction_lag_ms > cfg.max_compaction_lag_ms:
+        # Kafka's LogConfig.validateValues (topic configs, and the broker defaults through
+        # validateBrokerLogConfigValues): a record could never be both old enough and not too old to be compacted.
+        broker = source.startswith("log.")
+        lo, hi = (("log.cleaner.min.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms") if broker
+                  else ("min.compaction.lag.ms", "max.compaction.lag.ms"))
+        raise ConfigError(
+            f"conflict topic config setting {lo} ({cfg.min_compaction_lag_ms}) > {hi} ({cfg.max_compaction_lag_ms})",
+            key=lo, value=cfg.min_compaction_lag_ms)
     if cfg.remote_storage_enable and cfg.compact:
         # Kafka's LogConfig.validateNoRemoteStorageForCompactedTopic: a cleaner rewriting segments the remote tier
         # already holds has no remote counterpart.

@@ -256,6 +256,28 @@ def test_a_cleaning_swaps_nothing_when_the_log_changed_under_it(tmp_path: Path) 
     log.close()
 
 
+def test_a_min_compaction_lag_above_the_max_is_refused_as_kafka_does(tmp_path: Path) -> None:
+    """Kafka's LogConfig.validateValues: min.compaction.lag.ms > max.compaction.lag.ms is a conflict, for a topic's
+    configs (create and alter) and for the broker's defaults."""
+    config = LogConfig.from_properties({"log.dirs": str(tmp_path / "d")})
+    conflict = r"conflict topic config setting min\.compaction\.lag\.ms \(100\) > max\.compaction\.lag\.ms \(10\)"
+    with pytest.raises(ConfigError, match=conflict):
+        config.topic_config({"min.compaction.lag.ms": "100", "max.compaction.lag.ms": "10"})
+    with pytest.raises(ConfigError, match=r"min\.compaction\.lag\.ms \(100\) > max\.compaction\.lag\.ms \(10\)"):
+        LogConfig.from_properties({"log.dirs": str(tmp_path / "d"), "log.cleaner.max.compaction.lag.ms": "10"}).topic_config(
+            {"min.compaction.lag.ms": "100"})
+    with pytest.raises(ConfigError, match=r"log\.cleaner\.min\.compaction\.lag\.ms \(100\) > "
+                                          r"log\.cleaner\.max\.compaction\.lag\.ms \(10\)"):
+        LogConfig.from_properties({"log.dirs": str(tmp_path / "d"), "log.cleaner.min.compaction.lag.ms": "100",
+                                   "log.cleaner.max.compaction.lag.ms": "10"})
+    config.topic_config({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "10"})  # equal: allowed
+    with LogManager(config, start_scheduler=False) as m:
+        m.get_or_create_log("t", 0, {"cleanup.policy": "compact"})
+        with pytest.raises(ConfigError, match=conflict):  # alter
+            m.get_or_create_log("t", 0, {"cleanup.policy": "compact", "min.compaction.lag.ms": "100",
+                                         "max.compaction.lag.ms": "10"})
+
+
 def test_remote_storage_and_compaction_are_refused_together_naming_both_keys(tmp_path: Path) -> None:
     config = LogConfig.from_properties({"log.dirs": str(tmp_path / "d")})
     with pytest.raises(ConfigError, match="remote.storage.enable: remote log storage is unsupported for compacted "
