@@ -573,6 +573,17 @@ class LogSegment(SegmentCore):
             )
         if map_end_offset is not None and producer_state_manager is not None:
             producer_state_manager.update_map_end_offset(map_end_offset)
+        # A segment the cleaner wrote may hold more batches past index.interval.bytes than its indexes have room for
+        # (the cleaner leaves the rest unindexed, see local.cleaner.cleaner.Cleaner._append): the rebuilt indexes stop
+        # where they are full (sparse: a lookup scans on from the last entry) rather than fail the load.
+        room = offset_index.max_entries - offset_index.reserved_slots - offset_index.entries
+        if len(index_offsets) > room:
+            logger.info("recovering %s: its offset index holds %d of its %d entries; the rest goes unindexed",
+                        self.log.source_path, room, len(index_offsets))
+            del index_offsets[max(room, 0):], index_positions[max(room, 0):]
+        room = time_index.max_entries - time_index.reserved_slots - time_index.entries
+        if len(time_timestamps) > room:
+            del time_timestamps[max(room, 0):], time_offsets[max(room, 0):]
         offset_index.append_many(index_offsets, index_positions)
         time_index.append_many(time_timestamps, time_offsets)
         truncated = end - valid_bytes

@@ -513,3 +513,34 @@ def test_a_read_whose_segment_is_swapped_out_under_it_skips_none_of_its_replacem
         assert [r.offset for r in next(info.records.batches()).records()] == [12]
     finally:
         log.close()
+
+
+def test_a_cleaned_segment_with_more_batches_than_its_index_room_is_recovered_after_a_crash(tmp_path: Path) -> None:
+    """segment.index.bytes=24 (valid: Kafka's minimum is 4) holds 3 offset and 2 time entries, so the log rolls every
+    2 batches; a cleaning merges two such segments into one of 4 batches, whose indexes have room for fewer entries
+    than index.interval.bytes=1 asks (the cleaner leaves the rest unindexed). A crash before the next flush recovers
+    that segment: the rebuilt indexes must stop where they are full, not fail the load with IndexFullError."""
+    time = MockTime(ms=1_700_000_000_000)
+    config = dataclasses.replace(topic_config(tmp_path, cleanup_policy="compact", index_interval_bytes=1,
+                                              segment_index_bytes=24, file_delete_delay_ms=0),
+                                 min_cleanable_dirty_ratio=0.0)
+    log = Log.open(tmp_path / "t-0", config, time=time, scheduler=time.scheduler)
+    for i in range(8):
+        time.sleep(1)
+        log.append(MemoryRecords.build([SimpleRecord(time.milliseconds(), b"k%d" % i, b"v%d" % i)]))
+    assert [s.base_offset for s in log.segments.values()] == [0, 2, 4, 6]
+    cleaner = LogCleaner(LogConfig.from_properties({"log.dirs": str(tmp_path)}), lambda: {("t", 0): log},
+                         lambda tp: tmp_path, time=time)
+    assert any(r.cleaned for r in cleaner.clean_pass())
+    log.delete_pending_segments()
+    assert [s.base_offset for s in log.segments.values()] == [0, 4, 6]
+    log.close_handlers()  # a crash: the recovery point is still 0
+    log = Log.open(tmp_path / "t-0", config, time=time, scheduler=time.scheduler, had_clean_shutdown=False)
+    try:
+        assert [(r.offset, r.value) for b in log.batches_from(0) for r in b.records()] == [
+            (i, b"v%d" % i) for i in range(8)]
+        for i in range(8):
+            assert next(iter(log.read(i, 100).records.batches())).base_offset == i
+        assert log.offset_for_timestamp(1_700_000_000_000 + 3).offset == 2
+    finally:
+        log.close_handlers()
