@@ -1032,6 +1032,47 @@ def test_the_remote_scrub_reads_a_partitions_segments_several_at_once(dirs: Path
     assert [p.to_json() for p in parallel.partitions] == [p.to_json() for p in serial.partitions]
     assert [p.segment_records for p in parallel.partitions] == [p.segment_records for p in serial.partitions]
 
+
+def test_a_scrub_ended_early_stops_the_segments_under_way(dirs: Path) -> None:
+    """Ctrl-C during verify --remote: the pool's exit waited for every segment under way to be read to its end (a
+    1 GiB segment on S3 takes minutes). They stop at their next chunk now. Here every segment after the first is
+    endless: the scrub closed after the first one's report ends at once."""
+    import threading
+
+    from local import LogConfig
+    from tiered.commands.verify import _remote_tier
+    from tiered.rsm import RemoteLogSegmentState
+    from tiered.scrub.remote_store import RemoteScrub
+    from tiered.scrub.report import PartitionReport
+
+    rsm = _remote_tier(LogConfig.from_properties(_props(dirs)))
+    try:
+        remote = RemoteScrub(rsm, progress=lambda n: None, add_total=lambda n: None)
+        group = max(remote.discover().values(), key=lambda g: len(g.objects))
+        report = PartitionReport(group.tip.topic, group.tip.partition)
+        finished = sorted((md for md in remote.load_metadata(group, report).values()
+                           if md.state is RemoteLogSegmentState.COPY_SEGMENT_FINISHED), key=lambda md: md.start_offset)
+        assert len(finished) >= 3
+        real, give_up = remote._log_chunks, time.monotonic() + 120  # (a bound for a run without the fix)
+
+        def chunks(md: Any) -> Any:
+            if md is finished[0]:
+                yield from real(md)
+                return
+            while time.monotonic() < give_up:  # endless, a chunk at a time
+                time.sleep(0.001)
+                yield b""
+
+        remote._log_chunks = chunks  # type: ignore[method-assign]
+        segments = remote._scrub_segments(finished, group, report)
+        assert next(segments).segment_records  # the first segment, scanned whole
+        closing = threading.Thread(target=segments.close)
+        closing.start()
+        closing.join(60)
+        assert not closing.is_alive(), "the segments under way were read on after the scrub ended"
+    finally:
+        rsm.close()
+
 @settings(max_examples=200, deadline=None)
 @given(data=st.binary(min_size=0, max_size=300), chunk=st.integers(1, 40), cuts=st.lists(st.integers(0, 400)),
        flips=st.sets(st.integers(0, 299), max_size=3), change=st.integers(-50, 50))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -67,6 +68,10 @@ _MANIFEST = MANIFEST_SUFFIX
 _PACKED = PACKED_INDEXES_SUFFIX
 _SUFFIX_NAMES = {layout.LOG_SUFFIX.lstrip("."): layout.LOG_SUFFIX, **{t.suffix.lstrip("."): t.suffix for t in IndexType},
                  _MANIFEST[1:]: _MANIFEST, _PACKED[1:]: _PACKED}
+
+
+class ScrubStopped(Exception):
+    """A segment's scan ended because the scrub was stopped (its report is not used)."""
 
 
 SEGMENT_THREADS = 8  # a partition's remote segments scrubbed at once (each reads and scans one object at a time)
@@ -162,6 +167,8 @@ class RemoteScrub:
         self.report = RemoteReport(f"{type(rsm).__module__}.{type(rsm).__qualname__}", self.prefix)
         # Per segment id: the checksums recorded with its events, as load_metadata read them (read once each).
         self._checksums: dict[str, SegmentChecksums] = {}
+        # Set when the scrub ends early (Ctrl-C): the segments being read stop at their next chunk.
+        self._stopping = threading.Event()
 
     def recorded_checksums(self, md: RemoteLogSegmentMetadata) -> SegmentChecksums | None:
         """The checksums recorded with ``md``'s events (its FINISHED one), as :meth:`load_metadata` read them; None
@@ -321,12 +328,20 @@ class RemoteScrub:
         with ThreadPoolExecutor(SEGMENT_THREADS, thread_name_prefix="verify-segment") as pool:
             # (submitted a window at a time: a partition's reports are not all held at once)
             pending: deque[Future[PartitionReport]] = deque()
-            for md in finished:
-                pending.append(pool.submit(one, md))
-                if len(pending) >= 2 * SEGMENT_THREADS:
+            try:
+                for md in finished:
+                    pending.append(pool.submit(one, md))
+                    if len(pending) >= 2 * SEGMENT_THREADS:
+                        yield pending.popleft().result()
+                while pending:
                     yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
+            except BaseException:
+                # Ended early (Ctrl-C, an error): the segments under way stop at their next chunk, the others never
+                # start; the pool's exit waited for a whole segment each (minutes for a 1 GiB one on S3).
+                self._stopping.set()
+                for future in pending:
+                    future.cancel()
+                raise
 
     def _check_lineage(self, finished: list[RemoteLogSegmentMetadata], owners: list[OwnerRecord],
                        out: PartitionReport) -> list[RemoteLogSegmentMetadata]:
@@ -420,6 +435,8 @@ class RemoteScrub:
                             total_size=size if known else None, progress=self.progress, content=out.check_content)
         try:
             for chunk in self._log_chunks(md):
+                if self._stopping.is_set():
+                    raise ScrubStopped(f"{key}: the scrub was stopped")
                 scan.feed(chunk)
                 if check is not None:
                     check.feed(chunk)
