@@ -176,6 +176,13 @@ class RemoteLogManager:
                 tasks = self._partition_tasks[tip] = (copy, expiration)
             return tasks
 
+    def known_copied_to(self, log: Log) -> int:
+        """The last offset the partition's copy task knows copied (-1 when it has not run), with no request to the
+        store: what the watcher's copy lag gauges count from (:func:`tiered.rlm_tasks.local_copy_lag`)."""
+        with self._partition_tasks_lock:
+            tasks = self._partition_tasks.get(topic_id_partition(log))
+        return -1 if tasks is None else tasks[0].copied_to
+
     def copy_task(self, log: Log) -> RLMCopyTask:
         return self._tasks(log)[0]
 

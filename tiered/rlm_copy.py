@@ -197,6 +197,10 @@ class RLMCopyTask:
         # beside the claim copied under the old one, and the copier process refused each copy at its end (a newer
         # claim) and it was deleted: the first copies came an interval late, 60 s on a broker with that interval.
         self._claim_settled = claim_settled
+        # The last offset this task knows copied (FINISHED, in its metadata view), kept as it copies: the watcher's
+        # copy lag gauges (tiered.rlm_tasks) count from it, as remote-log-state's highest copied offset moves only
+        # at a partition's first copy and at local retention.
+        self.copied_to = -1
         # Keeps the Parquet copy of topics with remote.log.columnar.enable=true after each run (tiered.columnar).
         self._columnar = columnar
         # Copies through the copier process in batches of up to COPY_BATCH_SEGMENTS (None: one segment at a time).
@@ -272,7 +276,8 @@ class RLMCopyTask:
                 checked = False
                 # One segment, or several in one request to the copier process (see _copy_batch).
                 copied, error = self._copy_segments(log, candidates[i : i + self._segments_per_request])
-                for done, _ in copied:
+                for done, after in copied:
+                    self.copied_to = max(self.copied_to, after.base_offset - 1)
                     result.segments_copied += 1
                     result.bytes_copied += done.size
                     lag_bytes -= done.size
@@ -298,7 +303,8 @@ class RLMCopyTask:
                     logger.error("copy of segment %d of %s to the remote tier failed: %s", candidates[i][0].base_offset,
                                  log.name, one_line_cause(error), exc_info=error)
                 break
-            self._set_lag(log, candidate_segments(self.parts, self.tip, log))
+            self.copied_to = highest_offset_in_remote_storage(self.parts, self.tip)
+            self._set_lag(log, segments_to_copy(log, self.copied_to))
             if result.segments_copied:
                 self.parts.update_log_size(self.tip)
             if (self._columnar is not None and log.config.remote_log_columnar_enable and not self._stopping.is_set()

@@ -45,13 +45,14 @@ def tiering_enabled(log: Log) -> bool:
     return not log.is_closed and bool(log.config.remote_storage_enable)
 
 
-def local_copy_lag(log: Log) -> tuple[int, int]:
+def local_copy_lag(log: Log, copied_to: int = -1) -> tuple[int, int]:
     """The closed segments below the last stable offset that are not copied yet as this data dir knows it (its
-    ``remote-log-state``'s highest copied offset), and their bytes: what the copy task would copy, with no request
-    to the store."""
+    ``remote-log-state``'s highest copied offset, or ``copied_to``, what its copy task copied, when higher: the state
+    file's offset moves only at the first copy and at local retention), and their bytes: what the copy task would
+    copy, with no request to the store."""
     from tiered.rlm_copy import segments_to_copy
 
-    behind = segments_to_copy(log, log.remote_log_state.highest_remote_offset)
+    behind = segments_to_copy(log, max(log.remote_log_state.highest_remote_offset, copied_to))
     return len(behind), sum(seg.size for seg, _ in behind)
 
 
@@ -101,7 +102,7 @@ class RLMTaskScheduler:
             metrics = self.rlm.parts.metrics
             for log in current.values():
                 if tiering_enabled(log):
-                    segments, size = local_copy_lag(log)
+                    segments, size = local_copy_lag(log, self.rlm.known_copied_to(log))
                     metrics.copy_lag_segments.labels(log.topic, log.partition).set(segments)
                     metrics.copy_lag_bytes.labels(log.topic, log.partition).set(size)
         with self._lock:

@@ -44,3 +44,24 @@ def test_the_copy_lag_gauges_say_the_backlog_of_a_partition_whose_copy_task_has_
         assert tier.rlm.copy_lag(log) == (4, sum(sizes))  # what the copy task would say
     finally:
         tier.manager.close()
+
+
+def test_the_watcher_does_not_call_copied_segments_a_backlog(tmp_path: Path) -> None:
+    """The watcher set the gauges from remote-log-state's highest copied offset, which a copy notes only for the
+    partition's first copy (local retention notes the rest): once a run had copied four segments, every interval the
+    watcher said 3 behind (the copies after the first) until the copy task's next run said 0 again, for as long as
+    local retention deleted nothing (a helper's run: 6 of 7 copied segments "behind" in 30% of /metrics samples)."""
+    tier = Tier(tmp_path, time=MockTime(ms=NOW))
+    try:
+        log = tier.log()
+        _segments(log, [30, 30, 30, 30, 1])
+        assert tier.run().segments_copied == 4
+        assert (tier.gauge("RemoteCopyLagSegments"), tier.gauge("RemoteCopyLagBytes")) == (0, 0)
+        tier.rlm.start_tasks(tier.manager.all_logs)
+        scheduler = tier.rlm._task_scheduler
+        assert scheduler is not None
+        scheduler.sync()  # (the watcher's run)
+        assert (tier.gauge("RemoteCopyLagSegments"), tier.gauge("RemoteCopyLagBytes")) == (0, 0)
+        assert tier.rlm.copy_lag(log) == (0, 0)
+    finally:
+        tier.manager.close()
