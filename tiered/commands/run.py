@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tiered.commands._common import UsageError, load_config, non_negative_seconds
-from tiered.errors import TieredStorageError
 
 if TYPE_CHECKING:
     from local.manager import LogManager
@@ -258,6 +257,7 @@ def _watch(
     from rich.progress import Progress
 
     from tiered.composition import remote_log_manager_of
+    from tiered.rlm_tasks import local_copy_lag
 
     rlm = remote_log_manager_of(manager)
     with Progress(console=console, transient=True, disable=not console.is_terminal) as progress:
@@ -266,14 +266,11 @@ def _watch(
         while not stop.is_set():
             totals = getattr(rlm, "task_totals", None)
             if rlm is not None and totals is not None:
-                try:
-                    backlog = sum(rlm.copy_lag(log)[0] for log in manager.all_logs()
-                                  if log.config.remote_storage_enable)
-                except (TieredStorageError, OSError) as exc:
-                    # The store not answering (a brownout at startup, before a partition's metadata was ever
-                    # listed): the progress waits; the tasks log and retry at each pass. It stopped the broker.
-                    logger.debug("copy lag not known: %s", exc)
-                    backlog = 0
+                # The backlog (the bar's, drawn on a terminal only) as this data dir knows it, asking the store
+                # nothing: read from the store, a partition's metadata not loaded yet was loaded here too, beside the
+                # start's claim loading it, and each event object was read twice at every start (a helper's trace).
+                backlog = sum(local_copy_lag(log, rlm.known_copied_to(log))[0] for log in manager.all_logs()
+                              if log.config.remote_storage_enable) if console.is_terminal else 0
                 copied, deleted = totals.segments_copied, totals.segments_deleted
                 progress.update(task, total=copied + backlog, completed=copied)
                 if (copied, deleted) != reported:
