@@ -180,6 +180,18 @@ class RemoteScrub:
         self.report.objects = len(keys)
         return _group_keys(keys, self.prefix, self.report)
 
+    def relist(self, tip: TopicIdPartition) -> _RemotePartition:
+        """``tip``'s keys listed again, its metadata events first, then its objects: the objects of a copy whose
+        FINISHED event is listed are in place by the second listing (a listing of the whole partition in pages could
+        hold the event, listed after the upload ended, and not the objects, listed before; the events a second listing
+        holds are not taken: they could be of an upload that ended between its pages)."""
+        head = layout.partition_prefix(self.prefix, tip)
+        events = self.store.list_keys(f"{head}/{layout.METADATA_DIR}/")
+        objects = [key for key in self.store.list_keys(f"{head}/") if f"/{layout.METADATA_DIR}/" not in key]
+        notes: list[str] = []  # (a key in neither layout was noted by the first listing already)
+        return _group_keys([*events, *objects], self.prefix, RemoteReport("", "", notes=notes)).get(
+            tip, _RemotePartition(tip))
+
     def load_metadata(self, group: _RemotePartition, out: PartitionReport) -> dict[str, RemoteLogSegmentMetadata]:
         from tiered.metadata import decode_record
 
