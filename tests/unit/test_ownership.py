@@ -1755,6 +1755,30 @@ def test_a_backup_behind_the_copies_made_under_its_claim_says_so_in_offload_stat
         assert rc == 0 and "past its log end" not in out + err, out + err
 
 
+def test_status_beside_a_writer_reads_the_log_end_again_before_calling_the_data_dir_behind(
+    two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """status reads a partition's log end, then lists its remote tier: beside a running tiered run, a segment
+    rolled and copied between the two passed the log end it had read, and status said BEHIND ITS REMOTE DATA, exit
+    1, on a healthy data dir (a helper's pass). Here the first read of the log end is one from before the copies."""
+    import tiered.commands.status as status
+
+    a, _, _ = two_dirs
+    _, end = produce(a, "A", 40)
+    rc, _, err = cli(capsys, "--config", str(a), "offload")
+    assert rc == 0, err
+    real, reads = status.log_end_from_files, []
+
+    def stale_first(partition_dir: Path, base_offset: int) -> int:
+        reads.append(base_offset)
+        return 1 if len(reads) == 1 else real(partition_dir, base_offset)  # (as read before the copies)
+
+    monkeypatch.setattr(status, "log_end_from_files", stale_first)
+    rc, out, err = cli(capsys, "--config", str(a), "status")
+    assert rc == 0 and "BEHIND" not in out, out + err
+    assert len(reads) == 2  # read again once the remote tier was listed
+
+
 def test_a_copy_finished_between_the_clones_listing_and_its_claim_is_kept(
     two_dirs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -383,7 +383,14 @@ def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any
     if state == OWNER and newest is not None and log_end is not None and hasattr(store, "list_remote_log_segments"):
         # The claim is this data dir's, but the copies made under it reach past its log end: an older copy of the
         # data dir that made them (tiered.ownership.OwnershipGuard.renew does not claim anew there).
-        why = behind(partition_dir.name, store.list_remote_log_segments(tip), newest.lineage, log_end)
+        copies = store.list_remote_log_segments(tip)
+        why = behind(partition_dir.name, copies, newest.lineage, log_end)
+        if why is not None:
+            # The log end was read before the remote tier was listed: beside a running tiered run, segments rolled
+            # and copied meanwhile pass it (a helper's pass: BEHIND ITS REMOTE DATA, exit 1, on a healthy data dir).
+            # Read now, after the listing, it passes every copy listed unless the data dir is behind indeed.
+            now = _log_end_now(partition_dir)
+            why = behind(partition_dir.name, copies, newest.lineage, now) if now is not None and now > log_end else why
         if why is not None:
             state, detail = "behind", why
     return {
@@ -395,6 +402,12 @@ def _ownership(partition_dir: Path, status: dict[str, Any], store: Any, tip: Any
         "diverged_at": diverged_at(newest.lineage, local.owner_epoch) if state == "lost" and newest else None,
         "detail": detail,
     }
+
+
+def _log_end_now(partition_dir: Path) -> int | None:
+    """The partition's log end read from its files now (its newest segment's), None without a segment."""
+    bases = [int(p.name[:20]) for p in partition_dir.glob("*.log") if len(p.name) == 24 and p.name[:20].isdigit()]
+    return log_end_from_files(partition_dir, max(bases)) if bases else None
 
 
 def log_end_from_files(partition_dir: Path, base_offset: int) -> int:
