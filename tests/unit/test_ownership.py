@@ -1764,7 +1764,7 @@ def test_status_beside_a_writer_reads_the_log_end_again_before_calling_the_data_
     import tiered.commands.status as status
 
     a, _, _ = two_dirs
-    _, end = produce(a, "A", 40)
+    produce(a, "A", 40)
     rc, _, err = cli(capsys, "--config", str(a), "offload")
     assert rc == 0, err
     real, reads = status.log_end_from_files, []
