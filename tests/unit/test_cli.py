@@ -424,9 +424,16 @@ def test_produce_interrupted_says_what_it_wrote(tmp_path: Path) -> None:
     """Ctrl-C of `produce` exited 130 with nothing said: how many records were written (all intact) was unknown."""
     import signal
 
+    def interruptible() -> None:
+        # A suite started in the background (`pytest &` from a script, a CI step) ignores SIGINT, as the shell sets
+        # it, and a child inherits that: produce waited for stdin for ever (a run of this machine's suite). Ctrl-C
+        # reaches a command in a terminal's foreground: as there, it is not ignored.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     data = tmp_path / "data"
     proc = subprocess.Popen([sys.executable, "-m", "tiered.cli", "produce", "-t", "t", "--log-dirs", str(data),
-                             "--batch-size", "10"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--batch-size", "10"], stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     assert proc.stdin is not None
     log = data / "t-0" / "00000000000000000000.log"
     size = 0

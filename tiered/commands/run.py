@@ -236,8 +236,9 @@ class _PassRecorder:
         self.record()
 
 
-def _install_signal_handlers(stop: threading.Event) -> list[int]:
-    """SIGINT and SIGTERM set ``stop``; a second one while stopping ends the process at once (exit 1)."""
+def _install_signal_handlers(stop: threading.Event) -> dict[int, Any]:
+    """SIGINT and SIGTERM set ``stop``; a second one while stopping ends the process at once (exit 1). The handlers
+    they had, put back by :func:`_stop` (``main(["run", ...])`` called in a process that goes on)."""
 
     def handler(signum: int, frame: Any) -> None:
         if stop.is_set():
@@ -245,9 +246,7 @@ def _install_signal_handlers(stop: threading.Event) -> list[int]:
             os._exit(1)
         stop.set()
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    return [signal.SIGTERM, signal.SIGINT]
+    return {signum: signal.signal(signum, handler) for signum in (signal.SIGTERM, signal.SIGINT)}
 
 
 def _watch(
@@ -284,7 +283,7 @@ def _watch(
 
 
 def _stop(
-    manager: Any, server: Any, console: Any, signals: list[int], timeout: float, passes: _PassRecorder | None,
+    manager: Any, server: Any, console: Any, signals: dict[int, Any], timeout: float, passes: _PassRecorder | None,
     kafka: Any = None,
 ) -> int:
     """Stop taking requests, let each copy task end after its segment, close the manager within ``timeout``. The
@@ -317,8 +316,8 @@ def _stop(
               file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(1)
-    for signum in signals:
-        signal.signal(signum, signal.SIG_DFL)
+    for signum, previous in signals.items():
+        signal.signal(signum, signal.SIG_DFL if previous is None else previous)  # (None: set outside Python)
     if failure:
         raise failure[0]
     console.print("stopped")
