@@ -375,13 +375,14 @@ def _scrub_remote(rsm: Any, result: ScrubResult, topic: str | None, progress: An
             return scan(again_local(), tip, remote.relist(tip))
 
         scanned.append((report, again))
-    for (first, _), final in zip(scanned, _read_again(scanned), strict=True):
+    finals = _read_again(scanned)
+    for (first, _), final in zip(scanned, finals, strict=True):
         if final is not first:
             at = next(i for i, p in enumerate(result.partitions) if p is first)
             result.partitions[at] = final
             if local.get((final.topic, final.partition)) is first:
                 local[(final.topic, final.partition)] = final
-    remote.report.segments = sum(p.remote_segments for p, _ in scanned)  # (the scans again counted theirs too)
+    remote.report.segments = sum(p.remote_segments for p in finals)  # (the scans again counted theirs too)
     for report in local.values():
         enabled = report.remote_storage_enable if report.remote_storage_enable is not None else remote_by_default
         if enabled or report.remote_segments:
