@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 
@@ -34,3 +39,24 @@ def report_latency(name: str, ours: float, baseline: float, baseline_name: str, 
         flush=True,
     )
     return ratio
+
+
+@contextmanager
+def seaweedfs_bucket(name: str) -> Iterator[tuple[Path, Any, str, dict[str, str]]]:
+    """A SeaweedFS server on loopback (started from localstack/) with a new bucket: (a scratch dir, a boto3 client,
+    the bucket, the broker properties of a data dir in the scratch dir tiered to the bucket); all removed after."""
+    from tests.integration.s3_servers import seaweedfs
+
+    tmp = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    try:
+        with seaweedfs(tmp) as endpoint:
+            client = endpoint.client()
+            bucket = f"bench-{uuid.uuid4().hex[:8]}"
+            client.create_bucket(Bucket=bucket)
+            yield tmp, client, bucket, {
+                "log.dirs": str(tmp / "data"),
+                "remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "s3",
+                **{f"rsm.config.{k}": v for k, v in endpoint.rsm_config(bucket, "bench").items()},
+            }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -8,16 +8,11 @@ other (no checks at all: the requests alone).
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
-from bench._util import report
+from bench._util import report, seaweedfs_bucket
 from local import LogConfig, LogManager
 from local.records import MemoryRecords, SimpleRecord
-from tests.integration.s3_servers import seaweedfs
 
 SEGMENTS = 300
 SEGMENT_BYTES = 64 * 1024  # (rolled by hand: Kafka's segment.bytes is at least 1 MiB)
@@ -26,48 +21,36 @@ SEGMENT_BYTES = 64 * 1024  # (rolled by hand: Kafka's segment.bytes is at least 
 def main() -> None:
     from tiered.commands.verify import _remote_tier, scrub
 
-    tmp = Path(tempfile.mkdtemp(prefix="bench-verify-"))
-    try:
-        with seaweedfs(tmp) as endpoint:
-            client = endpoint.client()
-            bucket = f"bench-{uuid.uuid4().hex[:8]}"
-            client.create_bucket(Bucket=bucket)
-            props = {
-                "log.dirs": str(tmp / "data"),
-                "remote.log.storage.system.enable": "true", "remote.log.storage.manager.class.name": "s3",
-                **{f"rsm.config.{k}": v for k, v in endpoint.rsm_config(bucket, "bench").items()},
-            }
-            config = LogConfig.from_properties(props)
-            now = int(time.time() * 1000)
-            with LogManager(config, start_scheduler=False) as manager:
-                log = manager.get_or_create_log("verify", 0, {"remote.storage.enable": "true"})
-                batch = MemoryRecords.build([SimpleRecord(now, b"k", bytes(200)) for _ in range(50)])
-                for _ in range(SEGMENTS):
-                    for _ in range(SEGMENT_BYTES // batch.size_in_bytes):
-                        log.append(batch)
-                    log.roll()
-                copied = manager.remote_tier.run_once(manager.all_logs()).segments_copied  # type: ignore[union-attr]
-                assert copied == SEGMENTS
-            keys = [obj["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
-                    for obj in page.get("Contents", []) if "/__remote_log_metadata/" not in obj["Key"]]
+    with seaweedfs_bucket("verify") as (_, client, bucket, props):
+        config = LogConfig.from_properties(props)
+        now = int(time.time() * 1000)
+        with LogManager(config, start_scheduler=False) as manager:
+            log = manager.get_or_create_log("verify", 0, {"remote.storage.enable": "true"})
+            batch = MemoryRecords.build([SimpleRecord(now, b"k", bytes(200)) for _ in range(50)])
+            for _ in range(SEGMENTS):
+                for _ in range(SEGMENT_BYTES // batch.size_in_bytes):
+                    log.append(batch)
+                log.roll()
+            copied = manager.remote_tier.run_once(manager.all_logs()).segments_copied  # type: ignore[union-attr]
+            assert copied == SEGMENTS
+        keys = [obj["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+                for obj in page.get("Contents", []) if "/__remote_log_metadata/" not in obj["Key"]]
 
+        t = time.perf_counter()
+        for key in keys:
+            client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        raw = time.perf_counter() - t
+
+        rsm = _remote_tier(config)
+        try:
             t = time.perf_counter()
-            for key in keys:
-                client.get_object(Bucket=bucket, Key=key)["Body"].read()
-            raw = time.perf_counter() - t
-
-            rsm = _remote_tier(config)
-            try:
-                t = time.perf_counter()
-                result = scrub([], rsm)
-                ours = time.perf_counter() - t
-            finally:
-                rsm.close()
-            assert result.ok and sum(p.remote_segments for p in result.partitions) == SEGMENTS
-            report(f"verify --remote-only, {SEGMENTS} segments of {SEGMENT_BYTES // 1024} KiB", SEGMENTS / ours,
-                   SEGMENTS / raw, "segments/s", f"raw boto3 GET of each of their {len(keys)} objects once, in turn")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            result = scrub([], rsm)
+            ours = time.perf_counter() - t
+        finally:
+            rsm.close()
+        assert result.ok and sum(p.remote_segments for p in result.partitions) == SEGMENTS
+        report(f"verify --remote-only, {SEGMENTS} segments of {SEGMENT_BYTES // 1024} KiB", SEGMENTS / ours,
+               SEGMENTS / raw, "segments/s", f"raw boto3 GET of each of their {len(keys)} objects once, in turn")
 
 
 if __name__ == "__main__":

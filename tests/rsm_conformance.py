@@ -257,6 +257,7 @@ class RSMConformance(CopyFaultConformance):
         tip = metadata().topic_id_partition
         barrier = threading.Barrier(8)
         won: list[str] = []
+        failed: dict[str, RemoteStorageError] = {}
 
         def claim(i: int) -> None:
             record = OwnerRecord(5, f"{i:032x}", ((5, 0),), T0)
@@ -264,6 +265,9 @@ class RSMConformance(CopyFaultConformance):
             try:
                 RemoteLogMetadataStore.in_bucket(rsm).claim_ownership(tip, record)
             except ObjectExistsError:
+                return
+            except RemoteStorageError as exc:  # (moto in process: its writes of one key at once can break its buffer)
+                failed[record.owner_id] = exc
                 return
             won.append(record.owner_id)
 
@@ -274,9 +278,9 @@ class RSMConformance(CopyFaultConformance):
             t.join()
         [stored] = RemoteLogMetadataStore.in_bucket(rsm).owner_records(tip)
         if serializes_conditional_writes:
-            assert won == [stored.owner_id]
-        else:
-            assert stored.owner_id in won
+            assert won == [stored.owner_id] and not failed, failed
+        else:  # (a write the mock failed in its answer may be the one it kept)
+            assert stored.owner_id in [*won, *failed]
 
     def test_a_topic_of_the_longest_valid_name_is_stored_listed_and_found_again(
         self, rsm: ObjectStoreRemoteStorageManager, segment: tuple[LogSegmentData, bytes]
