@@ -26,7 +26,7 @@ import bisect
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -529,10 +529,15 @@ def _plan_log(log: Log, start: int, end: int, opts: SourceOptions, bounds: Bound
             found = rlm.parts.collect_aborted_transactions(log, rlm.topic_id_partition(log), first, end)
         else:
             found = log.collect_aborted_transactions(first, end)
-        unique = sorted({(t.producer_id, t.first_offset, t.last_offset) for t in found})
-        for p in pieces:
-            p.aborted = [t for t in unique if t[1] < p.until_offset and t[2] >= p.from_offset]
+        assign_aborted(pieces, found)
     return pieces
+
+
+def assign_aborted(pieces: list[Piece], found: Iterable[Any]) -> None:
+    """Give each piece the aborted transactions of ``found`` (``AbortedTxn``) that touch its offsets."""
+    unique = sorted({(t.producer_id, t.first_offset, t.last_offset) for t in found})
+    for p in pieces:
+        p.aborted = [t for t in unique if t[1] < p.until_offset and t[2] >= p.from_offset]
 
 
 def _passes(x: int, op: str, value: Any) -> bool:

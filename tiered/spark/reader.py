@@ -40,7 +40,13 @@ import pyarrow as pa
 from local.errors import CorruptRecordError
 from tiered.spark.arrow_records import ARROW_SCHEMA, COLUMNS, ArrowBatchBuilder, Projection
 from tiered.spark.kept import Kept, TierInDir
-from tiered.spark.planning import ColumnarFileGoneError, Piece, SparkSourceDataLossError, process_index_dir
+from tiered.spark.planning import (
+    ColumnarFileGoneError,
+    Piece,
+    SparkSourceDataLossError,
+    assign_aborted,
+    process_index_dir,
+)
 from tiered.spark.raw_batches import READ_BYTES, RawBatches
 
 __all__ = ["READ_BYTES", "apply_filters", "read_piece", "remote_log_manager", "timestamp_micros"]
@@ -411,9 +417,7 @@ def _log_pieces_instead(piece: Piece) -> list[Piece] | None:
             found = collect_aborted_transactions(rlm.metadata, rlm.index_cache, local, tip, pieces[0].from_offset, until)
             if local.needed_but_absent:
                 return None
-            unique = sorted({(t.producer_id, t.first_offset, t.last_offset) for t in found})
-            for p in pieces:
-                p.aborted = [t for t in unique if t[1] < p.until_offset and t[2] >= p.from_offset]
+            assign_aborted(pieces, found)
     if missing:
         gone = ", ".join(f"[{a}, {b})" for a, b in missing)
         if piece.fail_on_data_loss:
