@@ -356,19 +356,25 @@ class RemoteLogManager:
         records: a claim is written at the first pass, before any copy; a failed copy's cleaned-up metadata) is
         deleted, so that a later topic of the same name is the only one the bucket names. Only where no segment is
         listed (any state but deleted) and the newest claim is this data dir's (``claim_id``, its remote-log-state's);
-        a failure is logged."""
+        a failure is logged. Under the same condition, the partition's columnar copy goes too (``ColumnarKeeper.forget``)."""
         from tiered.metadata import RemoteLogMetadataStore
 
         with self._partition_tasks_lock:
             self._partition_tasks.pop(tip, None)  # (its tasks, held by the deletion, end with it)
         metadata = self.parts.metadata
         if not isinstance(metadata, RemoteLogMetadataStore):
+            if self.columnar is not None:
+                self.columnar.forget(tip)  # (no claims: the copy is this data dir's)
             return  # a metadata manager of the user's: what it keeps of a deleted topic is its own
         try:
             metadata.refresh(tip)
             owner = metadata.current_owner(tip)
             if owner is None or not claim_id or owner.owner_id != claim_id or metadata.list_remote_log_segments(tip):
                 return
+            if self.columnar is not None:
+                # The deleted topic's Parquet copy, kept while the copy was on; only the owner's (a data dir that
+                # attached the partition, or lost it, shares the directory with the owner and leaves its copy be).
+                self.columnar.forget(tip)
             removed = metadata.purge_partition(tip, owner.owner_epoch)
             if not removed:
                 return

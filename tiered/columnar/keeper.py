@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import struct
 import threading
 import time
@@ -132,6 +133,30 @@ class ColumnarKeeper:
     def _partition_lock(self, log: Log) -> threading.Lock:
         with self._lock:
             return self._partitions.setdefault((log.topic, log.partition), threading.Lock())
+
+    def forget(self, tip: TopicIdPartition) -> None:
+        """The partition's topic was deleted: its copy goes with it (Kafka's DeleteTopics removes a topic's data; a
+        copy left behind stayed published, so a read of the directory returned the deleted topic's rows, for good
+        unless a topic of the same name came again). Only a copy of this topic id; a failure is logged."""
+        directory = partition_dir(self.root, tip.topic, tip.partition)
+        with self._lock:
+            lock = self._partitions.setdefault((tip.topic, tip.partition), threading.Lock())
+        with lock:
+            try:
+                found = read_manifest(directory)
+            except Exception as exc:  # a damaged manifest: not known to be this topic's, left for the operator
+                logger.warning("columnar copy of deleted %s-%d not removed: %s", tip.topic, tip.partition, exc)
+                return
+            if found is None or found.topic_id != kafka_uuid_to_str(tip.topic_id):
+                return
+            try:
+                shutil.rmtree(directory)
+            except OSError as exc:
+                logger.warning("columnar copy of deleted %s-%d not removed: %s", tip.topic, tip.partition, exc)
+                return
+            with self._lock:
+                self._swept.discard((tip.topic, tip.partition))
+            logger.info("columnar copy of %s-%d removed with its deleted topic", tip.topic, tip.partition)
 
     def follow_log_start(self, log: Log, tip: TopicIdPartition) -> ColumnarPass:
         """Retire the files wholly below the log start offset now (and delete those due): the expiration task calls
