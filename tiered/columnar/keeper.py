@@ -193,6 +193,9 @@ class ColumnarKeeper:
         topic_id = kafka_uuid_to_str(tip.topic_id)
         now = self.parts.time.milliseconds()
         found = read_manifest(directory)
+        if found is not None and (found.topic, found.partition) != (log.topic, log.partition):
+            raise ColumnarManifestError(f"{directory}: its manifest is the copy of {found.topic}-{found.partition}, "
+                                        f"not of {log.name}: not kept (tiered verify reports it)")
         m = found if found is not None else Manifest(log.topic, log.partition, topic_id)
         if m.topic_id != topic_id:  # the topic was deleted and made again: its old copy goes
             m = replace(Manifest(log.topic, log.partition, topic_id), retired=m.retire_all(now).retired)

@@ -411,6 +411,11 @@ def columnar_files(log: Log, start: int, end: int, root: Path) -> list[tuple[str
             m = read_manifest(directory)
         except ColumnarManifestError as exc:
             raise ColumnarManifestError(f"{exc} (set the option columnarCopy=false to read the log only)") from exc
+        if m is not None and (m.topic, m.partition) != (log.topic, log.partition):
+            # (another partition's copy put here: its topic id is the same, and its rows would be read as this one's)
+            raise ColumnarManifestError(
+                f"{directory}: its manifest is the copy of {m.topic}-{m.partition}, not of {log.name} (damaged: "
+                "tiered verify reports it; set the option columnarCopy=false to read the log only)")
         if m is None or not m.files or log.topic_id is None or m.topic_id != kafka_uuid_to_str(log.topic_id):
             return []
         until = end
