@@ -238,6 +238,37 @@ def test_appends_copies_and_merges_after_the_call_change_nothing(spark: Any, tmp
     assert plan_topic({**_options(tmp_path), "topics": "c"}).source_ranges == []
 
 
+def test_a_file_deleted_between_the_plan_and_sparks_listing_is_planned_again(
+        spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass of the keeper between read_topic's plan and Spark's listing of the planned files merged a file into a
+    new one and, with no delete delay, deleted it: read_topic failed with Spark's PATH_NOT_FOUND. It plans again."""
+    from tiered.spark import columnar_read
+
+    _build(tmp_path, partitions=1, n=20_000, extra={"remote.log.columnar.file.delete.delay.ms": "0"})
+    real = columnar_read.plan_topic
+    plans: list[Any] = []
+
+    def plan_then_a_pass(options: dict[str, str]) -> Any:
+        plan = real(options)
+        plans.append(plan)
+        if len(plans) == 1:
+            with LogManager(LogConfig.from_properties(local_tier_props(tmp_path)), start_scheduler=False) as m:
+                log = m.get_log("c", 0)
+                assert log is not None
+                _append_c(log, 0, 20_000, 40_000)
+                log.roll()
+                rlm = m.remote_tier
+                assert isinstance(rlm, RemoteLogManager)
+                rlm.run_once(m.all_logs())
+            assert not Path(plan.files[0]).exists()  # merged away and deleted at once
+        return plan
+
+    monkeypatch.setattr(columnar_read, "plan_topic", plan_then_a_pass)
+    rows = _rows(read_topic(spark, topics="c", **_options(tmp_path)))
+    assert len(plans) == 2 and plans[1].files != plans[0].files
+    assert rows == _engine_rows(tmp_path, "c") and len(rows) == 40_000
+
+
 def test_retention_nothing_below_the_log_start_and_retired_files_go(spark: Any, tmp_path: Path) -> None:
     _build(tmp_path, partitions=1, n=30_000,
            extra={"remote.log.columnar.file.delete.delay.ms": "0", "remote.log.columnar.file.bytes": "1"})

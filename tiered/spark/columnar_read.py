@@ -28,6 +28,7 @@ another file still holds): call ``read_topic`` again.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,18 +111,10 @@ def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str]
         if str(key).lower() in _STREAM_ONLY:
             raise SparkSourceOptionError(f"{key} is an option of streaming reads; read_topic is a batch read")
         given[key] = str(value).lower() if isinstance(value, bool) else str(value)
-    plan = plan_topic(given)
     opts = parse_options(given)
+    plan, df = _plan_and_list(spark, given)
     frames = []
-    if plan.files:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        from tiered.columnar.keeper import columnar_schema
-
-        schema = from_arrow_schema(columnar_schema())
-        # The keeper writes a CRC in every page header; parquet-mr checks them only when asked (a file source's
-        # options reach its Hadoop configuration).
-        df = spark.read.schema(schema).option("parquet.page.verify-checksum.enabled", "true").parquet(*plan.files)
+    if df is not None:
         if not plan.whole_files:
             cond = None
             for topic, partition, lo, hi in plan.parquet_ranges:
@@ -151,6 +144,42 @@ def read_topic(spark: Any, *, config: str | None = None, topics: str | list[str]
     for more in frames[1:]:
         out = out.unionByName(more)
     return out
+
+
+_PLANS = 3  # read_topic plans again when a planned file was deleted before Spark listed it, twice at most
+
+
+def _plan_and_list(spark: Any, given: dict[str, str]) -> tuple[TopicPlan, Any]:
+    """The read's plan, and Spark's Parquet reader over the copy's files it names (in the copy's schema; None
+    without files). A planned file deleted before Spark listed it (retired by a pass of the keeper since the plan,
+    with a ``remote.log.columnar.file.delete.delay.ms`` shorter than that) makes it plan again: the manifest then
+    lists where the file's rows went. Any other error, or one with every planned file still there, is raised."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from tiered.columnar.keeper import columnar_schema
+
+    schema = from_arrow_schema(columnar_schema())
+    for attempt in range(_PLANS):
+        plan = plan_topic(given)
+        if not plan.files:
+            return plan, None
+        try:
+            # The keeper writes a CRC in every page header; parquet-mr checks them only when asked (a file source's
+            # options reach its Hadoop configuration).
+            return plan, spark.read.schema(schema).option("parquet.page.verify-checksum.enabled", "true").parquet(
+                *plan.files)
+        except Exception:
+            if attempt == _PLANS - 1 or all(_exists(f) for f in plan.files):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _exists(file: str) -> bool:
+    """Whether a planned file (a path, or a ``file:`` URI) is still there."""
+    from urllib.parse import unquote, urlparse
+
+    parsed = urlparse(file)
+    return os.path.exists(unquote(parsed.path) if parsed.scheme == "file" else file)
 
 
 def _rounds(ranges: list[tuple[str, int, int, int]]) -> list[list[tuple[str, int, int, int]]]:
