@@ -7,8 +7,8 @@ offset order. While the last file holds fewer than ``remote.log.columnar.file.by
 one Spark task a file at Spark's default ``maxPartitionBytes``) and its bytes still match the manifest's crc32c,
 the new segment's rows go into a new file that first copies the last file's row groups, and it replaces the last
 file (which is retired like a file below the log start: deleted ``remote.log.columnar.file.delete.delay.ms``, an
-hour by default, later); otherwise they start
-a new file. Reading many small files costs Spark per file (a topic of 16 MiB segments read 0.8x as fast from a
+hour by default, later); otherwise they start a new file. A last file the rows would extend whose bytes do not match
+(damaged, or gone) is retired before they are added, and its offsets are copied again with them. Reading many small files costs Spark per file (a topic of 16 MiB segments read 0.8x as fast from a
 file per segment as from one file a partition: bench/RESULTS.md); the price is rewriting a file up to
 ``file.bytes / segment.bytes`` times, none at all with Kafka's default 1 GiB segments. A remote segment is always below the last stable offset (the copy task copies nothing above it), so its
 transactions are resolved: records of aborted transactions are kept with ``aborted = true`` (the Kafka rule: a
@@ -202,6 +202,7 @@ class ColumnarKeeper:
         self._sweep_once(directory, m, log)
         m = self._follow_retention(directory, m, found, log, now, result)
         segments = self.parts.finished_segments(tip)
+        intact: set[str] = set()
         if any(self._adds(md, m, log) for md in segments):
             # Ownership checked again before the copy grows under this data dir's epoch: a copy of its own that
             # finished after another data dir's claim (claimed between its last check and its FINISHED event) is
@@ -211,6 +212,7 @@ class ColumnarKeeper:
             except (NotPartitionOwnerError, RemoteStoreMismatchError):
                 return result  # (the guard says it)
             segments = self.parts.finished_segments(tip)  # (the lineage of the claim it found)
+            m = self._heal_last(directory, log, m, result, intact)
         for md in segments:
             if stopping is not None and stopping.is_set():
                 break
@@ -224,8 +226,9 @@ class ColumnarKeeper:
                 result.files_retired += len(m.files)
                 m = m.retire_all(self.parts.time.milliseconds())
             started = time.perf_counter()
-            last = self._extendable(directory, log, m)
+            last = self._extendable(directory, log, m, intact)
             f = self._write_file(directory, log, tip, md, last)
+            intact.add(f.name)  # (its crc32c computed as it was written: the next segment's rows may extend it)
             if last is not None:
                 m = m.with_last_replaced(f, self.parts.time.milliseconds())
                 result.files_merged += 1
@@ -257,28 +260,57 @@ class ColumnarKeeper:
         nxt = m.next_offset
         return not (md.end_offset < log.log_start_offset or (nxt is not None and md.end_offset < nxt))
 
-    def _extendable(self, directory: Path, log: Log, m: Manifest) -> ColumnarFile | None:
-        """The last file, when the next segment's rows should go into a copy of it (module docstring)."""
-        from local.crc import crc32c
-
+    def _extendable(self, directory: Path, log: Log, m: Manifest, intact: set[str]) -> ColumnarFile | None:
+        """The last file, when the next segment's rows should go into a copy of it (module docstring); ``intact``:
+        the files whose bytes this pass found (or wrote) as the manifest names them."""
         if not m.files or m.files[-1].size >= log.config.remote_log_columnar_file_bytes:
             return None
         last = m.files[-1]
+        if last.name not in intact:
+            damage = self._damage(directory, last)
+            if damage is not None:
+                logger.error("columnar copy of %s: %s %s: not copied into a larger file (tiered verify reports it); "
+                             "the next rows start a new file", log.name, last.name, damage)
+                return None
+        return last
+
+    def _heal_last(self, directory: Path, log: Log, m: Manifest, result: ColumnarPass, intact: set[str]) -> Manifest:
+        """Before new rows are added: a last file that the next rows would extend (smaller than
+        ``remote.log.columnar.file.bytes``), whose bytes are not the ones the manifest names (damaged, or missing),
+        is retired, and its offsets are copied again from the remote segments with the new ones. (Otherwise the
+        copy kept it for good, and every read planned over it failed naming it.) A full file is checked by
+        ``tiered verify`` only: reading it at every pass would cost as much as the copy."""
+        if not m.files or m.files[-1].size >= log.config.remote_log_columnar_file_bytes:
+            return m
+        last = m.files[-1]
+        damage = self._damage(directory, last)
+        if damage is None:
+            intact.add(last.name)
+            return m
+        logger.error("columnar copy of %s: %s %s: retired; its offsets %d-%d are copied again from the remote "
+                     "segments", log.name, last.name, damage, last.base_offset, last.end_offset)
+        healed = m.retire_last(self.parts.time.milliseconds())
+        write_manifest(directory, healed)
+        self.on_step("retired")
+        self._show(directory, healed)
+        result.files_retired += 1
+        return healed
+
+    @staticmethod
+    def _damage(directory: Path, f: ColumnarFile) -> str | None:
+        """What is wrong with file ``f``'s bytes (None: they have the manifest's crc32c)."""
+        from local.crc import crc32c
+
         crc = 0
         try:
-            with open(published_file(directory, last.name), "rb") as fh:
+            with open(published_file(directory, f.name), "rb") as fh:
                 while chunk := fh.read(8 * 1024 * 1024):
                     crc = crc32c(chunk, crc)
         except OSError as exc:
-            logger.error("columnar copy of %s: cannot read %s (%s): the next rows start a new file", log.name,
-                         last.name, exc)
-            return None
-        if crc != last.crc32c:
-            logger.error("columnar copy of %s: %s has crc32c %#010x, the manifest says %#010x: not copied into a larger "
-                         "file (tiered verify reports it); the next rows start a new file", log.name, last.name, crc,
-                         last.crc32c)
-            return None
-        return last
+            return f"cannot be read ({exc})"
+        if crc != f.crc32c:
+            return f"has crc32c {crc:#010x}, the manifest says {f.crc32c:#010x}"
+        return None
 
     def _discard_unpublished(self, directory: Path, f: ColumnarFile, log: Log) -> None:
         """After the manifest naming ``f`` failed to be written: remove ``f`` unless the manifest names it after all

@@ -143,6 +143,12 @@ class Manifest:
         return replace(self, files=tuple(f for f in self.files if f.end_offset >= below),
                        retired=(*self.retired, *(RetiredFile(f.name, now_ms) for f in gone)))
 
+    def retire_last(self, now_ms: int) -> Manifest:
+        """The last file moved to ``retired`` (a damaged one, whose offsets are copied again)."""
+        if not self.files:
+            return self
+        return replace(self, files=self.files[:-1], retired=(*self.retired, RetiredFile(self.files[-1].name, now_ms)))
+
     def retire_all(self, now_ms: int) -> Manifest:
         return self.retire(self.next_offset or 0, now_ms)
 
