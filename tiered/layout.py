@@ -96,22 +96,30 @@ def owner_epoch_of_key(key: str) -> int | None:
     return int(digits) if len(digits) == 10 and digits.isdigit() else None
 
 
-def topic_ids_in_store(store: ObjectStore, prefix: str, topic: str) -> dict[uuid.UUID, set[int]]:
-    """Every topic id the store holds remote metadata of for ``topic``, with the partitions of each: keys
-    ``<prefix>/<topic>-<22-char id>/<partition>/__remote_log_metadata/...`` (a topic named ``<topic>-x`` is not
-    mistaken for it: the id must be the whole rest of the name)."""
+def topic_ids_in_store(store: ObjectStore, prefix: str, topic: str, *,
+                       skip: uuid.UUID | None = None) -> dict[uuid.UUID, set[int]]:
+    """Every topic id the store holds remote metadata of for ``topic``, with the partitions of each (those with a
+    ``__remote_log_metadata/``): keys ``<prefix>/<topic>-<22-char id>/<partition>/__remote_log_metadata/...`` (a topic
+    named ``<topic>-x`` is not mistaken for it: the id must be the whole rest of the name). ``skip``: an id left out
+    (its partitions not even listed). "Directory" listings only (:meth:`ObjectStore.list_common_prefixes`): on S3 a
+    request for the topic's ids, one for each id's partitions and one for each partition, whatever their segments
+    (a listing of every key under ``<topic>-`` took a request a thousand objects, at each first claim)."""
     head = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
     found: dict[uuid.UUID, set[int]] = {}
-    for key in store.list(f"{head}{topic}-"):
-        parts = key[len(head):].split("/")
-        if len(parts) < 4 or parts[2] != METADATA_DIR:
-            continue
-        id_text = parts[0][len(topic) + 1:]
-        if len(id_text) != 22 or not parts[1].isdigit():
+    for topic_dir in store.list_common_prefixes(f"{head}{topic}-"):
+        id_text = topic_dir[len(head) + len(topic) + 1:-1]
+        if len(id_text) != 22:
             continue
         try:
             topic_id = parse_kafka_uuid(id_text)
         except ValueError:
             continue
-        found.setdefault(topic_id, set()).add(int(parts[1]))
+        if topic_id == skip:
+            continue
+        for partition_dir in store.list_common_prefixes(topic_dir):
+            partition = partition_dir[len(topic_dir):-1]
+            if not partition.isdigit():
+                continue
+            if f"{partition_dir}{METADATA_DIR}/" in store.list_common_prefixes(f"{partition_dir}__"):
+                found.setdefault(topic_id, set()).add(int(partition))
     return found

@@ -388,10 +388,9 @@ class RemoteLogMetadataStore:
 
     def other_topic_ids(self, tip: TopicIdPartition) -> dict[uuid.UUID, set[int]]:
         """Other topics of ``tip``'s name the store holds remote data of (topic id -> partitions): another data
-        dir's topic of the same name. One LIST of the keys under ``<topic>-``."""
-        found = layout.topic_ids_in_store(self.store, self.prefix, tip.topic)
-        found.pop(tip.topic_id, None)
-        return found
+        dir's topic of the same name. One "directory" listing under ``<topic>-`` when there is none
+        (:func:`tiered.layout.topic_ids_in_store`)."""
+        return layout.topic_ids_in_store(self.store, self.prefix, tip.topic, skip=tip.topic_id)
 
     def damaged_owner_records(self, tip: TopicIdPartition) -> dict[int, str]:
         """The partition's owner records that could not be read at their last listing: owner epoch (as the key

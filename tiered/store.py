@@ -139,6 +139,17 @@ class ObjectStore(ABC):
         """:meth:`list`, sorted."""
         return sorted(self.list(prefix))
 
+    def list_common_prefixes(self, prefix: str) -> builtins.list[str]:
+        """A "directory" listing, sorted: the distinct ``prefix + part + "/"`` of the keys that begin with ``prefix``
+        and go on past a ``/`` (S3's ``CommonPrefixes`` with delimiter ``/``). From :meth:`list` by default; a store
+        that can ask for it overrides it (S3: one request a thousand names, not one a thousand keys below them)."""
+        found = set()
+        for key in self.list(prefix):
+            cut = key.find("/", len(prefix))
+            if cut >= 0:
+                found.add(key[:cut + 1])
+        return sorted(found)
+
     def check_access(self) -> None:  # noqa: B027 - optional hook
         """Fail fast, naming what is wrong, when the store cannot be reached (an endpoint, a bucket, credentials):
         the CLI calls it once before it works. Nothing by default."""

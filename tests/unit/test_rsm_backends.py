@@ -209,3 +209,51 @@ def test_an_s3_file_below_the_multipart_threshold_is_one_put_without_the_transfe
             assert store.get("small") == small.read_bytes() and store.get("large") == large.read_bytes()
         finally:
             rsm.close()
+
+
+def test_the_topic_ids_of_a_name_are_found_without_listing_their_segments(tmp_path: Path) -> None:
+    """attach, and the namesake check at each partition's first claim, find a topic name's ids and partitions. They
+    listed every key under ``<topic>-`` (on S3 a request a thousand objects, at every first claim); they ask for
+    "directories" now, and find the same ids and partitions as a listing of every key does (the default)."""
+    from moto import mock_aws
+
+    from tiered.backends.local_dir import LocalDirStore
+    from tiered.layout import METADATA_DIR, kafka_uuid, topic_ids_in_store
+
+    a, b, c, d = (uuid.UUID(int=i) for i in (1, 2, 3, 4))
+    keys = [f"p/events-{kafka_uuid(a)}/0/{i:020d}-x.log" for i in range(1_100)]  # a partition's many segments
+    keys += [f"p/events-{kafka_uuid(a)}/{p}/{METADATA_DIR}/owner-0000000000.json" for p in (0, 1, 2)]
+    keys += [f"p/events-{kafka_uuid(b)}/5/{METADATA_DIR}/x.json",  # a namesake (another machine's topic)
+             f"p/events-x-{kafka_uuid(c)}/0/{METADATA_DIR}/x.json",  # another topic whose name starts the same
+             f"p/events-{kafka_uuid(d)}/0/00000000000000000000-x.log",  # objects left without metadata
+             f"p/events-{kafka_uuid(a)}/notapartition/{METADATA_DIR}/x.json"]
+    expected = {a: {0, 1, 2}, b: {5}}
+    local = LocalDirStore()
+    local.configure({"dir": str(tmp_path / "bucket")})
+    for key in keys:
+        local.put(key, b"")
+    assert topic_ids_in_store(local, "p", "events") == expected
+    with mock_aws():
+        import boto3
+
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="tiered-test")
+        rsm = load_rsm("s3", {"bucket": "tiered-test", "prefix": "p", "region": "us-east-1",
+                              "aws_access_key_id": "test", "aws_secret_access_key": "test"})
+        try:
+            store = rsm.object_store
+            assert store is not None
+            for key in keys:
+                store.put(key, b"")
+            listed: list[int] = []  # names each listing request returned
+
+            def count(parsed: dict[str, Any], **_: Any) -> None:
+                listed.append(len(parsed.get("Contents", [])) + len(parsed.get("CommonPrefixes", [])))
+
+            store.client.meta.events.register("after-call.s3.ListObjectsV2", count)
+            assert topic_ids_in_store(store, "p", "events") == expected
+            assert sum(listed) < 20, listed  # not the 1,100 segment objects
+            listed.clear()
+            assert topic_ids_in_store(store, "p", "events", skip=a) == {b: {5}}
+            assert sum(listed) < 10 and len(listed) <= 6, listed  # the other ids' partitions only
+        finally:
+            rsm.close()

@@ -22,6 +22,7 @@ endpoint, bucket or key fails in seconds with one line naming it.
 
 from __future__ import annotations
 
+import builtins
 import io
 import logging
 import re
@@ -412,6 +413,16 @@ class S3Store(ObjectStore):
         except Exception as exc:
             _reraise(self.storage_error(exc, "list", prefix))
         return sorted(keys)
+
+    def list_common_prefixes(self, prefix: str) -> builtins.list[str]:
+        found: builtins.list[str] = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix,
+                                                                              Delimiter="/"):
+                found.extend(p["Prefix"] for p in page.get("CommonPrefixes", []))
+        except Exception as exc:
+            _reraise(self.storage_error(exc, "list", prefix))
+        return sorted(found)
 
     def exists(self, key: str) -> bool:
         try:
