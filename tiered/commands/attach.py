@@ -202,8 +202,10 @@ def _remote_partition(store: Any, topic: str, topic_id: uuid.UUID, partition: in
         key, why = sorted(unreadable.items())[0]
         raise AttachError(
             f"{topic}-{partition}: {len(unreadable)} remote metadata object(s) cannot be read, e.g. {key} ({why}); "
-            "attaching now could adopt a log shorter than the remote tier holds. Run attach again when the store "
-            "answers; an object that stays unreadable is damage (tiered verify --remote names it)")
+            "attaching now could adopt a log shorter than the remote tier holds. Nothing was attached (no partition "
+            "of the topic: adopting some would change its partition count for keyed producers). Run attach again "
+            "when the store answers; an object that stays unreadable is damage (tiered verify --remote names it): "
+            "restore it from a backup or the bucket's object versioning")
     if not segments:  # none ever, or all deleted by retention: the log goes on where the partition's history ended
         ended = store.next_offset(tip) if hasattr(store, "next_offset") else 0
         return RemotePartition(partition, ended, -1, 0, 0, [], None, ended)
