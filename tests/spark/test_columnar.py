@@ -211,21 +211,27 @@ def test_the_files_let_spark_prune_by_partition_offset_and_timestamp(spark: Any,
     assert "PushedFilters" in scan and "LessThan(offset,100)" in scan
 
 
+def _append_and_copy(root: Path, first: int, last: int) -> None:
+    """Records ``first``..``last - 1`` appended to partition 0 of ``c`` in a segment of their own, and a pass of the
+    copy tasks (the columnar copy takes them too)."""
+    with LogManager(LogConfig.from_properties(local_tier_props(root)), start_scheduler=False) as m:
+        log = m.get_log("c", 0)
+        assert log is not None
+        _append_c(log, 0, first, last)
+        log.roll()
+        rlm = m.remote_tier
+        assert isinstance(rlm, RemoteLogManager)
+        rlm.run_once(m.all_logs())
+
+
 def test_appends_copies_and_merges_after_the_call_change_nothing(spark: Any, tmp_path: Path) -> None:
     _build(tmp_path, partitions=1, n=20_000)
     planned = plan_topic({**_options(tmp_path), "topics": "c"})
     assert len(planned.files) == 1 and planned.source_ranges  # a file, and the active segment's records
     df = read_topic(spark, topics="c", **_options(tmp_path))
     before = _engine_rows(tmp_path, "c")
-    with LogManager(LogConfig.from_properties(local_tier_props(tmp_path)), start_scheduler=False) as m:
-        log = m.get_log("c", 0)
-        assert log is not None
-        _append_c(log, 0, 20_000, 40_000)
-        log.roll()
-        rlm = m.remote_tier
-        assert isinstance(rlm, RemoteLogManager)
-        rlm.run_once(m.all_logs())  # the source's part of the read is now in the columnar copy too
-        now = read_manifest(partition_dir(rlm.columnar.root, "c", 0))
+    _append_and_copy(tmp_path, 20_000, 40_000)  # the source's part of the read is now in the columnar copy too
+    now = read_manifest(partition_dir(tmp_path / "remote-columnar", "c", 0))
     # the new segments' rows went into a file that took the planned file's rows: it is retired, not yet deleted
     assert now is not None and now.next_offset == 40_000 and len(now.files) == 1
     assert Path(planned.files[0]).name in {r.name for r in now.retired} and Path(planned.files[0]).exists()
@@ -252,14 +258,7 @@ def test_a_file_deleted_between_the_plan_and_sparks_listing_is_planned_again(
         plan = real(options)
         plans.append(plan)
         if len(plans) == 1:
-            with LogManager(LogConfig.from_properties(local_tier_props(tmp_path)), start_scheduler=False) as m:
-                log = m.get_log("c", 0)
-                assert log is not None
-                _append_c(log, 0, 20_000, 40_000)
-                log.roll()
-                rlm = m.remote_tier
-                assert isinstance(rlm, RemoteLogManager)
-                rlm.run_once(m.all_logs())
+            _append_and_copy(tmp_path, 20_000, 40_000)
             assert not Path(plan.files[0]).exists()  # merged away and deleted at once
         return plan
 
