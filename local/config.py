@@ -527,7 +527,14 @@ class LogConfig:
         dirs = props.get("log.dirs", props.get("log.dir"))
         if dirs is None or not str(dirs).strip():
             raise ConfigError("Missing required configuration log.dirs (a comma-separated list of data dirs)", key="log.dirs")
-        self.log_dirs: list[Path] = [Path(p.strip()) for p in str(dirs).split(",") if p.strip()]
+        if isinstance(dirs, (list, tuple)) and all(isinstance(d, (str, os.PathLike)) for d in dirs):
+            dirs = ",".join(os.fspath(d) for d in dirs)  # (a list of paths: what a Python caller means by "dirs")
+        elif isinstance(dirs, os.PathLike):
+            dirs = os.fspath(dirs)
+        if not isinstance(dirs, str):  # (str() of bytes or of a list made a directory named by its repr)
+            raise ConfigError(f"Invalid value {dirs!r} for configuration log.dirs: a comma-separated list of data dirs "
+                              "(a str, a path, or a list of them)", key="log.dirs")
+        self.log_dirs: list[Path] = [Path(p.strip()) for p in dirs.split(",") if p.strip()]
         if not self.log_dirs:  # (",,": a list of variables that all expanded empty)
             raise ConfigError(f"log.dirs={dirs!r} names no data dir (a comma-separated list of data dirs)",
                               key="log.dirs")

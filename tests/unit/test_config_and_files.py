@@ -181,3 +181,14 @@ def test_leader_epoch_cache_rules(tmp_path: Path) -> None:
                           st.integers(-1, 2**31 - 1), st.integers(-1, 2**63 - 1)), max_size=20))
 def test_snapshot_codec_round_trip(entries: list[SnapshotEntry]) -> None:
     assert decode_snapshot(encode_snapshot(entries)) == entries
+
+
+def test_log_dirs_as_bytes_are_refused_and_a_list_of_paths_is_a_list(tmp_path: Path) -> None:
+    """str() of bytes or of a list made one data dir named by its repr (``b'/x'``, ``['/x']``), relative to the
+    working directory, where the records then went."""
+    for bad in (str(tmp_path).encode(), [str(tmp_path).encode()], 5):
+        with pytest.raises(ConfigError, match=r"log\.dirs"):
+            LogConfig.from_properties({"log.dirs": bad})
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert LogConfig.from_properties({"log.dirs": [str(a), b]}).log_dirs == [a, b]
+    assert LogConfig.from_properties({"log.dirs": a}).log_dirs == [a]
