@@ -707,6 +707,8 @@ class Log:
     def roll(self, expected_next_offset: int | None = None) -> LogSegment:
         """Close the active segment and start a new one at ``max(expected_next_offset, log end offset)``."""
         self._check_writable()
+        if expected_next_offset is not None:
+            expected_next_offset = _offset_arg(self.name, "roll expected_next_offset", expected_next_offset)
         try:
             return self._roll(expected_next_offset)
         except OSError as exc:
@@ -793,6 +795,8 @@ class Log:
         """
         if self._offline is not None:
             self._check_open()
+        if type(offset) is not int:
+            offset = _offset_arg(self.name, "read offset", offset)
         leo = self._leo
         if isolation is FetchIsolation.LOG_END:
             max_offset = leo.message_offset
@@ -1072,7 +1076,10 @@ class Log:
     def delete_records(self, offset: int) -> int:
         """Move the log start offset up to ``offset`` (Kafka's DeleteRecords). Returns the new log start offset."""
         self._check_writable()
+        offset = _offset_arg(self.name, "delete_records offset", offset)
         with self._lock:
+            if self._closed:
+                self._check_open()  # a closed log's dir may belong to another LogManager now
             if offset > self._high_watermark:
                 raise OffsetOutOfRangeError(
                     f"cannot delete records of {self.name} up to {offset}: above the high watermark "
@@ -1289,6 +1296,9 @@ class Log:
     def truncate_to(self, target_offset: int) -> bool:
         """Drop every offset >= ``target_offset`` (a follower truncating to its leader). True if anything went."""
         self._check_writable()
+        target_offset = _offset_arg(self.name, "truncate_to offset", target_offset)
+        if self._closed:
+            self._check_open()
         if target_offset < 0:
             raise ValueError(f"cannot truncate {self.name} to a negative offset {target_offset}")
         with self._lock:
@@ -1327,7 +1337,12 @@ class Log:
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start empty at ``new_offset`` (which becomes the log start offset)."""
         self._check_writable()
+        new_offset = _offset_arg(self.name, "truncate_fully_and_start_at offset", new_offset)
+        if new_offset < 0:
+            raise ValueError(f"cannot start {self.name} at a negative offset {new_offset}")
         with self._lock:
+            if self._closed:
+                self._check_open()
             # The new start first, then the segments go (the order of a retention pass): a reader that finds no
             # segment for its offset finds it below the log start, and answers out of range naming it.
             self.log_start_offset = new_offset
@@ -1480,6 +1495,16 @@ def _unchangeable(data: bytes | bytearray | memoryview) -> bytes | memoryview:
     if isinstance(data, bytes) or (isinstance(data, memoryview) and isinstance(data.obj, bytes)):
         return data
     return bytes(data)
+
+
+def _offset_arg(log_name: str, what: str, value: Any) -> int:
+    """``value`` as an int offset, or TypeError naming the argument: a float, a bool or a string must never reach
+    the checkpoints (written with ``{}``, they make the partition unloadable) nor a file name."""
+    if type(value) is int:
+        return value
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{what} of {log_name} must be an int offset, got {type(value).__name__} {value!r}")
+    return value.__index__()
 
 
 def _as_offset(value: Any) -> int:

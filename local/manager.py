@@ -891,6 +891,7 @@ class LogManager:
         """Delete these partitions of ``topic`` (a topic's deletion), all or none across a crash: an intent names
         them first, and a start finishes a deletion it finds (:mod:`local.topic_intents`)."""
         with self._lock:
+            self._check_open()
             logs = {p: self.get_log(topic, p) for p in partitions}
             topic_id = next((log.topic_id for log in logs.values() if log is not None and log.topic_id), None)
             intents = write_intents(self.live_dirs, "delete", topic, topic_id, list(partitions)) \
@@ -901,6 +902,7 @@ class LogManager:
 
     def delete_log(self, topic: str, partition: int) -> None:
         with self._lock:
+            self._check_open()  # once closed, the dirs are unlocked: another LogManager may own them now
             with self._offline_lock:  # both maps in one step: a dir failure sees the partition in both or neither
                 log = self._logs.pop((topic, partition), None)
                 self._log_dirs_of.pop((topic, partition), None)
@@ -919,7 +921,7 @@ class LogManager:
         """Schedule retention, flushing and checkpointing (Kafka's LogManager.startup)."""
         cfg = self.config
         self.scheduler.startup()
-        self.scheduler.schedule("kafka-log-retention", self.cleanup_logs, cfg.log_retention_check_interval_ms, cfg.log_retention_check_interval_ms)
+        self.scheduler.schedule("kafka-log-retention", self._scheduled_cleanup, cfg.log_retention_check_interval_ms, cfg.log_retention_check_interval_ms)
         self.scheduler.schedule("kafka-log-flusher", self.flush_dirty_logs, cfg.log_flush_scheduler_interval_ms, cfg.log_flush_scheduler_interval_ms)
         self.scheduler.schedule(
             "kafka-recovery-point-checkpoint", self.checkpoint_recovery_offsets,
@@ -936,10 +938,15 @@ class LogManager:
         if self.cleaner is not None:
             self.cleaner.startup()
 
+    def _scheduled_cleanup(self) -> None:
+        if not self._closed:  # (a run that starts while close() runs: nothing to do, nothing to report)
+            self.cleanup_logs()
+
     def cleanup_logs(self) -> int:
         """One retention pass over the logs that are not compacted; returns the number of segments deleted. (As in
         Kafka, a compacted log's retention, ``compact,delete``, is the log cleaner's: see :mod:`local.cleaner`.)"""
         self._check_writable("run retention")
+        self._check_open()
         total = 0
         cleaner = self.cleaner
         if cleaner is not None:  # Kafka: paused for the pass, so that a policy changing under it races nothing

@@ -1,0 +1,78 @@
+"""A careless library user: non-int offsets and calls on a closed LogManager or Log must be refused before anything
+on disk changes (a float log start written to the checkpoints made the partition unloadable; a closed manager, whose
+dirs are unlocked, deleted partitions another LogManager owned)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from local import LogConfig, LogManager
+from local.errors import KafkaStorageError
+from local.records import MemoryRecords, SimpleRecord
+
+
+def _records(n: int) -> MemoryRecords:
+    return MemoryRecords.build([SimpleRecord(b"k", b"v%d" % i) for i in range(n)])
+
+
+def _config(tmp_path: Path) -> LogConfig:
+    return LogConfig.from_properties({"log.dirs": str(tmp_path)})
+
+
+@pytest.mark.parametrize("bad", [2.5, 3.0, True, Decimal("3"), "3"])
+@pytest.mark.parametrize("method", ["delete_records", "truncate_to", "truncate_fully_and_start_at", "roll", "read"])
+def test_a_non_int_offset_is_refused_and_the_partition_still_loads(tmp_path: Path, bad: object, method: str) -> None:
+    with LogManager(_config(tmp_path)) as manager:
+        log = manager.get_or_create_log("t", 0)
+        log.append(_records(10))
+        with pytest.raises(TypeError, match="offset"):
+            getattr(log, method)(bad)
+        assert (log.log_start_offset, log.log_end_offset) == (0, 10)
+        assert log.append(_records(1)).first_offset == 10
+    with LogManager(_config(tmp_path)) as manager:
+        log = manager.get_log("t", 0)
+        assert log is not None, manager.offline_partitions
+        assert (log.log_start_offset, log.log_end_offset) == (0, 11)
+
+
+def test_an_index_like_offset_is_accepted(tmp_path: Path) -> None:
+    class Offset:
+        def __index__(self) -> int:
+            return 4
+
+    with LogManager(_config(tmp_path)) as manager:
+        log = manager.get_or_create_log("t", 0)
+        log.append(_records(10))
+        assert log.delete_records(Offset()) == 4
+        assert type(log.log_start_offset) is int
+    with LogManager(_config(tmp_path)) as manager:
+        assert manager.get_log("t", 0).log_start_offset == 4
+
+
+def test_a_closed_manager_and_its_logs_change_nothing_another_manager_owns(tmp_path: Path) -> None:
+    first = LogManager(_config(tmp_path))
+    old = first.get_or_create_log("t", 0)
+    old.append(_records(10))
+    first.get_or_create_log("u", 0).append(_records(10))
+    first.close()
+    with LogManager(_config(tmp_path)) as second:  # the dirs are unlocked: this one (or another process) owns them
+        with pytest.raises(KafkaStorageError, match="closed"):
+            old.delete_records(5)
+        with pytest.raises(KafkaStorageError, match="closed"):
+            old.truncate_to(3)
+        with pytest.raises(KafkaStorageError, match="closed"):
+            first.delete_log("u", 0)
+        with pytest.raises(KafkaStorageError, match="closed"):
+            first.delete_partitions("u", [0])
+        with pytest.raises(KafkaStorageError, match="closed"):
+            first.cleanup_logs()
+        assert (tmp_path / "u-0").is_dir()
+        u = second.get_log("u", 0)
+        assert [r.offset for b in u.read(0, 1 << 20).records.batches() for r in b.records()] == list(range(10))
+    with LogManager(_config(tmp_path)) as third:
+        assert [(log.name, log.log_start_offset, log.log_end_offset) for log in
+                sorted(third.all_logs(), key=lambda log: log.name)] == [("t-0", 0, 10), ("u-0", 0, 10)]
+
