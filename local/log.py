@@ -779,6 +779,8 @@ class Log:
         max_bytes: int = 1024 * 1024,
         isolation: FetchIsolation = FetchIsolation.LOG_END,
         min_one_message: bool = True,
+        *,
+        _attempt: int = 0,
     ) -> FetchDataInfo:
         """The batches from the one holding ``offset``, up to ``max_bytes`` (one whole batch at least when
         ``min_one_message``). Offsets below the local log start come from the remote tier, if there is one.
@@ -807,6 +809,7 @@ class Log:
         if offset < self.log_start_offset or offset > leo.message_offset:
             raise self._out_of_range(offset, leo.message_offset)
         remote = self.remote_tier
+        generation = self.segments_generation
         if self.lost_offsets.entries:
             lost = self.lost_offsets.find(offset)
             if lost is not None:
@@ -840,6 +843,13 @@ class Log:
         except Exception as exc:
             if offset < self.log_start_offset:  # retention removed what the read was reading
                 raise self._out_of_range(offset, leo.message_offset) from exc
+            if isinstance(exc, KafkaStorageError) and not isinstance(exc, LogDirOfflineError) and _attempt < 3:
+                # A truncation (or a segment swap) cut the file under the read: what looked torn is the cut, not
+                # damage. Once it is done (its lock), read again: the new log answers (out of range past its end).
+                with self._lock:
+                    changed = self.segments_generation != generation
+                if changed:
+                    return self.read(offset, max_bytes, isolation, min_one_message, _attempt=_attempt + 1)
             raise
         if offset < self.log_start_offset:
             # Retention moved the log start past the offset while we read: what we found may be later data.
@@ -1320,6 +1330,7 @@ class Log:
             self._leo = LogOffsetMetadata(target_offset, active.base_offset, active.size)
             self.recovery_point = min(self.recovery_point, target_offset)
             self._high_watermark = min(self._high_watermark, target_offset)
+            self.segments_generation += 1  # (again, after the cut: a read that raced it knows to read again)
             # A truncation below the log start (moved inside the first segment by DeleteRecords) takes the log
             # start down with it, as Kafka's truncateTo does: the log start never passes the log end.
             self.local_log_start_offset = min(self.local_log_start_offset, target_offset)

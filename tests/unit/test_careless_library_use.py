@@ -76,3 +76,47 @@ def test_a_closed_manager_and_its_logs_change_nothing_another_manager_owns(tmp_p
         assert [(log.name, log.log_start_offset, log.log_end_offset) for log in
                 sorted(third.all_logs(), key=lambda log: log.name)] == [("t-0", 0, 10), ("u-0", 0, 10)]
 
+
+def test_a_read_racing_truncations_never_reports_damage(tmp_path: Path) -> None:
+    """A truncation cuts the file under a read that does not take the log lock: the reader must see the log before
+    or after it (or out of range), never a CorruptRecordError about a healthy segment."""
+    import random
+    import threading
+    import time
+
+    from local.errors import CorruptRecordError, OffsetOutOfRangeError
+
+    with LogManager(_config(tmp_path)) as manager:
+        log = manager.get_or_create_log("t", 0)
+        stop = time.monotonic() + 3.0
+        damage: list[BaseException] = []
+
+        def writer() -> None:
+            rnd = random.Random(1)
+            while time.monotonic() < stop:
+                log.append(_records(rnd.randint(1, 20)))
+                if rnd.random() < 0.3 and log.log_end_offset > 5:
+                    log.truncate_to(rnd.randint(max(0, log.log_end_offset - 30), log.log_end_offset - 1))
+                if rnd.random() < 0.05:
+                    log.roll()
+
+        def reader() -> None:
+            rnd = random.Random(2)
+            while time.monotonic() < stop:
+                leo = log.log_end_offset
+                if leo == 0:
+                    continue
+                try:
+                    for batch in log.read(rnd.randint(max(0, leo - 40), leo - 1), 1 << 20).records.batches():
+                        list(batch.records())
+                except OffsetOutOfRangeError:
+                    pass
+                except CorruptRecordError as exc:
+                    damage.append(exc)
+
+        threads = [threading.Thread(target=writer), threading.Thread(target=reader), threading.Thread(target=reader)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert damage == [], damage[:3]
