@@ -779,8 +779,6 @@ class Log:
         max_bytes: int = 1024 * 1024,
         isolation: FetchIsolation = FetchIsolation.LOG_END,
         min_one_message: bool = True,
-        *,
-        _attempt: int = 0,
     ) -> FetchDataInfo:
         """The batches from the one holding ``offset``, up to ``max_bytes`` (one whole batch at least when
         ``min_one_message``). Offsets below the local log start come from the remote tier, if there is one.
@@ -793,12 +791,18 @@ class Log:
         segment, a file closed under it, a remote segment deleted) sees the moved start when it checks again
         after reading, and raises ``OffsetOutOfRangeError`` naming the current log start rather than returning
         the later data it may have found. A local read overtaken by local retention (the data now only remote)
-        goes to the remote tier instead.
+        goes to the remote tier instead. A read that a truncation cut short is read again once it is done (the
+        records read are a view of the segment file, as Kafka's ``FileRecords``: a truncation after the read, a
+        Spark write's rollback, may change what they hold).
         """
         if self._offline is not None:
             self._check_open()
         if type(offset) is not int:
             offset = _offset_arg(self.name, "read offset", offset)
+        return self._read(offset, max_bytes, isolation, min_one_message, 0)
+
+    def _read(self, offset: int, max_bytes: int, isolation: FetchIsolation, min_one_message: bool,
+              attempt: int) -> FetchDataInfo:
         leo = self._leo
         if isolation is FetchIsolation.LOG_END:
             max_offset = leo.message_offset
@@ -843,13 +847,14 @@ class Log:
         except Exception as exc:
             if offset < self.log_start_offset:  # retention removed what the read was reading
                 raise self._out_of_range(offset, leo.message_offset) from exc
-            if isinstance(exc, KafkaStorageError) and not isinstance(exc, LogDirOfflineError) and _attempt < 3:
-                # A truncation (or a segment swap) cut the file under the read: what looked torn is the cut, not
-                # damage. Once it is done (its lock), read again: the new log answers (out of range past its end).
+            if not isinstance(exc, LogDirOfflineError) and attempt < 3:
+                # A truncation (or a segment swap) cut the file under the read: what looked torn (or a position past
+                # the file's end) is the cut, not damage. Once it is done (its lock), read again: the new log answers
+                # (out of range past its end). Anything else is raised as it is.
                 with self._lock:
                     changed = self.segments_generation != generation
                 if changed:
-                    return self.read(offset, max_bytes, isolation, min_one_message, _attempt=_attempt + 1)
+                    return self._read(offset, max_bytes, isolation, min_one_message, attempt + 1)
             raise
         if offset < self.log_start_offset:
             # Retention moved the log start past the offset while we read: what we found may be later data.

@@ -78,40 +78,41 @@ def test_a_closed_manager_and_its_logs_change_nothing_another_manager_owns(tmp_p
 
 
 def test_a_read_racing_truncations_never_reports_damage(tmp_path: Path) -> None:
-    """A truncation cuts the file under a read that does not take the log lock: the reader must see the log before
-    or after it (or out of range), never a CorruptRecordError about a healthy segment."""
+    """A truncation cuts the file under a read that does not take the log lock: the read must find the log before
+    or after it (or out of range), never raise a CorruptRecordError about a healthy segment."""
     import random
     import threading
-    import time
 
-    from local.errors import CorruptRecordError, OffsetOutOfRangeError
+    from local.errors import OffsetOutOfRangeError
 
     with LogManager(_config(tmp_path)) as manager:
         log = manager.get_or_create_log("t", 0)
-        stop = time.monotonic() + 3.0
+        done = threading.Event()
         damage: list[BaseException] = []
 
-        def writer() -> None:
+        def writer() -> None:  # a bounded number of steps (a busy machine makes the run longer, not weaker)
             rnd = random.Random(1)
-            while time.monotonic() < stop:
-                log.append(_records(rnd.randint(1, 20)))
-                if rnd.random() < 0.3 and log.log_end_offset > 5:
-                    log.truncate_to(rnd.randint(max(0, log.log_end_offset - 30), log.log_end_offset - 1))
-                if rnd.random() < 0.05:
-                    log.roll()
+            try:
+                for _ in range(300):
+                    log.append(_records(rnd.randint(1, 20)))
+                    if rnd.random() < 0.3 and log.log_end_offset > 5:
+                        log.truncate_to(rnd.randint(max(0, log.log_end_offset - 30), log.log_end_offset - 1))
+                    if rnd.random() < 0.05:
+                        log.roll()
+            finally:
+                done.set()
 
         def reader() -> None:
             rnd = random.Random(2)
-            while time.monotonic() < stop:
+            while not done.is_set():
                 leo = log.log_end_offset
                 if leo == 0:
                     continue
-                try:
-                    for batch in log.read(rnd.randint(max(0, leo - 40), leo - 1), 1 << 20).records.batches():
-                        list(batch.records())
+                try:  # (the read itself: what it returns is a view of the file, which a later truncation may change)
+                    log.read(rnd.randint(max(0, leo - 40), leo - 1), 1 << 20)
                 except OffsetOutOfRangeError:
                     pass
-                except CorruptRecordError as exc:
+                except Exception as exc:  # (CorruptRecordError, or anything else a thread would only print)
                     damage.append(exc)
 
         threads = [threading.Thread(target=writer), threading.Thread(target=reader), threading.Thread(target=reader)]
@@ -120,3 +121,4 @@ def test_a_read_racing_truncations_never_reports_damage(tmp_path: Path) -> None:
         for thread in threads:
             thread.join()
         assert damage == [], damage[:3]
+
