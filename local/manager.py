@@ -675,6 +675,7 @@ class LogManager:
         any of them is seen, and all are seen at once (a reader never finds the topic with some of its partitions);
         a creation that fails part way (a full disk) deletes the partitions it made before the error is raised; and
         one a crash interrupts is rolled back at the next start (:mod:`local.topic_intents`)."""
+        _check_creation_args(topic, overrides, topic_id)
         if isinstance(partitions, Sized):  # refused from the count before a huge range becomes a list
             have = sum(1 for t, _p in list(self._logs) if t == topic)
             refusal = open_files_refusal(len(partitions) - have)
@@ -739,6 +740,7 @@ class LogManager:
 
         ``overrides`` use topic keys (``segment.bytes``, ``retention.ms``...) and are validated here.
         """
+        _check_creation_args(topic, overrides, topic_id)
         key = (topic, partition)
         if self.read_only:
             log = self.get_log(topic, partition)
@@ -1174,3 +1176,17 @@ def _build_remote_tier(
 
     build = factory if factory is not None else find_remote_tier_factory(config)
     return build(config) if cache_root is None else build(config, cache_root)
+
+
+def _check_creation_args(topic: Any, overrides: Any, topic_id: Any) -> None:
+    """TypeError naming the argument before anything is made: a str topic id failed only once the partition dir
+    existed (left without its partition.metadata, given a random id at the next start), a list of overrides with an
+    AttributeError."""
+    if not isinstance(topic, str):
+        raise TypeError(f"the topic must be a str, got {type(topic).__name__} {topic!r}")
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise TypeError(f"the overrides of {topic} must be a mapping of topic config keys to values (e.g. "
+                        f"{{'segment.bytes': 1048576}}), got {type(overrides).__name__} {overrides!r}")
+    if topic_id is not None and not isinstance(topic_id, uuid.UUID):
+        raise TypeError(f"the topic id of {topic} must be a uuid.UUID (local.checkpoint.kafka_uuid_from_str reads "
+                        f"Kafka's 22-character form), got {type(topic_id).__name__} {topic_id!r}")

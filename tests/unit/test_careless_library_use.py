@@ -122,3 +122,22 @@ def test_a_read_racing_truncations_never_reports_damage(tmp_path: Path) -> None:
             thread.join()
         assert damage == [], damage[:3]
 
+
+@pytest.mark.parametrize(("args", "named"), [
+    ({"topic_id": "3fa85f64-5717-4562-b3fc-2c963f66afa6"}, "topic id"),
+    ({"overrides": ["segment.bytes"]}, "overrides"),
+])
+def test_a_partition_with_an_argument_of_the_wrong_type_is_not_made(tmp_path: Path, args: dict[str, object],
+                                                                     named: str) -> None:
+    """A str topic id failed only once the partition dir existed: left without partition.metadata, the next start
+    loaded it with a random topic id."""
+    with LogManager(_config(tmp_path)) as manager:
+        with pytest.raises(TypeError, match=named):
+            manager.get_or_create_log("t", 0, **args)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=named):
+            manager.create_partitions("t", [0, 1], **args)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="topic must be a str"):
+            manager.get_or_create_log(b"t", 0)  # type: ignore[arg-type]
+        assert manager.get_log("t", 0) is None
+    assert not (tmp_path / "t-0").exists() and not (tmp_path / "t-1").exists()
+
