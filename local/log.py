@@ -478,7 +478,12 @@ class Log:
         """
         self._check_writable()
         data = records.buffer if isinstance(records, MemoryRecords) else records
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"{self.name}: append takes MemoryRecords (MemoryRecords.build([SimpleRecord(...)])) or the "
+                            f"bytes of record batches, got {type(records).__name__}")
         epoch = self._leader_epoch if leader_epoch is None else leader_epoch
+        if type(epoch) is not int:
+            raise TypeError(f"{self.name}: leader_epoch must be an int, got {type(epoch).__name__} {epoch!r}")
         try:
             info = None
             if origin is AppendOrigin.CLIENT and self._plain_limits is not None:

@@ -141,3 +141,18 @@ def test_a_partition_with_an_argument_of_the_wrong_type_is_not_made(tmp_path: Pa
         assert manager.get_log("t", 0) is None
     assert not (tmp_path / "t-0").exists() and not (tmp_path / "t-1").exists()
 
+
+@pytest.mark.parametrize(("records", "kwargs", "named"), [
+    ("hello", {}, "append takes MemoryRecords"),
+    ([SimpleRecord(b"k", b"v")], {}, "append takes MemoryRecords"),
+    (None, {}, "append takes MemoryRecords"),
+    (_records(1), {"leader_epoch": "1"}, "leader_epoch must be an int"),
+])
+def test_an_append_of_the_wrong_type_names_what_append_takes(tmp_path: Path, records: object,
+                                                             kwargs: dict[str, object], named: str) -> None:
+    with LogManager(_config(tmp_path)) as manager:
+        log = manager.get_or_create_log("t", 0)
+        with pytest.raises(TypeError, match=named):
+            log.append(records, **kwargs)  # type: ignore[arg-type]
+        assert log.log_end_offset == 0 and log.append(_records(2)).first_offset == 0
+
