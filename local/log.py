@@ -1100,6 +1100,10 @@ class Log:
         with self._lock:
             if self._closed:
                 self._check_open()  # a closed log's dir may belong to another LogManager now
+            if offset < 0:  # (Kafka's -1, "up to the high watermark", is the request's: its handler resolves it)
+                raise OffsetOutOfRangeError(f"cannot delete records of {self.name} up to {offset}: a negative offset "
+                                            f"(pass the high watermark, {self._high_watermark}, to delete every "
+                                            "record)", offset=offset)
             if offset > self._high_watermark:
                 raise OffsetOutOfRangeError(
                     f"cannot delete records of {self.name} up to {offset}: above the high watermark "

@@ -156,3 +156,16 @@ def test_an_append_of_the_wrong_type_names_what_append_takes(tmp_path: Path, rec
             log.append(records, **kwargs)  # type: ignore[arg-type]
         assert log.log_end_offset == 0 and log.append(_records(2)).first_offset == 0
 
+
+def test_delete_records_below_zero_is_refused_not_ignored(tmp_path: Path) -> None:
+    """Kafka's DeleteRecords takes -1 for "up to the high watermark" (its handler resolves it); Log.delete_records(-1)
+    returned the log start as if it had done what was asked."""
+    from local.errors import OffsetOutOfRangeError
+
+    with LogManager(_config(tmp_path)) as manager:
+        log = manager.get_or_create_log("t", 0)
+        log.append(_records(10))
+        with pytest.raises(OffsetOutOfRangeError, match="negative offset"):
+            log.delete_records(-1)
+        assert log.log_start_offset == 0 and log.delete_records(10) == 10
+
