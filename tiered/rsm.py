@@ -36,6 +36,11 @@ class TopicIdPartition:
         p = self.partition
         if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= INT32_MAX:
             raise ValueError(f"invalid partition {p!r} of topic {self.topic!r}: must be a whole number in 0..{INT32_MAX}")
+        if not isinstance(self.topic_id, uuid.UUID):  # (a str id made keys and events no reader finds again)
+            raise TypeError(f"the topic id of {self.topic!r} must be a uuid.UUID (tiered.layout.parse_kafka_uuid reads "
+                            f"Kafka's 22-character form), got {type(self.topic_id).__name__} {self.topic_id!r}")
+        if not isinstance(self.topic, str):
+            raise TypeError(f"the topic must be a str, got {type(self.topic).__name__} {self.topic!r}")
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.partition}:{self.topic_id}"
@@ -117,6 +122,21 @@ class RemoteLogSegmentMetadata:
     state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 
     def __post_init__(self) -> None:
+        if not isinstance(self.remote_log_segment_id, RemoteLogSegmentId):
+            raise TypeError(f"remote_log_segment_id must be a RemoteLogSegmentId, got "
+                            f"{type(self.remote_log_segment_id).__name__} {self.remote_log_segment_id!r}")
+        for name in ("start_offset", "end_offset", "max_timestamp_ms", "broker_id", "event_timestamp_ms",
+                     "segment_size_in_bytes"):
+            value = getattr(self, name)
+            if type(value) is int:
+                continue
+            if isinstance(value, bool) or not hasattr(type(value), "__index__"):  # (a float reached the events)
+                raise TypeError(f"{name} of {self.remote_log_segment_id} must be an int, got {type(value).__name__} "
+                                f"{value!r}")
+            object.__setattr__(self, name, value.__index__())  # (a numpy integer: JSON and struct want an int)
+        if self.custom_metadata is not None and not isinstance(self.custom_metadata, bytes):
+            raise TypeError(f"custom_metadata of {self.remote_log_segment_id} must be bytes or None, got "
+                            f"{type(self.custom_metadata).__name__}")
         if self.start_offset < 0 or self.end_offset < self.start_offset:
             raise ValueError(
                 f"invalid offsets for {self.remote_log_segment_id}: start {self.start_offset}, end {self.end_offset}"

@@ -169,3 +169,30 @@ def test_delete_records_below_zero_is_refused_not_ignored(tmp_path: Path) -> Non
             log.delete_records(-1)
         assert log.log_start_offset == 0 and log.delete_records(10) == 10
 
+
+
+def test_the_remote_storage_api_types_refuse_what_would_reach_the_bucket_wrong() -> None:
+    """A str topic id, a float offset or str custom metadata were accepted and went into keys and events."""
+    import uuid
+
+    import numpy as np
+
+    from tiered.rsm import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+
+    with pytest.raises(TypeError, match=r"uuid\.UUID"):
+        TopicIdPartition(str(uuid.uuid4()), "t", 0)  # type: ignore[arg-type]
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    sid = RemoteLogSegmentId(tip, uuid.uuid4())
+
+    def md(**changed: object) -> RemoteLogSegmentMetadata:
+        fields: dict[str, object] = {"remote_log_segment_id": sid, "start_offset": 0, "end_offset": 9,
+                                     "max_timestamp_ms": 0, "broker_id": 0, "event_timestamp_ms": 0,
+                                     "segment_size_in_bytes": 100, "segment_leader_epochs": {0: 0}}
+        return RemoteLogSegmentMetadata(**{**fields, **changed})  # type: ignore[arg-type]
+
+    for bad in ({"start_offset": 0.5}, {"end_offset": "9"}, {"broker_id": True}, {"custom_metadata": "abc"},
+                {"remote_log_segment_id": "x"}):
+        with pytest.raises(TypeError):
+            md(**bad)
+    converted = md(end_offset=np.int64(9))
+    assert type(converted.end_offset) is int and converted.end_offset == 9
