@@ -168,6 +168,9 @@ def test_join_sync_heartbeat_rebalance_and_leave(tmp_path: Path):
                      member_id=first.member_id, group_instance_id=None, protocol_type="consumer",
                      protocols=(build(11, 5, "JoinGroupRequestProtocol", name="range", metadata=b"sub-b"),))
         b.send(encode_request(11, 5, body, 99))  # waits for the rebalance
+        # (its join taken in first: on a busy machine the heartbeat below could overtake it)
+        _wait_for(lambda: kafka.broker.coordinator.describe_group("g")["state"] == "PreparingRebalance",
+                  "the second member's join starts a rebalance")
         assert _heartbeat(a, "g", 1, joined.member_id) == ErrorCode.rebalance_in_progress
         # PreparingRebalance takes the current generation's commits (a consumer commits in onPartitionsRevoked)
         assert _commit(a, "g", 1, joined.member_id, {("t", 0): 5}) == {("t", 0): ErrorCode.none}
