@@ -7,14 +7,16 @@ offset order. While the last file holds fewer than ``remote.log.columnar.file.by
 one Spark task a file at Spark's default ``maxPartitionBytes``) and its bytes still match the manifest's crc32c,
 the new segment's rows go into a new file that first copies the last file's row groups, and it replaces the last
 file (which is retired like a file below the log start: deleted ``remote.log.columnar.file.delete.delay.ms``, an
-hour by default, later); otherwise they start a new file. A last file the rows would extend whose bytes do not match
-(damaged, or gone) is retired before they are added, and its offsets are copied again with them. Reading many small files costs Spark per file (a topic of 16 MiB segments read 0.8x as fast from a
-file per segment as from one file a partition: bench/RESULTS.md); the price is rewriting a file up to
-``file.bytes / segment.bytes`` times, none at all with Kafka's default 1 GiB segments. A remote segment is always below the last stable offset (the copy task copies nothing above it), so its
-transactions are resolved: records of aborted transactions are kept with ``aborted = true`` (the Kafka rule: a
-transactional batch whose producer has an aborted transaction with ``first_offset <= base offset <= last_offset``,
-from the transaction indexes of the remote segments from this one on, then the local ones), which lets one copy
-serve both isolation levels. Control records are not rows (no consumer sees them).
+hour by default, later); otherwise they start a new file. A last file the rows would extend whose bytes do not
+match (damaged, or gone) is retired before they are added, and its offsets are copied again with them. Reading
+many small files costs Spark per file (a topic of 16 MiB segments read 0.8x as fast from a file per segment as from
+one file a partition: bench/RESULTS.md); the price is rewriting a file up to ``file.bytes / segment.bytes`` times,
+none at all with Kafka's default 1 GiB segments. A remote segment is always below the last stable offset (the copy
+task copies nothing above it), so its transactions are resolved: records of aborted transactions are kept with
+``aborted = true`` (the Kafka rule: a transactional batch whose producer has an aborted transaction with
+``first_offset <= base offset <= last_offset``, from the transaction indexes of the remote segments from this one
+on, then the local ones), which lets one copy serve both isolation levels. Control records are not rows (no consumer
+sees them).
 
 The bytes are read from the local segment while it is still there (it usually is: the copy has just happened),
 else through the remote read path. Each file: the source's columns (:data:`tiered.spark.arrow_records.ARROW_SCHEMA`)
