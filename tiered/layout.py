@@ -8,6 +8,7 @@ partition's metadata events live beside its segments under ``__remote_log_metada
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from local.checkpoint import kafka_uuid_from_str, kafka_uuid_to_str
@@ -101,10 +102,14 @@ def topic_ids_in_store(store: ObjectStore, prefix: str, topic: str, *,
     """Every topic id the store holds remote metadata of for ``topic``, with the partitions of each (those with a
     ``__remote_log_metadata/``): keys ``<prefix>/<topic>-<22-char id>/<partition>/__remote_log_metadata/...`` (a topic
     named ``<topic>-x`` is not mistaken for it: the id must be the whole rest of the name). ``skip``: an id left out
-    (its partitions not even listed). "Directory" listings only (:meth:`ObjectStore.list_common_prefixes`): on S3 a
-    request for the topic's ids, one for each id's partitions and one for each partition, whatever their segments
-    (a listing of every key under ``<topic>-`` took a request a thousand objects, at each first claim)."""
+    (its partitions not even listed). On a store that declares ``common_prefixes`` (S3), "directory" listings only
+    (:meth:`ObjectStore.list_common_prefixes`): a request for the topic's ids, one for each id's partitions and one
+    for each partition, whatever their segments (a listing of every key under ``<topic>-`` took a request a thousand
+    objects, at each first claim); on another, one listing of every key under ``<topic>-`` (what the directory
+    listings would each be made of)."""
     head = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+    if not store.capabilities.common_prefixes:
+        return _topic_ids_in_keys(store.list(f"{head}{topic}-"), head, topic, skip)
     found: dict[uuid.UUID, set[int]] = {}
     for topic_dir in store.list_common_prefixes(f"{head}{topic}-"):
         id_text = topic_dir[len(head) + len(topic) + 1:-1]
@@ -122,4 +127,23 @@ def topic_ids_in_store(store: ObjectStore, prefix: str, topic: str, *,
                 continue
             if f"{partition_dir}{METADATA_DIR}/" in store.list_common_prefixes(f"{partition_dir}__"):
                 found.setdefault(topic_id, set()).add(int(partition))
+    return found
+
+
+def _topic_ids_in_keys(keys: Iterable[str], head: str, topic: str, skip: uuid.UUID | None) -> dict[uuid.UUID, set[int]]:
+    """:func:`topic_ids_in_store` from every key under ``<head><topic>-``."""
+    found: dict[uuid.UUID, set[int]] = {}
+    for key in keys:
+        parts = key[len(head):].split("/")
+        if len(parts) < 4 or parts[2] != METADATA_DIR:
+            continue
+        id_text = parts[0][len(topic) + 1:]
+        if len(id_text) != 22 or not parts[1].isdigit():
+            continue
+        try:
+            topic_id = parse_kafka_uuid(id_text)
+        except ValueError:
+            continue
+        if topic_id != skip:
+            found.setdefault(topic_id, set()).add(int(parts[1]))
     return found

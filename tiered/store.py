@@ -55,6 +55,7 @@ class StoreCapabilities:
     multipart: bool = False
     conditional_writes: bool = False
     shared_across_processes: bool = False
+    common_prefixes: bool = False
 
 
 class ObjectStore(ABC):
@@ -142,7 +143,8 @@ class ObjectStore(ABC):
     def list_common_prefixes(self, prefix: str) -> builtins.list[str]:
         """A "directory" listing, sorted: the distinct ``prefix + part + "/"`` of the keys that begin with ``prefix``
         and go on past a ``/`` (S3's ``CommonPrefixes`` with delimiter ``/``). From :meth:`list` by default; a store
-        that can ask for it overrides it (S3: one request a thousand names, not one a thousand keys below them)."""
+        that can ask for it declares ``common_prefixes`` and overrides it (S3: one request a thousand names, not one
+        a thousand keys below them)."""
         found = set()
         for key in self.list(prefix):
             cut = key.find("/", len(prefix))

@@ -232,7 +232,9 @@ def test_the_topic_ids_of_a_name_are_found_without_listing_their_segments(tmp_pa
     local.configure({"dir": str(tmp_path / "bucket")})
     for key in keys:
         local.put(key, b"")
+    assert not local.capabilities.common_prefixes  # (its one listing of every key: what a directory listing costs it)
     assert topic_ids_in_store(local, "p", "events") == expected
+    assert topic_ids_in_store(local, "p", "events", skip=a) == {b: {5}}
     with mock_aws():
         import boto3
 

@@ -56,7 +56,8 @@ class S3Store(ObjectStore):
     # streams: open_range hands back the GET's body, read as it arrives; multipart: put_stream uploads parts.
     # S3's conditional PUT (If-None-Match: *): AWS since 2024-08; SeaweedFS and LocalStack serialize racing creates
     # too, moto honours the header without serializing (the conformance suite races claimants on each server).
-    capabilities = StoreCapabilities(streams=True, multipart=True, conditional_writes=True, shared_across_processes=True)
+    capabilities = StoreCapabilities(streams=True, multipart=True, conditional_writes=True, shared_across_processes=True,
+                                     common_prefixes=True)
     redact: Redactor = Redactor()
     CONFIG_KEYS = ("bucket", "region", "endpoint_url",
                    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "path_style", "sse",
@@ -406,20 +407,18 @@ class S3Store(ObjectStore):
                 raise self._failure(f"S3 delete of {len(errors)} object(s) failed: {errors[:3]}", None, retriable=True)
 
     def list(self, prefix: str) -> list[str]:
-        keys: list[str] = []
-        try:
-            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
-                keys.extend(obj["Key"] for obj in page.get("Contents", []))
-        except Exception as exc:
-            _reraise(self.storage_error(exc, "list", prefix))
-        return sorted(keys)
+        return self._listed(prefix, "Contents", "Key")
 
     def list_common_prefixes(self, prefix: str) -> builtins.list[str]:
+        return self._listed(prefix, "CommonPrefixes", "Prefix", Delimiter="/")
+
+    def _listed(self, prefix: str, part: str, field: str, **request: str) -> builtins.list[str]:
+        """``field`` of each entry of ``part`` of every page of a ListObjectsV2 of ``prefix``, sorted."""
         found: builtins.list[str] = []
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix,
-                                                                              Delimiter="/"):
-                found.extend(p["Prefix"] for p in page.get("CommonPrefixes", []))
+                                                                              **request):
+                found.extend(entry[field] for entry in page.get(part, []))
         except Exception as exc:
             _reraise(self.storage_error(exc, "list", prefix))
         return sorted(found)
