@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import mmap
+import operator
 import os
 import struct
 import sys
@@ -131,6 +132,10 @@ class AbstractIndex(IndexCore, ABC):
     ) -> None:
         if entry_struct.size != entry_dtype.itemsize:
             raise ValueError(f"entry struct ({entry_struct.size} B) and dtype ({entry_dtype.itemsize} B) differ")
+        base_offset = _int_arg("base_offset", base_offset, path)
+        max_index_size = _int_arg("max_index_size", max_index_size, path)
+        if base_offset < 0:
+            raise ValueError(f"base_offset must be >= 0, got {base_offset} for index {path}")
         self._path = path if isinstance(path, Path) else Path(path)
         self._base_offset = base_offset
         self._max_index_size = max_index_size
@@ -614,6 +619,14 @@ class AbstractIndex(IndexCore, ABC):
         finally:
             self._path = target
 
+    def _check_entry_args(self, *args: tuple[str, object]) -> None:
+        """Refuse an append to a closed index (it would look full) and an entry of another type than int (a
+        float or str would fail inside ``struct``), naming the index: called off the fast path only."""
+        if self._closed:
+            raise self._closed_error()
+        for name, arg in args:
+            _int_arg(name, arg, self._path)
+
     def _closed_error(self) -> IndexClosedError:
         return IndexClosedError(f"index {self._path} is closed", path=self._path)
 
@@ -630,6 +643,19 @@ class AbstractIndex(IndexCore, ABC):
             f"{type(self).__name__}(path={str(self._path)!r}, base_offset={self._base_offset}, "
             f"entry_size={self._entry_size}, entries={self.entries}, max_entries={self.max_entries})"
         )
+
+
+def _int_arg(name: str, value: object, path: object) -> int:
+    """``value`` as an int (anything with ``__index__``, numpy's integers too), or a TypeError naming ``name`` and
+    the index: a bool, float or str is refused rather than coerced."""
+    if type(value) is int:
+        return value
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r} for index {path}")
 
 
 def _read_whole(fd: int, length: int) -> bytes:

@@ -180,6 +180,8 @@ class OffsetIndex(AbstractIndex):
         IndexOffsetOverflowError when ``offset`` is not within 2^31-1 of the base offset, and
         LegacyIndexPositionOverflowError for a position past 2^31-1 in the legacy 8-byte format.
         """
+        if self._closed or type(offset) is not int or type(position) is not int:
+            self._check_entry_args(("offset", offset), ("position", position))
         with self._lock:
             keys = self._keys
             n = len(keys)
@@ -221,6 +223,8 @@ class OffsetIndex(AbstractIndex):
         When any pair would fail, the pairs are appended one by one instead, so the valid prefix is kept and the
         error is the one :meth:`append` raises for the first bad pair.
         """
+        if self._closed:
+            raise self._closed_error()
         if not len(offsets):
             return
         offs = np.asarray(offsets, dtype=np.int64)

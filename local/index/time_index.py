@@ -151,6 +151,8 @@ class TimeIndex(AbstractIndex):
         InvalidIndexTimestampError when ``timestamp`` is below the last entry's timestamp. An equal
         timestamp is a no-op (the same entry appended again on roll and on close).
         """
+        if self._closed or type(timestamp) is not int or type(offset) is not int:
+            self._check_entry_args(("timestamp", timestamp), ("offset", offset))
         with self._lock:
             count = self.entries
             last = self._last_entry
@@ -195,6 +197,8 @@ class TimeIndex(AbstractIndex):
         The bulk write takes strictly increasing timestamps above the last entry's; anything else (or a pair that
         would fail) is appended one by one, with :meth:`maybe_append`'s no-ops and errors.
         """
+        if self._closed:
+            raise self._closed_error()
         if not len(timestamps):
             return
         ts = np.asarray(timestamps, dtype=np.int64)

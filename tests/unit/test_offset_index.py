@@ -8,6 +8,7 @@ import struct
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from local.errors import (
@@ -237,6 +238,44 @@ def test_lookup_after_close_fails(path: Path, large: bool) -> None:
         index.lookup(BASE_OFFSET + 1)
     with pytest.raises(IndexClosedError):
         index.fetch_upper_bound_offset(OffsetPosition(BASE_OFFSET, 0), 1)
+
+
+@FORMATS
+def test_appends_after_close_say_closed_not_full(path: Path, large: bool) -> None:
+    index = new_index(path, large)
+    index.append(BASE_OFFSET + 1, 10)
+    index.close()
+    with pytest.raises(IndexClosedError):
+        index.append(BASE_OFFSET + 2, 20)
+    with pytest.raises(IndexClosedError):
+        index.append_many([BASE_OFFSET + 2], [20])
+
+
+@FORMATS
+@pytest.mark.parametrize("offset, position", [(46.5, 10), ("46", 10), (True, 10), (46, 10.0), (46, None)])
+def test_an_entry_of_another_type_is_refused_naming_it(
+    path: Path, large: bool, offset: object, position: object
+) -> None:
+    with new_index(path, large) as index:
+        with pytest.raises(TypeError, match=rf"(offset|position) must be an int.*{path.name}"):
+            index.append(offset, position)  # type: ignore[arg-type]
+        assert index.entries == 0
+        index.append(BASE_OFFSET + 1, 10)
+        assert index.lookup(BASE_OFFSET + 1) == OffsetPosition(BASE_OFFSET + 1, 10)
+
+
+@pytest.mark.parametrize("base_offset, error", [(-1, ValueError), ("0", TypeError), (0.0, TypeError), (False, TypeError)])
+def test_a_base_offset_that_no_segment_has_is_refused(path: Path, base_offset: object, error: type) -> None:
+    with pytest.raises(error, match="base_offset"):
+        OffsetIndex(path, base_offset, 80)  # type: ignore[arg-type]
+    assert not path.exists()
+
+
+def test_numpy_integers_are_ints(path: Path) -> None:
+    with OffsetIndex(path, np.int64(45), 80) as index:
+        index.append(np.int64(46), np.int32(7))
+        assert index.lookup(46) == OffsetPosition(46, 7)
+        assert type(index.base_offset) is int
 
 
 @FORMATS

@@ -226,6 +226,24 @@ def test_parse_entry_reads_the_file(path: Path, idx: TimeIndex) -> None:
 # --- life cycle --------------------------------------------------------------------------------------
 
 
+def test_appends_after_close_say_closed_not_full(path: Path, idx: TimeIndex) -> None:
+    idx.maybe_append(100, BASE_OFFSET + 1)
+    idx.close()
+    with pytest.raises(IndexClosedError):
+        idx.maybe_append(200, BASE_OFFSET + 2)
+    with pytest.raises(IndexClosedError):
+        idx.append_many([200], [BASE_OFFSET + 2])
+
+
+@pytest.mark.parametrize("timestamp, offset", [(100.5, 46), ("100", 46), (100, 46.0), (None, 46), (100, False)])
+def test_an_entry_of_another_type_is_refused_naming_it(
+    path: Path, idx: TimeIndex, timestamp: object, offset: object
+) -> None:
+    with pytest.raises(TypeError, match=rf"(timestamp|offset) must be an int.*{path.name}"):
+        idx.maybe_append(timestamp, offset)  # type: ignore[arg-type]
+    assert idx.entries == 0
+
+
 def test_close_trims_and_reopen_restores_last_entry(path: Path, idx: TimeIndex) -> None:
     append_entries(idx, 4)
     idx.close()
