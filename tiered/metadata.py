@@ -485,7 +485,7 @@ class RemoteLogMetadataStore:
 
     def next_offset(self, tip: TopicIdPartition) -> int:
         """One past the last offset the partition's remote history names (0 when none): the segments it copied within
-        the current owner's lineage, deleted ones too (their DELETE_SEGMENT_FINISHED events are kept), and the start of
+        the current owner's lineage, deleted ones too (the last one's DELETE_SEGMENT_FINISHED event is kept), and the start of
         the newest claim (the claimer's log end then). Offsets below it were the partition's once: a log adopting the
         partition with no readable segment left starts there, never reusing one, as Kafka's log start never goes
         back after retention."""
@@ -572,7 +572,61 @@ class RemoteLogMetadataStore:
         """Delete the events, as of the partition's last load, of segments whose deletion had finished: what a crash
         between DELETE_SEGMENT_FINISHED and the removal of the segment's other events left, or an event whose write
         reached the store after the deletion. Readers ignore them (a segment's newest state wins), but nothing else
-        would ever remove them. For the partition's owner (its expiration task); how many were deleted."""
+        would ever remove them. Then the DELETE_SEGMENT_FINISHED events nothing needs any more
+        (:meth:`_superseded_deletions`): without that, a partition under retention would keep one event per segment
+        it ever had, each read at every first load. For the partition's owner (its expiration task); how many events
+        were deleted."""
+        return self._remove_events_of_deleted(tip) + self._remove_superseded_deletions(tip)
+
+    def _superseded_deletions(self, tip: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """The deleted segments (DELETE_SEGMENT_FINISHED) whose event the partition's history no longer needs.
+
+        A deleted segment's event is read for two figures only: :meth:`next_offset` (the end of the copies within
+        the owner's lineage) and :meth:`max_epoch` (the highest leader epoch of any segment). Every deleted segment
+        within the lineage may go but the one that ends last among the segments kept there and the one with the
+        highest epoch among all kept ones (a copy under way is not kept: it may be purged): both figures stay what
+        they were. A later claim keeps them too: a segment within the new lineage ends before the claim's start, which
+        :meth:`next_offset` counts, and the new owner epoch is above every epoch here. A deposed owner's deleted copy
+        (outside the lineage) is kept, and nothing goes while an event or an owner record cannot be read (what it
+        holds is unknown)."""
+        with self._lock:
+            view = list((self._segments.get(tip) or {}).values())
+            owners = list(self._owners.get(tip, []))
+            if self._damaged_owners.get(tip) or self._unreadable.get(tip):
+                return []
+        lineage = owners[-1].lineage if owners else ()
+        kept = [m for m in view if m.state is not S.COPY_SEGMENT_STARTED]
+        ours = [m for m in kept if not lineage or within_lineage(m, lineage)]
+        if not ours:
+            return []
+        last = max(ours, key=lambda m: (m.end_offset, m.start_offset))
+        highest = max(kept, key=lambda m: (max(m.segment_leader_epochs, default=-1), m.end_offset, m.start_offset))
+        return sorted((m for m in ours if m.state is S.DELETE_SEGMENT_FINISHED and m is not last and m is not highest),
+                      key=lambda m: m.start_offset)
+
+    def _remove_superseded_deletions(self, tip: TopicIdPartition) -> int:
+        superseded = self._superseded_deletions(tip)
+        if not superseded:
+            return 0
+        finished = int(S.DELETE_SEGMENT_FINISHED)
+        keys = [layout.metadata_event_key(self.prefix, m.remote_log_segment_id, m.start_offset, finished)
+                for m in superseded]
+        logger.debug("deleting the events of %d remote segment(s) of %s deleted before offset %d", len(keys), tip,
+                     superseded[-1].end_offset + 1)
+        self.store.delete_many(keys)
+        with self._lock:
+            view = self._segments.get(tip, {})
+            known = self._decoded.get(tip, {})
+            listed = self._event_names.get(tip, {})
+            for md, key in zip(superseded, keys, strict=True):
+                if view.get(md.remote_log_segment_id.id) is md:
+                    del view[md.remote_log_segment_id.id]
+                known.pop(key, None)
+                listed.pop(key, None)
+            self._readable.pop(tip, None)
+        return len(keys)
+
+    def _remove_events_of_deleted(self, tip: TopicIdPartition) -> int:
         with self._lock:
             decoded = dict(self._decoded.get(tip, {}))
             names = dict(self._event_names.get(tip, {}))
