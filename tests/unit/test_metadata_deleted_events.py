@@ -66,7 +66,7 @@ def test_removing_superseded_deletions_changes_nothing_a_new_reader_sees(tmp_pat
     epochs: list[tuple[int, int]] = [(0, 0)]  # this data dir's leader-epoch lineage
     live: list[RemoteLogSegmentMetadata] = []  # finished copies, by offset; a deposed owner's late ones too
     deposed: tuple[int, int] | None = None  # (epoch, first offset) a former owner kept writing in after a claim
-    for op in ops + ["remove"]:
+    for op in [*ops, "remove"]:
         if op == "copy":
             md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), end, end + 9, 0, 0, 0, 10,
                                           {epoch: end})
