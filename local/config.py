@@ -448,9 +448,17 @@ def _validate_topic(cfg: TopicConfig, large_index_enabled: bool, source: str, *,
     if cfg.remote_storage_enable or broker_remote:
         prefix = "log." if broker_remote else ""
         lrb, rb = cfg.local_retention_bytes, cfg.retention_bytes
+        # Kafka's LogConfig.validateRemoteStorageRetentionSize/Time: -1 (keep for ever locally) under a finite total
+        # retention is refused, as a local limit above the total one is.
+        if lrb == -1 and rb != -1:
+            raise _bad(f"{prefix}local.retention.bytes", lrb,
+                       f"Value must not be -1 as {prefix}retention.bytes value is set as {rb}")
         if lrb not in (-2, -1) and rb != -1 and lrb > rb:
             raise _bad(f"{prefix}local.retention.bytes", lrb, f"must not exceed {prefix}retention.bytes ({rb})")
         lrm, rm = cfg.local_retention_ms, cfg.retention_ms
+        if lrm == -1 and rm != -1:
+            raise _bad(f"{prefix}local.retention.ms", lrm,
+                       f"Value must not be -1 as {prefix}retention.ms value is set as {rm}")
         if lrm not in (-2, -1) and rm != -1 and lrm > rm:
             raise _bad(f"{prefix}local.retention.ms", lrm, f"must not exceed {prefix}retention.ms ({rm})")
 
