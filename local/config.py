@@ -419,7 +419,8 @@ class TopicConfig:
         return out
 
 
-def _validate_topic(cfg: TopicConfig, large_index_enabled: bool, source: str, *, broker_remote: bool = False) -> None:
+def _validate_topic(cfg: TopicConfig, large_index_enabled: bool, source: str, *, broker_remote: bool = False,
+                    persisted: bool = False) -> None:
     """The rules across keys. The local retention ones apply to a topic with ``remote.storage.enable=true`` and, as
     Kafka's ``validateBrokerLogConfigValues`` does, to the broker's defaults when ``broker_remote`` (the broker has
     ``remote.log.storage.system.enable=true``), named by their broker keys."""
@@ -445,7 +446,9 @@ def _validate_topic(cfg: TopicConfig, large_index_enabled: bool, source: str, *,
             f"Invalid value true for configuration remote.storage.enable: remote log storage is unsupported for "
             f"compacted topics (cleanup.policy={cfg.cleanup_policy}); use cleanup.policy=delete, or keep the topic "
             "local", key="remote.storage.enable", value=True)
-    if cfg.remote_storage_enable or broker_remote:
+    if (cfg.remote_storage_enable or broker_remote) and not persisted:
+        # (Not for a partition's persisted config at a start: Kafka checks these on create and alter only, and a
+        # broker default changed since, or a rule added since, must not take the partition offline.)
         prefix = "log." if broker_remote else ""
         lrb, rb = cfg.local_retention_bytes, cfg.retention_bytes
         # Kafka's LogConfig.validateRemoteStorageRetentionSize/Time: -1 (keep for ever locally) under a finite total
@@ -586,8 +589,11 @@ class LogConfig:
 
     read_properties = staticmethod(read_properties)
 
-    def topic_config(self, overrides: Mapping[str, Any] | None = None) -> TopicConfig:
-        """The effective config of a topic with ``overrides`` (topic keys) applied over the broker defaults."""
+    def topic_config(self, overrides: Mapping[str, Any] | None = None, *, persisted: bool = False) -> TopicConfig:
+        """The effective config of a topic with ``overrides`` (topic keys) applied over the broker defaults.
+
+        ``persisted``: the overrides a partition dir holds, loaded at a start: the relations between local and total
+        retention are not checked (Kafka checks them when a topic is created or altered only)."""
         if not overrides:
             return self._default_topic
         values = dict(self._topic_defaults)
@@ -597,7 +603,7 @@ class LogConfig:
                 raise ConfigError(f"Unknown topic configuration {key!r}", key=key)
             values[d.attr] = d.conv(d.topic_key or d.attr, raw)
         cfg = TopicConfig(**values)
-        _validate_topic(cfg, self.large_index_enabled, "segment.bytes")
+        _validate_topic(cfg, self.large_index_enabled, "segment.bytes", persisted=persisted)
         return cfg
 
     def with_overrides(self, **attrs: Any) -> LogConfig:

@@ -352,7 +352,7 @@ class LogManager:
                     scratch = scratch_partition_dir(source, self._scratch_root, on_disk=on_disk)
                     opened = Log.open(
                         scratch,
-                        self.config.topic_config(self._topic_overrides(source)),
+                        self.config.topic_config(self._topic_overrides(source), persisted=True),
                         scheduler=None,
                         time=self.time,
                         log_start_offset=start_offsets.get(key, 0),
@@ -512,7 +512,7 @@ class LogManager:
             nonlocal remaining
             pdir, (topic, partition) = item
             try:
-                topic_config = self.config.topic_config(self._topic_overrides(pdir))
+                topic_config = self.config.topic_config(self._topic_overrides(pdir), persisted=True)
                 log = Log.open(
                     pdir,
                     topic_config,

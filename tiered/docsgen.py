@@ -62,8 +62,8 @@ DESCRIPTIONS: dict[str, str] = {
     "compression.zstd.level": "The zstd level of batches rebuilt in zstd (compression.type=zstd).",
     "remote.storage.enable": "Tier this topic: closed segments are copied to the remote tier. Needs "
                              "`remote.log.storage.system.enable=true` on the broker.",
-    "local.retention.ms": "How long segments stay on local disk once copied to the remote tier; -2: `retention.ms`.",
-    "local.retention.bytes": "How much of the partition stays on local disk once copied; -2: `retention.bytes`.",
+    "local.retention.ms": "How long segments stay on local disk once copied to the remote tier; -2: `retention.ms`; -1 (for ever) only where `retention.ms` is -1 (Kafka's rule, checked on create and alter).",
+    "local.retention.bytes": "How much of the partition stays on local disk once copied; -2: `retention.bytes`; -1 (no limit) only where `retention.bytes` is -1.",
     "remote.log.copy.disable": "Stop copying new segments of a tiered topic; remote data stays readable and expires.",
     "remote.log.delete.on.disable": "Allow `remote.storage.enable=false` on a topic with remote data, deleting it.",
     "remote.log.columnar.enable": "Ours: keep a Parquet copy of the topic's remote segments (aborted records marked) "

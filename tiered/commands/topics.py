@@ -184,7 +184,7 @@ def describe(config: Any, topic: str, partitions: dict[int, Path]) -> dict[str, 
 
     first = partitions[min(partitions)]
     overrides = topic_overrides(first)
-    effective = config.topic_config(overrides).to_properties()
+    effective = config.topic_config(overrides, persisted=True).to_properties()
     configs = []
     for key, broker_key in topic_config_keys().items():
         if key in overrides:

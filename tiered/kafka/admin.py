@@ -272,7 +272,7 @@ def _describe_topic(broker: KafkaBroker, topic: str, overrides: dict[str, str]) 
     """Every topic key of ``topic`` with its effective value and where it comes from (``tiered topics describe``)."""
     from local.config import topic_config_keys
 
-    effective = broker.config.topic_config(overrides).to_properties()
+    effective = broker.config.topic_config(overrides, persisted=True).to_properties()
     out = []
     for key, broker_key in topic_config_keys().items():
         if key in overrides:
