@@ -59,7 +59,8 @@ def handle_produce(broker: KafkaBroker, request: Request) -> Any:
                 answer = _error(module, data.index, ErrorCode.invalid_required_acks,
                                 f"acks must be -1, 0 or 1, got {acks}")
             else:
-                answer = _append(broker, module, request.api_version, topic_data.name, data.index, data.records)
+                answer = _append(broker, module, request.api_version, topic_data.name, data.index, data.records,
+                                 acks)
             if answer.error_code != ErrorCode.none:
                 failed.append(f"{topic_data.name}-{data.index}: {answer.error_code.name}")
             partitions.append(answer)
@@ -72,7 +73,7 @@ def handle_produce(broker: KafkaBroker, request: Request) -> Any:
 
 
 def _append(broker: KafkaBroker, module: Any, version: int, topic: str, partition: int,
-            records: bytes | None) -> Any:
+            records: bytes | None, acks: int = 1) -> Any:
     if topic in INTERNAL_TOPICS:
         return _error(module, partition, ErrorCode.invalid_topic_exception,
                       f"{topic} is an internal topic: clients cannot write to it")
@@ -88,6 +89,12 @@ def _append(broker: KafkaBroker, module: Any, version: int, topic: str, partitio
     refused = _version_refusal(version, records) or _refused_batches(broker, topic, partition, records)
     if refused is not None:
         return _error(module, partition, *refused)
+    if acks == -1 and log.config.min_insync_replicas > 1:
+        # Kafka's Partition.appendRecordsToLeader: acks=all needs min.insync.replicas in the ISR, which is this
+        # node alone; nothing is appended.
+        return _error(module, partition, ErrorCode.not_enough_replicas,
+                      f"The size of the current ISR Set({broker.node_id}) is insufficient to satisfy the min.isr "
+                      f"requirement of {log.config.min_insync_replicas} for partition {topic}-{partition}")
     try:
         info = log.append(records)
     except Exception as exc:
