@@ -1013,12 +1013,16 @@ class Log:
             highest = self.remote_tier.highest_offset_in_remote_storage(self) if self.remote_tier else -1
             return TimestampAndOffset(-1, highest, epoch_cache.epoch_for_offset(highest) if highest >= 0 else None)
         if timestamp == MAX_TIMESTAMP:
-            best: TimestampAndOffset | None = None
+            latest: LogSegment | None = None
             for seg in self.segments.values():
-                if seg.max_timestamp_so_far >= 0 and (best is None or seg.max_timestamp_so_far > best.timestamp):
-                    best = TimestampAndOffset(seg.max_timestamp_so_far, seg.offset_of_max_timestamp_so_far)
-            if best is None:
+                if seg.max_timestamp_so_far >= 0 and (latest is None or seg.max_timestamp_so_far > latest.max_timestamp_so_far):
+                    latest = seg
+            if latest is None:
                 return None
+            # The record holding it, not its batch's last offset (the time index's entry): Kafka's KAFKA-16310.
+            best = latest.max_timestamp_record()
+            if best is None:
+                best = TimestampAndOffset(latest.max_timestamp_so_far, latest.offset_of_max_timestamp_so_far)
             return TimestampAndOffset(best.timestamp, best.offset, epoch_cache.epoch_for_offset(best.offset))
         if timestamp < 0:
             raise ValueError(f"invalid timestamp {timestamp}: use >= 0 or one of the special values -1..-5")

@@ -475,6 +475,22 @@ class LogSegment(SegmentCore):
         position = self.offset_index.lookup(max(entry.offset, starting_offset)).position
         return self.log.search_for_timestamp(timestamp, position, starting_offset)
 
+    def max_timestamp_record(self) -> TimestampAndOffset | None:
+        """The first record holding the segment's max timestamp (Kafka's ListOffsets MAX_TIMESTAMP: the batch with
+        that max timestamp, then its ``offsetOfMaxTimestamp``, KAFKA-16310), or None when the segment has none."""
+        ts, offset = self.max_timestamp_so_far, self.offset_of_max_timestamp_so_far
+        if ts < 0:
+            return None
+        position = self.offset_index.lookup(offset).position
+        for batch in self.log.batches(position):
+            if batch.max_timestamp == ts:
+                epoch = batch.partition_leader_epoch
+                for rec in batch.records():
+                    if rec.timestamp == ts:
+                        return TimestampAndOffset(ts, rec.offset, epoch if epoch >= 0 else None)
+                return TimestampAndOffset(ts, batch.last_offset, epoch if epoch >= 0 else None)
+        return None
+
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
         return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
 

@@ -171,6 +171,15 @@ def test_offset_for_timestamp(tmp_path: Path) -> None:
     assert (found.timestamp, found.offset) == (T0 + 90, 9)
 
 
+def test_max_timestamp_is_the_offset_of_the_record_holding_it_not_its_batchs_last(tmp_path: Path) -> None:
+    # KIP-734 / KAFKA-16310: ListOffsets -3 answers the first record with the max timestamp, inside its batch.
+    log = make_log(tmp_path)
+    log.append(MemoryRecords.build([SimpleRecord(T0 + t, b"k", b"v") for t in (10, 50, 20, 50, 30)]))
+    log.append(MemoryRecords.build([SimpleRecord(T0 + t, b"k", b"v") for t in (40, 45)]))
+    found = log.offset_for_timestamp(MAX_TIMESTAMP)
+    assert (found.timestamp, found.offset) == (T0 + 50, 1)
+
+
 def test_retention_by_size_deletes_oldest_non_active_segments(tmp_path: Path) -> None:
     time = MockTime(ms=T0)
     one = records(b"v" * 100).size_in_bytes

@@ -494,7 +494,7 @@ def test_the_special_timestamps_answer_with_the_offset_and_its_epoch(tmp_path: P
     assert log.offset_for_timestamp(EARLIEST_LOCAL_TIMESTAMP) == TimestampAndOffset(-1, 20, 2)
     assert log.offset_for_timestamp(LATEST_TIMESTAMP) == TimestampAndOffset(-1, 31, 3)
     assert log.offset_for_timestamp(LATEST_TIERED_TIMESTAMP) == TimestampAndOffset(-1, 19, 1)
-    assert log.offset_for_timestamp(MAX_TIMESTAMP) == TimestampAndOffset(T0 + 200, 29, 2)
+    assert log.offset_for_timestamp(MAX_TIMESTAMP) == TimestampAndOffset(T0 + 200, 20, 2)  # the first record holding it (KAFKA-16310)
     remote.highest = 0
     assert log.offset_for_timestamp(LATEST_TIERED_TIMESTAMP) == TimestampAndOffset(-1, 0, 1)
     assert remote.asked_by == [log] * 2
@@ -514,7 +514,7 @@ def test_the_max_timestamp_is_the_first_segment_to_reach_it_and_zero_counts(tmp_
     log = make_log(tmp_path, message_timestamp_before_max_ms=1 << 62)
     assert log.offset_for_timestamp(MAX_TIMESTAMP) is None
     log.append(records(b"a", b"b", timestamp=0), leader_epoch=0)
-    assert log.offset_for_timestamp(MAX_TIMESTAMP) == TimestampAndOffset(0, 1, 0)
+    assert log.offset_for_timestamp(MAX_TIMESTAMP) == TimestampAndOffset(0, 0, 0)  # the first record holding it (KAFKA-16310)
     log.roll()
     log.append(records(b"c", timestamp=T0), leader_epoch=0)
     log.roll()
