@@ -20,7 +20,7 @@ It owns, and nothing else decides:
   segment once the read-ahead reaches the segment's end.
 - **Aborted transactions** under read_committed: from the remote transaction indexes, then the local ones.
 - **The timestamp scan** (``offset_for_timestamp``): the first record at or after a timestamp, over the remote
-  segments whose max timestamp reaches it.
+  segments whose max timestamp reaches it, each from the batch its remote time index names.
 
 Bytes come from a :class:`tiered.cache.segment_cache.SegmentCache` (which knows chunks, streams and checksums; the
 reader knows none of it), positions from the :class:`tiered.cache.index_cache.RemoteIndexCache`. A fetch quota
@@ -570,7 +570,9 @@ class RemoteLogReader:
     def _scan_for_timestamp(
         self, md: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int
     ) -> TimestampAndOffset | None:
-        offset = starting_offset
+        # From the batch of the remote time index's entry (Kafka's RemoteLogManager.lookupTimestamp), not from the
+        # segment's start: no record before it reaches the timestamp. Records are still kept from starting_offset.
+        offset = max(starting_offset, self.index_cache.lookup_timestamp_offset(md, timestamp))
         while offset <= md.end_offset:
             got = self.read_segment(md, offset, _SCAN_BYTES, True, None)
             if not got.data:

@@ -143,6 +143,9 @@ class _Index:
         below = [o for o in self.entries.get(sid, {}) if o <= offset]
         return self.entries[sid][max(below)] if below else 0
 
+    def lookup_timestamp_offset(self, md: RemoteLogSegmentMetadata, timestamp: int) -> int:
+        return md.start_offset  # no time index entries: a search by timestamp starts at the segment's base offset
+
     def collect_aborted_txns(self, md: RemoteLogSegmentMetadata, fetch_offset: int, upper: int) -> TxnIndexSearchResult:
         self.txn_searches.append((md.remote_log_segment_id, fetch_offset, upper))
         return self.txns.get(md.remote_log_segment_id, TxnIndexSearchResult())

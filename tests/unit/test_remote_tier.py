@@ -92,6 +92,27 @@ def test_offload_local_retention_and_reads_through_both_tiers(manager: LogManage
     assert found is not None and found.offset == 5
 
 
+def test_a_lookup_by_timestamp_in_the_remote_tier_starts_where_the_remote_time_index_says(manager: LogManager) -> None:
+    # Kafka's RemoteLogManager.findOffsetByTimestamp scans from indexCache.lookupTimestamp's position, not from
+    # the segment's start: a lookup near a large remote segment's end must not read the whole segment.
+    log = manager.get_or_create_log("t", 0, TOPIC_OVERRIDES)
+    _produce(log, 12_000)
+    rlm = manager.remote_tier
+    assert isinstance(rlm, RemoteLogManager)
+    rlm.run_once(manager.all_logs())
+    manager.cleanup_logs()
+    md = rlm.finished_segments(rlm.topic_id_partition(log))[0]
+    assert md.end_offset < log.local_log_start_offset and md.end_offset - md.start_offset > 1000
+    reader = rlm.reader
+    starts: list[int] = []
+    read_bytes = reader.read_bytes
+    reader.read_bytes = lambda m, start, end, **kw: starts.append(start) or read_bytes(m, start, end, **kw)  # type: ignore[method-assign]
+    target = md.end_offset - 5
+    found = log.offset_for_timestamp(T0 + target)
+    assert found is not None and found.offset == target
+    assert starts and min(starts) > md.segment_size_in_bytes // 2
+
+
 def test_a_sequential_reader_needs_no_offset_index_and_only_it_gets_the_next_segment_read_ahead(
     manager: LogManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -124,6 +124,13 @@ class Entry:
             found = time_index.lookup(timestamp)
             return self.offset_index.lookup(max(found.offset, starting_offset)).position
 
+    def lookup_timestamp_offset(self, timestamp: int) -> int:
+        """The offset of the time index's entry for ``timestamp`` (the segment's base offset below its first)."""
+        time_index = self.time_index
+        with self.lock:
+            self.check()
+            return time_index.lookup(timestamp).offset
+
     def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
         txn_index = self.txn_index
         with self.lock:
@@ -226,6 +233,11 @@ class RemoteIndexCache:
         """The position in the remote ``.log`` to scan from for the first batch with a timestamp >= ``timestamp``
         at or after ``starting_offset`` (the segment's time index is fetched on first use)."""
         return self._with_entry(metadata, lambda e: e.lookup_timestamp(timestamp, starting_offset))
+
+    def lookup_timestamp_offset(self, metadata: RemoteLogSegmentMetadata, timestamp: int) -> int:
+        """The offset of the remote time index's entry for ``timestamp``: no record before that entry's batch has a
+        timestamp >= ``timestamp``, so a search by timestamp starts there (Kafka's ``lookupTimestamp``)."""
+        return self._with_entry(metadata, lambda e: e.lookup_timestamp_offset(timestamp))
 
     def collect_aborted_txns(
         self, metadata: RemoteLogSegmentMetadata, fetch_offset: int, upper_bound_offset: int
