@@ -41,6 +41,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import random
 import threading
 import time as _time
 from collections.abc import Callable, Collection
@@ -309,6 +310,13 @@ class LogLoader:
     # ------------------------------------------------------------------------------------------------------
     # Step 3: open and check every segment (phase 1), recover the failed ones (phase 2)
 
+    def _roll_jitter_ms(self) -> int:
+        """Kafka's ``randomSegmentJitter``, drawn for every segment opened (loaded ones and an empty log's first
+        included), as ``Log._new_segment`` draws it for a rolled one: else every partition's active segment
+        rolls at exactly ``segment.ms`` after a restart, together."""
+        jitter = min(self.config.segment_jitter_ms, self.config.max_segment_ms)
+        return random.randrange(jitter) if jitter > 0 else 0
+
     def _open_segment(self, base_offset: int) -> LogSegment:
         return LogSegment.open(
             self.dir,
@@ -316,6 +324,7 @@ class LogLoader:
             file_already_exists=True,
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_size=self.config.segment_index_bytes,
+            roll_jitter_ms=self._roll_jitter_ms(),
             use_large_index=self.use_large_index,
             time=self.time.milliseconds,
             mutable=not self.read_only,
@@ -583,6 +592,7 @@ class LogLoader:
                     self.log_start_offset,
                     index_interval_bytes=self.config.index_interval_bytes,
                     max_index_size=self.config.segment_index_bytes,
+                    roll_jitter_ms=self._roll_jitter_ms(),
                     preallocate=self.config.preallocate,
                     init_file_size=self.config.segment_bytes if self.config.preallocate else 0,
                     use_large_index=self.use_large_index,

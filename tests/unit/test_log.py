@@ -180,6 +180,20 @@ def test_max_timestamp_is_the_offset_of_the_record_holding_it_not_its_batchs_las
     assert (found.timestamp, found.offset) == (T0 + 50, 1)
 
 
+def test_segment_jitter_is_drawn_for_a_new_logs_first_segment_and_for_segments_loaded_at_open(tmp_path: Path) -> None:
+    # Kafka's LogSegment.open takes config.randomSegmentJitter for every segment, not only rolled ones: else all
+    # partitions roll their active segments together at segment.ms after a restart.
+    fields = {"segment_ms": 3_600_000, "segment_jitter_ms": 3_000_000}
+    logs = [make_log(tmp_path, f"t-{p}", **fields) for p in range(4)]
+    assert any(log.active_segment.roll_jitter_ms > 0 for log in logs)
+    for log in logs:
+        log.append(records(b"v"))
+        log.close()
+    reopened = [make_log(tmp_path, f"t-{p}", **fields) for p in range(4)]
+    assert any(log.active_segment.roll_jitter_ms > 0 for log in reopened)
+    assert all(0 <= log.active_segment.roll_jitter_ms < 3_000_000 for log in reopened)
+
+
 def test_retention_by_size_deletes_oldest_non_active_segments(tmp_path: Path) -> None:
     time = MockTime(ms=T0)
     one = records(b"v" * 100).size_in_bytes
