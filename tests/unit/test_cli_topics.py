@@ -148,6 +148,11 @@ def test_a_write_to_a_partition_an_existing_topic_lacks_is_refused_and_a_new_top
     rc, err = produce("fresh", 5)
     assert rc == 1 and one_line(err) == ("tiered produce: topic fresh has no partition 5 (it has 1: 0); to add "
                                          "partitions: tiered topics alter --topic fresh --partitions 6")
+    assert produce("fre.sh", 0)[0] == 0  # another new topic
+    rc, err = produce("fre_sh", 0)  # fre.sh's name once '.' is read as '_' (Kafka's Topic.hasCollision)
+    assert rc == 1 and one_line(err) == ("tiered produce: Topic 'fre_sh' collides with existing topic: fre.sh (their "
+                                         "names are one once '.' is read as '_')")
+    assert not any(data.glob("fre_sh-*"))
     assert not (data / "fresh-5").exists()
     with LogManager(LogConfig.from_properties({"log.dirs": str(data)}), start_scheduler=False) as manager:
         first = manager.get_or_create_log("t", 0)

@@ -586,3 +586,16 @@ def test_a_client_that_stops_reading_its_answer_gets_no_error_answer_written_int
             sock.shutdown(socket.SHUT_RD)  # reads no more
         _wait_for(lambda: "stopped reading its answer" in caplog.text or "went away" in caplog.text)
     assert "request failed" not in caplog.text and "Traceback" not in caplog.text
+
+
+def test_a_post_never_creates_a_topic_whose_name_collides_with_an_existing_one(served: tuple[LogManager, str]) -> None:
+    """'my_topic' beside 'my.topic' (one name once '.' is read as '_', Kafka's Topic.hasCollision): CreateTopics
+    and the Kafka listener's auto-create refuse it; a POST made it, and both survived a restart."""
+    manager, url = served
+    manager.get_or_create_log("my.topic", 0)
+    status, message = _error("POST", url + "/topics/my_topic/partitions/0/records", b'{"value": "a"}')
+    assert status == 400 and message == ("Topic 'my_topic' collides with existing topic: my.topic (their names are "
+                                         "one once '.' is read as '_')")
+    assert sorted(t for t, _ in manager.partitions()) == ["my.topic"]
+    status, _, _ = _call("POST", url + "/topics/my.topic/partitions/0/records", b'{"value": "a"}')
+    assert status == 200  # the topic itself is written to as before

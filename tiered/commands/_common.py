@@ -143,7 +143,15 @@ def check_partition_to_write(manager: Any, topic: str, partition: int) -> None:
 
     if topic in INTERNAL_TOPICS | HIDDEN_TOPICS:  # (Kafka's INVALID_TOPIC_EXCEPTION, as the listener answers)
         raise InvalidTopicError(f"{topic} is an internal topic: clients cannot write to it (its coordinator does)")
-    have = sorted(p for t, p in manager.partitions() if t == topic)
+    existing = manager.partitions()
+    have = sorted(p for t, p in existing if t == topic)
+    if not have:
+        from local.filenames import colliding_topic
+
+        other = colliding_topic(topic, {t for t, _ in existing})
+        if other is not None:  # (Kafka's Topic.hasCollision, as CreateTopics and the listener's auto-create refuse it)
+            raise InvalidTopicError(f"Topic '{topic}' collides with existing topic: {other} (their names are one once "
+                                    "'.' is read as '_')")
     if not have and partition != 0:
         raise UnknownTopicOrPartitionError(
             f"topic {topic} does not exist and a write creates a topic only at partition 0 (one partition); for a "
