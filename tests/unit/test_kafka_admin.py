@@ -67,6 +67,9 @@ def test_create_topics_refusals_and_validate_only(kafka):
         bad = _create(client, 7, "cfg", configs={"retention.ms": "soon"})
         assert bad.error_code == ErrorCode.invalid_config and "retention.ms" in bad.error_message
         assert _create(client, 7, "cfg", configs={"no.such.key": "1"}).error_code == ErrorCode.invalid_config
+        null = _create(client, 7, "cfg", configs={"retention.ms": None, "segment.ms": "1000"})
+        assert (null.error_code, null.error_message) == (ErrorCode.invalid_config,
+                                                         "Null value not supported for topic configs: retention.ms")
         remote = _create(client, 7, "remote", configs={"remote.storage.enable": "true"})
         assert remote.error_code == ErrorCode.invalid_config  # the broker has no remote storage system
         assert _create(client, 7, "dry", validate_only=True).error_code == ErrorCode.none

@@ -79,7 +79,11 @@ def handle_create_topics(broker: KafkaBroker, request: Request) -> Any:
             continue
         try:
             partitions = _partition_count(broker, topic)
-            overrides = {c.name: c.value for c in topic.configs if c.value is not None}
+            nulls = [c.name for c in topic.configs if c.value is None]
+            if nulls:  # (Kafka's ControllerConfigurationValidator: never taken for "the default")
+                raise TopicError(ErrorCode.invalid_config,
+                                 f"Null value not supported for topic configs: {', '.join(nulls)}")
+            overrides = {c.name: c.value for c in topic.configs}
             topic_id = broker.create_topic(topic.name, partitions, overrides, validate_only=body.validate_only)
         except TopicError as exc:
             results.append(_created(module, topic.name, exc.code, str(exc)))
