@@ -48,6 +48,7 @@ from tiered.errors import (
     NotPartitionOwnerError,
     ObjectExistsError,
     RemoteResourceNotFoundError,
+    RemoteStorageError,
     TieredStorageError,
 )
 from tiered.ownership import OwnerRecord, within_lineage
@@ -321,6 +322,16 @@ class RemoteLogMetadataStore:
                         _check_event_key(event[0], named, tip)
                     except RemoteResourceNotFoundError:
                         pass  # deleted since the listing: its segment's deletion removes its events (states move on)
+                    except RemoteStorageError as exc:
+                        if getattr(exc, "retriable", False):
+                            # The store did not answer (a reset, a timeout): not damage. Failing the load keeps no
+                            # view, so the next query loads again; recorded as unreadable, the segment's FINISHED
+                            # event would stay unread (the segment unreadable) until something re-listed.
+                            raise
+                        unreadable[key] = (named, f"{type(exc).__name__}: {exc}")
+                        if key not in self._warned_unreadable:
+                            self._warned_unreadable.add(key)
+                            logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
                     except (ValueError, KeyError, TypeError, AttributeError, TieredStorageError) as exc:
                         unreadable[key] = (named, f"{type(exc).__name__}: {exc}")
                         if key not in self._warned_unreadable:  # (a Spark planner loads again at every plan)

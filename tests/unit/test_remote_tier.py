@@ -716,3 +716,35 @@ def test_remote_read_far_from_an_index_entry_returns_the_batches_without_min_one
     assert batches and batches[0].base_offset <= target <= batches[0].last_offset
     assert info.records.size_in_bytes <= 64 * 1024
     assert [r.value for r in batches[0].records()][target - batches[0].base_offset] == _value(target)
+
+
+def test_a_store_that_did_not_answer_at_a_load_does_not_leave_finished_segments_unreadable(tmp_path: Path) -> None:
+    """A connection reset (retriable) on the GET of a segment's COPY_SEGMENT_FINISHED event while a process loaded the
+    partition was taken for a damaged event: the segment stayed COPY_SEGMENT_STARTED in the view, so every read of its
+    offsets failed ("no remote segment holds offset ...") until something else re-listed the partition (the copy
+    task, only when it had a segment to copy): an idle topic stayed unreadable after the network healed (helper hZa,
+    `tiered run` behind a fault proxy on SeaweedFS). The load now fails as a whole, and the next query loads again."""
+    writer = RemoteLogMetadataStore(DirectoryObjects(tmp_path / "meta"))
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    S = RemoteLogSegmentState
+    sums = SegmentChecksums(4, {".log": ObjectChecksums(6, (1, 2))})
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, T0, 0, T0, 100, {0: 0})
+    writer.add_remote_log_segment_metadata(md)
+    finished = writer.update_remote_log_segment_metadata(
+        RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, T0 + 1, None, S.COPY_SEGMENT_FINISHED, 0), sums)
+    down = [True]
+
+    class Flaky(DirectoryObjects):
+        def get(self, key: str) -> bytes:
+            if down[0] and key.endswith(f".{int(S.COPY_SEGMENT_FINISHED)}.json"):
+                raise RemoteStorageError(f"S3 get of {key}: Connection reset by peer", retriable=True)
+            return super().get(key)
+
+    reader = RemoteLogMetadataStore(Flaky(tmp_path / "meta"))
+    try:
+        reader.readable_segments(tip)
+    except RemoteStorageError:
+        pass  # the store did not answer: an error now is fine, a view that stays wrong is not
+    down[0] = False  # the network heals
+    assert reader.readable_segments(tip) == [finished]
+    assert not reader.unreadable_events(tip)
