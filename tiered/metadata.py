@@ -34,6 +34,7 @@ import itertools
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -252,6 +253,9 @@ class RemoteLogMetadataStore:
         # Each partition's event keys at its last listing, with what each names (start offset, segment, state).
         self._event_names: dict[TopicIdPartition, dict[str, tuple[int, uuid.UUID, int] | None]] = {}
         self._warned_unreadable: set[str] = set()
+        # (time.monotonic) of each partition's last load: a view holding unreadable events is loaded again once
+        # ``unreadable_reload_s`` passed (an event corrupted on its way, or a store that did not answer, is read anew).
+        self._loaded_at: dict[TopicIdPartition, float] = {}
         # The segments this process recorded an event of (written here, or by its copier process): the only ones
         # unfinished_segments names, whatever a reload brings in of other writers' copies under way.
         self._recorded_here: set[uuid.UUID] = set()
@@ -369,6 +373,7 @@ class RemoteLogMetadataStore:
             self._decoded[tip] = decoded
             self._event_names[tip] = names
             self._unreadable[tip] = unreadable
+            self._loaded_at[tip] = time.monotonic()
             self._readable.pop(tip, None)
             self._checksums.update(checksums)
         self._read_owner_records(tip, owner_keys)
@@ -386,7 +391,26 @@ class RemoteLogMetadataStore:
         with self._lock:
             return list(self._owners.get(tip, []))
 
+    #: Seconds after which a partition's view that holds unreadable events is listed and read again at its next query.
+    unreadable_reload_s = 10.0
+
+    def _reload_if_unreadable(self, tip: TopicIdPartition) -> None:
+        """Load ``tip`` again when its view holds unreadable events and was loaded ``unreadable_reload_s`` ago: an
+        event may have been damaged on its way only (no transport checksum), or the store may not have answered, and
+        nothing else lists an idle partition again: its segments would stay unreadable until a restart."""
+        with self._lock:
+            stale = (tip in self._segments and bool(self._unreadable.get(tip))
+                     and time.monotonic() - self._loaded_at.get(tip, 0.0) >= self.unreadable_reload_s)
+            if stale:
+                self._loaded_at[tip] = time.monotonic()  # (one reload at a time, a failed one not retried at once)
+        if stale:
+            try:
+                self.load(tip)
+            except Exception as exc:
+                logger.warning("listing the remote metadata of %s again failed: %s", tip, exc)
+
     def _view(self, tip: TopicIdPartition) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
+        self._reload_if_unreadable(tip)
         with self._lock:
             view = self._segments.get(tip)
         return view if view is not None else self.load(tip)
@@ -711,6 +735,7 @@ class RemoteLogMetadataStore:
         return list(self._readable_index(tip)[0])
 
     def _readable_index(self, tip: TopicIdPartition) -> tuple[list[RemoteLogSegmentMetadata], list[int], list[int]]:
+        self._reload_if_unreadable(tip)
         with self._lock:
             index = self._readable.get(tip)
             if index is None:
