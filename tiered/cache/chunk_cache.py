@@ -137,6 +137,20 @@ class ChunkCacheMetrics:
             self.streams_opened += 1
 
 
+def _open_disk_store(directory: str | Path, size_limit: int) -> DiskChunkStore | NoDiskStore:
+    """The disk tier in ``directory``; memory only (an ERROR naming the dir) when it cannot be opened: a full or
+    failing file system (SQLite writes its settings at open) must not keep the broker from starting, as the cache
+    only saves fetches."""
+    import sqlite3
+
+    try:
+        return DiskChunkStore(directory, size_limit)
+    except (OSError, sqlite3.Error) as exc:
+        logger.error("remote segment cache dir %s is unusable (%s: %s): the segment cache runs in memory only",
+                     directory, type(exc).__name__, exc)
+        return NoDiskStore()
+
+
 class ChunkCache:
     """See the module docstring. Implements :class:`tiered.cache.chunk_stream.StreamPort` for its streams."""
 
@@ -159,7 +173,7 @@ class ChunkCache:
         self.prefetch_chunks = max(0, prefetch_chunks)
         self.metrics = ChunkCacheMetrics(registry)
         # disk=False: memory only (the plaintext chunks of encrypted segments stay off the local disk).
-        self._disk: DiskChunkStore | NoDiskStore = DiskChunkStore(directory, size_limit) if disk else NoDiskStore()
+        self._disk: DiskChunkStore | NoDiskStore = _open_disk_store(directory, size_limit) if disk else NoDiskStore()
         self._workers = max_workers
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chunk-cache")
         # Writing a chunk to disk is off the reader's path: memory serves it until the write lands.
