@@ -337,7 +337,8 @@ class ProducerStateManager:
                           -1 if e.current_txn_first_offset is None else e.current_txn_first_offset)
             for pid, e in self.producers.items()
         ]
-        self.dir.mkdir(parents=True, exist_ok=True)
+        # No mkdir: a partition dir gone under a running log (a deleted or lost mount) is an I/O error that takes the
+        # data dir offline (Kafka: NoSuchFileException), never a new empty dir that later loads as the partition.
         path = filenames.producer_snapshot_file(self.dir, self.map_end_offset)
         atomic_write(path, encode_snapshot(entries), sync=sync)
         if self.map_end_offset not in self._snapshots:
