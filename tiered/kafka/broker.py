@@ -203,6 +203,13 @@ class KafkaBroker:
     def log(self, topic: str, partition: int) -> Log | None:
         return None if topic in HIDDEN_TOPICS else self.manager.get_log(topic, partition)
 
+    def absent_log_error(self, topic: str, partition: int) -> ErrorCode:
+        """What Kafka answers for a partition whose log is not served: KAFKA_STORAGE_ERROR where it is in an offline
+        data dir (ReplicaManager's HostedPartition.Offline), else UNKNOWN_TOPIC_OR_PARTITION."""
+        if topic not in HIDDEN_TOPICS and (topic, partition) in self.manager.offline_partitions:
+            return ErrorCode.kafka_storage_error
+        return ErrorCode.unknown_topic_or_partition
+
     def led_log(self, topic: str, partition: int, current_leader_epoch: int) -> tuple[Log | None, ErrorCode]:
         """The partition's log for a request that names it and the leader epoch it knows (-1: none), or the error
         Kafka answers: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER where another data dir owns the partition
@@ -210,7 +217,7 @@ class KafkaBroker:
         :func:`current_leader_epoch_error`."""
         log = self.log(topic, partition)
         if log is None:
-            return None, ErrorCode.unknown_topic_or_partition
+            return None, self.absent_log_error(topic, partition)
         if self.lost_ownership(log) is not None or self.awaiting_claim(log) is not None:
             return None, ErrorCode.not_leader_or_follower
         error = current_leader_epoch_error(current_leader_epoch, log)

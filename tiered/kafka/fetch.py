@@ -133,7 +133,7 @@ def _read_partition(broker: KafkaBroker, module: Any, topic: str, wanted: Any, m
     partition = wanted.partition
     log = broker.log(topic, partition)
     if log is None:
-        return _error(module, partition, ErrorCode.unknown_topic_or_partition)
+        return _error(module, partition, broker.absent_log_error(topic, partition))
     if broker.lost_ownership(log) is not None or broker.awaiting_claim(log) is not None:
         # Another data dir owns the partition: this one's records past the handover are not the partition's (a
         # deposed Kafka leader's log diverges the same way, and it answers reads so too). Or the start is still

@@ -79,8 +79,10 @@ def _append(broker: KafkaBroker, module: Any, version: int, topic: str, partitio
                       f"{topic} is an internal topic: clients cannot write to it")
     log = broker.log(topic, partition)
     if log is None:
-        return _error(module, partition, ErrorCode.unknown_topic_or_partition,
-                      f"This server does not host this topic-partition: {topic}-{partition}")
+        code = broker.absent_log_error(topic, partition)
+        return _error(module, partition, code,
+                      f"{topic}-{partition} is in an offline data dir" if code is ErrorCode.kafka_storage_error
+                      else f"This server does not host this topic-partition: {topic}-{partition}")
     if records is None or len(records) == 0:
         return _error(module, partition, ErrorCode.invalid_record, "the produce request holds no record batch")
     lost = broker.lost_ownership(log) or broker.awaiting_claim(log)
