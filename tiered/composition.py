@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -193,7 +194,7 @@ def build_remote_tier(
 ) -> RemoteLogManager:
     """The remote tier of ``config``: plugin, metadata manager, caches and the RemoteLogManager over them.
 
-    The caches live in the first data dir unless ``cache_root`` is given: a reader that must not write into the data
+    The caches live in the first data dir (the first writable one: :func:`_cache_home`) unless ``cache_root`` is given: a reader that must not write into the data
     dirs (a read-only manager's scratch dir, a Spark executor's own dir) passes it, and then a ``local`` metadata
     store is opened read-only too. A reader with no data dir (a Spark executor) names each cache's directory:
     ``index_cache_dir`` (holding ``remote-log-index-cache/``) and ``segment_cache_dir`` (the chunk cache, shareable
@@ -209,7 +210,7 @@ def build_remote_tier(
     try:
         metadata = build_remote_log_metadata_manager(config, rsm, read_only=cache_root is not None)
         built.append(metadata)
-        log_dir = Path(config.log_dirs[0]) if cache_root is None else cache_root
+        log_dir = _cache_home(config) if cache_root is None else cache_root
         chunk_cache = build_chunk_cache(config, segment_cache_dir or _segment_cache_dir(config, cache_root, log_dir),
                                         rsm, registry) if segment_cache else None
         if chunk_cache is not None:
@@ -326,6 +327,21 @@ def _columnar(config: LogConfig) -> tuple[Path | None, str | None]:
     refusal = ("the remote segments are encrypted (rsm.config.encryption.enabled=true) and remote.log.columnar.enable"
                "=true would keep them in plaintext" if encrypted(config) else None)
     return root, refusal
+
+
+def _cache_home(config: LogConfig) -> Path:
+    """The data dir the remote tier's caches live in: the first one (Kafka's ``logDirs.head``), or, when it cannot
+    be written (a file system remounted read-only after an error, a dead mount), the first of the others that can,
+    said in an ERROR. The manager takes that dir offline and serves the others; caches there would stop the whole
+    start. (The ``local`` metadata manager's default dir stays in the first data dir: it holds metadata, not a
+    cache.)"""
+    dirs = [Path(d) for d in config.log_dirs]
+    usable = next((d for d in dirs if d.is_dir() and os.access(d, os.W_OK)), None)
+    if usable is None or usable == dirs[0]:
+        return dirs[0]
+    logger.error("the first data dir %s cannot be written: the remote tier's caches (remote-log-index-cache, "
+                 "remote-log-segment-cache) go to %s until it can", dirs[0], usable)
+    return usable
 
 
 def _segment_cache_dir(config: LogConfig, cache_root: Path | None, log_dir: Path) -> Path:

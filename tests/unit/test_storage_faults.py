@@ -571,6 +571,29 @@ def test_the_partitions_of_a_dir_offline_at_startup_are_not_recreated_elsewhere(
     assert any(".lock is not a file" in problem for problem in doc["data_dirs"][1]["problems"])
 
 
+def test_a_read_only_first_data_dir_at_a_start_leaves_the_remote_tiers_caches_in_the_next_one(
+    small_tmpfs: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first data dir's file system remounted read-only (ext4's errors=remount-ro after an I/O error): the manager
+    takes it offline and serves the others, but the remote tier put its caches there and the start failed (EROFS on
+    remote-log-segment-cache, then remote-log-index-cache). They go to the first writable data dir now, said once."""
+    first, second = small_tmpfs / "d1", tmp_path / "d2"
+    props = {"log.dirs": f"{first},{second}", "remote.log.storage.system.enable": "true",
+             "remote.log.storage.manager.class.name": "local", "rsm.config.dir": str(tmp_path / "remote")}
+    with LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+        manager.get_or_create_log("a", 0).append(records(b"a0"))
+        manager.get_or_create_log("b", 0).append(records(b"b0"))  # (the dir with the fewest partitions: d2)
+        assert {manager.data_dir_of("a", 0), manager.data_dir_of("b", 0)} == {first, second}
+        in_second = "a" if manager.data_dir_of("a", 0) == second else "b"
+    subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    with caplog.at_level("ERROR"), LogManager(LogConfig.from_properties(props), start_scheduler=False) as manager:
+        assert list(manager.offline_dirs) == [first]
+        log = manager.get_log(in_second, 0)
+        assert log is not None and [v for _, v in read_all_values(log)] == [f"{in_second}0".encode()]
+        assert (second / "remote-log-index-cache").is_dir() and (second / "remote-log-segment-cache").is_dir()
+    assert f"the first data dir {first} cannot be written" in caplog.text
+
+
 # ------------------------------------------------------------------------------------------------------------
 # A corrupt per-partition file takes only that partition offline
 
