@@ -29,6 +29,7 @@ error), runs no background work, and opens a partition only when asked for it, f
 from __future__ import annotations
 
 import fcntl
+import glob
 import logging
 import os
 import re
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from local import filenames, metrics
-from local.checkpoint import CleanShutdownFile, OffsetCheckpointFile
+from local.checkpoint import CleanShutdownFile, OffsetCheckpointFile, PartitionMetadataFile
 from local.dir_failure import LogDirFailureChannel, check_partition_files
 from local.errors import (
     ConfigError,
@@ -457,6 +458,31 @@ class LogManager:
                 self._mark_offline(data_dir, f"I/O error while loading: {exc}", exc)
                 self._register_partitions_of_offline_dir(data_dir)
 
+    def _sibling_topic_id(self, pdir: Path, topic: str) -> uuid.UUID | None:
+        """For a partition dir without ``partition.metadata``: the topic id its topic's other partitions record, when
+        they agree (None otherwise, and for a dir that has the file). Such a dir got a random id, a second id for one
+        topic, which its remote data (keyed by the id) and a Kafka broker would not take. Kafka writes the file from
+        the controller's id; this engine's id of a topic is in its other partitions."""
+        if (pdir / filenames.PARTITION_METADATA_FILENAME).exists():
+            return None
+        ids = set()
+        for data_dir in self.live_dirs:
+            for sibling in data_dir.glob(f"{glob.escape(topic)}-*"):
+                meta = sibling / filenames.PARTITION_METADATA_FILENAME
+                if sibling == pdir or not meta.is_file():
+                    continue
+                try:
+                    if filenames.parse_partition_dir_name(sibling.name)[0] == topic:
+                        ids.add(PartitionMetadataFile(meta).read())
+                except (OSError, ValueError, KafkaStorageError):
+                    continue  # (its own load says what is wrong with it)
+        if len(ids) != 1:
+            return None
+        [topic_id] = ids
+        logger.warning("%s has no %s: it takes the topic id %s its topic's other partitions record", pdir,
+                       filenames.PARTITION_METADATA_FILENAME, topic_id)
+        return topic_id
+
     def _register_partitions_of_offline_dir(self, data_dir: Path) -> None:
         """At startup, the partitions found in a dir that went offline before they were loaded are offline
         too: ``get_or_create_log`` must not create an empty one in another dir in place of its data."""
@@ -516,6 +542,7 @@ class LogManager:
                 log = Log.open(
                     pdir,
                     topic_config,
+                    topic_id=self._sibling_topic_id(pdir, topic),
                     scheduler=self.scheduler,
                     time=self.time,
                     log_start_offset=start_offsets.get((topic, partition), 0),

@@ -28,3 +28,25 @@ def test_a_roll_after_the_data_dir_was_deleted_fails_and_does_not_recreate_it(tm
             log.roll()
         assert not data_dir.exists(), sorted(p.name for p in data_dir.rglob("*"))
         assert data_dir in manager.offline_dirs
+
+
+def test_a_partition_dir_without_partition_metadata_takes_its_topics_id_not_a_new_one(tmp_path: Path) -> None:
+    """A partition dir that lost partition.metadata (a dir made again by hand, or by an earlier version's snapshot
+    of a deleted dir) loaded with a random topic id: one topic, two ids. It takes the id its topic's other
+    partitions record; where they do not agree (or there is none), a new one as before."""
+    from local import filenames
+
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    config = LogConfig.from_properties({"log.dirs": f"{d1},{d2}"})
+    with LogManager(config) as manager:
+        manager.create_partitions("t", range(3))
+        manager.get_or_create_log("u", 0)
+        topic_id = manager.get_log("t", 0).topic_id  # type: ignore[union-attr]
+        lonely = manager.get_log("u", 0).dir  # type: ignore[union-attr]
+        stripped = manager.get_log("t", 1).dir  # type: ignore[union-attr]
+    (stripped / filenames.PARTITION_METADATA_FILENAME).unlink()
+    (lonely / filenames.PARTITION_METADATA_FILENAME).unlink()
+    with LogManager(config) as manager:
+        assert {manager.get_log("t", p).topic_id for p in range(3)} == {topic_id}  # type: ignore[union-attr]
+        assert manager.get_log("u", 0) is not None  # no sibling: an id of its own, as before
+    assert (stripped / filenames.PARTITION_METADATA_FILENAME).is_file()
