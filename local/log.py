@@ -1114,7 +1114,13 @@ class Log:
                     f"{self._high_watermark}",
                     offset=offset,
                 )
-            self.maybe_increment_log_start_offset(offset, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION)
+            try:
+                self.maybe_increment_log_start_offset(offset, LogStartOffsetIncrementReason.CLIENT_RECORD_DELETION)
+            except OSError as exc:
+                # The log start moved in memory, its checkpoint did not: readers saw the records gone while the
+                # request failed, until a restart brought them back. Kafka's checkpoint failure takes the dir
+                # offline (LogDirFailureChannel): no one reads the partition in between.
+                self._handle_io_error("writing the log start offset checkpoint of", exc)
             return self.log_start_offset
 
     def maybe_increment_log_start_offset(self, new_offset: int, reason: LogStartOffsetIncrementReason) -> bool:
