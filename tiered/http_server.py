@@ -511,6 +511,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
+        if self.close_connection and "Connection" not in (headers or {}):
+            headers = {**(headers or {}), "Connection": "close"}  # (the client is told, not only the socket closed)
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()

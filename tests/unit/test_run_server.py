@@ -179,6 +179,23 @@ def test_a_chunked_post_is_read_whole_and_the_connection_goes_on(served: tuple[L
     assert got[0] == 200 and [r["value"] for r in got[2]["records"]] == ["a", "b"]  # the body was not a request
 
 
+def test_a_post_with_both_a_length_and_chunked_framing_is_read_chunked_and_the_connection_closes(
+    served: tuple[LogManager, str],
+) -> None:
+    """RFC 9112 6.1: the chunked framing wins and the connection ends after the answer (a proxy in front may have
+    framed the body by its Content-Length: what follows must never be taken for a request). The answer says so."""
+    manager, url = served
+    body = b'{"value": "a"}'
+    smuggled = f"POST {RECORDS} HTTP/1.1\r\nContent-Length: 14\r\n\r\n{{\"value\": \"x\"}}".encode()
+    request = (f"POST {RECORDS} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body) + 10}\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n").encode() + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    (answer,), closed = _exchange(url, request + smuggled)
+    assert answer[0] == 200 and answer[2]["count"] == 1
+    assert answer[1]["connection"] == "close" and closed
+    log = manager.get_log("t", 0)
+    assert log is not None and log.log_end_offset == 1  # the smuggled request was not served
+
+
 @pytest.mark.parametrize(("head", "body", "status", "says"), [
     ("Content-Length: -5", b"", 400, "invalid Content-Length '-5'"),
     ("Content-Length: 5\r\nContent-Length: 6", b"", 400, "invalid Content-Length '5, 6'"),
