@@ -5,6 +5,9 @@ Every state change of a remote segment is one small immutable JSON object,
 that state. Loading a partition lists those objects and keeps, per segment, the highest state: a new machine (or
 a Spark job) finds every remote segment from the bucket alone, there is no read-modify-write, and a crash leaves
 at worst a COPY_SEGMENT_STARTED without its FINISHED event, which :meth:`find_stale_copies` reports for cleanup.
+A deleted segment's other events go with its DELETE_SEGMENT_FINISHED one, and that one too once a later segment
+keeps what the partition's history needs of it (:meth:`RemoteLogMetadataStore.remove_leftover_events`): the events
+of a partition under retention stay about as many as its live segments.
 
 Each event ends with a CRC-32C of its own text (:mod:`tiered.sealed_json`): a damaged one is unreadable, which
 :meth:`RemoteLogMetadataStore.load` reports and never takes for a stale copy.
