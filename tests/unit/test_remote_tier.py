@@ -718,20 +718,25 @@ def test_remote_read_far_from_an_index_entry_returns_the_batches_without_min_one
     assert [r.value for r in batches[0].records()][target - batches[0].base_offset] == _value(target)
 
 
+def _one_finished_segment(directory: Path) -> tuple[TopicIdPartition, RemoteLogSegmentMetadata]:
+    """A partition whose metadata in ``directory`` holds one finished copy (offsets 0-9): the partition and it."""
+    writer = RemoteLogMetadataStore(DirectoryObjects(directory))
+    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    sums = SegmentChecksums(4, {".log": ObjectChecksums(6, (1, 2))})
+    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, T0, 0, T0, 100, {0: 0})
+    writer.add_remote_log_segment_metadata(md)
+    return tip, writer.update_remote_log_segment_metadata(RemoteLogSegmentMetadataUpdate(
+        md.remote_log_segment_id, T0 + 1, None, RemoteLogSegmentState.COPY_SEGMENT_FINISHED, 0), sums)
+
+
 def test_a_store_that_did_not_answer_at_a_load_does_not_leave_finished_segments_unreadable(tmp_path: Path) -> None:
     """A connection reset (retriable) on the GET of a segment's COPY_SEGMENT_FINISHED event while a process loaded the
     partition was taken for a damaged event: the segment stayed COPY_SEGMENT_STARTED in the view, so every read of its
     offsets failed ("no remote segment holds offset ...") until something else re-listed the partition (the copy
     task, only when it had a segment to copy): an idle topic stayed unreadable after the network healed (helper hZa,
     `tiered run` behind a fault proxy on SeaweedFS). The load now fails as a whole, and the next query loads again."""
-    writer = RemoteLogMetadataStore(DirectoryObjects(tmp_path / "meta"))
-    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    tip, finished = _one_finished_segment(tmp_path / "meta")
     S = RemoteLogSegmentState
-    sums = SegmentChecksums(4, {".log": ObjectChecksums(6, (1, 2))})
-    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, T0, 0, T0, 100, {0: 0})
-    writer.add_remote_log_segment_metadata(md)
-    finished = writer.update_remote_log_segment_metadata(
-        RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, T0 + 1, None, S.COPY_SEGMENT_FINISHED, 0), sums)
     down = [True]
 
     class Flaky(DirectoryObjects):
@@ -756,14 +761,8 @@ def test_a_view_with_unreadable_events_is_listed_again(tmp_path: Path) -> None:
     COPY_SEGMENT_STARTED until something else re-listed the partition: an idle topic's segments stayed unreadable
     until a restart (helper hZa, `tiered run` behind a fault proxy on SeaweedFS). A view with unreadable events is
     listed again at a query once ``unreadable_reload_s`` passed."""
-    writer = RemoteLogMetadataStore(DirectoryObjects(tmp_path / "meta"))
-    tip = TopicIdPartition(uuid.uuid4(), "t", 0)
+    tip, finished = _one_finished_segment(tmp_path / "meta")
     S = RemoteLogSegmentState
-    sums = SegmentChecksums(4, {".log": ObjectChecksums(6, (1, 2))})
-    md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), 0, 9, T0, 0, T0, 100, {0: 0})
-    writer.add_remote_log_segment_metadata(md)
-    finished = writer.update_remote_log_segment_metadata(
-        RemoteLogSegmentMetadataUpdate(md.remote_log_segment_id, T0 + 1, None, S.COPY_SEGMENT_FINISHED, 0), sums)
     damaged = [True]
 
     class FlippedOnTheWay(DirectoryObjects):
