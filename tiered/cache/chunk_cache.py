@@ -143,8 +143,18 @@ def _open_disk_store(directory: str | Path, size_limit: int) -> DiskChunkStore |
     only saves fetches."""
     import sqlite3
 
+    from tiered.cache.disk_store import is_full, sweep_orphans
+
     try:
-        return DiskChunkStore(directory, size_limit)
+        try:
+            return DiskChunkStore(directory, size_limit)
+        except (OSError, sqlite3.Error) as exc:
+            # Full (SQLite says "database or disk is full", or "disk I/O error" for its shared-memory file): chunk
+            # files nobody references (left by a process killed while writing them) may be what fills it; sweep
+            # them and try once more.
+            if not (is_full(exc) or isinstance(exc, sqlite3.OperationalError)) or sweep_orphans(directory)[0] == 0:
+                raise
+            return DiskChunkStore(directory, size_limit)
     except (OSError, sqlite3.Error) as exc:
         logger.error("remote segment cache dir %s is unusable (%s: %s): the segment cache runs in memory only",
                      directory, type(exc).__name__, exc)
@@ -203,6 +213,22 @@ class ChunkCache:
         self._pending_write_bytes = 0
         self.max_pending_write_bytes = max(2 * chunk_size, memory_bytes // 4)
         self._closed = False
+        # Chunk files no entry references (a process killed while writing one) are swept once, by the writer: off
+        # the start path, before the first chunk is written.
+        self._writer.submit(self._sweep)
+        if isinstance(self._disk, DiskChunkStore):
+            self._disk.on_evict = self._drop_maps
+
+    def _drop_maps(self, names: list[str]) -> None:
+        """The disk store removed these chunks' files to make room: maps of them would keep the space taken."""
+        with self._lock:
+            self._memory.drop_maps(names)
+
+    def _sweep(self) -> None:
+        try:
+            self._disk.sweep()
+        except Exception:
+            logger.warning("sweeping unreferenced chunk files from the segment cache failed", exc_info=True)
 
     # Counters (kept as attributes of the cache for its callers) ----------------------------------------------
 
@@ -369,7 +395,8 @@ class ChunkCache:
 
     def _store_now(self, name: str, data: Chunk, obj: str) -> None:
         try:
-            self._disk.store(name, data, obj)
+            if not self._disk.store(name, data, obj):
+                return  # not stored (a full file system, logged by the store): memory holds it
             # Held from now on as a map of the file just written: the fetched bytes are freed (unless a reader
             # still has a view), so the next chunk reuses their memory instead of faulting in fresh pages, which
             # in a VM costs more than the fetch.

@@ -116,6 +116,11 @@ class MemoryChunks:
             self._maps.pop(name)
             self._owned.pop(name)
 
+    def drop_maps(self, names: list[str]) -> None:
+        """Let go of the maps held under ``names`` (their files were removed: a map keeps a file's space)."""
+        for name in names:
+            self._maps.pop(name)
+
     def drop_prefix(self, prefix: str) -> None:
         for tier in (self._maps, self._owned):
             for name in [n for n in tier.chunks if n.startswith(prefix)]:

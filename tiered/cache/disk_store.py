@@ -14,6 +14,16 @@ the cost of small reads): its holder reads the chunk back, checked, when they di
 for at most that long; a write within the file system's timestamp granularity (a few milliseconds) of the mapping
 is not seen.
 
+A full file system (ENOSPC, EDQUOT, SQLite's "database or disk is full") while storing a chunk: the partial file is
+removed (diskcache leaves it, unreferenced, for good), the least recently used chunks are evicted to below the
+volume held then (the store's limit stays lowered for the process: the file system holds no more), and the chunk is
+stored once more; when that fails too, the chunk stays in memory only and the disk tier is not written for
+:data:`FULL_BACKOFF_SECONDS`. The limit is lowered at most once every :data:`SHRINK_SECONDS`: space an eviction
+should have freed may still be held (a map of a removed file keeps it until let go; the chunk cache lets its own
+go), and lowering on each failure would spiral the limit down to nothing. A WARNING names the dir at most once every :data:`FULL_LOG_SECONDS`, without a
+traceback. Chunk files no entry references (left by a process killed while writing one, or by an older version) are
+swept by :meth:`DiskChunkStore.sweep` (:func:`sweep_orphans`), which the chunk cache runs when it opens the store.
+
 Cold objects: chunks are stored as they are read, so when one chunk of an object is missing the next are missing
 too; for ``COLD_SECONDS`` after a miss (a chunk absent, not one dropped as damaged), lookups of that object's chunks answer "missing" without asking SQLite
 (whose queries wait behind the writer's transactions). The worst case is a chunk another process stored in that
@@ -22,14 +32,18 @@ window fetched again. Thread-safe: diskcache is, and the cold list has its own l
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import mmap
 import os
+import sqlite3
 import struct
 import threading
 import time as _time
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -44,6 +58,102 @@ TRAILER_MAGIC = b"tcrc"
 COLD_OBJECTS = 1024  # how many objects are remembered as recently missing chunks on disk
 COLD_SECONDS = 10.0  # for how long after a miss their chunks are not looked up
 RECHECK_SECONDS = 1.0  # how often, at most, a held map's file is compared with what was mapped
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+FULL_LOG_SECONDS = 60.0  # a full file system is logged at most this often (per store)
+SHRINK_SECONDS = 60.0  # the store's limit is lowered at most this often (see DiskChunkStore._make_room)
+FULL_BACKOFF_SECONDS = 5.0  # after a store failed even once chunks were evicted, no chunk is written for so long
+SWEEP_GRACE_SECONDS = 300.0  # an unreferenced chunk file younger than this may be another process's write under way
+# (a file is written before its entry, which may wait for SQLite's lock: diskcache's timeout is 60 s)
+VALUE_SUFFIX = ".val"  # diskcache's value files: <2 hex>/<2 hex>/<28 hex>.val under the cache dir
+DB_NAME = "cache.db"  # diskcache's SQLite database in the cache dir
+
+
+def is_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the file system is full (or the quota spent): ENOSPC/EDQUOT, or SQLite's SQLITE_FULL."""
+    if isinstance(exc, OSError):
+        return exc.errno in FULL_ERRNOS
+    if isinstance(exc, sqlite3.OperationalError):
+        code = getattr(exc, "sqlite_errorcode", None)
+        return code == sqlite3.SQLITE_FULL if code is not None else "database or disk is full" in str(exc)
+    return False
+
+
+def sweep_orphans(directory: str | Path, grace_s: float = SWEEP_GRACE_SECONDS) -> tuple[int, int]:
+    """Remove the diskcache value files (``*.val``) under ``directory`` that no entry of its database references
+    and that were last written more than ``grace_s`` ago (a younger one may be a write another process has under
+    way: its entry comes after the file). The files are listed before the database is read, so a file stored
+    meanwhile is referenced by then. Reads the database through its own read-only connection (so it runs when the
+    store could not be opened too); does nothing when the database cannot be read. How many files, and bytes."""
+    root = Path(directory)
+    db = root / DB_NAME
+    if not db.exists():
+        return 0, 0
+    now = _time.time()
+    candidates: list[tuple[str, int]] = []
+    for first in _subdirs(root):
+        for second in _subdirs(Path(first.path)):
+            with contextlib.suppress(OSError), os.scandir(second.path) as files:
+                for f in files:
+                    if f.name.endswith(VALUE_SUFFIX):
+                        with contextlib.suppress(OSError):
+                            st = f.stat(follow_symlinks=False)
+                            if now - st.st_mtime > grace_s:
+                                candidates.append((f"{first.name}/{second.name}/{f.name}", st.st_size))
+    if not candidates:
+        return 0, 0
+    known = _referenced(db)
+    if known is None:
+        return 0, 0
+    removed = freed = 0
+    for rel, size in candidates:
+        if os.path.normpath(rel) in known:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(root / rel)
+            removed += 1
+            freed += size
+    return removed, freed
+
+
+def _referenced(db: Path) -> set[str] | None:
+    """The value files the entries of ``db`` reference, or None when it cannot be read. Read only; on a full file
+    system SQLite cannot make the shared-memory file a read of a WAL database needs, so a database without a
+    write-ahead log (nobody has it open) is read as immutable then."""
+    query = "SELECT filename FROM Cache WHERE filename IS NOT NULL"
+    wal = Path(str(db) + "-wal")
+    for mode in ("mode=ro", "immutable=1"):
+        if mode == "immutable=1" and _non_empty(wal):
+            break
+        try:
+            conn = sqlite3.connect(f"{db.as_uri()}?{mode}", uri=True, timeout=5.0)
+            try:
+                known = {os.path.normpath(row[0]) for row in conn.execute(query)}
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            logger.debug("cannot read %s (%s) to sweep unreferenced chunk files: %s", db, mode, exc)
+            continue
+        if mode == "immutable=1" and _non_empty(wal):
+            break  # someone opened it meanwhile: what was read may be stale
+        return known
+    return None
+
+
+def _non_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
+def _subdirs(path: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as entries:
+            return [e for e in entries if len(e.name) == 2 and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
 
 
 class FileStamp(NamedTuple):
@@ -66,7 +176,17 @@ class DiskChunkStore:
     def __init__(self, directory: str | Path, size_limit: int) -> None:
         import diskcache
 
-        self._cache = diskcache.Cache(str(directory), size_limit=size_limit, eviction_policy="least-recently-used")
+        self.directory = Path(directory)
+        self._written = threading.local()  # per thread: the file the last store wrote (see _disk_class)
+        self._cache = diskcache.Cache(str(directory), size_limit=size_limit, eviction_policy="least-recently-used",
+                                      disk=_disk_class(self._written))
+        self._full_logged = -FULL_LOG_SECONDS  # when a full file system was last logged (monotonic)
+        self._full_since_log = 0  # chunks not stored since then
+        self._full_until = 0.0  # no chunk is written before then (monotonic): the file system was full
+        self._shrunk_at = -SHRINK_SECONDS  # when the limit was last lowered (monotonic)
+        # Told the names of the chunks evicted to make room, before the retry: a map of a removed file keeps its
+        # space (the chunk cache lets its maps of them go).
+        self.on_evict: Callable[[list[str]], None] | None = None
         self._cold: OrderedDict[str, float] = OrderedDict()  # object -> until when its lookups are skipped
         self._cold_lock = RankedLock("disk store cold objects", DISK_COLD)
         self.mismatches = 0  # chunks read back that failed their crc32c (dropped, to be fetched again)
@@ -125,7 +245,7 @@ class DiskChunkStore:
         """:meth:`mapped`, and whether the chunk was damaged (and dropped) rather than absent."""
         try:
             handle = self._cache.get(name, read=True)
-        except OSError:
+        except (OSError, sqlite3.Error):  # (a least-recently-used get writes: SQLITE_FULL on a full file system)
             return None, False
         if handle is None:
             return None, False
@@ -163,11 +283,115 @@ class DiskChunkStore:
             logger.debug("could not drop chunk %s from the segment cache", name, exc_info=True)
         return None, True
 
-    def store(self, name: str, data: Chunk, obj: str) -> None:
-        """Write the chunk and its trailer (tagged with its object, for :meth:`evict`)."""
+    def store(self, name: str, data: Chunk, obj: str) -> bool:
+        """Write the chunk and its trailer (tagged with its object, for :meth:`evict`); whether it was stored. On
+        a full file system, evict and retry once, else give up quietly (module docstring); other errors raise."""
+        if self._full_until and _time.monotonic() < self._full_until:
+            self._note_full(None, 0, 0)
+            return False
+        try:
+            self._set(name, data, obj)
+            return True
+        except (OSError, sqlite3.Error) as exc:
+            if not is_full(exc):
+                raise
+            full: BaseException = exc
+        now = _time.monotonic()
+        if now - self._shrunk_at < SHRINK_SECONDS:
+            # Lowered a moment ago, and still full: the files evicted then may still be mapped (a reader's view
+            # keeps their space), or something else fills the file system; evicting more now would spiral the
+            # limit down to nothing. This chunk stays in memory only.
+            self._full_until = now + FULL_BACKOFF_SECONDS
+            self._note_full(full, 0, int(self._cache.size_limit))
+            return False
+        self._shrunk_at = now
+        evicted, limit = self._make_room(len(data) + TRAILER.size)
+        try:
+            self._set(name, data, obj)
+            self._full_until = 0.0
+            self._note_full(None, evicted, limit, stored=True)
+            return True
+        except (OSError, sqlite3.Error) as exc:
+            if not is_full(exc):
+                raise
+            self._full_until = _time.monotonic() + FULL_BACKOFF_SECONDS
+            self._note_full(exc, evicted, limit)
+            return False
+
+    def _set(self, name: str, data: Chunk, obj: str) -> None:
         # As a file object (read=True): diskcache writes a bytes value by iterating it as a BytesIO, which yields
         # lines, so a 4 MiB chunk of binary data became ~16,000 small writes.
-        self._cache.set(name, _TrailedReader(data), read=True, tag=obj)
+        written = self._written
+        written.path = None
+        try:
+            self._cache.set(name, _TrailedReader(data), read=True, tag=obj)
+        except BaseException:
+            # diskcache leaves the value file when writing it or the row fails (ENOSPC, SQLITE_FULL): no entry
+            # references it, so nothing would ever remove it.
+            path = written.path
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+            raise
+
+    def _make_room(self, needed: int) -> tuple[int, int]:
+        """Evict least recently used chunks to below the volume held now (by ``needed`` bytes, an eighth of the
+        volume at least), lowering the store's limit there for this process: the file system holds no more. How
+        many chunks went, and the new limit.
+
+        Their files are removed first: SQLite's delete needs room in the file system too (its write-ahead log),
+        which it had not. A reader finding an entry whose file is gone meanwhile gets a miss."""
+        try:
+            volume = int(self._cache.volume())
+            limit = max(0, min(int(self._cache.size_limit), volume - max(needed, volume // 8)))
+            rows = self._cache._sql(
+                "SELECT key, filename, size FROM Cache WHERE filename IS NOT NULL ORDER BY access_time"
+            ).fetchall()
+            freeing, names = volume, []
+            for key, filename, size in rows:
+                if freeing <= limit:
+                    break
+                with contextlib.suppress(OSError):
+                    os.remove(self.directory / filename)
+                names.append(key)
+                freeing -= size
+            if self.on_evict is not None and names:
+                self.on_evict(names)
+            self._cache.reset("size_limit", limit, update=False)  # this process only (not the shared settings)
+            evicted = int(self._cache.cull())
+            # SQLite's write-ahead log keeps the size it grew to (up to ~4 MiB), which the volume does not count.
+            with contextlib.suppress(sqlite3.Error):
+                self._cache._sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            return evicted, limit
+        except Exception as exc:  # (SQLite may fail too on a full file system)
+            logger.debug("evicting from the segment cache in %s failed: %s", self.directory, exc)
+            return 0, int(self._cache.size_limit)
+
+    def _note_full(self, exc: BaseException | None, evicted: int, limit: int, stored: bool = False) -> None:
+        """Log the full file system at most once every FULL_LOG_SECONDS, without a traceback."""
+        if not stored:
+            self._full_since_log += 1
+        now = _time.monotonic()
+        if now - self._full_logged < FULL_LOG_SECONDS or (exc is None and not stored):
+            return
+        self._full_logged = now
+        skipped, self._full_since_log = self._full_since_log, 0
+        if stored:
+            logger.warning("remote segment cache dir %s is full: evicted %d least recently used chunk(s) and lowered "
+                           "its limit to %d bytes for this process", self.directory, evicted, limit)
+        else:
+            logger.warning("remote segment cache dir %s is full (%s; %d chunk(s) evicted to make room, limit now %d "
+                           "bytes): %d chunk(s) not kept on disk since the last report, served from memory (writes "
+                           "to the dir resume in %ss)", self.directory, exc, evicted, limit, skipped,
+                           FULL_BACKOFF_SECONDS)
+
+    def sweep(self) -> int:
+        """Remove the chunk files no entry references (:func:`sweep_orphans`); how many."""
+        removed, freed = sweep_orphans(self.directory)
+        if removed:
+            logger.info("removed %d unreferenced chunk file(s) (%d bytes) from the remote segment cache dir %s",
+                        removed, freed, self.directory)
+        return removed
 
     def evict(self, obj: str) -> int:
         """Drop every chunk of ``obj``; how many."""
@@ -188,6 +412,21 @@ class DiskChunkStore:
 
     def close(self) -> None:
         self._cache.close()
+
+
+def _disk_class(written: threading.local) -> Any:
+    """A ``diskcache.Disk`` that notes, per thread, the path of the value file it is about to write (in
+    ``written.path``): :meth:`DiskChunkStore._set` removes it when the store fails. Same file names and format as
+    diskcache's own (other processes may open the dir with plain diskcache)."""
+    import diskcache
+
+    class _NotingDisk(diskcache.Disk):
+        def filename(self, key: Any = diskcache.core.UNKNOWN, value: Any = diskcache.core.UNKNOWN) -> tuple[str, str]:
+            filename, full_path = super().filename(key, value)
+            written.path = full_path
+            return filename, full_path
+
+    return _NotingDisk
 
 
 class _TrailedReader:
@@ -231,8 +470,11 @@ class NoDiskStore:
     def mapped(self, name: str, verify: bool = False) -> Chunk | None:
         return None
 
-    def store(self, name: str, data: Chunk, obj: str) -> None:
-        pass
+    def store(self, name: str, data: Chunk, obj: str) -> bool:
+        return False
+
+    def sweep(self) -> int:
+        return 0
 
     def evict(self, obj: str) -> int:
         return 0
