@@ -12,6 +12,11 @@ names them, ``<startOffset>_<segmentId>.index|.timeindex|.txnindex`` (segment id
   segment without aborted transactions) is cached as an empty file.
 - An evicted entry's files are renamed ``*.deleted`` at once (so a restart never reloads them) and closed and
   removed by a cleaner thread; a reader still holding the entry finishes its lookup first.
+- A full file system (ENOSPC/EDQUOT) while downloading: the partial file is removed, the least recently used
+  entries are evicted (half the cache's bytes, their files removed at once) and the bound lowered to what is left
+  for this process (the file system holds no more), and the download is tried once more; when that fails too, the
+  read fails with an ``OSError`` (ENOSPC) naming the cache dir and the segment. A WARNING says so at most once every
+  ``FULL_LOG_SECONDS``, without a traceback.
 - At start, leftover ``.tmp``/``.deleted`` files are removed and entries with an offset index reloaded after a
   sanity check (their other indexes are opened when first used).
 - A corrupt file on disk is refetched; a corrupt file from the store raises ``CorruptIndexError``.
@@ -27,12 +32,14 @@ names them, ``<startOffset>_<segmentId>.index|.timeindex|.txnindex`` (segment id
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
 import queue
 import shutil
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +61,8 @@ _T = TypeVar("_T")
 DIR_NAME = "remote-log-index-cache"
 TMP_SUFFIX = ".tmp"
 DELETED_SUFFIX = ".deleted"
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+FULL_LOG_SECONDS = 60.0
 _SUFFIXES = {IndexType.OFFSET: ".index", IndexType.TIMESTAMP: ".timeindex", IndexType.TRANSACTION: ".txnindex"}
 
 # fetch_index(metadata, index_type) -> a readable binary stream; RemoteResourceNotFoundError when absent.
@@ -200,6 +209,9 @@ class RemoteIndexCache:
         self._fetch = fetcher
         self.verifier: ChecksumVerifier | None = verifier
         self.max_size_bytes = max_size_bytes
+        # Lowered when the file system filled up before the bound (None: not so far), for this process.
+        self._room_bytes: int | None = None
+        self._full_logged = -FULL_LOG_SECONDS
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._loading: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
@@ -354,7 +366,8 @@ class RemoteIndexCache:
         return fn(self.get_index_entry(metadata))
 
     def _evict_over_limit(self, keep: str) -> None:
-        while self._size > self.max_size_bytes and len(self._entries) > 1:
+        limit = self.max_size_bytes if self._room_bytes is None else min(self.max_size_bytes, self._room_bytes)
+        while self._size > limit and len(self._entries) > 1:
             key, entry = next(iter(self._entries.items()))
             if key == keep:
                 break
@@ -409,7 +422,9 @@ class RemoteIndexCache:
         prefix = f"{metadata.start_offset}_{key}"
         paths = self._paths(prefix)
         base = metadata.start_offset
-        offset_index = self._load_index(paths[IndexType.OFFSET], metadata, IndexType.OFFSET, lambda p: _open_offset(p, base))
+        offset_index = self._load_index(
+            paths[IndexType.OFFSET], metadata, IndexType.OFFSET, lambda p: _open_offset(p, base), keep=key
+        )
         sizes = {IndexType.OFFSET: paths[IndexType.OFFSET].stat().st_size}
         return Entry(key, paths, offset_index, sizes, self._load_secondary, metadata)
 
@@ -425,7 +440,9 @@ class RemoteIndexCache:
                 raise RuntimeError(f"remote index entry {entry.key} has no segment metadata: get it with get_index_entry")
             base = metadata.start_offset
             opener: Callable[[Path, int], Any] = _open_time if index_type is IndexType.TIMESTAMP else _open_txn
-            index = self._load_index(entry.paths[index_type], metadata, index_type, lambda p: opener(p, base))
+            index = self._load_index(
+                entry.paths[index_type], metadata, index_type, lambda p: opener(p, base), keep=entry.key
+            )
             size = index.path.stat().st_size
             with entry.lock:
                 if entry.marked_for_cleanup:  # evicted meanwhile: this file is nobody's
@@ -443,8 +460,15 @@ class RemoteIndexCache:
         return index
 
     def _load_index(
-        self, path: Path, metadata: RemoteLogSegmentMetadata, index_type: IndexType, open_index: Callable[[Path], Any]
+        self,
+        path: Path,
+        metadata: RemoteLogSegmentMetadata,
+        index_type: IndexType,
+        open_index: Callable[[Path], Any],
+        keep: str = "",
     ) -> Any:
+        """The index at ``path``: the cached file, checked, or downloaded (``keep``: the key of the entry it is
+        for, which making room on a full file system never evicts)."""
         if path.exists():
             problem = self._check(metadata, index_type, path)
             if problem is not None:
@@ -458,7 +482,7 @@ class RemoteIndexCache:
                     path.unlink(missing_ok=True)
         tmp = path.with_name(path.name + TMP_SUFFIX)
         for attempt in range(2):
-            self._download(tmp, metadata, index_type)
+            self._download_making_room(tmp, metadata, index_type, keep)
             problem = self._check(metadata, index_type, tmp)
             if problem is None:
                 break
@@ -482,6 +506,73 @@ class RemoteIndexCache:
     def _check(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType, path: Path) -> ChecksumProblem | None:
         verifier = self.verifier
         return None if verifier is None else verifier.check_file(metadata, index_type, path)
+
+    def _download_making_room(self, tmp: Path, metadata: RemoteLogSegmentMetadata, index_type: IndexType, keep: str) -> None:
+        """:meth:`_download`; on a full file system, evict and try once more (module docstring). A failed download
+        leaves no file."""
+        try:
+            self._download(tmp, metadata, index_type)
+            return
+        except BaseException as exc:
+            tmp.unlink(missing_ok=True)
+            if not (isinstance(exc, OSError) and exc.errno in FULL_ERRNOS):
+                raise
+        evicted, freed, limit = self._make_room(keep)
+        try:
+            self._download(tmp, metadata, index_type)
+        except BaseException as exc:
+            tmp.unlink(missing_ok=True)
+            if not (isinstance(exc, OSError) and exc.errno in FULL_ERRNOS):
+                raise
+            message = (f"remote index cache dir {self.cache_dir} is full ({os.strerror(exc.errno)}) even after "
+                       f"evicting {evicted} entr{'y' if evicted == 1 else 'ies'} ({freed} bytes): cannot cache the "
+                       f"{index_type.name} index of remote segment {metadata.remote_log_segment_id}")
+            self._note_full(message)
+            raise OSError(exc.errno, message, str(tmp)) from None
+        self._note_full(f"remote index cache dir {self.cache_dir} is full: evicted {evicted} least recently used "
+                        f"entr{'y' if evicted == 1 else 'ies'} ({freed} bytes) and lowered its bound to {limit} bytes "
+                        f"for this process")
+
+    def _make_room(self, keep: str) -> tuple[int, int, int]:
+        """Remove the files of entries evicted before that the cleaner has not removed yet, and evict least recently
+        used entries (never ``keep``) for half the cache's bytes (one entry at least), their files removed now (not by the cleaner: the retry needs the room), and lower the bound to what is left. How
+        many entries, their bytes, the new bound."""
+        while True:  # the entries evicted before and not cleaned up yet: their files go now
+            try:
+                pending = self._cleanup_queue.get_nowait()
+            except queue.Empty:
+                break
+            if pending is None:  # (closing: the cleaner's stop goes back)
+                self._cleanup_queue.put(None)
+                break
+            self._clean(pending)
+        evicted: list[Entry] = []
+        with self._lock:
+            target = self._size // 2
+            for key in list(self._entries):
+                if self._size <= target and evicted:
+                    break
+                if key == keep:
+                    continue
+                entry = self._entries.pop(key)
+                self._size -= entry.size
+                self.evictions += 1
+                self._metrics.evicted()
+                evicted.append(entry)
+            self._room_bytes = self._size
+            self._metrics.size(self._size, len(self._entries))
+        freed = 0
+        for entry in evicted:
+            freed += entry.size
+            entry.mark_for_cleanup()
+            self._clean(entry)
+        return len(evicted), freed, self._size
+
+    def _note_full(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._full_logged >= FULL_LOG_SECONDS:
+            self._full_logged = now
+            logger.warning("%s", message)
 
     def _download(self, tmp: Path, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> None:
         try:
