@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,16 +84,132 @@ def test_an_s3_body_that_breaks_mid_read_is_a_retriable_remote_storage_error() -
             self.closed = True
 
     rsm = S3Store()
-    rsm.bucket = "b"
+    rsm.bucket, rsm.max_attempts = "b", 1  # one GET: the error of the body is the read's
     body = Broken(ResponseStreamingError(error="connection reset"))
-    stream = _Body(rsm, "t/0.log", body)
+    stream = _Body(rsm, "t/0.log", {"Body": body, "ContentLength": 100}, 0, False)
     with pytest.raises(RemoteStorageError, match=r"s3://b/t/0.log") as err:
         stream.read(10)
     assert err.value.retriable
     stream.close()
     assert body.closed
     with pytest.raises(RemoteStorageTimeoutError):
-        _Body(rsm, "t/0.log", Broken(ReadTimeoutError(endpoint_url="http://x"))).read(10)
+        _Body(rsm, "t/0.log", {"Body": Broken(ReadTimeoutError(endpoint_url="http://x")), "ContentLength": 100}, 0,
+              False).read(10)
+
+
+@pytest.fixture
+def breaking_s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, list[dict[str, Any]], list[int], list[float]]]:
+    """An S3Store on moto (max_attempts=3) whose GETs' bodies break off (a reset connection, as botocore raises it)
+    after ``cuts[i]`` bytes for the i-th GET, while ``cuts`` lasts; yields (store, requests made, cuts, backoffs)."""
+    from moto import mock_aws
+    from urllib3.exceptions import ProtocolError
+
+    from tiered.backends.s3 import _Body
+
+    requests: list[dict[str, Any]] = []
+    cuts: list[int] = []
+    delays: list[float] = []
+    monkeypatch.setattr(_Body, "sleep", staticmethod(delays.append), raising=False)
+
+    class Breaking:
+        def __init__(self, body: Any, after: int) -> None:
+            self.body, self.after, self.read_bytes = body, after, 0
+
+        def read(self, amt: int | None = None) -> bytes:
+            from botocore.exceptions import ResponseStreamingError
+
+            if amt is None or self.read_bytes + amt > self.after:  # what urllib3 had of this read is lost with it
+                raise ResponseStreamingError(error=ProtocolError("Connection broken: ConnectionResetError(104)"))
+            data: bytes = self.body.read(amt)
+            self.read_bytes += len(data)
+            return data
+
+        def close(self) -> None:
+            self.body.close()
+
+    with mock_aws():
+        import boto3
+
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket="tiered-test")
+        rsm = load_rsm("s3", {"bucket": "tiered-test", "region": "us-east-1", "max_attempts": "3",
+                              "aws_access_key_id": "AKIDBREAKING", "aws_secret_access_key": "breaking-secret"})
+        store: Any = rsm.object_store
+        assert store is not None
+        get_object = store.client.get_object
+
+        def breaking(**kwargs: Any) -> Any:
+            requests.append(kwargs)
+            response = get_object(**kwargs)
+            if cuts:
+                response["Body"] = Breaking(response["Body"], cuts.pop(0))
+            return response
+
+        store.client.get_object = breaking
+        try:
+            yield store, requests, cuts, delays
+        finally:
+            rsm.close()
+
+
+def test_an_s3_get_whose_body_breaks_off_is_asked_again_for_the_bytes_not_received(
+    breaking_s3: tuple[Any, list[dict[str, Any]], list[int], list[float]],
+) -> None:
+    """A reset after the headers was out of botocore's retries: one reset failed `tiered consume`, HTTP reads and
+    Spark tasks (found by helper hZa, F4). The GET goes on from the byte reached, up to max_attempts GETs with
+    botocore's backoff; a stream never hands a byte out twice."""
+    store, requests, cuts, delays = breaking_s3
+    data = bytes(random.Random(7).getrandbits(8) for _ in range(300_000))
+    store.put("seg.log", data)
+    etag = store.client.head_object(Bucket="tiered-test", Key="seg.log")["ETag"]
+
+    cuts[:] = [0, 5]  # the whole object read at once: the read is lost whole each time, asked again whole
+    assert store.get("seg.log") == data
+    assert [r.get("Range") for r in requests] == [None, None, None]
+    assert [r.get("IfMatch") for r in requests] == [None, etag, etag]
+    assert len(delays) == 2 and all(0 <= d <= 2 for d in delays)
+
+    requests.clear()
+    cuts[:] = [0]
+    assert store.get_range("seg.log", 1000, 200_999) == data[1000:201_000]
+    assert [r.get("Range") for r in requests] == ["bytes=1000-200999", "bytes=1000-200999"]
+
+    requests.clear()
+    cuts[:] = [70_000, 50_000]  # a stream read in pieces: on at the byte it reached
+    with store.open_range("seg.log", 10, 299_999) as stream:
+        pieces = list(iter(lambda: stream.read(10_000), b""))
+    assert b"".join(pieces) == data[10:]
+    assert [r.get("Range") for r in requests] == ["bytes=10-299999", "bytes=70010-299999", "bytes=120010-299999"]
+
+    requests.clear()
+    cuts[:] = [100_000]  # a stream of the whole object: asked again whole (its checksum checked), the read skipped
+    with store.open_range("seg.log", 0) as stream:
+        pieces = list(iter(lambda: stream.read(30_000), b""))
+    assert b"".join(pieces) == data and len(requests) == 2 and requests[1].get("Range") is None
+
+
+def test_an_s3_get_whose_body_breaks_off_max_attempts_times_raises_the_retriable_error(
+    breaking_s3: tuple[Any, list[dict[str, Any]], list[int], list[float]],
+) -> None:
+    from tiered.errors import RemoteStorageError
+
+    store, requests, cuts, _ = breaking_s3
+    store.put("k", b"x" * 50_000)
+    cuts[:] = [1000, 1000, 1000, 1000]
+    with store.open_range("k", 0, 49_999) as stream:
+        assert stream.read(1000) == b"x" * 1000
+        with pytest.raises(RemoteStorageError, match=r"S3 get of s3://tiered-test/k: .*Connection broken") as err:
+            stream.read(10_000)
+    assert err.value.retriable and len(requests) == 3  # max_attempts GETs in all
+    assert cuts == [1000]
+
+    requests.clear()
+    cuts[:] = [1000]  # the object replaced between two GETs: never bytes of both stitched together
+    with store.open_range("k", 0, 49_999) as stream:
+        assert stream.read(1000) == b"x" * 1000
+        store.put("k", b"y" * 50_000)
+        with pytest.raises(RemoteStorageError, match=r"changed .*while it was read") as err:
+            stream.read(1000)
+    assert err.value.retriable and len(requests) == 2
 
 
 def test_the_local_directory_stores_keys_that_fit_as_their_paths_and_shortens_only_longer_components(tmp_path: Path) -> None:

@@ -12,10 +12,12 @@ sees it, and used as the access key and secret key unless those are given; keys,
 never appear in errors, logs or reprs.
 
 Uploads go through boto3's transfer manager (multipart parts streamed from the file, never the whole segment in
-memory); reads are ranged GETs. Throttling, 5xx and timeouts are retried with backoff by botocore; what still
-fails is mapped: missing keys -> RemoteResourceNotFoundError, everything else -> RemoteStorageError saying
-whether a retry may help. A missing bucket, missing or rejected credentials and an unreachable endpoint are named
-as such (never "no object ..."). :meth:`S3Store.check_access` asks once, without retries and with a
+memory); reads are ranged GETs. Throttling, 5xx and timeouts are retried with backoff by botocore; a body broken
+off mid-stream (after botocore's retries, which end with the headers) is asked again from the byte reached, as
+many times, with the same backoff (:class:`_Body`); what still fails is mapped: missing keys ->
+RemoteResourceNotFoundError, everything else -> RemoteStorageError saying whether a retry may help. A missing
+bucket, missing or rejected credentials and an unreachable endpoint are named as such (never "no object ...").
+:meth:`S3Store.check_access` asks once, without retries and with a
 connect timeout of at most 5 s, whether the bucket can be listed: the CLI calls it before it works, so a wrong
 endpoint, bucket or key fails in seconds with one line naming it.
 """
@@ -23,9 +25,11 @@ endpoint, bucket or key fails in seconds with one line naming it.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import io
 import logging
 import re
+import time
 from collections.abc import Iterable, Mapping
 from typing import IO, Any, BinaryIO, ClassVar, NoReturn, cast
 
@@ -59,6 +63,7 @@ class S3Store(ObjectStore):
     capabilities = StoreCapabilities(streams=True, multipart=True, conditional_writes=True, shared_across_processes=True,
                                      common_prefixes=True)
     redact: Redactor = Redactor()
+    max_attempts = 5  # rsm.config.max_attempts once configured
     CONFIG_KEYS = ("bucket", "region", "endpoint_url",
                    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "path_style", "sse",
                    "sse_kms_key_id", "multipart_threshold_bytes", "multipart_chunk_size_bytes", "max_concurrency",
@@ -100,8 +105,9 @@ class S3Store(ObjectStore):
         "read_timeout_ms": ("30000", "[1, 3600000]",
             "Read timeout."),
         "max_attempts": ("5", "[1, 100]",
-            "Requests per call, the first included (botocore's total_max_attempts); a body whose checksum does not "
-            "match is fetched once more, with as many."),
+            "Requests per call, the first included (botocore's total_max_attempts); a GET whose body breaks off "
+            "mid-stream (reset, closed early, read timeout) is asked again for the bytes not received, up to as many "
+            "GETs; a body whose checksum does not match is fetched once more, with as many."),
         "retry_mode": ("standard", "standard, legacy, adaptive",
             "botocore's retry mode."),
     }
@@ -141,12 +147,15 @@ class S3Store(ObjectStore):
         # a connection opened and closed again) came from one start of `tiered run` with 800 partitions.
         pool = o.integer("max_pool_connections", max(100, 2 * concurrency), 1, 10_000)
         assert pool is not None
+        max_attempts = o.integer("max_attempts", 5, 1, 100)
+        assert max_attempts is not None
+        self.max_attempts = max_attempts  # also the GETs of a body that breaks off mid-stream (see _Body)
         config = Config(
             region_name=region,
             connect_timeout=(o.integer("connect_timeout_ms", 10_000, 1, 3_600_000) or 0) / 1000,
             read_timeout=(o.integer("read_timeout_ms", 30_000, 1, 3_600_000) or 0) / 1000,
             # botocore's max_attempts counts retries only (1: two requests); total_max_attempts counts them all
-            retries={"total_max_attempts": o.integer("max_attempts", 5, 1, 100),
+            retries={"total_max_attempts": max_attempts,
                      "mode": o.choice("retry_mode", "standard", ("standard", "legacy", "adaptive"))},
             s3={"addressing_style": "path" if o.boolean("path_style", False) else "auto"},
             max_pool_connections=pool,
@@ -384,7 +393,26 @@ class S3Store(ObjectStore):
             if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") == "InvalidRange":
                 return io.BytesIO(b"")  # a range starting at or past the end of the object
             _reraise(self.storage_error(exc, "get", key))
-        return cast(IO[bytes], _Body(self, key, response["Body"]))
+        return cast(IO[bytes], _Body(self, key, response, start, "Range" in kwargs))
+
+    def _resumed_get(self, key: str, start: int, stop: int, whole: bool, etag: str | None) -> Any:
+        """The GET that goes on with a body broken off at byte ``start`` (``stop`` exclusive): a ranged GET of the
+        rest, or the whole object again when the first GET was of the whole object (then the store's full-object
+        checksum is checked as the first GET's was; the caller skips what it has). If-Match the first GET's ETag:
+        bytes of two versions are never stitched together."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
+        if not whole:
+            kwargs["Range"] = f"bytes={start}-{stop - 1}"
+        if etag:
+            kwargs["IfMatch"] = etag
+        try:
+            return self.client.get_object(**kwargs)
+        except Exception as exc:
+            if _precondition_failed(exc):
+                raise self._failure(f"S3 get of s3://{self.bucket}/{key}: the object changed (ETag no longer {etag}) "
+                                    f"while it was read, its connection broken off at byte {start}; read it again",
+                                    None, retriable=True, key=key) from None
+            _reraise(self.storage_error(exc, "get", key))
 
     def size(self, key: str) -> int:
         try:
@@ -468,21 +496,90 @@ def _reraise(err: RemoteStorageError) -> NoReturn:
     raise err from err.__cause__
 
 
+def _broken_off(exc: BaseException) -> bool:
+    """Whether a body read failed because its connection broke off (reset, closed early, timed out): the bytes
+    not yet received can be asked for again."""
+    import http.client
+
+    from botocore.exceptions import ConnectionError as BotoConnectionError
+    from botocore.exceptions import IncompleteReadError, ReadTimeoutError, ResponseStreamingError
+    from urllib3.exceptions import ProtocolError
+    from urllib3.exceptions import ReadTimeoutError as Urllib3ReadTimeoutError
+
+    return isinstance(exc, ResponseStreamingError | ReadTimeoutError | IncompleteReadError | BotoConnectionError
+                      | ProtocolError | Urllib3ReadTimeoutError | http.client.IncompleteRead | builtins.ConnectionError
+                      | TimeoutError)
+
+
+def _backoff(retry: int) -> float:
+    """botocore's backoff before retry ``retry`` (1 based): rand(0, 1) x min(2 ** (retry - 1), 20) seconds."""
+    import random
+
+    return float(random.random() * min(2 ** (retry - 1), 20))
+
+
 class _Body(io.BufferedIOBase):
     """A GET's streaming body whose read errors (reset connections, read timeouts, short bodies) come out as
-    RemoteStorageError like those of the request."""
+    RemoteStorageError like those of the request.
 
-    def __init__(self, rsm: S3Store, key: str, body: Any) -> None:
-        self._rsm, self._key, self._body = rsm, key, body
+    A body that breaks off mid-stream (outside botocore's retries, which end with the headers) is asked for again
+    from the byte reached, up to ``max_attempts`` GETs in all with botocore's backoff between them: what was read
+    is never read twice, and the error of the last GET is raised as before."""
+
+    sleep = staticmethod(time.sleep)
+
+    def __init__(self, rsm: S3Store, key: str, response: Mapping[str, Any], start: int, ranged: bool) -> None:
+        self._rsm, self._key, self._body = rsm, key, response["Body"]
+        self._position = start  # the object's next byte to hand out
+        length = response.get("ContentLength")
+        self._stop = start + int(length) if length is not None else None
+        self._whole = not ranged
+        self._etag: str | None = response.get("ETag")
+        self._gets = 1
 
     def readable(self) -> bool:
         return True
 
     def read(self, size: int | None = -1) -> bytes:
-        try:
-            return bytes(self._body.read(None if size is None or size < 0 else size))
-        except Exception as exc:
-            _reraise(self._rsm.storage_error(exc, "get", self._key))
+        amount = None if size is None or size < 0 else size
+        while True:
+            try:
+                data = bytes(self._body.read(amount))
+            except Exception as exc:
+                self._resume(exc)
+                continue
+            self._position += len(data)
+            return data
+
+    def _resume(self, exc: Exception) -> None:
+        """Raise ``exc`` mapped, unless a broken-off body can be asked for again: then the next GET's body, on at
+        the byte reached."""
+        rsm, key = self._rsm, self._key
+        if (not _broken_off(exc) or self._gets >= rsm.max_attempts or self._stop is None
+                or self._position >= self._stop):
+            _reraise(rsm.storage_error(exc, "get", key))
+        retry = self._gets
+        self._gets += 1
+        delay = _backoff(retry)
+        logger.debug("S3 get of s3://%s/%s broke off at byte %d of %d (%s): GET %d of %d in %.2f s", rsm.bucket, key,
+                     self._position, self._stop, rsm.redact(_first_line(exc)), self._gets, rsm.max_attempts, delay)
+        with contextlib.suppress(Exception):
+            self._body.close()
+        self.sleep(delay)
+        response = rsm._resumed_get(key, self._position, self._stop, self._whole, self._etag)
+        self._body = response["Body"]
+        if self._whole:  # the whole object again: skip what was handed out already
+            skip = self._position
+            while skip:
+                try:
+                    got = len(self._body.read(min(skip, 1024 * 1024)))
+                except Exception as again:
+                    self._resume(again)
+                    return
+                if not got:
+                    self._resume(exc)
+                    return
+                skip -= got
 
     read1 = read
 
