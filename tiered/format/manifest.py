@@ -81,6 +81,10 @@ class IndexEntry:
         return cls(int(d["offset"]), int(d["stored_size"]), int(d["size"]), int(d["crc32c"]))
 
 
+#: The largest byte offset of a stored object (a signed 64-bit file offset, as os.pread and HTTP ranges take).
+MAX_STORED_OFFSET = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class SegmentManifest:
     segment_id: str
@@ -101,6 +105,14 @@ class SegmentManifest:
                              f"and {len(self.crcs)}")
         if self.stored_offsets[0] != 0 or any(b < a for a, b in zip(self.stored_offsets, self.stored_offsets[1:])):
             raise ValueError("stored offsets must start at 0 and never decrease")
+        if self.stored_offsets[-1] > MAX_STORED_OFFSET:
+            raise ValueError(f"stored offset {self.stored_offsets[-1]} is past the largest object offset "
+                             f"({MAX_STORED_OFFSET})")
+        for suffix, entry in self.indexes.items():
+            if min(entry.offset, entry.stored_size, entry.size) < 0 or \
+                    entry.offset + entry.stored_size > MAX_STORED_OFFSET:
+                raise ValueError(f"index {suffix}: stored bytes [{entry.offset}, {entry.offset + entry.stored_size}) "
+                                 "out of range")
 
     @property
     def chunk_count(self) -> int:
