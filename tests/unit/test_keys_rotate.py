@@ -113,3 +113,36 @@ def test_dry_run_changes_nothing(pairs: list[KeyPairPaths], tmp_path: Path, caps
     assert main(["keys", "rotate", "--dry-run", "--config", str(_config_file(tmp_path, config)), "--new-key-pair-id", "new"]) == 0
     assert "would re-wrap 1 segment data key(s)" in capsys.readouterr().out
     assert path.read_bytes() == before
+
+
+def test_a_segment_deleted_while_its_manifest_is_rewrapped_is_not_brought_back(
+    pairs: list[KeyPairPaths], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention deleting a segment between rotate's read of its manifest and its write: the write put the
+    manifest back alone, and nothing would ever delete it (found by hZg)."""
+    import tiered.backends
+
+    remote = tmp_path / "remote"
+    config = {"dir": str(remote), **combo_config("zstd+aes", pairs, 1024)}
+    rsm: ObjectStoreRemoteStorageManager = load_rsm("local", config)  # type: ignore[assignment]
+    md = metadata(100, 199)
+    rsm.copy_log_segment_data(md, segment_files(tmp_path / "s", text_like(5000)))
+    real_load = tiered.backends.load_rsm
+
+    def racing_load(*args, **kwargs):  # type: ignore[no-untyped-def]
+        loaded = real_load(*args, **kwargs)
+        get = loaded.store.get
+
+        def get_then_delete(key: str) -> bytes:
+            data = get(key)
+            if key.endswith(MANIFEST_SUFFIX):
+                rsm.delete_log_segment_data(md)  # retention, right after rotate read the manifest
+            return data
+
+        monkeypatch.setattr(loaded.store, "get", get_then_delete)
+        return loaded
+
+    monkeypatch.setattr(tiered.backends, "load_rsm", racing_load)
+    assert main(["keys", "rotate", "--config", str(_config_file(tmp_path, config)), "--new-key-pair-id", "new"]) == 0
+    capsys.readouterr()
+    assert [p.name for p in remote.rglob("*") if p.is_file() and not p.name.endswith(".tiered-name")] == []

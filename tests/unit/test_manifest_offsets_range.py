@@ -31,9 +31,8 @@ def test_a_stored_offset_past_the_largest_file_offset_is_a_named_error(tmp_path:
     path.write_bytes(raw)
     reader = load_rsm("local", config)
     try:
-        with pytest.raises(TieredStorageError) as info:
-            with reader.fetch_log_segment(md, 0) as s:
-                s.read()
+        with pytest.raises(TieredStorageError) as info, reader.fetch_log_segment(md, 0) as s:
+            s.read()
         assert path.name in str(info.value)
     finally:
         reader.close()

@@ -98,3 +98,9 @@ def _rewrap(store: Any, provider: Any, key: str, manifest: Any, new_id: str) -> 
     if provider.unwrap(kid, algorithm, wrapped) != data_key:
         raise RemoteStorageError(f"the data key wrapped under {kid} does not unwrap to itself: {key} left unchanged")
     store.put(key, manifest.with_envelope(Envelope(kid, algorithm, wrapped)).encode())
+    # A segment deleted (all its objects in one request) between the read of its manifest and this write: the
+    # manifest is back alone, and nothing would ever delete it again. Its .log tells.
+    from tiered.format.manifest import MANIFEST_SUFFIX
+
+    if not store.exists(key.removesuffix(MANIFEST_SUFFIX) + ".log"):
+        store.delete_many([key])
