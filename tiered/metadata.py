@@ -635,11 +635,18 @@ class RemoteLogMetadataStore:
         lineage = owners[-1].lineage if owners else ()
         kept = [m for m in view if m.state is not S.COPY_SEGMENT_STARTED]
         ours = [m for m in kept if not lineage or within_lineage(m, lineage)]
-        if not ours:
+        # Outside the lineage but wholly before the newest claim's start, at epochs below its owner epoch: the
+        # owner's own history whose epochs the claim's lineage no longer names (the leader-epoch cache a restart
+        # claims with is truncated at the log start), not a deposed owner's late copy (those end at or past the
+        # claim's start). next_offset does not count it (outside) and counts the claim's start above its end.
+        behind = [m for m in kept if lineage and not within_lineage(m, lineage) and m.end_offset < lineage[-1][1]
+                  and max(m.segment_leader_epochs, default=-1) < owners[-1].owner_epoch]
+        if not ours and not behind:
             return []
-        last = max(ours, key=lambda m: (m.end_offset, m.start_offset))
+        last = max(ours, key=lambda m: (m.end_offset, m.start_offset)) if ours else None
         highest = max(kept, key=lambda m: (max(m.segment_leader_epochs, default=-1), m.end_offset, m.start_offset))
-        return sorted((m for m in ours if m.state is S.DELETE_SEGMENT_FINISHED and m is not last and m is not highest),
+        return sorted((m for m in [*ours, *behind]
+                       if m.state is S.DELETE_SEGMENT_FINISHED and m is not last and m is not highest),
                       key=lambda m: m.start_offset)
 
     def _remove_superseded_deletions(self, tip: TopicIdPartition) -> int:

@@ -136,3 +136,33 @@ def test_a_partition_under_retention_keeps_the_events_of_its_live_segments_only(
         assert reader.max_epoch(tip) == tier.rlm.metadata.max_epoch(tip)
     finally:
         tier.close()
+
+
+def test_a_restarts_claim_with_a_truncated_lineage_strands_no_deleted_events(tmp_path: Path) -> None:
+    """Each `tiered run` start claims the next owner epoch with the lineage of its leader-epoch cache, which the log
+    start truncates: the epochs of the segments retention deleted drop out of it. The deleted segment kept as the
+    last (or highest) of the previous claim is then outside the newest lineage, below its start: it must still go,
+    or one event per restart stays for ever (seen on SeaweedFS with kill -9 restarts: /tmp/hZh/s3.py)."""
+    store = LocalDirStore()
+    store.configure({"dir": str(tmp_path / "bucket")})
+    writer = RemoteLogMetadataStore(store)
+    tip = TopicIdPartition(uuid.uuid4(), TOPIC, 0)
+    end = 0
+    for epoch in range(6):
+        if epoch:  # a restart: the cache holds only the epoch the log start is in (all below was deleted)
+            writer.claim_ownership(tip, OwnerRecord(epoch, uuid.uuid4().hex, claim_lineage([(epoch - 1, end)], end,
+                                                                                           epoch), 0))
+            writer.owner_records(tip)
+        for _ in range(3):
+            md = RemoteLogSegmentMetadata(RemoteLogSegmentId.generate_new(tip), end, end + 9, 0, 0, 0, 10,
+                                          {epoch: end})
+            writer.add_remote_log_segment_metadata(md)
+            _set(writer, md, S.COPY_SEGMENT_FINISHED)
+            _set(writer, md, S.DELETE_SEGMENT_STARTED)
+            _set(writer, md, S.DELETE_SEGMENT_FINISHED)
+            end += 10
+        before = _figures(store, tip)
+        writer.remove_leftover_events(tip)
+        assert _figures(store, tip) == before
+    finished_deletions = [n for n in _events(store, tip) if n[2] == int(S.DELETE_SEGMENT_FINISHED)]
+    assert len(finished_deletions) <= 2, finished_deletions
