@@ -284,9 +284,23 @@ class RemoteLogMetadataStore:
         """Nothing to release: every event is written through when recorded."""
 
     # Loading ----------------------------------------------------------------------------------------------
+    #: Listings a load makes at most when a segment's every listed event is gone by the time it is read.
+    load_attempts = 3
+
     def load(self, tip: TopicIdPartition) -> dict[uuid.UUID, RemoteLogSegmentMetadata]:
         """(Re)build the partition's view from the object store, keeping what this process recorded that is newer
-        than the listing (an event whose object the listing missed)."""
+        than the listing (an event whose object the listing missed). A segment all of whose listed events are gone
+        when read was deleted since the listing, and the owner's retention may since have removed the deleted event
+        that the history's end rested on (remove_leftover_events): the partition is listed again then."""
+        for _ in range(self.load_attempts):
+            view, vanished = self._load_once(tip)
+            if not vanished:
+                break
+            logger.debug("%s: a segment's events were deleted since the listing; listing again", tip)
+        return view
+
+    def _load_once(self, tip: TopicIdPartition) -> tuple[dict[uuid.UUID, RemoteLogSegmentMetadata], bool]:
+        vanished = False
         latest: dict[uuid.UUID, RemoteLogSegmentMetadata] = {}
         checksums: dict[uuid.UUID, SegmentChecksums] = {}
         with self._lock:
@@ -328,7 +342,9 @@ class RemoteLogMetadataStore:
                         event = decode_record(data)
                         _check_event_key(event[0], named, tip)
                     except RemoteResourceNotFoundError:
-                        pass  # deleted since the listing: its segment's deletion removes its events (states move on)
+                        # deleted since the listing: its segment's deletion removes its events (states move on)
+                        if named is None or not lower.get(named[1]):
+                            vanished = True  # nothing of the segment left to read: list again
                     except RemoteStorageError as exc:
                         if getattr(exc, "retriable", False):
                             # The store did not answer (a reset, a timeout): not damage. Failing the load keeps no
@@ -380,7 +396,7 @@ class RemoteLogMetadataStore:
             self._readable.pop(tip, None)
             self._checksums.update(checksums)
         self._read_owner_records(tip, owner_keys)
-        return latest
+        return latest, vanished
 
     def refresh(self, tip: TopicIdPartition) -> None:
         """Bring the partition's view up to date with the store (:meth:`load`): one listing, and a read of each event
