@@ -322,8 +322,8 @@ class RemoteIndexCache:
             entry = self._entries.pop(key, None)
             if entry is not None:
                 self._size -= entry.size
+                entry.mark_for_cleanup()  # under the lock: see _make_room
         if entry is not None:
-            entry.mark_for_cleanup()
             self._clean_up_later(entry)
 
     def clear(self) -> None:
@@ -558,13 +558,15 @@ class RemoteIndexCache:
                 self._size -= entry.size
                 self.evictions += 1
                 self._metrics.evicted()
+                # Renamed *.deleted before the lock is let go (as _evict_over_limit does): a reader missing the
+                # entry from now on must not find its file under its name and open it as the new entry's index.
+                entry.mark_for_cleanup()
                 evicted.append(entry)
             self._room_bytes = self._size
             self._metrics.size(self._size, len(self._entries))
         freed = 0
         for entry in evicted:
             freed += entry.size
-            entry.mark_for_cleanup()
             self._clean(entry)
         return len(evicted), freed, self._size
 
