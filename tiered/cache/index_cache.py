@@ -63,6 +63,7 @@ TMP_SUFFIX = ".tmp"
 DELETED_SUFFIX = ".deleted"
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 FULL_LOG_SECONDS = 60.0
+ROOM_RETRY_SECONDS = 300.0  # a bound lowered on a full file system is lifted after so long (lowered again if still full)
 _SUFFIXES = {IndexType.OFFSET: ".index", IndexType.TIMESTAMP: ".timeindex", IndexType.TRANSACTION: ".txnindex"}
 
 # fetch_index(metadata, index_type) -> a readable binary stream; RemoteResourceNotFoundError when absent.
@@ -211,6 +212,7 @@ class RemoteIndexCache:
         self.max_size_bytes = max_size_bytes
         # Lowered when the file system filled up before the bound (None: not so far), for this process.
         self._room_bytes: int | None = None
+        self._room_lowered_at = 0.0  # when (monotonic): the bound is lifted ROOM_RETRY_SECONDS later
         self._full_logged = -FULL_LOG_SECONDS
         self._entries: OrderedDict[str, Entry] = OrderedDict()
         self._loading: dict[str, threading.Event] = {}
@@ -366,6 +368,8 @@ class RemoteIndexCache:
         return fn(self.get_index_entry(metadata))
 
     def _evict_over_limit(self, keep: str) -> None:
+        if self._room_bytes is not None and time.monotonic() - self._room_lowered_at >= ROOM_RETRY_SECONDS:
+            self._room_bytes = None  # space may have come back: the next ENOSPC lowers it again
         limit = self.max_size_bytes if self._room_bytes is None else min(self.max_size_bytes, self._room_bytes)
         while self._size > limit and len(self._entries) > 1:
             key, entry = next(iter(self._entries.items()))
@@ -563,6 +567,7 @@ class RemoteIndexCache:
                 entry.mark_for_cleanup()
                 evicted.append(entry)
             self._room_bytes = self._size
+            self._room_lowered_at = time.monotonic()
             self._metrics.size(self._size, len(self._entries))
         freed = 0
         for entry in evicted:
