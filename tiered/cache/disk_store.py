@@ -61,6 +61,7 @@ RECHECK_SECONDS = 1.0  # how often, at most, a held map's file is compared with 
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 FULL_LOG_SECONDS = 60.0  # a full file system is logged at most this often (per store)
 SHRINK_SECONDS = 60.0  # the store's limit is lowered at most this often (see DiskChunkStore._make_room)
+RESTORE_SECONDS = 300.0  # a limit lowered on a full file system is set back to the configured one after so long
 FULL_BACKOFF_SECONDS = 5.0  # after a store failed even once chunks were evicted, no chunk is written for so long
 SWEEP_GRACE_SECONDS = 300.0  # an unreferenced chunk file younger than this may be another process's write under way
 # (a file is written before its entry, which may wait for SQLite's lock: diskcache's timeout is 60 s)
@@ -184,6 +185,8 @@ class DiskChunkStore:
         self._full_since_log = 0  # chunks not stored since then
         self._full_until = 0.0  # no chunk is written before then (monotonic): the file system was full
         self._shrunk_at = -SHRINK_SECONDS  # when the limit was last lowered (monotonic)
+        self._size_limit = size_limit  # as configured: restored RESTORE_SECONDS after a full file system lowered it
+        self._lowered = False
         # Told the names of the chunks evicted to make room, before the retry: a map of a removed file keeps its
         # space (the chunk cache lets its maps of them go).
         self.on_evict: Callable[[list[str]], None] | None = None
@@ -289,6 +292,11 @@ class DiskChunkStore:
         if self._full_until and _time.monotonic() < self._full_until:
             self._note_full(None, 0, 0)
             return False
+        if self._lowered and _time.monotonic() - self._shrunk_at >= RESTORE_SECONDS:
+            # Space may have come back: the configured limit again (a file system still full lowers it again).
+            self._lowered = False
+            with contextlib.suppress(Exception):
+                self._cache.reset("size_limit", self._size_limit, update=False)
         try:
             self._set(name, data, obj)
             return True
@@ -358,6 +366,7 @@ class DiskChunkStore:
             if self.on_evict is not None and names:
                 self.on_evict(names)
             self._cache.reset("size_limit", limit, update=False)  # this process only (not the shared settings)
+            self._lowered = True
             evicted = int(self._cache.cull())
             # SQLite's write-ahead log keeps the size it grew to (up to ~4 MiB), which the volume does not count.
             with contextlib.suppress(sqlite3.Error):
