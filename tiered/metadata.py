@@ -345,17 +345,12 @@ class RemoteLogMetadataStore:
                         # deleted since the listing: its segment's deletion removes its events (states move on)
                         if named is None or not lower.get(named[1]):
                             vanished = True  # nothing of the segment left to read: list again
-                    except RemoteStorageError as exc:
-                        if getattr(exc, "retriable", False):
+                    except (ValueError, KeyError, TypeError, AttributeError, TieredStorageError) as exc:
+                        if isinstance(exc, RemoteStorageError) and exc.retriable:
                             # The store did not answer (a reset, a timeout): not damage. Failing the load keeps no
                             # view, so the next query loads again; recorded as unreadable, the segment's FINISHED
                             # event would stay unread (the segment unreadable) until something re-listed.
                             raise
-                        unreadable[key] = (named, f"{type(exc).__name__}: {exc}")
-                        if key not in self._warned_unreadable:
-                            self._warned_unreadable.add(key)
-                            logger.warning("ignoring unreadable remote metadata object %s: %s", key, exc)
-                    except (ValueError, KeyError, TypeError, AttributeError, TieredStorageError) as exc:
                         unreadable[key] = (named, f"{type(exc).__name__}: {exc}")
                         if key not in self._warned_unreadable:  # (a Spark planner loads again at every plan)
                             self._warned_unreadable.add(key)
@@ -417,6 +412,8 @@ class RemoteLogMetadataStore:
         """Load ``tip`` again when its view holds unreadable events and was loaded ``unreadable_reload_s`` ago: an
         event may have been damaged on its way only (no transport checksum), or the store may not have answered, and
         nothing else lists an idle partition again: its segments would stay unreadable until a restart."""
+        if not self._unreadable.get(tip):
+            return  # (the common case, on every query: no lock taken)
         with self._lock:
             stale = (tip in self._segments and bool(self._unreadable.get(tip))
                      and time.monotonic() - self._loaded_at.get(tip, 0.0) >= self.unreadable_reload_s)
