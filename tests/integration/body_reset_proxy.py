@@ -8,6 +8,8 @@ import socket
 import struct
 import threading
 
+from tests.integration.fault_proxy import close_write
+
 
 def _reset(sock: socket.socket) -> None:
     try:
@@ -79,10 +81,7 @@ class BodyResetProxy:
         except OSError:
             pass
         finally:
-            try:
-                upstream.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+            close_write(upstream)
 
     def _responses(self, upstream: socket.socket, client: socket.socket, cut: list[int | None]) -> None:
         try:
@@ -101,7 +100,4 @@ class BodyResetProxy:
         except OSError:
             pass
         finally:
-            try:
-                client.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+            close_write(client)

@@ -24,6 +24,14 @@ def _reset(sock: socket.socket) -> None:
     sock.close()
 
 
+def close_write(sock: socket.socket) -> None:
+    """Pass the end of one direction on (a half-close), whatever state the socket is in."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+
+
 class FaultProxy:
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
@@ -144,10 +152,7 @@ class FaultProxy:
         except OSError:
             pass
         finally:
-            try:
-                upstream.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+            close_write(upstream)
 
     def _responses(self, upstream: socket.socket, client: socket.socket, state: dict[str, bool]) -> None:
         try:
@@ -164,7 +169,4 @@ class FaultProxy:
         except OSError:
             pass
         finally:
-            try:
-                client.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
+            close_write(client)
